@@ -1,0 +1,68 @@
+"""`reverie` — the command line. Each system adds its own subcommands; this module dispatches.
+
+Every command takes `--home DIR` (or `REVERIE_HOME`) and exits non-zero with one clear
+line on stderr when something is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import sys
+from typing import Any
+
+from daemon.cli_support import CommandError, print_err
+
+# Modules that contribute subcommands through `add_commands(subparsers, common)`.
+COMMAND_MODULES = (
+    "daemon.app_commands",
+    "daemon.chat.commands",
+    "daemon.memory.commands",
+    "daemon.context.commands",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", metavar="DIR", help="state directory (default: $REVERIE_HOME, $STATE_DIRECTORY or ./var)")
+    common.add_argument("--config", metavar="FILE", help="extra TOML config layered over the home's reverie.toml")
+    parser = argparse.ArgumentParser(
+        prog="reverie",
+        description="Reverie: a 24/7 agent daemon built for continuity.",
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        module.add_commands(sub, common)
+    return parser
+
+
+def _run(func: Any, args: argparse.Namespace) -> int:
+    result = func(args)
+    if inspect.iscoroutine(result):
+        result = asyncio.run(result)
+    return int(result or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return _run(args.func, args)
+    except CommandError as exc:
+        print_err(str(exc))
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

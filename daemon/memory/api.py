@@ -1,0 +1,61 @@
+"""What the rest of the daemon may ask of memory (the context assembler above all).
+
+`MemoryItem` is one retrievable piece: an explicit fact, a session summary, a transcript
+chunk. `MemoryView` is the read side the context layers are built from; the memory system
+implements it over the index, and tests may implement it over a list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+
+Origin = Literal["person", "agent", "tool", "system", "import"]
+Kind = Literal["fact", "profile", "summary", "chunk"]
+
+# Origins whose text may never be promoted into persona, profile or pinned facts.
+UNTRUSTED_ORIGINS: frozenset[str] = frozenset({"tool", "import"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryItem:
+    id: str  # stable id, e.g. "fact:12", "summary:session-2026-…", "chunk:881"
+    kind: Kind
+    text: str
+    origin: Origin
+    ts: datetime | None = None
+    session: str | None = None
+    score: float = 0.0
+    title: str = ""
+    tags: tuple[str, ...] = ()
+    message_ids: tuple[str, ...] = ()
+    source: str = ""  # a path or reference a person can open
+    meta: dict[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class MemoryView(Protocol):
+    """The read side of memory used to build context every turn."""
+
+    async def profile_facts(self, limit: int) -> list[MemoryItem]:
+        """Active profile facts (target=profile), newest first."""
+        ...
+
+    async def recent_entries(self, limit: int) -> list[MemoryItem]:
+        """The last memory entries of any kind except chunks (recent themes), newest first."""
+        ...
+
+    async def recent_summaries(self, limit: int) -> list[MemoryItem]:
+        """The last session summaries, newest first."""
+        ...
+
+    async def recent_facts(self, limit: int) -> list[MemoryItem]:
+        """The last explicit facts (target=memory), newest first."""
+        ...
+
+    async def auto_recall(
+        self, prompt: str, *, previous_reply: str = "", exclude_ids: frozenset[str] = frozenset(), limit: int = 6
+    ) -> list[MemoryItem]:
+        """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`."""
+        ...

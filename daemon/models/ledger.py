@@ -1,0 +1,137 @@
+"""The usage ledger: every model call's tokens and cost, and the daily spend cap.
+
+Costs come from the configurable price table (US dollars per million tokens). A model
+missing from the table costs 0 and is logged once, so a local model never trips the cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from daemon.clock import Clock, SystemClock
+from daemon.log import get_logger
+from daemon.models.base import Usage
+from daemon.settings import Price, SpendSettings
+from daemon.store.db import Database
+
+log = get_logger("ledger")
+
+
+def cost_of(usage: Usage, price: Price | None) -> float:
+    if price is None:
+        return 0.0
+    return (
+        usage.input_tokens * price.input
+        + usage.output_tokens * price.output
+        + usage.cache_read_tokens * price.cache_read
+        + usage.cache_write_tokens * price.cache_write
+    ) / 1_000_000
+
+
+def price_for(model: str, prices: dict[str, Price]) -> Price | None:
+    if model in prices:
+        return prices[model]
+    # Dated snapshots ("claude-haiku-4-5-20251001") price like their family name.
+    best = ""
+    for name in prices:
+        if model.startswith(name) and len(name) > len(best):
+            best = name
+    return prices.get(best) if best else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaySpend:
+    day: str
+    cost_usd: float
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """Share of prompt tokens served from the provider's cache."""
+        total = self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+        return self.cache_read_tokens / total if total else 0.0
+
+
+class UsageLedger:
+    """Records usage rows and answers spend questions. Safe to share between roles."""
+
+    def __init__(self, db: Database, spend: SpendSettings, clock: Clock | None = None) -> None:
+        self.db = db
+        self.spend = spend
+        self.clock = clock or SystemClock()
+        self._unpriced: set[str] = set()
+
+    def _day(self, when: datetime | None = None) -> str:
+        return (when or self.clock.now()).astimezone().date().isoformat()
+
+    async def record(
+        self,
+        *,
+        role: str,
+        provider: str,
+        model: str,
+        usage: Usage,
+        session_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> float:
+        price = price_for(model, self.spend.prices)
+        if price is None and provider not in ("offline", "scripted") and model not in self._unpriced:
+            self._unpriced.add(model)
+            log.info("model has no price in [spend.prices]; its calls are counted as free", model=model)
+        cost = cost_of(usage, price)
+        now = self.clock.now()
+        await self.db.execute(
+            "INSERT INTO usage_ledger(ts, day, role, provider, model, input_tokens, output_tokens,"
+            " cache_read_tokens, cache_write_tokens, cost_usd, session_id, turn_id)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                now.isoformat(),
+                self._day(now),
+                role,
+                provider,
+                model,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                cost,
+                session_id,
+                turn_id,
+            ),
+        )
+        return cost
+
+    async def today(self) -> DaySpend:
+        day = self._day()
+        row = await self.db.fetchone(
+            "SELECT COALESCE(SUM(cost_usd),0), COUNT(*), COALESCE(SUM(input_tokens),0),"
+            " COALESCE(SUM(output_tokens),0), COALESCE(SUM(cache_read_tokens),0),"
+            " COALESCE(SUM(cache_write_tokens),0) FROM usage_ledger WHERE day = ?",
+            (day,),
+        )
+        return DaySpend(
+            day=day,
+            cost_usd=float(row[0]),
+            calls=int(row[1]),
+            input_tokens=int(row[2]),
+            output_tokens=int(row[3]),
+            cache_read_tokens=int(row[4]),
+            cache_write_tokens=int(row[5]),
+        )
+
+    async def allows(self, *, essential: bool) -> tuple[bool, str]:
+        """May a call of this kind run now? Returns (allowed, reason when not)."""
+        cap = self.spend.daily_cap_usd
+        if cap <= 0:
+            return True, ""
+        spent = (await self.today()).cost_usd
+        limit = cap if essential else cap * self.spend.non_essential_fraction
+        if spent >= limit:
+            kind = "essential" if essential else "non-essential"
+            return False, f"daily spend cap reached: ${spent:.2f} of ${cap:.2f} spent today ({kind} work stopped)"
+        return True, ""

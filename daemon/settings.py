@@ -1,0 +1,295 @@
+"""Configuration: shipped TOML defaults, a home's own `reverie.toml`, environment overrides.
+
+Layering (later wins): the embedded `config/reverie.toml` → `<home>/reverie.toml` →
+`--config FILE` → environment (`REVERIE_*` for a few scalars, the API keys by name).
+Secrets never have to live in a file: each provider names the environment variable that
+holds its key, and systemd credentials (`$CREDENTIALS_DIRECTORY/<name>`) are read too.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from daemon.paths import shipped_dir
+
+
+class ConfigError(Exception):
+    """A configuration problem, phrased as one line a person can act on."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class AgentSettings(_Section):
+    name: str = "Reverie"
+    max_tool_steps: int = Field(12, ge=1, le=100)
+    turn_timeout_s: float = Field(600.0, gt=0)
+    shutdown_grace_s: float = Field(8.0, gt=0, le=60)
+    tool_output_max_chars: int = Field(16_000, ge=256)
+    compaction_threshold: float = Field(0.8, gt=0.1, lt=1.0)
+    history_max_messages: int = Field(400, ge=4)
+
+
+class RoleModel(_Section):
+    provider: Literal["auto", "anthropic", "openai", "offline"] = "auto"
+    model: str = "claude-sonnet-4-5"
+    max_tokens: int = Field(4096, ge=16)
+    context_window: int = Field(200_000, ge=1024)
+    temperature: float | None = None
+    essential: bool = False
+
+
+class ModelsSettings(_Section):
+    trunk: RoleModel = RoleModel(essential=True)
+    summariser: RoleModel = RoleModel(model="claude-haiku-4-5", max_tokens=2048)
+    recall_planner: RoleModel = RoleModel(model="claude-haiku-4-5", max_tokens=512)
+    recall_synthesis: RoleModel = RoleModel(model="claude-haiku-4-5", max_tokens=1024)
+    delegate: RoleModel = RoleModel()
+    dreams: RoleModel = RoleModel(model="claude-haiku-4-5", max_tokens=2048)
+    heartbeat: RoleModel = RoleModel(model="claude-haiku-4-5", max_tokens=512)
+
+
+class AnthropicSettings(_Section):
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    base_url: str | None = None
+    timeout_s: float = Field(120.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    max_retries: int = Field(4, ge=0, le=10)
+    backoff_base_s: float = Field(1.0, ge=0)
+    backoff_max_s: float = Field(30.0, ge=0)
+    prompt_caching: bool = True
+    exact_token_counts: bool = False
+
+
+class OpenAISettings(_Section):
+    base_url: str = "http://127.0.0.1:8080/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = Field(300.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)
+
+
+class ProvidersSettings(_Section):
+    anthropic: AnthropicSettings = AnthropicSettings()
+    openai: OpenAISettings = OpenAISettings()
+
+
+class Price(_Section):
+    """US dollars per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float = Field(0.0, ge=0)
+    cache_write: float = Field(0.0, ge=0)
+
+
+def _default_prices() -> dict[str, Price]:
+    return {
+        "claude-opus-4-1": Price(input=15.0, output=75.0, cache_read=1.5, cache_write=18.75),
+        "claude-sonnet-4-5": Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
+        "claude-haiku-4-5": Price(input=1.0, output=5.0, cache_read=0.1, cache_write=1.25),
+    }
+
+
+class SpendSettings(_Section):
+    daily_cap_usd: float = Field(10.0, ge=0)
+    # Non-essential work (heartbeat, dreams) stops once today's spend reaches this fraction.
+    non_essential_fraction: float = Field(0.8, gt=0, le=1)
+    prices: dict[str, Price] = Field(default_factory=_default_prices)
+
+
+class ChatSettings(_Section):
+    socket: str | None = None
+    max_frame_bytes: int = Field(1_048_576, ge=1024)
+    client_queue_frames: int = Field(1024, ge=16)
+    allow_uids: list[int] = Field(default_factory=list)
+
+
+class StoreSettings(_Section):
+    checkpoint_interval_s: float = Field(300.0, gt=0)
+    busy_timeout_ms: int = Field(5000, ge=0)
+
+
+class MemorySettings(_Section):
+    embedder: Literal["auto", "none", "local", "api"] = "auto"
+    embed_model: str = "all-MiniLM-L6-v2"
+    embed_batch: int = Field(32, ge=1)
+    api_embed_url: str | None = None
+    api_embed_key_env: str = "REVERIE_EMBED_API_KEY"
+    auto_recall: bool = True
+    auto_recall_min: int = Field(3, ge=0)
+    auto_recall_max: int = Field(6, ge=0)
+    auto_recall_tokens: int = Field(1500, ge=0)
+    recall_max_bytes: int = Field(6000, ge=512)
+    summary_transcript_tokens: int = Field(12_000, ge=500)
+    near_duplicate_threshold: float = Field(0.9, gt=0, le=1)
+    chunk_messages: int = Field(6, ge=1)
+
+
+class LayerBudget(_Section):
+    target: int = Field(ge=0)
+    cap: int = Field(ge=0)
+
+
+def _default_layers() -> dict[str, LayerBudget]:
+    return {
+        "discipline": LayerBudget(target=250, cap=400),
+        "persona": LayerBudget(target=1500, cap=4000),
+        "profile": LayerBudget(target=500, cap=800),
+        "wake": LayerBudget(target=600, cap=1000),
+        "themes": LayerBudget(target=300, cap=500),
+        "recollections": LayerBudget(target=700, cap=1000),
+        "recall": LayerBudget(target=1000, cap=1500),
+        "topics": LayerBudget(target=800, cap=1500),
+        "journal": LayerBudget(target=200, cap=400),
+    }
+
+
+class ContextSettings(_Section):
+    total_budget: int = Field(8000, ge=500)
+    layers: dict[str, LayerBudget] = Field(default_factory=_default_layers)
+    themes_count: int = Field(5, ge=0)
+    recollection_summaries: int = Field(4, ge=0)
+    recollection_facts: int = Field(4, ge=0)
+
+
+class TopicPoint(_Section):
+    top_n: int = Field(ge=0)
+    min_score: float = Field(ge=0)
+
+
+class TopicsSettings(_Section):
+    matrix: str = "PERSONALITY_MATRIX.md"
+    persist_turns: int = Field(3, ge=0)
+    system_prompt: TopicPoint = TopicPoint(top_n=3, min_score=1)
+    recall_persona: TopicPoint = TopicPoint(top_n=2, min_score=1)
+    summary_persona: TopicPoint = TopicPoint(top_n=2, min_score=2)
+    watch: bool = True
+
+
+class SchedulerSettings(_Section):
+    heartbeat_minutes: float = Field(30.0, gt=0)
+    nightly_sleep: str = "03:30"
+    timezone: str | None = None
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class Settings(_Section):
+    agent: AgentSettings = AgentSettings()
+    models: ModelsSettings = ModelsSettings()
+    providers: ProvidersSettings = ProvidersSettings()
+    spend: SpendSettings = SpendSettings()
+    chat: ChatSettings = ChatSettings()
+    store: StoreSettings = StoreSettings()
+    memory: MemorySettings = MemorySettings()
+    context: ContextSettings = ContextSettings()
+    topics: TopicsSettings = TopicsSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    log: LogSettings = LogSettings()
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except PermissionError:
+        raise ConfigError(f"config file {path} is not readable (permission denied)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory, expected a TOML file") from None
+
+
+def _describe(error: dict[str, Any], sources: str) -> str:
+    loc = ".".join(str(p) for p in error["loc"])
+    kind = error["type"]
+    value = error.get("input")
+    if kind == "extra_forbidden":
+        return f"config: unknown key '{loc}' (in {sources}); check the spelling against the configuration reference"
+    shown = repr(value) if not isinstance(value, dict) else "a table"
+    return f"config: '{loc}' = {shown} is invalid: {error['msg'].lower()} (in {sources})"
+
+
+_ENV_SCALARS: dict[str, tuple[str, ...]] = {
+    "REVERIE_LOG_LEVEL": ("log", "level"),
+    "REVERIE_LOG_FORMAT": ("log", "format"),
+    "REVERIE_SOCKET": ("chat", "socket"),
+    "REVERIE_TRUNK_PROVIDER": ("models", "trunk", "provider"),
+    "REVERIE_TRUNK_MODEL": ("models", "trunk", "model"),
+    "REVERIE_ANTHROPIC_BASE_URL": ("providers", "anthropic", "base_url"),
+    "REVERIE_EMBEDDER": ("memory", "embedder"),
+    "REVERIE_DAILY_CAP_USD": ("spend", "daily_cap_usd"),
+}
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for var, path in _ENV_SCALARS.items():
+        if var in environ and environ[var] != "":
+            node = out
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            node[path[-1]] = environ[var]
+    return out
+
+
+def load_settings(
+    home: Path | None,
+    config_file: Path | None = None,
+    environ: dict[str, str] | None = None,
+) -> Settings:
+    """Load and validate settings; raise `ConfigError` with one actionable line."""
+    env = dict(os.environ if environ is None else environ)
+    sources = ["embedded defaults"]
+    data = _read_toml(shipped_dir() / "reverie.toml")
+    if home is not None and (home / "reverie.toml").exists():
+        data = _merge(data, _read_toml(home / "reverie.toml"))
+        sources.append(str(home / "reverie.toml"))
+    if config_file is not None:
+        data = _merge(data, _read_toml(config_file))
+        sources.append(str(config_file))
+    overrides = _env_overrides(env)
+    if overrides:
+        data = _merge(data, overrides)
+        sources.append("environment")
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(_describe(dict(first), " + ".join(sources[1:]) or sources[0])) from None
+
+
+def secret(name: str, environ: dict[str, str] | None = None) -> str | None:
+    """Read a secret by name: the environment first, then systemd credentials."""
+    env = os.environ if environ is None else environ
+    value = env.get(name)
+    if value:
+        return value.strip()
+    cred_dir = env.get("CREDENTIALS_DIRECTORY")
+    if cred_dir:
+        for candidate in (name, name.lower()):
+            path = Path(cred_dir) / candidate
+            if path.is_file():
+                return path.read_text().strip() or None
+    return None

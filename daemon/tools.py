@@ -1,0 +1,183 @@
+"""Tools: declared once (name, description, JSON schema, handler), exposed to every provider.
+
+A model's bad arguments become a tool error the model can read, never an exception in the
+loop; output is capped so one tool cannot flood the context.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from daemon.log import get_logger
+from daemon.models.base import ToolSpec
+
+log = get_logger("tools")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    """What a tool handler knows about the call it serves."""
+
+    session_id: str
+    turn_id: str
+    session_kind: str = "trunk"
+    depth: int = 0
+    # Report progress to the person (delegate forks use it); never blocks.
+    progress: Callable[[str], None] = lambda _msg: None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+ToolHandler = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    handler: ToolHandler
+    timeout_s: float = 120.0
+    max_output_chars: int | None = None
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, input_schema=self.input_schema)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolOutcome:
+    content: str
+    is_error: bool = False
+
+
+class ToolArgumentError(ValueError):
+    """The arguments do not match the tool's schema."""
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model should read (message is shown to it)."""
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def validate(schema: dict[str, Any], value: Any, path: str = "") -> None:
+    """Check `value` against the subset of JSON Schema tools use; raise ToolArgumentError."""
+    where = path or "arguments"
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        ok = any(
+            isinstance(value, _TYPES[k]) and not (k in ("integer", "number") and isinstance(value, bool))
+            for k in kinds
+            if k in _TYPES
+        )
+        if not ok:
+            raise ToolArgumentError(f"{where} must be of type {'/'.join(kinds)}, got {type(value).__name__}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ToolArgumentError(f"{where} must be one of {schema['enum']}, got {value!r}")
+    if isinstance(value, str):
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            raise ToolArgumentError(f"{where} must be at least {schema['minLength']} characters")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            raise ToolArgumentError(f"{where} must be at most {schema['maxLength']} characters")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise ToolArgumentError(f"{where} must be >= {schema['minimum']}")
+        if "maximum" in schema and value > schema["maximum"]:
+            raise ToolArgumentError(f"{where} must be <= {schema['maximum']}")
+    if isinstance(value, dict):
+        for req in schema.get("required", []):
+            if req not in value:
+                raise ToolArgumentError(f"{where} is missing required field '{req}'")
+        props = schema.get("properties", {})
+        for key, sub in value.items():
+            if key in props:
+                validate(props[key], sub, f"{where}.{key}" if path else key)
+            elif schema.get("additionalProperties") is False:
+                raise ToolArgumentError(f"{where} has unknown field '{key}'")
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            validate(schema["items"], item, f"{where}[{i}]")
+
+
+def cap_output(text: str, limit: int) -> str:
+    """Cut `text` to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - 80)
+    return text[:keep] + f"\n…[output truncated: {len(text) - keep} more characters]"
+
+
+class ToolRegistry:
+    """The set of tools one session may call."""
+
+    def __init__(self, default_max_chars: int = 16_000) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.default_max_chars = default_max_chars
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(self._tools[name].spec for name in sorted(self._tools))
+
+    def subset(self, names: list[str]) -> ToolRegistry:
+        reg = ToolRegistry(self.default_max_chars)
+        for n in names:
+            if n in self._tools:
+                reg.register(self._tools[n])
+        return reg
+
+    async def call(self, name: str, arguments: Any, ctx: ToolContext) -> ToolOutcome:
+        """Run a tool. Every failure becomes an error outcome the model can read.
+
+        Cancellation propagates; a timeout becomes an error outcome.
+        """
+        tool = self._tools.get(name)
+        if tool is None:
+            return ToolOutcome(content=f"error: no tool named {name!r}; available: {', '.join(self.names())}", is_error=True)
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except json.JSONDecodeError as exc:
+                return ToolOutcome(content=f"error: arguments are not valid JSON: {exc}", is_error=True)
+        try:
+            validate(tool.input_schema, arguments)
+        except ToolArgumentError as exc:
+            return ToolOutcome(content=f"error: invalid arguments for {name}: {exc}", is_error=True)
+        limit = tool.max_output_chars or self.default_max_chars
+        try:
+            with anyio.fail_after(tool.timeout_s):
+                result = await tool.handler(ctx, arguments)
+        except TimeoutError:
+            return ToolOutcome(content=f"error: {name} timed out after {tool.timeout_s:.0f}s", is_error=True)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except ToolError as exc:
+            return ToolOutcome(content=f"error: {exc}", is_error=True)
+        except Exception as exc:
+            log.error("tool failed", tool=name, error=repr(exc), exc_info=True)
+            return ToolOutcome(content=f"error: {name} failed: {exc}", is_error=True)
+        return ToolOutcome(content=cap_output(str(result), limit))
