@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "daemon.app_commands",
     "daemon.chat.commands",
     "daemon.memory.commands",
+    "daemon.memory.recall_commands",
     "daemon.context.commands",
 )
 

@@ -1,0 +1,113 @@
+"""The chat gateway: turns client frames into trunk actions and commands into answers.
+
+It implements the chat server's handler protocol by shape (the chat package does not
+import the agent, nor the agent the chat package). `message` frames are acknowledged only
+after the trunk's inbox has them on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from daemon.agent.trunk import Trunk
+from daemon.log import get_logger
+
+log = get_logger("gateway")
+
+Command = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+VERSION = "0.1.0"
+
+
+def _get(frame: Any, key: str, default: Any = None) -> Any:
+    if isinstance(frame, dict):
+        return frame.get(key, default)
+    return getattr(frame, key, default)
+
+
+def _frame_type(frame: Any) -> str:
+    kind = _get(frame, "type")
+    if isinstance(kind, str):
+        return kind
+    return type(frame).__name__.lower().removesuffix("frame")
+
+
+class CommandUnavailable(Exception):
+    """The command exists in the contract but its system is not running."""
+
+
+class ChatGateway:
+    """Bridges chat connections to the trunk and to named commands."""
+
+    def __init__(self, trunk: Trunk, *, state: Callable[[], str], session_id: Callable[[], str]) -> None:
+        self.trunk = trunk
+        self._state = state
+        self._session_id = session_id
+        self.commands: dict[str, Command] = {}
+        self._client_sinks: dict[str, Callable[[dict[str, Any]], None]] = {}
+
+    def command(self, name: str, fn: Command) -> None:
+        self.commands[name] = fn
+
+    async def client_connected(self, client: Any) -> None:
+        client.send({"type": "hello", "version": VERSION, "state": self._state(), "session_id": self._session_id()})
+
+    async def client_disconnected(self, client: Any) -> None:
+        sink = self._client_sinks.pop(client.id, None)
+        if sink is not None:
+            # The turn goes on (its reply lands on disk); only this listener goes away.
+            self.trunk.detach_sink(sink)
+
+    def _sink_for(self, client: Any) -> Callable[[dict[str, Any]], None]:
+        sink = self._client_sinks.get(client.id)
+        if sink is None:
+
+            def sink(frame: dict[str, Any], _client: Any = client) -> None:
+                if not _client.closed:
+                    _client.send(frame)
+
+            self._client_sinks[client.id] = sink
+        return sink
+
+    async def handle_frame(self, client: Any, frame: Any) -> None:
+        kind = _frame_type(frame)
+        if kind == "message":
+            text = _get(frame, "text") or ""
+            cid = _get(frame, "id")
+            if not text.strip():
+                client.send({"type": "error", "code": "bad_frame", "message": "message text is empty", "id": cid})
+                return
+            accepted = await self.trunk.submit(text, sink=self._sink_for(client), client_msg_id=cid)
+            client.send({"type": "accepted", "turn_id": accepted.turn_id, "id": cid, "queued": accepted.queued})
+        elif kind == "cancel":
+            turn_id = _get(frame, "turn_id")
+            if not await self.trunk.cancel(turn_id):
+                client.send({"type": "error", "code": "not_running", "message": "no turn to cancel", "turn_id": turn_id})
+        elif kind == "command":
+            await self._command(client, frame)
+        else:
+            client.send({"type": "error", "code": "unknown_type", "message": f"unknown frame type {kind!r}"})
+
+    async def _command(self, client: Any, frame: Any) -> None:
+        name = _get(frame, "name") or ""
+        cid = _get(frame, "id")
+        args = _get(frame, "args") or {}
+        fn = self.commands.get(name)
+        if fn is None:
+            client.send(
+                {"type": "error", "code": "unknown_command", "message": f"unknown command {name!r}; known: {', '.join(sorted(self.commands))}", "id": cid}
+            )
+            return
+        try:
+            data = await fn(args if isinstance(args, dict) else {})
+        except CommandUnavailable as exc:
+            client.send({"type": "error", "code": "unavailable", "message": str(exc), "id": cid})
+            return
+        except (ValueError, KeyError, TypeError) as exc:
+            client.send({"type": "error", "code": "bad_args", "message": str(exc), "id": cid})
+            return
+        except Exception as exc:
+            log.error("command failed", command=name, error=repr(exc), exc_info=True)
+            client.send({"type": "error", "code": "internal", "message": f"{name} failed: {exc}", "id": cid})
+            return
+        client.send({"type": "result", "id": cid, "name": name, "data": data})

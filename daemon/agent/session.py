@@ -1,0 +1,183 @@
+"""A conversation session: its transcript, its rows in the index, and the history it replays.
+
+The JSONL transcript is the truth; the `messages` table is an index of it written right
+after. History for the model is rebuilt from the transcript: complete turns in full, and
+for a turn that never finished (crash, cancel) only the person's message.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.agent.transcript import Transcript
+from daemon.models.base import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from daemon.store.db import Database
+
+
+def new_session_id(kind: str, when: datetime) -> str:
+    import uuid
+
+    return f"{kind}-{when.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class Session:
+    """One session (trunk or fork): append records, index messages, replay history."""
+
+    id: str
+    kind: str
+    transcript: Transcript
+    db: Database
+    started_at: datetime
+    parent_id: str | None = None
+    _seq: int = 0
+    _records: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    async def open(
+        cls, *, db: Database, directory: Path, session_id: str, kind: str, now: datetime, parent_id: str | None = None
+    ) -> Session:
+        """Open (resume) or create a session and its transcript."""
+        path = directory / f"{session_id}.jsonl"
+        transcript = Transcript(path=path, session_id=session_id)
+        records = transcript.records()
+        started = now
+        if records and records[0].get("type") == "session":
+            started = datetime.fromisoformat(records[0]["started_at"])
+        session = cls(
+            id=session_id, kind=kind, transcript=transcript, db=db, started_at=started, parent_id=parent_id
+        )
+        session._records = records
+        if not records:
+            header = {"type": "session", "id": session_id, "kind": kind, "started_at": now.isoformat(), "parent": parent_id}
+            await transcript.append(header)
+            session._records.append(header)
+        await db.execute(
+            "INSERT INTO sessions(id, kind, parent_id, transcript_path, started_at) VALUES (?,?,?,?,?)"
+            " ON CONFLICT(id) DO NOTHING",
+            (session_id, kind, parent_id, str(path), session.started_at.isoformat()),
+        )
+        row = await db.fetchone("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,))
+        session._seq = int(row[0]) if row else 0
+        await session._reindex_missing()
+        return session
+
+    async def _reindex_missing(self) -> None:
+        """Index transcript messages the database missed (a crash between the two writes)."""
+        rows = await self.db.fetchall("SELECT msg_id FROM messages WHERE session_id = ?", (self.id,))
+        known = {r[0] for r in rows}
+        for rec in self._records:
+            if rec.get("type") == "message" and rec.get("id") not in known:
+                await self._index_message(rec)
+
+    async def _index_message(self, rec: dict[str, Any]) -> None:
+        self._seq += 1
+        await self.db.execute(
+            "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content, turn_id)"
+            " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(session_id, msg_id) DO NOTHING",
+            (self.id, rec["id"], self._seq, rec["ts"], rec["role"], rec.get("speaker"), rec["content"], rec.get("turn_id")),
+        )
+
+    @property
+    def path(self) -> Path:
+        return self.transcript.path
+
+    def has_message(self, msg_id: str) -> bool:
+        return any(r.get("type") == "message" and r.get("id") == msg_id for r in self._records)
+
+    async def record(self, *records: dict[str, Any]) -> None:
+        """Append records durably, then index the conversation messages among them."""
+        await self.transcript.append(*records)
+        self._records.extend(records)
+        for rec in records:
+            if rec.get("type") == "message":
+                await self._index_message(rec)
+
+    def message_count(self) -> int:
+        return sum(1 for r in self._records if r.get("type") == "message")
+
+    def last_reply(self) -> str:
+        for rec in reversed(self._records):
+            if rec.get("type") == "message" and rec.get("role") == "assistant":
+                return str(rec.get("content", ""))
+        return ""
+
+    def history(self, max_messages: int, *, exclude_turn: str | None = None) -> list[Message]:
+        """Rebuild the model-facing history from the transcript (see module docstring)."""
+        finished = {r.get("turn_id") for r in self._records if r.get("type") == "turn_end" and r.get("status") == "answered"}
+        turns: list[tuple[str, list[dict[str, Any]]]] = []
+        index: dict[str, list[dict[str, Any]]] = {}
+        for rec in self._records:
+            tid = rec.get("turn_id")
+            if rec.get("type") not in ("message", "tool_call", "tool_result") or not tid or tid == exclude_turn:
+                continue
+            if tid not in index:
+                index[tid] = []
+                turns.append((tid, index[tid]))
+            index[tid].append(rec)
+        out: list[Message] = []
+        for tid, recs in turns:
+            if tid in finished:
+                out.extend(_turn_messages(recs))
+            else:
+                for rec in recs:
+                    if rec.get("type") == "message" and rec.get("role") == "user":
+                        out.append(Message.user(str(rec["content"])))
+                        # An unanswered message is followed by a marker so roles alternate.
+                        out.append(Message.assistant("(no reply: this turn was interrupted)"))
+        if len(out) > max_messages:
+            out = out[-max_messages:]
+            while out and (out[0].role != "user" or any(isinstance(b, ToolResultBlock) for b in out[0].content)):
+                out.pop(0)
+        return out
+
+
+def _turn_messages(recs: list[dict[str, Any]]) -> list[Message]:
+    """Turn a finished turn's records into alternating model messages."""
+    out: list[Message] = []
+    pending_assistant: list[Block] = []
+    pending_results: list[Block] = []
+
+    def flush_assistant() -> None:
+        nonlocal pending_assistant
+        if pending_assistant:
+            out.append(Message(role="assistant", content=tuple(pending_assistant)))
+            pending_assistant = []
+
+    def flush_results() -> None:
+        nonlocal pending_results
+        if pending_results:
+            out.append(Message(role="user", content=tuple(pending_results)))
+            pending_results = []
+
+    for rec in recs:
+        kind = rec.get("type")
+        if kind == "message" and rec.get("role") == "user":
+            flush_assistant()
+            flush_results()
+            out.append(Message.user(str(rec["content"])))
+        elif kind == "message" and rec.get("role") == "assistant":
+            flush_results()
+            if rec.get("content"):
+                pending_assistant.append(TextBlock(text=str(rec["content"])))
+            if not rec.get("has_tool_calls"):
+                flush_assistant()
+        elif kind == "tool_call":
+            flush_results()
+            pending_assistant.append(ToolUseBlock(id=rec["call_id"], name=rec["name"], input=rec.get("input") or {}))
+        elif kind == "tool_result":
+            flush_assistant()
+            pending_results.append(
+                ToolResultBlock(tool_use_id=rec["call_id"], content=str(rec.get("content", "")), is_error=bool(rec.get("is_error")))
+            )
+    flush_assistant()
+    flush_results()
+    return out
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,245 @@
+"""The orchestrator: wires the services together and runs them. No feature logic here.
+
+Start-up order: home lock → database → ledger, model roles, bus → topic router, memory,
+context assembler → tools → trunk → chat server (READY=1 once it listens) → scheduler,
+file watcher, watchdog. Shutdown (SIGTERM/SIGINT): STOPPING=1, let the running turn finish
+within half the grace period, then cancel it; the trunk fires `session_shutdown`; memory
+waits for its summaries within the budget; the store checkpoints and closes; exit 0. A
+second signal exits at once (everything acknowledged is already on disk).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from daemon import status as status_mod
+from daemon.agent.gateway import ChatGateway, CommandUnavailable
+from daemon.agent.loop import AgentLoop
+from daemon.agent.trunk import Trunk
+from daemon.bus import EventBus
+from daemon.clock import Clock, SystemClock
+from daemon.events import Heartbeat
+from daemon.log import get_logger
+from daemon.models.base import Model
+from daemon.models.ledger import UsageLedger
+from daemon.models.roles import ModelRoles
+from daemon.paths import Home
+from daemon.scheduler import Scheduler
+from daemon.settings import Settings
+from daemon.store.db import Database
+from daemon.tokens import default_counter
+from daemon.tools import ToolRegistry
+
+log = get_logger("app")
+
+
+class HomeLocked(Exception):
+    pass
+
+
+class HomeLock:
+    """One daemon per home: an exclusive `flock` on `<home>/reverie.lock`, held for life."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> HomeLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise HomeLocked(f"another daemon (pid {holder}) is already running with home {self.path.parent}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Daemon:
+    """The running daemon's parts, for the handful of things that need more than one."""
+
+    def __init__(self, home: Home, settings: Settings, *, clock: Clock | None = None, model_overrides: dict[str, Model] | None = None) -> None:
+        self.home = home
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.model_overrides = model_overrides or {}
+        self.state = "starting"
+        self.bus = EventBus()
+        self.started_at = self.clock.now()
+        self.db: Database | None = None
+        self.ledger: UsageLedger | None = None
+        self.roles: ModelRoles | None = None
+        self.trunk: Trunk | None = None
+        self.scheduler: Scheduler | None = None
+        self.memory: Any = None
+        self.router: Any = None
+        self.server: Any = None
+        self._stop = anyio.Event()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, *, ready: Any = None) -> int:
+        """Run until SIGTERM/SIGINT (or `request_stop`); return the exit code."""
+        from daemon.chat.server import ChatServer
+        from daemon.context.assembler import ContextAssembler
+        from daemon.memory.system import MemorySystem
+        from daemon.systemd import Notifier, watchdog_loop
+        from daemon.topics.router import TopicRouter
+        from daemon.topics.watch import FileWatcher
+
+        s = self.settings
+        notifier = Notifier()
+        with HomeLock(self.home.lock_file):
+            async with AsyncExitStack() as stack:
+                self.db = await Database.open(self.home.db_file, busy_timeout_ms=s.store.busy_timeout_ms)
+                stack.push_async_callback(self.db.close)
+                if not self.db.vec_available:
+                    log.warning("sqlite-vec is not available; vector search is off (run `reverie doctor`)")
+                self.ledger = UsageLedger(self.db, s.spend, self.clock)
+                self.roles = await stack.enter_async_context(ModelRoles(s, self.ledger, overrides=self.model_overrides))
+                counter = default_counter()
+                self.router = TopicRouter(self.home, s.topics)
+                self.memory = await stack.enter_async_context(
+                    MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
+                )
+                self.memory.register(self.bus)
+                assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
+                assembler.register(self.bus)
+                tools = ToolRegistry(s.agent.tool_output_max_chars)
+                for tool in self.memory.tools():
+                    tools.register(tool)
+                trunk_cfg = s.models.trunk
+                loop = AgentLoop(
+                    roles=self.roles,
+                    tools=tools,
+                    bus=self.bus,
+                    clock=self.clock,
+                    counter=counter,
+                    max_tool_steps=s.agent.max_tool_steps,
+                    history_max_messages=s.agent.history_max_messages,
+                    compaction_threshold=s.agent.compaction_threshold,
+                    context_window=trunk_cfg.context_window,
+                )
+                self.trunk = await stack.enter_async_context(
+                    Trunk(home=self.home, db=self.db, loop=loop, clock=self.clock, turn_timeout_s=s.agent.turn_timeout_s, after_turn=[self.memory.index_session])
+                )
+                gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
+                self._register_commands(gateway)
+                self.scheduler = await stack.enter_async_context(Scheduler(s.scheduler.timezone))
+                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.scheduler.heartbeat_minutes * 60)
+                self.scheduler.add_interval("checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s)
+                socket_path = self.home.socket_path(s.chat.socket)
+                self.server = ChatServer(
+                    socket_path,
+                    gateway,
+                    max_frame_bytes=s.chat.max_frame_bytes,
+                    queue_frames=s.chat.client_queue_frames,
+                    allow_uids=s.chat.allow_uids,
+                )
+                watcher = FileWatcher(self.home, on_change=self._files_changed, bus=self.bus) if s.topics.watch else None
+                async with anyio.create_task_group() as tg:
+                    await tg.start(self.server.serve)
+                    await tg.start(self.trunk.serve)
+                    if watcher is not None:
+                        await tg.start(watcher.run)
+                    interval = notifier.watchdog_interval()
+                    if interval:
+                        await tg.start(watchdog_loop, notifier)
+                    tg.start_soon(self._signals, tg.cancel_scope)
+                    self.state = "awake"
+                    notifier.ready(status=f"awake; socket {socket_path}")
+                    log.info(
+                        "daemon ready",
+                        home=str(self.home.root),
+                        socket=str(socket_path),
+                        trunk_provider=self.roles.provider_kind("trunk"),
+                        session_id=self.trunk.session.id if self.trunk.session else None,
+                        pending=len(self.trunk.inbox.pending()),
+                    )
+                    if ready is not None:
+                        ready()
+                    await self._stop.wait()
+                    notifier.stopping()
+                    self.state = "stopping"
+                    self.server.broadcast({"type": "state", "state": "stopping", "detail": "daemon shutting down"})
+                    await self._drain_turn(s.agent.shutdown_grace_s / 2)
+                    tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(s.agent.shutdown_grace_s / 2):
+                    await self.trunk.shutdown("shutdown")
+        log.info("daemon stopped")
+        return 0
+
+    async def _drain_turn(self, budget: float) -> None:
+        assert self.trunk is not None
+        with anyio.move_on_after(budget):
+            while self.trunk.busy:
+                await anyio.sleep(0.05)
+        if self.trunk.busy:
+            log.info("cancelling the turn in progress for shutdown", turn_id=self.trunk.current_turn)
+
+    async def _signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            count = 0
+            async for signum in signals:
+                count += 1
+                if count == 1:
+                    log.info("shutdown requested", signal=signal.Signals(signum).name)
+                    self.request_stop()
+                else:
+                    log.warning("second signal: exiting immediately", signal=signal.Signals(signum).name)
+                    os._exit(1)
+
+    async def _heartbeat(self) -> str:
+        await self.bus.publish(Heartbeat(at=self.clock.now()))
+        return "published"
+
+    async def _checkpoint(self) -> str:
+        assert self.db is not None
+        busy, log_frames, done = await self.db.checkpoint()
+        return f"busy={busy} wal_frames={log_frames} checkpointed={done}"
+
+    async def _files_changed(self, paths: list[str]) -> None:
+        if self.router is not None:
+            self.router.reload()
+
+    def _register_commands(self, gateway: ChatGateway) -> None:
+        async def status(_args: dict[str, Any]) -> dict[str, Any]:
+            return await status_mod.live_status(self)
+
+        async def ping(_args: dict[str, Any]) -> dict[str, Any]:
+            return {"pong": True, "state": self.state}
+
+        async def remember(args: dict[str, Any]) -> dict[str, Any]:
+            text = str(args.get("text", "")).strip()
+            if not text:
+                raise ValueError("remember needs a non-empty 'text'")
+            result = await self.memory.remember(text, target=str(args.get("target", "memory")), origin="person")
+            return result.__dict__ if hasattr(result, "__dict__") else {"result": str(result)}
+
+        async def recall(args: dict[str, Any]) -> dict[str, Any]:
+            query = str(args.get("query", "")).strip()
+            if not query:
+                raise ValueError("recall needs a non-empty 'query'")
+            return {"text": await self.memory.recall(query)}
+
+        async def sleep(_args: dict[str, Any]) -> dict[str, Any]:
+            raise CommandUnavailable("the sleep cycle is not part of this build yet; nothing was changed")
+
+        for name, fn in (("status", status), ("ping", ping), ("remember", remember), ("recall", recall), ("sleep", sleep)):
+            gateway.command(name, fn)

@@ -1,0 +1,162 @@
+"""Daemon-level commands: run, status, sleep, init, doctor, journal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from daemon.cli_support import CommandError, resolve_env
+from daemon.paths import PERSONA_FILES, Home
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("run", parents=[common], help="run the daemon in the foreground (what systemd starts)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", parents=[common], help="state, trunk session, context use, next sleep, spend")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("sleep", parents=[common], help="start a sleep cycle now")
+    p.set_defaults(func=cmd_sleep)
+
+    p = sub.add_parser("init", parents=[common], help="scaffold a home with the shipped defaults")
+    p.add_argument("dir", nargs="?", help="home directory (default: --home, $REVERIE_HOME or ./var)")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("doctor", parents=[common], help="check the environment and say what is wrong")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("journal", parents=[common], help="show the journal")
+    p.add_argument("--tail", type=int, default=20, metavar="N", help="last N entries (default 20)")
+    p.set_defaults(func=cmd_journal)
+
+
+def check_persona(home: Home) -> None:
+    """Refuse to start with an unreadable or undecodable persona file (one clear line)."""
+    for name in PERSONA_FILES:
+        path = home.persona_dir / name
+        if not path.exists():
+            continue
+        try:
+            path.read_text(encoding="utf-8")
+        except PermissionError:
+            raise CommandError(f"persona file {path} is not readable (permission denied); fix its permissions", code=2) from None
+        except UnicodeDecodeError:
+            raise CommandError(f"persona file {path} is not valid UTF-8 text", code=2) from None
+        except IsADirectoryError:
+            raise CommandError(f"persona file {path} is a directory, expected a markdown file", code=2) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from daemon.app import Daemon, HomeLocked
+    from daemon.log import configure
+
+    env = resolve_env(args)
+    configure(env.settings.log.level, env.settings.log.format)
+    check_persona(env.home)
+    daemon = Daemon(env.home, env.settings)
+    try:
+        return anyio.run(daemon.run)
+    except HomeLocked as exc:
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        if exc.errno == 28:
+            raise CommandError(f"disk full: {exc.filename or env.home.root}; free space and restart (nothing acknowledged was lost)") from None
+        raise CommandError(f"cannot run: {exc}") from None
+
+
+def _socket(env: Any) -> Path:
+    path: Path = env.home.socket_path(env.settings.chat.socket)
+    return path
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    from daemon import status as status_mod
+    from daemon.chat.client import ChatError, command
+
+    env = resolve_env(args)
+    sock = _socket(env)
+    data: dict[str, Any]
+    if sock.exists():
+        try:
+            data = await command(sock, "status", timeout=10.0)
+        except ChatError:
+            data = await status_mod.offline_status(env.home, env.settings)
+    else:
+        data = await status_mod.offline_status(env.home, env.settings)
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(status_mod.render(data))
+    return 0
+
+
+async def cmd_sleep(args: argparse.Namespace) -> int:
+    from daemon.chat.client import ChatError, command
+
+    env = resolve_env(args)
+    try:
+        data = await command(_socket(env), "sleep", timeout=30.0)
+    except ChatError as exc:
+        raise CommandError(str(exc)) from None
+    print(json.dumps(data, indent=2, default=str))
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    if args.dir:
+        args.home = args.dir
+    env = resolve_env(args, create=False)
+    created = env.home.ensure()
+    env.home.root.chmod(0o700)
+    verb = "created" if created else "already exists; missing default files were added"
+    print(f"home {env.home.root} {verb}")
+    print(f"  config:   {env.home.config_file}")
+    print(f"  persona:  {env.home.persona_dir}/ ({', '.join(PERSONA_FILES)})")
+    print(f"  topics:   {env.home.matrix_file} + {env.home.topics_dir}/")
+    print(f"start it with: reverie run --home {env.home.root}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from daemon.doctor import run_checks
+
+    env = resolve_env(args)
+    checks = run_checks(env.home, env.settings)
+    if args.json:
+        print(json.dumps([c.__dict__ for c in checks], indent=2))
+    else:
+        for c in checks:
+            print(f"[{c.status:>4}] {c.name}: {c.detail}")
+            if c.fix and c.status != "ok":
+                print(f"       → {c.fix}")
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        print(f"reverie: {len(failed)} check(s) failed: {', '.join(c.name for c in failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_journal(args: argparse.Namespace) -> int:
+    from daemon.agent.transcript import read_jsonl
+
+    env = resolve_env(args)
+    entries: list[dict[str, Any]] = []
+    for path in sorted(env.home.journal_dir.glob("*.jsonl")):
+        entries.extend(read_jsonl(path))
+    if not entries:
+        print("no journal entries yet (the journal heartbeat writes one when something happened)")
+        return 0
+    for e in entries[-max(1, args.tail) :]:
+        print(f"{e.get('ts', '?')}  {e.get('summary', '')}")
+        for key in ("decisions", "progress", "open_questions"):
+            for item in e.get(key) or []:
+                print(f"    {key.replace('_', ' ')}: {item}")
+    return 0

