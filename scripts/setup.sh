@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create .venv and install Reverie into it. Usage: scripts/setup.sh [core|dev]
+#   core: the daemon only (no heavy embedding model)
+#   dev:  + test tools + the optional local embedding model (CPU torch)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind="${1:-core}"
+py="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+stamp=".venv/.reverie-$kind-$(sha1sum pyproject.toml | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  if [ "$kind" = dev ]; then
+    # The CPU build of torch first (a local file on these machines), so the embedding
+    # extra does not pull a multi-GB CUDA build.
+    "${pip[@]}" install "torch==2.13.0" || echo "setup: CPU torch not installable here; embedding tests will be skipped" >&2
+    if .venv/bin/python -c "import torch" 2>/dev/null; then
+      "${pip[@]}" install -e ".[dev,local-embeddings]"
+    else
+      "${pip[@]}" install -e ".[dev]"
+    fi
+  else
+    "${pip[@]}" install -e .
+  fi
+  touch "$stamp"
+fi
