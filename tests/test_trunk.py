@@ -1,0 +1,230 @@
+"""The trunk's pieces in-process: inbox durability, transcripts, history, the agent loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from daemon.agent.inbox import Inbox
+from daemon.agent.loop import AgentLoop
+from daemon.agent.session import Session
+from daemon.agent.transcript import Transcript, fsync_append, read_jsonl
+from daemon.agent.trunk import Trunk
+from daemon.bus import EventBus, Veto
+from daemon.clock import FakeClock
+from daemon.events import BeforeAgentStart, CompactionApproaching, SessionShutdown
+from daemon.models.base import ModelRequest, ModelUnavailable, SystemBlock, ToolResultBlock
+from daemon.models.ledger import UsageLedger
+from daemon.models.roles import ModelRoles
+from daemon.paths import Home
+from daemon.settings import load_settings
+from daemon.store.db import Database
+from daemon.testing import Reply, ScriptedModel
+from daemon.tokens import TokenCounter
+from daemon.tools import Tool, ToolContext, ToolRegistry
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_inbox_survives_restart_and_keeps_order(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.jsonl"
+    inbox = Inbox(path, FakeClock())
+    inbox.load()
+    a = await inbox.put("first")
+    b = await inbox.put("second")
+    c = await inbox.put("third")
+    await inbox.done(a.id)
+    # A torn write at the end (crash mid-append) is ignored.
+    with open(path, "ab") as fh:
+        fh.write(b'{"op": "put", "id": "tor')
+    again = Inbox(path, FakeClock())
+    pending = again.load()
+    assert [e.text for e in pending] == ["second", "third"]
+    assert [e.id for e in pending] == [b.id, c.id]
+    with anyio.fail_after(2):
+        assert (await again.next()).id == b.id
+    # Compaction left only the pending entries on disk.
+    assert [r["id"] for r in read_jsonl(path)] == [b.id, c.id]
+
+
+async def test_transcript_append_is_durable_and_torn_lines_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    t = Transcript(path=path, session_id="s")
+    await t.append({"type": "message", "id": "1"})
+    with open(path, "ab") as fh:
+        fh.write(b'{"type": "mess')  # crash mid-write
+    await t.append({"type": "message", "id": "2"})
+    assert [r["id"] for r in t.records()] == ["1", "2"]
+    fsync_append(path, ['{"type":"message","id":"3"}'])
+    assert [r["id"] for r in read_jsonl(path)] == ["1", "2", "3"]
+
+
+async def _env(tmp_path: Path, model: ScriptedModel, *, tools: ToolRegistry | None = None, bus: EventBus | None = None) -> tuple[Any, ...]:
+    settings = load_settings(None)
+    db = await Database.open(tmp_path / "db.sqlite")
+    ledger = UsageLedger(db, settings.spend, FakeClock())
+    roles = ModelRoles(settings, ledger, overrides={"trunk": model})
+    loop = AgentLoop(roles=roles, tools=tools or ToolRegistry(), bus=bus or EventBus(), clock=FakeClock(), counter=TokenCounter())
+    return settings, db, ledger, roles, loop
+
+
+async def test_loop_runs_tools_and_history_replays_them(tmp_path: Path) -> None:
+    calls: list[dict[str, Any]] = []
+
+    async def add(ctx: ToolContext, args: dict[str, Any]) -> str:
+        calls.append(args)
+        return str(args["a"] + args["b"])
+
+    tools = ToolRegistry()
+    tools.register(Tool(name="add", description="add", input_schema={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}, handler=add))
+    model = ScriptedModel(
+        script=[
+            Reply(text="Let me add.", tool_calls=(("add", {"a": 2, "b": "x"}),)),  # invalid: model sees an error
+            Reply(tool_calls=(("add", {"a": 2, "b": 3}),)),
+            Reply(text="It is 5."),
+            Reply(text="Still 5."),
+        ]
+    )
+    _, db, _, roles, loop = await _env(tmp_path, model, tools=tools)
+    async with db, roles:
+        session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
+        frames: list[dict[str, Any]] = []
+        with anyio.fail_after(10):
+            result = await loop.run_turn(session, turn_id="t1", prompt="what is 2+3?", sink=frames.append, ts="2026-01-01T00:00:00+00:00")
+        assert result.text == "Let me add.\n\nIt is 5."
+        assert result.tool_calls == 2 and calls == [{"a": 2, "b": 3}]
+        errors = [b for m in model.calls[1].messages for b in m.content if isinstance(b, ToolResultBlock)]
+        assert errors and errors[0].is_error and "invalid arguments" in errors[0].content
+        tool_frames = [f for f in frames if f["type"] == "tool"]
+        assert [f["phase"] for f in tool_frames] == ["started", "finished", "started", "finished"]
+        assert tool_frames[1]["is_error"] is True
+        # The next turn replays the whole first turn, tool calls and results included.
+        with anyio.fail_after(10):
+            await loop.run_turn(session, turn_id="t2", prompt="and again?", sink=frames.append, ts="2026-01-01T00:01:00+00:00")
+        history = model.calls[-1].messages
+        assert [m.role for m in history] == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
+        rows = await db.fetchall("SELECT role, content FROM messages WHERE session_id='s1' ORDER BY seq")
+        assert [r[0] for r in rows] == ["user", "assistant", "assistant", "user", "assistant"]
+
+
+async def test_context_from_gate_handlers_reaches_the_model_and_veto_stops(tmp_path: Path) -> None:
+    bus = EventBus()
+
+    def contribute(event: BeforeAgentStart) -> Veto | None:
+        if "forbidden" in event.prompt:
+            return Veto(reason="not today")
+        event.context.system_blocks.append(SystemBlock(text="PERSONA", cache_breakpoint=True))
+        return None
+
+    bus.on(BeforeAgentStart, contribute)
+    model = ScriptedModel(script=["hi"])
+    _, db, _, roles, loop = await _env(tmp_path, model, bus=bus)
+    async with db, roles:
+        session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
+        with anyio.fail_after(10):
+            await loop.run_turn(session, turn_id="t1", prompt="hello", sink=lambda f: None, ts="x")
+            vetoed = await loop.run_turn(session, turn_id="t2", prompt="forbidden", sink=lambda f: None, ts="x")
+        assert model.calls[0].system[0].text == "PERSONA"
+        assert vetoed.vetoed == "not today" and len(model.calls) == 1
+
+
+async def test_compaction_approaching_is_published_once(tmp_path: Path) -> None:
+    bus = EventBus()
+    seen: list[CompactionApproaching] = []
+    bus.on(CompactionApproaching, seen.append)
+    model = ScriptedModel(script=lambda req: Reply(text="ok " * 50))
+    _, db, _, roles, loop = await _env(tmp_path, model, bus=bus)
+    loop.context_window = 200
+    loop.compaction_threshold = 0.5
+    async with db, roles:
+        session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
+        with anyio.fail_after(10):
+            for i in range(3):
+                await loop.run_turn(session, turn_id=f"t{i}", prompt="x " * 200, sink=lambda f: None, ts="x")
+    assert len(seen) == 1 and seen[0].fraction >= 0.5
+
+
+class _Flaky:
+    """A provider that is down for the first `down` calls, then answers."""
+
+    provider = "flaky"
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+        self.inner = ScriptedModel(script=lambda req: Reply(text="back online"))
+
+    async def stream(self, request: ModelRequest):  # type: ignore[no-untyped-def]
+        if self.down > 0:
+            self.down -= 1
+            raise ModelUnavailable("API unavailable after 5 attempts: 529 overloaded", status=529)
+        async for ev in self.inner.stream(request):
+            yield ev
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_trunk_keeps_a_message_queued_through_an_outage_and_cancel_works(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = load_settings(None)
+    clock = FakeClock()
+    flaky = _Flaky(down=2)
+    async with await Database.open(home.db_file) as db:
+        roles = ModelRoles(settings, UsageLedger(db, settings.spend, clock), overrides={"trunk": flaky})  # type: ignore[dict-item]
+        bus = EventBus()
+        shutdowns: list[SessionShutdown] = []
+        bus.on(SessionShutdown, shutdowns.append)
+        loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        frames: list[dict[str, Any]] = []
+        async with Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01) as trunk:
+            async with anyio.create_task_group() as tg:
+                await tg.start(trunk.serve)
+                with anyio.fail_after(10):
+                    accepted = await trunk.submit("are you there?", sink=frames.append)
+                    while not any(f["type"] == "done" for f in frames):
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        errors = [f for f in frames if f["type"] == "error"]
+        assert [e["code"] for e in errors] == ["model_unavailable", "model_unavailable"]
+        assert "saved" in errors[0]["message"]
+        assert frames[-1]["type"] == "done" and frames[-1]["text"] == "back online"
+        assert frames[-1]["turn_id"] == accepted.turn_id
+        assert len(shutdowns) == 1
+        assert Inbox(home.inbox_file).load() == []
+
+
+async def test_cancel_stops_a_running_turn(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = load_settings(None)
+    clock = FakeClock()
+    slow = ScriptedModel(script=lambda req: Reply(text=" ".join(["word"] * 400)), delay_s=0.02)
+    async with await Database.open(home.db_file) as db:
+        roles = ModelRoles(settings, None, overrides={"trunk": slow})
+        loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter())
+        frames: list[dict[str, Any]] = []
+        async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
+            async with anyio.create_task_group() as tg:
+                await tg.start(trunk.serve)
+                with anyio.fail_after(10):
+                    a = await trunk.submit("long answer please", sink=frames.append)
+                    b = await trunk.submit("then this", sink=frames.append)
+                    while not any(f["type"] == "delta" for f in frames):
+                        await anyio.sleep(0.01)
+                    assert await trunk.cancel(a.turn_id)
+                    while not any(f["type"] == "done" and f["turn_id"] == b.turn_id for f in frames):
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        assert any(f["type"] == "error" and f["code"] == "cancelled" and f["turn_id"] == a.turn_id for f in frames)
+        records = [json.loads(x) for x in trunk.session.path.read_text().splitlines()]  # type: ignore[union-attr]
+        ends = {r["turn_id"]: r["status"] for r in records if r["type"] == "turn_end"}
+        assert ends == {a.turn_id: "cancelled", b.turn_id: "answered"}
+
