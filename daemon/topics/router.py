@@ -26,7 +26,15 @@ from pathlib import Path
 from daemon.log import get_logger
 from daemon.paths import Home
 from daemon.settings import TopicPoint, TopicsSettings
-from daemon.topics.matrix import POINTS, Matrix, MatrixError, TopicSpec, read_matrix, tokenise, topic_body
+from daemon.topics.matrix import (
+    POINTS,
+    Matrix,
+    MatrixError,
+    TopicSpec,
+    read_matrix,
+    tokenise,
+    topic_body,
+)
 
 log = get_logger("topics")
 
