@@ -206,7 +206,7 @@ async def test_cancel_stops_a_running_turn(tmp_path: Path) -> None:
     home.ensure()
     settings = load_settings(None)
     clock = FakeClock()
-    slow = ScriptedModel(script=lambda req: Reply(text=" ".join(["word"] * 400)), delay_s=0.02)
+    slow = ScriptedModel(script=lambda req: Reply(text=" ".join(["word"] * (400 if "long" in req.messages[-1].text else 3))), delay_s=0.02)
     async with await Database.open(home.db_file) as db:
         roles = ModelRoles(settings, None, overrides={"trunk": slow})
         loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter())
