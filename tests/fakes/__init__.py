@@ -1,0 +1,1 @@
+"""Fakes of external services that speak their real wire formats over loopback HTTP."""
