@@ -1,24 +1,48 @@
 """The hybrid memory index: FTS5 BM25 + vectors + recency, fused by reciprocal rank.
 
-(Interface first — bodies follow in the next commits.)
+Facts, profile facts, session summaries and transcript chunks live in one `memories` table
+(migration 0002) with an external-content FTS5 index. Vectors are cached in `embeddings` by
+(content hash, model) — the truth, a plain BLOB table — and searched with numpy over an
+in-memory float32 matrix that is loaded once and refreshed incrementally: every writer stamps
+its rows with the next `memory.generation` (kv), so a reader notices a CLI import made by
+another process with one point lookup per search. Embedding runs in a background task in
+batches; until vectors exist, search works lexically.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
+import anyio
 import numpy as np
 
 from daemon.clock import Clock
+from daemon.log import get_logger
 from daemon.memory.api import Kind, MemoryItem, Origin
 from daemon.memory.embedders import Embedder
+from daemon.memory.matrix import VectorMatrix
+from daemon.memory.query import QueryPlan, fts_match, terms
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
 
+log = get_logger("memory.index")
+
 SearchMode = Literal["hybrid", "lexical", "vector"]
+
+RRF_K = 60.0
+LEXICAL_WEIGHT = 1.0
+VECTOR_WEIGHT = 1.0
+RECENCY_WEIGHT = 0.15
+EXPLICIT_BOOST = 0.4 / (RRF_K + 1)
+IMPORTANCE_WEIGHT = 0.2 / (RRF_K + 1)
+CANDIDATES = 60
+EMBED_ROUND = 512
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,29 +66,339 @@ class NewMemory:
     meta: dict[str, object] = field(default_factory=dict)
 
 
-class MemoryIndex:
-    """Own the memories tables, FTS5 and vectors; an async context manager (background embedding)."""
+def iso(dt: datetime) -> str:
+    """Format a time the one way the index stores it (UTC, microseconds) so strings sort."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).isoformat(timespec="microseconds")
 
-    def __init__(self, db: Database, embedder: Embedder, settings: MemorySettings, clock: Clock) -> None:
+
+def parse_iso(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def embed_text(title: str, text: str) -> str:
+    """The text a memory is embedded as (its title gives a chunk or summary its frame)."""
+    return f"{title}\n{text}" if title else text
+
+
+def content_hash(title: str, text: str) -> str:
+    return hashlib.blake2b(embed_text(title, text).encode(), digest_size=16).hexdigest()
+
+
+_COLUMNS = (
+    "uid, kind, text, title, tags, importance, origin, created_at, valid_from, supersedes, "
+    "session_id, message_ids, source, content_hash, explicit, meta, version"
+)
+_UPSERT = f"""
+INSERT INTO memories({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(uid) DO UPDATE SET
+  kind=excluded.kind, text=excluded.text, title=excluded.title, tags=excluded.tags,
+  importance=excluded.importance, origin=excluded.origin, created_at=excluded.created_at,
+  valid_from=excluded.valid_from, supersedes=excluded.supersedes, session_id=excluded.session_id,
+  message_ids=excluded.message_ids, source=excluded.source, content_hash=excluded.content_hash,
+  explicit=excluded.explicit, meta=excluded.meta, version=excluded.version
+WHERE memories.content_hash IS NOT excluded.content_hash OR memories.kind IS NOT excluded.kind
+  OR memories.tags IS NOT excluded.tags OR memories.importance IS NOT excluded.importance
+  OR memories.origin IS NOT excluded.origin OR memories.created_at IS NOT excluded.created_at
+  OR memories.valid_from IS NOT excluded.valid_from OR memories.supersedes IS NOT excluded.supersedes
+  OR memories.session_id IS NOT excluded.session_id OR memories.message_ids IS NOT excluded.message_ids
+  OR memories.source IS NOT excluded.source OR memories.explicit IS NOT excluded.explicit
+  OR memories.meta IS NOT excluded.meta
+"""
+
+
+def next_generation(conn: Any) -> int:
+    """Bump and return `memory.generation` (call inside the writer's transaction)."""
+    row = conn.execute(
+        "INSERT INTO kv(key, value, updated_at) VALUES ('memory.generation', '1', ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1, updated_at = excluded.updated_at "
+        "RETURNING value",
+        (iso(datetime.now(UTC)),),
+    ).fetchone()
+    return int(row[0])
+
+
+def _write(conn: Any, fn: Any, *args: Any) -> Any:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = fn(conn, *args)
+        conn.execute("COMMIT")
+        return out
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _upsert_sync(conn: Any, rows: list[tuple[Any, ...]], supersessions: list[tuple[str, str, str]]) -> int:
+    gen = next_generation(conn)
+    conn.executemany(_UPSERT, [(*r, gen) for r in rows])
+    for old, new, at in supersessions:
+        conn.execute(
+            "UPDATE memories SET superseded_by = ?, retired_at = coalesce(retired_at, ?), version = ? "
+            "WHERE uid = ? AND superseded_by IS NOT ?",
+            (new, at, gen, old, new),
+        )
+    return gen
+
+
+def _row_to_item(row: Any, score: float = 0.0) -> MemoryItem:
+    meta = json.loads(row["meta"] or "{}")
+    meta.update(
+        importance=row["importance"], explicit=bool(row["explicit"]), retired_at=row["retired_at"],
+        supersedes=row["supersedes"], superseded_by=row["superseded_by"], valid_from=row["valid_from"],
+    )
+    return MemoryItem(
+        id=row["uid"], kind=row["kind"], text=row["text"], origin=row["origin"],
+        ts=parse_iso(row["created_at"]), session=row["session_id"], score=score, title=row["title"],
+        tags=tuple(row["tags"].split()) if row["tags"] else (),
+        message_ids=tuple(json.loads(row["message_ids"] or "[]")), source=row["source"], meta=meta,
+    )
+
+
+class MemoryIndex:
+    """Own the memories tables, FTS5 and vectors; an async context manager (background embedding).
+
+    Entering starts the embedding task (unless the database is read-only) and wakes it so
+    memories without a vector for the current model — after an import, or a model change —
+    are embedded in the background. Exiting cancels it; unfinished work is picked up on the
+    next start, since "missing vector" is read from the database, not remembered.
+    """
+
+    def __init__(
+        self, db: Database, embedder: Embedder, settings: MemorySettings, clock: Clock, *, background: bool = True
+    ) -> None:
         self.db = db
+        self.background = background
         self.embedder = embedder
         self.settings = settings
         self.clock = clock
+        self.matrix = VectorMatrix(model=embedder.name, dim=embedder.dim)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._wake = anyio.Event()
+        self._embed_lock = anyio.Lock()
+        self._refresh_lock = anyio.Lock()
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.embed_errors = 0
 
+    # ----- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> MemoryIndex:
-        raise NotImplementedError
+        if self.background and not self.db.readonly and self.embedder.dim > 0:
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            self._tg.start_soon(self._embed_worker, name="memory-embedder")
+            self._wake.set()
+        return self
 
     async def __aexit__(self, *exc: object) -> None:
-        raise NotImplementedError
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+            tg, self._tg = self._tg, None
+            await tg.__aexit__(None, None, None)
 
+    # ----- writes ----------------------------------------------------------------------------
     async def upsert(self, items: Sequence[NewMemory]) -> None:
-        raise NotImplementedError
+        """Insert or replace memories by uid (idempotent); vectors follow in the background.
+
+        An item with `supersedes` retires the memory it corrects (and links both ways).
+        The write is one transaction: cancelled before it starts, nothing is written.
+        """
+        if not items:
+            return
+        rows, supersessions = [], []
+        for it in items:
+            if not it.text.strip():
+                raise ValueError(f"memory {it.uid!r} has empty text")
+            rows.append((
+                it.uid, it.kind, it.text, it.title, " ".join(it.tags), float(it.importance), it.origin,
+                iso(it.created_at), iso(it.valid_from) if it.valid_from else None, it.supersedes,
+                it.session_id, json.dumps(list(it.message_ids)), it.source, content_hash(it.title, it.text),
+                int(it.explicit), json.dumps(it.meta, sort_keys=True, default=str),
+            ))
+            if it.supersedes:
+                supersessions.append((it.supersedes, it.uid, iso(it.valid_from or it.created_at)))
+        await self.db.run(_write, _upsert_sync, rows, supersessions)
+        self._wake.set()
 
     async def retire(self, uid: str, *, at: datetime, superseded_by: str | None = None) -> None:
-        raise NotImplementedError
+        """Mark a memory retired (kept, never deleted); unknown uids raise KeyError."""
 
+        def work(conn: Any) -> int:
+            gen = next_generation(conn)
+            return conn.execute(
+                "UPDATE memories SET retired_at = coalesce(retired_at, ?), "
+                "superseded_by = coalesce(?, superseded_by), version = ? WHERE uid = ?",
+                (iso(at), superseded_by, gen, uid),
+            ).rowcount
+
+        if not await self.db.run(_write, work):
+            raise KeyError(f"no memory with id {uid!r}")
+
+    async def clear(self) -> None:
+        """Drop all memories and chunk marks (reindex); cached embeddings are kept for reuse."""
+
+        def work(conn: Any) -> None:
+            conn.execute("DELETE FROM memories")
+            conn.execute("DELETE FROM memory_chunked")
+            conn.execute(
+                "INSERT INTO kv(key, value, updated_at) VALUES ('memory.epoch', '1', ?) ON CONFLICT(key) "
+                "DO UPDATE SET value = CAST(value AS INTEGER) + 1, updated_at = excluded.updated_at",
+                (iso(datetime.now(UTC)),),
+            )
+            next_generation(conn)
+
+        await self.db.run(_write, work)
+
+    # ----- reads -----------------------------------------------------------------------------
     async def get(self, uid: str) -> MemoryItem | None:
-        raise NotImplementedError
+        row = await self.db.fetchone("SELECT * FROM memories WHERE uid = ?", (uid,))
+        return _row_to_item(row) if row else None
+
+    async def recent(self, kinds: Collection[str], limit: int, *, include_retired: bool = False) -> list[MemoryItem]:
+        """Return the newest memories of `kinds` (by valid time), newest first."""
+        if limit <= 0 or not kinds:
+            return []
+        marks = ",".join("?" * len(kinds))
+        retired = "" if include_retired else "AND retired_at IS NULL"
+        rows = await self.db.fetchall(
+            f"SELECT * FROM memories WHERE kind IN ({marks}) {retired} "
+            "ORDER BY coalesce(valid_from, created_at) DESC, rowid DESC LIMIT ?",
+            (*kinds, limit),
+        )
+        return [_row_to_item(r) for r in rows]
+
+    async def history(self, uid: str) -> list[MemoryItem]:
+        """Return the supersession chain through `uid`, oldest first (empty when unknown)."""
+        start = await self.get(uid)
+        if start is None:
+            return []
+        chain = [start]
+        seen = {uid}
+        cur = start
+        while (prev := cur.meta.get("supersedes")) and prev not in seen:
+            item = await self.get(str(prev))
+            if item is None:
+                break
+            chain.insert(0, item)
+            seen.add(item.id)
+            cur = item
+        cur = start
+        while (nxt := cur.meta.get("superseded_by")) and nxt not in seen:
+            item = await self.get(str(nxt))
+            if item is None:
+                break
+            chain.append(item)
+            seen.add(item.id)
+            cur = item
+        return chain
+
+    async def stats(self) -> dict[str, object]:
+        await self.refresh()
+        kinds = await self.db.fetchall(
+            "SELECT kind, count(*) AS n, sum(retired_at IS NOT NULL) AS retired FROM memories GROUP BY kind"
+        )
+        vectors = await self.db.fetchone(
+            "SELECT count(*) FROM memories m JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?",
+            (self.embedder.name,),
+        )
+        total = sum(r["n"] for r in kinds)
+        page = await self.db.fetchone("PRAGMA page_count")
+        size = await self.db.fetchone("PRAGMA page_size")
+        cached = await self.db.fetchone("SELECT count(*) FROM embeddings")
+        return {
+            "memories": total,
+            "by_kind": {r["kind"]: r["n"] for r in kinds},
+            "retired": sum(r["retired"] or 0 for r in kinds),
+            "embedder": self.embedder.name,
+            "dim": self.embedder.dim,
+            "with_vector": int(vectors[0]) if self.embedder.dim else 0,
+            "pending_vectors": (total - int(vectors[0])) if self.embedder.dim else 0,
+            "cached_embeddings": int(cached[0]),
+            "db_bytes": int(page[0]) * int(size[0]),
+            "matrix_bytes": self.matrix.nbytes,
+            "vec_extension": self.db.vec_available,
+        }
+
+    # ----- search ----------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        """Bring the in-memory matrix up to date with the database (cheap when nothing changed)."""
+        async with self._refresh_lock:
+            await self.db.run(self.matrix.refresh)
+
+    async def query_vectors(self, queries: Sequence[str]) -> np.ndarray | None:
+        """Embed queries (cached per text); None when the embedder makes no vectors."""
+        if self.embedder.dim == 0:
+            return None
+        missing = [q for q in dict.fromkeys(queries) if q not in self._query_cache]
+        if missing:
+            vecs = await self.embedder.embed(missing)
+            for q, v in zip(missing, vecs, strict=True):
+                self._query_cache[q] = v
+                if len(self._query_cache) > 512:
+                    self._query_cache.popitem(last=False)
+        return np.vstack([self._query_cache[q] for q in queries])
+
+    async def _lexical(
+        self, match: str, limit: int, kinds: Collection[str] | None, include_retired: bool,
+        after: datetime | None, before: datetime | None,
+    ) -> list[int]:
+        where, params = ["memories_fts MATCH ?"], [match]
+        if kinds:
+            where.append(f"m.kind IN ({','.join('?' * len(kinds))})")
+            params.extend(kinds)
+        if not include_retired:
+            where.append("m.retired_at IS NULL")
+        if after:
+            where.append("coalesce(m.valid_from, m.created_at) >= ?")
+            params.append(iso(after))
+        if before:
+            where.append("coalesce(m.valid_from, m.created_at) < ?")
+            params.append(iso(before))
+        sql = (
+            "SELECT m.rowid FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
+            f"WHERE {' AND '.join(where)} ORDER BY bm25(memories_fts, 2.0, 1.0, 1.0) LIMIT ?"
+        )
+        rows = await self.db.fetchall(sql, (*params, limit))
+        return [r[0] for r in rows]
+
+    async def _ranked(
+        self, query: str, *, limit: int, kinds: Collection[str] | None, mode: SearchMode,
+        include_retired: bool, after: datetime | None, before: datetime | None, query_vector: np.ndarray | None,
+    ) -> dict[int, float]:
+        """Return fused scores by rowid for one query (no hydration)."""
+        fused: dict[int, float] = {}
+        if mode in ("hybrid", "lexical"):
+            match = fts_match(query)
+            if match:
+                for rank, rowid in enumerate(await self._lexical(match, limit, kinds, include_retired, after, before)):
+                    fused[rowid] = fused.get(rowid, 0.0) + LEXICAL_WEIGHT / (RRF_K + rank + 1)
+        if mode in ("hybrid", "vector") and self.embedder.dim > 0 and len(self.matrix):
+            qv = query_vector if query_vector is not None else (await self.query_vectors([query]))[0]  # type: ignore[index]
+            hits = self.matrix.nearest(qv, limit, kinds=kinds, include_retired=include_retired, after=after, before=before)
+            for rank, (rowid, _sim) in enumerate(hits):
+                fused[rowid] = fused.get(rowid, 0.0) + VECTOR_WEIGHT / (RRF_K + rank + 1)
+        if fused:
+            rowids = list(fused)
+            created, explicit, importance = self.matrix.attributes(rowids)
+            order = np.argsort(-created, kind="stable")
+            for rank, i in enumerate(order):
+                rid = rowids[int(i)]
+                fused[rid] += RECENCY_WEIGHT / (RRF_K + rank + 1)
+                fused[rid] += EXPLICIT_BOOST * float(explicit[i]) + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
+        return fused
+
+    async def _hydrate(self, scored: list[tuple[int, float]]) -> list[MemoryItem]:
+        if not scored:
+            return []
+        rows = await self.db.fetchall(
+            f"SELECT rowid AS rid, * FROM memories WHERE rowid IN ({','.join('?' * len(scored))})",
+            [r for r, _ in scored],
+        )
+        by_id = {r["rid"]: r for r in rows}
+        return [_row_to_item(by_id[r], s) for r, s in scored if r in by_id]
 
     async def search(
         self,
@@ -78,28 +412,170 @@ class MemoryIndex:
         before: datetime | None = None,
         query_vector: np.ndarray | None = None,
     ) -> list[MemoryItem]:
-        raise NotImplementedError
+        """Return the `k` best memories for `query`, best first, with fused scores.
+
+        Lexical (BM25) and vector (cosine) rankings are fused by reciprocal rank, then
+        recency, explicitness and importance nudge the order. Without an embedder, or before
+        vectors exist, vector mode returns what it can and hybrid degrades to lexical.
+        """
+        if mode not in ("hybrid", "lexical", "vector"):
+            raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
+        if k <= 0:
+            return []
+        await self.refresh()
+        fused = await self._ranked(
+            query, limit=max(CANDIDATES, 3 * k), kinds=kinds, mode=mode, include_retired=include_retired,
+            after=after, before=before, query_vector=query_vector,
+        )
+        top = sorted(fused.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
+        return await self._hydrate(top)
 
     async def search_many(self, queries: Sequence[str], *, k: int = 10, **kw: Any) -> list[MemoryItem]:
-        raise NotImplementedError
+        """Search several sub-queries, fuse their rankings (first query weighted most), dedupe.
 
-    async def recent(self, kinds: Collection[str], limit: int, *, include_retired: bool = False) -> list[MemoryItem]:
-        raise NotImplementedError
+        Query vectors are embedded in one batch. Keyword arguments are those of `search`.
+        """
+        queries = [q for q in dict.fromkeys(q.strip() for q in queries) if q]
+        if not queries or k <= 0:
+            return []
+        mode = kw.get("mode", "hybrid")
+        await self.refresh()
+        vecs = await self.query_vectors(queries) if mode != "lexical" else None
+        total: dict[int, float] = {}
+        for i, q in enumerate(queries):
+            ranked = await self._ranked(
+                q, limit=max(CANDIDATES, 3 * k), kinds=kw.get("kinds"), mode=mode,
+                include_retired=kw.get("include_retired", False), after=kw.get("after"), before=kw.get("before"),
+                query_vector=vecs[i] if vecs is not None else None,
+            )
+            weight = 1.0 if i == 0 else 0.5
+            for rank, (rid, _s) in enumerate(sorted(ranked.items(), key=lambda kv: -kv[1])):
+                total[rid] = total.get(rid, 0.0) + weight / (RRF_K + rank + 1)
+        top = sorted(total.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
+        return await self._hydrate(top)
+
+    async def search_plan(
+        self, plan: QueryPlan, *, k: int = 10, mode: SearchMode = "hybrid",
+        kinds: Collection[str] | None = None, include_retired: bool = False,
+    ) -> list[MemoryItem]:
+        """Search a decomposed query: its time window is a preference, not a wall.
+
+        Results inside the window (or before/after the remembered anchor, e.g. "my trip")
+        come first; the rest of the ranking fills up to `k`, so a mis-resolved time word
+        never empties the answer.
+        """
+        queries = plan.all_queries()
+        after, before = plan.after, plan.before
+        if plan.anchor is not None:
+            hits = await self.search(plan.anchor.text, k=3, kinds=kinds, mode=mode)
+            if hits and hits[0].ts is not None:
+                pivot = hits[0].ts
+                after, before = (pivot, None) if plan.anchor.relation == "after" else (None, pivot)
+        base = await self.search_many(queries, k=k, mode=mode, kinds=kinds, include_retired=include_retired)
+        if after is None and before is None:
+            return base
+        inside = await self.search_many(
+            queries, k=k, mode=mode, kinds=kinds, include_retired=include_retired, after=after, before=before
+        )
+        seen = {m.id for m in inside}
+        return (inside + [m for m in base if m.id not in seen])[:k]
 
     async def similar(self, text: str, kinds: Collection[str], threshold: float) -> list[MemoryItem]:
-        raise NotImplementedError
+        """Return active memories of `kinds` near-identical to `text` (similarity >= threshold).
 
-    async def history(self, uid: str) -> list[MemoryItem]:
-        raise NotImplementedError
+        Similarity is cosine of vectors when the embedder makes them, else word-set overlap
+        (Jaccard); candidates come from lexical search so the cost stays small.
+        """
+        match = fts_match(text)
+        if not match:
+            return []
+        await self.refresh()
+        rowids = await self._lexical(match, 20, kinds, False, None, None)
+        if self.embedder.dim > 0:
+            vec_hits = self.matrix.nearest((await self.query_vectors([text]))[0], 10, kinds=kinds)  # type: ignore[index]
+            rowids = list(dict.fromkeys([*rowids, *(r for r, _ in vec_hits)]))
+        items = await self._hydrate([(r, 0.0) for r in rowids])
+        if not items:
+            return []
+        mine = set(terms(text))
+        out: list[MemoryItem] = []
+        sims: list[float]
+        if self.embedder.dim > 0:
+            vecs = await self.embedder.embed([text, *(embed_text(i.title, i.text) for i in items)])
+            sims = [float(v) for v in vecs[1:] @ vecs[0]]
+        else:
+            sims = [len(mine & set(terms(i.text))) / max(1, len(mine | set(terms(i.text)))) for i in items]
+        for item, sim in zip(items, sims, strict=True):
+            if sim >= threshold:
+                out.append(MemoryItem(**{**item.__dict__, "score": sim}))
+        return sorted(out, key=lambda m: -m.score)
 
-    async def index_session(self, session_id: str) -> int:
-        raise NotImplementedError
-
+    # ----- embedding -------------------------------------------------------------------------
     async def flush(self) -> None:
-        raise NotImplementedError
+        """Embed every memory still missing a vector for the current model, then return.
 
-    async def clear(self) -> None:
-        raise NotImplementedError
+        Raises the embedder's error if it fails (the background task would retry later).
+        Cancellation leaves the rest pending for the background task.
+        """
+        if self.embedder.dim == 0 or self.db.readonly:
+            return
+        async with self._embed_lock:
+            await self._embed_pending()
+        await self.refresh()
 
-    async def stats(self) -> dict[str, object]:
-        raise NotImplementedError
+    async def _embed_pending(self) -> int:
+        done, after = 0, 0
+        while True:
+            batch = await self.db.fetchall(
+                "SELECT m.rowid, m.content_hash, m.title, m.text FROM memories m "
+                "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+                "WHERE m.rowid > ? AND e.content_hash IS NULL ORDER BY m.rowid LIMIT ?",
+                (self.embedder.name, after, EMBED_ROUND),
+            )
+            if not batch:
+                return done
+            after = batch[-1][0]
+            unique = {r[1]: embed_text(r[2], r[3]) for r in batch}
+            vectors = await self.embedder.embed(list(unique.values()))
+            rows = [
+                (h, self.embedder.name, int(vectors.shape[1]), vectors[i].astype(np.float32).tobytes())
+                for i, h in enumerate(unique)
+            ]
+
+            def store(conn: Any, rows: list[tuple[Any, ...]] = rows) -> None:
+                gen = next_generation(conn)
+                conn.executemany(
+                    "INSERT OR REPLACE INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?)",
+                    [(*r, gen) for r in rows],
+                )
+
+            await self.db.run(_write, store)
+            done += len(rows)
+
+    async def _embed_worker(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            try:
+                async with self._embed_lock:
+                    n = await self._embed_pending()
+                if n:
+                    log.info("memories embedded", count=n, embedder=self.embedder.name)
+            except Exception as exc:  # a flaky endpoint must not end the daemon; retry later
+                self.embed_errors += 1
+                log.warning("embedding failed; will retry", error=repr(exc), embedder=self.embedder.name)
+                with anyio.move_on_after(min(300.0, 5.0 * 2 ** min(self.embed_errors, 6))):
+                    await self._wake.wait()
+                self._wake.set()
+
+    # ----- transcripts -----------------------------------------------------------------------
+    async def index_session(self, session_id: str) -> int:
+        """Cut the not-yet-chunked messages of a session into chunk memories; return how many are new.
+
+        Every message becomes its own chunk (exact evidence) and overlapping windows of
+        `chunk_messages` give context; a window still filling up is rewritten under the same
+        uid as messages arrive. Idempotent.
+        """
+        from daemon.memory.chunks import chunk_session
+
+        return await chunk_session(self, session_id)

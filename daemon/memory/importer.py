@@ -1,0 +1,148 @@
+"""Import conversation transcripts into a home, and rebuild the transcript side of the index.
+
+An import validates the whole file first (a bad line stops it before anything is written),
+copies each session's new lines to `sessions/imported/<session>.jsonl` (fsynced — the files
+are the truth, so `reindex` can rebuild from them), records `sessions`/`messages` rows and
+chunks the new messages. Re-importing the same file adds nothing. No model is called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from daemon.memory.index import MemoryIndex, iso
+from daemon.memory.transcripts import TranscriptLine, read_session_header, read_transcript
+from daemon.paths import Home
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportResult:
+    sessions: int
+    messages: int  # newly recorded
+    already_present: int
+    chunks: int
+    session_ids: tuple[str, ...] = ()
+
+
+def imported_path(home: Home, session_id: str) -> Path:
+    """Return the file an imported session is kept in (a safe, stable name)."""
+    safe = re.sub(r"[^\w.-]+", "_", session_id).strip("._") or "session"
+    if safe != session_id:
+        safe = f"{safe[:80]}-{hashlib.blake2b(session_id.encode(), digest_size=4).hexdigest()}"
+    return home.imported_dir / f"{safe}.jsonl"
+
+
+def _append_lines(path: Path, lines: list[TranscriptLine]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(line.to_import_json() + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _group(lines: Iterable[TranscriptLine]) -> dict[str, list[TranscriptLine]]:
+    out: dict[str, list[TranscriptLine]] = {}
+    for line in lines:
+        out.setdefault(line.session, []).append(line)
+    return out
+
+
+def _record_sync(
+    conn: Any, session_id: str, kind: str, transcript: str, lines: list[TranscriptLine], parent: str | None = None
+) -> int:
+    """Insert the session row (if new) and its missing messages; return how many were added."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        started = min(line.ts for line in lines)
+        ended = max(line.ts for line in lines)
+        conn.execute(
+            "INSERT INTO sessions(id, kind, parent_id, transcript_path, started_at, ended_at) VALUES (?,?,?,?,?,?) "
+            "ON CONFLICT(id) DO UPDATE SET started_at = min(started_at, excluded.started_at), "
+            "ended_at = CASE WHEN sessions.kind = 'imported' THEN max(coalesce(ended_at, ''), excluded.ended_at) "
+            "ELSE ended_at END",
+            (session_id, kind, parent, transcript, iso(started), iso(ended) if kind == "imported" else None),
+        )
+        have = {r[0] for r in conn.execute("SELECT msg_id FROM messages WHERE session_id = ?", (session_id,))}
+        row = conn.execute("SELECT coalesce(max(seq), -1) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+        seq = int(row[0])
+        added = 0
+        for line in lines:
+            if line.id in have:
+                continue
+            seq += 1
+            have.add(line.id)
+            conn.execute(
+                "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content, turn_id) VALUES (?,?,?,?,?,?,?,?)",
+                (session_id, line.id, seq, iso(line.ts), line.role, line.speaker, line.content, line.turn_id),
+            )
+            added += 1
+        conn.execute("COMMIT")
+        return added
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+async def import_file(path: Path, *, home: Home, index: MemoryIndex) -> ImportResult:
+    """Import an import-format JSONL file; idempotent. Raises TranscriptError on a bad line."""
+    lines = await anyio.to_thread.run_sync(read_transcript, path)
+    sessions = _group(lines)
+    added = present = chunks = 0
+    for session_id, group in sessions.items():
+        dup = len(group) - len({line.id for line in group})
+        group = list({line.id: line for line in reversed(group)}.values())[::-1] if dup else group
+        target = imported_path(home, session_id)
+        on_file = {line.id for line in await anyio.to_thread.run_sync(read_transcript, target)} if target.exists() else set()
+        fresh = [line for line in group if line.id not in on_file]
+        if fresh:
+            await anyio.to_thread.run_sync(_append_lines, target, fresh)
+        n = await index.db.run(_record_sync, session_id, "imported", str(target), group)
+        added += n
+        present += len(group) - n
+        chunks += await index.index_session(session_id)
+    return ImportResult(
+        sessions=len(sessions), messages=added, already_present=present, chunks=chunks,
+        session_ids=tuple(sessions),
+    )
+
+
+def transcript_files(home: Home) -> list[Path]:
+    """Every transcript the home holds (trunk, forks, imported), in a stable order."""
+    out: list[Path] = []
+    for folder in (home.trunk_dir, home.forks_dir, home.imported_dir):
+        if folder.is_dir():
+            out.extend(sorted(folder.rglob("*.jsonl")))
+    return out
+
+
+async def reindex_transcripts(home: Home, index: MemoryIndex) -> dict[str, int]:
+    """Rebuild sessions, messages and chunk memories from the transcript files.
+
+    Call after `index.clear()`. Rows that already exist are kept (their ids are stable);
+    a transcript that cannot be read is skipped with its error counted, never fatal.
+    """
+    counts = {"transcripts": 0, "sessions": 0, "messages": 0, "chunks": 0, "unreadable": 0}
+    for path in transcript_files(home):
+        try:
+            header = await anyio.to_thread.run_sync(read_session_header, path)
+            lines = await anyio.to_thread.run_sync(read_transcript, path)
+        except (OSError, ValueError):
+            counts["unreadable"] += 1
+            continue
+        counts["transcripts"] += 1
+        kind = header.kind if header else "imported"
+        parent = header.parent if header else None
+        for session_id, group in _group(lines).items():
+            counts["messages"] += await index.db.run(_record_sync, session_id, kind, str(path), group, parent)
+            counts["sessions"] += 1
+            counts["chunks"] += await index.index_session(session_id)
+    return counts

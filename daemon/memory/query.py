@@ -1,0 +1,193 @@
+"""Query decomposition: turn a message into a few short searches, entities and a time window.
+
+No model is involved: clauses and noun-phrase-ish runs of content words become sub-queries,
+capitalised names / quoted strings / project-like tokens become entities looked up directly,
+and obvious time words ("yesterday", "last week", "in May 2023", "3 days ago", "before my
+trip") become `after`/`before` bounds or an anchor to resolve against memory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+STOP_WORDS: frozenset[str] = frozenset(
+    """a about above after again against all also am an and any are aren as at be because been
+    before being below between both but by can could couldn did didn do does doesn doing don down
+    during each else ever few for from further get got had hadn has hasn have haven having he her
+    here hers herself him himself his how i i'd i'll i'm i've if in into is isn it it's its itself
+    just let like ll me might more most much must my myself no nor not now of off on once only or
+    other our ours ourselves out over own re really remember recall s said same say says she should
+    so some such t tell than that that's the their theirs them themselves then there these they
+    this those through to too under until up us ve very was wasn we were weren what what's when
+    where which while who whom why will with won would you your yours yourself yourselves
+    know think thing things anything something one ones told talk talked mention mentioned
+    d m o y ago""".split()
+)
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+_SPLIT = re.compile(r"[.?!;:\n]+|,\s+|\s+(?:and|but|or|also|then|because)\s+", re.IGNORECASE)
+_QUOTED = re.compile(r"[\"“”]([^\"“”]{2,80})[\"“”]")
+_PROJECTISH = re.compile(r"\b(?:[A-Za-z]+[-_./][\w./-]+|[a-z]+[A-Z]\w*|[A-Za-z]+\d+\w*)\b")
+_CAPSRUN = re.compile(r"\b[A-Z][\w'’]*(?:\s+(?:of\s+|the\s+|de\s+)?[A-Z][\w'’]*)*")
+_QUESTION_WORDS = frozenset(
+    "what when where who whom which why how did do does is are was were can could would should "
+    "will have has had tell remind please i my the a an in on at yesterday today tomorrow last "
+    "this next".split()
+)
+MONTHS = {m: i for i, m in enumerate(
+    "january february march april may june july august september october november december".split(), 1)}
+MONTHS.update({m[:3]: i for m, i in list(MONTHS.items())})
+_UNITS = {"day": 1, "days": 1, "week": 7, "weeks": 7, "month": 30, "months": 30, "year": 365, "years": 365}
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "few": 3, "couple": 2}
+
+
+def words(text: str) -> list[str]:
+    """Return the lowercase word tokens of `text` (apostrophes kept inside words)."""
+    return [w.lower().replace("’", "'") for w in _WORD.findall(text)]
+
+
+def terms(text: str) -> list[str]:
+    """Return the content words of `text`: lowercase, stop words out, first occurrence order."""
+    seen: dict[str, None] = {}
+    for w in words(text):
+        w = w.removesuffix("'s")
+        if len(w) > 1 and w not in STOP_WORDS and w not in seen:
+            seen[w] = None
+    return list(seen)
+
+
+def fts_match(text: str, *, phrase: bool = False) -> str | None:
+    """Build an FTS5 MATCH expression: content words OR'd (or one phrase); None when empty."""
+    found = terms(text)
+    if not found:
+        return None
+    if phrase:
+        return '"' + " ".join(w.replace('"', "") for w in found) + '"'
+    return " OR ".join('"' + w.replace('"', "") + '"' for w in found)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeAnchor:
+    """A time bound given relative to something remembered: "before my trip"."""
+
+    relation: Literal["before", "after"]
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueryPlan:
+    """What to search for one message."""
+
+    text: str
+    queries: tuple[str, ...]
+    entities: tuple[str, ...] = ()
+    after: datetime | None = None
+    before: datetime | None = None
+    anchor: TimeAnchor | None = None
+
+    def all_queries(self) -> list[str]:
+        """The full text, the sub-queries and the entities, deduplicated, in that order."""
+        seen: dict[str, None] = {}
+        for q in (self.text, *self.queries, *self.entities):
+            key = q.strip()
+            if key and key.lower() not in {s.lower() for s in seen}:
+                seen[key] = None
+        return list(seen)
+
+
+def entities(text: str) -> list[str]:
+    """Extract names, quoted strings and project-like tokens from `text`."""
+    found: dict[str, None] = {}
+    for m in _QUOTED.finditer(text):
+        found[m.group(1).strip()] = None
+    for m in _CAPSRUN.finditer(text):
+        run = m.group(0).strip()
+        parts = run.split()
+        while parts and parts[0].lower() in _QUESTION_WORDS:
+            parts = parts[1:]
+        run = " ".join(parts).removesuffix("'s").removesuffix("’s")
+        if run and run.lower() not in STOP_WORDS and run.lower() not in MONTHS and len(run) > 1:
+            found[run] = None
+    for m in _PROJECTISH.finditer(text):
+        tok = m.group(0).strip("./-")
+        if len(tok) > 2:
+            found[tok] = None
+    return list(found)
+
+
+def _month_window(year: int, month: int) -> tuple[datetime, datetime]:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+def time_window(text: str, now: datetime) -> tuple[datetime | None, datetime | None, TimeAnchor | None]:
+    """Resolve the obvious time words of `text` into (after, before, anchor)."""
+    low = text.lower()
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if "yesterday" in low:
+        return day - timedelta(days=1), day, None
+    if re.search(r"\btoday\b|\bthis morning\b|\btonight\b", low):
+        return day, day + timedelta(days=1), None
+    m = re.search(r"\b(\d+|a|an|one|two|three|four|five|six|few|couple)\s+(?:of\s+)?(days?|weeks?|months?|years?)\s+ago\b", low)
+    if m:
+        n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
+        span = _UNITS[m.group(2)]
+        centre = day - timedelta(days=n * span)
+        slack = timedelta(days=max(1, span * n // 2))
+        return centre - slack, centre + slack + timedelta(days=1), None
+    m = re.search(r"\b(last|this|past)\s+(week|month|year)\b", low)
+    if m:
+        span = _UNITS[m.group(2)]
+        if m.group(1) == "this":
+            return day - timedelta(days=span), now + timedelta(seconds=1), None
+        return day - timedelta(days=2 * span if m.group(1) == "last" else span), now + timedelta(seconds=1), None
+    m = re.search(r"\b(?:in|during|since|before|after|of)\s+(" + "|".join(MONTHS) + r")\b\.?(?:\s+(\d{4}))?", low)
+    if m:
+        month = MONTHS[m.group(1)]
+        year = int(m.group(2)) if m.group(2) else (now.year if month <= now.month else now.year - 1)
+        start, end = _month_window(year, month)
+        word = low[m.start() : m.start() + 6].split()[0]
+        if word == "since" or word == "after":
+            return (start if word == "since" else end), None, None
+        if word == "before":
+            return None, start, None
+        return start, end, None
+    m = re.search(r"\b(?:in|during)\s+((?:19|20)\d\d)\b", low)
+    if m:
+        year = int(m.group(1))
+        return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC), None
+    m = re.search(r"\b(before|after)\s+(?:my|our|the|his|her|their)\s+([\w' -]{2,40})", low)
+    if m:
+        what = re.split(r"[?.!,;]", m.group(2))[0].strip()
+        if terms(what):
+            return None, None, TimeAnchor(relation=m.group(1), text=what)  # type: ignore[arg-type]
+    return None, None, None
+
+
+def decompose(message: str, *, now: datetime | None = None, max_queries: int = 4) -> QueryPlan:
+    """Split `message` into at most `max_queries` short searches plus entities and time bounds."""
+    text = message.strip()
+    clauses: list[str] = []
+    for part in _SPLIT.split(text):
+        content = terms(part)
+        if len(content) >= 2:
+            query = " ".join(content[:8])
+            if query not in clauses:
+                clauses.append(query)
+    all_terms = terms(text)
+    if len(clauses) <= 1 and len(all_terms) > 6:
+        # One long clause: search it in overlapping runs of content words as well.
+        clauses = [" ".join(all_terms[i : i + 4]) for i in range(0, len(all_terms) - 2, 3)]
+    after, before, anchor = time_window(text, now or datetime.now(UTC))
+    return QueryPlan(
+        text=text,
+        queries=tuple(q for q in clauses[:max_queries] if q != " ".join(all_terms)),
+        entities=tuple(entities(text)[:6]),
+        after=after,
+        before=before,
+        anchor=anchor,
+    )
