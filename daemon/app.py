@@ -137,7 +137,16 @@ class Daemon:
                     context_window=trunk_cfg.context_window,
                 )
                 self.trunk = await stack.enter_async_context(
-                    Trunk(home=self.home, db=self.db, loop=loop, clock=self.clock, turn_timeout_s=s.agent.turn_timeout_s, after_turn=[self.memory.index_session])
+                    Trunk(
+                        home=self.home,
+                        db=self.db,
+                        loop=loop,
+                        clock=self.clock,
+                        turn_timeout_s=s.agent.turn_timeout_s,
+                        retry_base_s=s.agent.unavailable_retry_s,
+                        retry_max_s=s.agent.unavailable_retry_max_s,
+                        after_turn=[self.memory.index_session],
+                    )
                 )
                 gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
                 self._register_commands(gateway)

@@ -34,6 +34,9 @@ class AgentSettings(_Section):
     tool_output_max_chars: int = Field(16_000, ge=256)
     compaction_threshold: float = Field(0.8, gt=0.1, lt=1.0)
     history_max_messages: int = Field(400, ge=4)
+    # When the model stays unreachable the message stays queued; retry after this, doubling.
+    unavailable_retry_s: float = Field(5.0, gt=0)
+    unavailable_retry_max_s: float = Field(300.0, gt=0)
 
 
 class RoleModel(_Section):
@@ -174,7 +177,7 @@ class TopicsSettings(_Section):
 
 class SchedulerSettings(_Section):
     heartbeat_minutes: float = Field(30.0, gt=0)
-    nightly_sleep: str = "03:30"
+    nightly_sleep: str = Field("03:30", pattern=r"^([01]\d|2[0-3]):[0-5]\d$")
     timezone: str | None = None
 
 
