@@ -1,0 +1,83 @@
+"""Small text tools the memory behaviours share: content words, slugs, lenient JSON replies."""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections import Counter
+from typing import Any
+
+STOP_WORDS: frozenset[str] = frozenset(
+    """a about above after again against all also am an and any are as at be because been before
+    being below between both but by can could did do does doing done down during each else even
+    ever few for from further get gets got had has have having he her here hers him his how i if
+    in into is it its itself just let like made make me might more most much must my no nor not
+    now of off on once only or other our ours out over own please really same say said she should
+    so some such than that the their them then there these they this those through to too under
+    until up upon us very was we well were what when where which while who whom why will with
+    would yes yet you your yours user assistant agent note session message messages okay ok thanks
+    thank sure want need going gonna also still one two get got""".split()
+)
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def content_words(text: str) -> list[str]:
+    """Lowercase content words of `text` in order (stop words, 1-letter words and numbers out)."""
+    out = []
+    for w in _WORD.findall(text.lower().replace("’", "'")):
+        w = w.removesuffix("'s")
+        if len(w) > 1 and w not in STOP_WORDS and not w.isdigit():
+            out.append(w)
+    return out
+
+
+def stem(word: str) -> str:
+    """Fold common English suffixes so "booked"/"booking"/"books" meet (crude, deterministic)."""
+    for suffix in ("ingly", "ing", "edly", "ed", "ies", "es", "s", "ly"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def keywords(text: str, n: int) -> list[str]:
+    """The `n` most frequent content words (ties: first occurrence)."""
+    words = [w for w in content_words(text) if len(w) > 2]
+    counts = Counter(words)
+    order = {w: i for i, w in reversed(list(enumerate(words)))}
+    return sorted(counts, key=lambda w: (-counts[w], order[w]))[:n]
+
+
+def slugify(text: str, *, max_words: int = 6, max_chars: int = 60) -> str:
+    """Kebab-case ASCII keywords: "Dentist booking — March!" → "dentist-booking-march"."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    parts = [p for p in re.split(r"[^a-z0-9]+", ascii_text) if p][:max_words]
+    slug = "-".join(parts)
+    while len(slug) > max_chars and "-" in slug:
+        slug = slug.rsplit("-", 1)[0]
+    return slug[:max_chars]
+
+
+def parse_json_reply(reply: str) -> dict[str, Any] | None:
+    """Find the JSON object in a model reply: bare, in a code fence, or wrapped in prose."""
+    candidates = [reply.strip()]
+    candidates += [m.strip() for m in _FENCE.findall(reply)]
+    start = reply.find("{")
+    if start != -1:
+        candidates.append(reply[start : reply.rfind("}") + 1])
+    for candidate in candidates:
+        if not candidate.startswith("{"):
+            continue
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            # Prose after the object ("{...} Hope this helps") — decode just the first value.
+            try:
+                value, _ = json.JSONDecoder().raw_decode(candidate)
+            except ValueError:
+                continue
+        if isinstance(value, dict):
+            return value
+    return None

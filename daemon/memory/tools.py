@@ -1,0 +1,169 @@
+"""The memory tools the model calls: remember, correct, retract, recall, recall_session, remember_session.
+
+What the trunk's model remembers has origin `agent`; a delegate fork's model too. The
+person's own `remember` (CLI, socket command) goes through `MemorySystem.remember` with
+origin `person`. Refusals and bad ids come back as tool errors the model can read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from daemon.memory.facts import FactError
+from daemon.memory.recall import RecallError
+from daemon.models.base import ModelError
+from daemon.tools import Tool, ToolContext, ToolError
+
+if TYPE_CHECKING:
+    from daemon.memory.system import MemorySystem
+
+REMEMBER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "One atomic fact, in plain words. Relative dates are pinned automatically."},
+        "target": {
+            "type": "string",
+            "enum": ["memory", "profile"],
+            "description": "'memory' (default): the running log. 'profile': a stable fact about the person.",
+        },
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "Optional keywords."},
+    },
+    "required": ["text"],
+    "additionalProperties": False,
+}
+CORRECT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "The fact to correct, e.g. fact:12."},
+        "text": {"type": "string", "description": "The corrected fact."},
+    },
+    "required": ["id", "text"],
+    "additionalProperties": False,
+}
+RETRACT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "The fact to retract, e.g. fact:12."},
+        "reason": {"type": "string", "description": "Why it no longer holds."},
+    },
+    "required": ["id", "reason"],
+    "additionalProperties": False,
+}
+RECALL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "What to remember, as a question or keywords."}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+RECALL_SESSION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "session": {"type": "string", "description": "A session id or summary name as recall cites it (session-…)."},
+        "query": {"type": "string", "description": "What to look for; the excerpts are centred on it."},
+    },
+    "required": ["session", "query"],
+    "additionalProperties": False,
+}
+REMEMBER_SESSION_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _origin(ctx: ToolContext) -> str:
+    # Whatever the model decides to store is the agent's word, never the person's.
+    return str(ctx.extras.get("origin", "agent"))
+
+
+def memory_tools(system: MemorySystem) -> list[Tool]:
+    """Build the six memory tools over `system`."""
+
+    async def remember(ctx: ToolContext, args: dict[str, Any]) -> str:
+        try:
+            result = await system.remember(
+                str(args["text"]),
+                target=str(args.get("target", "memory")),
+                origin=_origin(ctx),
+                tags=[str(t) for t in args.get("tags", [])],
+            )
+        except FactError as exc:
+            raise ToolError(str(exc)) from None
+        return f"{result.message}: {result.text}" if result.status == "stored" else result.message
+
+    async def correct(ctx: ToolContext, args: dict[str, Any]) -> str:
+        try:
+            result = await system.correct(str(args["id"]), str(args["text"]), origin=_origin(ctx))
+        except FactError as exc:
+            raise ToolError(str(exc)) from None
+        return f"{result.message}: {result.text}"
+
+    async def retract(ctx: ToolContext, args: dict[str, Any]) -> str:
+        try:
+            await system.retract(str(args["id"]), reason=str(args["reason"]), origin=_origin(ctx))
+        except FactError as exc:
+            raise ToolError(str(exc)) from None
+        return f"{args['id']} retracted (kept in history)"
+
+    async def recall(ctx: ToolContext, args: dict[str, Any]) -> str:
+        try:
+            return await system.recall(str(args["query"]), session_id=ctx.session_id)
+        except RecallError as exc:
+            raise ToolError(str(exc)) from None
+
+    async def recall_session(ctx: ToolContext, args: dict[str, Any]) -> str:
+        try:
+            return await system.recall_session(str(args["session"]), str(args["query"]))
+        except RecallError as exc:
+            raise ToolError(str(exc)) from None
+
+    async def remember_session(ctx: ToolContext, args: dict[str, Any]) -> str:
+        try:
+            path = await system.summarise_session(ctx.session_id, wait=True)
+        except ModelError as exc:
+            raise ToolError(f"the summariser model is unavailable ({exc}); the session will be summarised later") from None
+        if path is None:
+            raise ToolError("this session has no messages to summarise yet")
+        return f"session summarised: {path.name}"
+
+    return [
+        Tool(
+            name="remember",
+            description="Store one explicit fact now, in the running memory log or in the person's profile. "
+            "Use it when the person asks you to remember something or states a lasting fact about themselves.",
+            input_schema=REMEMBER_SCHEMA,
+            handler=remember,
+            timeout_s=30.0,
+        ),
+        Tool(
+            name="correct",
+            description="Replace a remembered fact with a corrected one; the old one is kept as history.",
+            input_schema=CORRECT_SCHEMA,
+            handler=correct,
+            timeout_s=30.0,
+        ),
+        Tool(
+            name="retract",
+            description="Withdraw a remembered fact that no longer holds; it stays in history.",
+            input_schema=RETRACT_SCHEMA,
+            handler=retract,
+            timeout_s=30.0,
+        ),
+        Tool(
+            name="recall",
+            description="Search memory (facts, past session summaries, transcripts) and answer with citations.",
+            input_schema=RECALL_SCHEMA,
+            handler=recall,
+            timeout_s=90.0,
+        ),
+        Tool(
+            name="recall_session",
+            description="Read excerpts of one past session's transcript around a query, with message ids and times.",
+            input_schema=RECALL_SESSION_SCHEMA,
+            handler=recall_session,
+            timeout_s=30.0,
+        ),
+        Tool(
+            name="remember_session",
+            description="Summarise the current session into memory now; returns the summary's file name.",
+            input_schema=REMEMBER_SESSION_SCHEMA,
+            handler=remember_session,
+            timeout_s=110.0,
+        ),
+    ]

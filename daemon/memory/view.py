@@ -1,0 +1,119 @@
+"""`MemoryView` over the index: what the context layers read every turn, incl. automatic recall.
+
+Automatic recall runs before every turn, so it makes no model call: the message (and a
+little of the previous reply, for follow-ups like "and what about her sister?") becomes a few
+sub-queries through `index.search_many`; the results are deduplicated, kept only above a
+relevance floor — they must share a content word with the message, so "make me a sandwich"
+brings back nothing about sandwiches it never heard of — ranked with explicit facts first
+among near-equals, and cut to a token budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from daemon.memory.api import MemoryItem
+from daemon.memory.index import MemoryIndex
+from daemon.memory.query import decompose
+from daemon.memory.text import content_words, stem
+from daemon.settings import MemorySettings
+from daemon.tokens import count_tokens
+
+_EXPLICIT_BOOST = 1.15  # "explicit first among equals": a nudge, not an override of relevance
+_PREVIOUS_REPLY_TERMS = 6
+_ITEM_TOKEN_CAP = 400  # one long chunk must not take the whole recall layer
+
+
+def _stems(text: str) -> set[str]:
+    return {stem(w) for w in content_words(text) if len(w) > 2}
+
+
+class IndexMemoryView:
+    """The read side of memory for the context assembler, implemented over `MemoryIndex`."""
+
+    def __init__(self, index: MemoryIndex, settings: MemorySettings) -> None:
+        self.index = index
+        self.settings = settings
+
+    async def profile_facts(self, limit: int) -> list[MemoryItem]:
+        """Active profile facts (target=profile), newest first."""
+        return await self.index.recent(["profile"], limit) if limit > 0 else []
+
+    async def recent_entries(self, limit: int) -> list[MemoryItem]:
+        """The last memory entries of any kind except chunks (recent themes), newest first."""
+        return await self.index.recent(["fact", "profile", "summary"], limit) if limit > 0 else []
+
+    async def recent_summaries(self, limit: int) -> list[MemoryItem]:
+        """The last session summaries, newest first."""
+        return await self.index.recent(["summary"], limit) if limit > 0 else []
+
+    async def recent_facts(self, limit: int) -> list[MemoryItem]:
+        """The last explicit facts (target=memory), newest first."""
+        return await self.index.recent(["fact"], limit) if limit > 0 else []
+
+    async def auto_recall(
+        self, prompt: str, *, previous_reply: str = "", exclude_ids: frozenset[str] = frozenset(), limit: int = 6
+    ) -> list[MemoryItem]:
+        """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`.
+
+        At most `min(limit, auto_recall_max)` items within `auto_recall_tokens`; fewer (or none)
+        when little is relevant. No model call; cancellation propagates.
+        """
+        if not self.settings.auto_recall or limit <= 0:
+            return []
+        limit = min(limit, self.settings.auto_recall_max)
+        prompt = " ".join(prompt.split())
+        if not prompt:
+            return []
+        queries = decompose(prompt).all_queries()
+        follow_up = [w for w in content_words(previous_reply) if len(w) > 3][:_PREVIOUS_REPLY_TERMS]
+        if follow_up and len(content_words(prompt)) < 6:
+            # A short follow-up leans on what was just said.
+            queries.append(prompt + " " + " ".join(follow_up))
+        found = await self.index.search_many(queries, k=max(12, limit * 3), kinds=["fact", "profile", "summary", "chunk"])
+
+        wanted = _stems(prompt)
+        out: list[MemoryItem] = []
+        seen_text: set[str] = set()
+        for item in found:
+            if item.id in exclude_ids or item.meta.get("retired_at"):
+                continue
+            if not wanted or not (wanted & _stems(" ".join((item.title, item.text, " ".join(item.tags))))):
+                continue  # the relevance floor: nothing in common with what was asked
+            key = " ".join(item.text.lower().split())[:300]
+            if key in seen_text:
+                continue
+            seen_text.add(key)
+            explicit = item.kind in ("fact", "profile")
+            out.append(replace(item, score=item.score * (_EXPLICIT_BOOST if explicit else 1.0)))
+        out.sort(key=lambda i: (-i.score, i.kind not in ("fact", "profile")))
+
+        budget = self.settings.auto_recall_tokens
+        chosen: list[MemoryItem] = []
+        used = 0
+        for item in out:
+            if len(chosen) >= limit:
+                break
+            text = item.text
+            cost = count_tokens(text)
+            if cost > _ITEM_TOKEN_CAP:
+                text = _clip_tokens(text, _ITEM_TOKEN_CAP)
+                cost = count_tokens(text)
+            if used + cost > budget:
+                continue
+            chosen.append(item if text == item.text else replace(item, text=text))
+            used += cost
+        return chosen
+
+
+def _clip_tokens(text: str, tokens: int) -> str:
+    """Cut `text` to roughly `tokens` tokens at a word boundary."""
+    words = text.split()
+    lo, hi = 0, len(words)
+    while lo < hi:  # binary search on the word count that fits
+        mid = (lo + hi + 1) // 2
+        if count_tokens(" ".join(words[:mid])) + 2 <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + " […]"
