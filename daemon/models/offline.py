@@ -1,0 +1,385 @@
+"""The offline provider: no network, no randomness, no clock — the daemon works with no key.
+
+It never pretends to be a language model. In chat it calls the memory tools when a
+message plainly asks for them ("remember that …", "what do you recall about …"), reports
+what a tool returned, and otherwise says what it is and how to configure a real model.
+For the memory tasks it reads the message formats defined in `daemon.models.base` and
+answers extractively: summaries from the transcript's most informative sentences, recall
+plans by keyword overlap, answers from the best-matching source sentences with citations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from daemon.models.base import (
+    Block,
+    Completed,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    TextBlock,
+    TextDelta,
+    ToolCallStarted,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from daemon.tokens import count_tokens
+
+OFFLINE_MODEL = "offline"
+_TOOL_RESULT_CHARS = 600
+_ECHO_CHARS = 160
+
+STOP_WORDS = frozenset(
+    """
+    a about above after again against all also am an and any are aren't as at be because been before
+    being below between both but by can can't cannot could couldn't did didn't do does doesn't doing
+    don't down during each few for from further get got had hadn't has hasn't have haven't having he
+    he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've if in
+    into is isn't it it's its itself just let's like me more most mustn't my myself no nor not now of
+    off ok okay on once only or other ought our ours ourselves out over own really same shan't she
+    she'd she'll she's should shouldn't so some such than that that's the their theirs them
+    themselves then there there's these they they'd they'll they're they've this those through to
+    too under until up us very was wasn't we we'd we'll we're we've were weren't what what's when
+    when's where where's which while who who's whom why why's will with won't would wouldn't yes yet
+    you you'd you'll you're you've your yours yourself yourselves said says say tell told know think
+    want wanted thing things something one two also maybe well yeah sure please thanks thank hi hello
+    assistant user reverie
+    """.split()
+)
+_DECISION = re.compile(
+    r"\b(decided|decide|decision|agreed|agree|will|won't|chose|choose|chosen|plan|planned|planning|"
+    r"going to|settled|committed|let's|we'll|i'll|resolved)\b",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"[a-z0-9][a-z0-9'’-]*", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+# Requests to the memory tools, matched at the start of a sentence. Recall is tried first
+# so "do you remember X" is a question, never an instruction to store X.
+_RECALL = re.compile(
+    r"(?:^|[.!?]\s+)(?:hey[, ]+|so[, ]+|and[, ]+)?(?:"
+    r"what (?:do|can) you (?:recall|remember|know) about|"
+    r"what did (?:we|i) (?:decide|agree|say|tell you|settle on) (?:about|on|regarding)|"
+    r"what do we know about|"
+    r"do you (?:still )?(?:remember|recall)|"
+    r"can you (?:recall|remember)|"
+    r"recall"
+    r")\s+(?P<x>[^?\n]+)",
+    re.IGNORECASE,
+)
+_REMEMBER = re.compile(
+    r"(?:^|[.!?]\s+)(?:(?:please|can you|could you|would you|hey|ok|okay)[, ]+)*(?:"
+    r"remember(?: that)?|note(?: that|:)|make a note(?: that|:)?|keep in mind(?: that)?|"
+    r"don'?t forget(?: that)?|do not forget(?: that)?"
+    r")\s+(?P<x>.+)",
+    re.IGNORECASE,
+)
+_PROFILE_FACT = re.compile(
+    r"^(?:my (?:name|full name|pronouns|birthday|job|partner|wife|husband|email|timezone|time zone) (?:is|are)|"
+    r"i(?: a|')m allergic|i am allergic|i live|i(?: a|')m living|i prefer|i(?: a|')m (?:vegan|vegetarian)|"
+    r"i work (?:as|at|for|in)|i was born|call me|i(?: a|')m called|i speak|i use)\b",
+    re.IGNORECASE,
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case content words of `text`, stop words removed."""
+    words = (w.strip("'’-").lower() for w in _WORD.findall(text))
+    return [w for w in words if len(w) > 2 and w not in STOP_WORDS and not w.isdigit()]
+
+
+def stem(word: str) -> str:
+    """A light stemmer: enough to match 'plans' with 'plan' and 'gardening' with 'garden'."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def stems(text: str) -> set[str]:
+    return {stem(w) for w in tokenize(text)}
+
+
+def sentences(text: str) -> list[str]:
+    out: list[str] = []
+    for line in text.splitlines():
+        out.extend(s.strip() for s in _SENTENCE_END.split(line) if s.strip())
+    return out
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return cut + " …"
+
+
+def _last_user(request: ModelRequest) -> Message | None:
+    return next((m for m in reversed(request.messages) if m.role == "user"), None)
+
+
+def _section(text: str, start: str, end: str | None) -> str:
+    """The text after the line marker `start` up to `end` (or the end of the text)."""
+    _, found, rest = text.partition(start)
+    if not found:
+        return ""
+    if end is not None:
+        rest = rest.split(end, 1)[0]
+    return rest.strip()
+
+
+class OfflineModel:
+    """A deterministic, network-free provider (see the module docstring for its behaviour)."""
+
+    provider = "offline"
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    async def __aenter__(self) -> OfflineModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream the reply word by word; there is nothing to time out, cancellation is prompt."""
+        text, calls = self.respond(request)
+        for piece in re.findall(r"\S+\s*|\s+", text):
+            await anyio.lowlevel.checkpoint()
+            yield TextDelta(text=piece)
+        blocks: list[Block] = [TextBlock(text=text)] if text else []
+        for index, (name, arguments) in enumerate(calls):
+            call_id = f"toolu_offline_{len(request.messages)}_{index}"
+            await anyio.lowlevel.checkpoint()
+            yield ToolCallStarted(id=call_id, name=name)
+            blocks.append(ToolUseBlock(id=call_id, name=name, input=arguments))
+        output = text + "".join(json.dumps(a, sort_keys=True) for _, a in calls)
+        usage = Usage(input_tokens=self._prompt_tokens(request), output_tokens=count_tokens(output))
+        yield Completed(
+            response=ModelResponse(
+                content=tuple(blocks),
+                stop_reason="tool_use" if calls else "end_turn",
+                usage=usage,
+                model=OFFLINE_MODEL,
+                provider=self.provider,
+            )
+        )
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        return self._prompt_tokens(request)
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    @staticmethod
+    def _prompt_tokens(request: ModelRequest) -> int:
+        parts = [b.text for b in request.system]
+        parts += [json.dumps({"name": t.name, "schema": t.input_schema}) for t in request.tools]
+        for message in request.messages:
+            for block in message.content:
+                if isinstance(block, TextBlock):
+                    parts.append(block.text)
+                elif isinstance(block, ToolUseBlock):
+                    parts.append(json.dumps(block.input))
+                else:
+                    parts.append(block.content)
+        return count_tokens("\n".join(parts))
+
+    # -- behaviour by task --------------------------------------------------------------
+
+    def respond(self, request: ModelRequest) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+        """The reply text and tool calls for `request`: a pure function of the request."""
+        message = _last_user(request)
+        text = message.text if message else ""
+        if request.task == "summarise":
+            return json.dumps(summarise(text), ensure_ascii=False), []
+        if request.task == "plan_recall":
+            return json.dumps({"ids": plan_recall(text)}), []
+        if request.task == "synthesise":
+            return synthesise(text), []
+        if request.task in ("dream", "journal", "delegate"):
+            return extract_brief(text, request.task), []
+        return self._chat(request, message)
+
+    def _chat(self, request: ModelRequest, message: Message | None) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+        if message is None:
+            return _introduce(""), []
+        results = [b for b in message.content if isinstance(b, ToolResultBlock)]
+        if results:
+            return _report_results(request, results), []
+        text = message.text.strip()
+        offered = {t.name for t in request.tools}
+        asked = _RECALL.search(text)
+        if asked:
+            query = asked["x"].strip(" .!\"'")
+            if "recall" in offered and query:
+                return "", [("recall", {"query": query})]
+        else:
+            told = _REMEMBER.search(text)
+            if told:
+                fact = _tidy_fact(told["x"])
+                if "remember" in offered and fact:
+                    arguments: dict[str, Any] = {"text": fact}
+                    if _PROFILE_FACT.match(fact):
+                        arguments["target"] = "profile"
+                    return "", [("remember", arguments)]
+                if fact:
+                    return (
+                        "I'm Reverie's built-in offline model and the remember tool is not available here, "
+                        f"so I could not store that: “{_clip(fact, _ECHO_CHARS)}”."
+                    ), []
+        return _introduce(text), []
+
+
+def _tidy_fact(raw: str) -> str:
+    fact = " ".join(raw.split()).strip()
+    fact = re.sub(r"[,\s]*(?:please|thanks|thank you)[.!]*$", "", fact, flags=re.IGNORECASE)
+    return fact.rstrip(" .!").strip()
+
+
+def _introduce(text: str) -> str:
+    said = f" You said: “{_clip(text, _ECHO_CHARS)}”." if text else ""
+    return (
+        "I'm Reverie's built-in offline model, not a language model: no model provider is configured, "
+        "so I can't hold a real conversation. Set ANTHROPIC_API_KEY, or configure a provider "
+        "(an OpenAI-compatible endpoint such as llama.cpp or Ollama) in reverie.toml, to talk to a real model. "
+        "I can still store and recall memories: say “remember that …” or “what do you recall about …”."
+        + said
+    )
+
+
+def _report_results(request: ModelRequest, results: list[ToolResultBlock]) -> str:
+    names: dict[str, str] = {}
+    for message in request.messages:
+        for block in message.content:
+            if isinstance(block, ToolUseBlock):
+                names[block.id] = block.name
+    lines = []
+    for result in results:
+        name = names.get(result.tool_use_id, "tool")
+        content = _clip(result.content, _TOOL_RESULT_CHARS) or "(nothing)"
+        if result.is_error:
+            lines.append(f"The {name} tool reported an error: {content}")
+        else:
+            lines.append(f"The {name} tool returned: {content}")
+    return "\n".join(lines) + "\n(Offline model: this is the tool's output as returned, not an interpretation.)"
+
+
+# -- the memory tasks ------------------------------------------------------------------
+
+
+def _keyword_scores(text: str) -> Counter[str]:
+    """Score content words: frequency, favouring longer (rarer-looking) words."""
+    counts = Counter(tokenize(text))
+    return Counter({w: n * math.log(2 + len(w)) for w, n in counts.items()})
+
+
+def summarise(message_text: str) -> dict[str, Any]:
+    """An extractive session summary in the `summarise` reply format."""
+    transcript = _section(message_text, "<<<TRANSCRIPT", "TRANSCRIPT>>>") or message_text
+    turns: list[tuple[str, str]] = []
+    for line in transcript.splitlines():
+        found = re.match(r"\s*\[(?P<role>[^\]]+)\]\s*(?P<text>.*)", line)
+        if found:
+            turns.append((found["role"].strip().lower(), found["text"].strip()))
+        elif line.strip() and turns:
+            role, prior = turns[-1]
+            turns[-1] = (role, f"{prior} {line.strip()}")
+    body = " ".join(t for _, t in turns) or transcript
+    scores = _keyword_scores(body)
+    order = {w: i for i, w in reversed(list(enumerate(tokenize(body))))}
+    top = sorted(scores, key=lambda w: (-scores[w], order[w]))
+    keywords = sorted(top[:5], key=lambda w: order[w])
+    slug_words = [re.sub(r"[^a-z0-9]+", "-", w).strip("-") for w in keywords]
+    slug_words = [w for w in slug_words if w]
+    for filler in ("session", "notes", "chat"):
+        if len(slug_words) >= 3:
+            break
+        if filler not in slug_words:
+            slug_words.append(filler)
+    candidates: list[tuple[float, int, str, str]] = []
+    for role, text in turns or [("note", transcript)]:
+        for sentence in sentences(text):
+            words = tokenize(sentence)
+            if words:
+                weight = sum(scores[w] for w in set(words)) / math.sqrt(len(words) + 4)
+                candidates.append((weight, len(candidates), role, sentence))
+    chosen = sorted(sorted(candidates, key=lambda c: -c[0])[:5], key=lambda c: c[1])
+    who = {"user": "The person", "assistant": "Reverie"}
+    summary = " ".join(f"{who.get(role, role.capitalize())}: {_clip(s, 240)}" for _, _, role, s in chosen)
+    decisions: list[str] = []
+    for _, text in turns:
+        for sentence in sentences(text):
+            if _DECISION.search(sentence) and sentence not in decisions:
+                decisions.append(_clip(sentence, 240))
+    first_user = next((t for r, t in turns if r == "user" and t), turns[0][1] if turns else "")
+    title = _clip(sentences(first_user)[0] if sentences(first_user) else "Session", 70).rstrip(" .!?…")
+    return {
+        "title": title or "Session",
+        "slug": "-".join(slug_words[:6]),
+        "tags": keywords,
+        "summary": summary or "(an empty session)",
+        "decisions": decisions[:8],
+    }
+
+
+def plan_recall(message_text: str) -> list[str]:
+    """Ids of index lines sharing content words with the query: best overlap first, at most 5."""
+    query = _section(message_text, "QUERY:", "\nINDEX:")
+    wanted = stems(query)
+    ranked: list[tuple[int, int, str]] = []
+    for position, line in enumerate(_section(message_text, "\nINDEX:", None).splitlines()):
+        parts = [p.strip() for p in line.split("|", 2)]
+        if len(parts) < 2 or not parts[0]:
+            continue
+        slug_words = stems(parts[1].replace("-", " ").replace("_", " "))
+        snippet_words = stems(parts[2]) if len(parts) > 2 else set()
+        overlap = 2 * len(wanted & slug_words) + len(wanted & (snippet_words - slug_words))
+        if overlap:
+            ranked.append((-overlap, position, parts[0]))
+    return [item_id for _, _, item_id in sorted(ranked)[:5]]
+
+
+def synthesise(message_text: str) -> str:
+    """An extractive, cited answer from the `synthesise` sources."""
+    question = _section(message_text, "QUESTION:", "\nSOURCES:")
+    wanted = stems(question)
+    sources = _section(message_text, "\nSOURCES:", None)
+    blocks = re.split(r"(?m)^(?=\[[^\]\n]+\])", sources)
+    scored: list[tuple[int, int, str, str]] = []
+    seen: set[str] = set()
+    for block in blocks:
+        head = re.match(r"\[(?P<cite>[^\]\n]+)\]\s*(?:\([^)\n]*\))?\s*", block)
+        if not head:
+            continue
+        cite = head["cite"]
+        for sentence in sentences(block[head.end() :]):
+            overlap = len(wanted & stems(sentence))
+            key = sentence.lower()
+            if overlap and key not in seen:
+                seen.add(key)
+                scored.append((-overlap, len(scored), sentence, cite))
+    if not scored:
+        return f"No stored memory answers that question ({_clip(question, 120)})."
+    best = sorted(scored)[:4]
+    lines = [f"{_clip(sentence, 300)} [{cite}]" for _, _, sentence, cite in sorted(best, key=lambda b: b[1])]
+    return "From memory (offline model, extractive):\n" + "\n".join(f"- {line}" for line in lines)
+
+
+def extract_brief(message_text: str, task: str) -> str:
+    """The first sentences of the message, labelled as an offline extract (dream, journal, delegate)."""
+    picked = sentences(message_text)[:3]
+    extract = _clip(" ".join(picked), 400) if picked else "(the message was empty)"
+    return f"Offline model ({task}): no language model is configured, so this is an extract, not a reflection. {extract}"
