@@ -1,0 +1,359 @@
+"""Parse and encode the chat socket's frames: newline-delimited JSON objects, one per line.
+
+Client → daemon frames are parsed into frozen dataclasses (`MessageFrame`, `CommandFrame`,
+`CancelFrame`); anything else raises `ProtocolError` with the code the server puts in its
+`error` frame. Daemon → client frames are plain dicts built by the small constructors below,
+so the wire format lives in one place. `LineBuffer` splits a byte stream into lines while
+enforcing the frame size limit: an oversized line is reported once and the rest of it is
+discarded, so one bad frame never costs the connection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeAlias
+
+import anyio
+from anyio.abc import ByteReceiveStream
+
+# Error codes carried by `error` frames.
+BAD_FRAME: Final = "bad_frame"
+FRAME_TOO_LARGE: Final = "frame_too_large"
+UNKNOWN_TYPE: Final = "unknown_type"
+FORBIDDEN: Final = "forbidden"
+MODEL_UNAVAILABLE: Final = "model_unavailable"
+SPEND_CAP: Final = "spend_cap"
+CANCELLED: Final = "cancelled"
+INTERNAL: Final = "internal"
+NOT_READY: Final = "not_ready"
+
+CLIENT_TYPES: Final = ("message", "command", "cancel")
+DaemonState: TypeAlias = Literal["awake", "winding-down", "asleep"]
+ToolPhase: TypeAlias = Literal["started", "finished", "progress"]
+
+
+class ProtocolError(Exception):
+    """A frame the daemon cannot accept; `code` and `message` go into the `error` frame.
+
+    `id` is the client's frame id when it could be read, so the error can be matched to
+    the request that caused it.
+    """
+
+    def __init__(self, code: str, message: str, *, id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.id = id
+
+    def to_frame(self) -> dict[str, Any]:
+        return error(self.code, self.message, id=self.id)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessageFrame:
+    """A message from the person to the agent."""
+
+    text: str
+    id: str | None = None
+    type: Literal["message"] = "message"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommandFrame:
+    """A command for the daemon itself (`status`, `sleep`, …); the handler validates `name`."""
+
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    type: Literal["command"] = "command"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CancelFrame:
+    """Cancel a turn: the one named, or the current one when `turn_id` is None."""
+
+    turn_id: str | None = None
+    type: Literal["cancel"] = "cancel"
+
+
+ClientFrame: TypeAlias = MessageFrame | CommandFrame | CancelFrame
+
+
+def _describe_json(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _optional_str(obj: dict[str, Any], key: str, frame_id: str | None) -> str | None:
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ProtocolError(
+        BAD_FRAME, f"'{key}' must be a string, got {_describe_json(value)}", id=frame_id
+    )
+
+
+def parse_client_frame(line: bytes) -> ClientFrame:
+    """Parse one line from a client into a frame; raise `ProtocolError` when it is not one.
+
+    Unknown extra fields are ignored so newer clients can talk to older daemons.
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(BAD_FRAME, f"frame is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(
+            BAD_FRAME, f"frame is not valid JSON: {exc.msg} at column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise ProtocolError(BAD_FRAME, "frame is nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(BAD_FRAME, f"frame must be a JSON object, got {_describe_json(obj)}")
+
+    raw_id = obj.get("id")
+    frame_id = raw_id if isinstance(raw_id, str) else None
+    if raw_id is not None and frame_id is None:
+        raise ProtocolError(BAD_FRAME, f"'id' must be a string, got {_describe_json(raw_id)}")
+    kind = obj.get("type")
+    if kind is None:
+        raise ProtocolError(
+            BAD_FRAME,
+            "frame has no 'type' (expected one of: message, command, cancel)",
+            id=frame_id,
+        )
+    if not isinstance(kind, str):
+        raise ProtocolError(
+            BAD_FRAME, f"'type' must be a string, got {_describe_json(kind)}", id=frame_id
+        )
+
+    if kind == "message":
+        body = obj.get("text")
+        if not isinstance(body, str):
+            got = "nothing" if body is None else _describe_json(body)
+            raise ProtocolError(
+                BAD_FRAME, f"a message needs 'text' as a string, got {got}", id=frame_id
+            )
+        if not body.strip():
+            raise ProtocolError(BAD_FRAME, "a message's 'text' is empty", id=frame_id)
+        return MessageFrame(text=body, id=frame_id)
+    if kind == "command":
+        name = obj.get("name")
+        if not isinstance(name, str) or not name.strip():
+            got = "an empty string" if isinstance(name, str) else _describe_json(name)
+            raise ProtocolError(
+                BAD_FRAME, f"a command needs 'name' as a non-empty string, got {got}", id=frame_id
+            )
+        args = obj.get("args")
+        if args is None:
+            args = {}
+        elif not isinstance(args, dict):
+            raise ProtocolError(
+                BAD_FRAME,
+                f"a command's 'args' must be an object, got {_describe_json(args)}",
+                id=frame_id,
+            )
+        return CommandFrame(name=name.strip(), args=args, id=frame_id)
+    if kind == "cancel":
+        return CancelFrame(turn_id=_optional_str(obj, "turn_id", frame_id))
+    shown = kind if len(kind) <= 40 else kind[:40] + "…"
+    raise ProtocolError(
+        UNKNOWN_TYPE,
+        f"unknown frame type '{shown}' (expected one of: message, command, cancel)",
+        id=frame_id,
+    )
+
+
+def encode(frame: dict[str, Any]) -> bytes:
+    """Encode a frame as one line of compact UTF-8 JSON, newline included.
+
+    Raises `TypeError`/`ValueError` for a frame that is not JSON (a programming error);
+    JSON escapes newlines inside strings, so the output is always exactly one line.
+    """
+    return (
+        json.dumps(frame, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        + b"\n"
+    )
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """Decode one daemon → client line; raise `ValueError` when it is not a JSON object."""
+    obj = json.loads(line)
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {_describe_json(obj)}")
+    return obj
+
+
+# --- daemon → client frames -------------------------------------------------------------
+
+
+def _with(frame: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    frame.update({k: v for k, v in optional.items() if v is not None})
+    return frame
+
+
+def hello(*, version: str, state: DaemonState | str, session_id: str) -> dict[str, Any]:
+    return {"type": "hello", "version": version, "state": state, "session_id": session_id}
+
+
+def accepted(*, turn_id: str, id: str | None, queued: int) -> dict[str, Any]:
+    return {"type": "accepted", "turn_id": turn_id, "id": id, "queued": queued}
+
+
+def delta(*, turn_id: str, text: str) -> dict[str, Any]:
+    return {"type": "delta", "turn_id": turn_id, "text": text}
+
+
+def tool(
+    *,
+    turn_id: str,
+    name: str,
+    phase: ToolPhase,
+    is_error: bool | None = None,
+    detail: str | None = None,
+) -> dict[str, Any]:
+    return _with(
+        {"type": "tool", "turn_id": turn_id, "name": name, "phase": phase},
+        is_error=is_error,
+        detail=detail,
+    )
+
+
+def done(
+    *, turn_id: str, text: str, stop_reason: str, usage: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return _with(
+        {"type": "done", "turn_id": turn_id, "text": text, "stop_reason": stop_reason}, usage=usage
+    )
+
+
+def error(
+    code: str, message: str, *, turn_id: str | None = None, id: str | None = None
+) -> dict[str, Any]:
+    return _with({"type": "error", "code": code, "message": message}, turn_id=turn_id, id=id)
+
+
+def state(state: DaemonState | str, *, detail: str | None = None) -> dict[str, Any]:
+    return _with({"type": "state", "state": state}, detail=detail)
+
+
+def result(*, id: str | None, name: str, data: Any) -> dict[str, Any]:
+    return {"type": "result", "id": id, "name": name, "data": data}
+
+
+# --- line splitting with a size limit ---------------------------------------------------
+
+
+class Oversized:
+    """Marks a line that exceeded the frame size limit (its bytes were discarded)."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"Oversized({self.size})"
+
+
+class LineBuffer:
+    """Split a byte stream into lines of at most `max_bytes` (newline excluded).
+
+    `feed` returns complete lines and, for a line that grows past the limit, one
+    `Oversized` marker as soon as the limit is crossed; the rest of that line is then
+    dropped up to its newline. Memory stays bounded by `max_bytes` whatever the peer sends.
+    Blank lines are skipped (harmless keep-alives).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be positive")
+        self.max_bytes = max_bytes
+        self._buf = bytearray()
+        self._discarding = False
+        self._discarded = 0
+
+    def feed(self, data: bytes) -> list[bytes | Oversized]:
+        out: list[bytes | Oversized] = []
+        start = 0
+        while start < len(data):
+            nl = data.find(b"\n", start)
+            end = len(data) if nl < 0 else nl
+            chunk = data[start:end]
+            if self._discarding:
+                self._discarded += len(chunk)
+            else:
+                self._buf += chunk
+                if len(self._buf) > self.max_bytes:
+                    self._discarded = len(self._buf)
+                    self._buf.clear()
+                    self._discarding = True
+                    out.append(Oversized(self._discarded))
+            if nl < 0:
+                break
+            if self._discarding:
+                self._discarding = False
+                self._discarded = 0
+            else:
+                line = bytes(self._buf).rstrip(b"\r")
+                self._buf.clear()
+                if line.strip():
+                    out.append(line)
+            start = nl + 1
+        return out
+
+    def finish(self) -> bytes | None:
+        """Return what is left when the stream ends without a final newline."""
+        if self._discarding:
+            return None
+        line = bytes(self._buf).rstrip(b"\r")
+        self._buf.clear()
+        return line if line.strip() else None
+
+    @property
+    def pending(self) -> int:
+        """Bytes held for an unfinished line."""
+        return len(self._buf)
+
+
+class LineReader:
+    """Read size-limited lines from an anyio byte stream (see `LineBuffer`).
+
+    `receive()` returns the next line, an `Oversized` marker, or None at end of stream.
+    Cancellation leaves the buffered bytes in place, so reading can resume.
+    """
+
+    def __init__(self, stream: ByteReceiveStream, max_bytes: int, *, chunk: int = 65536) -> None:
+        self._stream = stream
+        self._lines = LineBuffer(max_bytes)
+        self._ready: deque[bytes | Oversized] = deque()
+        self._chunk = chunk
+        self._eof = False
+
+    async def receive(self) -> bytes | Oversized | None:
+        while not self._ready:
+            if self._eof:
+                return None
+            try:
+                data = await self._stream.receive(self._chunk)
+            except anyio.EndOfStream:
+                self._eof = True
+                tail = self._lines.finish()
+                if tail is not None:
+                    self._ready.append(tail)
+                continue
+            self._ready.extend(self._lines.feed(data))
+        return self._ready.popleft()
