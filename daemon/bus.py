@@ -70,7 +70,7 @@ class EventBus:
         sub = _Subscription(
             event_type=event_type,
             handler=handler,
-            name=name or getattr(handler, "__qualname__", repr(handler)),
+            name=name or str(getattr(handler, "__qualname__", repr(handler))),
             priority=priority,
             seq=next(self._seq),
             timeout_s=timeout_s if timeout_s is not None else spec.timeout_s,
