@@ -94,14 +94,15 @@ def excerpt(messages: list[TranscriptMessage], budget_tokens: int) -> list[str]:
         return lines
     n = len(messages)
     keep: set[int] = set()
-    used = 0
+    marker = count_tokens("[note] … 999 message(s) left out …") + 1
+    used = marker  # the gap between head and tail
 
-    def take(i: int) -> bool:
+    def take(i: int, extra: int = 0) -> bool:
         nonlocal used
-        if i in keep or used + costs[i] > budget_tokens:
+        if i in keep or used + costs[i] + extra > budget_tokens:
             return False
         keep.add(i)
-        used += costs[i]
+        used += costs[i] + extra
         return True
 
     for i in list(range(min(_HEAD_MESSAGES, n))) + list(range(max(0, n - _TAIL_MESSAGES), n)):
@@ -110,7 +111,7 @@ def excerpt(messages: list[TranscriptMessage], budget_tokens: int) -> list[str]:
         (i for i in range(n) if i not in keep), key=lambda i: informativeness(messages[i]), reverse=True
     )
     for i in middle:
-        take(i)
+        take(i, marker)  # each kept middle message may open one more gap
     out: list[str] = []
     skipped = 0
     for i in range(n):

@@ -1,0 +1,92 @@
+"""Helpers for the memory behaviour tests: a real MemorySystem over a real database file."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.bus import EventBus
+from daemon.clock import FakeClock
+from daemon.memory.embedders import HashEmbedder
+from daemon.memory.system import MemorySystem
+from daemon.models.base import Model, ModelRequest
+from daemon.models.ledger import UsageLedger
+from daemon.models.roles import ModelRoles
+from daemon.paths import Home
+from daemon.settings import SchedulerSettings, Settings
+from daemon.store.db import Database
+from daemon.testing import Reply, ScriptedModel
+
+# Tuesday 3 March 2026, 10:00 UTC.
+NOW = datetime(2026, 3, 3, 10, 0, tzinfo=UTC)
+
+
+def settings(**sections: Any) -> Settings:
+    return Settings(scheduler=SchedulerSettings(timezone="UTC"), **sections)
+
+
+def unexpected(role: str) -> ScriptedModel:
+    """A model that fails the test if it is called."""
+
+    def script(request: ModelRequest) -> str:
+        raise AssertionError(f"the {role} model was not expected to be called")
+
+    return ScriptedModel(script)
+
+
+def raising(exc: Exception) -> ScriptedModel:
+    def script(request: ModelRequest) -> Reply:
+        raise exc
+
+    return ScriptedModel(script)
+
+
+@asynccontextmanager
+async def memory_system(
+    root: Path,
+    *,
+    models: dict[str, Model] | None = None,
+    config: Settings | None = None,
+    clock: FakeClock | None = None,
+    bus: EventBus | None = None,
+    background: bool = True,
+    topic_addenda: Callable[[str, str], str] | None = None,
+) -> AsyncIterator[MemorySystem]:
+    home = Home(root)
+    home.ensure()
+    cfg = config or settings()
+    clk = clock or FakeClock(NOW)
+    overrides: dict[str, Model] = {role: unexpected(role) for role in ("summariser", "recall_planner", "recall_synthesis")}
+    overrides.update(models or {})
+    async with await Database.open(home.db_file) as db:
+        async with ModelRoles(cfg, UsageLedger(db, cfg.spend, clk), overrides=overrides) as roles:
+            system = MemorySystem(
+                home=home, db=db, settings=cfg, roles=roles, bus=bus, clock=clk, topic_addenda=topic_addenda,
+                background=background, embedder=HashEmbedder(),
+            )
+            async with system:
+                yield system
+
+
+async def add_session(
+    db: Database,
+    session_id: str,
+    messages: list[tuple[str, str]],
+    *,
+    started: str = "2026-03-02T14:20:00+00:00",
+    kind: str = "trunk",
+    first_seq: int = 0,
+) -> None:
+    """Insert a session row (once) and its messages, as the trunk or the importer would."""
+    await db.execute(
+        "INSERT OR IGNORE INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)",
+        (session_id, kind, f"/home/sessions/trunk/{session_id}.jsonl", started),
+    )
+    for i, (role, content) in enumerate(messages, first_seq):
+        await db.execute(
+            "INSERT INTO messages(session_id, msg_id, seq, ts, role, content) VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, f"{session_id}-m{i}", i, f"2026-03-02T14:{20 + i % 40:02d}:00+00:00", role, content),
+        )
