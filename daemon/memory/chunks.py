@@ -40,6 +40,15 @@ def _origin(session_kind: str, roles: set[str]) -> Origin:
     return "agent"
 
 
+async def _existing(db: Any, uids: list[str]) -> int:
+    found = 0
+    for i in range(0, len(uids), 500):
+        part = uids[i : i + 500]
+        row = await db.fetchone(f"SELECT count(*) FROM memories WHERE uid IN ({','.join('?' * len(part))})", part)
+        found += int(row[0])
+    return found
+
+
 async def chunk_session(index: MemoryIndex, session_id: str) -> int:
     """Chunk the messages of `session_id` not chunked yet; return the number of new chunks."""
     from daemon.memory.index import NewMemory, parse_iso
@@ -66,7 +75,6 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
     source = session["transcript_path"] or ""
     kind = session["kind"]
     items: list[NewMemory] = []
-    new = 0
     for i, row in enumerate(rows):
         if base + i < new_ord or not row["content"].strip():
             continue
@@ -76,7 +84,6 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
             session_id=session_id, message_ids=(row["msg_id"],), source=source,
             meta={"seq": row["seq"], "role": row["role"]},
         ))
-        new += 1
     if size > 1:
         for start in range(first_window, len(seqs), stride):
             window = [r for r in rows[start - base : start - base + size] if r["content"].strip()]
@@ -91,8 +98,7 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
                 message_ids=tuple(r["msg_id"] for r in window), source=source,
                 meta={"first_seq": first_seq, "last_seq": last_seq, "window": True},
             ))
-            if start >= new_ord:
-                new += 1
+    new = len(items) - await _existing(db, [it.uid for it in items])
     await index.upsert(items)
     await db.execute(
         "INSERT INTO memory_chunked(session_id, upto_seq) VALUES (?, ?) "

@@ -82,7 +82,10 @@ class HashEmbedder:
         self.name = f"hash-{dim}"
 
     def _features(self, text: str) -> list[tuple[str, float]]:
-        words = [w[:6] for w in _TOKEN.findall(text.lower())]  # crude stemming by truncation
+        from daemon.memory.query import STOP_WORDS
+
+        # Crude stemming by truncation; stop words carry no topic, so they get no feature.
+        words = [w[:6] for w in _TOKEN.findall(text.lower()) if w not in STOP_WORDS]
         feats: list[tuple[str, float]] = [(f"w:{w}", 1.0) for w in words]
         feats += [(f"b:{a}_{b}", 0.5) for a, b in itertools.pairwise(words)]
         for w in words:
@@ -151,7 +154,8 @@ class LocalEmbedder:
                 from sentence_transformers import SentenceTransformer
 
                 model = SentenceTransformer(str(path), device="cpu")
-                self.dim = int(model.get_sentence_embedding_dimension() or self.dim)
+                dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+                self.dim = int(dim_of() or self.dim)
                 self._model = model
             return self._model
 

@@ -39,8 +39,10 @@ RRF_K = 60.0
 LEXICAL_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
 RECENCY_WEIGHT = 0.15
-EXPLICIT_BOOST = 0.4 / (RRF_K + 1)
-IMPORTANCE_WEIGHT = 0.2 / (RRF_K + 1)
+# Multiplicative, so a boost reorders near-ties (about two places at the top) but cannot
+# lift an irrelevant memory over a relevant one.
+EXPLICIT_BOOST = 0.03
+IMPORTANCE_WEIGHT = 0.04
 CANDIDATES = 60
 EMBED_ROUND = 512
 
@@ -387,7 +389,7 @@ class MemoryIndex:
             for rank, i in enumerate(order):
                 rid = rowids[int(i)]
                 fused[rid] += RECENCY_WEIGHT / (RRF_K + rank + 1)
-                fused[rid] += EXPLICIT_BOOST * float(explicit[i]) + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
+                fused[rid] *= 1.0 + EXPLICIT_BOOST * float(explicit[i]) + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
         return fused
 
     async def _hydrate(self, scored: list[tuple[int, float]]) -> list[MemoryItem]:
@@ -420,7 +422,7 @@ class MemoryIndex:
         """
         if mode not in ("hybrid", "lexical", "vector"):
             raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
-        if k <= 0:
+        if k <= 0 or (not query.strip() and query_vector is None):
             return []
         await self.refresh()
         fused = await self._ranked(
