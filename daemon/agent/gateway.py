@@ -77,7 +77,14 @@ class ChatGateway:
             if not text.strip():
                 client.send({"type": "error", "code": "bad_frame", "message": "message text is empty", "id": cid})
                 return
-            accepted = await self.trunk.submit(text, sink=self._sink_for(client), client_msg_id=cid)
+            try:
+                accepted = await self.trunk.submit(text, sink=self._sink_for(client), client_msg_id=cid)
+            except OSError as exc:
+                # Not on disk means not acknowledged: the client still holds the message.
+                log.error("could not persist an incoming message", error=repr(exc))
+                reason = "the disk is full" if exc.errno == 28 else (exc.strerror or str(exc))
+                client.send({"type": "error", "code": "storage", "message": f"message NOT saved ({reason}); please resend later", "id": cid})
+                return
             client.send({"type": "accepted", "turn_id": accepted.turn_id, "id": cid, "queued": accepted.queued})
         elif kind == "cancel":
             turn_id = _get(frame, "turn_id")

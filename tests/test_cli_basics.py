@@ -1,0 +1,68 @@
+"""init, doctor, journal, status without a daemon — through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from daemon.cli import main
+
+
+def test_init_scaffolds_a_private_home(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "agent"
+    assert main(["init", str(home)]) == 0
+    assert (home / "reverie.toml").exists()
+    for name in ("SOUL.md", "STYLE.md", "REGISTER.md", "NEUROLOGY.md", "USER.md"):
+        assert (home / "persona" / name).stat().st_size > 0
+    assert (home / "PERSONALITY_MATRIX.md").exists() and list((home / "topics").glob("*.md"))
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    # Edits survive a second init.
+    (home / "persona" / "SOUL.md").write_text("my own soul")
+    assert main(["init", str(home)]) == 0
+    assert (home / "persona" / "SOUL.md").read_text() == "my own soul"
+    assert "already exists" in capsys.readouterr().out
+
+
+def test_doctor_reports_each_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "agent"
+    main(["init", str(home)])
+    capsys.readouterr()
+    code = main(["doctor", "--home", str(home), "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    assert code == 0
+    assert checks["sqlite-vec"]["status"] == "ok"
+    assert checks["fts5"]["status"] == "ok"
+    assert checks["tokenizer"]["status"] == "ok" and "tiktoken" in checks["tokenizer"]["detail"]
+    assert checks["api key"]["status"] == "warn" and "offline" in checks["api key"]["detail"]
+    assert checks["home"]["status"] == "ok"
+
+
+def test_doctor_fails_on_an_impossible_setup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "agent"
+    main(["init", str(home)])
+    (home / "reverie.toml").write_text("[models.trunk]\nprovider = 'anthropic'\n")
+    code = main(["doctor", "--home", str(home)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "api key" in err and "ANTHROPIC_API_KEY" in out
+
+
+def test_status_without_a_daemon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--home", str(tmp_path / "h"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["running"] is False
+
+
+def test_journal_reads_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "h"
+    main(["init", str(home)])
+    (home / "journal" / "2026-01-01.jsonl").write_text(
+        json.dumps({"ts": "2026-01-01T10:00:00Z", "summary": "planned the garden", "decisions": ["tomatoes first"]}) + "\n"
+    )
+    capsys.readouterr()
+    assert main(["journal", "--home", str(home), "--tail", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "planned the garden" in out and "tomatoes first" in out

@@ -1,0 +1,82 @@
+"""The SQLite index: migrations from blank and from an older schema, WAL, FTS5, sqlite-vec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.store.db import Database, connect_sync, pick_backend
+from daemon.store.migrations import apply_migrations, discover
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_blank_database_gets_every_migration_once(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    async with await Database.open(path) as db:
+        names = [r[0] for r in await db.fetchall("SELECT name FROM _migrations ORDER BY name")]
+        expected = [m.name for m in discover() if not m.requires_vec or db.vec_available]
+        assert names == sorted(expected)
+        mode = (await db.fetchone("PRAGMA journal_mode"))[0]
+        assert mode == "wal"
+        tables = {r[0] for r in await db.fetchall("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"sessions", "messages", "usage_ledger", "turn_reports", "kv"} <= tables
+    # Re-opening applies nothing new and keeps data.
+    async with await Database.open(path) as db:
+        again = await db.fetchall("SELECT name FROM _migrations")
+        assert len(again) == len(names)
+
+
+def test_upgrade_from_an_older_schema(tmp_path: Path) -> None:
+    conn, vec = connect_sync(tmp_path / "old.sqlite")
+    migs = discover()
+    # Apply only the first migration by hand, as an older release would have.
+    conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    from daemon.store.migrations import _split
+
+    for stmt in _split(migs[0].sql):
+        conn.execute(stmt)
+    conn.execute("INSERT INTO _migrations VALUES (?, 'then')", (migs[0].name,))
+    conn.execute("INSERT INTO kv(key, value, updated_at) VALUES ('k', '\"v\"', 'then')")
+    applied = apply_migrations(conn, vec)
+    assert applied == [m.name for m in migs[1:] if not m.requires_vec or vec]
+    assert conn.execute("SELECT value FROM kv WHERE key='k'").fetchone()[0] == '"v"'
+    conn.close()
+
+
+def test_fts5_and_sqlite_vec_are_loaded() -> None:
+    backend = pick_backend()
+    assert backend.can_load_extensions, "this machine needs sqlean.py or pysqlite3 (see README)"
+    conn, vec = connect_sync(":memory:")
+    assert vec
+    conn.execute("CREATE VIRTUAL TABLE f USING fts5(body)")
+    conn.execute("INSERT INTO f VALUES ('the quick brown fox')")
+    assert conn.execute("SELECT COUNT(*) FROM f WHERE f MATCH 'quick'").fetchone()[0] == 1
+    conn.execute("CREATE VIRTUAL TABLE v USING vec0(e float[2])")
+    conn.execute("INSERT INTO v(rowid, e) VALUES (1, '[1, 0]'), (2, '[0, 1]')")
+    row = conn.execute("SELECT rowid FROM v WHERE e MATCH '[0.9, 0.1]' AND k = 1").fetchone()
+    assert row[0] == 1
+    conn.close()
+
+
+async def test_checkpoint_truncates_the_wal(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    async with await Database.open(path) as db:
+        for i in range(500):
+            await db.execute("INSERT INTO kv(key, value, updated_at) VALUES (?, ?, 'x')", (f"k{i}", "v" * 200))
+        wal = Path(str(path) + "-wal")
+        assert wal.exists() and wal.stat().st_size > 0
+        busy, _, _ = await db.checkpoint()
+        assert busy == 0
+        assert wal.stat().st_size == 0
+
+
+async def test_readonly_connection_reads_while_a_writer_is_open(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    async with await Database.open(path) as db:
+        await db.execute("INSERT INTO kv(key, value, updated_at) VALUES ('a', '1', 'x')")
+        async with await Database.open(path, readonly=True) as ro:
+            assert (await ro.fetchone("SELECT value FROM kv WHERE key='a'"))[0] == "1"
+            with pytest.raises(Exception):
+                await ro.execute("INSERT INTO kv(key, value, updated_at) VALUES ('b', '2', 'x')")
