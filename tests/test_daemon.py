@@ -60,6 +60,10 @@ def test_chat_streams_and_lands_on_disk_then_sigterm_exits_cleanly(daemon: Daemo
     assert time.monotonic() - t0 < 15
     events = daemon.log_events()
     assert any(e.get("event") == "daemon stopped" for e in events)
+    # One JSON summary line per turn, carrying the session and turn ids.
+    turn_lines = [e for e in events if e.get("event") == "turn finished"]
+    assert len(turn_lines) == 1
+    assert turn_lines[0]["turn_id"] == accepted["turn_id"] and turn_lines[0]["session_id"] == hello["session_id"]
     # session_shutdown fired: the summariser wrote the session's summary file.
     summaries = list((daemon.home / "memory" / "sessions").glob("session-*.md"))
     assert summaries, daemon.logs()

@@ -139,3 +139,23 @@ def test_prompt_cache_breakpoint_and_usage_are_recorded(tmp_path: Path, fake: Fa
         assert 0 < status["spend"]["cache_hit_rate"] <= 1
     finally:
         assert d.stop() == 0
+
+
+def test_spend_cap_stops_the_trunk_and_says_so(tmp_path: Path, fake: FakeAnthropic) -> None:
+    d = _daemon(tmp_path, fake)
+    (d.home / "reverie.toml").write_text(
+        FAST_RETRIES + "\n[spend]\ndaily_cap_usd = 0.000001\n"
+    )
+    d.start()
+    try:
+        with Client(d.socket_path) as c:
+            c.hello()
+            _, frames = c.chat("first one is allowed")
+            assert frames[-1]["type"] == "done"
+            _, frames = c.chat("second one is over the cap")
+            assert frames[-1]["type"] == "error" and frames[-1]["code"] == "spend_cap"
+            assert "daily spend cap" in frames[-1]["message"]
+            status = c.command("status")["data"]
+            assert status["spend"]["cost_usd"] > 0
+    finally:
+        assert d.stop() == 0
