@@ -108,8 +108,11 @@ def clip_bytes(text: str, max_bytes: int) -> str:
     data = text.encode()
     if len(data) <= max_bytes:
         return text
-    cut = data[: max(0, max_bytes - 4)].decode(errors="ignore")
-    return cut + " […]"
+    mark = " […]"
+    room = max_bytes - len(mark.encode())
+    if room <= 0:
+        return data[: max(0, max_bytes)].decode(errors="ignore")
+    return data[:room].decode(errors="ignore") + mark
 
 
 def query_stems(query: str) -> set[str]:

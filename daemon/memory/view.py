@@ -66,13 +66,14 @@ class IndexMemoryView:
         if not prompt:
             return []
         queries = decompose(prompt).all_queries()
+        wanted = _stems(prompt)
         follow_up = [w for w in content_words(previous_reply) if len(w) > 3][:_PREVIOUS_REPLY_TERMS]
         if follow_up and len(content_words(prompt)) < 6:
-            # A short follow-up leans on what was just said.
+            # A short follow-up ("when is it?") leans on what was just said.
             queries.append(prompt + " " + " ".join(follow_up))
+            wanted |= _stems(" ".join(follow_up))
         found = await self.index.search_many(queries, k=max(12, limit * 3), kinds=["fact", "profile", "summary", "chunk"])
 
-        wanted = _stems(prompt)
         out: list[MemoryItem] = []
         seen_text: set[str] = set()
         for item in found:
