@@ -75,6 +75,9 @@ class OpenAISettings(_Section):
     api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = Field(300.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
+    connect_timeout_s: float = Field(10.0, gt=0)
+    backoff_base_s: float = Field(0.5, ge=0)
+    backoff_max_s: float = Field(8.0, ge=0)
 
 
 class ProvidersSettings(_Section):

@@ -17,8 +17,6 @@ import json
 import random
 import warnings
 from collections.abc import AsyncIterator
-from email.utils import parsedate_to_datetime
-from time import time
 from typing import Any
 
 import anthropic
@@ -43,6 +41,7 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
+from daemon.models.retry import Backoff, retry_after_seconds
 from daemon.settings import AnthropicSettings
 
 log = get_logger("models.anthropic")
@@ -73,8 +72,6 @@ _TYPE_WORDS = {
     "api_error": "server error",
     "timeout_error": "server timeout",
 }
-# A server asking for a longer pause than this is treated as down rather than waited for.
-_RETRY_AFTER_CEILING_S = 300.0
 
 
 class _Failure(Exception):
@@ -136,29 +133,6 @@ def to_wire_messages(messages: tuple[Message, ...], *, caching: bool) -> list[di
     return wire
 
 
-def _retry_after(headers: Any) -> float | None:
-    """Seconds the server asked us to wait (`retry-after-ms`, `retry-after` seconds or date)."""
-    if headers is None:
-        return None
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(raw).timestamp() - time())
-    except (TypeError, ValueError):
-        return None
-
-
 def _classify(err: Exception, settings: AnthropicSettings) -> _Failure:
     if isinstance(err, _Failure):
         return err
@@ -174,7 +148,7 @@ def _classify(err: Exception, settings: AnthropicSettings) -> _Failure:
         if not retryable:
             detail = err.api_message or err.message
             return _Failure(reason=f"{status} {kind or 'error'}: {detail}", retryable=False, status=status)
-        return _Failure(reason=f"{status} {words}", retryable=True, status=status, retry_after=_retry_after(err.response.headers))
+        return _Failure(reason=f"{status} {words}", retryable=True, status=status, retry_after=retry_after_seconds(err.response.headers))
     if isinstance(err, anthropic.APITimeoutError | httpx2.TimeoutException):
         return _Failure(reason=f"no response within {settings.timeout_s:g}s (timeout)", retryable=True)
     if isinstance(err, anthropic.APIConnectionError | httpx2.TransportError):
@@ -211,7 +185,7 @@ class AnthropicModel:
             timeout=httpx2.Timeout(settings.timeout_s, connect=settings.connect_timeout_s),
             http_client=http_client,
         )
-        self._rng = rng or random.Random()
+        self._backoff = Backoff(settings.backoff_base_s, settings.backoff_max_s, rng)
         self._closed = False
         self._warned_models: set[str] = set()
 
@@ -244,10 +218,7 @@ class AnthropicModel:
 
     def backoff(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait before attempt `attempt + 1`: the server's word, else full jitter."""
-        if retry_after is not None:
-            return min(retry_after, _RETRY_AFTER_CEILING_S)
-        ceiling = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
-        return self._rng.uniform(0, ceiling)
+        return self._backoff.delay(attempt, retry_after)
 
     # -- the Model protocol ------------------------------------------------------------
 
