@@ -120,7 +120,8 @@ async def test_vague_summary_opens_query_centred_transcript_windows(tmp_path: Pa
         await memory.recall("which hotel room did I book near Alfama?")
     sources = sources_of(synthesis.calls[0])
     assert "Transcript excerpts:" in sources
-    assert "[trip-m2 · 2026-03-02T14:22:00+00:00 · user] Friday. I booked the hotel near Alfama, room 42." in sources
+    assert "  [trip-m2 · 2026-03-02T14:22:00+00:00 · user] Friday. I booked the hotel near Alfama, room 42." in sources
+    assert all(line.startswith(("[fact:", "[session-")) for line in sources.splitlines() if line.startswith("["))
 
 
 async def test_recall_session_windows_are_bounded_and_centred(tmp_path: Path) -> None:
@@ -157,3 +158,22 @@ async def test_nothing_relevant_makes_no_model_call(tmp_path: Path) -> None:
         assert out == "Nothing in memory matches 'quantum chromodynamics lecture notes'."
         with pytest.raises(RecallError):
             await memory.recall("   ")
+
+
+async def test_the_offline_provider_reads_our_prompts_end_to_end(tmp_path: Path) -> None:
+    from daemon.models.offline import OfflineModel
+
+    offline = OfflineModel()
+    models = {"summariser": offline, "recall_planner": offline, "recall_synthesis": offline}
+    async with memory_system(tmp_path, models=models) as memory:
+        await add_session(memory.db, "trip", TRIP)
+        await add_session(memory.db, "garden", GARDEN, started="2026-03-01T09:05:00+00:00")
+        paths = [await memory.summarise_session(sid, wait=True) for sid in ("trip", "garden")]
+        assert all(p is not None and p.name.startswith("session-2026-03-0") for p in paths)
+        result = await memory.recall_result("Which hotel did I book in Lisbon?")
+        text = result.render(memory.settings.memory.recall_max_bytes)
+    assert result.planner == "picked" and result.synthesised
+    trip_cite = paths[0].stem  # type: ignore[union-attr]
+    assert f"[{trip_cite}]" in result.answer and "Alfama" in result.answer
+    assert "garden" not in result.answer
+    assert len(text.encode()) <= memory.settings.memory.recall_max_bytes

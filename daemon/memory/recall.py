@@ -356,6 +356,8 @@ class Recall:
         for s in sources:
             when = f", {s.ts.date().isoformat()}" if s.ts else ""
             text = s.text if len(s.text) <= _SOURCE_CHARS else s.text[:_SOURCE_CHARS] + " […]"
+            # Only a block's first line may start with "[": that is how blocks are told apart.
+            text = "\n".join("  " + line if line.startswith("[") else line for line in text.splitlines())
             blocks.append(f"[{s.cite}] ({s.kind}, origin {s.origin}{when})\n{text}")
         prompt = f"QUESTION: {query}\nSOURCES:\n" + "\n\n".join(blocks)
         system = [SystemBlock(text=SYNTHESIS_PERSONA)]
