@@ -112,6 +112,8 @@ class _Handler(BaseHTTPRequestHandler):
         if plan.text:
             words = plan.text.split(" ")
             for i, word in enumerate(words):
+                if plan.chunk_delay_s and fake._stopping.wait(plan.chunk_delay_s):
+                    return
                 self._data(chunk({"content": word if i == len(words) - 1 else word + " "}))
                 deltas += 1
                 if dropped():
