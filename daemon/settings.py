@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from daemon.paths import shipped_dir
 
@@ -153,6 +153,7 @@ def _default_layers() -> dict[str, LayerBudget]:
         "recall": LayerBudget(target=1000, cap=1500),
         "topics": LayerBudget(target=800, cap=1500),
         "journal": LayerBudget(target=200, cap=400),
+        "time": LayerBudget(target=30, cap=60),
     }
 
 
@@ -162,6 +163,24 @@ class ContextSettings(_Section):
     themes_count: int = Field(5, ge=0)
     recollection_summaries: int = Field(4, ge=0)
     recollection_facts: int = Field(4, ge=0)
+    profile_facts: int = Field(20, ge=0)
+    journal_entries: int = Field(3, ge=0)
+    include_neurology: bool = False
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _complete_layers(cls, value: Any) -> Any:
+        # A home that tunes one layer must not lose the others' budgets.
+        if not isinstance(value, dict):
+            return value
+        known = _default_layers()
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ValueError(f"unknown context layer(s) {unknown}; known layers are {sorted(known)}")
+        merged: dict[str, Any] = {k: v.model_dump() for k, v in known.items()}
+        for name, budget in value.items():
+            merged[name] = {**merged[name], **budget} if isinstance(budget, dict) else budget
+        return merged
 
 
 class TopicPoint(_Section):
