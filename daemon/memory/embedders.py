@@ -75,6 +75,9 @@ class HashEmbedder:
     It exists so the vector path is exercised everywhere and as a fallback.
     """
 
+    # Hashed word features say little beyond what BM25 already says: count them for less.
+    fusion_weight = 0.4
+
     def __init__(self, dim: int = 256) -> None:
         if dim < 8:
             raise ValueError("HashEmbedder needs dim >= 8")

@@ -185,6 +185,7 @@ class MemoryIndex:
         self._refresh_lock = anyio.Lock()
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.embed_errors = 0
+        self._vector_weight = VECTOR_WEIGHT * float(getattr(embedder, "fusion_weight", 1.0))
 
     # ----- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> MemoryIndex:
@@ -381,7 +382,7 @@ class MemoryIndex:
             qv = query_vector if query_vector is not None else (await self.query_vectors([query]))[0]  # type: ignore[index]
             hits = self.matrix.nearest(qv, limit, kinds=kinds, include_retired=include_retired, after=after, before=before)
             for rank, (rowid, _sim) in enumerate(hits):
-                fused[rowid] = fused.get(rowid, 0.0) + VECTOR_WEIGHT / (RRF_K + rank + 1)
+                fused[rowid] = fused.get(rowid, 0.0) + self._vector_weight / (RRF_K + rank + 1)
         if fused:
             rowids = list(fused)
             created, explicit, importance = self.matrix.attributes(rowids)

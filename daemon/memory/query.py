@@ -66,7 +66,14 @@ def fts_match(text: str, *, phrase: bool = False) -> str | None:
         return None
     if phrase:
         return '"' + " ".join(w.replace('"', "") for w in found) + '"'
-    return " OR ".join('"' + w.replace('"', "") + '"' for w in found)
+    parts = []
+    for w in found:
+        w = w.replace('"', "")
+        parts.append(f'"{w}"')
+        if len(w) >= 7 and w.isalpha():
+            # A crude second stemmer: "allergy" also finds "allergic", "relocation" "relocate".
+            parts.append(f'"{w[:5]}"*')
+    return " OR ".join(parts)
 
 
 @dataclass(frozen=True, kw_only=True)
