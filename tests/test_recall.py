@@ -177,3 +177,30 @@ async def test_the_offline_provider_reads_our_prompts_end_to_end(tmp_path: Path)
     assert f"[{trip_cite}]" in result.answer and "Alfama" in result.answer
     assert "garden" not in result.answer
     assert len(text.encode()) <= memory.settings.memory.recall_max_bytes
+
+
+async def test_recall_cli_answers_from_a_home_with_json(home_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from daemon.memory.recall_commands import add_commands
+
+    with (home_dir / "reverie.toml").open("a") as fh:
+        fh.write('\n[memory]\nembedder = "none"\n')
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home")
+    common.add_argument("--config")
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(), common)
+
+    async def run(*argv: str) -> int:
+        args = parser.parse_args([*argv, "--home", str(home_dir)])
+        with anyio.fail_after(30):
+            return await args.func(args)
+
+    assert await run("remember", "My sister Ada lives in Lisbon") == 0
+    capsys.readouterr()
+    assert await run("recall", "Where does Ada live?", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sources"][0]["cite"] == "fact:1" and "Lisbon" in out["text"] and "[fact:1]" in out["answer"]
+    assert await run("recall", "Where does Ada live?") == 0
+    assert "[fact:1]" in capsys.readouterr().out

@@ -193,3 +193,25 @@ async def _summarised(root: Path) -> dict[str, int]:
 
     async with await Database.open(root / "reverie.db") as db:
         return {r[0]: r[1] for r in await db.fetchall("SELECT id, summarised_upto FROM sessions ORDER BY id")}
+
+
+async def test_a_session_without_message_rows_is_read_from_its_transcript_file(tmp_path: Path) -> None:
+    model = summariser_model()
+    transcript = tmp_path / "fork-1.jsonl"
+    records = [
+        {"type": "session", "id": "fork-1", "kind": "fork", "started_at": "2026-03-02T15:00:00+00:00", "parent": "s1"},
+        {"type": "message", "id": "a", "ts": "2026-03-02T15:00:01+00:00", "role": "user", "content": "Research kelp.", "turn_id": "t"},
+        {"type": "tool_call", "id": "c", "name": "recall"},
+        {"type": "message", "id": "b", "ts": "2026-03-02T15:00:09+00:00", "role": "assistant", "content": "Kelp grows fast.", "turn_id": "t"},
+    ]
+    transcript.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    async with memory_system(tmp_path / "home", models={"summariser": model}) as memory:
+        await memory.db.execute(
+            "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES ('fork-1', 'fork', ?, ?)",
+            (str(transcript), "2026-03-02T15:00:00+00:00"),
+        )
+        path = await memory.summarise_session("fork-1", wait=True)
+        assert path is not None
+        row = await memory.db.fetchone("SELECT summarised_upto FROM sessions WHERE id = 'fork-1'")
+        assert row[0] == 2
+    assert transcript_of(model.calls[0]) == ["[user] Research kelp.", "[assistant] Kelp grows fast."]

@@ -20,6 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from daemon.clock import Clock, SystemClock
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
@@ -244,7 +246,8 @@ class Recall:
             log.warning("recall planner unavailable; using hybrid search", error=str(exc))
             return [], "unavailable"
         data = parse_json_reply(response.text) or {}
-        ids = data.get("ids") if isinstance(data.get("ids"), list) else []
+        raw = data.get("ids")
+        ids: list[Any] = raw if isinstance(raw, list) else []
         picked = [by_id[str(i)] for i in ids if str(i) in by_id]
         picked = list({p.id: p for p in picked}.values())[:_MAX_SUMMARIES]
         return picked, "picked" if picked else "empty"
@@ -257,11 +260,11 @@ class Recall:
     async def _summary_source(self, item: MemoryItem, query: str, stems: set[str]) -> Source:
         body = item.text
         path = Path(item.source) if item.source else None
-        if path is not None and path.is_file():
+        if path is not None:
             try:
-                _, body = read_summary_file(path)
+                _, body = await anyio.to_thread.run_sync(read_summary_file, path)
             except OSError:
-                pass
+                pass  # the index's copy of the narrative stands in for a moved or deleted file
         sid = item.session or ""
         cite = session_cite(sid, str(path) if path else None)
         text = body.strip()

@@ -385,10 +385,13 @@ class Summariser:
             return None
         kind, transcript, started, summary_path, upto = row
         total = (await self.db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)))[0]
-        existing = Path(summary_path) if summary_path else self._find_existing(session_id)
-        if not force and total <= upto and existing is not None and existing.exists():
+        existing = Path(summary_path) if summary_path else await anyio.to_thread.run_sync(self._find_existing, session_id)
+        if not force and total <= upto and existing is not None and await anyio.Path(existing).exists():
             return existing  # nothing new since the last summary
         messages = await self.messages(session_id)
+        if not messages and transcript:
+            messages = await self._from_transcript(Path(transcript), session_id)
+            total = max(total, len(messages))
         if not messages:
             return None
         lines = excerpt(messages, self.settings.memory.summary_transcript_tokens)
@@ -425,6 +428,26 @@ class Summariser:
         self._failed.discard(session_id)
         log.info("session summarised", session_id=session_id, file=path.name, messages=total, kept_lines=len(lines))
         return path
+
+    async def _from_transcript(self, path: Path, session_id: str) -> list[TranscriptMessage]:
+        """Read the JSONL transcript when the `messages` table has nothing (a fork, an old session)."""
+        from daemon.memory.transcripts import TranscriptError, read_transcript
+
+        try:
+            lines = await anyio.to_thread.run_sync(read_transcript, path)
+        except FileNotFoundError:
+            return []
+        except (OSError, TranscriptError) as exc:
+            log.warning("transcript unreadable; nothing to summarise", path=str(path), error=str(exc))
+            return []
+        # An import file may hold several sessions; a daemon transcript holds exactly one.
+        own = [ln for ln in lines if ln.session == session_id] or lines
+        return [
+            TranscriptMessage(
+                seq=i, msg_id=line.id, ts=line.ts.isoformat(), role=line.role, speaker=line.speaker or "", content=line.content
+            )
+            for i, line in enumerate(own)
+        ]
 
     def _find_existing(self, session_id: str) -> Path | None:
         """Find this session's summary file when the database forgot it (after a reindex)."""
