@@ -215,3 +215,32 @@ async def test_a_session_without_message_rows_is_read_from_its_transcript_file(t
         row = await memory.db.fetchone("SELECT summarised_upto FROM sessions WHERE id = 'fork-1'")
         assert row[0] == 2
     assert transcript_of(model.calls[0]) == ["[user] Research kelp.", "[assistant] Kelp grows fast."]
+
+
+async def test_reindex_rebuilds_facts_sessions_and_summaries_from_the_files(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "sessions" / "trunk").mkdir(parents=True)
+    transcript = home / "sessions" / "trunk" / "s1.jsonl"
+    records = [{"type": "session", "id": "s1", "kind": "trunk", "started_at": "2026-03-02T14:20:00+00:00", "parent": None}]
+    records += [
+        {"type": "message", "id": f"m{i}", "ts": f"2026-03-02T14:2{i}:00+00:00", "role": role, "content": text, "turn_id": "t"}
+        for i, (role, text) in enumerate(CHAT)
+    ]
+    transcript.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    model = summariser_model()
+    async with memory_system(home, models={"summariser": model}) as memory:
+        counts = await memory.reindex()  # builds sessions + messages from the transcript
+        assert counts["sessions"] == 1 and counts["messages"] == 3
+        path = await memory.summarise_session("s1", wait=True)
+        await memory.remember("Ada lives in Lisbon")
+    for name in ("reverie.db", "reverie.db-wal", "reverie.db-shm"):
+        (home / name).unlink(missing_ok=True)
+    async with memory_system(home, models={"summariser": model}) as memory:
+        counts = await memory.reindex()
+        assert counts["facts"] == 1 and counts["summaries"] == 1 and counts["messages"] == 3 and counts["chunks"] >= 1
+        summary = await memory.index.get("summary:s1")
+        assert summary is not None and summary.source == str(path)
+        row = await memory.db.fetchone("SELECT summary_path, summarised_upto FROM sessions WHERE id = 's1'")
+        assert row[0] == str(path) and row[1] == 3
+        assert await memory.summariser.scan() == 0  # type: ignore[union-attr]  # nothing to redo, nothing to pay for
+    assert len(model.calls) == 1
