@@ -1,6 +1,6 @@
 """The chat server on a real Unix socket, with a scripted handler standing in for the daemon."""
 
-# ruff: noqa: ASYNC109, ASYNC240  (tests: tiny local file checks; wait_until takes a timeout)
+# ruff: noqa: ASYNC109  (wait_until takes a timeout)
 from __future__ import annotations
 
 import json

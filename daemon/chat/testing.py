@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -65,10 +66,15 @@ class ScriptedChatHandler:
         await self._tg.__aenter__()
         return self
 
-    async def __aexit__(self, *exc: object) -> bool | None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
-        return await self._tg.__aexit__(*exc)
+        return await self._tg.__aexit__(exc_type, exc, tb)
 
     async def client_connected(self, client: ClientHandle) -> None:
         self.seen.connected.append(client.id)

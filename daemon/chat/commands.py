@@ -1,0 +1,496 @@
+"""`reverie chat`: talk to the running daemon, one message (`-m`) or interactively.
+
+The interactive client reads the keyboard with `input()` on the main thread — the only
+thread where Ctrl-C interrupts readline cleanly and the terminal is restored — while the
+connection lives on an event loop in a blocking portal's thread. So reading stdin never
+blocks the loop: `state` frames arrive and are shown while the prompt waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+from anyio.from_thread import start_blocking_portal
+
+from daemon.chat.client import ChatClient, ChatError, new_id
+from daemon.cli_support import CommandError, Env, print_err, resolve_env
+from daemon.systemd import unit_socket_paths
+
+HELP = """commands:
+  /status         the daemon's state, session, context use, spend
+  /sleep          start a sleep cycle now
+  /help           this help
+  /quit           leave (Ctrl-D works too)
+  //text          send a message that starts with '/'
+Ctrl-C during a reply cancels the turn; at an empty prompt it leaves."""
+
+
+def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "chat",
+        parents=[common],
+        help="talk to the running daemon",
+        description="Talk to the running daemon. Without -m: an interactive client.",
+    )
+    p.add_argument(
+        "-m",
+        "--message",
+        metavar="TEXT",
+        help="send one message, stream the reply, exit ('-' reads stdin)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="give up waiting for a reply after this long (default: agent.turn_timeout_s + 30)",
+    )
+    p.set_defaults(func=run_chat)
+
+
+def socket_for(env: Env, *, announce: bool = True) -> Path:
+    """Resolve the daemon's chat socket for a client.
+
+    The home's own socket first; when it is absent and nothing pins the path, the
+    sockets of the shipped systemd units (a shell does not see the service's
+    `$RUNTIME_DIRECTORY`), saying so on stderr when one is used.
+    """
+    primary = env.home.socket_path(env.settings.chat.socket)
+    if primary.exists() or env.settings.chat.socket or os.environ.get("RUNTIME_DIRECTORY"):
+        return primary
+    for candidate in unit_socket_paths():
+        if candidate.exists():
+            if announce:
+                print_err(f"no daemon socket at {primary}; using the systemd unit's {candidate}")
+            return candidate
+    return primary
+
+
+def run_chat(args: argparse.Namespace) -> Any:
+    env = resolve_env(args, create=False)
+    path = socket_for(env)
+    timeout = args.timeout if args.timeout is not None else env.settings.agent.turn_timeout_s + 30
+    if timeout <= 0:
+        raise CommandError("--timeout must be positive", code=2)
+    if args.message is not None:
+        text = sys.stdin.read() if args.message == "-" else args.message
+        if not text.strip():
+            raise CommandError("the message is empty", code=2)
+        return send_one(path, text, timeout=timeout)
+    history = env.home.root / ".chat_history" if env.home.root.is_dir() else None
+    return InteractiveChat(path, history=history, turn_timeout=timeout).run()
+
+
+# --- one message -----------------------------------------------------------------------
+
+
+class Notes:
+    """Show side information (tools, state) as dim one-liners, plain when not a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+
+    def line(self, text: str) -> str:
+        return f"\x1b[2m{text}\x1b[0m" if self.tty else f"[{text}]"
+
+    def describe(self, frame: dict[str, Any]) -> str | None:
+        kind = frame.get("type")
+        if kind == "tool":
+            phase = frame.get("phase", "")
+            text = f"tool {frame.get('name', '?')} {phase}"
+            if frame.get("is_error"):
+                text += " (error)"
+            if frame.get("detail"):
+                text += f": {frame['detail']}"
+            return self.line(text)
+        if kind == "state":
+            text = f"state: {frame.get('state', '?')}"
+            if frame.get("detail"):
+                text += f" ({frame['detail']})"
+            return self.line(text)
+        return None
+
+
+async def send_one(path: Path, text: str, *, timeout: float) -> int:  # noqa: ASYNC109
+    """Send `text`, stream the reply to stdout, end with a newline; return the exit code.
+
+    The first Ctrl-C sends `cancel` and waits for the turn to end; a second one leaves.
+    """
+    out = sys.stdout
+    notes = Notes(sys.stderr)
+    streamed = False
+    turn: dict[str, str] = {}
+
+    def on_frame(frame: dict[str, Any]) -> None:
+        nonlocal streamed
+        if frame.get("type") == "delta":
+            out.write(str(frame.get("text", "")))
+            out.flush()
+            streamed = True
+        elif frame.get("type") == "done" and not streamed:
+            # A provider that does not stream sends the whole reply at the end.
+            out.write(str(frame.get("text", "")))
+        elif notes.tty and (note := notes.describe(frame)):
+            print(note, file=sys.stderr, flush=True)
+
+    done: dict[str, Any] = {}
+    failure: ChatError | None = None
+    interrupted = anyio.Event()
+    try:
+        async with ChatClient.connect(path, timeout=min(timeout, 10.0)) as client:
+            async with anyio.create_task_group() as tg:
+                if threading.current_thread() is threading.main_thread():
+                    tg.start_soon(
+                        _cancel_on_interrupt, client, turn, notes, interrupted, tg.cancel_scope
+                    )
+                try:
+                    done = await client.run_turn(
+                        text, on_frame, timeout=timeout, on_accepted=lambda tid: turn.update(id=tid)
+                    )
+                except ChatError as exc:
+                    failure = exc
+                tg.cancel_scope.cancel()
+    except ChatError as exc:
+        failure = exc
+    if streamed or (done and done.get("text")):
+        out.write("\n")
+        out.flush()
+    if interrupted.is_set() and not done and failure is None:
+        raise CommandError("interrupted", code=130)
+    if failure is not None:
+        raise CommandError(failure.message, code=130 if failure.code == "cancelled" else 1)
+    return 130 if done.get("stop_reason") == "cancelled" else 0
+
+
+async def _cancel_on_interrupt(
+    client: ChatClient,
+    turn: dict[str, str],
+    notes: Notes,
+    interrupted: anyio.Event,
+    scope: anyio.CancelScope,
+) -> None:
+    """First Ctrl-C: ask the daemon to cancel the turn. Second: stop waiting."""
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            if interrupted.is_set():
+                scope.cancel()
+                return
+            interrupted.set()
+            print(notes.line("cancelling… (Ctrl-C again to leave)"), file=sys.stderr, flush=True)
+            frame: dict[str, Any] = {"type": "cancel"}
+            if turn.get("id"):
+                frame["turn_id"] = turn["id"]
+            try:
+                await client.send(frame)
+            except ChatError:
+                scope.cancel()
+                return
+
+
+# --- interactive -----------------------------------------------------------------------
+
+
+class ChatSession:
+    """The event-loop side of the interactive client: one connection, frames dispatched.
+
+    Runs inside a blocking portal; the main thread calls its coroutines through it.
+    """
+
+    def __init__(self, client: ChatClient, screen: Screen) -> None:
+        self.client = client
+        self.screen = screen
+        self.lost: str | None = None
+        self._message_id: str | None = None
+        self._turn_id: str | None = None
+        self._turn_end: anyio.Event | None = None
+        self._turn_outcome: dict[str, Any] | None = None
+        self._commands: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, path: Path, screen: Screen) -> AsyncIterator[ChatSession]:
+        async with ChatClient.connect(path) as client, anyio.create_task_group() as tg:
+            session = cls(client, screen)
+            tg.start_soon(session._dispatch)
+            yield session
+            tg.cancel_scope.cancel()
+
+    async def _dispatch(self) -> None:
+        try:
+            async for frame in self.client.frames():
+                self._route(frame)
+            self.lost = "the daemon closed the connection"
+        except ChatError as exc:
+            self.lost = exc.message
+        self.screen.note(self.lost)
+        if self._turn_end is not None:
+            self._turn_outcome = {"type": "error", "code": "lost", "message": self.lost}
+            self._turn_end.set()
+        for event, box in self._commands.values():
+            box.append({"type": "error", "code": "lost", "message": self.lost})
+            event.set()
+
+    def _route(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind == "result" or (kind == "error" and frame.get("id") in self._commands):
+            waiter = self._commands.get(str(frame.get("id")))
+            if waiter is not None:
+                waiter[1].append(frame)
+                waiter[0].set()
+            return
+        if kind == "accepted" and frame.get("id") == self._message_id:
+            self._turn_id = str(frame.get("turn_id"))
+            return
+        mine = self._turn_end is not None and (
+            (self._turn_id is not None and frame.get("turn_id") == self._turn_id)
+            or (frame.get("id") is not None and frame.get("id") == self._message_id)
+        )
+        if kind == "delta" and mine:
+            self.screen.delta(str(frame.get("text", "")))
+        elif kind in ("done", "error") and (
+            mine or (kind == "error" and "turn_id" not in frame and "id" not in frame)
+        ):
+            if self._turn_end is not None:
+                self._turn_outcome = frame
+                self._turn_end.set()
+            else:
+                self.screen.note(f"error: {frame.get('message', '')}")
+        elif kind in ("tool", "state"):
+            self.screen.frame_note(frame)
+
+    async def start_turn(self, text: str) -> None:
+        self._check_alive()
+        self._message_id = new_id()
+        self._turn_id = None
+        self._turn_outcome = None
+        self._turn_end = anyio.Event()
+        await self.client.send({"type": "message", "text": text, "id": self._message_id})
+
+    async def wait_turn(self, timeout: float) -> dict[str, Any]:  # noqa: ASYNC109 - a ChatError with a message
+        """Wait for the current turn's `done`; raise `ChatError` on its `error` or timeout."""
+        assert self._turn_end is not None
+        with anyio.move_on_after(timeout):
+            await self._turn_end.wait()
+        outcome = self._turn_outcome
+        if outcome is None:
+            raise ChatError(f"no end of the reply within {timeout:g}s (it may still be running)")
+        self._turn_end = None
+        if outcome.get("type") == "error":
+            raise ChatError(str(outcome.get("message") or outcome.get("code")), outcome)
+        return outcome
+
+    async def cancel_turn(self) -> None:
+        frame: dict[str, Any] = {"type": "cancel"}
+        if self._turn_id:
+            frame["turn_id"] = self._turn_id
+        await self.client.send(frame)
+
+    async def command(self, name: str, timeout: float = 30.0) -> Any:  # noqa: ASYNC109 - a ChatError with a message
+        self._check_alive()
+        command_id = new_id()
+        event, box = anyio.Event(), list[dict[str, Any]]()
+        self._commands[command_id] = (event, box)
+        try:
+            await self.client.send({"type": "command", "name": name, "id": command_id})
+            with anyio.move_on_after(timeout):
+                await event.wait()
+        finally:
+            self._commands.pop(command_id, None)
+        if not box:
+            raise ChatError(f"no answer to /{name} within {timeout:g}s")
+        if box[0].get("type") == "error":
+            raise ChatError(str(box[0].get("message") or box[0].get("code")), box[0])
+        return box[0].get("data")
+
+    def _check_alive(self) -> None:
+        if self.lost:
+            raise ChatError(self.lost)
+
+
+class Screen:
+    """Terminal output shared by the prompt (main thread) and the connection (portal thread)."""
+
+    def __init__(self, out: TextIO, *, readline: Any = None) -> None:
+        self.out = out
+        self.notes = Notes(out)
+        self.readline = readline
+        self.prompt = "> " if out.isatty() else ""
+        self.at_prompt = False
+        self.mid_reply = False
+        self._lock = threading.Lock()
+
+    def delta(self, text: str) -> None:
+        with self._lock:
+            self.out.write(text)
+            self.out.flush()
+            self.mid_reply = True
+
+    def end_reply(self, text: str | None = None) -> None:
+        with self._lock:
+            if text and not self.mid_reply:
+                self.out.write(text)
+            self.out.write("\n")
+            self.out.flush()
+            self.mid_reply = False
+
+    def frame_note(self, frame: dict[str, Any]) -> None:
+        note = self.notes.describe(frame)
+        if note:
+            self._above(note)
+
+    def note(self, text: str | None) -> None:
+        if text:
+            self._above(self.notes.line(text))
+
+    def _above(self, line: str) -> None:
+        """Print a line without mangling a half-typed prompt or a reply in progress."""
+        with self._lock:
+            if self.at_prompt and self.notes.tty:
+                typed = self.readline.get_line_buffer() if self.readline else ""
+                self.out.write(f"\r\x1b[K{line}\n{self.prompt}{typed}")
+            elif self.mid_reply:
+                self.out.write(f"\n{line}\n")
+                self.mid_reply = False
+            else:
+                self.out.write(line + "\n")
+            self.out.flush()
+
+
+class InteractiveChat:
+    """The interactive `reverie chat` loop (see the module docstring)."""
+
+    def __init__(self, path: Path, *, history: Path | None, turn_timeout: float) -> None:
+        self.path = path
+        self.history = history
+        self.turn_timeout = turn_timeout
+        self.readline = _load_readline() if sys.stdin.isatty() else None
+        self.screen = Screen(sys.stdout, readline=self.readline)
+
+    def run(self) -> int:
+        self._load_history()
+        try:
+            with start_blocking_portal() as portal:
+                try:
+                    with portal.wrap_async_context_manager(
+                        ChatSession.open(self.path, self.screen)
+                    ) as session:
+                        self._greet(session)
+                        return self._loop(portal, session)
+                except ChatError as exc:
+                    raise CommandError(exc.message) from None
+        finally:
+            self._save_history()
+
+    def _greet(self, session: ChatSession) -> None:
+        hello = session.client.hello
+        if self.screen.notes.tty:
+            self.screen.note(
+                f"connected: {hello.get('state', '?')}, session {hello.get('session_id', '?')}"
+                " — /help for commands, Ctrl-D to leave"
+            )
+
+    def _loop(self, portal: Any, session: ChatSession) -> int:
+        while True:
+            line = self._read_line()
+            if line is None:
+                return 0 if session.lost is None else 1
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                if text.startswith("/") and not text.startswith("//"):
+                    if self._slash(portal, session, text) is False:
+                        return 0
+                else:
+                    self._turn(portal, session, text[1:] if text.startswith("//") else text)
+            except ChatError as exc:
+                self.screen.note(f"error: {exc.message}")
+                if session.lost:
+                    return 1
+
+    def _read_line(self) -> str | None:
+        self.screen.at_prompt = True
+        try:
+            return input(self.screen.prompt)
+        except EOFError:
+            if self.screen.prompt:
+                print()
+            return None
+        except KeyboardInterrupt:
+            typed = self.readline.get_line_buffer() if self.readline else ""
+            print()
+            # Ctrl-C over half-typed text clears it; at an empty prompt it leaves.
+            return "" if typed.strip() else None
+        finally:
+            self.screen.at_prompt = False
+
+    def _slash(self, portal: Any, session: ChatSession, text: str) -> bool:
+        name = text[1:].split()[0].lower() if len(text) > 1 else ""
+        if name in ("quit", "exit", "q"):
+            return False
+        if name in ("help", "h", "?", ""):
+            print(HELP)
+        elif name in ("status", "sleep"):
+            data = portal.call(session.command, name)
+            print(data if isinstance(data, str) else json.dumps(data, indent=2, ensure_ascii=False))
+        else:
+            self.screen.note(f"unknown command /{name} (try /help)")
+        return True
+
+    def _turn(self, portal: Any, session: ChatSession, text: str) -> None:
+        portal.call(session.start_turn, text)
+        cancelled = False
+        while True:
+            try:
+                done = portal.call(session.wait_turn, self.turn_timeout)
+            except KeyboardInterrupt:
+                if cancelled:
+                    raise
+                cancelled = True
+                self.screen.note("cancelling…")
+                portal.call(session.cancel_turn)
+                continue
+            except ChatError:
+                if self.screen.mid_reply:
+                    self.screen.end_reply()
+                raise
+            self.screen.end_reply(str(done.get("text", "")))
+            return
+
+    def _load_history(self) -> None:
+        if self.readline is None or self.history is None:
+            return
+        self.readline.set_history_length(1000)
+        try:
+            self.readline.read_history_file(self.history)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            print_err(f"cannot read chat history {self.history}: {exc.strerror or exc}")
+
+    def _save_history(self) -> None:
+        if self.readline is None or self.history is None:
+            return
+        try:
+            self.readline.write_history_file(self.history)
+            self.history.chmod(0o600)  # what was said is private
+        except OSError as exc:
+            print_err(f"cannot save chat history {self.history}: {exc.strerror or exc}")
+
+
+def _load_readline() -> Any:
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - platforms without GNU readline/libedit
+        return None
+    return readline
