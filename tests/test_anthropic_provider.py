@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from daemon.models.anthropic import AnthropicModel, to_wire_messages
@@ -364,6 +365,18 @@ def fake_process() -> Iterator[str]:
 async def test_fake_runs_as_a_subprocess_for_daemon_tests(fake_process: str) -> None:
     assert fake_process.startswith("http://127.0.0.1:")
     settings = AnthropicSettings(base_url=fake_process, max_retries=0)
-    async with AnthropicModel(settings, "sk-test") as model:
-        _, response = await collect(model, chat("ping from a daemon"))
-    assert response.text == "Echo: ping from a daemon"
+    async with httpx.AsyncClient(base_url=fake_process) as control, AnthropicModel(settings, "sk-test") as model:
+        with anyio.fail_after(10):
+            queued = await control.post("/_fake/enqueue", json=[{"tool_calls": [["remember", {"text": "x"}]]}, {"status": 529}])
+        assert queued.json() == {"queued": 2, "pending": 2}
+        _, first = await collect(model, chat("remember x", tools=(REMEMBER,)))
+        assert [(c.name, c.input) for c in first.tool_calls] == [("remember", {"text": "x"})]
+        with pytest.raises(ModelUnavailable, match="529 overloaded"):
+            await collect(model, chat("again"))
+        _, echoed = await collect(model, chat("ping from a daemon"))
+        assert echoed.text == "Echo: ping from a daemon"
+        with anyio.fail_after(10):
+            recorded = (await control.get("/_fake/requests")).json()["requests"]
+        bad = await control.post("/_fake/enqueue", json=[{"no_such_field": 1}])
+    assert [r["body"]["messages"][0]["content"][0]["text"] for r in recorded] == ["remember x", "again", "ping from a daemon"]
+    assert bad.status_code == 400

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,5 +224,20 @@ async def test_cancellation_mid_stream_is_prompt_and_leaves_no_task(harness: Har
     await anyio.sleep(0.05)
     assert set(asyncio.all_tasks()) <= tasks_before
     # The provider is still usable after a cancelled call.
+    _, response = await _collect(harness.model, _request(harness.plan_text()))
+    assert response.text
+
+
+@pytest.mark.anyio
+async def test_a_caller_stopping_early_releases_the_stream(harness: Harness) -> None:
+    tasks_before = set(asyncio.all_tasks())
+    request = _request(harness.plan_slow(), tools=())
+    with anyio.fail_after(5):
+        async with aclosing(harness.model.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    break
+    await anyio.sleep(0.05)
+    assert set(asyncio.all_tasks()) <= tasks_before
     _, response = await _collect(harness.model, _request(harness.plan_text()))
     assert response.text

@@ -17,6 +17,7 @@ import json
 import random
 import warnings
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anthropic
@@ -154,7 +155,8 @@ def _classify(err: Exception, settings: AnthropicSettings) -> _Failure:
     if isinstance(err, anthropic.APIConnectionError | httpx2.TransportError):
         cause = err.__cause__ or err
         return _Failure(reason=f"connection failed ({type(cause).__name__}: {cause})", retryable=True)
-    raise err
+    # Anything else from the SDK (an unreadable response, say) is reported, not retried.
+    return _Failure(reason=f"{type(err).__name__}: {err}", retryable=False)
 
 
 class AnthropicModel:
@@ -239,9 +241,11 @@ class AnthropicModel:
         for attempt in range(1, attempts + 1):
             delivered = False
             try:
-                async for event in self._attempt(params, request):
-                    delivered = True
-                    yield event
+                # aclosing: a caller that stops early must not leave the HTTP stream to the GC.
+                async with aclosing(self._attempt(params, request)) as events:
+                    async for event in events:
+                        delivered = True
+                        yield event
                 return
             except (anthropic.APIError, httpx2.TransportError, _Failure) as err:
                 failure = _classify(err, self.settings)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -164,9 +165,11 @@ class OpenAICompatModel:
         for attempt in range(1, attempts + 1):
             delivered = False
             try:
-                async for event in self._attempt(body, request):
-                    delivered = True
-                    yield event
+                # aclosing: a caller that stops early must not leave the HTTP stream to the GC.
+                async with aclosing(self._attempt(body, request)) as events:
+                    async for event in events:
+                        delivered = True
+                        yield event
                 return
             except httpx.TimeoutException:
                 failure = _Failure(reason=f"no response within {self.settings.timeout_s:g}s (timeout)", retryable=True)

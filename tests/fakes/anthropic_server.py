@@ -5,7 +5,8 @@ It serves `POST /v1/messages` (JSON, or server-sent events when `stream` is true
 it — in-process from a test, or from a daemon subprocess pointed at it with
 `REVERIE_ANTHROPIC_BASE_URL`. Run it standalone with
 ``python -m tests.fakes.anthropic_server --port N``; it prints its URL and serves until
-interrupted.
+interrupted. A fake in another process is scripted over HTTP: ``POST /_fake/enqueue`` with
+a JSON list of `Planned` fields (or strings), ``GET /_fake/requests`` for what it received.
 
 Responses come from a queue of `Planned` entries (text, tool calls, usage, HTTP errors,
 overload, a dropped connection, a delay). With the queue empty it echoes the last user
@@ -63,6 +64,19 @@ class Planned:
     stream_error_after_deltas: int | None = None
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0
+
+    @classmethod
+    def from_json(cls, data: Any) -> Planned:
+        """Build from JSON (the control endpoint): `tool_calls` as `[[name, {args}], ...]`."""
+        if isinstance(data, str):
+            return cls(text=data)
+        if not isinstance(data, dict):
+            raise TypeError(f"a planned response is an object or a string, not {type(data).__name__}")
+        fields = dict(data)
+        fields["tool_calls"] = tuple((str(n), dict(a)) for n, a in fields.get("tool_calls") or ())
+        if fields.get("status", 200) != 200 and not fields.get("error_type"):
+            fields["error_type"] = _ERROR_TYPES.get(int(fields["status"]), "api_error")
+        return cls(**fields)
 
     @classmethod
     def reply(cls, text: str, **kw: Any) -> Planned:
@@ -162,6 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             body = None
         path = self.path.split("?", 1)[0]
+        if path == "/_fake/enqueue":
+            return self._control_enqueue(body)
         fake._record(RecordedRequest(method="POST", path=path, headers={k.lower(): v for k, v in self.headers.items()}, body=body if isinstance(body, dict) else {}))
         if not self.headers.get("x-api-key") and not self.headers.get("authorization"):
             return self._send_error(401, "authentication_error", "x-api-key header is required")
@@ -190,6 +206,22 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, message, plan.headers)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (timeout, cancellation)
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] != "/_fake/requests":
+            return self._send_error(404, "not_found_error", f"no route for {self.path}")
+        recorded = [vars(r) for r in self.server.fake.requests]
+        return self._send_json(200, {"requests": recorded})
+
+    def _control_enqueue(self, body: Any) -> None:
+        """Script a fake running in another process: POST a list of `Planned` fields as JSON."""
+        items = body if isinstance(body, list) else [body]
+        try:
+            plans = [Planned.from_json(item) for item in items]
+        except (TypeError, ValueError) as exc:
+            return self._send_json(400, {"error": str(exc)})
+        self.server.fake.enqueue(*plans)
+        return self._send_json(200, {"queued": len(plans), "pending": self.server.fake.pending})
 
     def _stream(self, message: dict[str, Any], plan: Planned) -> None:
         fake = self.server.fake
