@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -273,7 +273,7 @@ class AnthropicModel:
             )
             await anyio.sleep(delay)
 
-    async def _attempt(self, params: dict[str, Any], request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def _attempt(self, params: dict[str, Any], request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """One streamed call, mapped to our events; failures raise, the stream is always closed."""
         self._warn_if_deprecated(request)
         with warnings.catch_warnings():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -195,7 +195,7 @@ class OpenAICompatModel:
             log.warning("openai-compatible call failed; retrying", attempt=attempt, of=attempts, reason=failure.reason, wait_s=round(delay, 3))
             await anyio.sleep(delay)
 
-    async def _attempt(self, body: dict[str, Any], request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def _attempt(self, body: dict[str, Any], request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """One streamed call, mapped to our events; failures raise, the response is always closed."""
         http_request = self._http.build_request("POST", self._url, json=body, headers=self._headers)
         response = await self._http.send(http_request, stream=True)
