@@ -471,3 +471,29 @@ def test_property_total_within_budget_and_persona_intact(property_home: Home, sc
     for row in result.report["layers"]:
         if row["name"] not in {"discipline", "persona", "time"}:
             assert row["tokens"] <= row["cap"]
+
+
+def test_reverie_context_command_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from daemon.cli import main
+
+    monkeypatch.setenv("REVERIE_EMBEDDER", "none")
+    home = build_home(tmp_path / "home")
+    assert main(["context", "--home", str(home.root), "--prompt", PROMPT, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [b["layer"] for b in data["blocks"]][:2] == ["discipline", "persona"]
+    assert data["topics"]["chosen"] == ["debugging", "baking"]
+    assert data["total_tokens"] <= data["budget"]
+    assert main(["context", "--home", str(home.root), "--prompt", "a sandwich, please", "--text"]) == 0
+    out = capsys.readouterr().out
+    assert "none matched" in out and "◀ cache breakpoint" in out and "## Memory discipline" in out
+    assert re.search(r"^persona\s+\d+", out, re.M)
+
+
+def test_reverie_context_command_reports_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from daemon.cli import main
+
+    home = build_home(tmp_path / "home")
+    home.config_file.write_text("[context.layers.recal]\ncap = 3\n")
+    assert main(["context", "--home", str(home.root), "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown context layer" in err and "recal" in err

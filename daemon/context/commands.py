@@ -1,0 +1,146 @@
+"""`reverie context`: show exactly what the model would see for a prompt, and what it cost.
+
+Runs outside the daemon: it reads the home's persona, topic and memory files and the memory
+index (read-only, safe while the daemon runs) and assembles the context the way a turn does,
+then prints each layer with its tokens, what was truncated and why, and how topics scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import AsyncExitStack
+from typing import Any
+
+from daemon.cli_support import CommandError, Env, resolve_env
+from daemon.clock import SystemClock
+from daemon.context.assembler import LAYER_ORDER, AssembledContext, ContextAssembler
+from daemon.log import configure
+from daemon.memory.api import MemoryView
+from daemon.tokens import default_counter
+from daemon.topics.router import TopicRouter
+
+
+def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "context",
+        parents=[common],
+        help="the assembled context for a prompt, per layer, with token counts",
+        description="Assemble the system prompt for PROMPT as a turn would, and explain it.",
+    )
+    p.add_argument("--prompt", default="", metavar="TEXT", help="the message to assemble context for")
+    p.add_argument("--previous-reply", default="", metavar="TEXT", help="the agent's previous reply (topics and recall read it too)")
+    p.add_argument("--json", action="store_true", help="print the breakdown and the blocks as JSON")
+    p.add_argument("--text", action="store_true", help="also print the assembled system prompt")
+    p.set_defaults(func=run_context)
+
+
+async def _open_view(env: Env, stack: AsyncExitStack) -> tuple[MemoryView | None, str]:
+    try:
+        from daemon.memory.system import MemorySystem
+    except ImportError:
+        return None, "memory system not installed; memory layers left out"
+    opener = getattr(MemorySystem, "open_view", None)
+    if opener is None:
+        return None, "memory system has no read-only view yet; memory layers left out"
+    try:
+        view = await stack.enter_async_context(opener(env.home, env.settings))
+    except Exception as exc:
+        return None, f"memory index could not be opened ({type(exc).__name__}: {exc}); memory layers left out"
+    return view, ""
+
+
+async def run_context(args: argparse.Namespace) -> int:
+    """Assemble and print the context for `--prompt`."""
+    env = resolve_env(args)
+    # Logs go to stderr so `--json` output stays parseable.
+    level = env.settings.log.level if env.settings.log.level != "info" else "warning"
+    configure(level=level, fmt="console", stream=sys.stderr)
+    router = TopicRouter(env.home, env.settings.topics)
+    async with AsyncExitStack() as stack:
+        view, note = await _open_view(env, stack)
+        assembler = ContextAssembler(
+            home=env.home,
+            settings=env.settings,
+            view=view,
+            router=router,
+            counter=default_counter(),
+            clock=SystemClock(),
+        )
+        try:
+            result = await assembler.assemble(args.prompt, previous_reply=args.previous_reply)
+        except OSError as exc:
+            raise CommandError(f"cannot assemble context: {exc}") from None
+    if note:
+        result.report["notes"].insert(0, note)
+    if args.json:
+        print(json.dumps(as_json(result), ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(as_table(result, prompt=args.prompt, settings_points=env.settings.topics))
+        if args.text:
+            print("\n" + "=" * 72 + "\n" + result.text)
+    return 0
+
+
+def _layer_names(result: AssembledContext) -> list[str]:
+    return [row["name"] for row in result.report["layers"] if row["tokens"]]
+
+
+def as_json(result: AssembledContext) -> dict[str, Any]:
+    """The report plus the blocks, each named by its layer."""
+    names = _layer_names(result)
+    return {
+        **result.report,
+        "timings_ms": {k: round(v, 3) for k, v in result.timings.items()},
+        "blocks": [
+            {"layer": name, "cache_breakpoint": block.cache_breakpoint, "text": block.text}
+            for name, block in zip(names, result.blocks, strict=True)
+        ],
+    }
+
+
+def as_table(result: AssembledContext, *, prompt: str, settings_points: Any) -> str:
+    """A human-readable breakdown: one row per layer, then cuts, topics and notes."""
+    r = result.report
+    shown = prompt if len(prompt) <= 60 else prompt[:57] + "…"
+    lines = [
+        f'Context for "{shown}": {r["total_tokens"]} of {r["budget"]} tokens ({r["counter"]}), '
+        f"{result.timings.get('assemble_ms', 0.0):.1f} ms",
+        "",
+        f"{'layer':<14}{'tokens':>7}{'target':>8}{'cap':>7}  {'items':<7} part",
+    ]
+    rows = {row["name"]: row for row in r["layers"]}
+    for name in LAYER_ORDER:
+        row = rows[name]
+        part = "stable" if row["stable"] else "volatile"
+        if name in r["cache_breakpoints"]:
+            part += "  ◀ cache breakpoint"
+        items = f"{row['kept']}/{row['items']}"
+        lines.append(f"{name:<14}{row['tokens']:>7}{row['target']:>8}{row['cap']:>7}  {items:<7} {part}")
+    lines.append(f"{'total':<14}{r['total_tokens']:>7}{'':>8}{r['budget']:>7}")
+    if r["over_budget"]:
+        lines += ["", f"! {r['over_budget']}"]
+    cuts = [(row["name"], c) for row in r["layers"] for c in row["truncated"]]
+    if cuts:
+        lines += ["", "Truncated:"]
+        for name, c in cuts:
+            size = f"{c['tokens_before']}→{c['tokens_after']} tokens" if c["action"] == "cut" else f"{c['tokens_before']} tokens"
+            lines.append(f"  {name}: {c['id']} {c['action']} ({size}): {c['reason']}")
+    topics = r["topics"]
+    point = settings_points.system_prompt
+    lines += ["", f"Topics (system prompt: top {point.top_n}, min score {point.min_score:g}):"]
+    if not topics["scores"]:
+        lines.append("  none matched")
+    for s in topics["scores"]:
+        mark = "✓" if s["selected"] else " "
+        matched = ", ".join(s["matched"]) or "—"
+        lines.append(f"  {mark} {s['id']:<24} score {s['score']:>4g}  matched: {matched}  ({s['reason']})")
+    for problem in topics["problems"]:
+        lines.append(f"  ! {problem}")
+    if r["rejected_contributions"]:
+        lines += ["", "Rejected contributions:"]
+        lines += [f"  {c['layer']} ← {c['origin']} {c['source']}: {c['reason']}" for c in r["rejected_contributions"]]
+    if r["notes"]:
+        lines += ["", "Notes:"] + [f"  - {n}" for n in r["notes"]]
+    return "\n".join(lines) + "\n"
