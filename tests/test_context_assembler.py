@@ -473,6 +473,16 @@ def test_property_total_within_budget_and_persona_intact(property_home: Home, sc
             assert row["tokens"] <= row["cap"]
 
 
+@pytest.fixture
+def cli_logging() -> object:
+    """The command reconfigures logging for the process; put the defaults back afterwards."""
+    import structlog
+
+    yield None
+    structlog.reset_defaults()
+
+
+@pytest.mark.usefixtures("cli_logging")
 def test_reverie_context_command_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from daemon.cli import main
 
@@ -489,6 +499,7 @@ def test_reverie_context_command_json_and_table(tmp_path: Path, capsys: pytest.C
     assert re.search(r"^persona\s+\d+", out, re.M)
 
 
+@pytest.mark.usefixtures("cli_logging")
 def test_reverie_context_command_reports_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from daemon.cli import main
 

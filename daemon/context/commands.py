@@ -22,6 +22,19 @@ from daemon.tokens import default_counter
 from daemon.topics.router import TopicRouter
 
 
+class _CurrentStderr:
+    """Write to whatever `sys.stderr` is now (it may be swapped after configuration)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "context",
@@ -56,7 +69,7 @@ async def run_context(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     # Logs go to stderr so `--json` output stays parseable.
     level = env.settings.log.level if env.settings.log.level != "info" else "warning"
-    configure(level=level, fmt="console", stream=sys.stderr)
+    configure(level=level, fmt="console", stream=_CurrentStderr())
     router = TopicRouter(env.home, env.settings.topics)
     async with AsyncExitStack() as stack:
         view, note = await _open_view(env, stack)
