@@ -67,8 +67,11 @@ def cli_env(
     monkeypatch: pytest.MonkeyPatch, sock: Path, home_dir: Path, quiet_logs: io.StringIO
 ) -> Path:
     monkeypatch.setattr(daemon.cli, "COMMAND_MODULES", ("daemon.chat.commands",))
-    monkeypatch.setenv("REVERIE_SOCKET", str(sock))
+    monkeypatch.delenv("REVERIE_SOCKET", raising=False)
     monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    # The socket comes from the home's own config: proof that --home is honoured.
+    with (home_dir / "reverie.toml").open("a") as fh:
+        fh.write(f'\n[chat]\nsocket = "{sock}"\n')
     return home_dir
 
 
@@ -238,7 +241,7 @@ async def test_chat_m_streams_the_reply_to_stdout(
         async with daemon_at(
             sock, turn=ScriptedTurn(chunks=("Hel", "lo", " there"), tools=("recall",))
         ) as handler:
-            code = await run_cli(["--home", str(cli_env), "chat", "-m", "hi there"])
+            code = await run_cli(["chat", "--home", str(cli_env), "-m", "hi there"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert out == "Hello there\n"
@@ -252,7 +255,7 @@ async def test_chat_m_reads_the_message_from_stdin(
     monkeypatch.setattr(sys, "stdin", io.StringIO("a message\nover two lines\n"))
     with anyio.fail_after(10):
         async with daemon_at(sock) as handler:
-            code = await run_cli(["--home", str(cli_env), "chat", "-m", "-"])
+            code = await run_cli(["chat", "--home", str(cli_env), "-m", "-"])
     assert code == 0
     assert capsys.readouterr().out == "Hello, world.\n"
     assert handler.seen.frames[0][1].text == "a message\nover two lines\n"  # type: ignore[union-attr]
@@ -264,7 +267,7 @@ async def test_chat_m_error_frame_is_one_line_and_nonzero(
     turn = ScriptedTurn(error_code="spend_cap", error_message="today's spend cap is reached")
     with anyio.fail_after(10):
         async with daemon_at(sock, turn=turn):
-            code = await run_cli(["--home", str(cli_env), "chat", "-m", "hi"])
+            code = await run_cli(["chat", "--home", str(cli_env), "-m", "hi"])
     out, err = capsys.readouterr()
     assert code == 1
     assert out == ""
@@ -275,7 +278,7 @@ async def test_chat_m_without_a_daemon(
     sock: Path, cli_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with anyio.fail_after(10):
-        code = await run_cli(["--home", str(cli_env), "chat", "-m", "hi"])
+        code = await run_cli(["chat", "--home", str(cli_env), "-m", "hi"])
     err = capsys.readouterr().err
     assert code == 1
     assert (
@@ -299,7 +302,7 @@ async def test_chat_finds_the_user_units_socket(
     unit_socket = runtime / "reverie" / "reverie.sock"
     with anyio.fail_after(10):
         async with daemon_at(unit_socket):
-            code = await run_cli(["--home", str(home_dir), "chat", "-m", "hi"])
+            code = await run_cli(["chat", "--home", str(home_dir), "-m", "hi"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert out == "Hello, world.\n"
@@ -318,7 +321,7 @@ async def test_interactive_chat_over_a_pipe(sock: Path, home_dir: Path) -> None:
     with anyio.fail_after(20):
         async with daemon_at(sock, turn=ScriptedTurn(chunks=("Hi", "!"))) as handler:
             done = await anyio.run_process(
-                [sys.executable, "-c", CLI_WRAPPER, "--home", str(home_dir), "chat"],
+                [sys.executable, "-c", CLI_WRAPPER, "chat", "--home", str(home_dir)],
                 input=script.encode(),
                 env=_cli_env(sock),
                 check=False,
@@ -340,7 +343,7 @@ async def test_ctrl_c_cancels_the_turn_in_flight(sock: Path, home_dir: Path) -> 
     with anyio.fail_after(20):
         async with daemon_at(sock, turn=turn) as handler:
             async with await anyio.open_process(
-                [sys.executable, "-c", CLI_WRAPPER, "--home", str(home_dir), "chat", "-m", "go on"],
+                [sys.executable, "-c", CLI_WRAPPER, "chat", "--home", str(home_dir), "-m", "go on"],
                 env=_cli_env(sock),
             ) as proc:
                 assert proc.stdout is not None and proc.stderr is not None
