@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from pathlib import Path
 
 import anyio
@@ -10,7 +11,15 @@ import pytest
 
 from daemon.clock import FakeClock
 from daemon.models.anthropic import AnthropicModel
-from daemon.models.base import Message, SpendCapReached, SystemBlock, Usage
+from daemon.models.base import (
+    Message,
+    ModelRequest,
+    SpendCapReached,
+    StreamEvent,
+    SystemBlock,
+    TextDelta,
+    Usage,
+)
 from daemon.models.ledger import UsageLedger, cost_of, price_for
 from daemon.models.offline import OfflineModel
 from daemon.models.openai_compat import OpenAICompatModel
@@ -163,3 +172,37 @@ async def test_prompt_caching_is_measured_in_the_ledger(db: Database, fake: Fake
     assert rows[0][0] == 0 and rows[1][0] > 0 and rows[2][0] > rows[1][0]
     first = Usage(cache_write_tokens=rows[0][1])
     assert rows[0][2] == pytest.approx(cost_of(first, config.spend.prices["claude-sonnet-4-5"]), rel=0.2)
+
+
+class _ClosingProbe:
+    """A provider that notes whether its stream was closed (what releases an HTTP stream)."""
+
+    provider = "probe"
+
+    def __init__(self) -> None:
+        self.closed_streams = 0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        try:
+            for word in ("one ", "two ", "three"):
+                await anyio.lowlevel.checkpoint()
+                yield TextDelta(text=word)
+        finally:
+            self.closed_streams += 1
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.mark.anyio
+async def test_roles_close_the_provider_stream_when_the_caller_stops_early() -> None:
+    probe = _ClosingProbe()
+    async with ModelRoles(Settings(), None, overrides={"trunk": probe}, environ={}) as roles:
+        with anyio.fail_after(5):
+            async with aclosing(roles.stream(roles.request("trunk", messages=[Message.user("hi")]))) as events:
+                async for _ in events:
+                    break
+    assert probe.closed_streams == 1

@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
+import anyio
+
 from daemon.log import get_logger
 from daemon.models.base import (
     Completed,
@@ -158,17 +160,25 @@ class ModelRoles:
         """Stream a request for `request.role`, recording usage when it completes."""
         await self.check_cap(request.role)
         model = self.model_for(request.role)
-        async for event in model.stream(request):
-            if isinstance(event, Completed) and self.ledger is not None:
-                await self.ledger.record(
-                    role=request.role,
-                    provider=event.response.provider,
-                    model=event.response.model,
-                    usage=event.response.usage,
-                    session_id=session_id,
-                    turn_id=turn_id,
-                )
-            yield event
+        events = model.stream(request)
+        try:
+            async for event in events:
+                if isinstance(event, Completed) and self.ledger is not None:
+                    await self.ledger.record(
+                        role=request.role,
+                        provider=event.response.provider,
+                        model=event.response.model,
+                        usage=event.response.usage,
+                        session_id=session_id,
+                        turn_id=turn_id,
+                    )
+                yield event
+        finally:
+            # When our caller stops early, the provider's HTTP stream closes now, not at GC.
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
 
     async def complete(
         self, request: ModelRequest, *, session_id: str | None = None, turn_id: str | None = None
