@@ -35,6 +35,8 @@ FLUSH_TIMEOUT_S = 2.0
 # Bounds on handler callbacks run during cleanup, so a stuck handler cannot hang shutdown.
 DISCONNECT_TIMEOUT_S = 5.0
 LIVE_PROBE_TIMEOUT_S = 2.0
+# Frames already queued are written together up to this size.
+WRITE_BATCH_BYTES = 256 * 1024
 
 
 class ChatServerError(Exception):
@@ -48,7 +50,9 @@ class ChatHandler(Protocol):
     per connection, so a handler should return quickly and hand long work (a turn) to its
     own task group, replying later through `client.send`. `client_connected` is where the
     handler sends the `hello` frame. An exception from a callback is logged and answered
-    with an `internal` error frame; it never takes the server down.
+    with an `internal` error frame; it never takes the server down. A callback is
+    cancelled if its client is dropped (too slow, vanished) or the server stops;
+    `client_disconnected` then still runs, shielded and bounded by a timeout.
     """
 
     async def client_connected(self, client: ClientHandle) -> None: ...
@@ -112,11 +116,24 @@ class ClientHandle:
         if self._scope is not None:
             self._scope.cancel()
 
+    def _batch(self, first: bytes) -> bytes:
+        """Join frames already waiting, so a burst of deltas costs one system call."""
+        parts = [first]
+        size = len(first)
+        while size < WRITE_BATCH_BYTES:
+            try:
+                data = self._inbox.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+            parts.append(data)
+            size += len(data)
+        return b"".join(parts) if len(parts) > 1 else first
+
     async def _write_loop(self, stream: UnixConnection) -> None:
         try:
             async with self._inbox:
                 async for data in self._inbox:
-                    await stream.send(data)
+                    await stream.send(self._batch(data))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             # The peer vanished; the reader notices too, and the connection winds down.
             self.closed = True
