@@ -92,7 +92,11 @@ class ClientHandle:
         """
         if self.closed:
             return False
-        data = protocol.encode(frame)
+        return self._enqueue(protocol.encode(frame))
+
+    def _enqueue(self, data: bytes) -> bool:
+        if self.closed:
+            return False
         try:
             self._outbox.send_nowait(data)
         except anyio.WouldBlock:
@@ -179,9 +183,8 @@ class ChatServer:
 
     def broadcast(self, frame: dict[str, Any]) -> int:
         """Queue `frame` for every connected client; return how many took it. Never blocks."""
-        data_check = protocol.encode(frame)  # fail once, loudly, before touching any client
-        del data_check
-        return sum(1 for client in self.connected() if client.send(frame))
+        data = protocol.encode(frame)  # once for everyone; a bad frame fails before any send
+        return sum(1 for client in self.connected() if client._enqueue(data))
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; raise `ChatServerError` if the socket cannot be set up.
