@@ -161,7 +161,11 @@ class Daemon:
                     queue_frames=s.chat.client_queue_frames,
                     allow_uids=s.chat.allow_uids,
                 )
-                watcher = FileWatcher(self.home, on_change=self._files_changed, bus=self.bus) if s.topics.watch else None
+                watcher = (
+                    FileWatcher(self.home, s.topics, router=self.router, files=getattr(assembler, "files", None), bus=self.bus)
+                    if s.topics.watch
+                    else None
+                )
                 async with anyio.create_task_group() as tg:
                     await tg.start(self.server.serve)
                     await tg.start(self.trunk.serve)
@@ -221,10 +225,6 @@ class Daemon:
         assert self.db is not None
         busy, log_frames, done = await self.db.checkpoint()
         return f"busy={busy} wal_frames={log_frames} checkpointed={done}"
-
-    async def _files_changed(self, paths: list[str]) -> None:
-        if self.router is not None:
-            self.router.reload()
 
     def _register_commands(self, gateway: ChatGateway) -> None:
         async def status(_args: dict[str, Any]) -> dict[str, Any]:

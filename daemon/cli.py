@@ -26,14 +26,16 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    home_help = "state directory (default: $REVERIE_HOME, $STATE_DIRECTORY or ./var)"
+    config_help = "extra TOML config layered over the home's reverie.toml"
+    parser = argparse.ArgumentParser(prog="reverie", description="Reverie: a 24/7 agent daemon built for continuity.")
+    parser.add_argument("--home", metavar="DIR", help=home_help)
+    parser.add_argument("--config", metavar="FILE", help=config_help)
+    # Subcommands accept the same options after their name; SUPPRESS keeps a value given
+    # before the subcommand from being overwritten by the subparser's default.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--home", metavar="DIR", help="state directory (default: $REVERIE_HOME, $STATE_DIRECTORY or ./var)")
-    common.add_argument("--config", metavar="FILE", help="extra TOML config layered over the home's reverie.toml")
-    parser = argparse.ArgumentParser(
-        prog="reverie",
-        description="Reverie: a 24/7 agent daemon built for continuity.",
-        parents=[common],
-    )
+    common.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS, help=home_help)
+    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=config_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
