@@ -36,7 +36,11 @@ from tests.fakes.anthropic_server import FakeAnthropic, Planned
 REMEMBER = ToolSpec(
     name="remember",
     description="Store a fact.",
-    input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    input_schema={
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    },
 )
 
 
@@ -62,7 +66,9 @@ def chat(text: str = "hello", **kw: object) -> ModelRequest:
     return ModelRequest(model="claude-haiku-4-5", messages=(Message.user(text),), **kw)  # type: ignore[arg-type]
 
 
-async def collect(model: AnthropicModel, request: ModelRequest) -> tuple[list[StreamEvent], ModelResponse]:
+async def collect(
+    model: AnthropicModel, request: ModelRequest
+) -> tuple[list[StreamEvent], ModelResponse]:
     events: list[StreamEvent] = []
     with anyio.fail_after(10):
         async for event in model.stream(request):
@@ -86,7 +92,10 @@ async def test_streams_text_as_deltas(fake: FakeAnthropic) -> None:
     (sent,) = fake.message_requests
     assert sent.body["stream"] is True
     # The SDK sends the key as `x-api-key` or as a bearer token, depending on its version.
-    assert sent.headers.get("x-api-key") == "sk-test" or sent.headers.get("authorization") == "Bearer sk-test"
+    assert (
+        sent.headers.get("x-api-key") == "sk-test"
+        or sent.headers.get("authorization") == "Bearer sk-test"
+    )
     assert "anthropic-version" in sent.headers
     assert sent.body["messages"][0]["content"][0]["text"] == "tell me"
 
@@ -99,21 +108,35 @@ async def test_multi_step_tool_loop(fake: FakeAnthropic) -> None:
     )
     messages = [Message.user("remember that the cat is called Miso")]
     async with AnthropicModel(settings_for(fake), "sk-test") as model:
-        events, first = await collect(model, ModelRequest(model="claude-haiku-4-5", messages=tuple(messages), tools=(REMEMBER,)))
+        events, first = await collect(
+            model,
+            ModelRequest(model="claude-haiku-4-5", messages=tuple(messages), tools=(REMEMBER,)),
+        )
         assert first.stop_reason == "tool_use"
         (call,) = first.tool_calls
         assert call.name == "remember" and call.input == {"text": "the cat is called Miso"}
         assert ToolCallStarted(id=call.id, name="remember") in events
         messages.append(Message(role="assistant", content=first.content))
-        messages.append(Message(role="user", content=(ToolResultBlock(tool_use_id=call.id, content="stored as fact #7"),)))
-        _, final = await collect(model, ModelRequest(model="claude-haiku-4-5", messages=tuple(messages), tools=(REMEMBER,)))
+        messages.append(
+            Message(
+                role="user",
+                content=(ToolResultBlock(tool_use_id=call.id, content="stored as fact #7"),),
+            )
+        )
+        _, final = await collect(
+            model,
+            ModelRequest(model="claude-haiku-4-5", messages=tuple(messages), tools=(REMEMBER,)),
+        )
     assert final.text == "Noted: the cat is called Miso."
     first_sent, second_sent = fake.message_requests
     assert first_sent.body["tools"][0]["name"] == "remember"
     assert first_sent.body["tools"][0]["input_schema"]["required"] == ["text"]
     assistant_turn, result_turn = second_sent.body["messages"][1:]
     assert assistant_turn["content"][0] == {"type": "text", "text": "I'll note that."}
-    assert assistant_turn["content"][1]["type"] == "tool_use" and assistant_turn["content"][1]["id"] == call.id
+    assert (
+        assistant_turn["content"][1]["type"] == "tool_use"
+        and assistant_turn["content"][1]["id"] == call.id
+    )
     assert result_turn["content"][0]["type"] == "tool_result"
     assert result_turn["content"][0]["tool_use_id"] == call.id
     assert result_turn["content"][0]["content"] == "stored as fact #7"
@@ -150,7 +173,9 @@ async def test_overloaded_then_success(fake: FakeAnthropic) -> None:
 
 @pytest.mark.anyio
 async def test_overloaded_inside_the_stream_is_retried(fake: FakeAnthropic) -> None:
-    fake.enqueue(Planned(text="never shown", stream_error_after_deltas=0), Planned.reply("second try"))
+    fake.enqueue(
+        Planned(text="never shown", stream_error_after_deltas=0), Planned.reply("second try")
+    )
     async with AnthropicModel(settings_for(fake), "sk-test") as model:
         events, response = await collect(model, chat())
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["second ", "try"]
@@ -190,7 +215,10 @@ async def test_drop_before_any_text_is_retried(fake: FakeAnthropic) -> None:
 
 @pytest.mark.anyio
 async def test_drop_after_text_is_not_silently_restarted(fake: FakeAnthropic) -> None:
-    fake.enqueue(Planned.dropped(after_deltas=2, text="one two three four"), Planned.reply("must not be used"))
+    fake.enqueue(
+        Planned.dropped(after_deltas=2, text="one two three four"),
+        Planned.reply("must not be used"),
+    )
     received: list[str] = []
     async with AnthropicModel(settings_for(fake), "sk-test") as model:
         with pytest.raises(ModelError) as caught, anyio.fail_after(10):
@@ -222,9 +250,14 @@ async def test_timeout_becomes_unavailable(fake: FakeAnthropic) -> None:
 async def test_connection_refused_becomes_unavailable() -> None:
     with FakeAnthropic() as gone:
         url = gone.url
-    settings = AnthropicSettings(base_url=url, max_retries=1, backoff_base_s=0.001, connect_timeout_s=1.0)
+    settings = AnthropicSettings(
+        base_url=url, max_retries=1, backoff_base_s=0.001, connect_timeout_s=1.0
+    )
     async with AnthropicModel(settings, "sk-test") as model:
-        with pytest.raises(ModelUnavailable, match=r"after 2 attempts: connection failed"), anyio.fail_after(10):
+        with (
+            pytest.raises(ModelUnavailable, match=r"after 2 attempts: connection failed"),
+            anyio.fail_after(10),
+        ):
             await collect(model, chat())
 
 
@@ -239,7 +272,11 @@ async def test_rejected_requests_are_not_retried(fake: FakeAnthropic) -> None:
         # The fake rejects a tool_result that answers no tool_use, as the API does.
         orphan = ModelRequest(
             model="claude-haiku-4-5",
-            messages=(Message(role="user", content=(ToolResultBlock(tool_use_id="toolu_none", content="x"),)),),
+            messages=(
+                Message(
+                    role="user", content=(ToolResultBlock(tool_use_id="toolu_none", content="x"),)
+                ),
+            ),
         )
         with pytest.raises(ModelError, match=r"400 invalid_request_error: .*toolu_none") as bad:
             await collect(model, orphan)
@@ -255,9 +292,14 @@ async def test_cache_breakpoints_and_cache_usage(fake: FakeAnthropic) -> None:
         SystemBlock(text="Recalled just now: the dentist is on Friday."),
     )
     async with AnthropicModel(settings_for(fake), "sk-test") as model:
-        _, first = await collect(model, ModelRequest(model="claude-sonnet-4-5", messages=(Message.user("hi"),), system=system))
+        _, first = await collect(
+            model,
+            ModelRequest(model="claude-sonnet-4-5", messages=(Message.user("hi"),), system=system),
+        )
         turn_two = (Message.user("hi"), Message.assistant(first.text), Message.user("and today?"))
-        _, second = await collect(model, ModelRequest(model="claude-sonnet-4-5", messages=turn_two, system=system))
+        _, second = await collect(
+            model, ModelRequest(model="claude-sonnet-4-5", messages=turn_two, system=system)
+        )
     sent = fake.message_requests[0].body
     assert [("cache_control" in b) for b in sent["system"]] == [False, True, False]
     assert sent["system"][1]["cache_control"] == {"type": "ephemeral"}
@@ -272,7 +314,10 @@ async def test_cache_breakpoints_and_cache_usage(fake: FakeAnthropic) -> None:
 async def test_caching_off_sends_no_cache_control(fake: FakeAnthropic) -> None:
     system = (SystemBlock(text="persona", cache_breakpoint=True), SystemBlock(text="dynamic"))
     async with AnthropicModel(settings_for(fake, prompt_caching=False), "sk-test") as model:
-        _, response = await collect(model, ModelRequest(model="claude-sonnet-4-5", messages=(Message.user("hi"),), system=system))
+        _, response = await collect(
+            model,
+            ModelRequest(model="claude-sonnet-4-5", messages=(Message.user("hi"),), system=system),
+        )
     assert "cache_control" not in str(fake.message_requests[0].body)
     assert response.usage.cache_read_tokens == response.usage.cache_write_tokens == 0
 
@@ -283,7 +328,12 @@ async def test_stop_reason_and_usage_mapping(fake: FakeAnthropic) -> None:
         Planned.reply(
             "cut short",
             stop_reason="max_tokens",
-            usage={"input_tokens": 11, "output_tokens": 3, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7},
+            usage={
+                "input_tokens": 11,
+                "output_tokens": 3,
+                "cache_read_input_tokens": 100,
+                "cache_creation_input_tokens": 7,
+            },
         )
     )
     async with AnthropicModel(settings_for(fake), "sk-test") as model:
@@ -329,13 +379,24 @@ def test_message_mapping_drops_empty_text_and_merges_same_role_turns() -> None:
     messages = (
         Message.user("first"),
         Message.user("second"),
-        Message(role="assistant", content=(TextBlock(text=""), ToolUseBlock(id="t1", name="recall", input={"query": "x"}))),
-        Message(role="user", content=(ToolResultBlock(tool_use_id="t1", content="nothing", is_error=True),)),
+        Message(
+            role="assistant",
+            content=(
+                TextBlock(text=""),
+                ToolUseBlock(id="t1", name="recall", input={"query": "x"}),
+            ),
+        ),
+        Message(
+            role="user",
+            content=(ToolResultBlock(tool_use_id="t1", content="nothing", is_error=True),),
+        ),
     )
     wire = to_wire_messages(messages, caching=False)
     assert [m["role"] for m in wire] == ["user", "assistant", "user"]
     assert [b["text"] for b in wire[0]["content"]] == ["first", "second"]
-    assert wire[1]["content"] == [{"type": "tool_use", "id": "t1", "name": "recall", "input": {"query": "x"}}]
+    assert wire[1]["content"] == [
+        {"type": "tool_use", "id": "t1", "name": "recall", "input": {"query": "x"}}
+    ]
     assert wire[2]["content"][0]["is_error"] is True
 
 
@@ -365,9 +426,15 @@ def fake_process() -> Iterator[str]:
 async def test_fake_runs_as_a_subprocess_for_daemon_tests(fake_process: str) -> None:
     assert fake_process.startswith("http://127.0.0.1:")
     settings = AnthropicSettings(base_url=fake_process, max_retries=0)
-    async with httpx.AsyncClient(base_url=fake_process) as control, AnthropicModel(settings, "sk-test") as model:
+    async with (
+        httpx.AsyncClient(base_url=fake_process) as control,
+        AnthropicModel(settings, "sk-test") as model,
+    ):
         with anyio.fail_after(10):
-            queued = await control.post("/_fake/enqueue", json=[{"tool_calls": [["remember", {"text": "x"}]]}, {"status": 529}])
+            queued = await control.post(
+                "/_fake/enqueue",
+                json=[{"tool_calls": [["remember", {"text": "x"}]]}, {"status": 529}],
+            )
         assert queued.json() == {"queued": 2, "pending": 2}
         _, first = await collect(model, chat("remember x", tools=(REMEMBER,)))
         assert [(c.name, c.input) for c in first.tool_calls] == [("remember", {"text": "x"})]
@@ -378,5 +445,9 @@ async def test_fake_runs_as_a_subprocess_for_daemon_tests(fake_process: str) -> 
         with anyio.fail_after(10):
             recorded = (await control.get("/_fake/requests")).json()["requests"]
         bad = await control.post("/_fake/enqueue", json=[{"no_such_field": 1}])
-    assert [r["body"]["messages"][0]["content"][0]["text"] for r in recorded] == ["remember x", "again", "ping from a daemon"]
+    assert [r["body"]["messages"][0]["content"][0]["text"] for r in recorded] == [
+        "remember x",
+        "again",
+        "ping from a daemon",
+    ]
     assert bad.status_code == 400

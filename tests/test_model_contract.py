@@ -8,7 +8,7 @@ final answer" and "a long, slow reply" in its own way; the assertions are shared
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +42,11 @@ from tests.fakes.openai_server import FakeOpenAI
 REMEMBER = ToolSpec(
     name="remember",
     description="Store one fact.",
-    input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    input_schema={
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    },
 )
 FACT = "the cat is called Miso"
 LONG = " ".join(f"word{i}" for i in range(400))
@@ -92,7 +96,9 @@ def _offline() -> Harness:
 
 def _anthropic() -> Harness:
     fake = FakeAnthropic().start()
-    settings = AnthropicSettings(base_url=fake.url, max_retries=1, backoff_base_s=0.001, timeout_s=5.0)
+    settings = AnthropicSettings(
+        base_url=fake.url, max_retries=1, backoff_base_s=0.001, timeout_s=5.0
+    )
     model = AnthropicModel(settings, "sk-test")
 
     def text() -> str:
@@ -107,7 +113,9 @@ def _anthropic() -> Harness:
         fake.enqueue(Planned(text=LONG, chunk_delay_s=0.05))
         return "tell me a long story"
 
-    return Harness(model=model, plan_text=text, plan_tool_loop=loop, plan_slow=slow, closers=[fake.stop])
+    return Harness(
+        model=model, plan_text=text, plan_tool_loop=loop, plan_slow=slow, closers=[fake.stop]
+    )
 
 
 def _openai() -> Harness:
@@ -127,12 +135,23 @@ def _openai() -> Harness:
         fake.enqueue(Planned(text=LONG, chunk_delay_s=0.05))
         return "tell me a long story"
 
-    return Harness(model=model, plan_text=text, plan_tool_loop=loop, plan_slow=slow, closers=[lambda: fake.__exit__(None, None, None)])
+    return Harness(
+        model=model,
+        plan_text=text,
+        plan_tool_loop=loop,
+        plan_slow=slow,
+        closers=[lambda: fake.__exit__(None, None, None)],
+    )
 
 
 @pytest.fixture(params=["anthropic", "openai", "offline", "scripted"])
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    built = {"anthropic": _anthropic, "openai": _openai, "offline": _offline, "scripted": _scripted}[request.param]()
+    built = {
+        "anthropic": _anthropic,
+        "openai": _openai,
+        "offline": _offline,
+        "scripted": _scripted,
+    }[request.param]()
     try:
         yield built
     finally:
@@ -142,7 +161,9 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
             close()
 
 
-def _request(text: str, messages: tuple[Message, ...] = (), tools: tuple[ToolSpec, ...] = (REMEMBER,)) -> ModelRequest:
+def _request(
+    text: str, messages: tuple[Message, ...] = (), tools: tuple[ToolSpec, ...] = (REMEMBER,)
+) -> ModelRequest:
     return ModelRequest(
         model="claude-haiku-4-5",
         system=(SystemBlock(text="You are Reverie.", cache_breakpoint=True),),
@@ -168,7 +189,15 @@ def _completed(events: list[StreamEvent]) -> ModelResponse:
 
 def _check_usage(response: ModelResponse) -> None:
     usage = response.usage
-    assert min(usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens) >= 0
+    assert (
+        min(
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+        )
+        >= 0
+    )
     assert usage.prompt_tokens > 0 and usage.output_tokens > 0
 
 
@@ -196,7 +225,9 @@ async def test_tool_calls_round_trip_through_tool_results(harness: Harness) -> N
     messages = (
         Message.user(said),
         Message(role="assistant", content=first.content),
-        Message(role="user", content=(ToolResultBlock(tool_use_id=call.id, content="stored as fact:1"),)),
+        Message(
+            role="user", content=(ToolResultBlock(tool_use_id=call.id, content="stored as fact:1"),)
+        ),
     )
     _, second = await _collect(harness.model, _request(said, messages))
     assert second.stop_reason == "end_turn" and not second.tool_calls and second.text
@@ -233,7 +264,9 @@ async def test_a_caller_stopping_early_releases_the_stream(harness: Harness) -> 
     tasks_before = set(asyncio.all_tasks())
     request = _request(harness.plan_slow(), tools=())
     with anyio.fail_after(5):
-        async with aclosing(harness.model.stream(request)) as events:
+        stream = harness.model.stream(request)
+        assert isinstance(stream, AsyncGenerator), "a stream must be closable by its caller"
+        async with aclosing(stream) as events:
             async for event in events:
                 if isinstance(event, TextDelta):
                     break

@@ -29,8 +29,12 @@ MEMORY_TOOLS = (
 )
 
 
-def request(text: str, *, task: Task = "chat", tools: tuple[ToolSpec, ...] = MEMORY_TOOLS) -> ModelRequest:
-    return ModelRequest(model="claude-sonnet-4-5", messages=(Message.user(text),), tools=tools, task=task)
+def request(
+    text: str, *, task: Task = "chat", tools: tuple[ToolSpec, ...] = MEMORY_TOOLS
+) -> ModelRequest:
+    return ModelRequest(
+        model="claude-sonnet-4-5", messages=(Message.user(text),), tools=tools, task=task
+    )
 
 
 async def run(req: ModelRequest) -> tuple[list[StreamEvent], ModelResponse]:
@@ -62,16 +66,30 @@ async def test_chat_reply_is_honest_and_streamed_word_by_word() -> None:
     ("said", "arguments"),
     [
         ("Remember that the dentist is on Friday.", {"text": "the dentist is on Friday"}),
-        ("please remember the spare key is under the blue pot", {"text": "the spare key is under the blue pot"}),
-        ("Note that the car needs an MOT in March, thanks!", {"text": "the car needs an MOT in March"}),
+        (
+            "please remember the spare key is under the blue pot",
+            {"text": "the spare key is under the blue pot"},
+        ),
+        (
+            "Note that the car needs an MOT in March, thanks!",
+            {"text": "the car needs an MOT in March"},
+        ),
         ("Don't forget Ana's flight lands at 6pm", {"text": "Ana's flight lands at 6pm"}),
         ("Remember that my name is Sam.", {"text": "my name is Sam", "target": "profile"}),
         ("OK. Remember that I live in Leeds", {"text": "I live in Leeds", "target": "profile"}),
-        ("please remember I prefer tea to coffee", {"text": "I prefer tea to coffee", "target": "profile"}),
-        ("Remember that I am allergic to penicillin", {"text": "I am allergic to penicillin", "target": "profile"}),
+        (
+            "please remember I prefer tea to coffee",
+            {"text": "I prefer tea to coffee", "target": "profile"},
+        ),
+        (
+            "Remember that I am allergic to penicillin",
+            {"text": "I am allergic to penicillin", "target": "profile"},
+        ),
     ],
 )
-async def test_remember_requests_call_the_remember_tool(said: str, arguments: dict[str, str]) -> None:
+async def test_remember_requests_call_the_remember_tool(
+    said: str, arguments: dict[str, str]
+) -> None:
     events, response = await run(request(said))
     (call,) = response.tool_calls
     assert (call.name, call.input) == ("remember", arguments)
@@ -116,18 +134,35 @@ async def test_answers_from_tool_results_without_calling_again() -> None:
         messages=(
             Message.user("what do you recall about the garden?"),
             Message(role="assistant", content=first.content),
-            Message(role="user", content=(ToolResultBlock(tool_use_id=call.id, content="Tomatoes go in the raised beds [fact:3]" + " x" * 1000),)),
+            Message(
+                role="user",
+                content=(
+                    ToolResultBlock(
+                        tool_use_id=call.id,
+                        content="Tomatoes go in the raised beds [fact:3]" + " x" * 1000,
+                    ),
+                ),
+            ),
         ),
     )
     _, response = await run(follow_up)
     assert not response.tool_calls and response.stop_reason == "end_turn"
-    assert response.text.startswith("The recall tool returned: Tomatoes go in the raised beds [fact:3]")
+    assert response.text.startswith(
+        "The recall tool returned: Tomatoes go in the raised beds [fact:3]"
+    )
     assert len(response.text) < 900  # bounded, however long the tool output
     failed = ModelRequest(
         model="m",
         messages=(
             *follow_up.messages[:2],
-            Message(role="user", content=(ToolResultBlock(tool_use_id=call.id, content="index unavailable", is_error=True),)),
+            Message(
+                role="user",
+                content=(
+                    ToolResultBlock(
+                        tool_use_id=call.id, content="index unavailable", is_error=True
+                    ),
+                ),
+            ),
         ),
     )
     _, response = await run(failed)
@@ -136,7 +171,12 @@ async def test_answers_from_tool_results_without_calling_again() -> None:
 
 @pytest.mark.anyio
 async def test_same_request_gives_the_same_response() -> None:
-    req = ModelRequest(model="m", system=(SystemBlock(text="persona"),), messages=(Message.user("remember that Ivy likes owls"),), tools=MEMORY_TOOLS)
+    req = ModelRequest(
+        model="m",
+        system=(SystemBlock(text="persona"),),
+        messages=(Message.user("remember that Ivy likes owls"),),
+        tools=MEMORY_TOOLS,
+    )
     _, one = await run(req)
     _, two = await run(req)
     assert one == two
@@ -164,7 +204,9 @@ async def test_summarise_reply_follows_the_contract() -> None:
     assert "tomatoes" in slug_words
     assert not {"the", "and", "for", "want", "user", "assistant"} & set(slug_words)
     assert "raised beds" in data["summary"] and "The person:" in data["summary"]
-    assert "We decided to put tomatoes in the raised beds and basil next to them." in data["decisions"]
+    assert (
+        "We decided to put tomatoes in the raised beds and basil next to them." in data["decisions"]
+    )
     assert "Good. I will remind you to buy compost on Saturday." not in data["decisions"]
     assert "I will remind you to buy compost on Saturday." in data["decisions"]
     assert "Also the shed door squeaks." not in data["decisions"]
@@ -205,7 +247,9 @@ def test_synthesise_cites_the_best_sentences() -> None:
     assert "Tomatoes go in the raised beds. [fact:3]" in answer
     assert "Basil goes next to the tomatoes. [session-2026-01-01__garden]" in answer
     assert "roof" not in answer and "We talked" not in answer
-    nothing = synthesise("QUESTION: what car do I drive?\nSOURCES:\n[fact:3]\nTomatoes go in the raised beds.")
+    nothing = synthesise(
+        "QUESTION: what car do I drive?\nSOURCES:\n[fact:3]\nTomatoes go in the raised beds."
+    )
     assert nothing.startswith("No stored memory answers")
 
 
@@ -215,5 +259,8 @@ async def test_other_tasks_extract_and_say_they_are_offline(task: Task) -> None:
     text = "Reflect on the week. It was busy with the garden. Many seeds were planted. The roof was fixed."
     _, response = await run(request(text, task=task, tools=()))
     assert "Offline model" in response.text
-    assert "Reflect on the week. It was busy with the garden. Many seeds were planted." in response.text
+    assert (
+        "Reflect on the week. It was busy with the garden. Many seeds were planted."
+        in response.text
+    )
     assert "roof" not in response.text

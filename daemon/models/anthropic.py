@@ -79,7 +79,12 @@ class _Failure(Exception):
     """One failed attempt, classified."""
 
     def __init__(
-        self, *, reason: str, retryable: bool, status: int | None = None, retry_after: float | None = None
+        self,
+        *,
+        reason: str,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
@@ -96,7 +101,12 @@ def to_wire_system(request: ModelRequest, *, caching: bool) -> list[dict[str, An
         if block.text.strip():
             blocks.append({"type": "text", "text": block.text})
         # An empty block cannot be sent; its breakpoint moves to the block before it.
-        if caching and block.cache_breakpoint and blocks and (not marks or marks[-1] != len(blocks) - 1):
+        if (
+            caching
+            and block.cache_breakpoint
+            and blocks
+            and (not marks or marks[-1] != len(blocks) - 1)
+        ):
             marks.append(len(blocks) - 1)
     for index in marks[-_MAX_SYSTEM_BREAKPOINTS:]:
         blocks[index]["cache_control"] = {"type": "ephemeral"}
@@ -109,7 +119,11 @@ def _wire_block(block: Block) -> dict[str, Any] | None:
     if isinstance(block, ToolUseBlock):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
     if isinstance(block, ToolResultBlock):
-        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": block.content}
+        out: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": block.tool_use_id,
+            "content": block.content,
+        }
         if block.is_error:
             out["is_error"] = True
         return out
@@ -148,13 +162,24 @@ def _classify(err: Exception, settings: AnthropicSettings) -> _Failure:
         retryable = status in _RETRYABLE_STATUS or status >= 500 or kind in _RETRYABLE_TYPES
         if not retryable:
             detail = err.api_message or err.message
-            return _Failure(reason=f"{status} {kind or 'error'}: {detail}", retryable=False, status=status)
-        return _Failure(reason=f"{status} {words}", retryable=True, status=status, retry_after=retry_after_seconds(err.response.headers))
+            return _Failure(
+                reason=f"{status} {kind or 'error'}: {detail}", retryable=False, status=status
+            )
+        return _Failure(
+            reason=f"{status} {words}",
+            retryable=True,
+            status=status,
+            retry_after=retry_after_seconds(err.response.headers),
+        )
     if isinstance(err, anthropic.APITimeoutError | httpx2.TimeoutException):
-        return _Failure(reason=f"no response within {settings.timeout_s:g}s (timeout)", retryable=True)
+        return _Failure(
+            reason=f"no response within {settings.timeout_s:g}s (timeout)", retryable=True
+        )
     if isinstance(err, anthropic.APIConnectionError | httpx2.TransportError):
         cause = err.__cause__ or err
-        return _Failure(reason=f"connection failed ({type(cause).__name__}: {cause})", retryable=True)
+        return _Failure(
+            reason=f"connection failed ({type(cause).__name__}: {cause})", retryable=True
+        )
     # Anything else from the SDK (an unreadable response, say) is reported, not retried.
     return _Failure(reason=f"{type(err).__name__}: {err}", retryable=False)
 
@@ -212,7 +237,8 @@ class AnthropicModel:
             params["system"] = system
         if request.tools:
             params["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in request.tools
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in request.tools
             ]
         if request.temperature is not None:
             params["temperature"] = request.temperature
@@ -250,7 +276,9 @@ class AnthropicModel:
             except (anthropic.APIError, httpx2.TransportError, _Failure) as err:
                 failure = _classify(err, self.settings)
             if not failure.retryable:
-                raise ModelError(f"Anthropic API rejected the request: {failure.reason}", status=failure.status)
+                raise ModelError(
+                    f"Anthropic API rejected the request: {failure.reason}", status=failure.status
+                )
             if delivered:
                 raise ModelError(
                     f"Anthropic stream broke after part of the reply was delivered: {failure.reason}",
@@ -273,12 +301,16 @@ class AnthropicModel:
             )
             await anyio.sleep(delay)
 
-    async def _attempt(self, params: dict[str, Any], request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+    async def _attempt(
+        self, params: dict[str, Any], request: ModelRequest
+    ) -> AsyncGenerator[StreamEvent, None]:
         """One streamed call, mapped to our events; failures raise, the stream is always closed."""
         self._warn_if_deprecated(request)
         with warnings.catch_warnings():
             # Said once, in our log, with the setting to change (see `_warn_if_deprecated`).
-            warnings.filterwarnings("ignore", message=r"The model .* is deprecated", category=DeprecationWarning)
+            warnings.filterwarnings(
+                "ignore", message=r"The model .* is deprecated", category=DeprecationWarning
+            )
             sdk_stream = await self._client.messages.create(**params, stream=True)
         usage = Usage()
         model = request.model
@@ -313,7 +345,9 @@ class AnthropicModel:
                     if event.index in texts:
                         blocks[event.index] = TextBlock(text="".join(texts.pop(event.index)))
                     elif event.index in pending_json:
-                        blocks[event.index] = _finish_tool(blocks[event.index], pending_json.pop(event.index))
+                        blocks[event.index] = _finish_tool(
+                            blocks[event.index], pending_json.pop(event.index)
+                        )
                 elif kind == "message_delta":
                     stop = _STOP_REASONS.get(event.delta.stop_reason or "end_turn", "end_turn")
                     usage = _usage_from(event.usage, usage)
@@ -324,9 +358,15 @@ class AnthropicModel:
             with anyio.CancelScope(shield=True):
                 await sdk_stream.close()
         if not finished:
-            raise _Failure(reason="connection dropped before the message was complete", retryable=True)
-        content = tuple(b for _, b in sorted(blocks.items()) if not (isinstance(b, TextBlock) and not b.text))
-        response = ModelResponse(content=content, stop_reason=stop, usage=usage, model=model, provider=self.provider)
+            raise _Failure(
+                reason="connection dropped before the message was complete", retryable=True
+            )
+        content = tuple(
+            b for _, b in sorted(blocks.items()) if not (isinstance(b, TextBlock) and not b.text)
+        )
+        response = ModelResponse(
+            content=content, stop_reason=stop, usage=usage, model=model, provider=self.provider
+        )
         log.debug(
             "anthropic call done",
             role=request.role,
@@ -398,7 +438,10 @@ def _finish_tool(block: Block, parts: list[str]) -> ToolUseBlock:
     try:
         arguments = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise _Failure(reason=f"tool call {block.name} arrived with malformed JSON input ({exc})", retryable=True) from None
+        raise _Failure(
+            reason=f"tool call {block.name} arrived with malformed JSON input ({exc})",
+            retryable=True,
+        ) from None
     if not isinstance(arguments, dict):
         arguments = {"value": arguments}
     return ToolUseBlock(id=block.id, name=block.name, input=arguments)

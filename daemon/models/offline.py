@@ -213,7 +213,9 @@ class OfflineModel:
             return extract_brief(text, request.task), []
         return self._chat(request, message)
 
-    def _chat(self, request: ModelRequest, message: Message | None) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    def _chat(
+        self, request: ModelRequest, message: Message | None
+    ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
         if message is None:
             return _introduce(""), []
         results = [b for b in message.content if isinstance(b, ToolResultBlock)]
@@ -274,7 +276,10 @@ def _report_results(request: ModelRequest, results: list[ToolResultBlock]) -> st
             lines.append(f"The {name} tool reported an error: {content}")
         else:
             lines.append(f"The {name} tool returned: {content}")
-    return "\n".join(lines) + "\n(Offline model: this is the tool's output as returned, not an interpretation.)"
+    return (
+        "\n".join(lines)
+        + "\n(Offline model: this is the tool's output as returned, not an interpretation.)"
+    )
 
 
 # -- the memory tasks ------------------------------------------------------------------
@@ -318,14 +323,18 @@ def summarise(message_text: str) -> dict[str, Any]:
                 candidates.append((weight, len(candidates), role, sentence))
     chosen = sorted(sorted(candidates, key=lambda c: -c[0])[:5], key=lambda c: c[1])
     who = {"user": "The person", "assistant": "Reverie"}
-    summary = " ".join(f"{who.get(role, role.capitalize())}: {_clip(s, 240)}" for _, _, role, s in chosen)
+    summary = " ".join(
+        f"{who.get(role, role.capitalize())}: {_clip(s, 240)}" for _, _, role, s in chosen
+    )
     decisions: list[str] = []
     for _, text in turns:
         for sentence in sentences(text):
             if _DECISION.search(sentence) and sentence not in decisions:
                 decisions.append(_clip(sentence, 240))
     first_user = next((t for r, t in turns if r == "user" and t), turns[0][1] if turns else "")
-    title = _clip(sentences(first_user)[0] if sentences(first_user) else "Session", 70).rstrip(" .!?…")
+    title = _clip(sentences(first_user)[0] if sentences(first_user) else "Session", 70).rstrip(
+        " .!?…"
+    )
     return {
         "title": title or "Session",
         "slug": "-".join(slug_words[:6]),
@@ -374,7 +383,10 @@ def synthesise(message_text: str) -> str:
     if not scored:
         return f"No stored memory answers that question ({_clip(question, 120)})."
     best = sorted(scored)[:4]
-    lines = [f"{_clip(sentence, 300)} [{cite}]" for _, _, sentence, cite in sorted(best, key=lambda b: b[1])]
+    lines = [
+        f"{_clip(sentence, 300)} [{cite}]"
+        for _, _, sentence, cite in sorted(best, key=lambda b: b[1])
+    ]
     return "From memory (offline model, extractive):\n" + "\n".join(f"- {line}" for line in lines)
 
 

@@ -50,7 +50,14 @@ _FINISH: dict[str, StopReason] = {
 
 
 class _Failure(Exception):
-    def __init__(self, *, reason: str, retryable: bool, status: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        reason: str,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
@@ -71,7 +78,11 @@ def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
             turn: dict[str, Any] = {"role": "assistant", "content": text or None}
             if calls:
                 turn["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.input)}}
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.input)},
+                    }
                     for c in calls
                 ]
             elif not text:
@@ -144,7 +155,14 @@ class OpenAICompatModel:
             body["temperature"] = request.temperature
         if request.tools:
             body["tools"] = [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                }
                 for t in request.tools
             ]
         return body
@@ -172,14 +190,21 @@ class OpenAICompatModel:
                         yield event
                 return
             except httpx.TimeoutException:
-                failure = _Failure(reason=f"no response within {self.settings.timeout_s:g}s (timeout)", retryable=True)
+                failure = _Failure(
+                    reason=f"no response within {self.settings.timeout_s:g}s (timeout)",
+                    retryable=True,
+                )
             except httpx.TransportError as err:
-                failure = _Failure(reason=f"connection failed ({type(err).__name__}: {err})", retryable=True)
+                failure = _Failure(
+                    reason=f"connection failed ({type(err).__name__}: {err})", retryable=True
+                )
             except _Failure as err:
                 failure = err
             where = self.settings.base_url
             if not failure.retryable:
-                raise ModelError(f"{where} rejected the request: {failure.reason}", status=failure.status)
+                raise ModelError(
+                    f"{where} rejected the request: {failure.reason}", status=failure.status
+                )
             if delivered:
                 raise ModelError(
                     f"{where} stream broke after part of the reply was delivered: {failure.reason}",
@@ -192,10 +217,18 @@ class OpenAICompatModel:
                     status=failure.status,
                 )
             delay = self._backoff.delay(attempt, failure.retry_after)
-            log.warning("openai-compatible call failed; retrying", attempt=attempt, of=attempts, reason=failure.reason, wait_s=round(delay, 3))
+            log.warning(
+                "openai-compatible call failed; retrying",
+                attempt=attempt,
+                of=attempts,
+                reason=failure.reason,
+                wait_s=round(delay, 3),
+            )
             await anyio.sleep(delay)
 
-    async def _attempt(self, body: dict[str, Any], request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+    async def _attempt(
+        self, body: dict[str, Any], request: ModelRequest
+    ) -> AsyncGenerator[StreamEvent, None]:
         """One streamed call, mapped to our events; failures raise, the response is always closed."""
         http_request = self._http.build_request("POST", self._url, json=body, headers=self._headers)
         response = await self._http.send(http_request, stream=True)
@@ -220,14 +253,18 @@ class OpenAICompatModel:
                 try:
                     chunk = json.loads(data)
                 except json.JSONDecodeError:
-                    raise _Failure(reason=f"malformed stream chunk {data[:80]!r}", retryable=True) from None
+                    raise _Failure(
+                        reason=f"malformed stream chunk {data[:80]!r}", retryable=True
+                    ) from None
                 for event in state.feed(chunk):
                     yield event
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
         if not (state.done or state.finish is not None):
-            raise _Failure(reason="connection dropped before the reply was complete", retryable=True)
+            raise _Failure(
+                reason="connection dropped before the reply was complete", retryable=True
+            )
         yield Completed(response=state.response(self.provider))
 
     async def count_tokens(self, request: ModelRequest) -> int | None:
@@ -276,7 +313,9 @@ class _Accumulator:
                 events.append(TextDelta(text=delta["content"]))
             for call in delta.get("tool_calls") or []:
                 index = int(call.get("index", len(self.calls)))
-                slot = self.calls.setdefault(index, {"id": None, "name": "", "arguments": [], "announced": False})
+                slot = self.calls.setdefault(
+                    index, {"id": None, "name": "", "arguments": [], "announced": False}
+                )
                 function = call.get("function") or {}
                 slot["id"] = call.get("id") or slot["id"]
                 slot["name"] += function.get("name") or ""
@@ -303,8 +342,16 @@ class _Accumulator:
                 arguments = {"_unparsed_arguments": raw}
             if not isinstance(arguments, dict):
                 arguments = {"value": arguments}
-            blocks.append(ToolUseBlock(id=slot["id"] or f"call_{index}", name=slot["name"], input=arguments))
+            blocks.append(
+                ToolUseBlock(id=slot["id"] or f"call_{index}", name=slot["name"], input=arguments)
+            )
         stop = _FINISH.get(self.finish or "stop", "end_turn")
         if self.calls and stop == "end_turn":
             stop = "tool_use"  # some servers say "stop" even when they called a tool
-        return ModelResponse(content=tuple(blocks), stop_reason=stop, usage=self.usage, model=self.model, provider=provider)
+        return ModelResponse(
+            content=tuple(blocks),
+            stop_reason=stop,
+            usage=self.usage,
+            model=self.model,
+            provider=provider,
+        )

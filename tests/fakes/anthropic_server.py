@@ -71,7 +71,9 @@ class Planned:
         if isinstance(data, str):
             return cls(text=data)
         if not isinstance(data, dict):
-            raise TypeError(f"a planned response is an object or a string, not {type(data).__name__}")
+            raise TypeError(
+                f"a planned response is an object or a string, not {type(data).__name__}"
+            )
         fields = dict(data)
         fields["tool_calls"] = tuple((str(n), dict(a)) for n, a in fields.get("tool_calls") or ())
         if fields.get("status", 200) != 200 and not fields.get("error_type"):
@@ -88,7 +90,12 @@ class Planned:
 
     @classmethod
     def error(
-        cls, status: int, message: str = "", *, error_type: str | None = None, headers: dict[str, str] | None = None
+        cls,
+        status: int,
+        message: str = "",
+        *,
+        error_type: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Planned:
         return cls(
             status=status,
@@ -99,14 +106,20 @@ class Planned:
 
     @classmethod
     def rate_limited(cls, retry_after: str = "0") -> Planned:
-        return cls.error(429, "Number of request tokens has exceeded your rate limit", headers={"retry-after": retry_after})
+        return cls.error(
+            429,
+            "Number of request tokens has exceeded your rate limit",
+            headers={"retry-after": retry_after},
+        )
 
     @classmethod
     def overloaded(cls) -> Planned:
         return cls.error(529, "Overloaded", error_type="overloaded_error")
 
     @classmethod
-    def dropped(cls, *, after_deltas: int = 0, text: str = "this reply is cut off before it ends") -> Planned:
+    def dropped(
+        cls, *, after_deltas: int = 0, text: str = "this reply is cut off before it ends"
+    ) -> Planned:
         return cls(text=text, drop_after_deltas=after_deltas)
 
     @classmethod
@@ -143,7 +156,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing -------------------------------------------------------------------
 
-    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    def _send_json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -154,7 +169,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_error(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def _send_error(
+        self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         payload = {"type": "error", "error": {"type": error_type, "message": message}}
         self._send_json(status, payload, headers)
 
@@ -178,7 +195,14 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/_fake/enqueue":
             return self._control_enqueue(body)
-        fake._record(RecordedRequest(method="POST", path=path, headers={k.lower(): v for k, v in self.headers.items()}, body=body if isinstance(body, dict) else {}))
+        fake._record(
+            RecordedRequest(
+                method="POST",
+                path=path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=body if isinstance(body, dict) else {},
+            )
+        )
         if not self.headers.get("x-api-key") and not self.headers.get("authorization"):
             return self._send_error(401, "authentication_error", "x-api-key header is required")
         if not isinstance(body, dict):
@@ -198,7 +222,9 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         try:
             if plan.status != 200:
-                return self._send_error(plan.status, plan.error_type or "api_error", plan.error_message, plan.headers)
+                return self._send_error(
+                    plan.status, plan.error_type or "api_error", plan.error_message, plan.headers
+                )
             message = fake._message(body, plan)
             if body.get("stream"):
                 self._stream(message, plan)
@@ -246,8 +272,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
                 return True
-            if plan.stream_error_after_deltas is not None and deltas >= plan.stream_error_after_deltas:
-                self._event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+            if (
+                plan.stream_error_after_deltas is not None
+                and deltas >= plan.stream_error_after_deltas
+            ):
+                self._event(
+                    "error",
+                    {
+                        "type": "error",
+                        "error": {"type": "overloaded_error", "message": "Overloaded"},
+                    },
+                )
                 self._chunk(b"")
                 return True
             return False
@@ -256,23 +291,48 @@ class _Handler(BaseHTTPRequestHandler):
             return
         for index, block in enumerate(message["content"]):
             if block["type"] == "text":
-                self._event("content_block_start", {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})
+                self._event(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                )
                 words = block["text"].split(" ")
                 for i, word in enumerate(words):
                     piece = word if i == len(words) - 1 else word + " "
                     if plan.chunk_delay_s and fake._stopping.wait(plan.chunk_delay_s):
                         return
-                    self._event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}})
+                    self._event(
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "text_delta", "text": piece},
+                        },
+                    )
                     deltas += 1
                     if checkpoint():
                         return
             else:
-                start_block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-                self._event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start_block})
+                start_block = {
+                    "type": "tool_use",
+                    "id": block["id"],
+                    "name": block["name"],
+                    "input": {},
+                }
+                self._event(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": start_block},
+                )
                 encoded = json.dumps(block["input"])
                 for i in range(0, len(encoded), 7):
                     part = {"type": "input_json_delta", "partial_json": encoded[i : i + 7]}
-                    self._event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": part})
+                    self._event(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": part},
+                    )
             self._event("content_block_stop", {"type": "content_block_stop", "index": index})
         self._event(
             "message_delta",
@@ -317,7 +377,10 @@ def _units(body: dict[str, Any]) -> list[tuple[str, bool]]:
         if isinstance(content, str):
             units.append((content, False))
         else:
-            units.extend((_block_text(b), isinstance(b, dict) and "cache_control" in b) for b in content or [])
+            units.extend(
+                (_block_text(b), isinstance(b, dict) and "cache_control" in b)
+                for b in content or []
+            )
     return units
 
 
@@ -335,18 +398,21 @@ def _validate(body: dict[str, Any], *, need_max_tokens: bool) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
     if messages[0].get("role") != "user":
-        return "messages: first message must use the \"user\" role"
+        return 'messages: first message must use the "user" role'
     previous_tool_ids: set[str] = set()
     for i, message in enumerate(messages):
         if message.get("role") not in ("user", "assistant"):
             return f"messages.{i}.role: Input should be 'user' or 'assistant'"
         if i and message.get("role") == messages[i - 1].get("role"):
-            return f"messages.{i}: roles must alternate between \"user\" and \"assistant\""
+            return f'messages.{i}: roles must alternate between "user" and "assistant"'
         content = message.get("content")
         blocks = content if isinstance(content, list) else []
         if message["role"] == "user":
             for block in blocks:
-                if block.get("type") == "tool_result" and block.get("tool_use_id") not in previous_tool_ids:
+                if (
+                    block.get("type") == "tool_result"
+                    and block.get("tool_use_id") not in previous_tool_ids
+                ):
                     return f"messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: {block.get('tool_use_id')}"
         previous_tool_ids = {b.get("id") for b in blocks if b.get("type") == "tool_use"}
     return None
@@ -369,10 +435,12 @@ class FakeAnthropic:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> FakeAnthropic:
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-anthropic", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="fake-anthropic", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -432,7 +500,9 @@ class FakeAnthropic:
             keys = ["\x1e".join(t for t, _ in units[: i + 1]) for i in range(marks[-1] + 1)]
             with self._lock:
                 # Like the API's lookback: the longest prefix cached by an earlier request is read.
-                hit = max((i for i, key in enumerate(keys) if key in self._cached_prefixes), default=None)
+                hit = max(
+                    (i for i, key in enumerate(keys) if key in self._cached_prefixes), default=None
+                )
                 self._cached_prefixes.update(keys[m] for m in marks)
             if hit is not None:
                 read = sum(sizes[: hit + 1])
@@ -449,7 +519,9 @@ class FakeAnthropic:
         if plan.text:
             content.append({"type": "text", "text": plan.text})
         for name, arguments in plan.tool_calls:
-            content.append({"type": "tool_use", "id": self.next_id("toolu"), "name": name, "input": arguments})
+            content.append(
+                {"type": "tool_use", "id": self.next_id("toolu"), "name": name, "input": arguments}
+            )
         output_text = plan.text + "".join(json.dumps(a) for _, a in plan.tool_calls)
         usage = self._usage(body, output_text)
         if plan.usage:
@@ -480,8 +552,12 @@ def _echo(body: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Serve a fake Anthropic Messages API on 127.0.0.1.")
-    parser.add_argument("--port", type=int, default=0, help="port to listen on (0 picks a free one)")
+    parser = argparse.ArgumentParser(
+        description="Serve a fake Anthropic Messages API on 127.0.0.1."
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to listen on (0 picks a free one)"
+    )
     args = parser.parse_args(argv)
     fake = FakeAnthropic(port=args.port).start()
     print(fake.url, flush=True)

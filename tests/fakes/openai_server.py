@@ -42,7 +42,9 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return None
 
-    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    def _send_json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -69,17 +71,34 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         path = self.path.split("?", 1)[0]
         headers = {k.lower(): v for k, v in self.headers.items()}
-        fake._record(RecordedRequest(method="POST", path=path, headers=headers, body=body if isinstance(body, dict) else {}))
+        fake._record(
+            RecordedRequest(
+                method="POST",
+                path=path,
+                headers=headers,
+                body=body if isinstance(body, dict) else {},
+            )
+        )
         if path != "/v1/chat/completions":
-            return self._send_json(404, {"error": {"message": f"no route for {path}", "type": "not_found"}})
+            return self._send_json(
+                404, {"error": {"message": f"no route for {path}", "type": "not_found"}}
+            )
         if not isinstance(body, dict) or not body.get("messages"):
-            return self._send_json(400, {"error": {"message": "'messages' is required", "type": "invalid_request_error"}})
+            return self._send_json(
+                400,
+                {"error": {"message": "'messages' is required", "type": "invalid_request_error"}},
+            )
         plan = fake._take(body)
         if plan.delay_s and fake._stopping.wait(plan.delay_s):
             return None
         try:
             if plan.status != 200:
-                payload = {"error": {"message": plan.error_message, "type": plan.error_type or "server_error"}}
+                payload = {
+                    "error": {
+                        "message": plan.error_message,
+                        "type": plan.error_type or "server_error",
+                    }
+                }
                 return self._send_json(plan.status, payload, plan.headers)
             self._stream(body, plan)
         except (BrokenPipeError, ConnectionResetError):
@@ -95,7 +114,12 @@ class _Handler(BaseHTTPRequestHandler):
         model = body.get("model", "local-model")
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {"id": cid, "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
 
         self._data(chunk({"role": "assistant", "content": ""}))
         deltas = 0
@@ -120,24 +144,47 @@ class _Handler(BaseHTTPRequestHandler):
                     return
         for index, (name, arguments) in enumerate(plan.tool_calls):
             encoded = json.dumps(arguments)
-            first = {"index": index, "id": fake.next_id("call"), "type": "function", "function": {"name": name, "arguments": ""}}
+            first = {
+                "index": index,
+                "id": fake.next_id("call"),
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
             self._data(chunk({"tool_calls": [first]}))
             for i in range(0, len(encoded), 5):
-                self._data(chunk({"tool_calls": [{"index": index, "function": {"arguments": encoded[i : i + 5]}}]}))
+                self._data(
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {"index": index, "function": {"arguments": encoded[i : i + 5]}}
+                            ]
+                        }
+                    )
+                )
         finish = plan.stop_reason or ("tool_calls" if plan.tool_calls else "stop")
         self._data(chunk({}, finish))
         if (body.get("stream_options") or {}).get("include_usage"):
             prompt = sum(_tokens(json.dumps(m)) for m in body["messages"])
-            usage = {
+            usage: dict[str, Any] = {
                 "prompt_tokens": prompt,
-                "completion_tokens": max(1, _tokens(plan.text + json.dumps([a for _, a in plan.tool_calls]))),
+                "completion_tokens": max(
+                    1, _tokens(plan.text + json.dumps([a for _, a in plan.tool_calls]))
+                ),
             }
             extra = dict(plan.usage or {})
             cached = extra.pop("cached_tokens", 0)
             usage.update(extra)
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
-            self._data({"id": cid, "object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage})
+            self._data(
+                {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
         self._data("[DONE]")
         self._chunk(b"")
 
@@ -158,10 +205,12 @@ class FakeOpenAI:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def __enter__(self) -> FakeOpenAI:
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="fake-openai", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -193,5 +242,7 @@ class FakeOpenAI:
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
-        last = next((m for m in reversed(body["messages"]) if m.get("role") in ("user", "tool")), {})
+        last: dict[str, Any] = next(
+            (m for m in reversed(body["messages"]) if m.get("role") in ("user", "tool")), {}
+        )
         return Planned.reply(f"Echo: {str(last.get('content') or '')[:500]}")
