@@ -17,8 +17,6 @@ wake/pinned layer, and contributions from other handlers are held to the same ru
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -70,20 +68,6 @@ PERSONA_NAMES = ("SOUL.md", "STYLE.md", "REGISTER.md")
 HANDLER_PRIORITY = 900
 _GIST_CHARS = 220
 _COUNT_CACHE_MAX = 20_000
-
-def last_report_path(home: Home) -> str:
-    return str(home.cache_dir / "context-last-turn.json")
-
-
-def read_last_report(home: Home) -> dict[str, Any] | None:
-    """The breakdown recorded for the last turn (for `reverie status`), or None."""
-    try:
-        with open(last_report_path(home), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
 
 @dataclass(frozen=True, kw_only=True)
 class AssembledContext:
@@ -496,7 +480,8 @@ class ContextAssembler:
     def register(self, bus: EventBus, *, priority: int = HANDLER_PRIORITY) -> Callable[[], None]:
         """Assemble on `before_agent_start`, after other contributors (default priority 900).
 
-        Returns the unsubscribe function.
+        The turn's breakdown goes into `event.context.report` (with `timings_ms`), which the
+        trunk records per turn for `reverie status`. Returns the unsubscribe function.
         """
 
         async def on_before_agent_start(event: BeforeAgentStart) -> None:
@@ -509,32 +494,18 @@ class ContextAssembler:
             event.context.system_blocks[:] = result.blocks
             event.context.report.clear()
             event.context.report.update(result.report)
+            event.context.report["timings_ms"] = {k: round(v, 3) for k, v in result.timings.items()}
             event.context.active_topics[:] = result.active_topics
-            await self.record(result, session_id=event.session_id, turn_id=event.turn_id)
+            log.info(
+                "context assembled",
+                total_tokens=result.total_tokens,
+                budget=result.report["budget"],
+                topics=result.active_topics,
+                cut=sum(len(row["truncated"]) for row in result.report["layers"]),
+                ms=round(result.timings.get("assemble_ms", 0.0), 2),
+            )
 
         return bus.on(BeforeAgentStart, on_before_agent_start, priority=priority, name="context.assemble")
-
-    async def record(self, result: AssembledContext, *, session_id: str, turn_id: str) -> None:
-        """Write the turn's breakdown where `reverie status` reads it; a failure is only logged."""
-        payload = {
-            "session_id": session_id,
-            "turn_id": turn_id,
-            "at": self.clock.now().isoformat(),
-            "timings_ms": {k: round(v, 3) for k, v in result.timings.items()},
-            **result.report,
-        }
-        path = last_report_path(self.home)
-        try:
-            await anyio.to_thread.run_sync(_write_atomic, path, json.dumps(payload, ensure_ascii=False, indent=1))
-        except OSError as exc:
-            log.warning("could not record the context report", path=path, error=str(exc))
-        log.info(
-            "context assembled",
-            total_tokens=result.total_tokens,
-            budget=payload["budget"],
-            topics=result.active_topics,
-            ms=round(result.timings.get("assemble_ms", 0.0), 2),
-        )
 
 
 def gist(item: MemoryItem) -> str:
@@ -550,12 +521,3 @@ def _keep_first_reasons(before: tuple[Cut, ...], after: tuple[Cut, ...]) -> tupl
     """Report a cut under the reason that first caused it (the layer cap, or the total budget)."""
     first = {(c.key, c.action): c for c in before}
     return tuple(first.get((c.key, c.action), c) for c in after)
-
-
-def _write_atomic(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-

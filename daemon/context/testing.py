@@ -8,6 +8,7 @@ for a typical prompt.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -28,6 +29,7 @@ class ListMemoryView:
 
     def __init__(self, items: Iterable[MemoryItem] = ()) -> None:
         self.items: list[MemoryItem] = []
+        self._stamps: list[float] = []
         self._postings: dict[str, list[int]] = defaultdict(list)
         self.calls: list[tuple[str, object]] = []
         self.extend(items)
@@ -36,6 +38,7 @@ class ListMemoryView:
         for item in items:
             index = len(self.items)
             self.items.append(item)
+            self._stamps.append((item.ts or _EPOCH).timestamp())
             for word in set(tokenise(f"{item.title} {item.text}")):
                 self._postings[word].append(index)
         self._by_kind: dict[str, list[MemoryItem]] = defaultdict(list)
@@ -65,16 +68,18 @@ class ListMemoryView:
         self.calls.append(("auto_recall", (prompt, previous_reply, exclude_ids, limit)))
         words = set(tokenise(f"{prompt} {previous_reply}"))
         total = max(1, len(self.items))
+        # Words in more than a tenth of all memories say little about any one of them.
+        common = max(50, total // 10)
         scores: dict[int, float] = defaultdict(float)
         for word in words:
             posting = self._postings.get(word)
-            if posting:
+            if posting and len(posting) <= common:
                 weight = math.log(1 + total / len(posting))
                 for index in posting:
                     scores[index] += weight
-        ranked = sorted(
-            scores.items(),
-            key=lambda pair: (-pair[1], -((self.items[pair[0]].ts or _EPOCH).timestamp()), self.items[pair[0]].id),
+        wanted = limit + len(exclude_ids)
+        ranked = heapq.nsmallest(
+            wanted, scores.items(), key=lambda pair: (-pair[1], -self._stamps[pair[0]], self.items[pair[0]].id)
         )
         out: list[MemoryItem] = []
         for index, _ in ranked:
