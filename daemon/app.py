@@ -94,8 +94,21 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
-    async def run(self, *, ready: Any = None) -> int:
-        """Run until SIGTERM/SIGINT (or `request_stop`); return the exit code."""
+    async def run(self) -> int:
+        """Run until SIGTERM/SIGINT (or `request_stop`); return the exit code.
+
+        Signals are handled from the first moment to the last: a first one asks for a
+        graceful stop (also during start-up), a second exits at once.
+        """
+        with HomeLock(self.home.lock_file):
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(self._signals)
+                try:
+                    return await self._serve()
+                finally:
+                    outer.cancel_scope.cancel()
+
+    async def _serve(self) -> int:
         from daemon.chat.server import ChatServer
         from daemon.context.assembler import ContextAssembler
         from daemon.memory.system import MemorySystem
@@ -105,96 +118,91 @@ class Daemon:
 
         s = self.settings
         notifier = Notifier()
-        with HomeLock(self.home.lock_file):
-            async with AsyncExitStack() as stack:
-                self.db = await Database.open(self.home.db_file, busy_timeout_ms=s.store.busy_timeout_ms)
-                stack.push_async_callback(self.db.close)
-                if not self.db.vec_available:
-                    log.warning("sqlite-vec is not available; vector search is off (run `reverie doctor`)")
-                self.ledger = UsageLedger(self.db, s.spend, self.clock)
-                self.roles = await stack.enter_async_context(ModelRoles(s, self.ledger, overrides=self.model_overrides))
-                counter = default_counter()
-                self.router = TopicRouter(self.home, s.topics)
-                self.memory = await stack.enter_async_context(
-                    MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
-                )
-                self.memory.register(self.bus)
-                assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
-                assembler.register(self.bus)
-                tools = ToolRegistry(s.agent.tool_output_max_chars)
-                for tool in self.memory.tools():
-                    tools.register(tool)
-                trunk_cfg = s.models.trunk
-                loop = AgentLoop(
-                    roles=self.roles,
-                    tools=tools,
-                    bus=self.bus,
+        async with AsyncExitStack() as stack:
+            self.db = await Database.open(self.home.db_file, busy_timeout_ms=s.store.busy_timeout_ms)
+            stack.push_async_callback(self.db.close)
+            if not self.db.vec_available:
+                log.warning("sqlite-vec is not available; vector search is off (run `reverie doctor`)")
+            self.ledger = UsageLedger(self.db, s.spend, self.clock)
+            self.roles = await stack.enter_async_context(ModelRoles(s, self.ledger, overrides=self.model_overrides))
+            counter = default_counter()
+            self.router = TopicRouter(self.home, s.topics)
+            self.memory = await stack.enter_async_context(
+                MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
+            )
+            self.memory.register(self.bus)
+            assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
+            assembler.register(self.bus)
+            tools = ToolRegistry(s.agent.tool_output_max_chars)
+            for tool in self.memory.tools():
+                tools.register(tool)
+            trunk_cfg = s.models.trunk
+            loop = AgentLoop(
+                roles=self.roles,
+                tools=tools,
+                bus=self.bus,
+                clock=self.clock,
+                counter=counter,
+                max_tool_steps=s.agent.max_tool_steps,
+                history_max_messages=s.agent.history_max_messages,
+                compaction_threshold=s.agent.compaction_threshold,
+                context_window=trunk_cfg.context_window,
+            )
+            self.trunk = await stack.enter_async_context(
+                Trunk(
+                    home=self.home,
+                    db=self.db,
+                    loop=loop,
                     clock=self.clock,
-                    counter=counter,
-                    max_tool_steps=s.agent.max_tool_steps,
-                    history_max_messages=s.agent.history_max_messages,
-                    compaction_threshold=s.agent.compaction_threshold,
-                    context_window=trunk_cfg.context_window,
+                    turn_timeout_s=s.agent.turn_timeout_s,
+                    retry_base_s=s.agent.unavailable_retry_s,
+                    retry_max_s=s.agent.unavailable_retry_max_s,
+                    after_turn=[self.memory.index_session],
                 )
-                self.trunk = await stack.enter_async_context(
-                    Trunk(
-                        home=self.home,
-                        db=self.db,
-                        loop=loop,
-                        clock=self.clock,
-                        turn_timeout_s=s.agent.turn_timeout_s,
-                        retry_base_s=s.agent.unavailable_retry_s,
-                        retry_max_s=s.agent.unavailable_retry_max_s,
-                        after_turn=[self.memory.index_session],
-                    )
+            )
+            gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
+            self._register_commands(gateway)
+            self.scheduler = await stack.enter_async_context(Scheduler(s.scheduler.timezone))
+            self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.scheduler.heartbeat_minutes * 60)
+            self.scheduler.add_interval("checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s)
+            socket_path = self.home.socket_path(s.chat.socket)
+            self.server = ChatServer(
+                socket_path,
+                gateway,
+                max_frame_bytes=s.chat.max_frame_bytes,
+                queue_frames=s.chat.client_queue_frames,
+                allow_uids=s.chat.allow_uids,
+            )
+            watcher = (
+                FileWatcher(self.home, s.topics, router=self.router, files=getattr(assembler, "files", None), bus=self.bus)
+                if s.topics.watch
+                else None
+            )
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.trunk.serve)
+                if watcher is not None:
+                    await tg.start(watcher.run)
+                if notifier.watchdog_interval():
+                    await tg.start(watchdog_loop, notifier)
+                self.state = "awake"
+                await tg.start(self.server.serve)
+                notifier.ready(status=f"awake; socket {socket_path}")
+                log.info(
+                    "daemon ready",
+                    home=str(self.home.root),
+                    socket=str(socket_path),
+                    trunk_provider=self.roles.provider_kind("trunk"),
+                    session_id=self.trunk.session.id if self.trunk.session else None,
+                    pending=len(self.trunk.inbox.pending()),
                 )
-                gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
-                self._register_commands(gateway)
-                self.scheduler = await stack.enter_async_context(Scheduler(s.scheduler.timezone))
-                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.scheduler.heartbeat_minutes * 60)
-                self.scheduler.add_interval("checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s)
-                socket_path = self.home.socket_path(s.chat.socket)
-                self.server = ChatServer(
-                    socket_path,
-                    gateway,
-                    max_frame_bytes=s.chat.max_frame_bytes,
-                    queue_frames=s.chat.client_queue_frames,
-                    allow_uids=s.chat.allow_uids,
-                )
-                watcher = (
-                    FileWatcher(self.home, s.topics, router=self.router, files=getattr(assembler, "files", None), bus=self.bus)
-                    if s.topics.watch
-                    else None
-                )
-                async with anyio.create_task_group() as tg:
-                    await tg.start(self.server.serve)
-                    await tg.start(self.trunk.serve)
-                    if watcher is not None:
-                        await tg.start(watcher.run)
-                    interval = notifier.watchdog_interval()
-                    if interval:
-                        await tg.start(watchdog_loop, notifier)
-                    tg.start_soon(self._signals, tg.cancel_scope)
-                    self.state = "awake"
-                    notifier.ready(status=f"awake; socket {socket_path}")
-                    log.info(
-                        "daemon ready",
-                        home=str(self.home.root),
-                        socket=str(socket_path),
-                        trunk_provider=self.roles.provider_kind("trunk"),
-                        session_id=self.trunk.session.id if self.trunk.session else None,
-                        pending=len(self.trunk.inbox.pending()),
-                    )
-                    if ready is not None:
-                        ready()
-                    await self._stop.wait()
-                    notifier.stopping()
-                    self.state = "stopping"
-                    self.server.broadcast({"type": "state", "state": "stopping", "detail": "daemon shutting down"})
-                    await self._drain_turn(s.agent.shutdown_grace_s / 2)
-                    tg.cancel_scope.cancel()
-                with anyio.CancelScope(shield=True), anyio.move_on_after(s.agent.shutdown_grace_s / 2):
-                    await self.trunk.shutdown("shutdown")
+                await self._stop.wait()
+                notifier.stopping()
+                self.state = "stopping"
+                self.server.broadcast({"type": "state", "state": "stopping", "detail": "daemon shutting down"})
+                await self._drain_turn(s.agent.shutdown_grace_s / 2)
+                tg.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(s.agent.shutdown_grace_s / 2):
+                await self.trunk.shutdown("shutdown")
         log.info("daemon stopped")
         return 0
 
@@ -205,7 +213,7 @@ class Daemon:
         if self.trunk.busy:
             log.info("cancelling the turn in progress for shutdown", turn_id=self.trunk.current_turn)
 
-    async def _signals(self, scope: anyio.CancelScope) -> None:
+    async def _signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             count = 0
             async for signum in signals:

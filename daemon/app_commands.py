@@ -64,12 +64,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     daemon = Daemon(env.home, env.settings)
     try:
         return anyio.run(daemon.run)
-    except HomeLocked as exc:
-        raise CommandError(str(exc)) from None
-    except OSError as exc:
-        if exc.errno == 28:
-            raise CommandError(f"disk full: {exc.filename or env.home.root}; free space and restart (nothing acknowledged was lost)") from None
-        raise CommandError(f"cannot run: {exc}") from None
+    except BaseException as exc:
+        root = _single_cause(exc)
+        if isinstance(root, HomeLocked):
+            raise CommandError(str(root)) from None
+        if isinstance(root, OSError) and root.errno == 28:
+            raise CommandError(
+                f"disk full: {root.filename or env.home.root}; free space and restart (nothing acknowledged was lost)"
+            ) from None
+        from daemon.chat.server import ChatServerError
+
+        if isinstance(root, (ChatServerError, PermissionError)):
+            raise CommandError(f"cannot run: {root}") from None
+        raise
+
+
+def _single_cause(exc: BaseException) -> BaseException:
+    """Unwrap exception groups holding exactly one exception (task groups wrap errors)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _socket(env: Any) -> Path:

@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    # Commands other than `run` keep stdout for their output: log warnings to stderr.
+    from daemon.log import configure
+
+    configure("warning", "console", stream=sys.stderr)
     try:
         return _run(args.func, args)
     except CommandError as exc:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
+
 from daemon.agent.trunk import Trunk
 from daemon.log import get_logger
 
@@ -45,6 +47,9 @@ class ChatGateway:
         self._session_id = session_id
         self.commands: dict[str, Command] = {}
         self._client_sinks: dict[str, Callable[[dict[str, Any]], None]] = {}
+        # Turns each client is still waiting on, so a half-closed client gets its replies.
+        self._outstanding: dict[str, set[str]] = {}
+        self._drained: dict[str, anyio.Event] = {}
 
     def command(self, name: str, fn: Command) -> None:
         self.commands[name] = fn
@@ -52,7 +57,17 @@ class ChatGateway:
     async def client_connected(self, client: Any) -> None:
         client.send({"type": "hello", "version": VERSION, "state": self._state(), "session_id": self._session_id()})
 
+    async def client_finished_sending(self, client: Any) -> None:
+        """Return once every turn this client started has been answered."""
+        if self._outstanding.get(client.id):
+            event = self._drained.setdefault(client.id, anyio.Event())
+            await event.wait()
+
     async def client_disconnected(self, client: Any) -> None:
+        self._outstanding.pop(client.id, None)
+        event = self._drained.pop(client.id, None)
+        if event is not None:
+            event.set()
         sink = self._client_sinks.pop(client.id, None)
         if sink is not None:
             # The turn goes on (its reply lands on disk); only this listener goes away.
@@ -65,6 +80,12 @@ class ChatGateway:
             def sink(frame: dict[str, Any], _client: Any = client) -> None:
                 if not _client.closed:
                     _client.send(frame)
+                if frame.get("type") in ("done", "error") and frame.get("turn_id"):
+                    waiting = self._outstanding.get(_client.id)
+                    if waiting is not None:
+                        waiting.discard(frame["turn_id"])
+                        if not waiting and _client.id in self._drained:
+                            self._drained.pop(_client.id).set()
 
             self._client_sinks[client.id] = sink
         return sink
@@ -85,6 +106,7 @@ class ChatGateway:
                 reason = "the disk is full" if exc.errno == 28 else (exc.strerror or str(exc))
                 client.send({"type": "error", "code": "storage", "message": f"message NOT saved ({reason}); please resend later", "id": cid})
                 return
+            self._outstanding.setdefault(client.id, set()).add(accepted.turn_id)
             client.send({"type": "accepted", "turn_id": accepted.turn_id, "id": cid, "queued": accepted.queued})
         elif kind == "cancel":
             turn_id = _get(frame, "turn_id")

@@ -34,6 +34,8 @@ MAX_SOCKET_PATH = 107
 FLUSH_TIMEOUT_S = 2.0
 # Bounds on handler callbacks run during cleanup, so a stuck handler cannot hang shutdown.
 DISCONNECT_TIMEOUT_S = 5.0
+# How long a half-closed client is kept for the replies to what it already sent.
+HALF_CLOSE_LINGER_S = 900.0
 LIVE_PROBE_TIMEOUT_S = 2.0
 # Frames already queued are written together up to this size.
 WRITE_BATCH_BYTES = 256 * 1024
@@ -294,7 +296,13 @@ class ChatServer:
                     tg.start_soon(client._write_loop, stream)
                     announced = True
                     if await self._call(client, self.handler.client_connected(client), None):
-                        await self._read_loop(client, stream)
+                        eof = await self._read_loop(client, stream)
+                        # A half-closed peer (shut its write side) still reads the replies
+                        # to what it sent: linger until the handler has answered them.
+                        linger = getattr(self.handler, "client_finished_sending", None)
+                        if eof and linger is not None and not client.closed:
+                            with anyio.move_on_after(HALF_CLOSE_LINGER_S):
+                                await self._call(client, linger(client), None, reply=False)
                     # The peer finished sending (or vanished): let what is queued go out.
                     client.closed = True
                     client._outbox.close()
@@ -319,15 +327,16 @@ class ChatServer:
                     "chat client disconnected", client=client.id, reason=client.drop_reason or "eof"
                 )
 
-    async def _read_loop(self, client: ClientHandle, stream: UnixConnection) -> None:
+    async def _read_loop(self, client: ClientHandle, stream: UnixConnection) -> bool:
+        """Read and dispatch frames; return True on a clean end of input (EOF)."""
         reader = protocol.LineReader(stream, self.max_frame_bytes)
         while True:
             try:
                 line = await reader.receive()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                return
+                return False
             if line is None:
-                return
+                return True
             if isinstance(line, Oversized):
                 client.send(
                     protocol.error(
