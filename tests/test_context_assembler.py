@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -29,6 +30,13 @@ from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.tokens import TokenCounter
 from daemon.topics.router import TopicRouter
+
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> None:
+    """Log to the current stdout: a CLI test elsewhere may have left logging on a closed capture."""
+    structlog.reset_defaults()
+
 
 GOLDEN = Path(__file__).parent / "golden" / "context_basic.txt"
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)

@@ -6,11 +6,19 @@ import json
 from pathlib import Path
 
 import pytest
+import structlog
 
 from daemon.paths import Home
 from daemon.settings import TopicPoint, TopicsSettings
 from daemon.topics.matrix import MatrixError, parse_matrix, tokenise
 from daemon.topics.router import ADDENDA_HEADING, TopicRouter
+
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> None:
+    """Log to the current stdout: a CLI test elsewhere may have left logging on a closed capture."""
+    structlog.reset_defaults()
+
 
 
 def write_matrix(root: Path, topics: list[dict[str, object]], *, bodies: dict[str, str] | None = None) -> Home:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog
 
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
@@ -18,6 +19,13 @@ from daemon.settings import Settings
 from daemon.tokens import TokenCounter
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
+
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> None:
+    """Log to the current stdout: a CLI test elsewhere may have left logging on a closed capture."""
+    structlog.reset_defaults()
+
 
 pytestmark = pytest.mark.anyio
 

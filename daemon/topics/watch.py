@@ -49,7 +49,7 @@ class FileWatcher:
         callbacks: Iterable[Callback] = (),
         debounce_ms: int = 300,
         step_ms: int = 50,
-        idle_wakeup_ms: int = 1000,
+        idle_wakeup_ms: int = 500,
         force_polling: bool | None = None,
     ) -> None:
         self.home = home
