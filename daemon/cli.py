@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     # Commands other than `run` keep stdout for their output: log warnings to stderr.
     from daemon.log import configure
 
-    configure("warning", "console", stream=sys.stderr)
+    configure("warning", "console", to="stderr")
     try:
         return _run(args.func, args)
     except CommandError as exc:

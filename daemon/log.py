@@ -18,9 +18,30 @@ __all__ = ["bind_contextvars", "bound_contextvars", "clear_contextvars", "config
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> None:
-    """Configure structlog (and stdlib logging beneath it) for the whole process."""
-    out = stream if stream is not None else sys.stdout
+class _SysStream:
+    """Write to `sys.<name>` as it is at write time (it may be swapped, e.g. by test capture)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def write(self, text: str) -> int:
+        return int(getattr(sys, self.name).write(text))
+
+    def flush(self) -> None:
+        getattr(sys, self.name).flush()
+
+    def isatty(self) -> bool:
+        stream = getattr(sys, self.name)
+        return bool(hasattr(stream, "isatty") and stream.isatty())
+
+
+def configure(level: str = "info", fmt: str = "auto", stream: Any = None, *, to: str = "stdout") -> None:
+    """Configure structlog (and stdlib logging beneath it) for the whole process.
+
+    Without `stream`, lines go to `sys.stdout` (or `sys.stderr` with `to="stderr"`),
+    looked up at each write.
+    """
+    out = stream if stream is not None else _SysStream(to)
     use_json = fmt == "json" or (fmt == "auto" and not (hasattr(out, "isatty") and out.isatty()))
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -41,7 +62,12 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> Non
         cache_logger_on_first_use=False,
     )
     # Third-party libraries log through stdlib; keep them quiet unless debugging.
-    logging.basicConfig(level=logging.WARNING if level != "debug" else logging.DEBUG, stream=sys.stderr)
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING if level != "debug" else logging.DEBUG)
+    if not any(getattr(h, "_reverie", False) for h in root.handlers):
+        handler = logging.StreamHandler(_SysStream("stderr"))  # type: ignore[arg-type]
+        handler._reverie = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
     for noisy in ("httpx", "httpcore", "apscheduler", "watchfiles", "anthropic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

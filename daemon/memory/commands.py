@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -70,7 +69,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def _quiet_logs(env: Env) -> None:
     level = env.settings.log.level if env.settings.log.level in ("debug", "warning", "error") else "warning"
-    configure(level=level, fmt="console", stream=sys.stderr)
+    configure(level=level, fmt="console", to="stderr")
 
 
 def _embedder(env: Env, mode: str = "hybrid") -> Embedder:
