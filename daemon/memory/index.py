@@ -26,8 +26,9 @@ from daemon.clock import Clock
 from daemon.log import get_logger
 from daemon.memory.api import Kind, MemoryItem, Origin
 from daemon.memory.embedders import Embedder
+from daemon.memory.lexical import LexicalSearcher, RowFilter
 from daemon.memory.matrix import VectorMatrix
-from daemon.memory.query import QueryPlan, fts_match, terms
+from daemon.memory.query import QueryPlan, match_terms, terms
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
 
@@ -185,6 +186,7 @@ class MemoryIndex:
         self._refresh_lock = anyio.Lock()
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.embed_errors = 0
+        self.lexical = LexicalSearcher()
         self._vector_weight = VECTOR_WEIGHT * float(getattr(embedder, "fusion_weight", 1.0))
 
     # ----- lifecycle -------------------------------------------------------------------------
@@ -244,6 +246,7 @@ class MemoryIndex:
         """Drop all memories and chunk marks (reindex); cached embeddings are kept for reuse."""
 
         def work(conn: Any) -> None:
+            self.lexical.forget()
             conn.execute("DELETE FROM memories")
             conn.execute("DELETE FROM memory_chunked")
             conn.execute(
@@ -344,45 +347,84 @@ class MemoryIndex:
                     self._query_cache.popitem(last=False)
         return np.vstack([self._query_cache[q] for q in queries])
 
-    async def _lexical(
-        self, match: str, limit: int, kinds: Collection[str] | None, include_retired: bool,
-        after: datetime | None, before: datetime | None,
-    ) -> list[int]:
-        where, params = ["memories_fts MATCH ?"], [match]
-        if kinds:
-            where.append(f"m.kind IN ({','.join('?' * len(kinds))})")
-            params.extend(kinds)
-        if not include_retired:
-            where.append("m.retired_at IS NULL")
-        if after:
-            where.append("coalesce(m.valid_from, m.created_at) >= ?")
-            params.append(iso(after))
-        if before:
-            where.append("coalesce(m.valid_from, m.created_at) < ?")
-            params.append(iso(before))
-        sql = (
-            "SELECT m.rowid FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
-            f"WHERE {' AND '.join(where)} ORDER BY bm25(memories_fts, 2.0, 1.0, 1.0) LIMIT ?"
+    def _where(
+        self, kinds: Collection[str] | None, include_retired: bool, after: datetime | None, before: datetime | None
+    ) -> RowFilter:
+        return RowFilter(
+            kinds=tuple(kinds) if kinds else None, include_retired=include_retired, after=after, before=before
         )
-        rows = await self.db.fetchall(sql, (*params, limit))
-        return [r[0] for r in rows]
 
-    async def _ranked(
-        self, query: str, *, limit: int, kinds: Collection[str] | None, mode: SearchMode,
-        include_retired: bool, after: datetime | None, before: datetime | None, query_vector: np.ndarray | None,
-    ) -> dict[int, float]:
-        """Return fused scores by rowid for one query (no hydration)."""
+    async def _rank_queries(
+        self, queries: Sequence[str], *, limit: int, mode: SearchMode, windows: Sequence[RowFilter],
+        query_vector: np.ndarray | None = None, drop_common: bool = True,
+    ) -> list[list[dict[int, float]]]:
+        """Return, per window, per informative query, fused scores by rowid (no hydration).
+
+        Secondary queries whose every term is common are dropped (the first query never is).
+        Lexical searches run on the database thread in one hop; meanwhile a worker thread
+        computes all query similarities in one matrix product shared by every window, so the
+        event loop never runs the 100k-row product itself. Cancellation abandons both (a
+        running SQL statement or product finishes in its thread, its result unused).
+        """
+        lexical_on = mode in ("hybrid", "lexical")
+        vector_on = mode in ("hybrid", "vector") and self.embedder.dim > 0 and len(self.matrix) > 0
+        rows = len(self.matrix)
+
+        def lexical_work(conn: Any) -> tuple[list[str], list[list[list[int]]]]:
+            kept = list(queries)
+            if drop_common and len(queries) > 1:
+                df = self.lexical.doc_freqs(conn, {p: None for q in queries for p in match_terms(q)}, rows)
+                kept = [queries[0], *(q for q in queries[1:] if self.lexical.informative(q, df, rows))]
+            if not lexical_on:
+                return kept, [[[] for _ in kept] for _ in windows]
+            return kept, [
+                self.lexical.search(conn, kept, limit=limit, rows=rows, where=w, active=self.matrix.active)
+                for w in windows
+            ]
+
+        def vector_work(qv: np.ndarray) -> list[list[list[int]]]:
+            sims = self.matrix.similarities(qv)
+            out = []
+            for w in windows:
+                mask = self.matrix.mask(
+                    kinds=w.kinds, include_retired=w.include_retired, after=w.after, before=w.before, need_vector=True
+                )
+                out.append([[r for r, _ in self.matrix.top(sims[:, qi], mask, limit)] for qi in range(len(queries))])
+            return out
+
+        found: dict[str, Any] = {}
+
+        async def lexical_side() -> None:
+            found["lexical"] = await self.db.run(lexical_work)
+
+        async def vector_side() -> None:
+            if query_vector is not None and len(queries) == 1:
+                qv = np.asarray(query_vector, dtype=np.float32).reshape(1, -1)
+            else:
+                qv = await self.query_vectors(queries)  # type: ignore[assignment]
+            found["vector"] = await anyio.to_thread.run_sync(vector_work, qv)
+
+        # The BM25 searches (database thread) and the matrix product (a worker thread) overlap.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lexical_side)
+            if vector_on:
+                tg.start_soon(vector_side)
+        kept, lexical = found["lexical"]
+        if vector_on:
+            position = {q: i for i, q in enumerate(queries)}
+            vector = [[per_query[position[q]] for q in kept] for per_query in found["vector"]]
+        else:
+            vector = [[[] for _ in kept] for _ in windows]
+        return [
+            [self._fuse(lexical[wi][qi], vector[wi][qi]) for qi in range(len(kept))] for wi in range(len(windows))
+        ]
+
+    def _fuse(self, lexical: list[int], vector: list[int]) -> dict[int, float]:
         fused: dict[int, float] = {}
-        if mode in ("hybrid", "lexical"):
-            match = fts_match(query)
-            if match:
-                for rank, rowid in enumerate(await self._lexical(match, limit, kinds, include_retired, after, before)):
-                    fused[rowid] = fused.get(rowid, 0.0) + LEXICAL_WEIGHT / (RRF_K + rank + 1)
-        if mode in ("hybrid", "vector") and self.embedder.dim > 0 and len(self.matrix):
-            qv = query_vector if query_vector is not None else (await self.query_vectors([query]))[0]  # type: ignore[index]
-            hits = self.matrix.nearest(qv, limit, kinds=kinds, include_retired=include_retired, after=after, before=before)
-            for rank, (rowid, _sim) in enumerate(hits):
-                fused[rowid] = fused.get(rowid, 0.0) + self._vector_weight / (RRF_K + rank + 1)
+        for rank, rowid in enumerate(lexical):
+            fused[rowid] = fused.get(rowid, 0.0) + LEXICAL_WEIGHT / (RRF_K + rank + 1)
+        for rank, rowid in enumerate(vector):
+            fused[rowid] = fused.get(rowid, 0.0) + self._vector_weight / (RRF_K + rank + 1)
         if fused:
             rowids = list(fused)
             created, explicit, importance = self.matrix.attributes(rowids)
@@ -392,6 +434,18 @@ class MemoryIndex:
                 fused[rid] += RECENCY_WEIGHT / (RRF_K + rank + 1)
                 fused[rid] *= 1.0 + EXPLICIT_BOOST * float(explicit[i]) + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
         return fused
+
+    @staticmethod
+    def _combine(ranked: list[dict[int, float]], k: int) -> list[tuple[int, float]]:
+        """Fuse per-query rankings by reciprocal rank, the first query weighted most."""
+        if len(ranked) == 1:
+            return sorted(ranked[0].items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
+        total: dict[int, float] = {}
+        for i, scores in enumerate(ranked):
+            weight = 1.0 if i == 0 else 0.5
+            for rank, (rid, _s) in enumerate(sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))):
+                total[rid] = total.get(rid, 0.0) + weight / (RRF_K + rank + 1)
+        return sorted(total.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
 
     async def _hydrate(self, scored: list[tuple[int, float]]) -> list[MemoryItem]:
         if not scored:
@@ -426,36 +480,28 @@ class MemoryIndex:
         if k <= 0 or (not query.strip() and query_vector is None):
             return []
         await self.refresh()
-        fused = await self._ranked(
-            query, limit=max(CANDIDATES, 3 * k), kinds=kinds, mode=mode, include_retired=include_retired,
-            after=after, before=before, query_vector=query_vector,
+        [[fused]] = await self._rank_queries(
+            [query], limit=max(CANDIDATES, 3 * k), mode=mode,
+            windows=[self._where(kinds, include_retired, after, before)], query_vector=query_vector,
         )
-        top = sorted(fused.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
-        return await self._hydrate(top)
+        return await self._hydrate(self._combine([fused], k))
 
     async def search_many(self, queries: Sequence[str], *, k: int = 10, **kw: Any) -> list[MemoryItem]:
         """Search several sub-queries, fuse their rankings (first query weighted most), dedupe.
 
-        Query vectors are embedded in one batch. Keyword arguments are those of `search`.
+        Query vectors are embedded in one batch; a sub-query made only of words most
+        memories contain is skipped. Keyword arguments are those of `search`.
         """
         queries = [q for q in dict.fromkeys(q.strip() for q in queries) if q]
         if not queries or k <= 0:
             return []
         mode = kw.get("mode", "hybrid")
+        if mode not in ("hybrid", "lexical", "vector"):
+            raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
         await self.refresh()
-        vecs = await self.query_vectors(queries) if mode != "lexical" else None
-        total: dict[int, float] = {}
-        for i, q in enumerate(queries):
-            ranked = await self._ranked(
-                q, limit=max(CANDIDATES, 3 * k), kinds=kw.get("kinds"), mode=mode,
-                include_retired=kw.get("include_retired", False), after=kw.get("after"), before=kw.get("before"),
-                query_vector=vecs[i] if vecs is not None else None,
-            )
-            weight = 1.0 if i == 0 else 0.5
-            for rank, (rid, _s) in enumerate(sorted(ranked.items(), key=lambda kv: -kv[1])):
-                total[rid] = total.get(rid, 0.0) + weight / (RRF_K + rank + 1)
-        top = sorted(total.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
-        return await self._hydrate(top)
+        where = self._where(kw.get("kinds"), kw.get("include_retired", False), kw.get("after"), kw.get("before"))
+        [ranked] = await self._rank_queries(queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=[where])
+        return await self._hydrate(self._combine(ranked, k))
 
     async def search_plan(
         self, plan: QueryPlan, *, k: int = 10, mode: SearchMode = "hybrid",
@@ -467,21 +513,26 @@ class MemoryIndex:
         come first; the rest of the ranking fills up to `k`, so a mis-resolved time word
         never empties the answer.
         """
-        queries = plan.all_queries()
+        queries = [q for q in dict.fromkeys(q.strip() for q in plan.all_queries()) if q]
+        if not queries or k <= 0:
+            return []
         after, before = plan.after, plan.before
         if plan.anchor is not None:
             hits = await self.search(plan.anchor.text, k=3, kinds=kinds, mode=mode)
             if hits and hits[0].ts is not None:
                 pivot = hits[0].ts
                 after, before = (pivot, None) if plan.anchor.relation == "after" else (None, pivot)
-        base = await self.search_many(queries, k=k, mode=mode, kinds=kinds, include_retired=include_retired)
-        if after is None and before is None:
-            return base
-        inside = await self.search_many(
-            queries, k=k, mode=mode, kinds=kinds, include_retired=include_retired, after=after, before=before
-        )
-        seen = {m.id for m in inside}
-        return (inside + [m for m in base if m.id not in seen])[:k]
+        await self.refresh()
+        windows = [self._where(kinds, include_retired, None, None)]
+        if after is not None or before is not None:
+            windows.append(self._where(kinds, include_retired, after, before))
+        ranked = await self._rank_queries(queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=windows)
+        base = self._combine(ranked[0], k)
+        if len(windows) == 1:
+            return await self._hydrate(base)
+        inside = self._combine(ranked[1], k)
+        seen = {r for r, _ in inside}
+        return await self._hydrate((inside + [(r, s) for r, s in base if r not in seen])[:k])
 
     async def similar(self, text: str, kinds: Collection[str], threshold: float) -> list[MemoryItem]:
         """Return active memories of `kinds` near-identical to `text` (similarity >= threshold).
@@ -489,11 +540,14 @@ class MemoryIndex:
         Similarity is cosine of vectors when the embedder makes them, else word-set overlap
         (Jaccard); candidates come from lexical search so the cost stays small.
         """
-        match = fts_match(text)
-        if not match:
+        if not match_terms(text):
             return []
         await self.refresh()
-        rowids = await self._lexical(match, 20, kinds, False, None, None)
+        where = self._where(kinds, False, None, None)
+        rows = len(self.matrix)
+        [rowids] = await self.db.run(
+            lambda conn: self.lexical.search(conn, [text], limit=20, rows=rows, where=where, active=self.matrix.active)
+        )
         if self.embedder.dim > 0:
             vec_hits = self.matrix.nearest((await self.query_vectors([text]))[0], 10, kinds=kinds)  # type: ignore[index]
             rowids = list(dict.fromkeys([*rowids, *(r for r, _ in vec_hits)]))

@@ -158,26 +158,44 @@ class VectorMatrix:
             mask &= self._ts[:n] < before.timestamp()
         return mask
 
+    def similarities(self, queries: np.ndarray) -> np.ndarray:
+        """Return the (rows, queries) cosine matrix: one pass over the vectors for all queries."""
+        q = np.asarray(queries, dtype=np.float32)
+        if q.ndim == 1:
+            q = q.reshape(1, -1)
+        if q.shape[1] != self.dim:
+            raise ValueError(f"query vector has dim {q.shape[1]}, the index holds dim {self.dim}")
+        return self._vecs[: self._n] @ q.T
+
+    def top(self, sims: np.ndarray, mask: np.ndarray, limit: int) -> list[tuple[int, float]]:
+        """Return up to `limit` (rowid, similarity) pairs, best first, among rows where `mask` holds."""
+        n = self._n
+        if n == 0 or limit <= 0:
+            return []
+        allowed = int(mask.sum())
+        take = min(limit, allowed)
+        if take == 0:
+            return []
+        sims = np.where(mask, sims, -np.inf)
+        idx = np.argpartition(-sims, take - 1)[:take] if take < n else np.arange(n)
+        idx = idx[np.argsort(-sims[idx], kind="stable")]
+        return [(int(self._rowids[i]), float(sims[i])) for i in idx if np.isfinite(sims[i])][:take]
+
     def nearest(
         self, query: np.ndarray, limit: int, *, kinds: Collection[str] | None = None,
         include_retired: bool = False, after: datetime | None = None, before: datetime | None = None,
     ) -> list[tuple[int, float]]:
         """Return up to `limit` (rowid, cosine) pairs, best first, among rows passing the filters."""
-        n = self._n
-        if n == 0 or self.dim == 0 or limit <= 0:
+        if self._n == 0 or self.dim == 0 or limit <= 0:
             return []
-        q = np.asarray(query, dtype=np.float32).reshape(-1)
-        if q.shape[0] != self.dim:
-            raise ValueError(f"query vector has dim {q.shape[0]}, the index holds dim {self.dim}")
-        sims = self._vecs[:n] @ q
+        sims = self.similarities(np.asarray(query, dtype=np.float32).reshape(1, -1))[:, 0]
         mask = self.mask(kinds=kinds, include_retired=include_retired, after=after, before=before, need_vector=True)
-        sims = np.where(mask, sims, -np.inf)
-        take = min(limit, int(mask.sum()))
-        if take == 0:
-            return []
-        idx = np.argpartition(-sims, take - 1)[:take] if take < n else np.arange(n)
-        idx = idx[np.argsort(-sims[idx], kind="stable")]
-        return [(int(self._rowids[i]), float(sims[i])) for i in idx if np.isfinite(sims[i])][:take]
+        return self.top(sims, mask, limit)
+
+    def active(self, rowids: list[int]) -> list[bool]:
+        """Say, per rowid, whether it is loaded and not retired."""
+        pos = self._pos
+        return [(p := pos.get(r)) is not None and not self._retired[p] for r in rowids]
 
     def attributes(self, rowids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (time, explicit, importance) arrays for rowids (zeros for rows not loaded yet)."""

@@ -59,6 +59,18 @@ def terms(text: str) -> list[str]:
     return list(seen)
 
 
+def match_terms(text: str) -> list[str]:
+    """Return the FTS5 phrases for the content words of `text` (plus a prefix for long words)."""
+    parts = []
+    for w in terms(text):
+        w = w.replace('"', "")
+        parts.append(f'"{w}"')
+        if len(w) >= 7 and w.isalpha():
+            # Porter leaves some derivations apart: "allergy" also finds "allergic".
+            parts.append(f'"{w[:5]}"*')
+    return parts
+
+
 def fts_match(text: str, *, phrase: bool = False) -> str | None:
     """Build an FTS5 MATCH expression: content words OR'd (or one phrase); None when empty."""
     found = terms(text)
@@ -66,14 +78,7 @@ def fts_match(text: str, *, phrase: bool = False) -> str | None:
         return None
     if phrase:
         return '"' + " ".join(w.replace('"', "") for w in found) + '"'
-    parts = []
-    for w in found:
-        w = w.replace('"', "")
-        parts.append(f'"{w}"')
-        if len(w) >= 7 and w.isalpha():
-            # A crude second stemmer: "allergy" also finds "allergic", "relocation" "relocate".
-            parts.append(f'"{w[:5]}"*')
-    return " OR ".join(parts)
+    return " OR ".join(match_terms(text))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,144 @@
+"""Lexical search over FTS5: BM25 on the terms that discriminate, within a row budget.
+
+FTS5 must score every row a MATCH selects before it can order them by bm25 (about 1 µs a
+row), so an OR of words found in half the history — a speaker's name on every chunk, a
+year, "work" — cost 50-150 ms at 100k memories, and a join to `memories` before the LIMIT
+doubled it. Here each term's document frequency is counted once (cached; it drifts slowly)
+and the rarest terms are kept until the rows they can select reach a budget: the dropped
+terms have the lowest IDF, so they would have moved BM25 least. When every term is that
+common, their conjunction is searched instead. Rows are filtered by kind and time inside
+SQL only when such a filter is asked for; the retired flag comes from the in-memory matrix
+after the LIMIT. All of it runs on the database thread, several queries per hop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from daemon.memory.query import match_terms
+
+# Rows BM25 may be asked to score for one query (a few ms on a busy small machine).
+LEXICAL_BUDGET = 4000
+# A secondary query (an entity, a clause) whose every term is in more than this share of
+# memories identifies nothing: "Caroline" in a history of Caroline's conversations.
+COMMON_SHARE = 0.05
+_BM25 = "bm25(memories_fts, 2.0, 1.0, 1.0)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowFilter:
+    """Which memories a search may return."""
+
+    kinds: tuple[str, ...] | None = None
+    include_retired: bool = False
+    after: datetime | None = None
+    before: datetime | None = None
+
+    @property
+    def in_sql(self) -> bool:
+        """Whether the filter needs the `memories` columns (anything beyond the retired flag)."""
+        return bool(self.kinds) or self.after is not None or self.before is not None
+
+
+def _iso(dt: datetime) -> str:
+    from daemon.memory.index import iso
+
+    return iso(dt)
+
+
+class LexicalSearcher:
+    """Choose terms by document frequency and run bounded BM25 searches (database thread only)."""
+
+    def __init__(self, *, budget: int = LEXICAL_BUDGET) -> None:
+        self.budget = budget
+        self._df: dict[str, int] = {}
+        self._df_rows = 0
+
+    def forget(self) -> None:
+        """Drop the cached document frequencies (after a clear or reindex)."""
+        self._df.clear()
+        self._df_rows = 0
+
+    def doc_freqs(self, conn: Any, phrases: Collection[str], rows: int) -> dict[str, int]:
+        """Return the number of memories each FTS phrase matches (cached until the index grows 10%)."""
+        if abs(rows - self._df_rows) > 0.1 * self._df_rows + 50:
+            self._df.clear()
+            self._df_rows = rows
+        for p in phrases:
+            if p not in self._df:
+                self._df[p] = int(
+                    conn.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (p,)).fetchone()[0]
+                )
+        return {p: self._df[p] for p in phrases}
+
+    def match(self, phrases: Sequence[str], df: dict[str, int]) -> str | None:
+        """Build the MATCH expression for one query: the rarest terms within the budget."""
+        present = [p for p in phrases if df.get(p, 0) > 0]
+        if not present:
+            return None
+        if sum(df[p] for p in present) <= self.budget:
+            return " OR ".join(present)
+        chosen, spent = [], 0
+        for p in sorted(present, key=lambda p: df[p]):
+            if spent + df[p] > self.budget:
+                break
+            chosen.append(p)
+            spent += df[p]
+        if chosen:
+            return " OR ".join(p for p in present if p in chosen)
+        plain = [p for p in present if not p.endswith("*")]
+        return " AND ".join(plain) if len(plain) > 1 else None
+
+    def informative(self, query: str, df: dict[str, int], rows: int) -> bool:
+        """Say whether any term of `query` is rare enough to identify something."""
+        return any(df.get(p, 0) <= max(self.budget, COMMON_SHARE * rows) for p in match_terms(query))
+
+    def search(
+        self, conn: Any, queries: Sequence[str], *, limit: int, rows: int, where: RowFilter,
+        active: Callable[[list[int]], list[bool]],
+    ) -> list[list[int]]:
+        """Return, per query, up to `limit` rowids best first (runs on the database thread)."""
+        phrases = {p: None for q in queries for p in match_terms(q)}
+        df = self.doc_freqs(conn, phrases, rows)
+        out: list[list[int]] = []
+        for q in queries:
+            expr = self.match(match_terms(q), df)
+            out.append(self._run(conn, expr, limit, where, active) if expr else [])
+        return out
+
+    def _run(
+        self, conn: Any, expr: str, limit: int, where: RowFilter, active: Callable[[list[int]], list[bool]]
+    ) -> list[int]:
+        if not where.in_sql:
+            margin = limit + 16
+            got = [r[0] for r in conn.execute(
+                f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {_BM25} LIMIT ?", (expr, margin)
+            ).fetchall()]
+            if where.include_retired:
+                return got[:limit]
+            kept = [r for r, ok in zip(got, active(got), strict=True) if ok]
+            if len(kept) >= limit or len(got) < margin:
+                return kept[:limit]
+        return self._joined(conn, expr, limit, where)
+
+    def _joined(self, conn: Any, expr: str, limit: int, where: RowFilter) -> list[int]:
+        clauses, params = ["memories_fts MATCH ?"], [expr]
+        if where.kinds:
+            clauses.append(f"m.kind IN ({','.join('?' * len(where.kinds))})")
+            params.extend(where.kinds)
+        if not where.include_retired:
+            clauses.append("m.retired_at IS NULL")
+        if where.after is not None:
+            clauses.append("coalesce(m.valid_from, m.created_at) >= ?")
+            params.append(_iso(where.after))
+        if where.before is not None:
+            clauses.append("coalesce(m.valid_from, m.created_at) < ?")
+            params.append(_iso(where.before))
+        sql = (
+            "SELECT m.rowid FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
+            f"WHERE {' AND '.join(clauses)} ORDER BY {_BM25} LIMIT ?"
+        )
+        return [r[0] for r in conn.execute(sql, (*params, limit)).fetchall()]
