@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -57,15 +56,6 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     recall.set_defaults(func=_recall)
 
 
-def _quiet(env: Env) -> None:
-    # The command prints its answer; library log lines (embedder choice, etc.) stay out of it.
-    if env.settings.log.level != "debug":
-        logging.getLogger().setLevel(logging.WARNING)
-        import structlog
-
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-
-
 @asynccontextmanager
 async def _memory(env: Env) -> AsyncIterator[Any]:
     from daemon.memory.system import MemorySystem
@@ -97,7 +87,6 @@ async def _remember(args: argparse.Namespace) -> int:
     if args.retract is not None and text:
         raise CommandError("--retract takes no TEXT; give the reason with --reason")
     env = resolve_env(args)
-    _quiet(env)
     async with _memory(env) as memory:
         try:
             if args.retract is not None:
@@ -125,7 +114,6 @@ async def _recall(args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise CommandError("recall needs a non-empty QUERY")
     env = resolve_env(args)
-    _quiet(env)
     async with _memory(env) as memory:
         try:
             result = await memory.recall_result(args.query)
