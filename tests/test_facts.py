@@ -196,7 +196,7 @@ async def test_remember_cli_stores_corrects_and_retracts_as_person(home_dir: Pat
     assert await run("remember", "I live in Porto", "--target", "profile") == 0
     assert "remembered as fact:1" in capsys.readouterr().out
     assert await run("remember", "--correct", "fact:1", "I live in Braga", "--json") == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # log lines go first
     assert out["status"] == "corrected" and out["id"] == "fact:2"
     assert await run("remember", "--retract", "fact:2", "--reason", "moved again") == 0
     from daemon.cli_support import CommandError

@@ -200,7 +200,7 @@ async def test_recall_cli_answers_from_a_home_with_json(home_dir: Path, capsys: 
     assert await run("remember", "My sister Ada lives in Lisbon") == 0
     capsys.readouterr()
     assert await run("recall", "Where does Ada live?", "--json") == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # log lines go first
     assert out["sources"][0]["cite"] == "fact:1" and "Lisbon" in out["text"] and "[fact:1]" in out["answer"]
     assert await run("recall", "Where does Ada live?") == 0
     assert "[fact:1]" in capsys.readouterr().out
