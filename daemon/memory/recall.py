@@ -192,6 +192,7 @@ class Recall:
             sources.append(await self._summary_source(item, query, stems))
 
         if not sources:
+            log.info("recall found nothing", planner=planner, facts_seen=len(facts), candidates=len(candidates))
             return RecallResult(
                 query=query, answer=f"Nothing in memory matches {query!r}.", sources=(), planner=planner, synthesised=False
             )
