@@ -181,7 +181,8 @@ class Daemon:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.trunk.serve)
                 if watcher is not None:
-                    await tg.start(watcher.run)
+                    # Live reload is not needed to answer: do not hold READY for it.
+                    tg.start_soon(watcher.run)
                 if notifier.watchdog_interval():
                     await tg.start(watchdog_loop, notifier)
                 self.state = "awake"
