@@ -187,6 +187,8 @@ class Daemon:
                     await tg.start(watchdog_loop, notifier)
                 self.state = "awake"
                 await tg.start(self.server.serve)
+                # Load the tokenizer's vocabulary now, off the loop, not in the first turn.
+                tg.start_soon(anyio.to_thread.run_sync, counter.raw, "warm up")
                 notifier.ready(status=f"awake; socket {socket_path}")
                 log.info(
                     "daemon ready",
