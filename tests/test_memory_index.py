@@ -214,3 +214,43 @@ async def test_search_plan_time_window_is_a_preference(tmp_path: Path) -> None:
             hits = await index.search_plan(plan, k=3)
             assert hits[0].id == "fact:2"
             assert {h.id for h in hits} >= {"fact:2", "fact:3"}  # outside the window still fills the list
+
+
+def test_lexical_match_keeps_the_rarest_terms_within_the_budget() -> None:
+    from daemon.memory.lexical import LexicalSearcher
+
+    lex = LexicalSearcher(budget=100)
+    df = {'"caroline"': 90, '"lgbtq"': 3, '"support"': 40, '"group"': 50, '"absent"': 0}
+    phrases = ['"caroline"', '"lgbtq"', '"support"', '"group"', '"absent"']
+    # Over budget (183 rows): the commonest terms go, query order is kept.
+    assert lex.match(phrases, df) == '"lgbtq" OR "support" OR "group"'
+    assert lex.match(['"lgbtq"', '"support"'], df) == '"lgbtq" OR "support"'
+    # Every term too common on its own: their conjunction instead; nothing to match: None.
+    assert lex.match(['"caroline"', '"group"'], {'"caroline"': 900, '"group"': 500}) == '"caroline" AND "group"'
+    assert lex.match(['"absent"'], df) is None
+    assert lex.informative("lgbtq", df, rows=1000) and not lex.informative("Caroline", df, rows=1000)
+
+
+@pytest.mark.anyio
+async def test_common_words_are_pruned_but_rare_evidence_is_found(tmp_path: Path) -> None:
+    # 300 memories by "Caroline", one of them about the support group: with a tiny budget the
+    # name and "group" are dropped from BM25 and the evidence still leads. (That a name-only
+    # sub-query is skipped is measured by the dialogue recall test.)
+    filler = [fact(100 + i, f"Caroline said the weather was nice on day {i} and the group chat was busy", days=i % 40)
+              for i in range(300)]
+    evidence = fact(7, "Caroline went to an LGBTQ support group yesterday, it was powerful", days=3)
+    with anyio.fail_after(30):
+        async with opened(tmp_path / "db.sqlite", NoEmbedder()) as index:
+            await index.upsert([*filler, evidence])
+            index.lexical.budget = 50
+            hits = await index.search("When did Caroline go to the LGBTQ support group?", k=3, mode="lexical")
+            assert hits[0].id == "fact:7"
+            plan = decompose("When did Caroline go to the LGBTQ support group?", now=T0)
+            assert "Caroline" in plan.all_queries()
+            top = await index.search_plan(plan, k=3, mode="lexical")
+            assert top[0].id == "fact:7"
+            # Retired memories are filtered after the LIMIT without losing the live ones.
+            await index.retire("fact:7", at=T0 + timedelta(days=50))
+            after = await index.search("LGBTQ support group", k=3, mode="lexical")
+            assert "fact:7" not in [h.id for h in after]
+            assert await index.search("LGBTQ support group", k=3, mode="lexical", include_retired=True)

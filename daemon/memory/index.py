@@ -46,6 +46,8 @@ EXPLICIT_BOOST = 0.03
 IMPORTANCE_WEIGHT = 0.04
 CANDIDATES = 60
 EMBED_ROUND = 512
+# Query vectors kept (384 floats each: ~6 MB): a CLI batch primes a few thousand sub-queries.
+QUERY_CACHE = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,7 +345,7 @@ class MemoryIndex:
             vecs = await self.embedder.embed(missing)
             for q, v in zip(missing, vecs, strict=True):
                 self._query_cache[q] = v
-                if len(self._query_cache) > 512:
+                if len(self._query_cache) > QUERY_CACHE:
                     self._query_cache.popitem(last=False)
         return np.vstack([self._query_cache[q] for q in queries])
 
@@ -370,14 +372,18 @@ class MemoryIndex:
         vector_on = mode in ("hybrid", "vector") and self.embedder.dim > 0 and len(self.matrix) > 0
         rows = len(self.matrix)
 
-        def lexical_work(conn: Any) -> tuple[list[str], list[list[list[int]]]]:
-            kept = list(queries)
-            if drop_common and len(queries) > 1:
-                df = self.lexical.doc_freqs(conn, {p: None for q in queries for p in match_terms(q)}, rows)
-                kept = [queries[0], *(q for q in queries[1:] if self.lexical.informative(q, df, rows))]
+        def choose(conn: Any) -> list[str]:
+            if not drop_common or len(queries) == 1:
+                return list(queries)
+            df = self.lexical.doc_freqs(conn, {p: None for q in queries for p in match_terms(q)}, rows)
+            return [queries[0], *(q for q in queries[1:] if self.lexical.informative(q, df, rows))]
+
+        kept = await self.db.run(choose)
+
+        def lexical_work(conn: Any) -> list[list[list[int]]]:
             if not lexical_on:
-                return kept, [[[] for _ in kept] for _ in windows]
-            return kept, [
+                return [[[] for _ in kept] for _ in windows]
+            return [
                 self.lexical.search(conn, kept, limit=limit, rows=rows, where=w, active=self.matrix.active)
                 for w in windows
             ]
@@ -389,7 +395,7 @@ class MemoryIndex:
                 mask = self.matrix.mask(
                     kinds=w.kinds, include_retired=w.include_retired, after=w.after, before=w.before, need_vector=True
                 )
-                out.append([[r for r, _ in self.matrix.top(sims[:, qi], mask, limit)] for qi in range(len(queries))])
+                out.append([[r for r, _ in self.matrix.top(sims[:, qi], mask, limit)] for qi in range(len(kept))])
             return out
 
         found: dict[str, Any] = {}
@@ -401,7 +407,7 @@ class MemoryIndex:
             if query_vector is not None and len(queries) == 1:
                 qv = np.asarray(query_vector, dtype=np.float32).reshape(1, -1)
             else:
-                qv = await self.query_vectors(queries)  # type: ignore[assignment]
+                qv = await self.query_vectors(kept)  # type: ignore[assignment]
             found["vector"] = await anyio.to_thread.run_sync(vector_work, qv)
 
         # The BM25 searches (database thread) and the matrix product (a worker thread) overlap.
@@ -409,12 +415,8 @@ class MemoryIndex:
             tg.start_soon(lexical_side)
             if vector_on:
                 tg.start_soon(vector_side)
-        kept, lexical = found["lexical"]
-        if vector_on:
-            position = {q: i for i, q in enumerate(queries)}
-            vector = [[per_query[position[q]] for q in kept] for per_query in found["vector"]]
-        else:
-            vector = [[[] for _ in kept] for _ in windows]
+        lexical = found["lexical"]
+        vector = found["vector"] if vector_on else [[[] for _ in kept] for _ in windows]
         return [
             [self._fuse(lexical[wi][qi], vector[wi][qi]) for qi in range(len(kept))] for wi in range(len(windows))
         ]

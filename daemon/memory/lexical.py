@@ -94,7 +94,7 @@ class LexicalSearcher:
 
     def informative(self, query: str, df: dict[str, int], rows: int) -> bool:
         """Say whether any term of `query` is rare enough to identify something."""
-        return any(df.get(p, 0) <= max(self.budget, COMMON_SHARE * rows) for p in match_terms(query))
+        return any(0 < df.get(p, 0) <= max(COMMON_SHARE * rows, 5) for p in match_terms(query))
 
     def search(
         self, conn: Any, queries: Sequence[str], *, limit: int, rows: int, where: RowFilter,
