@@ -60,3 +60,26 @@ async def test_a_remembered_fact_is_found_by_search_auto_recall_and_recall(tmp_p
                 assert any("Lisbon" in item.text for item in recalled)
                 answer = await system.recall("Ada")
                 assert "Lisbon" in answer
+
+
+@pytest.mark.parametrize("kind", _embedders())
+async def test_a_word_first_seen_in_a_new_fact_is_searchable_at_once(tmp_path: Path, kind: str) -> None:
+    """Duplicate checks search before the write; the new word must not stay unknown after it."""
+    home = Home(tmp_path / "home")
+    home.ensure()
+    cfg = settings()
+    async with await Database.open(home.db_file) as db:
+        async with ModelRoles(cfg, None) as roles:
+            system = MemorySystem(home=home, db=db, settings=cfg, roles=roles, bus=None, clock=FakeClock(NOW), embedder=_make(kind))
+            async with system:
+                facts = [
+                    ("zorblat", "the secret project codename at work is zorblat"),
+                    ("quintessa", "my neighbour's grey parrot answers to quintessa"),
+                    ("vellmoor", "we spent a rainy holiday week hiking near vellmoor"),
+                ]
+                for word, text in facts:
+                    assert not await system.index.search(word, k=3, mode="lexical")
+                    result = await system.remember(text, target="memory", origin="person")
+                    assert result.status == "stored", result
+                    hits = await system.index.search_many([f"what about {word}", "memories"], k=3, mode="lexical")
+                    assert hits and word in hits[0].text

@@ -375,7 +375,8 @@ class MemoryIndex:
         def choose(conn: Any) -> list[str]:
             if not drop_common or len(queries) == 1:
                 return list(queries)
-            df = self.lexical.doc_freqs(conn, {p: None for q in queries for p in match_terms(q)}, rows)
+            phrases = {p: None for q in queries for p in match_terms(q)}
+            df = self.lexical.doc_freqs(conn, phrases, rows, self.matrix.generation)
             return [queries[0], *(q for q in queries[1:] if self.lexical.informative(q, df, rows))]
 
         kept = await self.db.run(choose)
@@ -384,7 +385,10 @@ class MemoryIndex:
             if not lexical_on:
                 return [[[] for _ in kept] for _ in windows]
             return [
-                self.lexical.search(conn, kept, limit=limit, rows=rows, where=w, active=self.matrix.active)
+                self.lexical.search(
+                    conn, kept, limit=limit, rows=rows, where=w, active=self.matrix.active,
+                    generation=self.matrix.generation,
+                )
                 for w in windows
             ]
 

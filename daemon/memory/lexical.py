@@ -25,6 +25,8 @@ LEXICAL_BUDGET = 4000
 # A secondary query (an entity, a clause) whose every term is in more than this share of
 # memories identifies nothing: "Caroline" in a history of Caroline's conversations.
 COMMON_SHARE = 0.05
+# Document frequencies below this are re-counted after every write (cheap for rare terms).
+RECOUNT_BELOW = 500
 _BM25 = "bm25(memories_fts, 2.0, 1.0, 1.0)"
 
 
@@ -54,7 +56,8 @@ class LexicalSearcher:
 
     def __init__(self, *, budget: int = LEXICAL_BUDGET) -> None:
         self.budget = budget
-        self._df: dict[str, int] = {}
+        # phrase -> (document frequency, the index generation it was counted at)
+        self._df: dict[str, tuple[int, int]] = {}
         self._df_rows = 0
 
     def forget(self) -> None:
@@ -62,17 +65,26 @@ class LexicalSearcher:
         self._df.clear()
         self._df_rows = 0
 
-    def doc_freqs(self, conn: Any, phrases: Collection[str], rows: int) -> dict[str, int]:
-        """Return the number of memories each FTS phrase matches (cached until the index grows 10%)."""
+    def doc_freqs(self, conn: Any, phrases: Collection[str], rows: int, generation: int = 0) -> dict[str, int]:
+        """Return the number of memories each FTS phrase matches.
+
+        A common term's count drifts slowly, so it is cached until the index grows 10%.
+        A rare term's count is cheap to take and matters exactly (a fact remembered a
+        moment ago must be findable by its one new word), so it is re-counted whenever the
+        index has changed since it was counted.
+        """
         if abs(rows - self._df_rows) > 0.1 * self._df_rows + 50:
             self._df.clear()
             self._df_rows = rows
+        out: dict[str, int] = {}
         for p in phrases:
-            if p not in self._df:
-                self._df[p] = int(
-                    conn.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (p,)).fetchone()[0]
-                )
-        return {p: self._df[p] for p in phrases}
+            cached = self._df.get(p)
+            if cached is None or (cached[1] != generation and cached[0] < RECOUNT_BELOW):
+                count = int(conn.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (p,)).fetchone()[0])
+                cached = (count, generation)
+                self._df[p] = cached
+            out[p] = cached[0]
+        return out
 
     def match(self, phrases: Sequence[str], df: dict[str, int]) -> str | None:
         """Build the MATCH expression for one query: the rarest terms within the budget."""
@@ -98,11 +110,11 @@ class LexicalSearcher:
 
     def search(
         self, conn: Any, queries: Sequence[str], *, limit: int, rows: int, where: RowFilter,
-        active: Callable[[list[int]], list[bool]],
+        active: Callable[[list[int]], list[bool]], generation: int = 0,
     ) -> list[list[int]]:
         """Return, per query, up to `limit` rowids best first (runs on the database thread)."""
         phrases = {p: None for q in queries for p in match_terms(q)}
-        df = self.doc_freqs(conn, phrases, rows)
+        df = self.doc_freqs(conn, phrases, rows, generation)
         out: list[list[int]] = []
         for q in queries:
             expr = self.match(match_terms(q), df)
