@@ -269,14 +269,22 @@ class MemoryIndex:
         """Return the newest memories of `kinds` (by valid time), newest first."""
         if limit <= 0 or not kinds:
             return []
-        marks = ",".join("?" * len(kinds))
         retired = "" if include_retired else "AND retired_at IS NULL"
-        rows = await self.db.fetchall(
-            f"SELECT * FROM memories WHERE kind IN ({marks}) {retired} "
-            "ORDER BY coalesce(valid_from, created_at) DESC, rowid DESC LIMIT ?",
-            (*kinds, limit),
+        # One indexed, LIMITed walk per kind (see migration 0003), merged here: an IN list
+        # would make SQLite sort every row of those kinds.
+        sql = (
+            f"SELECT rowid AS rid, *, coalesce(valid_from, created_at) AS vt FROM memories WHERE kind = ? {retired} "
+            "ORDER BY coalesce(valid_from, created_at) DESC, rowid DESC LIMIT ?"
         )
-        return [_row_to_item(r) for r in rows]
+
+        def walk(conn: Any) -> list[Any]:
+            rows: list[Any] = []
+            for kind in dict.fromkeys(kinds):
+                rows.extend(conn.execute(sql, (kind, limit)).fetchall())
+            rows.sort(key=lambda r: (r["vt"], r["rid"]), reverse=True)
+            return rows[:limit]
+
+        return [_row_to_item(r) for r in await self.db.run(walk)]
 
     async def history(self, uid: str) -> list[MemoryItem]:
         """Return the supersession chain through `uid`, oldest first (empty when unknown)."""
