@@ -87,10 +87,6 @@ class AgentLoop:
         started = time.perf_counter()
         previous_reply = session.last_reply()
         history = session.history(self.history_max_messages, exclude_turn=turn_id)
-        if not session.has_message(turn_id):
-            await session.record(
-                {"type": "message", "id": turn_id, "ts": ts, "role": "user", "content": prompt, "turn_id": turn_id}
-            )
         event = BeforeAgentStart(
             session_id=session.id,
             turn_id=turn_id,
@@ -98,7 +94,21 @@ class AgentLoop:
             previous_reply=previous_reply,
             session_kind=self.session_kind,
         )
-        veto = await self.bus.emit_gate(event)
+        gate: dict[str, Any] = {}
+
+        async def assemble() -> None:
+            gate["veto"] = await self.bus.emit_gate(event)
+
+        # The message is already durable in the inbox: its transcript write (an fsync) and
+        # the context assembly overlap instead of adding up before the first token.
+        async with anyio.create_task_group() as tg:
+            if not session.has_message(turn_id):
+                tg.start_soon(
+                    session.record,
+                    {"type": "message", "id": turn_id, "ts": ts, "role": "user", "content": prompt, "turn_id": turn_id},
+                )
+            tg.start_soon(assemble)
+        veto = gate["veto"]
         if veto is not None:
             await session.record({"type": "turn_end", "turn_id": turn_id, "status": "vetoed", "reason": veto.reason, "ts": self.clock.now().isoformat()})
             return TurnResult(turn_id=turn_id, text="", stop_reason="vetoed", vetoed=veto.reason)
