@@ -100,13 +100,15 @@ class Daemon:
         Signals are handled from the first moment to the last: a first one asks for a
         graceful stop (also during start-up), a second exits at once.
         """
+        code = 1
         with HomeLock(self.home.lock_file):
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._signals)
                 try:
-                    return await self._serve()
+                    code = await self._serve()
                 finally:
                     outer.cancel_scope.cancel()
+        return code
 
     async def _serve(self) -> int:
         from daemon.chat.server import ChatServer

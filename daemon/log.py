@@ -58,7 +58,7 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None, *, to:
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=structlog.PrintLoggerFactory(file=out),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     # Third-party libraries log through stdlib; keep them quiet unless debugging.

@@ -152,12 +152,12 @@ class Home:
         if (src / "topics").is_dir():
             for topic in sorted((src / "topics").glob("*.md")):
                 _copy_missing(topic, self.topics_dir / topic.name)
-        for name, text in (
+        for path, text in (
             (self.wake_file, "# Wake-up notes\n\n(Nothing yet: written at the end of each sleep cycle.)\n"),
             (self.facts_file, "# Pinned facts\n\n(Slow-changing facts that are always in context. Edit freely.)\n"),
         ):
-            if not name.exists():
-                name.write_text(text)
+            if not path.exists():
+                path.write_text(text)
         return created
 
 

@@ -61,7 +61,7 @@ class TokenCounter:
     def count(self, text: str) -> int:
         """Tokens in `text`, scaled by the calibration factor."""
         n = self.raw(text)
-        return int(round(n * self.scale)) if self.scale != 1.0 else n
+        return round(n * self.scale) if self.scale != 1.0 else n
 
     def calibrate(self, counted: int, reported: int) -> None:
         """Move the scale toward provider-reported counts (exponential moving average)."""

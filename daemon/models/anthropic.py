@@ -32,7 +32,6 @@ from daemon.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    ModelUnavailable,
     StopReason,
     StreamEvent,
     TextBlock,
@@ -42,7 +41,7 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
-from daemon.models.retry import Backoff, retry_after_seconds
+from daemon.models.retry import AttemptFailed, Backoff, retry_after_seconds, retrying_stream
 from daemon.settings import AnthropicSettings
 
 log = get_logger("models.anthropic")
@@ -73,24 +72,6 @@ _TYPE_WORDS = {
     "api_error": "server error",
     "timeout_error": "server timeout",
 }
-
-
-class _Failure(Exception):
-    """One failed attempt, classified."""
-
-    def __init__(
-        self,
-        *,
-        reason: str,
-        retryable: bool,
-        status: int | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retryable = retryable
-        self.status = status
-        self.retry_after = retry_after
 
 
 def to_wire_system(request: ModelRequest, *, caching: bool) -> list[dict[str, Any]]:
@@ -148,8 +129,8 @@ def to_wire_messages(messages: tuple[Message, ...], *, caching: bool) -> list[di
     return wire
 
 
-def _classify(err: Exception, settings: AnthropicSettings) -> _Failure:
-    if isinstance(err, _Failure):
+def _classify(err: Exception, settings: AnthropicSettings) -> AttemptFailed:
+    if isinstance(err, AttemptFailed):
         return err
     if isinstance(err, anthropic.APIStatusError):
         status = err.status_code
@@ -162,26 +143,26 @@ def _classify(err: Exception, settings: AnthropicSettings) -> _Failure:
         retryable = status in _RETRYABLE_STATUS or status >= 500 or kind in _RETRYABLE_TYPES
         if not retryable:
             detail = err.api_message or err.message
-            return _Failure(
+            return AttemptFailed(
                 reason=f"{status} {kind or 'error'}: {detail}", retryable=False, status=status
             )
-        return _Failure(
+        return AttemptFailed(
             reason=f"{status} {words}",
             retryable=True,
             status=status,
             retry_after=retry_after_seconds(err.response.headers),
         )
     if isinstance(err, anthropic.APITimeoutError | httpx2.TimeoutException):
-        return _Failure(
+        return AttemptFailed(
             reason=f"no response within {settings.timeout_s:g}s (timeout)", retryable=True
         )
     if isinstance(err, anthropic.APIConnectionError | httpx2.TransportError):
         cause = err.__cause__ or err
-        return _Failure(
+        return AttemptFailed(
             reason=f"connection failed ({type(cause).__name__}: {cause})", retryable=True
         )
     # Anything else from the SDK (an unreadable response, say) is reported, not retried.
-    return _Failure(reason=f"{type(err).__name__}: {err}", retryable=False)
+    return AttemptFailed(reason=f"{type(err).__name__}: {err}", retryable=False)
 
 
 class AnthropicModel:
@@ -263,43 +244,21 @@ class AnthropicModel:
         if self._closed:
             raise ModelError("the Anthropic provider was closed; build a new one")
         params = self.params(request)
-        attempts = self.settings.max_retries + 1
-        for attempt in range(1, attempts + 1):
-            delivered = False
-            try:
-                # aclosing: a caller that stops early must not leave the HTTP stream to the GC.
-                async with aclosing(self._attempt(params, request)) as events:
-                    async for event in events:
-                        delivered = True
-                        yield event
-                return
-            except (anthropic.APIError, httpx2.TransportError, _Failure) as err:
-                failure = _classify(err, self.settings)
-            if not failure.retryable:
-                raise ModelError(
-                    f"Anthropic API rejected the request: {failure.reason}", status=failure.status
-                )
-            if delivered:
-                raise ModelError(
-                    f"Anthropic stream broke after part of the reply was delivered: {failure.reason}",
-                    retryable=True,
-                    status=failure.status,
-                )
-            if attempt == attempts:
-                raise ModelUnavailable(
-                    f"Anthropic API unavailable after {attempts} attempt{'s' if attempts > 1 else ''}: {failure.reason}",
-                    status=failure.status,
-                )
-            delay = self.backoff(attempt, failure.retry_after)
-            log.warning(
-                "anthropic call failed; retrying",
-                attempt=attempt,
-                of=attempts,
-                reason=failure.reason,
-                wait_s=round(delay, 3),
-                role=request.role,
-            )
-            await anyio.sleep(delay)
+        events = retrying_stream(
+            lambda: self._attempt(params, request),
+            attempts=self.settings.max_retries + 1,
+            classify=lambda err: (
+                _classify(err, self.settings)
+                if isinstance(err, anthropic.APIError | httpx2.TransportError)
+                else None
+            ),
+            delay=self.backoff,
+            name="Anthropic API",
+            role=request.role,
+        )
+        async with aclosing(events):
+            async for event in events:
+                yield event
 
     async def _attempt(
         self, params: dict[str, Any], request: ModelRequest
@@ -358,7 +317,7 @@ class AnthropicModel:
             with anyio.CancelScope(shield=True):
                 await sdk_stream.close()
         if not finished:
-            raise _Failure(
+            raise AttemptFailed(
                 reason="connection dropped before the message was complete", retryable=True
             )
         content = tuple(
@@ -438,7 +397,7 @@ def _finish_tool(block: Block, parts: list[str]) -> ToolUseBlock:
     try:
         arguments = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise _Failure(
+        raise AttemptFailed(
             reason=f"tool call {block.name} arrived with malformed JSON input ({exc})",
             retryable=True,
         ) from None

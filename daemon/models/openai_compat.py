@@ -24,7 +24,6 @@ from daemon.models.base import (
     ModelError,
     ModelRequest,
     ModelResponse,
-    ModelUnavailable,
     StopReason,
     StreamEvent,
     TextBlock,
@@ -34,7 +33,7 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
-from daemon.models.retry import Backoff, retry_after_seconds
+from daemon.models.retry import AttemptFailed, Backoff, retry_after_seconds, retrying_stream
 from daemon.settings import OpenAISettings
 
 log = get_logger("models.openai")
@@ -47,22 +46,6 @@ _FINISH: dict[str, StopReason] = {
     "length": "max_tokens",
     "content_filter": "refusal",
 }
-
-
-class _Failure(Exception):
-    def __init__(
-        self,
-        *,
-        reason: str,
-        retryable: bool,
-        status: int | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retryable = retryable
-        self.status = status
-        self.retry_after = retry_after
 
 
 def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
@@ -179,52 +162,24 @@ class OpenAICompatModel:
         if self._closed:
             raise ModelError("the OpenAI-compatible provider was closed; build a new one")
         body = self.body(request)
-        attempts = self.settings.max_retries + 1
-        for attempt in range(1, attempts + 1):
-            delivered = False
-            try:
-                # aclosing: a caller that stops early must not leave the HTTP stream to the GC.
-                async with aclosing(self._attempt(body, request)) as events:
-                    async for event in events:
-                        delivered = True
-                        yield event
-                return
-            except httpx.TimeoutException:
-                failure = _Failure(
-                    reason=f"no response within {self.settings.timeout_s:g}s (timeout)",
-                    retryable=True,
-                )
-            except httpx.TransportError as err:
-                failure = _Failure(
-                    reason=f"connection failed ({type(err).__name__}: {err})", retryable=True
-                )
-            except _Failure as err:
-                failure = err
-            where = self.settings.base_url
-            if not failure.retryable:
-                raise ModelError(
-                    f"{where} rejected the request: {failure.reason}", status=failure.status
-                )
-            if delivered:
-                raise ModelError(
-                    f"{where} stream broke after part of the reply was delivered: {failure.reason}",
-                    retryable=True,
-                    status=failure.status,
-                )
-            if attempt == attempts:
-                raise ModelUnavailable(
-                    f"model endpoint {where} unavailable after {attempts} attempt{'s' if attempts > 1 else ''}: {failure.reason}",
-                    status=failure.status,
-                )
-            delay = self._backoff.delay(attempt, failure.retry_after)
-            log.warning(
-                "openai-compatible call failed; retrying",
-                attempt=attempt,
-                of=attempts,
-                reason=failure.reason,
-                wait_s=round(delay, 3),
-            )
-            await anyio.sleep(delay)
+        events = retrying_stream(
+            lambda: self._attempt(body, request),
+            attempts=self.settings.max_retries + 1,
+            classify=self._classify,
+            delay=self._backoff.delay,
+            name=f"model endpoint {self.settings.base_url}",
+            role=request.role,
+        )
+        async with aclosing(events):
+            async for event in events:
+                yield event
+
+    def _classify(self, err: Exception) -> AttemptFailed | None:
+        if isinstance(err, httpx.TimeoutException):
+            return AttemptFailed(reason=f"no response within {self.settings.timeout_s:g}s (timeout)", retryable=True)
+        if isinstance(err, httpx.TransportError):
+            return AttemptFailed(reason=f"connection failed ({type(err).__name__}: {err})", retryable=True)
+        return None
 
     async def _attempt(
         self, body: dict[str, Any], request: ModelRequest
@@ -237,7 +192,7 @@ class OpenAICompatModel:
             if response.status_code >= 400:
                 await response.aread()
                 status = response.status_code
-                raise _Failure(
+                raise AttemptFailed(
                     reason=f"{status} {_error_detail(response)}",
                     retryable=status in _RETRYABLE_STATUS or status >= 500,
                     status=status,
@@ -253,7 +208,7 @@ class OpenAICompatModel:
                 try:
                     chunk = json.loads(data)
                 except json.JSONDecodeError:
-                    raise _Failure(
+                    raise AttemptFailed(
                         reason=f"malformed stream chunk {data[:80]!r}", retryable=True
                     ) from None
                 for event in state.feed(chunk):
@@ -262,7 +217,7 @@ class OpenAICompatModel:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
         if not (state.done or state.finish is not None):
-            raise _Failure(
+            raise AttemptFailed(
                 reason="connection dropped before the reply was complete", retryable=True
             )
         yield Completed(response=state.response(self.provider))
@@ -295,7 +250,7 @@ class _Accumulator:
         if isinstance(chunk.get("error"), dict | str):
             error = chunk["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
-            raise _Failure(reason=f"server error in stream: {message}", retryable=True)
+            raise AttemptFailed(reason=f"server error in stream: {message}", retryable=True)
         self.model = chunk.get("model") or self.model
         if isinstance(chunk.get("usage"), dict):
             raw = chunk["usage"]

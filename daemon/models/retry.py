@@ -1,11 +1,21 @@
-"""Retry timing shared by the network providers: full-jitter backoff and `retry-after`."""
+"""Retries shared by the network providers: the loop, full-jitter backoff, `retry-after`."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import aclosing
 from email.utils import parsedate_to_datetime
 from time import time
+from typing import Any, TypeVar
+
+import anyio
+
+from daemon.log import get_logger
+from daemon.models.base import ModelError, ModelUnavailable
+
+log = get_logger("models")
+T = TypeVar("T")
 
 # A server asking for a longer pause than this is treated as down rather than waited for.
 RETRY_AFTER_CEILING_S = 300.0
@@ -52,3 +62,77 @@ class Backoff:
             return min(retry_after, RETRY_AFTER_CEILING_S)
         ceiling = min(self.max_s, self.base_s * 2 ** (attempt - 1))
         return self._rng.uniform(0, ceiling)
+
+
+class AttemptFailed(Exception):
+    """One failed attempt, classified: may it be retried, and did the server say when."""
+
+    def __init__(
+        self,
+        *,
+        reason: str,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+
+
+async def retrying_stream(
+    attempt: Callable[[], AsyncGenerator[T, None]],
+    *,
+    attempts: int,
+    classify: Callable[[Exception], AttemptFailed | None],
+    delay: Callable[[int, float | None], float],
+    name: str,
+    **log_fields: Any,
+) -> AsyncGenerator[T, None]:
+    """Yield one attempt's events, retrying failures that happen before anything was yielded.
+
+    `classify` turns an exception into an `AttemptFailed` (None: not ours, re-raise it).
+    Raises `ModelUnavailable` after `attempts` failed, `ModelError(retryable=True)` when a
+    stream broke after events reached the caller (restarting would repeat them), and
+    `ModelError(retryable=False)` for rejected requests. Cancellation closes the attempt's
+    stream and propagates.
+    """
+    for number in range(1, attempts + 1):
+        delivered = False
+        try:
+            # aclosing: a caller that stops early must not leave the HTTP stream to the GC.
+            async with aclosing(attempt()) as events:
+                async for event in events:
+                    delivered = True
+                    yield event
+            return
+        except Exception as err:
+            failure = err if isinstance(err, AttemptFailed) else classify(err)
+            if failure is None:
+                raise
+        if not failure.retryable:
+            raise ModelError(f"{name} rejected the request: {failure.reason}", status=failure.status)
+        if delivered:
+            raise ModelError(
+                f"{name} stream broke after part of the reply was delivered: {failure.reason}",
+                retryable=True,
+                status=failure.status,
+            )
+        if number == attempts:
+            raise ModelUnavailable(
+                f"{name} unavailable after {attempts} attempt{'s' if attempts > 1 else ''}: {failure.reason}",
+                status=failure.status,
+            )
+        wait = delay(number, failure.retry_after)
+        log.warning(
+            "model call failed; retrying",
+            provider=name,
+            attempt=number,
+            of=attempts,
+            reason=failure.reason,
+            wait_s=round(wait, 3),
+            **log_fields,
+        )
+        await anyio.sleep(wait)
