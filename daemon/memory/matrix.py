@@ -21,6 +21,9 @@ def _epoch_seconds(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+# Up to this many query vectors are scored one matrix-vector product each (see `similarities`).
+GEMV_QUERIES = 3
+
 class VectorMatrix:
     """Rows of (vector, kind, retired, time, explicit, importance) addressed by memory rowid."""
 
@@ -165,7 +168,12 @@ class VectorMatrix:
             q = q.reshape(1, -1)
         if q.shape[1] != self.dim:
             raise ValueError(f"query vector has dim {q.shape[1]}, the index holds dim {self.dim}")
-        return self._vecs[: self._n] @ q.T
+        vecs = self._vecs[: self._n]
+        if q.shape[0] <= GEMV_QUERIES:
+            # BLAS matrix-vector products stream the matrix at full memory bandwidth; a
+            # matrix-matrix product with 2-3 columns is 3-4x slower per pass here.
+            return np.stack([vecs @ row for row in q], axis=1)
+        return vecs @ q.T
 
     def top(self, sims: np.ndarray, mask: np.ndarray, limit: int) -> list[tuple[int, float]]:
         """Return up to `limit` (rowid, similarity) pairs, best first, among rows where `mask` holds."""

@@ -11,6 +11,7 @@ among near-equals, and cut to a token budget.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from daemon.memory.api import MemoryItem
 from daemon.memory.index import MemoryIndex
@@ -22,10 +23,13 @@ from daemon.tokens import count_tokens
 _EXPLICIT_BOOST = 1.15  # "explicit first among equals": a nudge, not an override of relevance
 _PREVIOUS_REPLY_TERMS = 6
 _ITEM_TOKEN_CAP = 400  # one long chunk must not take the whole recall layer
+_AUTO_RECALL_QUERIES = 3
 
 
-def _stems(text: str) -> set[str]:
-    return {stem(w) for w in content_words(text) if len(w) > 2}
+@lru_cache(maxsize=4096)
+def _stems(text: str) -> frozenset[str]:
+    # Cached: the same memories come back turn after turn, and stemming long chunks adds up.
+    return frozenset(stem(w) for w in content_words(text) if len(w) > 2)
 
 
 class IndexMemoryView:
@@ -70,8 +74,11 @@ class IndexMemoryView:
         follow_up = [w for w in content_words(previous_reply) if len(w) > 3][:_PREVIOUS_REPLY_TERMS]
         if follow_up and len(content_words(prompt)) < 6:
             # A short follow-up ("when is it?") leans on what was just said.
-            queries.append(prompt + " " + " ".join(follow_up))
+            queries.insert(1, prompt + " " + " ".join(follow_up))
             wanted |= _stems(" ".join(follow_up))
+        # Every turn pays for this search: the message itself and its two best sub-queries
+        # (each extra one costs a BM25 pass and a pass over the vectors at 100k memories).
+        queries = queries[:_AUTO_RECALL_QUERIES]
         found = await self.index.search_many(queries, k=max(12, limit * 3), kinds=["fact", "profile", "summary", "chunk"])
 
         out: list[MemoryItem] = []
