@@ -176,7 +176,16 @@ class Daemon:
                 allow_uids=s.chat.allow_uids,
             )
             watcher = (
-                FileWatcher(self.home, s.topics, router=self.router, files=getattr(assembler, "files", None), bus=self.bus)
+                FileWatcher(
+                    self.home,
+                    s.topics,
+                    router=self.router,
+                    files=assembler.files,
+                    bus=self.bus,
+                    # An idle daemon should cost ~nothing: wake rarely when no file changes.
+                    step_ms=200,
+                    idle_wakeup_ms=60_000,
+                )
                 if s.topics.watch
                 else None
             )

@@ -159,3 +159,27 @@ def test_spend_cap_stops_the_trunk_and_says_so(tmp_path: Path, fake: FakeAnthrop
             assert status["spend"]["cost_usd"] > 0
     finally:
         assert d.stop() == 0
+
+
+def test_persona_and_topic_edits_apply_on_the_next_turn_without_restart(tmp_path: Path, fake: FakeAnthropic) -> None:
+    d = _daemon(tmp_path, fake)
+    d.start()
+    try:
+        with Client(d.socket_path) as c:
+            c.hello()
+            c.chat("hello")
+            soul = d.home / "persona" / "SOUL.md"
+            soul.write_text(soul.read_text() + "\n\nYou keep a pet axolotl named Quillon-7.\n")
+
+            def system_text() -> str:
+                return json.dumps(_trunk_requests(fake)[-1].body["system"])
+
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                c.chat("anything new?")
+                if "Quillon-7" in system_text():
+                    break
+                time.sleep(0.3)
+            assert "Quillon-7" in system_text()
+    finally:
+        assert d.stop() == 0
