@@ -366,7 +366,7 @@ class MemoryIndex:
 
     async def _rank_queries(
         self, queries: Sequence[str], *, limit: int, mode: SearchMode, windows: Sequence[RowFilter],
-        query_vector: np.ndarray | None = None, drop_common: bool = True,
+        query_vector: np.ndarray | None = None, drop_common: bool = True, vector_queries: int | None = None,
     ) -> list[list[dict[int, float]]]:
         """Return, per window, per informative query, fused scores by rowid (no hydration).
 
@@ -407,7 +407,7 @@ class MemoryIndex:
                 mask = self.matrix.mask(
                     kinds=w.kinds, include_retired=w.include_retired, after=w.after, before=w.before, need_vector=True
                 )
-                out.append([[r for r, _ in self.matrix.top(sims[:, qi], mask, limit)] for qi in range(len(kept))])
+                out.append([[r for r, _ in self.matrix.top(sims[:, qi], mask, limit)] for qi in range(sims.shape[1])])
             return out
 
         found: dict[str, Any] = {}
@@ -419,7 +419,8 @@ class MemoryIndex:
             if query_vector is not None and len(queries) == 1:
                 qv = np.asarray(query_vector, dtype=np.float32).reshape(1, -1)
             else:
-                qv = await self.query_vectors(kept)  # type: ignore[assignment]
+                # Only the first `vector_queries` queries get a vector pass (the rest: BM25 alone).
+                qv = await self.query_vectors(kept[: vector_queries or len(kept)])  # type: ignore[assignment]
             found["vector"] = await anyio.to_thread.run_sync(vector_work, qv)
 
         # The BM25 searches (database thread) and the matrix product (a worker thread) overlap.
@@ -428,7 +429,10 @@ class MemoryIndex:
             if vector_on:
                 tg.start_soon(vector_side)
         lexical = found["lexical"]
-        vector = found["vector"] if vector_on else [[[] for _ in kept] for _ in windows]
+        if vector_on:
+            vector = [per + [[] for _ in range(len(kept) - len(per))] for per in found["vector"]]
+        else:
+            vector = [[[] for _ in kept] for _ in windows]
         return [
             [self._fuse(lexical[wi][qi], vector[wi][qi]) for qi in range(len(kept))] for wi in range(len(windows))
         ]
@@ -504,7 +508,9 @@ class MemoryIndex:
         """Search several sub-queries, fuse their rankings (first query weighted most), dedupe.
 
         Query vectors are embedded in one batch; a sub-query made only of words most
-        memories contain is skipped. Keyword arguments are those of `search`.
+        memories contain is skipped. Keyword arguments are those of `search`, plus
+        `vector_queries=n`: only the first n queries get a vector pass (each pass reads the
+        whole vector matrix), the others are searched by BM25 alone.
         """
         queries = [q for q in dict.fromkeys(q.strip() for q in queries) if q]
         if not queries or k <= 0:
@@ -514,7 +520,9 @@ class MemoryIndex:
             raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
         await self.refresh()
         where = self._where(kw.get("kinds"), kw.get("include_retired", False), kw.get("after"), kw.get("before"))
-        [ranked] = await self._rank_queries(queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=[where])
+        [ranked] = await self._rank_queries(
+            queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=[where], vector_queries=kw.get("vector_queries")
+        )
         return await self._hydrate(self._combine(ranked, k))
 
     async def search_plan(

@@ -79,7 +79,9 @@ class IndexMemoryView:
         # Every turn pays for this search: the message itself and its two best sub-queries
         # (each extra one costs a BM25 pass and a pass over the vectors at 100k memories).
         queries = queries[:_AUTO_RECALL_QUERIES]
-        found = await self.index.search_many(queries, k=max(12, limit * 3), kinds=["fact", "profile", "summary", "chunk"])
+        found = await self.index.search_many(
+            queries, k=max(12, limit * 3), kinds=["fact", "profile", "summary", "chunk"], vector_queries=1
+        )
 
         out: list[MemoryItem] = []
         seen_text: set[str] = set()
