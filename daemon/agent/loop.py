@@ -109,6 +109,7 @@ class AgentLoop:
                 )
             tg.start_soon(assemble)
         veto = gate["veto"]
+        context_ms = round((time.perf_counter() - started) * 1000, 2)
         if veto is not None:
             await session.record({"type": "turn_end", "turn_id": turn_id, "status": "vetoed", "reason": veto.reason, "ts": self.clock.now().isoformat()})
             return TurnResult(turn_id=turn_id, text="", stop_reason="vetoed", vetoed=veto.reason)
@@ -116,6 +117,7 @@ class AgentLoop:
         messages: list[Message] = [*history, Message.user(prompt)]
         result = TurnResult(turn_id=turn_id, text="", stop_reason="end_turn", report=event.context.report)
         texts: list[str] = []
+        marks: dict[str, float] = {}
         try:
             for step in range(self.max_tool_steps + 1):
                 offer_tools = step < self.max_tool_steps
@@ -126,7 +128,7 @@ class AgentLoop:
                     tools=self.tools.specs() if offer_tools else (),
                     task="chat" if self.session_kind == "trunk" else "delegate",
                 )
-                response = await self._stream_step(request, session, turn_id, sink)
+                response = await self._stream_step(request, session, turn_id, sink, started, marks)
                 result.steps += 1
                 result.usage = result.usage + response.usage
                 self._account(session, system, messages, response)
@@ -176,15 +178,20 @@ class AgentLoop:
             output_tokens=result.usage.output_tokens,
             cache_read_tokens=result.usage.cache_read_tokens,
             context_tokens=result.context_tokens,
+            context_ms=context_ms,
+            first_delta_ms=marks.get("first_delta_ms"),
             duration_ms=round((time.perf_counter() - started) * 1000, 1),
         )
         await self._maybe_announce_compaction(session, result.context_tokens)
         return result
 
-    async def _stream_step(self, request: Any, session: Any, turn_id: str, sink: Sink) -> ModelResponse:
+    async def _stream_step(
+        self, request: Any, session: Any, turn_id: str, sink: Sink, started: float, marks: dict[str, float]
+    ) -> ModelResponse:
         final: ModelResponse | None = None
         async for ev in self.roles.stream(request, session_id=session.id, turn_id=turn_id):
             if isinstance(ev, TextDelta):
+                marks.setdefault("first_delta_ms", round((time.perf_counter() - started) * 1000, 2))
                 sink({"type": "delta", "turn_id": turn_id, "text": ev.text})
             elif isinstance(ev, ToolCallStarted):
                 pass  # announced when it runs, with its arguments validated

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from daemon.agent.inbox import Inbox, InboxEntry
 from daemon.agent.loop import AgentLoop, Sink, TurnResult
@@ -79,6 +79,7 @@ class Trunk:
         self._shutdown_fired = False
         self._idle = anyio.Event()
         self._idle.set()
+        self._background: TaskGroup | None = None
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
@@ -155,19 +156,34 @@ class Trunk:
         return sink if sink is not None else _noop
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Answer inbox messages forever. Cancellation stops after the current turn's cleanup."""
-        task_status.started()
-        attempt = 0
-        while True:
-            entry = await self.inbox.next()
-            ok = await self._answer(entry)
-            if ok:
-                attempt = 0
-                continue
-            attempt += 1
-            delay = min(self.retry_max_s, self.retry_base_s * (2 ** (attempt - 1)))
-            log.warning("model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay)
-            await self.clock.sleep(delay)
+        """Answer inbox messages forever. Cancellation stops after the current turn's cleanup.
+
+        After-turn work (indexing the turn for memory) runs beside the next turn, in this
+        service's own task group, so a message sent right after a reply does not wait for it.
+        """
+        async with anyio.create_task_group() as background:
+            self._background = background
+            task_status.started()
+            attempt = 0
+            while True:
+                entry = await self.inbox.next()
+                ok = await self._answer(entry)
+                if ok:
+                    attempt = 0
+                    continue
+                attempt += 1
+                delay = min(self.retry_max_s, self.retry_base_s * (2 ** (attempt - 1)))
+                log.warning("model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay)
+                await self.clock.sleep(delay)
+
+    async def _after_turn(self, session_id: str) -> None:
+        for hook in self.after_turn:
+            try:
+                await hook(session_id)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                log.warning("after-turn hook failed", error=repr(exc))
 
     async def _answer(self, entry: InboxEntry) -> bool:
         """Run one queued message; False when it must be retried later."""
@@ -231,11 +247,10 @@ class Trunk:
                 (entry.id, self.session.id, self.clock.now().isoformat(), int(result.report.get("total_tokens", 0)), json.dumps(result.report)),
             )
         await self._finish(entry, "answered")
-        for hook in self.after_turn:
-            try:
-                await hook(self.session.id)
-            except Exception as exc:
-                log.warning("after-turn hook failed", error=repr(exc))
+        if self._background is not None:
+            self._background.start_soon(self._after_turn, self.session.id)
+        else:
+            await self._after_turn(self.session.id)
         return True
 
     async def _finish(self, entry: InboxEntry, status: str) -> None:
