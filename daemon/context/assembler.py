@@ -149,10 +149,27 @@ class ContextAssembler:
         }
 
         mem_started = time.perf_counter()
-        profile = await self._ask("profile_facts", notes, lambda v: v.profile_facts(cfg.profile_facts))
-        themes = await self._ask("recent_entries", notes, lambda v: v.recent_entries(cfg.themes_count))
-        summaries = await self._ask("recent_summaries", notes, lambda v: v.recent_summaries(cfg.recollection_summaries))
-        facts = await self._ask("recent_facts", notes, lambda v: v.recent_facts(cfg.recollection_facts))
+        asks: dict[str, Callable[[MemoryView], Awaitable[list[MemoryItem]]]] = {
+            "profile_facts": lambda v: v.profile_facts(cfg.profile_facts),
+            "recent_entries": lambda v: v.recent_entries(cfg.themes_count),
+            "recent_summaries": lambda v: v.recent_summaries(cfg.recollection_summaries),
+            "recent_facts": lambda v: v.recent_facts(cfg.recollection_facts),
+        }
+        got: dict[str, list[MemoryItem]] = {}
+        ask_notes: dict[str, list[str]] = {name: [] for name in asks}
+
+        async def ask(name: str) -> None:
+            got[name] = await self._ask(name, ask_notes[name], asks[name])
+
+        # Issued together so the database thread takes them back to back; notes are merged
+        # in a fixed order so the output stays deterministic.
+        async with anyio.create_task_group() as tg:
+            for name in asks:
+                tg.start_soon(ask, name)
+        for name in asks:
+            notes.extend(ask_notes[name])
+        profile, themes = got["profile_facts"], got["recent_entries"]
+        summaries, facts = got["recent_summaries"], got["recent_facts"]
         timings["memory_ms"] = (time.perf_counter() - mem_started) * 1000
 
         layers["profile"] = self._profile_layer(profile, notes)

@@ -387,7 +387,7 @@ class MemoryIndex:
             df = self.lexical.doc_freqs(conn, phrases, rows, self.matrix.generation)
             return [queries[0], *(q for q in queries[1:] if self.lexical.informative(q, df, rows))]
 
-        kept = await self.db.run(choose)
+        kept = await self.db.run(choose) if drop_common and len(queries) > 1 else list(queries)
 
         def lexical_work(conn: Any) -> list[list[list[int]]]:
             if not lexical_on:
