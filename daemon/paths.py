@@ -132,7 +132,10 @@ class Home:
         Existing files are never overwritten, so a person's edits survive upgrades.
         """
         created = not self.config_file.exists()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if created:
+            # A new home holds a person's memories: private from the start.
+            self.root.chmod(0o700)
         src = shipped_dir()
         for path in (
             self.persona_dir,
