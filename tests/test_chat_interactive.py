@@ -1,0 +1,78 @@
+"""The interactive `reverie chat` in a real pseudo-terminal against the real daemon:
+a reply streams, Ctrl-C cancels a slow turn, Ctrl-D leaves, history is kept."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.anthropic_server import FakeAnthropic, Planned
+from tests.harness import REPO, DaemonProcess, daemon_env
+
+
+def _read_until(fd: int, needle: bytes, timeout: float, seen: bytearray, start: int = 0) -> int:
+    """Read until `needle` appears after offset `start`; return the offset just past it."""
+    deadline = time.monotonic() + timeout
+    while needle not in seen[start:]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{needle!r} not seen in {bytes(seen[-600:])!r}")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen.extend(chunk)
+    assert needle in seen[start:], bytes(seen[-600:])
+    return seen.index(needle, start) + len(needle)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty + SO_PEERCRED are Linux here")
+def test_interactive_chat_streams_cancels_and_keeps_history(tmp_path: Path) -> None:
+    with FakeAnthropic() as fake:
+        home = tmp_path / "home"
+        env = daemon_env({"ANTHROPIC_API_KEY": "test-key", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env).start()
+        try:
+            fake.enqueue(Planned.reply("Hello from the fake model."), Planned.delayed(30, text="too late"))
+            pid, fd = pty.fork()
+            if pid == 0:  # the client, with the pty as its controlling terminal
+                os.chdir(REPO)
+                os.execve(sys.executable, [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)], env)
+            seen = bytearray()
+            try:
+                at = _read_until(fd, b"> ", 20, seen)
+                os.write(fd, b"hello there\r")
+                at = _read_until(fd, b"Hello from the fake model.", 20, seen, at)
+                at = _read_until(fd, b"> ", 20, seen, at)
+                os.write(fd, b"a slow question\r")
+                deadline = time.monotonic() + 20
+                while not any("a slow question" in str(r.body.get("messages")) for r in fake.message_requests):
+                    assert time.monotonic() < deadline, "the slow turn never reached the model"
+                    time.sleep(0.05)
+                os.write(fd, b"\x03")  # Ctrl-C during the reply: cancel the turn
+                at = _read_until(fd, b"cancel", 20, seen, at)
+                _read_until(fd, b"> ", 20, seen, at)
+                os.write(fd, b"\x04")  # Ctrl-D at an empty prompt: leave
+                _, status = os.waitpid(pid, 0)
+                assert os.waitstatus_to_exitcode(status) == 0, bytes(seen[-600:])
+            finally:
+                try:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+                os.close(fd)
+            history = (home / ".chat_history").read_text()
+            assert "hello there" in history and "a slow question" in history
+        finally:
+            assert d.stop() == 0
