@@ -10,6 +10,7 @@ second signal exits at once (everything acknowledged is already on disk).
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import signal
@@ -132,7 +133,6 @@ class Daemon:
             self.memory = await stack.enter_async_context(
                 MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
             )
-            self.memory.register(self.bus)
             assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
             assembler.register(self.bus)
             tools = ToolRegistry(s.agent.tool_output_max_chars)
@@ -260,7 +260,7 @@ class Daemon:
             if not text:
                 raise ValueError("remember needs a non-empty 'text'")
             result = await self.memory.remember(text, target=str(args.get("target", "memory")), origin="person")
-            return result.__dict__ if hasattr(result, "__dict__") else {"result": str(result)}
+            return dataclasses.asdict(result)
 
         async def recall(args: dict[str, Any]) -> dict[str, Any]:
             query = str(args.get("query", "")).strip()

@@ -230,3 +230,19 @@ def test_remember_and_recall_through_the_offline_model(daemon: DaemonProcess) ->
     assert daemon.stop() == 0
     facts = (daemon.home / "memory" / "facts.jsonl").read_text()
     assert "Ada lives in Lisbon" in facts
+
+
+def test_remember_and_recall_socket_commands(daemon: DaemonProcess) -> None:
+    daemon.start()
+    with Client(daemon.socket_path) as c:
+        c.hello()
+        stored = c.command("remember", {"text": "the boiler service is booked for 12 March", "target": "memory"})
+        assert stored["type"] == "result" and stored["data"]["status"] == "stored", stored
+        assert stored["data"]["id"].startswith("fact:")
+        again = c.command("remember", {"text": "the boiler service is booked for 12 March"})
+        assert again["data"]["status"] == "duplicate"
+        recalled = c.command("recall", {"query": "boiler service"})
+        assert "12 March" in recalled["data"]["text"]
+        bad = c.command("remember", {"text": "  "})
+        assert bad["type"] == "error" and bad["code"] == "bad_args"
+    assert daemon.stop() == 0
