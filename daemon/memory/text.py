@@ -8,17 +8,10 @@ import unicodedata
 from collections import Counter
 from typing import Any
 
-STOP_WORDS: frozenset[str] = frozenset(
-    """a about above after again against all also am an and any are as at be because been before
-    being below between both but by can could did do does doing done down during each else even
-    ever few for from further get gets got had has have having he her here hers him his how i if
-    in into is it its itself just let like made make me might more most much must my no nor not
-    now of off on once only or other our ours out over own please really same say said she should
-    so some such than that the their them then there these they this those through to too under
-    until up upon us very was we well were what when where which while who whom why will with
-    would yes yet you your yours user assistant agent note session message messages okay ok thanks
-    thank sure want need going gonna also still one two get got""".split()
-)
+from daemon.text import STOP_WORDS, stem
+
+__all__ = ["STOP_WORDS", "content_words", "keywords", "parse_json_reply", "slugify", "stem"]
+
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -32,14 +25,6 @@ def content_words(text: str) -> list[str]:
         if len(w) > 1 and w not in STOP_WORDS and not w.isdigit():
             out.append(w)
     return out
-
-
-def stem(word: str) -> str:
-    """Fold common English suffixes so "booked"/"booking"/"books" meet (crude, deterministic)."""
-    for suffix in ("ingly", "ing", "edly", "ed", "ies", "es", "s", "ly"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
 
 
 def keywords(text: str, n: int) -> list[str]:

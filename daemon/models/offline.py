@@ -33,29 +33,13 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
+from daemon.text import STOP_WORDS, stem
 from daemon.tokens import count_tokens
 
 OFFLINE_MODEL = "offline"
 _TOOL_RESULT_CHARS = 600
 _ECHO_CHARS = 160
 
-STOP_WORDS = frozenset(
-    """
-    a about above after again against all also am an and any are aren't as at be because been before
-    being below between both but by can can't cannot could couldn't did didn't do does doesn't doing
-    don't down during each few for from further get got had hadn't has hasn't have haven't having he
-    he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've if in
-    into is isn't it it's its itself just let's like me more most mustn't my myself no nor not now of
-    off ok okay on once only or other ought our ours ourselves out over own really same shan't she
-    she'd she'll she's should shouldn't so some such than that that's the their theirs them
-    themselves then there there's these they they'd they'll they're they've this those through to
-    too under until up us very was wasn't we we'd we'll we're we've were weren't what what's when
-    when's where where's which while who who's whom why why's will with won't would wouldn't yes yet
-    you you'd you'll you're you've your yours yourself yourselves said says say tell told know think
-    want wanted thing things something one two also maybe well yeah sure please thanks thank hi hello
-    assistant user reverie
-    """.split()
-)
 _DECISION = re.compile(
     r"\b(decided|decide|decision|agreed|agree|will|won't|chose|choose|chosen|plan|planned|planning|"
     r"going to|settled|committed|let's|we'll|i'll|resolved)\b",
@@ -96,14 +80,6 @@ def tokenize(text: str) -> list[str]:
     """Lower-case content words of `text`, stop words removed."""
     words = (w.strip("'’-").lower() for w in _WORD.findall(text))
     return [w for w in words if len(w) > 2 and w not in STOP_WORDS and not w.isdigit()]
-
-
-def stem(word: str) -> str:
-    """A light stemmer: enough to match 'plans' with 'plan' and 'gardening' with 'garden'."""
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
 
 
 def stems(text: str) -> set[str]:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.text import STOP_WORDS, stem
+
 POINTS: tuple[str, ...] = ("system_prompt", "recall_persona", "summary_persona")
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -29,57 +31,12 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?[+#]*")
 _KNOWN_KEYS = frozenset({"id", "file", "triggers", "priority", "scope", "title", "description"})
 MAX_PRIORITY = 10.0
 
-STOP_WORDS: frozenset[str] = frozenset(
-    """
-    a about above after again against all also am an and any are aren't as at be because been
-    before being below between both but by can can't cannot could couldn't did didn't do does
-    doesn't doing don't down during each either else ever few for from further get gets got had
-    hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself him
-    himself his how how's however i i'd i'll i'm i've if in into is isn't it it's its itself
-    just let let's like may me might more most much must mustn't my myself need no nor not now
-    of off on once only or other ought our ours ourselves out over own please quite rather
-    really same shall shan't she she'd she'll she's should shouldn't so some such than that
-    that's the their theirs them themselves then there there's these they they'd they'll
-    they're they've this those though through thus to too under until up upon us very via was
-    wasn't we we'd we'll we're we've were weren't what what's whatever when when's where
-    where's whether which while who who's whom whose why why's will with within without won't
-    would wouldn't yes yet you you'd you'll you're you've your yours yourself yourselves
-    one two also ok okay thing things something anything going want wants make made
-    """.split()
-)
 
 
-# Words that look inflected but are not ("embed" is not "emb" + "ed").
-_UNINFLECTED = frozenset({"embed", "speed", "breed", "greed", "bless", "news", "series", "species", "lens", "gas", "bias", "always", "sometimes", "perhaps", "during", "thing", "spring", "string", "ceiling", "morning", "evening", "wedding"})
 
 
 class MatrixError(Exception):
     """The matrix as a whole cannot be used; the message says where and why."""
-
-
-def _stem(word: str) -> str:
-    """Fold common English inflections so 'dreams', 'dreaming' and 'dreamed' meet 'dream'."""
-    if word.endswith("'s"):
-        word = word[:-2]
-    if not word.isalpha() or len(word) <= 3 or word in _UNINFLECTED:
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-        if word in _UNINFLECTED:
-            return word
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("eed"):
-            stem = word[: -len(suffix)]
-            if stem[-1] == stem[-2] and stem[-1] not in "lsz":
-                stem = stem[:-1]
-            return stem
-    if word.endswith("e") and len(word) >= 4:
-        word = word[:-1]
-    return word
 
 
 def tokenise(text: str) -> list[str]:
@@ -88,9 +45,9 @@ def tokenise(text: str) -> list[str]:
     for raw in _WORD.findall(text.lower().replace("’", "'")):
         if raw in STOP_WORDS:
             continue
-        stem = _stem(raw)
-        if stem and stem not in STOP_WORDS:
-            out.append(stem)
+        folded = stem(raw)
+        if folded and folded not in STOP_WORDS:
+            out.append(folded)
     return out
 
 
