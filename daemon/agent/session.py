@@ -36,6 +36,9 @@ class Session:
     parent_id: str | None = None
     _seq: int = 0
     _records: list[dict[str, Any]] = field(default_factory=list)
+    # Kept as records are added, so a turn does not rescan the whole transcript for them.
+    _message_ids: set[str] = field(default_factory=set)
+    _last_reply: str = ""
 
     @classmethod
     async def open(
@@ -51,11 +54,12 @@ class Session:
         session = cls(
             id=session_id, kind=kind, transcript=transcript, db=db, started_at=started, parent_id=parent_id
         )
-        session._records = records
+        session._records = []
+        session._remember(records)
         if not records:
             header = {"type": "session", "id": session_id, "kind": kind, "started_at": now.isoformat(), "parent": parent_id}
             await transcript.append(header)
-            session._records.append(header)
+            session._remember([header])
         await db.execute(
             "INSERT INTO sessions(id, kind, parent_id, transcript_path, started_at) VALUES (?,?,?,?,?)"
             " ON CONFLICT(id) DO NOTHING",
@@ -86,25 +90,30 @@ class Session:
     def path(self) -> Path:
         return self.transcript.path
 
+    def _remember(self, records: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> None:
+        for rec in records:
+            self._records.append(rec)
+            if rec.get("type") == "message":
+                self._message_ids.add(str(rec.get("id")))
+                if rec.get("role") == "assistant":
+                    self._last_reply = str(rec.get("content", ""))
+
     def has_message(self, msg_id: str) -> bool:
-        return any(r.get("type") == "message" and r.get("id") == msg_id for r in self._records)
+        return msg_id in self._message_ids
 
     async def record(self, *records: dict[str, Any]) -> None:
         """Append records durably, then index the conversation messages among them."""
         await self.transcript.append(*records)
-        self._records.extend(records)
+        self._remember(records)
         for rec in records:
             if rec.get("type") == "message":
                 await self._index_message(rec)
 
     def message_count(self) -> int:
-        return sum(1 for r in self._records if r.get("type") == "message")
+        return len(self._message_ids)
 
     def last_reply(self) -> str:
-        for rec in reversed(self._records):
-            if rec.get("type") == "message" and rec.get("role") == "assistant":
-                return str(rec.get("content", ""))
-        return ""
+        return self._last_reply
 
     def history(self, max_messages: int, *, exclude_turn: str | None = None) -> list[Message]:
         """Rebuild the model-facing history from the transcript (see module docstring)."""

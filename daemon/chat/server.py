@@ -61,6 +61,14 @@ class ChatHandler(Protocol):
 
     async def handle_frame(self, client: ClientHandle, frame: ClientFrame) -> None: ...
 
+    async def client_finished_sending(self, client: ClientHandle) -> None:
+        """Return once every reply owed to a client that shut its write side has been sent.
+
+        Called after a clean end of input; the connection stays open for writing until
+        this returns (bounded by `HALF_CLOSE_LINGER_S`).
+        """
+        ...
+
     async def client_disconnected(self, client: ClientHandle) -> None: ...
 
 
@@ -299,10 +307,11 @@ class ChatServer:
                         eof = await self._read_loop(client, stream)
                         # A half-closed peer (shut its write side) still reads the replies
                         # to what it sent: linger until the handler has answered them.
-                        linger = getattr(self.handler, "client_finished_sending", None)
-                        if eof and linger is not None and not client.closed:
+                        if eof and not client.closed:
                             with anyio.move_on_after(HALF_CLOSE_LINGER_S):
-                                await self._call(client, linger(client), None, reply=False)
+                                await self._call(
+                                    client, self.handler.client_finished_sending(client), None, reply=False
+                                )
                     # The peer finished sending (or vanished): let what is queued go out.
                     client.closed = True
                     client._outbox.close()

@@ -82,6 +82,10 @@ class ScriptedChatHandler:
             protocol.hello(version=self.version, state=self.state, session_id=self.session_id)
         )
 
+    async def client_finished_sending(self, client: ClientHandle) -> None:
+        # Scripted replies are sent as frames arrive: nothing is owed after end of input.
+        return None
+
     async def client_disconnected(self, client: ClientHandle) -> None:
         self.seen.disconnected.append(client.id)
 
