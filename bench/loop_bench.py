@@ -31,7 +31,7 @@ from daemon.models.ledger import UsageLedger  # noqa: E402
 from daemon.models.roles import ModelRoles  # noqa: E402
 from daemon.settings import load_settings  # noqa: E402
 from daemon.store.db import Database  # noqa: E402
-from daemon.testing import Reply, ScriptedModel  # noqa: E402
+from daemon.testing import Reply, ScriptedModel, static_context  # noqa: E402
 from daemon.tokens import TokenCounter  # noqa: E402
 from daemon.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 
@@ -59,11 +59,13 @@ async def measure(steps: int, turns: int) -> dict[str, float]:
             async with ModelRoles(settings, ledger, overrides={"trunk": ScriptedModel(script=script)}) as roles:
                 tools = ToolRegistry()
                 tools.register(Tool(name="noop", description="does nothing", input_schema={"type": "object", "properties": {"n": {"type": "integer"}}}, handler=_noop))
-                loop = AgentLoop(roles=roles, tools=tools, bus=EventBus(), clock=SystemClock(), counter=TokenCounter(), max_tool_steps=steps + 1)
+                bus = EventBus()
+                static_context(bus)
+                loop = AgentLoop(roles=roles, tools=tools, bus=bus, clock=SystemClock(), counter=TokenCounter(), max_tool_steps=steps + 1)
                 for t in range(turns):
                     session = await Session.open(db=db, directory=Path(tmp), session_id=f"bench-{t}", kind="trunk", now=SystemClock().now())
                     t0 = time.perf_counter()
-                    result = await loop.run_turn(session, turn_id=f"turn-{t}", prompt="go", sink=lambda f: None, ts=SystemClock().now().isoformat())
+                    result = await loop.run_turn(session, turn_id=f"turn-{t}", prompt="go", observer=lambda e: None, ts=SystemClock().now().isoformat())
                     elapsed = time.perf_counter() - t0
                     assert result.tool_calls == steps, result
                     per_step.append(elapsed / (steps + 1))

@@ -21,12 +21,13 @@ from typing import Any
 import anyio
 
 from daemon import status as status_mod
-from daemon.agent.gateway import ChatGateway, CommandUnavailable
+from daemon.agent.gateway import ChatGateway, CommandBusy, CommandUnavailable, state_frame
 from daemon.agent.loop import AgentLoop
-from daemon.agent.trunk import Trunk
+from daemon.agent.trunk import SwitchVetoed, Trunk
 from daemon.bus import EventBus
 from daemon.clock import Clock, SystemClock
 from daemon.events import Heartbeat
+from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import get_logger
 from daemon.models.base import Model
 from daemon.models.ledger import UsageLedger
@@ -79,7 +80,7 @@ class Daemon:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.model_overrides = model_overrides or {}
-        self.state = "starting"
+        self.lifecycle = Lifecycle(self.clock)
         self.bus = EventBus()
         self.started_at = self.clock.now()
         self.db: Database | None = None
@@ -91,6 +92,10 @@ class Daemon:
         self.router: Any = None
         self.server: Any = None
         self._stop = anyio.Event()
+
+    @property
+    def state(self) -> str:
+        return self.lifecycle.state.value
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -134,6 +139,7 @@ class Daemon:
                 MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
             )
             assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
+            # Required: a turn never reaches the model without its context (it fails visibly).
             assembler.register(self.bus)
             tools = ToolRegistry(s.agent.tool_output_max_chars)
             for tool in self.memory.tools():
@@ -164,8 +170,10 @@ class Daemon:
             )
             gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
             self._register_commands(gateway)
-            self.scheduler = await stack.enter_async_context(Scheduler(s.scheduler.timezone))
-            self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.scheduler.heartbeat_minutes * 60)
+            self.scheduler = await stack.enter_async_context(Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone))
+            if self.bus.handlers(Heartbeat):
+                # Only when something keeps a record on it: a heartbeat that does nothing is not one.
+                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.scheduler.heartbeat_minutes * 60)
             self.scheduler.add_interval("checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s)
             socket_path = self.home.socket_path(s.chat.socket)
             self.server = ChatServer(
@@ -175,6 +183,8 @@ class Daemon:
                 queue_frames=s.chat.client_queue_frames,
                 allow_uids=s.chat.allow_uids,
             )
+            server = self.server
+            self.lifecycle.subscribe(lambda change: server.broadcast(state_frame(change, phase=self.lifecycle.phase)))
             watcher = (
                 FileWatcher(
                     self.home,
@@ -191,12 +201,13 @@ class Daemon:
             )
             async with anyio.create_task_group() as tg:
                 await tg.start(self.trunk.serve)
+                await tg.start(self.scheduler.run)
                 if watcher is not None:
                     # Live reload is not needed to answer: do not hold READY for it.
                     tg.start_soon(watcher.run)
                 if notifier.watchdog_interval():
                     await tg.start(watchdog_loop, notifier)
-                self.state = "awake"
+                self.lifecycle.transition(DaemonState.AWAKE, detail="ready")
                 await tg.start(self.server.serve)
                 # Load the tokenizer's vocabulary now, off the loop, not in the first turn.
                 tg.start_soon(anyio.to_thread.run_sync, counter.raw, "warm up")
@@ -211,8 +222,7 @@ class Daemon:
                 )
                 await self._stop.wait()
                 notifier.stopping()
-                self.state = "stopping"
-                self.server.broadcast({"type": "state", "state": "stopping", "detail": "daemon shutting down"})
+                self.lifecycle.transition(DaemonState.STOPPING, detail="daemon shutting down")
                 await self._drain_turn(s.agent.shutdown_grace_s / 2)
                 tg.cancel_scope.cancel()
             with anyio.CancelScope(shield=True), anyio.move_on_after(s.agent.shutdown_grace_s / 2):
@@ -240,8 +250,8 @@ class Daemon:
                     os._exit(1)
 
     async def _heartbeat(self) -> str:
-        await self.bus.publish(Heartbeat(at=self.clock.now()))
-        return "published"
+        failed = await self.bus.publish(Heartbeat(at=self.clock.now()))
+        return f"handlers={len(self.bus.handlers(Heartbeat))} failed={failed}"
 
     async def _checkpoint(self) -> str:
         assert self.db is not None
@@ -271,5 +281,23 @@ class Daemon:
         async def sleep(_args: dict[str, Any]) -> dict[str, Any]:
             raise CommandUnavailable("the sleep cycle is not part of this build yet; nothing was changed")
 
-        for name, fn in (("status", status), ("ping", ping), ("remember", remember), ("recall", recall), ("sleep", sleep)):
+        async def switch(args: dict[str, Any]) -> dict[str, Any]:
+            assert self.trunk is not None
+            if self.lifecycle.state is not DaemonState.AWAKE:
+                raise CommandBusy(f"the daemon is {self.state}; a session switch needs it awake")
+            reason = str(args.get("reason") or "requested by the person").strip()[:200]
+            try:
+                done = await self.trunk.switch(reason)
+            except SwitchVetoed as exc:
+                raise CommandBusy(str(exc)) from None
+            return dataclasses.asdict(done)
+
+        for name, fn in (
+            ("status", status),
+            ("ping", ping),
+            ("remember", remember),
+            ("recall", recall),
+            ("sleep", sleep),
+            ("switch", switch),
+        ):
             gateway.command(name, fn)

@@ -5,6 +5,10 @@ registration order). Gates (`emit_gate`) run sequentially and stop at the first 
 failing or timed-out gate handler is logged and skipped, never a veto by accident.
 Observers (`publish`) run sequentially too, each isolated: an exception or a timeout is
 logged and the next handler still runs. Cancellation of the caller is always re-raised.
+
+A gate handler registered with `required=True` is one the gated action cannot do without
+(the context assembler on `before_agent_start`): its failure or timeout raises `HookFailed`
+from `emit_gate`, so the action fails visibly instead of going ahead without it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,16 @@ class Veto:
     by: str = ""
 
 
+class HookFailed(RuntimeError):
+    """A required gate handler failed or timed out; what the gate announces must not go ahead."""
+
+    def __init__(self, hook: str, handler: str, reason: str) -> None:
+        super().__init__(f"{hook} handler {handler} failed: {reason}")
+        self.hook = hook
+        self.handler = handler
+        self.reason = reason
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Subscription:
     event_type: type[Event]
@@ -42,6 +56,7 @@ class _Subscription:
     priority: int
     seq: int
     timeout_s: float
+    required: bool = False
 
 
 class EventBus:
@@ -59,14 +74,18 @@ class EventBus:
         priority: int = 100,
         name: str | None = None,
         timeout_s: float | None = None,
+        required: bool = False,
     ) -> Callable[[], None]:
         """Register `handler` for `event_type`; return a function that unregisters it.
 
         Lower `priority` runs first. `timeout_s` defaults to the hook's own timeout.
+        `required` (gates only): the handler's failure fails the gate (`HookFailed`).
         """
         if event_type not in HOOKS:
             raise ValueError(f"{event_type.__name__} is not a hook; known hooks: {sorted(s.name for s in HOOKS.values())}")
         spec = HOOKS[event_type]
+        if required and spec.kind is not HookKind.GATE:
+            raise ValueError(f"{spec.name} is an observer hook: its handlers are isolated and cannot be required")
         sub = _Subscription(
             event_type=event_type,
             handler=handler,
@@ -74,6 +93,7 @@ class EventBus:
             priority=priority,
             seq=next(self._seq),
             timeout_s=timeout_s if timeout_s is not None else spec.timeout_s,
+            required=required,
         )
         subs = self._subs.setdefault(event_type, [])
         subs.append(sub)
@@ -89,8 +109,16 @@ class EventBus:
         """Names of the handlers for `event_type`, in the order they run."""
         return [s.name for s in self._subs.get(event_type, [])]
 
+    def policy(self, event_type: type[Event]) -> list[dict[str, Any]]:
+        """Each handler's name, order, timeout and whether the hook fails with it."""
+        spec = HOOKS[event_type]
+        return [
+            {"hook": spec.name, "kind": spec.kind.value, "handler": s.name, "priority": s.priority, "timeout_s": s.timeout_s, "required": s.required}
+            for s in self._subs.get(event_type, [])
+        ]
+
     async def _call(self, sub: _Subscription, event: Event) -> tuple[bool, Any]:
-        """Run one handler under its timeout; return (ok, result)."""
+        """Run one handler under its timeout; return (ok, result), or raise `HookFailed` if required."""
         hook = HOOKS[type(event)].name
         try:
             with anyio.fail_after(sub.timeout_s):
@@ -99,15 +127,22 @@ class EventBus:
                     result = await result
             return True, result
         except TimeoutError:
-            log.warning("hook handler timed out", hook=hook, handler=sub.name, timeout_s=sub.timeout_s)
+            log.warning("hook handler timed out", hook=hook, handler=sub.name, timeout_s=sub.timeout_s, required=sub.required)
+            if sub.required:
+                raise HookFailed(hook, sub.name, f"timed out after {sub.timeout_s:g}s") from None
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
-            log.error("hook handler failed", hook=hook, handler=sub.name, error=repr(exc), exc_info=True)
+            log.error("hook handler failed", hook=hook, handler=sub.name, error=repr(exc), required=sub.required, exc_info=True)
+            if sub.required:
+                raise HookFailed(hook, sub.name, f"{type(exc).__name__}: {exc}") from exc
         return False, None
 
     async def emit_gate(self, event: Event) -> Veto | None:
-        """Run a gate hook's handlers in order; return the first veto, or None."""
+        """Run a gate hook's handlers in order; return the first veto, or None.
+
+        Raises `HookFailed` when a required handler fails or times out.
+        """
         spec = HOOKS[type(event)]
         if spec.kind is not HookKind.GATE:
             raise TypeError(f"{spec.name} is an observer hook; use publish()")

@@ -1,74 +1,307 @@
-"""Scheduled work: the heartbeat, WAL checkpoints, and the nightly job other systems hook.
+"""Scheduled work, driven by the daemon's injectable clock and run in its own task group.
 
-APScheduler 3 (`AsyncIOScheduler`) runs the jobs on the daemon's event loop. Jobs are
-coalesced and never overlap; a job that fails is logged with one summary line. Features
-add their work with `add_interval` / `add_daily`; the scheduler holds no feature logic.
+Features add jobs (`add_interval`, `add_daily`); the scheduler holds no feature logic.
+APScheduler 3 supplies the cron arithmetic (days, time zones, DST); the lifecycle is ours:
+`async with Scheduler(...) as s: await tg.start(s.run)` — jobs run in the scheduler's task
+group, so cancelling the daemon cancels and awaits them.
+
+Policy:
+- a job never overlaps itself; a run that comes due while the previous one still runs is
+  skipped (recorded), not queued;
+- each job's last run is persisted (`schedule_state`), so a restart knows what it missed;
+- a *catch-up* job (the daily ones) whose run was missed while the daemon was down (or the
+  machine suspended) runs once at start — never once per missed day — and that catch-up
+  stands in for the next regular run when that is less than half a period away;
+- interval jobs are not caught up: they simply run one interval after start;
+- the loop wakes at least once a minute of wall time, so a suspend or a clock change is
+  noticed within a minute, and an idle daemon costs nothing else.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
 from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 
+from daemon.clock import Clock
 from daemon.log import bound_contextvars, get_logger
+from daemon.store.db import Database
 
 log = get_logger("scheduler")
 
 Job = Callable[[], Awaitable[Any]]
 
 
-class Scheduler:
-    """Owns an APScheduler instance; `async with Scheduler() as s:` starts and stops it."""
+def local_zone(name: str | None) -> tzinfo:
+    """The named IANA time zone, or the machine's own when `name` is empty."""
+    if name:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {name!r} (expected an IANA name such as 'Europe/Lisbon')"
+            ) from None
+    zone = datetime.now().astimezone().tzinfo
+    assert zone is not None
+    return zone
 
-    def __init__(self, timezone: str | None = None) -> None:
-        kwargs: dict[str, Any] = {"job_defaults": {"coalesce": True, "max_instances": 1, "misfire_grace_time": 300}}
-        if timezone:
-            kwargs["timezone"] = timezone
-        self._scheduler = AsyncIOScheduler(**kwargs)
-        self.last_run: dict[str, datetime] = {}
+
+@dataclass(kw_only=True)
+class _Job:
+    name: str
+    run: Job
+    interval: timedelta | None = None
+    cron: CronTrigger | None = None
+    jitter_s: float = 0.0
+    catch_up: bool = False
+    next_run: datetime | None = None
+    last_run: datetime | None = None
+    last_status: str | None = None
+    last_result: str | None = None
+    runs: int = 0
+    running: bool = False
+    catching_up: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def following(self, after: datetime) -> datetime:
+        """The first regular run strictly after `after` (jitter added for cron jobs)."""
+        if self.interval is not None:
+            return after + self.interval
+        assert self.cron is not None
+        nxt = self.cron.get_next_fire_time(None, after + timedelta(microseconds=1))
+        assert nxt is not None
+        if self.jitter_s:
+            nxt = nxt + timedelta(seconds=random.uniform(0, self.jitter_s))
+        return nxt
+
+
+class Scheduler:
+    """Runs jobs on the clock; persists their state in the store."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        db: Database | None,
+        timezone: str | None = None,
+        max_nap_s: float = 60.0,
+    ) -> None:
+        self.clock = clock
+        self.db = db
+        self.zone = local_zone(timezone)
+        self.max_nap_s = max_nap_s
+        self._jobs: dict[str, _Job] = {}
+        self._tg: TaskGroup | None = None
+        self._nap: anyio.CancelScope | None = None
+        self._persisted: dict[str, tuple[Any, ...]] = {}
 
     async def __aenter__(self) -> Scheduler:
-        self._scheduler.start()
+        if self.db is not None:
+            rows = await self.db.fetchall(
+                "SELECT job, last_run, last_status, last_result, runs FROM schedule_state"
+            )
+            self._persisted = {r[0]: tuple(r[1:]) for r in rows}
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
+        self._tg = None
 
-    def _wrap(self, name: str, job: Job) -> Job:
-        async def run() -> None:
-            started = time.perf_counter()
-            with bound_contextvars(job=name):
-                try:
-                    result = await job()
-                    log.info("job finished", duration_ms=round((time.perf_counter() - started) * 1000, 1), result=result)
-                except Exception as exc:
-                    log.error("job failed", error=repr(exc), exc_info=True)
-                finally:
-                    self.last_run[name] = datetime.now().astimezone()
-
-        return run
+    # -- adding jobs -------------------------------------------------------------------------
 
     def add_interval(self, name: str, job: Job, *, seconds: float) -> None:
-        self._scheduler.add_job(self._wrap(name, job), IntervalTrigger(seconds=seconds), id=name, name=name, replace_existing=True)
+        """Run `job` every `seconds` (first run one interval after start; no catch-up)."""
+        if seconds <= 0:
+            raise ValueError(f"job {name!r}: the interval must be positive, got {seconds}")
+        self._add(_Job(name=name, run=job, interval=timedelta(seconds=seconds)))
 
-    def add_daily(self, name: str, job: Job, *, at: str) -> None:
-        """Run `job` every day at `at` ("HH:MM", the scheduler's timezone)."""
+    def add_daily(
+        self, name: str, job: Job, *, at: str, jitter_s: float = 0.0, catch_up: bool = True
+    ) -> None:
+        """Run `job` every day at `at` ("HH:MM" in the scheduler's time zone), plus up to `jitter_s`."""
         hour, minute = parse_hhmm(at)
-        self._scheduler.add_job(self._wrap(name, job), CronTrigger(hour=hour, minute=minute), id=name, name=name, replace_existing=True)
+        cron = CronTrigger(hour=hour, minute=minute, timezone=self.zone)
+        self._add(
+            _Job(name=name, run=job, cron=cron, jitter_s=max(0.0, jitter_s), catch_up=catch_up)
+        )
+
+    def _add(self, job: _Job) -> None:
+        if job.name in self._jobs:
+            raise ValueError(f"a job named {job.name!r} is already scheduled")
+        saved = self._persisted.get(job.name)
+        if saved is not None:
+            last_run, job.last_status, job.last_result, job.runs = saved
+            job.last_run = datetime.fromisoformat(last_run) if last_run else None
+        now = self.clock.now()
+        job.next_run = self._first_run(job, now)
+        self._jobs[job.name] = job
+        self._poke()
+
+    def _first_run(self, job: _Job, now: datetime) -> datetime:
+        regular = (
+            job.following(now - timedelta(microseconds=1))
+            if job.cron is not None
+            else job.following(now)
+        )
+        if not (job.catch_up and job.last_run is not None):
+            return regular
+        missed = job.following(job.last_run)
+        # The jitter of the missed run does not matter: it was due before now or it was not.
+        if missed < now and regular > now:
+            job.catching_up = True
+            log.info(
+                "a scheduled run was missed while the daemon was down; catching up once",
+                job=job.name,
+                missed=missed.isoformat(),
+            )
+            return now
+        return regular
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run due jobs until cancelled; cancellation cancels and awaits running jobs."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            while True:
+                now = self.clock.now()
+                for job in list(self._jobs.values()):
+                    if job.next_run is not None and job.next_run <= now:
+                        await self._due(job, now)
+                wake = min(
+                    (j.next_run for j in self._jobs.values() if j.next_run is not None),
+                    default=None,
+                )
+                nap = (
+                    self.max_nap_s
+                    if wake is None
+                    else min(self.max_nap_s, max(0.0, (wake - self.clock.now()).total_seconds()))
+                )
+                with anyio.CancelScope() as self._nap:
+                    await self.clock.sleep(nap)
+                self._nap = None
+
+    def _poke(self) -> None:
+        if self._nap is not None:
+            self._nap.cancel()
+
+    async def _due(self, job: _Job, now: datetime) -> None:
+        assert self._tg is not None
+        scheduled = job.next_run
+        following = job.following(now)
+        if job.catching_up and job.cron is not None and scheduled is not None:
+            # The catch-up stands in for a regular run that would come too soon after it.
+            period = job.following(following) - following
+            if following - now < period / 2:
+                following = job.following(following)
+        job.catching_up = False
+        job.next_run = following
+        if job.running:
+            log.info("job still running; this run is skipped", job=job.name)
+            await self._persist(job, status_only="skipped")
+            return
+        job.running = True
+        job.last_run = now
+        job.runs += 1
+        await self._persist(job)
+        self._tg.start_soon(self._execute, job)
+
+    async def _execute(self, job: _Job) -> None:
+        started = time.perf_counter()
+        with bound_contextvars(job=job.name):
+            try:
+                result = await job.run()
+                job.last_status, job.last_result = (
+                    "ok",
+                    None if result is None else str(result)[:500],
+                )
+                log.info(
+                    "job finished",
+                    duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                    result=job.last_result,
+                )
+            except anyio.get_cancelled_exc_class():
+                job.last_status, job.last_result = "cancelled", None
+                raise
+            except Exception as exc:
+                job.last_status, job.last_result = "failed", repr(exc)[:500]
+                log.error("job failed", error=repr(exc), exc_info=True)
+            finally:
+                job.running = False
+                with anyio.CancelScope(shield=True):
+                    await self._persist(job)
+
+    async def _persist(self, job: _Job, *, status_only: str | None = None) -> None:
+        if self.db is None or self.db.readonly:
+            return
+        status = status_only or job.last_status
+        await self.db.execute(
+            "INSERT INTO schedule_state(job, last_run, last_status, last_result, next_run, runs, updated_at)"
+            " VALUES (?,?,?,?,?,?,?) ON CONFLICT(job) DO UPDATE SET last_run=excluded.last_run,"
+            " last_status=excluded.last_status, last_result=excluded.last_result, next_run=excluded.next_run,"
+            " runs=excluded.runs, updated_at=excluded.updated_at",
+            (
+                job.name,
+                job.last_run.isoformat() if job.last_run else None,
+                status,
+                job.last_result,
+                job.next_run.isoformat() if job.next_run else None,
+                job.runs,
+                self.clock.now().isoformat(),
+            ),
+        )
+
+    # -- reading -----------------------------------------------------------------------------
 
     def next_run(self, name: str) -> datetime | None:
-        job = self._scheduler.get_job(name)
-        return job.next_run_time if job is not None else None
+        job = self._jobs.get(name)
+        return job.next_run if job is not None else None
+
+    def last_run(self, name: str) -> datetime | None:
+        job = self._jobs.get(name)
+        return job.last_run if job is not None else None
 
     def jobs(self) -> list[str]:
-        return [j.id for j in self._scheduler.get_jobs()]
+        return sorted(self._jobs)
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Every job's schedule and last outcome, for `status`."""
+        return {
+            j.name: {
+                "next_run": j.next_run.isoformat() if j.next_run else None,
+                "last_run": j.last_run.isoformat() if j.last_run else None,
+                "last_status": j.last_status,
+                "last_result": j.last_result,
+                "runs": j.runs,
+                "running": j.running,
+            }
+            for j in sorted(self._jobs.values(), key=lambda j: j.name)
+        }
+
+
+async def persisted_jobs(db: Database) -> dict[str, dict[str, Any]]:
+    """The jobs' persisted state, for `status` when the daemon is not running."""
+    rows = await db.fetchall(
+        "SELECT job, last_run, last_status, last_result, next_run, runs FROM schedule_state ORDER BY job"
+    )
+    return {
+        r[0]: {
+            "last_run": r[1],
+            "last_status": r[2],
+            "last_result": r[3],
+            "next_run": r[4],
+            "runs": r[5],
+        }
+        for r in rows
+    }
 
 
 def parse_hhmm(text: str) -> tuple[int, int]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from daemon.models.ledger import UsageLedger
 from daemon.paths import Home
+from daemon.scheduler import persisted_jobs
 from daemon.settings import Settings
 from daemon.store.db import Database
 
@@ -56,14 +57,21 @@ async def live_status(daemon: Any) -> dict[str, Any]:
     window = settings.models.trunk.context_window
     used = trunk.last_result.context_tokens if trunk and trunk.last_result else (last or {}).get("context_tokens", 0)
     sched = daemon.scheduler
+    jobs = sched.describe() if sched else {}
+    heartbeat = jobs.get("heartbeat")
+    embedder = daemon.memory.embedder if daemon.memory is not None else None
+    life = daemon.lifecycle.snapshot()
     return {
         "running": True,
-        "state": daemon.state,
+        "state": life["state"],
+        "state_since": life["since"],
+        "phase": life["phase"],
         "home": str(daemon.home.root),
         "trunk": {
             "session_id": trunk.session.id if trunk and trunk.session else None,
             "messages": trunk.session.message_count() if trunk and trunk.session else 0,
             "busy": bool(trunk and trunk.busy),
+            "held": bool(trunk and trunk.held),
             "current_turn": trunk.current_turn if trunk else None,
             "queued": len(trunk.inbox.pending()) if trunk else 0,
             "provider": daemon.roles.provider_kind("trunk") if daemon.roles else None,
@@ -77,11 +85,16 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             "last_turn": last,
         },
         "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
-        "next_heartbeat": _iso(sched.next_run("heartbeat")) if sched else None,
-        "last_heartbeat": _iso(sched.last_run.get("heartbeat")) if sched else None,
+        # A heartbeat is reported only where a job keeps a record on it (the journal).
+        "next_heartbeat": heartbeat["next_run"] if heartbeat else None,
+        "last_heartbeat": heartbeat["last_run"] if heartbeat else None,
+        "jobs": jobs,
         "spend": await _spend(db, settings),
         "started_at": daemon.started_at.isoformat(),
-        "vector_search": db.vec_available,
+        # Vector search needs both an embedder that makes vectors and somewhere to search them.
+        "vector_search": bool(embedder is not None and embedder.dim > 0),
+        "embedder": embedder.name if embedder is not None else None,
+        "sqlite_vec": db.vec_available,
     }
 
 
@@ -102,19 +115,29 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
         last = await _last_turn(db)
         out["context"] = {"last_turn": last, "window_tokens": settings.models.trunk.context_window}
         out["spend"] = await _spend(db, settings)
+        try:
+            out["jobs"] = await persisted_jobs(db)
+        except Exception:  # a database from before the scheduler kept state
+            out["jobs"] = {}
     return out
 
 
 def render(status: dict[str, Any]) -> str:
     """A short human-readable status."""
-    lines = [f"state:        {status.get('state')}{'' if status.get('running') else ' (daemon not running)'}"]
+    state = f"{status.get('state')}{'' if status.get('running') else ' (daemon not running)'}"
+    if status.get("phase"):
+        state += f" · phase {status['phase']}"
+    if status.get("state_since"):
+        state += f" · since {status['state_since']}"
+    lines = [f"state:        {state}"]
     trunk = status.get("trunk") or {}
     if trunk:
         lines.append(f"trunk:        {trunk.get('session_id')} ({trunk.get('messages', 0)} messages)")
         if trunk.get("provider"):
             lines.append(f"model:        {trunk.get('provider')}:{trunk.get('model')}")
-        if trunk.get("busy") or trunk.get("queued"):
-            lines.append(f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued")
+        if trunk.get("busy") or trunk.get("queued") or trunk.get("held"):
+            held = " · held" if trunk.get("held") else ""
+            lines.append(f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued{held}")
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
         lines.append(f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})")
@@ -125,7 +148,19 @@ def render(status: dict[str, Any]) -> str:
     if "next_sleep" in status:
         lines.append(f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}")
     if "last_heartbeat" in status:
-        lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}, next {status.get('next_heartbeat')}")
+        if status.get("next_heartbeat"):
+            lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}, next {status.get('next_heartbeat')}")
+        else:
+            lines.append("heartbeat:    off (nothing keeps a journal in this build)")
+    for name, job in (status.get("jobs") or {}).items():
+        if name in ("heartbeat", "nightly_sleep"):
+            continue
+        last = job.get("last_run") or "never"
+        outcome = f" ({job['last_status']})" if job.get("last_status") else ""
+        lines.append(f"job {name + ':':<9} last {last}{outcome}, next {job.get('next_run')}")
+    if "vector_search" in status:
+        search = f"hybrid (embedder {status.get('embedder')})" if status.get("vector_search") else "lexical only (no embedder installed)"
+        lines.append(f"search:       {search}")
     spend = status.get("spend")
     if spend:
         lines.append(

@@ -97,3 +97,18 @@ class ScriptedModel:
 
     async def aclose(self) -> None:
         return None
+
+
+def static_context(bus: Any, text: str = "You are a test agent.") -> Any:
+    """Register a required `before_agent_start` handler that gives every turn a fixed system prompt.
+
+    For tests of the loop, trunk and forks without the whole context assembler; returns the
+    unsubscribe function.
+    """
+    from daemon.events import BeforeAgentStart
+    from daemon.models.base import SystemBlock
+
+    def provide(event: BeforeAgentStart) -> None:
+        event.context.system_blocks.append(SystemBlock(text=text, cache_breakpoint=True))
+
+    return bus.on(BeforeAgentStart, provide, name="testing.static_context", required=True)

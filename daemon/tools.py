@@ -29,6 +29,8 @@ class ToolContext:
     depth: int = 0
     # Report progress to the person (delegate forks use it); never blocks.
     progress: Callable[[str], None] = lambda _msg: None
+    # The turn's observer (typed turn events), for tools that run sessions of their own.
+    observer: Callable[[Any], None] = lambda _event: None
     extras: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,49 +1,181 @@
-"""The scheduler runs jobs on the event loop, isolates failures, reports next runs."""
+"""The scheduler: jobs on the injectable clock, in the daemon's task group, persisted, caught up once."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import pytest
 
-from daemon.scheduler import Scheduler, parse_hhmm
+from daemon.clock import FakeClock
+from daemon.scheduler import Scheduler, parse_hhmm, persisted_jobs
+from daemon.store.db import Database
 
 pytestmark = pytest.mark.anyio
 
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
-async def test_interval_jobs_run_and_failures_are_isolated() -> None:
-    runs: list[str] = []
-    done = anyio.Event()
 
-    async def good() -> str:
-        runs.append("good")
-        if runs.count("good") >= 2:
-            done.set()
-        return "ok"
+async def _run_until(s: Scheduler, clock: FakeClock, until: datetime) -> None:
+    """Run the scheduler on the fake clock until simulated time reaches `until`."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(s.run)
+        with anyio.fail_after(30):
+            while clock.now() < until:
+                await anyio.sleep(0)
+        tg.cancel_scope.cancel()
+
+
+async def test_a_simulated_month_with_two_days_down_catches_up_once(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    nights: list[datetime] = []
+    current: list[Scheduler] = []
+
+    async def nightly() -> str:
+        # When the run was started (the fake clock runs on while the job task is scheduled).
+        when = current[-1].last_run("nightly_sleep")
+        assert when is not None
+        nights.append(when)
+        return "slept"
+
+    async with await Database.open(tmp_path / "r.db") as db:
+        # Days 1-10 of March: the daemon runs.
+        async with Scheduler(clock=clock, db=db, timezone="Europe/Lisbon", max_nap_s=6 * 3600) as s:
+            current.append(s)
+            s.add_daily("nightly_sleep", nightly, at="03:30")
+            await _run_until(s, clock, START + timedelta(days=10))
+        assert len(nights) == 10
+        # Down for two days (11 and 12), back at noon on the 13th: one catch-up, not two.
+        clock.set(START + timedelta(days=12))
+        async with Scheduler(clock=clock, db=db, timezone="Europe/Lisbon", max_nap_s=6 * 3600) as s:
+            current.append(s)
+            s.add_daily("nightly_sleep", nightly, at="03:30")
+            assert s.next_run("nightly_sleep") == clock.now()
+            await _run_until(s, clock, START + timedelta(days=30))
+        state = await persisted_jobs(db)
+    catch_up = nights[10]
+    assert catch_up == START + timedelta(days=12)
+    regular = nights[:10] + nights[11:]
+    # Every regular run is at 03:30 Lisbon time (across the DST change on 29 March).
+    from zoneinfo import ZoneInfo
+
+    local = [n.astimezone(ZoneInfo("Europe/Lisbon")) for n in regular]
+    assert all((t.hour, t.minute) == (3, 30) for t in local), local
+    assert [t.day for t in local] == [*range(2, 12), *range(14, 32)]
+    assert len(nights) == 10 + 1 + 18
+    assert state["nightly_sleep"]["runs"] == len(nights)
+    assert state["nightly_sleep"]["last_status"] == "ok"
+
+
+async def test_first_start_and_a_short_stop_do_not_catch_up(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    runs: list[datetime] = []
+
+    async def job() -> None:
+        runs.append(clock.now())
+
+    async with await Database.open(tmp_path / "r.db") as db:
+        async with Scheduler(clock=clock, db=db, timezone="UTC", max_nap_s=3600) as s:
+            s.add_daily("nightly", job, at="03:30")
+            assert s.next_run("nightly") == datetime(2026, 3, 2, 3, 30, tzinfo=UTC)
+            await _run_until(s, clock, datetime(2026, 3, 2, 4, 0, tzinfo=UTC))
+        assert len(runs) == 1
+        # Restarted the same morning: nothing was missed.
+        clock.set(datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
+        async with Scheduler(clock=clock, db=db, timezone="UTC") as s:
+            s.add_daily("nightly", job, at="03:30")
+            assert s.next_run("nightly") == datetime(2026, 3, 3, 3, 30, tzinfo=UTC)
+
+
+async def test_a_catch_up_stands_in_for_a_regular_run_due_soon(tmp_path: Path) -> None:
+    clock = FakeClock(datetime(2026, 3, 1, 3, 30, tzinfo=UTC))
+    runs: list[datetime] = []
+    current: list[Scheduler] = []
+
+    async def job() -> None:
+        when = current[-1].last_run("nightly")
+        assert when is not None
+        runs.append(when)
+
+    async with await Database.open(tmp_path / "r.db") as db:
+        async with Scheduler(clock=clock, db=db, timezone="UTC", max_nap_s=3600) as s:
+            current.append(s)
+            s.add_daily("nightly", job, at="03:30")
+            await _run_until(s, clock, datetime(2026, 3, 1, 4, 0, tzinfo=UTC))
+        # Down until 01:00 two days later: the 2nd's run was missed, the 3rd's is 2.5 h away.
+        clock.set(datetime(2026, 3, 3, 1, 0, tzinfo=UTC))
+        async with Scheduler(clock=clock, db=db, timezone="UTC", max_nap_s=3600) as s:
+            current.append(s)
+            s.add_daily("nightly", job, at="03:30")
+            await _run_until(s, clock, datetime(2026, 3, 4, 5, 0, tzinfo=UTC))
+    assert runs == [
+        datetime(2026, 3, 1, 3, 30, tzinfo=UTC),
+        datetime(2026, 3, 3, 1, 0, tzinfo=UTC),
+        datetime(2026, 3, 4, 3, 30, tzinfo=UTC),
+    ]
+
+
+async def test_failures_are_isolated_and_a_running_job_never_overlaps(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    calls = {"bad": 0, "slow": 0, "good": 0}
+    release = anyio.Event()
 
     async def bad() -> None:
-        runs.append("bad")
+        calls["bad"] += 1
         raise RuntimeError("job bug")
 
-    async with Scheduler() as s:
-        s.add_interval("good", good, seconds=0.05)
-        s.add_interval("bad", bad, seconds=0.05)
-        assert set(s.jobs()) == {"good", "bad"}
-        with anyio.fail_after(5):
-            await done.wait()
-        assert "bad" in runs
-        assert s.last_run["good"] is not None
-        assert s.next_run("good") is not None
+    async def slow() -> None:
+        calls["slow"] += 1
+        await release.wait()
+
+    async def good() -> str:
+        calls["good"] += 1
+        return "ok"
+
+    async with await Database.open(tmp_path / "r.db") as db:
+        async with Scheduler(clock=clock, db=db, max_nap_s=60) as s:
+            s.add_interval("bad", bad, seconds=60)
+            s.add_interval("slow", slow, seconds=60)
+            s.add_interval("good", good, seconds=60)
+            await _run_until(s, clock, START + timedelta(minutes=10))
+            described = s.describe()
+            release.set()
+        state = await persisted_jobs(db)
+    assert calls["bad"] >= 9 and calls["good"] >= 9
+    assert calls["slow"] == 1  # still running: later runs were skipped, not stacked
+    assert (
+        described["bad"]["last_status"] == "failed" and "job bug" in described["bad"]["last_result"]
+    )
+    assert described["good"]["last_status"] == "ok" and described["good"]["last_result"] == "ok"
+    assert state["slow"]["last_status"] in ("skipped", "cancelled")
 
 
-async def test_daily_job_next_run_is_at_the_given_time() -> None:
-    async def job() -> None:
-        return None
+async def test_cancelling_the_scheduler_cancels_and_awaits_running_jobs(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    started = anyio.Event()
+    finished: list[str] = []
 
-    async with Scheduler(timezone="UTC") as s:
-        s.add_daily("nightly", job, at="03:30")
-        nxt = s.next_run("nightly")
-        assert nxt is not None and (nxt.hour, nxt.minute) == (3, 30)
-        assert s.next_run("missing") is None
+    async def long_job() -> None:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            finished.append("cleaned up")
+
+    async with Scheduler(clock=clock, db=None, max_nap_s=60) as s:
+        s.add_interval("long", long_job, seconds=30)
+        async with anyio.create_task_group() as tg:
+            await tg.start(s.run)
+            with anyio.fail_after(5):
+                await started.wait()
+            tg.cancel_scope.cancel()
+    assert finished == ["cleaned up"]
+
+
+def test_unknown_time_zone_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Olympus'"):
+        Scheduler(clock=FakeClock(START), db=None, timezone="Mars/Olympus")
 
 
 def test_parse_hhmm_rejects_nonsense() -> None:

@@ -23,7 +23,8 @@ from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import load_settings
 from daemon.store.db import Database
-from daemon.testing import Reply, ScriptedModel
+from daemon.agent.gateway import turn_frame
+from daemon.testing import Reply, ScriptedModel, static_context
 from daemon.tokens import TokenCounter
 from daemon.tools import Tool, ToolContext, ToolRegistry
 
@@ -68,7 +69,10 @@ async def _env(tmp_path: Path, model: ScriptedModel, *, tools: ToolRegistry | No
     db = await Database.open(tmp_path / "db.sqlite")
     ledger = UsageLedger(db, settings.spend, FakeClock())
     roles = ModelRoles(settings, ledger, overrides={"trunk": model})
-    loop = AgentLoop(roles=roles, tools=tools or ToolRegistry(), bus=bus or EventBus(), clock=FakeClock(), counter=TokenCounter())
+    if bus is None:
+        bus = EventBus()
+        static_context(bus)
+    loop = AgentLoop(roles=roles, tools=tools or ToolRegistry(), bus=bus, clock=FakeClock(), counter=TokenCounter())
     return settings, db, ledger, roles, loop
 
 
@@ -94,7 +98,7 @@ async def test_loop_runs_tools_and_history_replays_them(tmp_path: Path) -> None:
         session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
         frames: list[dict[str, Any]] = []
         with anyio.fail_after(10):
-            result = await loop.run_turn(session, turn_id="t1", prompt="what is 2+3?", sink=frames.append, ts="2026-01-01T00:00:00+00:00")
+            result = await loop.run_turn(session, turn_id="t1", prompt="what is 2+3?", observer=lambda e: frames.append(turn_frame(e)), ts="2026-01-01T00:00:00+00:00")
         assert result.text == "Let me add.\n\nIt is 5."
         assert result.tool_calls == 2 and calls == [{"a": 2, "b": 3}]
         errors = [b for m in model.calls[1].messages for b in m.content if isinstance(b, ToolResultBlock)]
@@ -104,7 +108,7 @@ async def test_loop_runs_tools_and_history_replays_them(tmp_path: Path) -> None:
         assert tool_frames[1]["is_error"] is True
         # The next turn replays the whole first turn, tool calls and results included.
         with anyio.fail_after(10):
-            await loop.run_turn(session, turn_id="t2", prompt="and again?", sink=frames.append, ts="2026-01-01T00:01:00+00:00")
+            await loop.run_turn(session, turn_id="t2", prompt="and again?", observer=lambda e: frames.append(turn_frame(e)), ts="2026-01-01T00:01:00+00:00")
         history = model.calls[-1].messages
         assert [m.role for m in history] == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
         rows = await db.fetchall("SELECT role, content FROM messages WHERE session_id='s1' ORDER BY seq")
@@ -126,14 +130,15 @@ async def test_context_from_gate_handlers_reaches_the_model_and_veto_stops(tmp_p
     async with db, roles:
         session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
         with anyio.fail_after(10):
-            await loop.run_turn(session, turn_id="t1", prompt="hello", sink=lambda f: None, ts="x")
-            vetoed = await loop.run_turn(session, turn_id="t2", prompt="forbidden", sink=lambda f: None, ts="x")
+            await loop.run_turn(session, turn_id="t1", prompt="hello", observer=lambda e: None, ts="x")
+            vetoed = await loop.run_turn(session, turn_id="t2", prompt="forbidden", observer=lambda e: None, ts="x")
         assert model.calls[0].system[0].text == "PERSONA"
         assert vetoed.vetoed == "not today" and len(model.calls) == 1
 
 
 async def test_compaction_approaching_is_published_once(tmp_path: Path) -> None:
     bus = EventBus()
+    static_context(bus)
     seen: list[CompactionApproaching] = []
     bus.on(CompactionApproaching, seen.append)
     model = ScriptedModel(script=lambda req: Reply(text="ok " * 50))
@@ -144,7 +149,7 @@ async def test_compaction_approaching_is_published_once(tmp_path: Path) -> None:
         session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
         with anyio.fail_after(10):
             for i in range(3):
-                await loop.run_turn(session, turn_id=f"t{i}", prompt="x " * 200, sink=lambda f: None, ts="x")
+                await loop.run_turn(session, turn_id=f"t{i}", prompt="x " * 200, observer=lambda e: None, ts="x")
     assert len(seen) == 1 and seen[0].fraction >= 0.5
 
 
@@ -180,6 +185,7 @@ async def test_trunk_keeps_a_message_queued_through_an_outage_and_cancel_works(t
     async with await Database.open(home.db_file) as db:
         roles = ModelRoles(settings, UsageLedger(db, settings.spend, clock), overrides={"trunk": flaky})  # type: ignore[dict-item]
         bus = EventBus()
+        static_context(bus)
         shutdowns: list[SessionShutdown] = []
         bus.on(SessionShutdown, shutdowns.append)
         loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
@@ -188,7 +194,7 @@ async def test_trunk_keeps_a_message_queued_through_an_outage_and_cancel_works(t
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 with anyio.fail_after(10):
-                    accepted = await trunk.submit("are you there?", sink=frames.append)
+                    accepted = await trunk.submit("are you there?", observer=lambda e: frames.append(turn_frame(e)))
                     while not any(f["type"] == "done" for f in frames):
                         await anyio.sleep(0.01)
                 tg.cancel_scope.cancel()
@@ -209,14 +215,16 @@ async def test_cancel_stops_a_running_turn(tmp_path: Path) -> None:
     slow = ScriptedModel(script=lambda req: Reply(text=" ".join(["word"] * (400 if "long" in req.messages[-1].text else 3))), delay_s=0.02)
     async with await Database.open(home.db_file) as db:
         roles = ModelRoles(settings, None, overrides={"trunk": slow})
-        loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter())
+        bus = EventBus()
+        static_context(bus)
+        loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
         frames: list[dict[str, Any]] = []
         async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 with anyio.fail_after(10):
-                    a = await trunk.submit("long answer please", sink=frames.append)
-                    b = await trunk.submit("then this", sink=frames.append)
+                    a = await trunk.submit("long answer please", observer=lambda e: frames.append(turn_frame(e)))
+                    b = await trunk.submit("then this", observer=lambda e: frames.append(turn_frame(e)))
                     while not any(f["type"] == "delta" for f in frames):
                         await anyio.sleep(0.01)
                     assert await trunk.cancel(a.turn_id)

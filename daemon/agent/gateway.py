@@ -1,8 +1,9 @@
 """The chat gateway: turns client frames into trunk actions and commands into answers.
 
 It implements the chat server's handler protocol by shape (the chat package does not
-import the agent, nor the agent the chat package). `message` frames are acknowledged only
-after the trunk's inbox has them on disk.
+import the agent; the agent uses only `chat.protocol`, the wire format). `message` frames are
+acknowledged only after the trunk's inbox has them on disk. It alone turns the turns' typed
+events and the lifecycle's state changes into frames.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from typing import Any
 import anyio
 
 from daemon.agent.trunk import Trunk
+from daemon.agent.turns import Delta, ToolPhase, TurnDone, TurnEvent, TurnFailed, TurnObserver
+from daemon.chat import protocol
+from daemon.chat.protocol import ErrorCode
+from daemon.lifecycle import StateChange
 from daemon.log import get_logger
 
 log = get_logger("gateway")
@@ -38,6 +43,35 @@ class CommandUnavailable(Exception):
     """The command exists in the contract but its system is not running."""
 
 
+class CommandBusy(Exception):
+    """The command cannot run in the daemon's current state (the message says why)."""
+
+
+def turn_frame(event: TurnEvent) -> dict[str, Any]:
+    """The wire frame for one turn event."""
+    if isinstance(event, Delta):
+        return protocol.delta(turn_id=event.turn_id, text=event.text)
+    if isinstance(event, ToolPhase):
+        return protocol.tool(
+            turn_id=event.turn_id,
+            name=event.name,
+            phase=event.phase,
+            is_error=event.is_error,
+            detail=event.detail,
+            depth=event.depth,
+            fork_id=event.fork_id,
+        )
+    if isinstance(event, TurnDone):
+        return protocol.done(turn_id=event.turn_id, text=event.text, stop_reason=event.stop_reason, usage=event.usage)
+    if isinstance(event, TurnFailed):
+        return protocol.error(event.code, event.message, turn_id=event.turn_id)
+    raise TypeError(f"not a turn event: {event!r}")
+
+
+def state_frame(change: StateChange, *, phase: str | None = None) -> dict[str, Any]:
+    return protocol.state(change.state.value, previous=change.previous.value, detail=change.detail, phase=phase)
+
+
 class ChatGateway:
     """Bridges chat connections to the trunk and to named commands."""
 
@@ -46,7 +80,9 @@ class ChatGateway:
         self._state = state
         self._session_id = session_id
         self.commands: dict[str, Command] = {}
-        self._client_sinks: dict[str, Callable[[dict[str, Any]], None]] = {}
+        # Called after each accepted message (the sleep cycle wakes early on one).
+        self.on_message: list[Callable[[], None]] = []
+        self._client_observers: dict[str, TurnObserver] = {}
         # Turns each client is still waiting on, so a half-closed client gets its replies.
         self._outstanding: dict[str, set[str]] = {}
         self._drained: dict[str, anyio.Event] = {}
@@ -55,7 +91,7 @@ class ChatGateway:
         self.commands[name] = fn
 
     async def client_connected(self, client: Any) -> None:
-        client.send({"type": "hello", "version": VERSION, "state": self._state(), "session_id": self._session_id()})
+        client.send(protocol.hello(version=VERSION, state=self._state(), session_id=self._session_id()))
 
     async def client_finished_sending(self, client: Any) -> None:
         """Return once every turn this client started has been answered."""
@@ -68,27 +104,27 @@ class ChatGateway:
         event = self._drained.pop(client.id, None)
         if event is not None:
             event.set()
-        sink = self._client_sinks.pop(client.id, None)
-        if sink is not None:
+        observer = self._client_observers.pop(client.id, None)
+        if observer is not None:
             # The turn goes on (its reply lands on disk); only this listener goes away.
-            self.trunk.detach_sink(sink)
+            self.trunk.detach(observer)
 
-    def _sink_for(self, client: Any) -> Callable[[dict[str, Any]], None]:
-        sink = self._client_sinks.get(client.id)
-        if sink is None:
+    def _observer_for(self, client: Any) -> TurnObserver:
+        observer = self._client_observers.get(client.id)
+        if observer is None:
 
-            def sink(frame: dict[str, Any], _client: Any = client) -> None:
+            def observer(event: TurnEvent, _client: Any = client) -> None:
                 if not _client.closed:
-                    _client.send(frame)
-                if frame.get("type") in ("done", "error") and frame.get("turn_id"):
+                    _client.send(turn_frame(event))
+                if isinstance(event, TurnDone | TurnFailed):
                     waiting = self._outstanding.get(_client.id)
                     if waiting is not None:
-                        waiting.discard(frame["turn_id"])
+                        waiting.discard(event.turn_id)
                         if not waiting and _client.id in self._drained:
                             self._drained.pop(_client.id).set()
 
-            self._client_sinks[client.id] = sink
-        return sink
+            self._client_observers[client.id] = observer
+        return observer
 
     async def handle_frame(self, client: Any, frame: Any) -> None:
         kind = _frame_type(frame)
@@ -96,26 +132,28 @@ class ChatGateway:
             text = _get(frame, "text") or ""
             cid = _get(frame, "id")
             if not text.strip():
-                client.send({"type": "error", "code": "bad_frame", "message": "message text is empty", "id": cid})
+                client.send(protocol.error(ErrorCode.BAD_FRAME, "message text is empty", id=cid))
                 return
             try:
-                accepted = await self.trunk.submit(text, sink=self._sink_for(client), client_msg_id=cid)
+                accepted = await self.trunk.submit(text, observer=self._observer_for(client), client_msg_id=cid)
             except OSError as exc:
                 # Not on disk means not acknowledged: the client still holds the message.
                 log.error("could not persist an incoming message", error=repr(exc))
                 reason = "the disk is full" if exc.errno == 28 else (exc.strerror or str(exc))
-                client.send({"type": "error", "code": "storage", "message": f"message NOT saved ({reason}); please resend later", "id": cid})
+                client.send(protocol.error(ErrorCode.STORAGE, f"message NOT saved ({reason}); please resend later", id=cid))
                 return
             self._outstanding.setdefault(client.id, set()).add(accepted.turn_id)
-            client.send({"type": "accepted", "turn_id": accepted.turn_id, "id": cid, "queued": accepted.queued})
+            client.send(protocol.accepted(turn_id=accepted.turn_id, id=cid, queued=accepted.queued))
+            for hook in self.on_message:
+                hook()
         elif kind == "cancel":
             turn_id = _get(frame, "turn_id")
             if not await self.trunk.cancel(turn_id):
-                client.send({"type": "error", "code": "not_running", "message": "no turn to cancel", "turn_id": turn_id})
+                client.send(protocol.error(ErrorCode.NOT_RUNNING, "no turn to cancel", turn_id=turn_id))
         elif kind == "command":
             await self._command(client, frame)
         else:
-            client.send({"type": "error", "code": "unknown_type", "message": f"unknown frame type {kind!r}"})
+            client.send(protocol.error(ErrorCode.UNKNOWN_TYPE, f"unknown frame type {kind!r}"))
 
     async def _command(self, client: Any, frame: Any) -> None:
         name = _get(frame, "name") or ""
@@ -123,20 +161,22 @@ class ChatGateway:
         args = _get(frame, "args") or {}
         fn = self.commands.get(name)
         if fn is None:
-            client.send(
-                {"type": "error", "code": "unknown_command", "message": f"unknown command {name!r}; known: {', '.join(sorted(self.commands))}", "id": cid}
-            )
+            known = ", ".join(sorted(self.commands))
+            client.send(protocol.error(ErrorCode.UNKNOWN_COMMAND, f"unknown command {name!r}; known: {known}", id=cid))
             return
         try:
             data = await fn(args if isinstance(args, dict) else {})
         except CommandUnavailable as exc:
-            client.send({"type": "error", "code": "unavailable", "message": str(exc), "id": cid})
+            client.send(protocol.error(ErrorCode.UNAVAILABLE, str(exc), id=cid))
+            return
+        except CommandBusy as exc:
+            client.send(protocol.error(ErrorCode.BUSY, str(exc), id=cid))
             return
         except (ValueError, KeyError, TypeError) as exc:
-            client.send({"type": "error", "code": "bad_args", "message": str(exc), "id": cid})
+            client.send(protocol.error(ErrorCode.BAD_ARGS, str(exc), id=cid))
             return
         except Exception as exc:
             log.error("command failed", command=name, error=repr(exc), exc_info=True)
-            client.send({"type": "error", "code": "internal", "message": f"{name} failed: {exc}", "id": cid})
+            client.send(protocol.error(ErrorCode.INTERNAL, f"{name} failed: {exc}", id=cid))
             return
-        client.send({"type": "result", "id": cid, "name": name, "data": data})
+        client.send(protocol.result(id=cid, name=name, data=data))

@@ -42,9 +42,17 @@ class Session:
 
     @classmethod
     async def open(
-        cls, *, db: Database, directory: Path, session_id: str, kind: str, now: datetime, parent_id: str | None = None
+        cls,
+        *,
+        db: Database,
+        directory: Path,
+        session_id: str,
+        kind: str,
+        now: datetime,
+        parent_id: str | None = None,
+        header: dict[str, Any] | None = None,
     ) -> Session:
-        """Open (resume) or create a session and its transcript."""
+        """Open (resume) or create a session and its transcript (`header` adds to a new one's first line)."""
         path = directory / f"{session_id}.jsonl"
         transcript = Transcript(path=path, session_id=session_id)
         records = transcript.records()
@@ -57,9 +65,9 @@ class Session:
         session._records = []
         session._remember(records)
         if not records:
-            header = {"type": "session", "id": session_id, "kind": kind, "started_at": now.isoformat(), "parent": parent_id}
-            await transcript.append(header)
-            session._remember([header])
+            first = {"type": "session", "id": session_id, "kind": kind, "started_at": now.isoformat(), "parent": parent_id, **(header or {})}
+            await transcript.append(first)
+            session._remember([first])
         await db.execute(
             "INSERT INTO sessions(id, kind, parent_id, transcript_path, started_at) VALUES (?,?,?,?,?)"
             " ON CONFLICT(id) DO NOTHING",
@@ -115,8 +123,13 @@ class Session:
     def last_reply(self) -> str:
         return self._last_reply
 
-    def history(self, max_messages: int, *, exclude_turn: str | None = None) -> list[Message]:
-        """Rebuild the model-facing history from the transcript (see module docstring)."""
+    def history_turns(self, *, exclude_turn: str | None = None) -> list[list[Message]]:
+        """The model-facing history, one list of messages per past turn, oldest first.
+
+        A finished turn is replayed in full; a turn that never finished (crash, cancel) as the
+        person's message and a marker, so roles still alternate. Each turn starts with a user
+        message, so any suffix of whole turns is a valid history.
+        """
         finished = {r.get("turn_id") for r in self._records if r.get("type") == "turn_end" and r.get("status") == "answered"}
         turns: list[tuple[str, list[dict[str, Any]]]] = []
         index: dict[str, list[dict[str, Any]]] = {}
@@ -128,20 +141,19 @@ class Session:
                 index[tid] = []
                 turns.append((tid, index[tid]))
             index[tid].append(rec)
-        out: list[Message] = []
+        out: list[list[Message]] = []
         for tid, recs in turns:
             if tid in finished:
-                out.extend(_turn_messages(recs))
+                messages = _turn_messages(recs)
             else:
-                for rec in recs:
-                    if rec.get("type") == "message" and rec.get("role") == "user":
-                        out.append(Message.user(str(rec["content"])))
-                        # An unanswered message is followed by a marker so roles alternate.
-                        out.append(Message.assistant("(no reply: this turn was interrupted)"))
-        if len(out) > max_messages:
-            out = out[-max_messages:]
-            while out and (out[0].role != "user" or any(isinstance(b, ToolResultBlock) for b in out[0].content)):
-                out.pop(0)
+                messages = [
+                    m
+                    for rec in recs
+                    if rec.get("type") == "message" and rec.get("role") == "user"
+                    for m in (Message.user(str(rec["content"])), Message.assistant("(no reply: this turn was interrupted)"))
+                ]
+            if messages and messages[0].role == "user" and not any(isinstance(b, ToolResultBlock) for b in messages[0].content):
+                out.append(messages)
         return out
 
 

@@ -2,9 +2,17 @@
 
 Messages are answered one at a time, in arrival order. A turn can be cancelled; a turn
 whose model stays unreachable is left pending and retried with backoff (the person is told,
-nothing is lost); a message that arrives mid-turn waits its turn. Who is listening to a
-turn (a chat connection) is a *sink* registered per turn; with no listener the turn still
-runs and lands on disk.
+nothing is lost); a message that arrives mid-turn waits its turn. Who listens to a turn (a
+chat connection) registers a `TurnObserver` for it; with no listener the turn still runs
+and lands on disk.
+
+`hold()` finishes the turn in progress and pauses answering (messages are still accepted
+and fsynced); `release()` resumes. `switch(reason)` moves the trunk to a fresh session:
+the intent is written first, `session_before_switch` fires (the summariser writes the
+outgoing session's summary; a handler may veto), the new session opens with a link to the
+old one, and per-session state is reset. A crash anywhere in between is finished at the
+next start, before any message is answered, so messages that arrived during a switch are
+always answered in the new session.
 """
 
 from __future__ import annotations
@@ -18,10 +26,12 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from daemon.agent.inbox import Inbox, InboxEntry
-from daemon.agent.loop import AgentLoop, Sink, TurnResult
+from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
 from daemon.agent.session import Session, new_session_id
+from daemon.agent.turns import TurnDone, TurnEvent, TurnFailed, TurnObserver, ignore
+from daemon.chat.protocol import ErrorCode
 from daemon.clock import Clock
-from daemon.events import SessionShutdown
+from daemon.events import SessionBeforeSwitch, SessionShutdown
 from daemon.log import get_logger
 from daemon.models.base import ModelError, ModelUnavailable, SpendCapReached
 from daemon.paths import Home
@@ -30,16 +40,25 @@ from daemon.store.db import Database
 log = get_logger("trunk")
 
 TRUNK_KEY = "trunk_session"
-
-
-def _noop(_frame: dict[str, Any]) -> None:
-    return None
+SWITCH_KEY = "trunk_switch"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Accepted:
     turn_id: str
     queued: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Switched:
+    previous_id: str
+    session_id: str
+    reason: str
+    held_s: float
+
+
+class SwitchVetoed(Exception):
+    """A `session_before_switch` handler vetoed the switch; the trunk stays where it was."""
 
 
 class Trunk:
@@ -71,26 +90,35 @@ class Trunk:
         self.after_turn = after_turn if after_turn is not None else []
         self.inbox = Inbox(home.inbox_file, clock)
         self.session: Session | None = None
-        self._sinks: dict[str, Sink] = {}
+        self._observers: dict[str, TurnObserver] = {}
         self._current: tuple[str, anyio.CancelScope] | None = None
         self._cancelled: set[str] = set()
         self.last_result: TurnResult | None = None
         self.turns_answered = 0
-        self._shutdown_fired = False
+        self._shutdown_fired: set[str] = set()
         self._idle = anyio.Event()
         self._idle.set()
+        self._holds = 0
+        self._released = anyio.Event()
+        self._released.set()
+        self._switch_lock = anyio.Lock()
         self._background: TaskGroup | None = None
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
         now = self.clock.now()
         session_id = json.loads(row[0]) if row else new_session_id("trunk", now)
-        self.session = await Session.open(db=self.db, directory=self.home.trunk_dir, session_id=session_id, kind="trunk", now=now)
-        await self.db.execute(
-            "INSERT INTO kv(key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value, updated_at=excluded.updated_at",
-            (TRUNK_KEY, json.dumps(session_id), now.isoformat()),
-        )
-        await self.db.execute("UPDATE sessions SET ended_at = NULL WHERE id = ?", (session_id,))
+        intent = await self._kv_get(SWITCH_KEY)
+        if isinstance(intent, dict) and intent.get("from") == session_id and isinstance(intent.get("to"), str):
+            log.info("finishing a session switch interrupted by a restart", previous=session_id, session=intent["to"])
+            self.session = await self._open(session_id)
+            await self._complete_switch(str(intent["to"]), str(intent.get("reason") or "switch"))
+        else:
+            if intent is not None:
+                await self._kv_delete(SWITCH_KEY)  # the switch had finished; only the note was left
+            self.session = await self._open(session_id)
+            await self._kv_set(TRUNK_KEY, session_id)
+            await self.db.execute("UPDATE sessions SET ended_at = NULL WHERE id = ?", (session_id,))
         pending = self.inbox.load()
         if pending:
             log.info("answering messages left pending before restart", count=len(pending))
@@ -99,18 +127,112 @@ class Trunk:
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown("shutdown")
 
+    async def _open(self, session_id: str, *, header: dict[str, Any] | None = None) -> Session:
+        return await Session.open(
+            db=self.db, directory=self.home.trunk_dir, session_id=session_id, kind="trunk", now=self.clock.now(), header=header
+        )
+
+    # -- small persistent notes --------------------------------------------------------------
+
+    async def _kv_get(self, key: str) -> Any:
+        row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
+        return json.loads(row[0]) if row else None
+
+    async def _kv_set(self, key: str, value: Any) -> None:
+        await self.db.execute(
+            "INSERT INTO kv(key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value, updated_at=excluded.updated_at",
+            (key, json.dumps(value), self.clock.now().isoformat()),
+        )
+
+    async def _kv_delete(self, key: str) -> None:
+        await self.db.execute("DELETE FROM kv WHERE key = ?", (key,))
+
+    # -- ending a session --------------------------------------------------------------------
+
     async def shutdown(self, reason: str) -> None:
-        """Fire `session_shutdown` once (shielded; each handler is bounded by its timeout)."""
-        if self._shutdown_fired or self.session is None:
+        """Fire `session_shutdown` for the current session once (shielded; handlers bounded)."""
+        if self.session is None:
             return
-        self._shutdown_fired = True
+        await self._end_session(self.session, reason)
+
+    async def _end_session(self, session: Session, reason: str) -> None:
+        if session.id in self._shutdown_fired:
+            return
+        self._shutdown_fired.add(session.id)
         with anyio.CancelScope(shield=True):
-            await self.db.execute(
-                "UPDATE sessions SET ended_at = ? WHERE id = ?", (self.clock.now().isoformat(), self.session.id)
-            )
-            await self.loop.bus.publish(
-                SessionShutdown(session_id=self.session.id, transcript_path=str(self.session.path), reason=reason)
-            )
+            await self.db.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (self.clock.now().isoformat(), session.id))
+            await self.loop.bus.publish(SessionShutdown(session_id=session.id, transcript_path=str(session.path), reason=reason))
+
+    # -- hold, release, switch ---------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        return self._holds > 0
+
+    async def hold(self) -> None:
+        """Pause answering once the turn in progress ends; return when it has.
+
+        Messages keep being accepted and fsynced while held; they are answered after
+        `release()`. Holds nest. Cancellation while waiting undoes this hold.
+        """
+        self._holds += 1
+        if self._holds == 1:
+            self._released = anyio.Event()
+        try:
+            await self.wait_idle()
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Undo one `hold()`; answering resumes when none is left."""
+        if self._holds <= 0:
+            raise RuntimeError("release() without a matching hold()")
+        self._holds -= 1
+        if self._holds == 0:
+            self._released.set()
+
+    async def switch(self, reason: str) -> Switched:
+        """Move the trunk to a fresh session (see the module docstring); raise `SwitchVetoed`.
+
+        Holds the trunk for the duration, so the turn in progress ends first. The switch
+        itself is shielded from cancellation once the gate has let it through.
+        """
+        started = anyio.current_time()
+        async with self._switch_lock:
+            await self.hold()
+            try:
+                assert self.session is not None
+                old = self.session
+                new_id = new_session_id("trunk", self.clock.now())
+                await self._kv_set(SWITCH_KEY, {"from": old.id, "to": new_id, "reason": reason, "ts": self.clock.now().isoformat()})
+                veto = await self.loop.bus.emit_gate(SessionBeforeSwitch(session_id=old.id, transcript_path=str(old.path), reason=reason))
+                if veto is not None:
+                    await self._kv_delete(SWITCH_KEY)
+                    raise SwitchVetoed(f"the switch was vetoed by {veto.by}: {veto.reason}")
+                with anyio.CancelScope(shield=True):
+                    await self._complete_switch(new_id, reason)
+            finally:
+                self.release()
+        assert self.session is not None
+        held = round(anyio.current_time() - started, 4)
+        log.info("trunk switched session", previous=old.id, session=self.session.id, reason=reason, held_s=held)
+        return Switched(previous_id=old.id, session_id=self.session.id, reason=reason, held_s=held)
+
+    async def _complete_switch(self, new_id: str, reason: str) -> None:
+        """Open `new_id` linked to the current session, make it the trunk, forget the old one's state."""
+        assert self.session is not None
+        old = self.session
+        new = await self._open(new_id, header={"continues": old.id, "reason": reason})
+        await self.db.execute("UPDATE sessions SET previous_id = ?, switch_reason = ? WHERE id = ?", (old.id, reason, new_id))
+        await self._kv_set(TRUNK_KEY, new_id)
+        await self._kv_delete(SWITCH_KEY)
+        self.session = new
+        self.loop.reset_session(old.id)
+        self.last_result = None
+        await self._end_session(old, f"switch: {reason}")
+
+    # -- turns -------------------------------------------------------------------------------
 
     @property
     def busy(self) -> bool:
@@ -124,19 +246,21 @@ class Trunk:
     def current_turn(self) -> str | None:
         return self._current[0] if self._current else None
 
-    async def submit(self, text: str, *, sink: Sink | None = None, client_msg_id: str | None = None, origin: str = "person") -> Accepted:
+    async def submit(
+        self, text: str, *, observer: TurnObserver | None = None, client_msg_id: str | None = None, origin: str = "person"
+    ) -> Accepted:
         """Durably queue a message; return once it is on disk (then `accepted` may be sent)."""
         entry = await self.inbox.put(text, origin=origin, client_msg_id=client_msg_id)
-        if sink is not None:
-            self._sinks[entry.id] = sink
+        if observer is not None:
+            self._observers[entry.id] = observer
         return Accepted(turn_id=entry.id, queued=len(self.inbox.pending()) - 1)
 
-    def attach(self, turn_id: str, sink: Sink) -> None:
-        self._sinks[turn_id] = sink
+    def attach(self, turn_id: str, observer: TurnObserver) -> None:
+        self._observers[turn_id] = observer
 
-    def detach_sink(self, sink: Sink) -> None:
-        for key in [k for k, v in self._sinks.items() if v is sink]:
-            del self._sinks[key]
+    def detach(self, observer: TurnObserver) -> None:
+        for key in [k for k, v in self._observers.items() if v is observer]:
+            del self._observers[key]
 
     async def cancel(self, turn_id: str | None = None) -> bool:
         """Cancel the running turn (or a queued one by id); return whether anything was cancelled."""
@@ -146,14 +270,13 @@ class Trunk:
             return True
         if turn_id and self.inbox.remove(turn_id):
             await self.inbox.done(turn_id, status="cancelled")
-            self._sink(turn_id)({"type": "error", "code": "cancelled", "message": "cancelled before it started", "turn_id": turn_id})
-            self._sinks.pop(turn_id, None)
+            self._report(TurnFailed(turn_id=turn_id, code=ErrorCode.CANCELLED, message="cancelled before it started"))
+            self._observers.pop(turn_id, None)
             return True
         return False
 
-    def _sink(self, turn_id: str) -> Sink:
-        sink = self._sinks.get(turn_id)
-        return sink if sink is not None else _noop
+    def _report(self, event: TurnEvent) -> None:
+        self._observers.get(event.turn_id, ignore)(event)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Answer inbox messages forever. Cancellation stops after the current turn's cleanup.
@@ -167,6 +290,10 @@ class Trunk:
             attempt = 0
             while True:
                 entry = await self.inbox.next()
+                if self._holds:
+                    # Checked with no await since the head was taken: a hold is never overtaken.
+                    await self._released.wait()
+                    continue
                 ok = await self._answer(entry)
                 if ok:
                     attempt = 0
@@ -188,72 +315,66 @@ class Trunk:
     async def _answer(self, entry: InboxEntry) -> bool:
         """Run one queued message; False when it must be retried later."""
         assert self.session is not None
-        sink = self._sink(entry.id)
+        session = self.session
         scope = anyio.CancelScope()
         self._current = (entry.id, scope)
         self._idle = anyio.Event()
         result: TurnResult | None = None
-        error: tuple[str, str] | None = None
+        error: tuple[ErrorCode, str] | None = None
         retry = False
         try:
             with scope:
                 with anyio.fail_after(self.turn_timeout_s):
                     result = await self.loop.run_turn(
-                        self.session, turn_id=entry.id, prompt=entry.text, sink=lambda f: self._sink(entry.id)(f), ts=entry.ts.isoformat()
+                        session, turn_id=entry.id, prompt=entry.text, observer=self._report, ts=entry.ts.isoformat()
                     )
         except TimeoutError:
-            error = ("timeout", f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped")
+            error = (ErrorCode.TIMEOUT, f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped")
+        except ContextFailed as exc:
+            error = (ErrorCode.CONTEXT_FAILED, str(exc))
         except SpendCapReached as exc:
-            error = ("spend_cap", str(exc))
+            error = (ErrorCode.SPEND_CAP, str(exc))
         except ModelUnavailable as exc:
-            error = ("model_unavailable", f"{exc} — your message is saved and will be answered when the model is reachable")
+            error = (ErrorCode.MODEL_UNAVAILABLE, f"{exc} — your message is saved and will be answered when the model is reachable")
             retry = True
         except ModelError as exc:
-            error = ("model_error", str(exc))
+            error = (ErrorCode.MODEL_ERROR, str(exc))
         finally:
             self._current = None
             self._idle.set()
-        sink = self._sink(entry.id)
         if scope.cancelled_caught or entry.id in self._cancelled:
             self._cancelled.discard(entry.id)
-            sink({"type": "error", "code": "cancelled", "message": "turn cancelled", "turn_id": entry.id})
+            self._report(TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled"))
             await self._finish(entry, "cancelled")
             return True
         if error is not None:
-            sink({"type": "error", "code": error[0], "message": error[1], "turn_id": entry.id})
+            self._report(TurnFailed(turn_id=entry.id, code=error[0], message=error[1]))
             if retry:
                 return False
-            await self.session.record({"type": "turn_end", "turn_id": entry.id, "status": "failed", "error": error[1], "ts": self.clock.now().isoformat()})
+            if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
+                await session.record({"type": "turn_end", "turn_id": entry.id, "status": "failed", "error": error[1], "ts": self.clock.now().isoformat()})
             await self._finish(entry, "failed")
             return True
         assert result is not None
         if result.vetoed:
-            sink({"type": "error", "code": "vetoed", "message": result.vetoed, "turn_id": entry.id})
+            self._report(TurnFailed(turn_id=entry.id, code=ErrorCode.VETOED, message=result.vetoed))
         else:
-            sink(
-                {
-                    "type": "done",
-                    "turn_id": entry.id,
-                    "text": result.text,
-                    "stop_reason": result.stop_reason,
-                    "usage": result.usage.__dict__,
-                }
-            )
+            self._report(TurnDone(turn_id=entry.id, text=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__))
         self.last_result = result
         self.turns_answered += 1
         if result.report:
             await self.db.execute(
                 "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
-                (entry.id, self.session.id, self.clock.now().isoformat(), int(result.report.get("total_tokens", 0)), json.dumps(result.report)),
+                (entry.id, session.id, self.clock.now().isoformat(), int(result.report.get("total_tokens", 0)), json.dumps(result.report)),
             )
         await self._finish(entry, "answered")
         if self._background is not None:
-            self._background.start_soon(self._after_turn, self.session.id)
+            self._background.start_soon(self._after_turn, session.id)
         else:
-            await self._after_turn(self.session.id)
+            await self._after_turn(session.id)
         return True
 
     async def _finish(self, entry: InboxEntry, status: str) -> None:
         await self.inbox.done(entry.id, status)
         self.inbox.pop(entry.id)
-        self._sinks.pop(entry.id, None)
+        self._observers.pop(entry.id, None)

@@ -10,6 +10,7 @@ discarded, so one bad frame never costs the connection.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,19 +19,50 @@ from typing import Any, Final, Literal, TypeAlias
 import anyio
 from anyio.abc import ByteReceiveStream
 
-# Error codes carried by `error` frames.
-BAD_FRAME: Final = "bad_frame"
-FRAME_TOO_LARGE: Final = "frame_too_large"
-UNKNOWN_TYPE: Final = "unknown_type"
-FORBIDDEN: Final = "forbidden"
-MODEL_UNAVAILABLE: Final = "model_unavailable"
-SPEND_CAP: Final = "spend_cap"
-CANCELLED: Final = "cancelled"
-INTERNAL: Final = "internal"
-NOT_READY: Final = "not_ready"
+# `hello` and `state` frames carry the lifecycle's states, by value.
+from daemon.lifecycle import DaemonState
+
+
+class ErrorCode(enum.StrEnum):
+    """Every code an `error` frame can carry; nothing else may appear on the wire."""
+
+    # frames and connections
+    BAD_FRAME = "bad_frame"
+    FRAME_TOO_LARGE = "frame_too_large"
+    UNKNOWN_TYPE = "unknown_type"
+    FORBIDDEN = "forbidden"
+    NOT_READY = "not_ready"
+    INTERNAL = "internal"
+    # a message that could not be stored (it was NOT acknowledged)
+    STORAGE = "storage"
+    # turns
+    CANCELLED = "cancelled"
+    NOT_RUNNING = "not_running"
+    TIMEOUT = "timeout"
+    VETOED = "vetoed"
+    CONTEXT_FAILED = "context_failed"
+    MODEL_UNAVAILABLE = "model_unavailable"
+    MODEL_ERROR = "model_error"
+    SPEND_CAP = "spend_cap"
+    # commands
+    UNKNOWN_COMMAND = "unknown_command"
+    BAD_ARGS = "bad_args"
+    UNAVAILABLE = "unavailable"
+    BUSY = "busy"
+
+
+# Kept as names for the codes the server uses most.
+BAD_FRAME: Final = ErrorCode.BAD_FRAME
+FRAME_TOO_LARGE: Final = ErrorCode.FRAME_TOO_LARGE
+UNKNOWN_TYPE: Final = ErrorCode.UNKNOWN_TYPE
+FORBIDDEN: Final = ErrorCode.FORBIDDEN
+MODEL_UNAVAILABLE: Final = ErrorCode.MODEL_UNAVAILABLE
+SPEND_CAP: Final = ErrorCode.SPEND_CAP
+CANCELLED: Final = ErrorCode.CANCELLED
+INTERNAL: Final = ErrorCode.INTERNAL
+NOT_READY: Final = ErrorCode.NOT_READY
 
 CLIENT_TYPES: Final = ("message", "command", "cancel")
-DaemonState: TypeAlias = Literal["awake", "winding-down", "asleep"]
 ToolPhase: TypeAlias = Literal["started", "finished", "progress"]
 
 
@@ -41,9 +73,9 @@ class ProtocolError(Exception):
     the request that caused it.
     """
 
-    def __init__(self, code: str, message: str, *, id: str | None = None) -> None:
+    def __init__(self, code: ErrorCode, message: str, *, id: str | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = message
         self.id = id
 
@@ -224,11 +256,15 @@ def tool(
     phase: ToolPhase,
     is_error: bool | None = None,
     detail: str | None = None,
+    depth: int | None = None,
+    fork_id: str | None = None,
 ) -> dict[str, Any]:
     return _with(
         {"type": "tool", "turn_id": turn_id, "name": name, "phase": phase},
         is_error=is_error,
         detail=detail,
+        depth=depth or None,
+        fork_id=fork_id,
     )
 
 
@@ -241,13 +277,23 @@ def done(
 
 
 def error(
-    code: str, message: str, *, turn_id: str | None = None, id: str | None = None
+    code: ErrorCode, message: str, *, turn_id: str | None = None, id: str | None = None
 ) -> dict[str, Any]:
-    return _with({"type": "error", "code": code, "message": message}, turn_id=turn_id, id=id)
+    return _with(
+        {"type": "error", "code": ErrorCode(code).value, "message": message}, turn_id=turn_id, id=id
+    )
 
 
-def state(state: DaemonState | str, *, detail: str | None = None) -> dict[str, Any]:
-    return _with({"type": "state", "state": state}, detail=detail)
+def state(
+    state: DaemonState | str,
+    *,
+    previous: str | None = None,
+    detail: str | None = None,
+    phase: str | None = None,
+) -> dict[str, Any]:
+    return _with(
+        {"type": "state", "state": state}, previous=previous, detail=detail or None, phase=phase
+    )
 
 
 def result(*, id: str | None, name: str, data: Any) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from daemon.context.layers import (
     memory_open,
     sentences,
 )
-from daemon.events import BeforeAgentStart, Contribution
+from daemon.events import BeforeAgentStart, Contribution, SessionShutdown
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem, MemoryView
 from daemon.models.base import SystemBlock
@@ -497,8 +497,12 @@ class ContextAssembler:
     def register(self, bus: EventBus, *, priority: int = HANDLER_PRIORITY) -> Callable[[], None]:
         """Assemble on `before_agent_start`, after other contributors (default priority 900).
 
-        The turn's breakdown goes into `event.context.report` (with `timings_ms`), which the
-        trunk records per turn for `reverie status`. Returns the unsubscribe function.
+        The handler is *required*: if assembly fails or times out, the gate fails and the
+        turn fails visibly — it never goes to the model without persona and memory. The
+        turn's breakdown goes into `event.context.report` (with `timings_ms`), which the
+        trunk records per turn for `reverie status`. A session that ends (`session_shutdown`,
+        also after a switch) has its topic persistence forgotten. Returns a function that
+        unsubscribes both.
         """
 
         async def on_before_agent_start(event: BeforeAgentStart) -> None:
@@ -522,7 +526,19 @@ class ContextAssembler:
                 ms=round(result.timings.get("assemble_ms", 0.0), 2),
             )
 
-        return bus.on(BeforeAgentStart, on_before_agent_start, priority=priority, name="context.assemble")
+        def on_session_shutdown(event: SessionShutdown) -> None:
+            self.router.forget(event.session_id)
+
+        undo = [
+            bus.on(BeforeAgentStart, on_before_agent_start, priority=priority, name="context.assemble", required=True),
+            bus.on(SessionShutdown, on_session_shutdown, name="context.forget_topics"),
+        ]
+
+        def unsubscribe() -> None:
+            for u in undo:
+                u()
+
+        return unsubscribe
 
 
 def gist(item: MemoryItem) -> str:

@@ -116,6 +116,10 @@ class ModelRoles:
             self._providers[kind] = build_provider(kind, self.settings, self._environ)
         return self._providers[kind]
 
+    def max_tokens(self, role: str) -> int:
+        """The longest reply `role` may produce (what a request must leave room for)."""
+        return self.config(role).max_tokens
+
     def model_name(self, role: str) -> str:
         model = self.model_for(role)
         if model.provider == "offline":
