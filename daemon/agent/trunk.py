@@ -102,23 +102,24 @@ class Trunk:
         self._released = anyio.Event()
         self._released.set()
         self._switch_lock = anyio.Lock()
+        self._last_veto = ""
         self._background: TaskGroup | None = None
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
         now = self.clock.now()
         session_id = json.loads(row[0]) if row else new_session_id("trunk", now)
+        self.session = await self._open(session_id)
         intent = await self._kv_get(SWITCH_KEY)
         if isinstance(intent, dict) and intent.get("from") == session_id and isinstance(intent.get("to"), str):
             log.info("finishing a session switch interrupted by a restart", previous=session_id, session=intent["to"])
-            self.session = await self._open(session_id)
-            await self._complete_switch(str(intent["to"]), str(intent.get("reason") or "switch"))
-        else:
-            if intent is not None:
-                await self._kv_delete(SWITCH_KEY)  # the switch had finished; only the note was left
-            self.session = await self._open(session_id)
-            await self._kv_set(TRUNK_KEY, session_id)
-            await self.db.execute("UPDATE sessions SET ended_at = NULL WHERE id = ?", (session_id,))
+            reason = str(intent.get("reason") or "switch")
+            if await self._switch_gate(reason):
+                await self._complete_switch(str(intent["to"]), reason)
+        elif intent is not None:
+            await self._kv_delete(SWITCH_KEY)  # the switch had finished; only the note was left
+        await self._kv_set(TRUNK_KEY, self.session.id)
+        await self.db.execute("UPDATE sessions SET ended_at = NULL WHERE id = ?", (self.session.id,))
         pending = self.inbox.load()
         if pending:
             log.info("answering messages left pending before restart", count=len(pending))
@@ -195,29 +196,39 @@ class Trunk:
     async def switch(self, reason: str) -> Switched:
         """Move the trunk to a fresh session (see the module docstring); raise `SwitchVetoed`.
 
-        Holds the trunk for the duration, so the turn in progress ends first. The switch
-        itself is shielded from cancellation once the gate has let it through.
+        The intent is written first, so a crash while the turn in progress finishes, or at
+        any later point, is finished at the next start. Once the gate has let it through,
+        the switch itself is shielded from cancellation.
         """
         started = anyio.current_time()
         async with self._switch_lock:
+            assert self.session is not None
+            old = self.session
+            new_id = new_session_id("trunk", self.clock.now())
+            await self._kv_set(SWITCH_KEY, {"from": old.id, "to": new_id, "reason": reason, "ts": self.clock.now().isoformat()})
             await self.hold()
             try:
-                assert self.session is not None
-                old = self.session
-                new_id = new_session_id("trunk", self.clock.now())
-                await self._kv_set(SWITCH_KEY, {"from": old.id, "to": new_id, "reason": reason, "ts": self.clock.now().isoformat()})
-                veto = await self.loop.bus.emit_gate(SessionBeforeSwitch(session_id=old.id, transcript_path=str(old.path), reason=reason))
-                if veto is not None:
-                    await self._kv_delete(SWITCH_KEY)
-                    raise SwitchVetoed(f"the switch was vetoed by {veto.by}: {veto.reason}")
+                if not await self._switch_gate(reason):
+                    raise SwitchVetoed(f"the switch was vetoed: {self._last_veto}")
                 with anyio.CancelScope(shield=True):
                     await self._complete_switch(new_id, reason)
             finally:
                 self.release()
-        assert self.session is not None
         held = round(anyio.current_time() - started, 4)
-        log.info("trunk switched session", previous=old.id, session=self.session.id, reason=reason, held_s=held)
-        return Switched(previous_id=old.id, session_id=self.session.id, reason=reason, held_s=held)
+        log.info("trunk switched session", previous=old.id, session=new_id, reason=reason, held_s=held)
+        return Switched(previous_id=old.id, session_id=new_id, reason=reason, held_s=held)
+
+    async def _switch_gate(self, reason: str) -> bool:
+        """Fire `session_before_switch` for the current session; on a veto drop the intent."""
+        assert self.session is not None
+        veto = await self.loop.bus.emit_gate(
+            SessionBeforeSwitch(session_id=self.session.id, transcript_path=str(self.session.path), reason=reason)
+        )
+        if veto is None:
+            return True
+        self._last_veto = f"{veto.by}: {veto.reason}"
+        await self._kv_delete(SWITCH_KEY)
+        return False
 
     async def _complete_switch(self, new_id: str, reason: str) -> None:
         """Open `new_id` linked to the current session, make it the trunk, forget the old one's state."""
