@@ -44,7 +44,7 @@ def test_only_legal_transitions_are_accepted_and_listeners_hear_each() -> None:
     heard: list[StateChange] = []
     life.subscribe(heard.append)
     assert life.state is DaemonState.STARTING
-    with pytest.raises(IllegalTransition, match="cannot go from starting to asleep; .* may become: awake, stopping"):
+    with pytest.raises(IllegalTransition, match=r"cannot go from starting to asleep; .* may become: awake, stopping"):
         life.transition(DaemonState.ASLEEP)
     life.transition(DaemonState.AWAKE)
     with pytest.raises(IllegalTransition):
@@ -103,8 +103,8 @@ def _roles(model: ScriptedModel) -> ModelRoles:
     return ModelRoles(load_settings(None), None, overrides={"trunk": model})
 
 
-async def _wait(pred: Any, what: str, timeout: float = 10) -> None:
-    with anyio.fail_after(timeout):
+async def _wait(pred: Any, what: str, limit_s: float = 10) -> None:
+    with anyio.fail_after(limit_s):
         while not pred():
             await anyio.sleep(0.01)
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from daemon.clock import FakeClock
@@ -23,7 +24,7 @@ async def _run_until(s: Scheduler, clock: FakeClock, until: datetime) -> None:
         await tg.start(s.run)
         with anyio.fail_after(30):
             while clock.now() < until:
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
         tg.cancel_scope.cancel()
 
 

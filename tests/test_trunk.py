@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from daemon.agent.gateway import turn_frame
 from daemon.agent.inbox import Inbox
 from daemon.agent.loop import AgentLoop
 from daemon.agent.session import Session
@@ -23,7 +24,6 @@ from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import load_settings
 from daemon.store.db import Database
-from daemon.agent.gateway import turn_frame
 from daemon.testing import Reply, ScriptedModel, static_context
 from daemon.tokens import TokenCounter
 from daemon.tools import Tool, ToolContext, ToolRegistry
