@@ -159,7 +159,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_journal(args: argparse.Namespace) -> int:
-    from daemon.agent.transcript import read_jsonl
+    from daemon.durable import read_jsonl
 
     env = resolve_env(args)
     entries: list[dict[str, Any]] = []

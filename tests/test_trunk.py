@@ -13,7 +13,8 @@ from daemon.agent.gateway import turn_frame
 from daemon.agent.inbox import Inbox
 from daemon.agent.loop import AgentLoop
 from daemon.agent.session import Session
-from daemon.agent.transcript import Transcript, fsync_append, read_jsonl
+from daemon.agent.transcript import Transcript
+from daemon.durable import append_lines, read_jsonl
 from daemon.agent.trunk import Trunk
 from daemon.bus import EventBus, Veto
 from daemon.clock import FakeClock
@@ -60,7 +61,7 @@ async def test_transcript_append_is_durable_and_torn_lines_are_skipped(tmp_path:
         fh.write(b'{"type": "mess')  # crash mid-write
     await t.append({"type": "message", "id": "2"})
     assert [r["id"] for r in t.records()] == ["1", "2"]
-    fsync_append(path, ['{"type":"message","id":"3"}'])
+    append_lines(path, ['{"type":"message","id":"3"}'])
     assert [r["id"] for r in read_jsonl(path)] == ["1", "2", "3"]
 
 
@@ -236,3 +237,13 @@ async def test_cancel_stops_a_running_turn(tmp_path: Path) -> None:
         ends = {r["turn_id"]: r["status"] for r in records if r["type"] == "turn_end"}
         assert ends == {a.turn_id: "cancelled", b.turn_id: "answered"}
 
+
+
+def test_atomic_write_replaces_whole_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    from daemon.durable import write_atomic
+
+    path = tmp_path / "sub" / "WAKE.md"
+    write_atomic(path, "first version\n")
+    write_atomic(path, "second version\n")
+    assert path.read_text() == "second version\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["WAKE.md"]

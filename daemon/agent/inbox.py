@@ -9,7 +9,6 @@ its pending entries (written to a temporary file, fsynced, renamed).
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import anyio
 
-from daemon.agent.transcript import fsync_append, read_jsonl
+from daemon.durable import append_lines, read_jsonl, write_atomic
 from daemon.clock import Clock, SystemClock
 
 
@@ -58,13 +57,7 @@ class Inbox:
             elif rec.get("op") == "done":
                 pending.pop(rec.get("id", ""), None)
         entries = list(pending.values())
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for e in entries:
-                fh.write(json.dumps(self._put_record(e), ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, "".join(json.dumps(self._put_record(e), ensure_ascii=False) + "\n" for e in entries), mode=0o600)
         self._queue.extend(entries)
         if entries:
             self._wakeup.set()
@@ -94,7 +87,7 @@ class Inbox:
         line = json.dumps(self._put_record(entry), ensure_ascii=False)
         with anyio.CancelScope(shield=True):
             async with self._lock:
-                await anyio.to_thread.run_sync(fsync_append, self.path, [line])
+                await anyio.to_thread.run_sync(append_lines, self.path, [line])
                 self._queue.append(entry)
                 self._wakeup.set()
         return entry
@@ -103,7 +96,7 @@ class Inbox:
         line = json.dumps({"op": "done", "id": entry_id, "status": status, "ts": self.clock.now().isoformat()})
         with anyio.CancelScope(shield=True):
             async with self._lock:
-                await anyio.to_thread.run_sync(fsync_append, self.path, [line])
+                await anyio.to_thread.run_sync(append_lines, self.path, [line])
 
     async def next(self) -> InboxEntry:
         """Wait for and return the oldest pending entry (it stays pending until `done`)."""

@@ -9,7 +9,6 @@ read and the next append starts on a fresh line.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,47 +16,7 @@ from typing import Any
 
 import anyio
 
-from daemon.log import get_logger
-
-log = get_logger("transcript")
-
-
-def fsync_append(path: Path, lines: list[str]) -> None:
-    """Append whole lines to `path` and fsync (blocking; call from a worker thread)."""
-    data = "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        # A torn previous write leaves no newline at the end: start a fresh line.
-        size = os.fstat(fd).st_size
-        if size:
-            with open(path, "rb") as fh:
-                fh.seek(size - 1)
-                if fh.read(1) != b"\n":
-                    data = b"\n" + data
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file, skipping torn or corrupt lines (logged)."""
-    out: list[dict[str, Any]] = []
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return out
-    for n, line in enumerate(raw.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("skipping unreadable transcript line", path=str(path), line=n)
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
+from daemon.durable import append_lines, read_jsonl
 
 
 @dataclass
@@ -74,7 +33,7 @@ class Transcript:
 
         def write() -> None:
             with self._lock:
-                fsync_append(self.path, lines)
+                append_lines(self.path, lines)
 
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(write)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -60,10 +61,13 @@ class ScriptedChatHandler:
         self.frame_arrived = anyio.Event()
         self._turns: dict[str, anyio.CancelScope] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> ScriptedChatHandler:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        async with AsyncExitStack() as stack:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop scripted turns
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(
@@ -72,9 +76,7 @@ class ScriptedChatHandler:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        return await self._tg.__aexit__(exc_type, exc, tb)
+        return await self._stack.__aexit__(exc_type, exc, tb)
 
     async def client_connected(self, client: ClientHandle) -> None:
         self.seen.connected.append(client.id)

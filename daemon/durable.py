@@ -1,0 +1,96 @@
+"""Durable writes, in one place: whole-line appends and atomic replacements, both fsynced.
+
+Every file Reverie owns is written one of two ways:
+
+- `append_lines(path, lines)`: append whole lines and fsync. A torn previous write (a crash
+  mid-append) leaves no newline at the end; the next append starts on a fresh line, and
+  `read_jsonl` skips the torn fragment, so a crash never leaves a broken record behind.
+- `write_atomic(path, data)`: write a temporary file beside the target, fsync it, rename it
+  over the target and fsync the directory, so readers see the old file or the new one,
+  never half of either.
+
+All functions block: call them from a worker thread (`anyio.to_thread.run_sync`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from daemon.log import get_logger
+
+log = get_logger("durable")
+
+
+def append_lines(path: Path, lines: Iterable[str], *, mode: int = 0o600) -> None:
+    """Append whole lines to `path` (created with `mode`) and fsync."""
+    data = "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode()
+    if not data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
+    """Replace `path` with `data` atomically (temp file, fsync, rename, directory fsync)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode if mode is not None else 0o644)
+    try:
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse a directory fsync; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL file, skipping torn or corrupt lines (logged); [] when it does not exist."""
+    out: list[dict[str, Any]] = []
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return out
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("skipping an unreadable line", path=str(path), line=n)
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
