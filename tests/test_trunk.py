@@ -14,10 +14,10 @@ from daemon.agent.inbox import Inbox
 from daemon.agent.loop import AgentLoop
 from daemon.agent.session import Session
 from daemon.agent.transcript import Transcript
-from daemon.durable import append_lines, read_jsonl
 from daemon.agent.trunk import Trunk
 from daemon.bus import EventBus, Veto
 from daemon.clock import FakeClock
+from daemon.durable import append_lines, read_jsonl
 from daemon.events import BeforeAgentStart, CompactionApproaching, SessionShutdown
 from daemon.models.base import ModelRequest, ModelUnavailable, SystemBlock, ToolResultBlock
 from daemon.models.ledger import UsageLedger

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import anyio
 
-from daemon.durable import append_lines, read_jsonl, write_atomic
 from daemon.clock import Clock, SystemClock
+from daemon.durable import append_lines, read_jsonl, write_atomic
 
 
 @dataclass(frozen=True, kw_only=True)
