@@ -335,3 +335,27 @@ async def test_no_context_at_all_is_a_failure_not_a_bare_prompt(tmp_path: Path) 
         with pytest.raises(ContextFailed, match="no before_agent_start handler"):
             await loop.run_turn(session, turn_id="t0", prompt="hi", observer=lambda e: None, ts="x")
     assert model.calls == []
+
+
+async def test_a_turn_finished_just_before_a_crash_is_not_answered_again(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    clock = FakeClock()
+    bus = EventBus()
+    static_context(bus)
+    model = ScriptedModel(script=lambda r: "answer")
+    async with await Database.open(home.db_file) as db:
+        loop = AgentLoop(roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        crashed = Trunk(home=home, db=db, loop=loop, clock=clock)
+        await crashed.__aenter__()
+        entry = await crashed.inbox.put("answered, then the power went")
+        # The turn ran to its end in the transcript; the inbox never heard of it.
+        await loop.run_turn(crashed.session, turn_id=entry.id, prompt=entry.text, observer=lambda e: None, ts="x")
+        assert len(model.calls) == 1
+        async with Trunk(home=home, db=db, loop=loop, clock=clock) as again:
+            async with anyio.create_task_group() as tg:
+                await tg.start(again.serve)
+                await _wait(lambda: not again.inbox.pending(), "the entry finished")
+                tg.cancel_scope.cancel()
+    assert len(model.calls) == 1
+    assert Inbox(home.inbox_file).load() == []

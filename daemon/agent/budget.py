@@ -184,18 +184,20 @@ def fit_request(
             current_tokens = sizer.messages(current)
         notes.append("the turn in progress was shortened to fit the window")
     available = max(0, limit - current_tokens)
-    sizes = [sizer.messages(t) for t in turns]
+    # Walk from the newest turn back, sizing only what is looked at: cost follows what fits.
     kept: list[list[Message]] = []
     used = 0
     count = 0
-    for turn, size in zip(reversed(turns), reversed(sizes), strict=True):
+    for turn in reversed(turns):
         if max_messages is not None and count + len(turn) > max_messages:
             break
+        size = sizer.messages(turn)
         if used + size > available and len(kept) >= budget.min_turns:
             break
-        kept.insert(0, turn)
+        kept.append(turn)
         used += size
         count += len(turn)
+    kept.reverse()
     if used > available:
         # The newest turns alone are over: shorten their blocks, then drop the oldest.
         flat = [m for t in kept for m in t]

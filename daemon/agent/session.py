@@ -117,6 +117,13 @@ class Session:
             if rec.get("type") == "message":
                 await self._index_message(rec)
 
+    def turn_ended(self, turn_id: str) -> str | None:
+        """The recorded end status of `turn_id` in this session (answered, failed, …), or None."""
+        for rec in reversed(self._records):
+            if rec.get("type") == "turn_end" and rec.get("turn_id") == turn_id:
+                return str(rec.get("status"))
+        return None
+
     def message_count(self) -> int:
         return len(self._message_ids)
 

@@ -327,6 +327,12 @@ class Trunk:
         """Run one queued message; False when it must be retried later."""
         assert self.session is not None
         session = self.session
+        ended = session.turn_ended(entry.id)
+        if ended in ("answered", "failed", "vetoed"):
+            # Finished before a crash that came before the inbox heard of it: never answer twice.
+            log.info("turn already finished before a restart; not answering it again", turn_id=entry.id, status=ended)
+            await self._finish(entry, ended)
+            return True
         scope = anyio.CancelScope()
         self._current = (entry.id, scope)
         self._idle = anyio.Event()
@@ -355,22 +361,29 @@ class Trunk:
             self._idle.set()
         if scope.cancelled_caught or entry.id in self._cancelled:
             self._cancelled.discard(entry.id)
-            self._report(TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled"))
+            observer = self._observers.get(entry.id, ignore)
             await self._finish(entry, "cancelled")
+            observer(TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled"))
             return True
         if error is not None:
-            self._report(TurnFailed(turn_id=entry.id, code=error[0], message=error[1]))
+            failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
             if retry:
+                self._report(failed)
                 return False
+            observer = self._observers.get(entry.id, ignore)
             if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
                 await session.record({"type": "turn_end", "turn_id": entry.id, "status": "failed", "error": error[1], "ts": self.clock.now().isoformat()})
             await self._finish(entry, "failed")
+            observer(failed)
             return True
         assert result is not None
+        # The inbox hears first, so a listener told "done" never sees the message answered again.
+        observer = self._observers.get(entry.id, ignore)
+        await self._finish(entry, "answered")
         if result.vetoed:
-            self._report(TurnFailed(turn_id=entry.id, code=ErrorCode.VETOED, message=result.vetoed))
+            observer(TurnFailed(turn_id=entry.id, code=ErrorCode.VETOED, message=result.vetoed))
         else:
-            self._report(TurnDone(turn_id=entry.id, text=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__))
+            observer(TurnDone(turn_id=entry.id, text=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__))
         self.last_result = result
         self.turns_answered += 1
         if result.report:
@@ -378,7 +391,6 @@ class Trunk:
                 "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
                 (entry.id, session.id, self.clock.now().isoformat(), int(result.report.get("total_tokens", 0)), json.dumps(result.report)),
             )
-        await self._finish(entry, "answered")
         if self._background is not None:
             self._background.start_soon(self._after_turn, session.id)
         else:
@@ -386,6 +398,7 @@ class Trunk:
         return True
 
     async def _finish(self, entry: InboxEntry, status: str) -> None:
+        """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told)."""
         await self.inbox.done(entry.id, status)
         self.inbox.pop(entry.id)
         self._observers.pop(entry.id, None)
