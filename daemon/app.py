@@ -153,6 +153,7 @@ class Daemon:
                 counter=counter,
                 max_tool_steps=s.agent.max_tool_steps,
                 history_max_messages=s.agent.history_max_messages,
+                history_min_turns=s.agent.history_min_turns,
                 compaction_threshold=s.agent.compaction_threshold,
                 context_window=trunk_cfg.context_window,
             )

@@ -34,6 +34,8 @@ class AgentSettings(_Section):
     tool_output_max_chars: int = Field(16_000, ge=256)
     compaction_threshold: float = Field(0.8, gt=0.1, lt=1.0)
     history_max_messages: int = Field(400, ge=4)
+    # Replayed history is bounded by the model's window; at least this many recent turns stay whole.
+    history_min_turns: int = Field(6, ge=1)
     # When the model stays unreachable the message stays queued; retry after this, doubling.
     unavailable_retry_s: float = Field(5.0, gt=0)
     unavailable_retry_max_s: float = Field(300.0, gt=0)
