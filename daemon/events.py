@@ -128,6 +128,23 @@ class Heartbeat(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class JournalNote(Event):
+    """A system (a sleep phase, a fork tree) reports what it changed, for the journal to record.
+
+    The journal writes it as an entry of its own (no model call): `summary` is one line,
+    `tags` name the source (e.g. ``("sleep", "maintenance")``).
+    """
+
+    summary: str
+    tags: tuple[str, ...] = ()
+    session_id: str = ""
+    decisions: tuple[str, ...] = ()
+    progress: tuple[str, ...] = ()
+    open_questions: tuple[str, ...] = ()
+    files_touched: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class ConfigReloaded(Event):
     paths: tuple[str, ...]
 
@@ -152,6 +169,7 @@ HOOKS: dict[type[Event], HookSpec] = {
         HookSpec(name="sleep_finished", event_type=SleepFinished, kind=HookKind.OBSERVER, timeout_s=5.0),
         HookSpec(name="woke", event_type=Woke, kind=HookKind.OBSERVER, timeout_s=5.0),
         HookSpec(name="heartbeat", event_type=Heartbeat, kind=HookKind.OBSERVER, timeout_s=30.0),
+        HookSpec(name="journal_note", event_type=JournalNote, kind=HookKind.OBSERVER, timeout_s=5.0),
         HookSpec(name="config_reloaded", event_type=ConfigReloaded, kind=HookKind.OBSERVER, timeout_s=5.0),
     )
 }

@@ -1,0 +1,77 @@
+"""What a sleep phase is given and what it reports: the contract between the cycle and its phases.
+
+The cycle (`daemon.sleep.cycle`) runs phases in order and checkpoints each one's report in
+the database; after a crash it resumes at the first phase without a checkpoint. A phase must
+therefore be safe to run again from the start when it was interrupted before its checkpoint:
+it writes files atomically (temp, fsync, rename) and database rows in one transaction, keyed
+so a second run finds its own earlier work instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from daemon.bus import EventBus
+    from daemon.clock import Clock
+    from daemon.memory.system import MemorySystem
+    from daemon.models.roles import ModelRoles
+    from daemon.paths import Home
+    from daemon.settings import Settings
+    from daemon.store.db import Database
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseContext:
+    """Everything one phase of one cycle may use."""
+
+    cycle_id: str
+    reason: str  # nightly | compaction | manual
+    session_id: str  # the trunk session being put to sleep
+    started_at: datetime
+    since: datetime | None  # when the last completed cycle finished (None before the first)
+    home: Home
+    settings: Settings
+    db: Database
+    models: ModelRoles
+    bus: EventBus
+    clock: Clock
+    memory: MemorySystem
+    # Reports of the phases already completed in this cycle, by phase name (survive a crash).
+    earlier: dict[str, PhaseReport] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class PhaseReport:
+    """What a phase changed: one line for the log and the journal, details for tests and status."""
+
+    phase: str
+    changed: str
+    details: dict[str, Any] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "changed": self.changed, "details": self.details, "files": list(self.files)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PhaseReport:
+        return cls(
+            phase=data["phase"],
+            changed=data.get("changed", ""),
+            details=dict(data.get("details") or {}),
+            files=tuple(data.get("files") or ()),
+        )
+
+
+class Phase(Protocol):
+    """One step of the sleep cycle."""
+
+    name: str
+    # An optional phase is deferred to the next cycle when a message wakes the agent early.
+    optional: bool
+
+    async def run(self, ctx: PhaseContext) -> PhaseReport:
+        """Do the phase's work; raise to have the cycle retry it with backoff, then skip it."""
+        ...
