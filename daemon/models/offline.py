@@ -33,6 +33,7 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
+from daemon.models.offline_sleep import weave_wake
 from daemon.text import STOP_WORDS, stem
 from daemon.tokens import count_tokens
 
@@ -185,6 +186,8 @@ class OfflineModel:
             return json.dumps({"ids": plan_recall(text)}), []
         if request.task == "synthesise":
             return synthesise(text), []
+        if request.task == "wake":
+            return weave_wake(text), []
         if request.task in ("dream", "journal", "delegate"):
             return extract_brief(text, request.task), []
         return self._chat(request, message)
