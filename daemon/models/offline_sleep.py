@@ -116,19 +116,19 @@ def weave_wake(message_text: str) -> str:
     turns = _turns(section(message_text, "TRANSCRIPT"))
     person = [t for role, t in turns if role == "user"]
 
-    standing = [
-        _clip(s) for s in _sentences(summary) if not any(n in s.lower() for n in _OFFLINE_NOISE)
-    ][:3]
+    standing = [_clip(s) for s in _sentences(summary) if not _noise(s)][:3]
     facts: list[str] = []
     for line in memories:
-        body = re.sub(r"^\[[^\]]+\]\s*(?:\([^)]*\)\s*)?", "", line)
-        if body:
-            facts.append(_clip(body, 200))
+        # Explicit facts only: summaries are already in the standing, chunks are raw talk.
+        found = re.match(r"^\[(?P<id>[^\]]+)\]\s*(?:\([^)]*\)\s*)?(?P<body>.*)$", line)
+        if found and found["id"].startswith(("fact", "profile")) and found["body"]:
+            facts.append(_clip(found["body"], 200))
     for text in person:
         for sentence in _sentences(text):
+            sentence = _COMMAND.sub("", sentence).strip()
             if _FACTUAL.search(sentence) and not sentence.rstrip().endswith("?"):
                 facts.append(_clip(sentence.rstrip(" ."), 200))
-    decisions = list(decisions_given)
+    decisions = [d for d in decisions_given if not _noise(d)]
     for text in person:
         decisions.extend(
             _clip(s) for s in _sentences(text) if _DECISION.search(s) and not s.endswith("?")

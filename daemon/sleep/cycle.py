@@ -374,10 +374,13 @@ class SleepCycle:
             earlier={name: rec.report for name, rec in done.items() if rec.report is not None},
         )
         # Wind-down: always hold again (a restart forgets holds); checkpoint it once.
+        wound_down = WIND_DOWN in done and done[WIND_DOWN].status in FINAL
+        if not wound_down:
+            await self.checkpoints.phase_started(record.id, WIND_DOWN, 0, self.clock.now())
         if not self._held:
             await self.trunk.hold()
             self._held = True
-        if WIND_DOWN in done and done[WIND_DOWN].status in FINAL:
+        if wound_down:
             outcome.steps[WIND_DOWN] = {
                 "status": done[WIND_DOWN].status,
                 "changed": "(done before a restart)",

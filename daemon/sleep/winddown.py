@@ -109,7 +109,7 @@ class WindDown:
         ):
             return
         p.turns += 1
-        window = self.settings.models.trunk.context_window
+        window = self.trunk.loop.context_window
         fraction = result.context_tokens / window if window else 0.0
         finished = result.stop_reason == "end_turn"
         if (
