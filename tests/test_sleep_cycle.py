@@ -252,7 +252,7 @@ async def test_a_message_during_sleep_wakes_early_defers_optional_phases_and_los
         ]
         assert answered == [new]
         assert "woke you early" in system_text(trunk.calls[-1])
-        assert [n.summary for n in r.notes() if "deferred" in n.tags][0].startswith(
+        assert next(n.summary for n in r.notes() if "deferred" in n.tags).startswith(
             "sleep · dreams deferred"
         )
         # Deferred phases run at the next sleep.
@@ -418,7 +418,7 @@ async def test_a_second_start_while_asleep_is_refused_with_a_reason(tmp_path: Pa
         await wait_until(lambda: bool(slow.runs), "asleep")
         from daemon.sleep.cycle import SleepBusy
 
-        with pytest.raises(SleepBusy, match="already running .*phase dreams"):
+        with pytest.raises(SleepBusy, match=r"already running .*phase dreams"):
             await r.cycle.start("manual")
         gate.set()
         await wait_until(lambda: r.cycle.last is not None, "the cycle")
