@@ -9,7 +9,6 @@ chunks the new messages. Re-importing the same file adds nothing. No model is ca
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from daemon.durable import append_lines
 from daemon.memory.index import MemoryIndex, iso
 from daemon.memory.transcripts import TranscriptLine, read_session_header, read_transcript
 from daemon.paths import Home
@@ -41,12 +41,7 @@ def imported_path(home: Home, session_id: str) -> Path:
 
 
 def _append_lines(path: Path, lines: list[TranscriptLine]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line.to_import_json() + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    append_lines(path, [line.to_import_json() for line in lines], mode=0o644)
 
 
 def _group(lines: Iterable[TranscriptLine]) -> dict[str, list[TranscriptLine]]:

@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -182,7 +183,7 @@ class MemoryIndex:
         self.settings = settings
         self.clock = clock
         self.matrix = VectorMatrix(model=embedder.name, dim=embedder.dim)
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
         self._wake = anyio.Event()
         self._embed_lock = anyio.Lock()
         self._refresh_lock = anyio.Lock()
@@ -194,17 +195,19 @@ class MemoryIndex:
     # ----- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> MemoryIndex:
         if self.background and not self.db.readonly and self.embedder.dim > 0:
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
-            self._tg.start_soon(self._embed_worker, name="memory-embedder")
-            self._wake.set()
+            async with AsyncExitStack() as stack:
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                # Cancelled first on exit, so the worker stops before its task group closes.
+                stack.callback(tg.cancel_scope.cancel)
+                tg.start_soon(self._embed_worker, name="memory-embedder")
+                self._wake.set()
+                self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
-            tg, self._tg = self._tg, None
-            await tg.__aexit__(None, None, None)
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
 
     # ----- writes ----------------------------------------------------------------------------
     async def upsert(self, items: Sequence[NewMemory]) -> None:
