@@ -8,17 +8,23 @@ layers, the live conversation recalled back to itself, entities cut by the sub-q
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import anyio
 import pytest
 
+from daemon.clock import FakeClock
+from daemon.context.assembler import AssembledContext, ContextAssembler
+from daemon.memory.system import MemorySystem
+from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelRequest
 from daemon.paths import Home
-from daemon.settings import TopicsSettings
+from daemon.settings import Settings, TopicsSettings
 from daemon.testing import ScriptedModel
+from daemon.tokens import TokenCounter
 from daemon.topics.router import ADDENDA_HEADING, TopicRouter
-from tests.memory_support import add_session, memory_system
+from tests.memory_support import NOW, add_session, memory_system
 
 pytestmark = pytest.mark.anyio
 
@@ -49,3 +55,38 @@ async def test_topic_addenda_heading_appears_once_in_summariser_and_recall_promp
         text = system_text(request)
         assert text.count(ADDENDA_HEADING) == 1, text
         assert "### Travel" in text
+
+
+def layer_ids(result: AssembledContext, name: str) -> list[str]:
+    row = next(r for r in result.report["layers"] if r["name"] == name)
+    assert row is not None
+    text = next((b.text for b in result.blocks if b.text.startswith(HEADINGS[name])), "")
+    return re.findall(r'<memory id="([^"]+)"', text)
+
+
+HEADINGS = {"themes": "## Recent themes", "recollections": "## Recollections", "recall": "## Recalled for this message", "profile": "## About your person"}
+
+
+def assembler(memory: MemorySystem, home: Home, config: Settings | None = None) -> ContextAssembler:
+    cfg = config or memory.settings
+    return ContextAssembler(
+        home=home, settings=cfg, view=IndexMemoryView(memory.index, cfg.memory),
+        router=TopicRouter(home, cfg.topics), counter=TokenCounter(), clock=FakeClock(NOW),
+    )
+
+
+async def test_no_memory_is_shown_in_both_themes_and_recollections(tmp_path: Path) -> None:
+    clock = FakeClock(NOW)
+    async with memory_system(tmp_path, clock=clock) as memory:
+        for i in range(12):
+            clock.advance(60)
+            await memory.remember(f"Plant number {i} in the balcony garden needs water every {i + 2} days", origin="person")
+        await memory.remember("I prefer green tea in the morning", origin="person", target="profile")
+        await memory.index.flush()
+        with anyio.fail_after(10):
+            result = await assembler(memory, Home(tmp_path)).assemble("what should I water today?")
+    themes, recollections = layer_ids(result, "themes"), layer_ids(result, "recollections")
+    assert len(themes) == memory.settings.context.themes_count  # still full, with older entries
+    assert len(recollections) == memory.settings.context.recollection_facts
+    assert not set(themes) & set(recollections)
+    assert not set(themes) & set(layer_ids(result, "profile"))

@@ -151,7 +151,13 @@ class ContextAssembler:
         mem_started = time.perf_counter()
         asks: dict[str, Callable[[MemoryView], Awaitable[list[MemoryItem]]]] = {
             "profile_facts": lambda v: v.profile_facts(cfg.profile_facts),
-            "recent_entries": lambda v: v.recent_entries(cfg.themes_count),
+            # Themes must not repeat what the profile and recollections show: ask for enough
+            # entries to still have `themes_count` once those are set aside.
+            "recent_entries": lambda v: v.recent_entries(
+                cfg.themes_count + cfg.profile_facts + cfg.recollection_summaries + cfg.recollection_facts
+                if cfg.themes_count
+                else 0
+            ),
             "recent_summaries": lambda v: v.recent_summaries(cfg.recollection_summaries),
             "recent_facts": lambda v: v.recent_facts(cfg.recollection_facts),
         }
@@ -174,7 +180,8 @@ class ContextAssembler:
 
         layers["profile"] = self._profile_layer(profile, notes)
         layers["wake"] = self._wake_layer(notes)
-        layers["themes"] = self._themes_layer(themes)
+        elsewhere = {i.id for i in (*profile, *summaries, *facts)}
+        layers["themes"] = self._themes_layer([i for i in themes if i.id not in elsewhere][: cfg.themes_count])
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
 
