@@ -14,15 +14,21 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.agent.loop import AgentLoop
+from daemon.agent.trunk import Trunk
+from daemon.agent.turns import TurnDone, TurnEvent
+from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
 from daemon.memory.system import MemorySystem
 from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelRequest
+from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings, TopicsSettings
 from daemon.testing import ScriptedModel
 from daemon.tokens import TokenCounter
+from daemon.tools import ToolRegistry
 from daemon.topics.router import ADDENDA_HEADING, TopicRouter
 from tests.memory_support import NOW, add_session, memory_system
 
@@ -38,9 +44,19 @@ def system_text(request: ModelRequest) -> str:
     return "\n\n".join(b.text for b in request.system)
 
 
-async def test_topic_addenda_heading_appears_once_in_summariser_and_recall_prompts(tmp_path: Path) -> None:
+async def test_topic_addenda_heading_appears_once_in_summariser_and_recall_prompts(
+    tmp_path: Path,
+) -> None:
     router = TopicRouter(Home(tmp_path), TopicsSettings())
-    summary = json.dumps({"title": "Lisbon trip", "slug": "lisbon-trip", "tags": [], "summary": "A delayed flight to Lisbon and a wrong hotel booking.", "decisions": []})
+    summary = json.dumps(
+        {
+            "title": "Lisbon trip",
+            "slug": "lisbon-trip",
+            "tags": [],
+            "summary": "A delayed flight to Lisbon and a wrong hotel booking.",
+            "decisions": [],
+        }
+    )
     summariser = ScriptedModel(lambda req: summary)
     planner = ScriptedModel(lambda req: json.dumps({"ids": ["summary:trip"]}))
     synthesis = ScriptedModel(lambda req: "The flight to Lisbon was delayed [session-x].")
@@ -64,14 +80,23 @@ def layer_ids(result: AssembledContext, name: str) -> list[str]:
     return re.findall(r'<memory id="([^"]+)"', text)
 
 
-HEADINGS = {"themes": "## Recent themes", "recollections": "## Recollections", "recall": "## Recalled for this message", "profile": "## About your person"}
+HEADINGS = {
+    "themes": "## Recent themes",
+    "recollections": "## Recollections",
+    "recall": "## Recalled for this message",
+    "profile": "## About your person",
+}
 
 
 def assembler(memory: MemorySystem, home: Home, config: Settings | None = None) -> ContextAssembler:
     cfg = config or memory.settings
     return ContextAssembler(
-        home=home, settings=cfg, view=IndexMemoryView(memory.index, cfg.memory),
-        router=TopicRouter(home, cfg.topics), counter=TokenCounter(), clock=FakeClock(NOW),
+        home=home,
+        settings=cfg,
+        view=IndexMemoryView(memory.index, cfg.memory),
+        router=TopicRouter(home, cfg.topics),
+        counter=TokenCounter(),
+        clock=FakeClock(NOW),
     )
 
 
@@ -80,8 +105,13 @@ async def test_no_memory_is_shown_in_both_themes_and_recollections(tmp_path: Pat
     async with memory_system(tmp_path, clock=clock) as memory:
         for i in range(12):
             clock.advance(60)
-            await memory.remember(f"Plant number {i} in the balcony garden needs water every {i + 2} days", origin="person")
-        await memory.remember("I prefer green tea in the morning", origin="person", target="profile")
+            await memory.remember(
+                f"Plant number {i} in the balcony garden needs water every {i + 2} days",
+                origin="person",
+            )
+        await memory.remember(
+            "I prefer green tea in the morning", origin="person", target="profile"
+        )
         await memory.index.flush()
         with anyio.fail_after(10):
             result = await assembler(memory, Home(tmp_path)).assemble("what should I water today?")
@@ -90,3 +120,81 @@ async def test_no_memory_is_shown_in_both_themes_and_recollections(tmp_path: Pat
     assert len(recollections) == memory.settings.context.recollection_facts
     assert not set(themes) & set(recollections)
     assert not set(themes) & set(layer_ids(result, "profile"))
+
+
+@pytest.mark.parametrize("history_max_messages", [400, 2])
+async def test_automatic_recall_never_brings_back_the_live_conversation(
+    tmp_path: Path, history_max_messages: int
+) -> None:
+    """Three messages in, the recall layer holds older memories, not the turns being replayed.
+
+    With room for one past turn only, the first turn is no longer replayed: recall may bring it.
+    """
+    clock = FakeClock(NOW)
+    bus = EventBus()
+    requests: list[ModelRequest] = []
+
+    def reply(request: ModelRequest) -> str:
+        requests.append(request)
+        return "Noted about your sister."
+
+    summary = json.dumps(
+        {
+            "title": "Sister",
+            "slug": "sister",
+            "tags": [],
+            "summary": "Talked about the sister.",
+            "decisions": [],
+        }
+    )
+    models = {"summariser": ScriptedModel(lambda req: summary)}
+    async with memory_system(tmp_path, clock=clock, bus=bus, models=models) as memory:
+        home = Home(tmp_path)
+        await add_session(
+            memory.db,
+            "older",
+            [("user", "My sister Ada moved to Lisbon last spring, near the river.")],
+            started="2026-02-01T09:00:00+00:00",
+        )
+        await memory.index_session("older")
+        assembler(memory, home).register(bus)
+        roles = ModelRoles(memory.settings, None, overrides={"trunk": ScriptedModel(reply)})
+        loop = AgentLoop(
+            roles=roles,
+            tools=ToolRegistry(),
+            bus=bus,
+            clock=clock,
+            counter=TokenCounter(),
+            history_max_messages=history_max_messages,
+        )
+        async with Trunk(
+            home=home, db=memory.db, loop=loop, clock=clock, after_turn=[memory.index_session]
+        ) as trunk:
+            async with anyio.create_task_group() as tg:
+                await tg.start(trunk.serve)
+                for text in (
+                    "I called my sister this morning.",
+                    "My sister sounded tired on the phone.",
+                    "Where does my sister live?",
+                ):
+                    done: list[TurnEvent] = []
+                    await trunk.submit(text, observer=done.append)
+                    with anyio.fail_after(10):
+                        while not any(isinstance(e, TurnDone) for e in done):
+                            await anyio.sleep(0.01)
+                live = trunk.session.id  # type: ignore[union-attr]
+                tg.cancel_scope.cancel()
+        live_chunks = await memory.db.fetchall(
+            "SELECT uid FROM memories WHERE session_id = ? AND kind = 'chunk'", (live,)
+        )
+    assert len(live_chunks) >= 4  # the first two turns were indexed: there was something to exclude
+    recalled = system_text(requests[-1]).split("## Recalled for this message", 1)[1]
+    ids = re.findall(r'<memory id="([^"]+)"', recalled)
+    assert any(i.startswith("chunk:older:") for i in ids)
+    assert "Where does my sister live" not in recalled
+    if history_max_messages == 400:
+        assert all(f":{live}:" not in i for i in ids), ids
+        assert "sounded tired" not in recalled
+    else:  # the first turn (messages 1-2) fell out of the replayed history; the second (3-4) did not
+        assert f"chunk:{live}:3" not in ids and f"chunk:{live}:4" not in ids
+        assert {f"chunk:{live}:1", f"chunk:{live}:1-w"} & set(ids), ids

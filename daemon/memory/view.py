@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from daemon.memory.api import MemoryItem
+from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose
 from daemon.memory.text import content_words, stem
@@ -56,9 +56,18 @@ class IndexMemoryView:
         return await self.index.recent(["fact"], limit) if limit > 0 else []
 
     async def auto_recall(
-        self, prompt: str, *, previous_reply: str = "", exclude_ids: frozenset[str] = frozenset(), limit: int = 6
+        self,
+        prompt: str,
+        *,
+        previous_reply: str = "",
+        exclude_ids: frozenset[str] = frozenset(),
+        limit: int = 6,
+        live: LiveHistory | None = None,
     ) -> list[MemoryItem]:
         """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`.
+
+        Chunks of the live conversation that `live` says the model is replaying are left
+        out: recall brings what the model cannot already see.
 
         At most `min(limit, auto_recall_max)` items within `auto_recall_tokens`; fewer (or none)
         when little is relevant. No model call; cancellation propagates.
@@ -80,15 +89,24 @@ class IndexMemoryView:
         # (each extra one costs a BM25 pass and a pass over the vectors at 100k memories).
         queries = queries[:_AUTO_RECALL_QUERIES]
         found = await self.index.search_many(
-            queries, k=max(12, limit * 3), kinds=["fact", "profile", "summary", "chunk"], vector_queries=1
+            queries,
+            k=max(12, limit * 3),
+            kinds=["fact", "profile", "summary", "chunk"],
+            vector_queries=1,
         )
 
         out: list[MemoryItem] = []
         seen_text: set[str] = set()
         for item in found:
-            if item.id in exclude_ids or item.meta.get("retired_at"):
+            if (
+                item.id in exclude_ids
+                or item.meta.get("retired_at")
+                or (live is not None and live.shows(item))
+            ):
                 continue
-            if not wanted or not (wanted & _stems(" ".join((item.title, item.text, " ".join(item.tags))))):
+            if not wanted or not (
+                wanted & _stems(" ".join((item.title, item.text, " ".join(item.tags))))
+            ):
                 continue  # the relevance floor: nothing in common with what was asked
             key = " ".join(item.text.lower().split())[:300]
             if key in seen_text:
