@@ -27,7 +27,7 @@ from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings, TopicsSettings
 from daemon.testing import ScriptedModel
-from daemon.tokens import TokenCounter
+from daemon.tokens import TokenCounter, count_tokens
 from daemon.tools import ToolRegistry
 from daemon.topics.router import ADDENDA_HEADING, TopicRouter
 from tests.memory_support import NOW, add_session, memory_system
@@ -198,3 +198,69 @@ async def test_automatic_recall_never_brings_back_the_live_conversation(
     else:  # the first turn (messages 1-2) fell out of the replayed history; the second (3-4) did not
         assert f"chunk:{live}:3" not in ids and f"chunk:{live}:4" not in ids
         assert {f"chunk:{live}:1", f"chunk:{live}:1-w"} & set(ids), ids
+
+
+async def test_entities_are_looked_up_even_when_the_message_splits_into_many_clauses(
+    tmp_path: Path,
+) -> None:
+    """ "Ada" and "Lisbon" are searched on their own, past the sub-query cap."""
+    config = Settings.model_validate({"memory": {"auto_recall_max": 6}})
+    async with memory_system(tmp_path, config=config) as memory:
+        noise = [
+            (
+                "user",
+                f"The new flat {i} has a leaking sink, the plumber came back, the rent went up again and the landlord is slow.",
+            )
+            for i in range(40)
+        ]
+        await add_session(memory.db, "flat", noise, started="2026-03-01T09:00:00+00:00")
+        await add_session(
+            memory.db,
+            "ada",
+            [("user", "Ada got the promotion at the hospital.")],
+            started="2026-01-10T09:00:00+00:00",
+        )
+        await add_session(
+            memory.db,
+            "city",
+            [("user", "Lisbon trams are packed in summer.")],
+            started="2026-01-11T09:00:00+00:00",
+        )
+        for sid in ("flat", "ada", "city"):
+            await memory.index_session(sid)
+        await memory.index.flush()
+        message = (
+            "How is the new flat doing with the leaking sink, did the plumber come back about the rent, "
+            "is the landlord still slow, and what about Ada and Lisbon?"
+        )
+        with anyio.fail_after(10):
+            found = await IndexMemoryView(memory.index, config.memory).auto_recall(message, limit=6)
+    texts = " ".join(i.text for i in found)
+    assert "Ada got the promotion" in texts and "Lisbon trams" in texts
+
+
+async def test_auto_recall_min_long_memories_are_shortened_so_the_minimum_fits(
+    tmp_path: Path,
+) -> None:
+    def long(plant: str) -> str:
+        return f"Ada's garden plan for {plant}: " + " ".join(
+            f"row {i} gets {plant}, a drip line." for i in range(40)
+        )
+
+    results: dict[int, list[str]] = {}
+    for minimum in (1, 3):
+        config = Settings.model_validate(
+            {"memory": {"auto_recall_min": minimum, "auto_recall_tokens": 600}}
+        )
+        async with memory_system(tmp_path / str(minimum), config=config) as memory:
+            for plant in ("tomatoes", "courgettes", "runner beans"):
+                await memory.remember(long(plant), origin="person")
+            await memory.index.flush()
+            with anyio.fail_after(10):
+                found = await IndexMemoryView(memory.index, config.memory).auto_recall(
+                    "what is in Ada's garden plan?"
+                )
+            results[minimum] = [i.text for i in found]
+    assert len(results[1]) == 1  # one long memory fills the budget on its own
+    assert len(results[3]) == 3 and all(t.endswith("[…]") for t in results[3])
+    assert sum(count_tokens(t) for t in results[3]) <= 600
