@@ -28,7 +28,7 @@ from daemon.clock import Clock
 from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.memory.index import MemoryIndex, NewMemory
-from daemon.memory.text import keywords, parse_json_reply, slugify
+from daemon.memory.text import addenda_block, keywords, parse_json_reply, slugify
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
@@ -401,8 +401,8 @@ class Summariser:
         transcript_text = "\n".join(lines)
         system = [SystemBlock(text=SUMMARY_PERSONA)]
         addenda = self.topic_addenda("summary_persona", transcript_text) if self.topic_addenda else ""
-        if addenda.strip():
-            system.append(SystemBlock(text="## Topic Addenda\n\n" + addenda.strip()))
+        if block := addenda_block(addenda):
+            system.append(SystemBlock(text=block))
         prompt = (
             f"Summarise this session (id {session_id}, started {started}, {len(messages)} messages).\n"
             f"<<<TRANSCRIPT\n{transcript_text}\nTRANSCRIPT>>>"
