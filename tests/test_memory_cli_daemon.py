@@ -229,3 +229,59 @@ def test_forwarding_imports_nothing_heavy(tmp_path: Path, daemon: DaemonProcess)
         timeout=60,
     )
     assert "CODE 0" in r.stderr and "'numpy'" in r.stderr and "D2:1" in r.stdout, r.stderr
+
+
+def test_reindex_makes_no_model_call_and_writes_no_summary(tmp_path: Path) -> None:
+    from tests.fakes.anthropic_server import FakeAnthropic
+    from tests.harness import Client
+
+    home = tmp_path / "home"
+    src = _write(tmp_path / "conv.jsonl", LINES)
+    with FakeAnthropic() as fake:
+        env = daemon_env({**ENV, "ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        assert _cli("memory", "import", str(src), "--home", str(home), env=env).returncode == 0
+        # A trunk session the summariser never saw: the daemon is killed before shutdown.
+        d = DaemonProcess(home=home, env=env).start()
+        try:
+            fake.enqueue("Noted: the garden shed needs a new roof.")
+            with Client(d.socket_path) as c:
+                c.hello()
+                _, frames = c.chat("the garden shed needs a new roof")
+                assert frames[-1]["type"] == "done", frames
+        finally:
+            d.kill()
+        assert (
+            _cli(
+                "remember", "the boiler is serviced every March", "--home", str(home), env=env
+            ).returncode
+            == 0
+        )
+        before = _cli(
+            "memory", "search", "Ada Lisbon", "--home", str(home), "--json", env=env
+        ).stdout
+        calls = len(fake.requests)
+        fake.enqueue(*["a summary the test never wants written"] * 4)
+        r = _cli("memory", "reindex", "--home", str(home), env=env)
+        assert r.returncode == 0, r.stderr
+        assert "facts=1" in r.stdout and "sessions=4" in r.stdout, r.stdout
+        assert len(fake.requests) == calls
+        assert fake.pending == 4
+    assert list((home / "memory" / "sessions").glob("*.md")) == []
+    after = _cli("memory", "search", "Ada Lisbon", "--home", str(home), "--json", env=env).stdout
+    assert json.loads(after)[0]["message_ids"] == json.loads(before)[0]["message_ids"] == ["D3:1"]
+    shed = _cli(
+        "memory", "search", "garden shed roof", "--home", str(home), "--json", env=env
+    ).stdout
+    assert "shed" in shed
+    facts = _cli(
+        "memory",
+        "search",
+        "boiler serviced",
+        "--home",
+        str(home),
+        "--json",
+        "--kind",
+        "fact",
+        env=env,
+    ).stdout
+    assert "March" in facts
