@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -380,7 +380,8 @@ class MemoryIndex:
         running SQL statement or product finishes in its thread, its result unused).
         """
         lexical_on = mode in ("hybrid", "lexical")
-        vector_on = mode in ("hybrid", "vector") and self.embedder.dim > 0 and len(self.matrix) > 0
+        # No vector to compare with, no query to embed: the model is never loaded for nothing.
+        vector_on = mode in ("hybrid", "vector") and self.embedder.dim > 0 and self.matrix.vector_count > 0
         rows = len(self.matrix)
 
         def choose(conn: Any) -> list[str]:
@@ -593,20 +594,30 @@ class MemoryIndex:
         return sorted(out, key=lambda m: -m.score)
 
     # ----- embedding -------------------------------------------------------------------------
-    async def flush(self) -> None:
+    async def flush(self, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Embed every memory still missing a vector for the current model, then return.
 
         Raises the embedder's error if it fails (the background task would retry later).
-        Cancellation leaves the rest pending for the background task.
+        Cancellation leaves the rest pending for the background task. `progress` receives
+        `{"phase": "embed", "done": texts, "total": texts}` after each batch.
         """
         if self.embedder.dim == 0 or self.db.readonly:
             return
         async with self._embed_lock:
-            await self._embed_pending()
+            await self._embed_pending(progress)
         await self.refresh()
 
-    async def _embed_pending(self) -> int:
+    async def _embed_pending(self, progress: Callable[[dict[str, Any]], None] | None = None) -> int:
         done, after = 0, 0
+        total = 0
+        if progress is not None:
+            row = await self.db.fetchone(
+                "SELECT count(DISTINCT m.content_hash) FROM memories m "
+                "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? WHERE e.content_hash IS NULL",
+                (self.embedder.name,),
+            )
+            total = int(row[0])
+            progress({"phase": "embed", "done": 0, "total": total})
         while True:
             batch = await self.db.fetchall(
                 "SELECT m.rowid, m.content_hash, m.title, m.text FROM memories m "
@@ -633,6 +644,8 @@ class MemoryIndex:
 
             await self.db.run(_write, store)
             done += len(rows)
+            if progress is not None:
+                progress({"phase": "embed", "done": min(done, total), "total": total})
 
     async def _embed_worker(self) -> None:
         while True:
