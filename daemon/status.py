@@ -14,9 +14,7 @@ from daemon.store.db import Database
 
 
 async def _last_turn(db: Database) -> dict[str, Any] | None:
-    row = await db.fetchone(
-        "SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports ORDER BY ts DESC LIMIT 1"
-    )
+    row = await db.fetchone("SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports ORDER BY ts DESC LIMIT 1")
     if row is None:
         return None
     try:
@@ -29,13 +27,7 @@ async def _last_turn(db: Database) -> dict[str, Any] | None:
         for layer in layers:
             if isinstance(layer, dict) and "name" in layer:
                 per_layer[str(layer["name"])] = int(layer.get("tokens", 0))
-    return {
-        "turn_id": row[0],
-        "session_id": row[1],
-        "ts": row[2],
-        "context_tokens": row[3],
-        "layers": per_layer,
-    }
+    return {"turn_id": row[0], "session_id": row[1], "ts": row[2], "context_tokens": row[3], "layers": per_layer}
 
 
 async def _spend(db: Database, settings: Settings) -> dict[str, Any]:
@@ -63,11 +55,7 @@ async def live_status(daemon: Any) -> dict[str, Any]:
     settings: Settings = daemon.settings
     last = await _last_turn(db)
     window = settings.models.trunk.context_window
-    used = (
-        trunk.last_result.context_tokens
-        if trunk and trunk.last_result
-        else (last or {}).get("context_tokens", 0)
-    )
+    used = trunk.last_result.context_tokens if trunk and trunk.last_result else (last or {}).get("context_tokens", 0)
     sched = daemon.scheduler
     jobs = sched.describe() if sched else {}
     heartbeat = jobs.get("heartbeat")
@@ -122,9 +110,7 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
         session_id = json.loads(row[0]) if row else None
         count = 0
         if session_id:
-            crow = await db.fetchone(
-                "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
-            )
+            crow = await db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,))
             count = int(crow[0]) if crow else 0
         out["trunk"] = {"session_id": session_id, "messages": count}
         last = await _last_turn(db)
@@ -147,43 +133,28 @@ def render(status: dict[str, Any]) -> str:
     lines = [f"state:        {state}"]
     trunk = status.get("trunk") or {}
     if trunk:
-        lines.append(
-            f"trunk:        {trunk.get('session_id')} ({trunk.get('messages', 0)} messages)"
-        )
+        lines.append(f"trunk:        {trunk.get('session_id')} ({trunk.get('messages', 0)} messages)")
         if trunk.get("provider"):
             lines.append(f"model:        {trunk.get('provider')}:{trunk.get('model')}")
         if trunk.get("busy") or trunk.get("queued") or trunk.get("held"):
             held = " · held" if trunk.get("held") else ""
-            lines.append(
-                f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued{held}"
-            )
+            lines.append(f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued{held}")
     forks = status.get("forks")
     if forks and (forks.get("running") or forks.get("by_status")):
-        done = ", ".join(
-            f"{n} {k}" for k, n in sorted(forks.get("by_status", {}).items()) if k != "running"
-        )
-        lines.append(
-            f"forks:        {forks.get('running', 0)} running"
-            + (f" · so far: {done}" if done else "")
-        )
+        done = ", ".join(f"{n} {k}" for k, n in sorted(forks.get("by_status", {}).items()) if k != "running")
+        lines.append(f"forks:        {forks.get('running', 0)} running" + (f" · so far: {done}" if done else ""))
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
-        lines.append(
-            f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})"
-        )
+        lines.append(f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})")
     last = ctx.get("last_turn")
     if last and last.get("layers"):
         parts = ", ".join(f"{k} {v}" for k, v in last["layers"].items() if v)
         lines.append(f"last turn:    {last.get('context_tokens', 0):,} system tokens ({parts})")
     if "next_sleep" in status:
-        lines.append(
-            f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}"
-        )
+        lines.append(f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}")
     if "last_heartbeat" in status:
         if status.get("next_heartbeat"):
-            lines.append(
-                f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}, next {status.get('next_heartbeat')}"
-            )
+            lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}, next {status.get('next_heartbeat')}")
         else:
             lines.append("heartbeat:    off (nothing keeps a journal in this build)")
     for name, job in (status.get("jobs") or {}).items():
@@ -193,11 +164,7 @@ def render(status: dict[str, Any]) -> str:
         outcome = f" ({job['last_status']})" if job.get("last_status") else ""
         lines.append(f"job {name + ':':<9} last {last}{outcome}, next {job.get('next_run')}")
     if "vector_search" in status:
-        search = (
-            f"hybrid (embedder {status.get('embedder')})"
-            if status.get("vector_search")
-            else "lexical only (no embedder installed)"
-        )
+        search = f"hybrid (embedder {status.get('embedder')})" if status.get("vector_search") else "lexical only (no embedder installed)"
         lines.append(f"search:       {search}")
     spend = status.get("spend")
     if spend:
