@@ -234,3 +234,30 @@ def test_a_crash_in_the_middle_of_a_fork_ends_in_a_clear_failure_after_restart(
         json.loads(line) for line in Path(rows[0]["transcript_path"]).read_text().splitlines()
     ]
     assert fork_records[-1]["type"] == "turn_end" and fork_records[-1]["status"] == "failed"
+
+
+def test_with_no_key_the_offline_model_delegates_and_the_fork_reports_from_memory(
+    tmp_path: Path,
+) -> None:
+    d = DaemonProcess(home=tmp_path / "home", env=daemon_env())
+    d.start()
+    try:
+        with Client(d.socket_path, timeout=30) as c:
+            c.hello()
+            c.chat("Remember that the kiln in the garden shed is named Bartholomew.")
+            _, frames = c.chat("Please delegate: find what we know about the kiln")
+    finally:
+        d.stop()
+    done = frames[-1]
+    assert done["type"] == "done", frames[-3:]
+    assert (
+        "The delegate tool returned: [fork fork-" in done["text"]
+        and "· complete · outcome partial]" in done["text"]
+    )
+    assert "Offline model: no language model is configured" in done["text"]
+    assert "Bartholomew" in done["text"]
+    phases = [(f["name"], f["phase"], f.get("depth")) for f in frames if f["type"] == "tool"]
+    assert ("fork", "started", 1) in phases and ("fork", "finished", 1) in phases
+    assert ("recall", "started", 1) in phases and ("task_complete", "finished", 1) in phases
+    rows = _forks(d.home)
+    assert [(r["status"], r["outcome"]) for r in rows] == [("complete", "partial")]
