@@ -90,6 +90,7 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.memory: Any = None
         self.router: Any = None
+        self.delegator: Any = None
         self.server: Any = None
         self._stop = anyio.Event()
 
@@ -119,6 +120,7 @@ class Daemon:
     async def _serve(self) -> int:
         from daemon.chat.server import ChatServer
         from daemon.context.assembler import ContextAssembler
+        from daemon.delegate.fork import Delegator
         from daemon.memory.system import MemorySystem
         from daemon.systemd import Notifier, watchdog_loop
         from daemon.topics.router import TopicRouter
@@ -144,6 +146,21 @@ class Daemon:
             tools = ToolRegistry(s.agent.tool_output_max_chars)
             for tool in self.memory.tools():
                 tools.register(tool)
+            self.delegator = await stack.enter_async_context(
+                Delegator(
+                    home=self.home,
+                    db=self.db,
+                    roles=self.roles,
+                    bus=self.bus,
+                    clock=self.clock,
+                    counter=counter,
+                    settings=s,
+                    base_tools=tools,
+                    after_fork=[self.memory.index_session],
+                )
+            )
+            for tool in self.delegator.tools_for(0):
+                tools.register(tool)
             trunk_cfg = s.models.trunk
             loop = AgentLoop(
                 roles=self.roles,
@@ -156,6 +173,7 @@ class Daemon:
                 history_min_turns=s.agent.history_min_turns,
                 compaction_threshold=s.agent.compaction_threshold,
                 context_window=trunk_cfg.context_window,
+                max_parallel_tools=s.delegate.max_parallel,
             )
             self.trunk = await stack.enter_async_context(
                 Trunk(

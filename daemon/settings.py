@@ -205,6 +205,34 @@ class SchedulerSettings(_Section):
     timezone: str | None = None
 
 
+class ForkRetention(_Section):
+    # Fork transcripts older than this are archived or pruned (0 = never by age).
+    max_age_days: float = Field(30.0, ge=0)
+    # When sessions/forks/ (live transcripts) grows past this, the oldest go first (0 = no limit).
+    max_total_mb: float = Field(200.0, ge=0)
+    # "archive": gzip into sessions/forks/archive/ (recall_session still finds the summary);
+    # "prune": delete the transcript (its summary and lineage row stay).
+    action: Literal["archive", "prune"] = "archive"
+
+
+class DelegateSettings(_Section):
+    enabled: bool = True
+    # Deepest fork: the trunk is depth 0; a session at max_depth is not offered `delegate`.
+    max_depth: int = Field(3, ge=0, le=8)
+    # `delegate` calls of one model step that run at the same time (the rest wait their turn).
+    max_parallel: int = Field(3, ge=1, le=16)
+    # A fork with no model output and no tool activity for this long is stopped (partial kept).
+    inactivity_timeout_s: float = Field(120.0, gt=0)
+    # Hard ceiling on one fork tree (a trunk's `delegate` call and everything under it); keep it
+    # under agent.turn_timeout_s so the trunk gets the partial result before its own turn times out.
+    tree_timeout_s: float = Field(480.0, gt=0)
+    # Tokens (input + output) one fork tree may use across all its forks.
+    token_budget: int = Field(400_000, ge=1000)
+    # Model steps one fork may take before it must finish.
+    max_tool_steps: int = Field(20, ge=1, le=200)
+    retention: ForkRetention = ForkRetention()
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -221,6 +249,7 @@ class Settings(_Section):
     context: ContextSettings = ContextSettings()
     topics: TopicsSettings = TopicsSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
+    delegate: DelegateSettings = DelegateSettings()
     log: LogSettings = LogSettings()
 
 

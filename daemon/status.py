@@ -84,6 +84,7 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             "compaction_threshold": settings.agent.compaction_threshold,
             "last_turn": last,
         },
+        "forks": await daemon.delegator.status() if daemon.delegator is not None else None,
         "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
         # A heartbeat is reported only where a job keeps a record on it (the journal).
         "next_heartbeat": heartbeat["next_run"] if heartbeat else None,
@@ -138,6 +139,10 @@ def render(status: dict[str, Any]) -> str:
         if trunk.get("busy") or trunk.get("queued") or trunk.get("held"):
             held = " · held" if trunk.get("held") else ""
             lines.append(f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued{held}")
+    forks = status.get("forks")
+    if forks and (forks.get("running") or forks.get("by_status")):
+        done = ", ".join(f"{n} {k}" for k, n in sorted(forks.get("by_status", {}).items()) if k != "running")
+        lines.append(f"forks:        {forks.get('running', 0)} running" + (f" · so far: {done}" if done else ""))
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
         lines.append(f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})")

@@ -133,11 +133,16 @@ class ContextAssembler:
         session_id: str = "",
         contributions: Sequence[Contribution] = (),
         replayed_message_ids: frozenset[str] = frozenset(),
+        session_kind: str = "trunk",
+        exclude_sessions: Sequence[str] = (),
     ) -> AssembledContext:
         """Assemble the system prompt for `prompt`.
 
         `replayed_message_ids` are the messages of `session_id` the request replays;
-        automatic recall leaves them out.
+        automatic recall leaves them out. A fork (`session_kind="fork"`) also gets
+        `persona/NEUROLOGY.md` (what a fork is), and no memory from `exclude_sessions` (its
+        ancestors' live sessions and its running siblings) enters any layer: a fork works
+        from its brief, never the trunk's conversation.
 
         Memory failures degrade to missing layers with a note, never an exception. On
         cancellation nothing is recorded and the cancellation propagates; time limits are
@@ -149,8 +154,9 @@ class ContextAssembler:
         timings: dict[str, float] = {}
         layers: dict[str, Layer] = {
             "discipline": Layer(name="discipline", entries=[Entry(key="discipline", body=DISCIPLINE)], truncatable=False),
-            "persona": self._persona_layer(notes),
+            "persona": self._persona_layer(notes, fork=session_kind == "fork"),
         }
+        excluded = frozenset(exclude_sessions)
 
         mem_started = time.perf_counter()
         asks: dict[str, Callable[[MemoryView], Awaitable[list[MemoryItem]]]] = {
@@ -169,7 +175,8 @@ class ContextAssembler:
         ask_notes: dict[str, list[str]] = {name: [] for name in asks}
 
         async def ask(name: str) -> None:
-            got[name] = await self._ask(name, ask_notes[name], asks[name])
+            found = await self._ask(name, ask_notes[name], asks[name])
+            got[name] = [item for item in found if item.session not in excluded] if excluded else found
 
         # Issued together so the database thread takes them back to back; notes are merged
         # in a fixed order so the output stays deterministic.
@@ -193,6 +200,8 @@ class ContextAssembler:
         recall_started = time.perf_counter()
         live = LiveHistory(session=session_id, message_ids=replayed_message_ids) if session_id else None
         recalled = await self._recall(prompt, previous_reply, shown, notes, live)
+        if excluded:
+            recalled = [item for item in recalled if item.session not in excluded]
         timings["recall_ms"] = (time.perf_counter() - recall_started) * 1000
         layers["recall"] = self._recall_layer(recalled, shown)
 
@@ -261,8 +270,9 @@ class ContextAssembler:
 
     # -- layer builders --------------------------------------------------------------------
 
-    def _persona_layer(self, notes: list[str]) -> Layer:
-        names = [*PERSONA_NAMES, *(("NEUROLOGY.md",) if self.settings.context.include_neurology else ())]
+    def _persona_layer(self, notes: list[str], *, fork: bool = False) -> Layer:
+        neurology = fork or self.settings.context.include_neurology
+        names = [*PERSONA_NAMES, *(("NEUROLOGY.md",) if neurology else ())]
         entries: list[Entry] = []
         for i, name in enumerate(names):
             ft = self.files.read(self.home.persona_dir / name)
@@ -528,6 +538,8 @@ class ContextAssembler:
                 session_id=event.session_id,
                 contributions=list(event.context.contributions),
                 replayed_message_ids=event.replayed_message_ids,
+                session_kind=event.session_kind,
+                exclude_sessions=event.exclude_sessions,
             )
             event.context.system_blocks[:] = result.blocks
             event.context.report.clear()

@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from daemon.models import offline_delegate
 from daemon.models.base import (
     Block,
     Completed,
@@ -179,6 +180,8 @@ class OfflineModel:
         """The reply text and tool calls for `request`: a pure function of the request."""
         message = _last_user(request)
         text = message.text if message else ""
+        if (delegation := offline_delegate.respond(request)) is not None:
+            return delegation
         if request.task == "summarise":
             return json.dumps(summarise(text), ensure_ascii=False), []
         if request.task == "plan_recall":
