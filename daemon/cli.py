@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "daemon.memory.commands",
     "daemon.memory.recall_commands",
     "daemon.context.commands",
+    "daemon.sleep.dream_commands",
 )
 
 
