@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "daemon.memory.commands",
     "daemon.memory.recall_commands",
     "daemon.context.commands",
+    "daemon.journal.commands",
 )
 
 

@@ -27,7 +27,7 @@ from daemon.memory.query import decompose
 from daemon.memory.transcripts import TranscriptError
 from daemon.store.db import Database
 
-KINDS = ("fact", "profile", "summary", "chunk")
+KINDS = ("fact", "profile", "summary", "chunk", "journal")
 BATCH_PRIME = 256
 
 

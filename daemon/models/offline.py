@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from daemon.models import offline_journal
 from daemon.models.base import (
     Block,
     Completed,
@@ -185,6 +186,8 @@ class OfflineModel:
             return json.dumps({"ids": plan_recall(text)}), []
         if request.task == "synthesise":
             return synthesise(text), []
+        if request.task == "journal":
+            return offline_journal.respond(text), []
         if request.task in ("dream", "journal", "delegate"):
             return extract_brief(text, request.task), []
         return self._chat(request, message)
