@@ -136,6 +136,9 @@ class JournalHeartbeat:
         self._day_counts: dict[date, int] = {}
         self._cap_logged: set[date] = set()
         self._tg: TaskGroup | None = None
+        self._pending = 0
+        self._drained = anyio.Event()
+        self._drained.set()
         self._undo: list[Callable[[], None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -155,12 +158,10 @@ class JournalHeartbeat:
         tg, self._tg = self._tg, None
         if tg is None:
             return
-        with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(self.cfg.shutdown_model_s + 1.0):
-                async with self._lock:
-                    pass  # an entry in progress finishes (its own model deadline bounds it)
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.cfg.shutdown_model_s + 1.0):
+            await self._drained.wait()  # entries in the background finish (their model deadline bounds them)
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
 
     def register(self, bus: EventBus) -> None:
         """Subscribe to the heartbeat, the lifecycle seams and `journal_note`."""
@@ -207,21 +208,22 @@ class JournalHeartbeat:
     def _background(self, session_id: str, trigger: str) -> None:
         if self._tg is None:
             return
+        self._pending += 1
+        if self._pending == 1:
+            self._drained = anyio.Event()
         self._tg.start_soon(self._record_quietly, session_id, trigger, name=f"journal-{trigger}")
 
     async def _record_quietly(self, session_id: str, trigger: str) -> None:
         try:
-            await self.record(session_id, trigger)
+            await self.record(session_id, trigger, deadline_s=self.cfg.shutdown_model_s if trigger == "shutdown" else None)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
-            log.error(
-                "journal entry failed",
-                session=session_id,
-                trigger=trigger,
-                error=repr(exc),
-                exc_info=True,
-            )
+            log.error("journal entry failed", session=session_id, trigger=trigger, error=repr(exc), exc_info=True)
+        finally:
+            self._pending -= 1
+            if self._pending == 0:
+                self._drained.set()
 
     # -- the heartbeat -----------------------------------------------------------------------
 
