@@ -1,7 +1,7 @@
 """The orchestrator: wires the services together and runs them. No feature logic here.
 
 Start-up order: home lock → database → ledger, model roles, bus → topic router, memory,
-context assembler → tools → trunk → chat server (READY=1 once it listens) → scheduler,
+journal heartbeat, context assembler → tools → trunk → chat server (READY=1 once it listens) → scheduler,
 file watcher, watchdog. Shutdown (SIGTERM/SIGINT): STOPPING=1, let the running turn finish
 within half the grace period, then cancel it; the trunk fires `session_shutdown`; memory
 waits for its summaries within the budget; the store checkpoints and closes; exit 0. A
@@ -91,6 +91,7 @@ class Daemon:
         self.memory: Any = None
         self.router: Any = None
         self.delegator: Any = None
+        self.journal: Any = None
         self.server: Any = None
         self._stop = anyio.Event()
 
@@ -121,6 +122,7 @@ class Daemon:
         from daemon.chat.server import ChatServer
         from daemon.context.assembler import ContextAssembler
         from daemon.delegate.fork import Delegator
+        from daemon.journal import JournalHeartbeat
         from daemon.memory.system import MemorySystem
         from daemon.systemd import Notifier, watchdog_loop
         from daemon.topics.router import TopicRouter
@@ -140,6 +142,11 @@ class Daemon:
             self.memory = await stack.enter_async_context(
                 MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
             )
+            # Entered before the trunk, so it is still there when the trunk's session ends.
+            self.journal = await stack.enter_async_context(
+                JournalHeartbeat(home=self.home, db=self.db, settings=s, roles=self.roles, clock=self.clock, index=self.memory.index)
+            )
+            self.journal.register(self.bus)
             assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
             # Required: a turn never reaches the model without its context (it fails visibly).
             assembler.register(self.bus)
@@ -192,7 +199,7 @@ class Daemon:
             self.scheduler = await stack.enter_async_context(Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone))
             if self.bus.handlers(Heartbeat):
                 # Only when something keeps a record on it: a heartbeat that does nothing is not one.
-                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.scheduler.heartbeat_minutes * 60)
+                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.journal.heartbeat_minutes * 60)
             self.scheduler.add_interval("checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s)
             socket_path = self.home.socket_path(s.chat.socket)
             self.server = ChatServer(
@@ -270,7 +277,11 @@ class Daemon:
 
     async def _heartbeat(self) -> str:
         failed = await self.bus.publish(Heartbeat(at=self.clock.now()))
-        return f"handlers={len(self.bus.handlers(Heartbeat))} failed={failed}"
+        if failed:
+            # Recorded as a failed run: status never claims a heartbeat that did not do its check.
+            raise RuntimeError(f"{failed} of {len(self.bus.handlers(Heartbeat))} heartbeat handler(s) failed")
+        tick = self.journal.last_tick if self.journal is not None else None
+        return tick.describe() if tick is not None else f"handlers={len(self.bus.handlers(Heartbeat))}"
 
     async def _checkpoint(self) -> str:
         assert self.db is not None
@@ -283,6 +294,11 @@ class Daemon:
 
         async def ping(_args: dict[str, Any]) -> dict[str, Any]:
             return {"pong": True, "state": self.state}
+
+        async def journal(args: dict[str, Any]) -> dict[str, Any]:
+            from daemon.journal.commands import journal_command
+
+            return await journal_command(self.home, self.settings, args)
 
         async def sleep(_args: dict[str, Any]) -> dict[str, Any]:
             raise CommandUnavailable("the sleep cycle is not part of this build yet; nothing was changed")
@@ -303,6 +319,7 @@ class Daemon:
             ("ping", ping),
             ("sleep", sleep),
             ("switch", switch),
+            ("journal", journal),
         ):
             gateway.command(name, fn)
         # remember, recall, memory_search, memory_import: the CLI's memory commands, answered warm.

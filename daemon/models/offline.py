@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from daemon.models import offline_delegate, offline_dreams
+from daemon.models import offline_delegate, offline_dreams, offline_journal
 from daemon.models.base import (
     Block,
     Completed,
@@ -190,7 +190,9 @@ class OfflineModel:
             return synthesise(text), []
         if request.task == "dream":
             return offline_dreams.dream_reply(text), []
-        if request.task in ("journal", "delegate"):
+        if request.task == "journal":
+            return offline_journal.respond(text), []
+        if request.task == "delegate":
             return extract_brief(text, request.task), []
         return self._chat(request, message)
 
