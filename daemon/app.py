@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from daemon import status as status_mod
-from daemon.agent.gateway import ChatGateway, CommandBusy, CommandUnavailable, state_frame
+from daemon.agent.gateway import ChatGateway, CommandBusy, state_frame
 from daemon.agent.loop import AgentLoop
 from daemon.agent.trunk import SwitchVetoed, Trunk
 from daemon.bus import EventBus
@@ -93,6 +93,7 @@ class Daemon:
         self.delegator: Any = None
         self.journal: Any = None
         self.server: Any = None
+        self.sleep_cycle: Any = None
         self._stop = anyio.Event()
 
     @property
@@ -124,6 +125,8 @@ class Daemon:
         from daemon.delegate.fork import Delegator
         from daemon.journal import JournalHeartbeat
         from daemon.memory.system import MemorySystem
+        from daemon.sleep.cycle import SleepCycle
+        from daemon.sleep.wake import WakeUp
         from daemon.systemd import Notifier, watchdog_loop
         from daemon.topics.router import TopicRouter
         from daemon.topics.watch import FileWatcher
@@ -194,9 +197,27 @@ class Daemon:
                     after_turn=[self.memory.index_session],
                 )
             )
+            # Entered before the trunk serves: an interrupted cycle holds it before any answer.
+            self.sleep_cycle = await stack.enter_async_context(
+                SleepCycle(
+                    home=self.home,
+                    settings=s,
+                    db=self.db,
+                    models=self.roles,
+                    bus=self.bus,
+                    clock=self.clock,
+                    memory=self.memory,
+                    trunk=self.trunk,
+                    lifecycle=self.lifecycle,
+                    phases=[WakeUp(self.trunk)],
+                )
+            )
+            self.trunk.after_turn.append(self.sleep_cycle.wind_down.after_turn)
             gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
+            gateway.on_message.append(self.sleep_cycle.message_arrived)
             self._register_commands(gateway)
             self.scheduler = await stack.enter_async_context(Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone))
+            self.sleep_cycle.schedule(self.scheduler)
             if self.bus.handlers(Heartbeat):
                 # Only when something keeps a record on it: a heartbeat that does nothing is not one.
                 self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.journal.heartbeat_minutes * 60)
@@ -228,6 +249,7 @@ class Daemon:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.trunk.serve)
                 await tg.start(self.scheduler.run)
+                await tg.start(self.sleep_cycle.serve)
                 if watcher is not None:
                     # Live reload is not needed to answer: do not hold READY for it.
                     tg.start_soon(watcher.run)
@@ -300,8 +322,20 @@ class Daemon:
 
             return await journal_command(self.home, self.settings, args)
 
-        async def sleep(_args: dict[str, Any]) -> dict[str, Any]:
-            raise CommandUnavailable("the sleep cycle is not part of this build yet; nothing was changed")
+        async def sleep(args: dict[str, Any]) -> dict[str, Any]:
+            from daemon.sleep.cycle import SleepBusy
+
+            try:
+                record = await self.sleep_cycle.start("manual")
+            except SleepBusy as exc:
+                raise CommandBusy(str(exc)) from None
+            if args.get("wait"):
+                try:
+                    outcome = await self.sleep_cycle.wait(record.id)
+                except SleepBusy as exc:
+                    raise CommandBusy(str(exc)) from None
+                return dict(outcome.to_json())
+            return {"cycle_id": record.id, "reason": record.reason, "started": True, "session_id": record.session_id}
 
         async def switch(args: dict[str, Any]) -> dict[str, Any]:
             assert self.trunk is not None

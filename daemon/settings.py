@@ -232,7 +232,28 @@ class DelegateSettings(_Section):
     max_tool_steps: int = Field(20, ge=1, le=200)
     retention: ForkRetention = ForkRetention()
 
+
 class SleepSettings(_Section):
+    """The sleep cycle; its nightly time and time zone are `scheduler.nightly_sleep` / `timezone`."""
+
+    nightly: bool = True
+    # The nightly start is moved later by a random amount up to this, so it is not clockwork.
+    jitter_minutes: float = Field(20.0, ge=0, le=240)
+    # A failing phase is retried this many times, waiting retry_base_s, doubling, then skipped.
+    phase_retries: int = Field(2, ge=0, le=10)
+    retry_base_s: float = Field(30.0, ge=0)
+    retry_max_s: float = Field(600.0, ge=0)
+    # Wind-down: after `compaction_approaching` the trunk is told it is tired; the cycle starts at
+    # the end of the first turn it finishes, or anyway once the context reaches hard_threshold
+    # of the window or wind_down_turns turns have ended since the note.
+    hard_threshold: float = Field(0.92, gt=0.1, le=1.0)
+    wind_down_turns: int = Field(3, ge=1, le=50)
+    # WAKE.md: the longest letter (tokens) and how many memories are pulled into its weaving.
+    wake_tokens: int = Field(600, ge=100, le=4000)
+    wake_memories: int = Field(8, ge=0, le=50)
+    # A cycle that ran within this many hours is not repeated by the nightly schedule.
+    min_gap_hours: float = Field(6.0, ge=0)
+
     # --- maintenance and dreams (issue 10, part B) ---
     # Session summaries (and chunks of unsummarised sessions) older than this are folded
     # into one summary per month; the sources stay, linked to it.
@@ -300,8 +321,6 @@ class Settings(_Section):
     scheduler: SchedulerSettings = SchedulerSettings()
     delegate: DelegateSettings = DelegateSettings()
     sleep: SleepSettings = SleepSettings()
-
-
     journal: JournalSettings = JournalSettings()
     log: LogSettings = LogSettings()
 

@@ -34,6 +34,7 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
+from daemon.models.offline_sleep import weave_wake
 from daemon.text import STOP_WORDS, stem
 from daemon.tokens import count_tokens
 
@@ -192,6 +193,8 @@ class OfflineModel:
             return offline_dreams.dream_reply(text), []
         if request.task == "journal":
             return offline_journal.respond(text), []
+        if request.task == "wake":
+            return weave_wake(text), []
         if request.task == "delegate":
             return extract_brief(text, request.task), []
         return self._chat(request, message)
