@@ -1,7 +1,7 @@
 """The orchestrator: wires the services together and runs them. No feature logic here.
 
 Start-up order: home lock → database → ledger, model roles, bus → topic router, memory,
-context assembler → tools → trunk → chat server (READY=1 once it listens) → scheduler,
+journal heartbeat, context assembler → tools → trunk → chat server (READY=1 once it listens) → scheduler,
 file watcher, watchdog. Shutdown (SIGTERM/SIGINT): STOPPING=1, let the running turn finish
 within half the grace period, then cancel it; the trunk fires `session_shutdown`; memory
 waits for its summaries within the budget; the store checkpoints and closes; exit 0. A
@@ -60,9 +60,7 @@ class HomeLock:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise HomeLocked(
-                f"another daemon (pid {holder}) is already running with home {self.path.parent}"
-            ) from None
+            raise HomeLocked(f"another daemon (pid {holder}) is already running with home {self.path.parent}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -77,14 +75,7 @@ class HomeLock:
 class Daemon:
     """The running daemon's parts, for the handful of things that need more than one."""
 
-    def __init__(
-        self,
-        home: Home,
-        settings: Settings,
-        *,
-        clock: Clock | None = None,
-        model_overrides: dict[str, Model] | None = None,
-    ) -> None:
+    def __init__(self, home: Home, settings: Settings, *, clock: Clock | None = None, model_overrides: dict[str, Model] | None = None) -> None:
         self.home = home
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -99,6 +90,8 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.memory: Any = None
         self.router: Any = None
+        self.delegator: Any = None
+        self.journal: Any = None
         self.server: Any = None
         self.sleep_cycle: Any = None
         self._stop = anyio.Event()
@@ -129,8 +122,12 @@ class Daemon:
     async def _serve(self) -> int:
         from daemon.chat.server import ChatServer
         from daemon.context.assembler import ContextAssembler
+        from daemon.delegate.fork import Delegator
+        from daemon.journal import JournalHeartbeat
         from daemon.memory.system import MemorySystem
         from daemon.sleep.cycle import SleepCycle
+        from daemon.sleep.dreams import DreamsPhase
+        from daemon.sleep.maintenance import MaintenancePhase
         from daemon.sleep.wake import WakeUp
         from daemon.systemd import Notifier, watchdog_loop
         from daemon.topics.router import TopicRouter
@@ -139,43 +136,42 @@ class Daemon:
         s = self.settings
         notifier = Notifier()
         async with AsyncExitStack() as stack:
-            self.db = await Database.open(
-                self.home.db_file, busy_timeout_ms=s.store.busy_timeout_ms
-            )
+            self.db = await Database.open(self.home.db_file, busy_timeout_ms=s.store.busy_timeout_ms)
             stack.push_async_callback(self.db.close)
             if not self.db.vec_available:
-                log.warning(
-                    "sqlite-vec is not available; vector search is off (run `reverie doctor`)"
-                )
+                log.warning("sqlite-vec is not available; vector search is off (run `reverie doctor`)")
             self.ledger = UsageLedger(self.db, s.spend, self.clock)
-            self.roles = await stack.enter_async_context(
-                ModelRoles(s, self.ledger, overrides=self.model_overrides)
-            )
+            self.roles = await stack.enter_async_context(ModelRoles(s, self.ledger, overrides=self.model_overrides))
             counter = default_counter()
             self.router = TopicRouter(self.home, s.topics)
             self.memory = await stack.enter_async_context(
-                MemorySystem(
-                    home=self.home,
-                    db=self.db,
-                    settings=s,
-                    roles=self.roles,
-                    bus=self.bus,
-                    clock=self.clock,
-                    topic_addenda=self.router.addenda,
-                )
+                MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
             )
-            assembler = ContextAssembler(
-                home=self.home,
-                settings=s,
-                view=self.memory.view,
-                router=self.router,
-                counter=counter,
-                clock=self.clock,
+            # Entered before the trunk, so it is still there when the trunk's session ends.
+            self.journal = await stack.enter_async_context(
+                JournalHeartbeat(home=self.home, db=self.db, settings=s, roles=self.roles, clock=self.clock, index=self.memory.index)
             )
+            self.journal.register(self.bus)
+            assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
             # Required: a turn never reaches the model without its context (it fails visibly).
             assembler.register(self.bus)
             tools = ToolRegistry(s.agent.tool_output_max_chars)
             for tool in self.memory.tools():
+                tools.register(tool)
+            self.delegator = await stack.enter_async_context(
+                Delegator(
+                    home=self.home,
+                    db=self.db,
+                    roles=self.roles,
+                    bus=self.bus,
+                    clock=self.clock,
+                    counter=counter,
+                    settings=s,
+                    base_tools=tools,
+                    after_fork=[self.memory.index_session],
+                )
+            )
+            for tool in self.delegator.tools_for(0):
                 tools.register(tool)
             trunk_cfg = s.models.trunk
             loop = AgentLoop(
@@ -189,6 +185,7 @@ class Daemon:
                 history_min_turns=s.agent.history_min_turns,
                 compaction_threshold=s.agent.compaction_threshold,
                 context_window=trunk_cfg.context_window,
+                max_parallel_tools=s.delegate.max_parallel,
             )
             self.trunk = await stack.enter_async_context(
                 Trunk(
@@ -214,31 +211,19 @@ class Daemon:
                     memory=self.memory,
                     trunk=self.trunk,
                     lifecycle=self.lifecycle,
-                    phases=[WakeUp(self.trunk)],
+                    phases=[MaintenancePhase(), DreamsPhase(), WakeUp(self.trunk)],
                 )
             )
             self.trunk.after_turn.append(self.sleep_cycle.wind_down.after_turn)
-            gateway = ChatGateway(
-                self.trunk,
-                state=lambda: self.state,
-                session_id=lambda: (
-                    self.trunk.session.id if self.trunk and self.trunk.session else ""
-                ),
-            )
+            gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
             gateway.on_message.append(self.sleep_cycle.message_arrived)
             self._register_commands(gateway)
-            self.scheduler = await stack.enter_async_context(
-                Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone)
-            )
+            self.scheduler = await stack.enter_async_context(Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone))
             self.sleep_cycle.schedule(self.scheduler)
             if self.bus.handlers(Heartbeat):
                 # Only when something keeps a record on it: a heartbeat that does nothing is not one.
-                self.scheduler.add_interval(
-                    "heartbeat", self._heartbeat, seconds=s.scheduler.heartbeat_minutes * 60
-                )
-            self.scheduler.add_interval(
-                "checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s
-            )
+                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.journal.heartbeat_minutes * 60)
+            self.scheduler.add_interval("checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s)
             socket_path = self.home.socket_path(s.chat.socket)
             self.server = ChatServer(
                 socket_path,
@@ -248,9 +233,7 @@ class Daemon:
                 allow_uids=s.chat.allow_uids,
             )
             server = self.server
-            self.lifecycle.subscribe(
-                lambda change: server.broadcast(state_frame(change, phase=self.lifecycle.phase))
-            )
+            self.lifecycle.subscribe(lambda change: server.broadcast(state_frame(change, phase=self.lifecycle.phase)))
             watcher = (
                 FileWatcher(
                     self.home,
@@ -302,9 +285,7 @@ class Daemon:
         with anyio.move_on_after(budget):
             await self.trunk.wait_idle()
         if self.trunk.busy:
-            log.info(
-                "cancelling the turn in progress for shutdown", turn_id=self.trunk.current_turn
-            )
+            log.info("cancelling the turn in progress for shutdown", turn_id=self.trunk.current_turn)
 
     async def _signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -315,14 +296,16 @@ class Daemon:
                     log.info("shutdown requested", signal=signal.Signals(signum).name)
                     self.request_stop()
                 else:
-                    log.warning(
-                        "second signal: exiting immediately", signal=signal.Signals(signum).name
-                    )
+                    log.warning("second signal: exiting immediately", signal=signal.Signals(signum).name)
                     os._exit(1)
 
     async def _heartbeat(self) -> str:
         failed = await self.bus.publish(Heartbeat(at=self.clock.now()))
-        return f"handlers={len(self.bus.handlers(Heartbeat))} failed={failed}"
+        if failed:
+            # Recorded as a failed run: status never claims a heartbeat that did not do its check.
+            raise RuntimeError(f"{failed} of {len(self.bus.handlers(Heartbeat))} heartbeat handler(s) failed")
+        tick = self.journal.last_tick if self.journal is not None else None
+        return tick.describe() if tick is not None else f"handlers={len(self.bus.handlers(Heartbeat))}"
 
     async def _checkpoint(self) -> str:
         assert self.db is not None
@@ -336,20 +319,10 @@ class Daemon:
         async def ping(_args: dict[str, Any]) -> dict[str, Any]:
             return {"pong": True, "state": self.state}
 
-        async def remember(args: dict[str, Any]) -> dict[str, Any]:
-            text = str(args.get("text", "")).strip()
-            if not text:
-                raise ValueError("remember needs a non-empty 'text'")
-            result = await self.memory.remember(
-                text, target=str(args.get("target", "memory")), origin="person"
-            )
-            return dataclasses.asdict(result)
+        async def journal(args: dict[str, Any]) -> dict[str, Any]:
+            from daemon.journal.commands import journal_command
 
-        async def recall(args: dict[str, Any]) -> dict[str, Any]:
-            query = str(args.get("query", "")).strip()
-            if not query:
-                raise ValueError("recall needs a non-empty 'query'")
-            return {"text": await self.memory.recall(query)}
+            return await journal_command(self.home, self.settings, args)
 
         async def sleep(args: dict[str, Any]) -> dict[str, Any]:
             from daemon.sleep.cycle import SleepBusy
@@ -364,12 +337,7 @@ class Daemon:
                 except SleepBusy as exc:
                     raise CommandBusy(str(exc)) from None
                 return dict(outcome.to_json())
-            return {
-                "cycle_id": record.id,
-                "reason": record.reason,
-                "started": True,
-                "session_id": record.session_id,
-            }
+            return {"cycle_id": record.id, "reason": record.reason, "started": True, "session_id": record.session_id}
 
         async def switch(args: dict[str, Any]) -> dict[str, Any]:
             assert self.trunk is not None
@@ -385,9 +353,13 @@ class Daemon:
         for name, fn in (
             ("status", status),
             ("ping", ping),
-            ("remember", remember),
-            ("recall", recall),
             ("sleep", sleep),
             ("switch", switch),
+            ("journal", journal),
         ):
             gateway.command(name, fn)
+        # remember, recall, memory_search, memory_import: the CLI's memory commands, answered warm.
+        from daemon.commands.service import memory_commands
+
+        for name, command in memory_commands(self.memory, self.clock).items():
+            gateway.command(name, command)

@@ -484,8 +484,6 @@ class SleepCycle:
                 self._optional_scope = scope
             try:
                 with scope:
-                    if phase.optional:
-                        await self.models.check_cap("dreams")
                     report = await phase.run(ctx)
             except SpendCapReached as exc:
                 await self._skip(
