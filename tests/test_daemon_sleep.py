@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,29 @@ SUMMARY = {
 }
 
 
+class RoutedFake(FakeAnthropic):
+    """The fake Messages API, with replies planned per kind of request (by a marker in its system
+    prompt), so the journal's and the dreams' own calls do not take the sleep cycle's replies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.routes: dict[str, deque[Planned]] = {}
+
+    def route(self, marker: str, *plans: Planned) -> None:
+        self.routes.setdefault(marker, deque()).extend(plans)
+
+    def _take(self, body: dict[str, Any]) -> Planned:
+        system = json.dumps(body.get("system", ""))
+        with self._lock:
+            for marker, plans in self.routes.items():
+                if marker in system and plans:
+                    return plans.popleft()
+        return super()._take(body)
+
+
 @pytest.fixture
 def fake():
-    with FakeAnthropic() as server:
+    with RoutedFake() as server:
         yield server
 
 
@@ -96,9 +117,8 @@ def test_sleep_through_the_socket_survives_sigkill_mid_cycle_and_resumes_after_r
             c.chat("we settled on Porto for May; my sister Ada lives in Lisbon")
             old = _rows(home, "SELECT value FROM kv WHERE key = 'trunk_session'")[0][0].strip('"')
             # The summary comes back at once; the letter never does (the daemon is killed first).
-            fake.enqueue(
-                Planned.reply(json.dumps(SUMMARY)), Planned.delayed(120, text="never delivered")
-            )
+            fake.route("session summaries", Planned.reply(json.dumps(SUMMARY)))
+            fake.route("Write WAKE.md", Planned.delayed(120, text="never delivered"))
             started = c.command("sleep")
             assert started["type"] == "result" and started["data"]["started"], started
             cycle_id = started["data"]["cycle_id"]
@@ -124,11 +144,13 @@ def test_sleep_through_the_socket_survives_sigkill_mid_cycle_and_resumes_after_r
         home, "SELECT phase, status FROM sleep_phases WHERE cycle_id = ? ORDER BY seq", (cycle_id,)
     ) == [
         ("wind_down", "done"),
+        ("maintenance", "done"),
+        ("dreams", "done"),
         ("wake_up", "running"),
     ]
     assert waiting["turn_id"] in (home / "inbox.jsonl").read_text()
 
-    fake.enqueue(Planned.reply(LETTER))
+    fake.route("Write WAKE.md", Planned.reply(LETTER))
     d.start()
     try:
         _wait(
@@ -144,7 +166,12 @@ def test_sleep_through_the_socket_survives_sigkill_mid_cycle_and_resumes_after_r
             "SELECT phase, status, attempts FROM sleep_phases WHERE cycle_id = ? ORDER BY seq",
             (cycle_id,),
         )
-        assert phases == [("wind_down", "done", 1), ("wake_up", "done", 2)]
+        assert phases == [
+            ("wind_down", "done", 1),
+            ("maintenance", "done", 1),
+            ("dreams", "done", 1),
+            ("wake_up", "done", 2),
+        ]
         ((new, resumed, woke_early),) = _rows(
             home,
             "SELECT new_session_id, resumed, woke_early FROM sleep_cycles WHERE id = ?",
