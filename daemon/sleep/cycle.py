@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -42,7 +43,7 @@ from daemon.events import (
 )
 from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import bound_contextvars, get_logger
-from daemon.models.base import SpendCapReached
+from daemon.models.base import ModelError, SpendCapReached
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
@@ -387,11 +388,14 @@ class SleepCycle:
             }
         else:
             waiting = len(self.trunk.inbox.pending())
+            summary = await self._summarise_day(record.session_id)
             report = PhaseReport(
                 phase=WIND_DOWN,
                 changed=f"the turn in progress finished; trunk {record.session_id} held"
+                + (f"; the day summarised ({Path(summary).name})" if summary else "")
                 + (f"; {waiting} message(s) wait for the wake-up" if waiting else ""),
-                details={"waiting": waiting},
+                details={"waiting": waiting, "summary_file": summary},
+                files=(summary,) if summary else (),
             )
             await self._complete(ctx, 0, report, outcome)
         self._move(DaemonState.ASLEEP, f"asleep ({record.reason})")
@@ -468,6 +472,18 @@ class SleepCycle:
         )
         await self.bus.publish(Woke(session_id=new_id or ""))
 
+    async def _summarise_day(self, session_id: str) -> str:
+        """Summarise the day's session now, so maintenance and dreams see it (the wake-up reuses it)."""
+        try:
+            path = await self.memory.summarise_session(session_id, wait=True)
+        except ModelError as exc:
+            log.warning(
+                "wind-down: the day could not be summarised yet; the wake-up tries again",
+                error=str(exc),
+            )
+            return ""
+        return str(path) if path else ""
+
     async def _run_phase(
         self, ctx: PhaseContext, seq: int, phase: Phase, outcome: CycleOutcome, attempts_before: int
     ) -> None:
@@ -482,6 +498,8 @@ class SleepCycle:
             scope = anyio.CancelScope()
             if phase.optional:
                 self._optional_scope = scope
+                if self._woken.is_set():
+                    scope.cancel()  # a message came while this attempt was being recorded
             try:
                 with scope:
                     report = await phase.run(ctx)
