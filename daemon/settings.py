@@ -232,6 +232,25 @@ class DelegateSettings(_Section):
     max_tool_steps: int = Field(20, ge=1, le=200)
     retention: ForkRetention = ForkRetention()
 
+class SleepSettings(_Section):
+    # --- maintenance and dreams (issue 10, part B) ---
+    # Session summaries (and chunks of unsummarised sessions) older than this are folded
+    # into one summary per month; the sources stay, linked to it.
+    fold_after_days: int = Field(30, ge=1)
+    # An explicit fact of trusted origin whose importance reaches this is pinned in FACTS.md.
+    promote_min_importance: float = Field(0.9, ge=0, le=1)
+    # A fact about a dated plan is retired this many days after its last date has passed.
+    retire_after_days: int = Field(7, ge=0)
+    # VACUUM when at least this fraction of the database's pages is free (else only checkpoint).
+    vacuum_min_free_fraction: float = Field(0.1, ge=0, le=1)
+    # Dreams: at most this many revisions per night; a revision deleting more than this
+    # fraction of a file's lines is rejected.
+    dreams_max_revisions: int = Field(3, ge=0)
+    dreams_max_delete_fraction: float = Field(0.5, gt=0, le=1)
+    # How much recent material (summaries, facts) a dream reads, in tokens.
+    dreams_material_tokens: int = Field(6000, ge=200)
+    # --- end of maintenance and dreams ---
+
 
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -250,6 +269,7 @@ class Settings(_Section):
     topics: TopicsSettings = TopicsSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     delegate: DelegateSettings = DelegateSettings()
+    sleep: SleepSettings = SleepSettings()
     log: LogSettings = LogSettings()
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from daemon.models import offline_delegate
+from daemon.models import offline_delegate, offline_dreams
 from daemon.models.base import (
     Block,
     Completed,
@@ -188,7 +188,9 @@ class OfflineModel:
             return json.dumps({"ids": plan_recall(text)}), []
         if request.task == "synthesise":
             return synthesise(text), []
-        if request.task in ("dream", "journal", "delegate"):
+        if request.task == "dream":
+            return offline_dreams.dream_reply(text), []
+        if request.task in ("journal", "delegate"):
             return extract_brief(text, request.task), []
         return self._chat(request, message)
 
