@@ -129,6 +129,11 @@ def coverage(stems: set[str], text: str) -> float:
     return len(stems & have) / len(stems)
 
 
+def trunk_first(items: list[MemoryItem]) -> list[MemoryItem]:
+    """The same items, delegate forks' session summaries after the others (otherwise in order)."""
+    return sorted(items, key=lambda item: item.meta.get("session_kind") == "fork")
+
+
 def session_cite(session_id: str, summary_path: str | None) -> str:
     if summary_path:
         return Path(summary_path).stem
@@ -180,7 +185,7 @@ class Recall:
         if not picked:
             found = await self._search(plan, k=10, kinds=["summary", "chunk"])
             relevant = [i for i in found if coverage(stems, i.title + " " + i.text) > 0]
-            picked = [i for i in relevant if i.kind == "summary"][:_MAX_SUMMARIES]
+            picked = trunk_first([i for i in relevant if i.kind == "summary"])[:_MAX_SUMMARIES]
             chunk_sessions = [i for i in relevant if i.kind == "chunk" and i.session]
             seen = {i.session for i in picked}
             for chunk in chunk_sessions:
@@ -220,7 +225,7 @@ class Recall:
         out: dict[str, MemoryItem] = {}
         for item in [*found, *recent]:
             out.setdefault(item.id, item)
-        return list(out.values())[:24]
+        return trunk_first(list(out.values()))[:24]
 
     async def _plan(
         self, query: str, candidates: list[MemoryItem], session_id: str | None
