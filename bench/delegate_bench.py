@@ -252,7 +252,11 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=8)
     parser.add_argument("--page-chars", type=int, default=2000)
     args = parser.parse_args()
-    print(json.dumps(anyio.run(main_async, args), indent=2))
+    results = anyio.run(main_async, args)
+    out = REPO / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "delegate_bench.json").write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
