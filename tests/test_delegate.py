@@ -653,3 +653,29 @@ def test_the_chat_client_shows_forks_by_depth() -> None:
         notes.describe({"type": "tool", "name": "recall", "phase": "started"})
         == "[tool recall started]"
     )
+
+
+async def test_a_fork_sees_nothing_of_the_other_forks_of_its_tree(tmp_path: Path) -> None:
+    play = Play()
+    # One at a time: the second fork starts after the first has ended and been indexed.
+    play.trunk += [
+        Reply(
+            tool_calls=(
+                delegate("scout the bramblewick hedge"),
+                delegate("map the bramblewick hedge"),
+            )
+        ),
+        "ok",
+        "and?",
+    ]
+    play.forks["scout the bramblewick hedge"] = deque(
+        [complete("The bramblewick hedge hides a badger sett by the stile.")]
+    )
+    play.forks["map the bramblewick hedge"] = deque([complete("mapped")])
+    async with rig(tmp_path, play, max_parallel=1) as r:
+        await r.turn("Survey the hedge.", turn_id="t1")
+        await r.turn("What about the bramblewick hedge badger sett?", turn_id="t2")
+    second = "\n".join(b.text for b in play.of("map the bramblewick hedge")[0].system)
+    assert "badger" not in second
+    # It is in memory all the same: the trunk's next turn recalls it.
+    assert "badger sett by the stile" in "\n".join(b.text for b in play.of("trunk")[2].system)
