@@ -625,3 +625,31 @@ async def test_a_fork_interrupted_by_a_crash_is_reported_failed_to_its_parent_tu
     assert [row.id for row in after] == ["fork-crashed"] and after[0].reported
     records = Transcript(path=home.forks_dir / "fork-crashed.jsonl", session_id="x").records()
     assert records[-1]["type"] == "turn_end" and records[-1]["status"] == "failed"
+
+
+def test_the_chat_client_shows_forks_by_depth() -> None:
+    import io
+
+    from daemon.chat.commands import Notes
+
+    notes = Notes(io.StringIO())
+    assert notes.describe(
+        {
+            "type": "tool",
+            "name": "fork",
+            "phase": "started",
+            "depth": 2,
+            "fork_id": "fork-b",
+            "detail": "count rows",
+        }
+    ) == ("[  fork fork-b (depth 2) started: count rows]")
+    assert (
+        notes.describe(
+            {"type": "tool", "name": "recall", "phase": "finished", "depth": 1, "fork_id": "fork-a"}
+        )
+        == "[  tool recall finished in fork-a]"
+    )
+    assert (
+        notes.describe({"type": "tool", "name": "recall", "phase": "started"})
+        == "[tool recall started]"
+    )
