@@ -7,7 +7,8 @@ Layers, in a fixed order (stable first, so the provider's prompt cache is hit):
 `║` is the cache breakpoint (a second one sits after `wake`, the slowest-changing prefix).
 Each layer is first fitted to its own hard cap; when the total is still over
 `context.total_budget`, layers give way in `TRUNCATION_ORDER` — first down to their target,
-then, if needed, to nothing — and within a layer the oldest items go first. Discipline,
+then, if needed, to nothing (the journal only down to its reserve) — and within a layer the
+oldest items go first (the journal digest is newest first, so its oldest entries go). Discipline,
 persona and the clock line are never cut. The same inputs give the same blocks, byte for byte.
 
 Trust: memory enters only inside labelled `<memory …>` markers under a standing instruction
@@ -20,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -27,7 +29,7 @@ import anyio
 
 from daemon.bus import EventBus
 from daemon.clock import Clock
-from daemon.context.files import FileCache, JournalReader
+from daemon.context.files import FileCache
 from daemon.context.layers import (
     DISCIPLINE,
     Cut,
@@ -43,6 +45,7 @@ from daemon.context.layers import (
     sentences,
 )
 from daemon.events import BeforeAgentStart, Contribution, SessionShutdown
+from daemon.journal.digest import digest_body, newest_digest_path, newest_sections
 from daemon.log import get_logger
 from daemon.memory.api import LiveHistory, MemoryItem, MemoryView
 from daemon.models.base import SystemBlock
@@ -59,7 +62,9 @@ LAYER_ORDER: tuple[str, ...] = (
 )  # fmt: skip
 CORE_LAYERS = frozenset({"discipline", "persona", "profile", "wake"})
 STABLE_LAYERS = frozenset({*CORE_LAYERS, "themes", "recollections"})
-TRUNCATION_ORDER: tuple[str, ...] = ("journal", "recall", "recollections", "themes", "topics", "wake", "profile")
+# Automatic recall gives way before the journal, and the journal never below its reserve
+# (`journal.context_reserved_tokens`): the thread of long-running work survives trimming.
+TRUNCATION_ORDER: tuple[str, ...] = ("recall", "journal", "recollections", "themes", "topics", "wake", "profile")
 NEVER_CUT = frozenset({"discipline", "persona", "time"})
 # Layers other handlers may contribute to, and the subset that may carry untrusted text.
 CONTRIBUTABLE = frozenset({"profile", "wake", "themes", "recollections", "recall", "topics", "journal"})
@@ -104,7 +109,6 @@ class ContextAssembler:
         self.counter = counter
         self.clock = clock
         self.files = FileCache()
-        self.journal = JournalReader(home.journal_dir)
         self.last: AssembledContext | None = None
         self._counts: dict[str, int] = {}
         self._scale = counter.scale
@@ -353,20 +357,32 @@ class ContextAssembler:
         return Layer(name="topics", heading=ADDENDA_HEADING, entries=entries, stable=False)
 
     def _journal_layer(self, notes: list[str]) -> Layer:
-        items, problem = self.journal.latest(self.settings.context.journal_entries)
-        if problem:
-            notes.append(f"journal: {problem}")
-        entries = [
-            Entry(
-                key=f"journal:{i}",
-                head=memory_open(kind="journal", origin="agent", ts=it.ts, source=it.source),
-                body=defuse(it.summary),
-                tail="</memory>",
-                rank=i,
-                origin="agent",
+        found = newest_digest_path(self.home)
+        if found is None:
+            return Layer(name="journal", heading="## Journal digest", entries=[], stable=False)
+        day, path = found
+        ft = self.files.read(path)
+        if ft.problem:
+            notes.append(f"journal: {ft.problem}")
+        body = newest_sections(digest_body(ft.text), self.settings.context.journal_entries)
+        entries = []
+        if body:
+            entries.append(
+                Entry(
+                    key=f"journal:{day.isoformat()}",
+                    head=memory_open(
+                        kind="journal",
+                        origin="agent",
+                        ts=datetime(day.year, day.month, day.day, tzinfo=UTC),
+                        source=f"journal/{path.name}",
+                        title=f"Journal digest {day.isoformat()} (newest first)",
+                    ),
+                    body=defuse(body),
+                    tail="</memory>",
+                    rank=0,
+                    origin="agent",
+                )
             )
-            for i, it in enumerate(items)
-        ]
         return Layer(name="journal", heading="## Journal digest", entries=entries, stable=False)
 
     def _merge_contributions(self, layers: dict[str, Layer], contributions: Sequence[Contribution]) -> list[dict[str, str]]:
@@ -431,6 +447,8 @@ class ContextAssembler:
                     break
                 target, _ = self._limit(name)
                 floor = target if floor_of == "target" else 0
+                if name == "journal":
+                    floor = max(floor, self.settings.journal.context_reserved_tokens)
                 current = fitted[name]
                 if current.tokens <= floor:
                     continue

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from daemon.models import offline_delegate, offline_dreams
+from daemon.models import offline_delegate, offline_dreams, offline_journal
 from daemon.models.base import (
     Block,
     Completed,
@@ -34,6 +34,7 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
+from daemon.models.offline_sleep import weave_wake
 from daemon.text import STOP_WORDS, stem
 from daemon.tokens import count_tokens
 
@@ -190,7 +191,11 @@ class OfflineModel:
             return synthesise(text), []
         if request.task == "dream":
             return offline_dreams.dream_reply(text), []
-        if request.task in ("journal", "delegate"):
+        if request.task == "journal":
+            return offline_journal.respond(text), []
+        if request.task == "wake":
+            return weave_wake(text), []
+        if request.task == "delegate":
             return extract_brief(text, request.task), []
         return self._chat(request, message)
 
