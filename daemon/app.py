@@ -266,19 +266,6 @@ class Daemon:
         async def ping(_args: dict[str, Any]) -> dict[str, Any]:
             return {"pong": True, "state": self.state}
 
-        async def remember(args: dict[str, Any]) -> dict[str, Any]:
-            text = str(args.get("text", "")).strip()
-            if not text:
-                raise ValueError("remember needs a non-empty 'text'")
-            result = await self.memory.remember(text, target=str(args.get("target", "memory")), origin="person")
-            return dataclasses.asdict(result)
-
-        async def recall(args: dict[str, Any]) -> dict[str, Any]:
-            query = str(args.get("query", "")).strip()
-            if not query:
-                raise ValueError("recall needs a non-empty 'query'")
-            return {"text": await self.memory.recall(query)}
-
         async def sleep(_args: dict[str, Any]) -> dict[str, Any]:
             raise CommandUnavailable("the sleep cycle is not part of this build yet; nothing was changed")
 
@@ -296,9 +283,12 @@ class Daemon:
         for name, fn in (
             ("status", status),
             ("ping", ping),
-            ("remember", remember),
-            ("recall", recall),
             ("sleep", sleep),
             ("switch", switch),
         ):
             gateway.command(name, fn)
+        # remember, recall, memory_search, memory_import: the CLI's memory commands, answered warm.
+        from daemon.commands.service import memory_commands
+
+        for name, command in memory_commands(self.memory, self.clock).items():
+            gateway.command(name, command)

@@ -62,6 +62,9 @@ class BeforeAgentStart(Event):
     prompt: str
     previous_reply: str = ""
     session_kind: str = "trunk"  # trunk | fork
+    # Transcript message ids of this session the request replays (this turn's included): what
+    # the model already sees, so automatic recall does not bring it back.
+    replayed_message_ids: frozenset[str] = frozenset()
     context: TurnContext = field(default_factory=TurnContext)
 
 

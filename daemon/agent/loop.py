@@ -80,6 +80,8 @@ class AgentLoop:
     depth: int = 0
     _announced: set[str] = field(default_factory=set)
     _sizer: RequestSizer | None = None
+    # The last system prompt's size: the estimate of the next one before it is assembled.
+    _last_system_tokens: int = 0
 
     @property
     def sizer(self) -> RequestSizer:
@@ -98,6 +100,23 @@ class AgentLoop:
             min_turns=self.history_min_turns,
         )
 
+    def _replayed(self, session: Any, history: list[tuple[str, list[Message]]], turn_id: str, prompt: str) -> frozenset[str]:
+        """The message ids this turn's request will replay, estimated before the context exists.
+
+        The system prompt is not assembled yet, so the last turn's size stands in for it; the
+        fit itself is the one the request uses, so the estimate errs by a turn at most.
+        """
+        estimate = fit_request(
+            turns=[messages for _, messages in history],
+            current=[Message.user(prompt)],
+            fixed_tokens=self._last_system_tokens + self.sizer.tools(self.tools.specs()),
+            budget=self.budget(),
+            sizer=self.sizer,
+            max_messages=self.history_max_messages,
+        )
+        kept = [tid for tid, _ in history[len(history) - estimate.history_turns :]] if estimate.history_turns else []
+        return session.message_ids([*kept, turn_id])
+
     async def run_turn(self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str) -> TurnResult:
         """Run one turn to completion, reporting to `observer`.
 
@@ -111,13 +130,15 @@ class AgentLoop:
     async def _run(self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str) -> TurnResult:
         started = time.perf_counter()
         previous_reply = session.last_reply()
-        turns = session.history_turns(exclude_turn=turn_id)
+        history = session.history(exclude_turn=turn_id)
+        turns = [messages for _, messages in history]
         event = BeforeAgentStart(
             session_id=session.id,
             turn_id=turn_id,
             prompt=prompt,
             previous_reply=previous_reply,
             session_kind=self.session_kind,
+            replayed_message_ids=self._replayed(session, history, turn_id, prompt),
         )
         gate: dict[str, Any] = {}
 
@@ -151,6 +172,7 @@ class AgentLoop:
             return TurnResult(turn_id=turn_id, text="", stop_reason="vetoed", vetoed=veto.reason)
         system: list[SystemBlock] = list(event.context.system_blocks)
         system_tokens = sum(self.sizer.text(b.text) for b in system)
+        self._last_system_tokens = system_tokens
         budget = self.budget()
         current: list[Message] = [Message.user(prompt)]
         result = TurnResult(turn_id=turn_id, text="", stop_reason="end_turn", report=event.context.report)

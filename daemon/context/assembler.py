@@ -44,7 +44,7 @@ from daemon.context.layers import (
 )
 from daemon.events import BeforeAgentStart, Contribution, SessionShutdown
 from daemon.log import get_logger
-from daemon.memory.api import MemoryItem, MemoryView
+from daemon.memory.api import LiveHistory, MemoryItem, MemoryView
 from daemon.models.base import SystemBlock
 from daemon.paths import Home
 from daemon.settings import Settings
@@ -132,8 +132,12 @@ class ContextAssembler:
         previous_reply: str = "",
         session_id: str = "",
         contributions: Sequence[Contribution] = (),
+        replayed_message_ids: frozenset[str] = frozenset(),
     ) -> AssembledContext:
         """Assemble the system prompt for `prompt`.
+
+        `replayed_message_ids` are the messages of `session_id` the request replays;
+        automatic recall leaves them out.
 
         Memory failures degrade to missing layers with a note, never an exception. On
         cancellation nothing is recorded and the cancellation propagates; time limits are
@@ -151,7 +155,13 @@ class ContextAssembler:
         mem_started = time.perf_counter()
         asks: dict[str, Callable[[MemoryView], Awaitable[list[MemoryItem]]]] = {
             "profile_facts": lambda v: v.profile_facts(cfg.profile_facts),
-            "recent_entries": lambda v: v.recent_entries(cfg.themes_count),
+            # Themes must not repeat what the profile and recollections show: ask for enough
+            # entries to still have `themes_count` once those are set aside.
+            "recent_entries": lambda v: v.recent_entries(
+                cfg.themes_count + cfg.profile_facts + cfg.recollection_summaries + cfg.recollection_facts
+                if cfg.themes_count
+                else 0
+            ),
             "recent_summaries": lambda v: v.recent_summaries(cfg.recollection_summaries),
             "recent_facts": lambda v: v.recent_facts(cfg.recollection_facts),
         }
@@ -174,13 +184,15 @@ class ContextAssembler:
 
         layers["profile"] = self._profile_layer(profile, notes)
         layers["wake"] = self._wake_layer(notes)
-        layers["themes"] = self._themes_layer(themes)
+        elsewhere = {i.id for i in (*profile, *summaries, *facts)}
+        layers["themes"] = self._themes_layer([i for i in themes if i.id not in elsewhere][: cfg.themes_count])
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
 
         shown = frozenset(e.key for name in ("themes", "recollections") for e in layers[name].entries)
         recall_started = time.perf_counter()
-        recalled = await self._recall(prompt, previous_reply, shown, notes)
+        live = LiveHistory(session=session_id, message_ids=replayed_message_ids) if session_id else None
+        recalled = await self._recall(prompt, previous_reply, shown, notes, live)
         timings["recall_ms"] = (time.perf_counter() - recall_started) * 1000
         layers["recall"] = self._recall_layer(recalled, shown)
 
@@ -233,14 +245,18 @@ class ContextAssembler:
             notes.append(f"memory {what} failed ({type(exc).__name__}: {exc}); its layer is missing this turn")
             return []
 
-    async def _recall(self, prompt: str, previous_reply: str, shown: frozenset[str], notes: list[str]) -> list[MemoryItem]:
+    async def _recall(
+        self, prompt: str, previous_reply: str, shown: frozenset[str], notes: list[str], live: LiveHistory | None
+    ) -> list[MemoryItem]:
         mem = self.settings.memory
         if not mem.auto_recall or mem.auto_recall_max <= 0 or not prompt.strip():
             return []
         return await self._ask(
             "auto_recall",
             notes,
-            lambda v: v.auto_recall(prompt, previous_reply=previous_reply, exclude_ids=shown, limit=mem.auto_recall_max),
+            lambda v: v.auto_recall(
+                prompt, previous_reply=previous_reply, exclude_ids=shown, limit=mem.auto_recall_max, live=live
+            ),
         )
 
     # -- layer builders --------------------------------------------------------------------
@@ -511,6 +527,7 @@ class ContextAssembler:
                 previous_reply=event.previous_reply,
                 session_id=event.session_id,
                 contributions=list(event.context.contributions),
+                replayed_message_ids=event.replayed_message_ids,
             )
             event.context.system_blocks[:] = result.blocks
             event.context.report.clear()

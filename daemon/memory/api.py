@@ -34,6 +34,23 @@ class MemoryItem:
     meta: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, kw_only=True)
+class LiveHistory:
+    """The part of a live session the model already sees: its replayed messages."""
+
+    session: str
+    message_ids: frozenset[str]
+
+    def shows(self, item: MemoryItem) -> bool:
+        """True when every message `item` came from is in the replayed history."""
+        return (
+            bool(self.session)
+            and item.session == self.session
+            and bool(item.message_ids)
+            and all(m in self.message_ids for m in item.message_ids)
+        )
+
+
 @runtime_checkable
 class MemoryView(Protocol):
     """The read side of memory used to build context every turn."""
@@ -55,7 +72,14 @@ class MemoryView(Protocol):
         ...
 
     async def auto_recall(
-        self, prompt: str, *, previous_reply: str = "", exclude_ids: frozenset[str] = frozenset(), limit: int = 6
+        self,
+        prompt: str,
+        *,
+        previous_reply: str = "",
+        exclude_ids: frozenset[str] = frozenset(),
+        limit: int = 6,
+        live: LiveHistory | None = None,
     ) -> list[MemoryItem]:
-        """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`."""
+        """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`
+        and none that `live` (the conversation the model is replaying) already shows."""
         ...

@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 import anyio
 
 from daemon.clock import Clock
+from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 from daemon.memory.dates import resolve_dates
@@ -451,10 +452,7 @@ class FactStore:
 
         def write() -> None:
             for path, text in ((self.memory_md, memory), (self.profile_md, profile)):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".md.tmp")
-                tmp.write_text(text)
-                os.replace(tmp, path)
+                write_atomic(path, text)
 
         await anyio.to_thread.run_sync(write)
 

@@ -52,6 +52,11 @@ class VectorMatrix:
         return self._n
 
     @property
+    def vector_count(self) -> int:
+        """How many loaded rows have a vector (0: nothing to compare a query vector with)."""
+        return int(np.count_nonzero(self._has_vec[: self._n]))
+
+    @property
     def nbytes(self) -> int:
         return int(self._vecs.nbytes + self._ts.nbytes + self._rowids.nbytes + self._importance.nbytes + 4 * len(self._kind))
 
