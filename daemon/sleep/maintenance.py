@@ -93,9 +93,9 @@ class MaintenancePhase:
                 f"pinned {len(pinned['pinned'])} fact(s), unpinned {len(pinned['unpinned'])} in FACTS.md"
             )
         if retired:
-            parts.append(
-                f"retired {len(retired)} stale fact(s) ({', '.join(r['id'] for r in retired)})"
-            )
+            ids = [r["id"] for r in retired]
+            shown = ", ".join(ids[:8]) + (f", … {len(ids) - 8} more" if len(ids) > 8 else "")
+            parts.append(f"retired {len(retired)} stale fact(s) ({shown})")
         if not parts:
             parts.append("nothing to fold, pin or retire")
         parts.append(compacted["summary"])
