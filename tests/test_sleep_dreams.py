@@ -13,8 +13,8 @@ import pytest
 
 from daemon.bus import EventBus
 from daemon.events import ConfigReloaded
-from daemon.models.base import ModelRequest, Usage
 from daemon.memory.index import NewMemory
+from daemon.models.base import ModelRequest, Usage
 from daemon.models.offline import OfflineModel
 from daemon.models.offline_dreams import dream
 from daemon.settings import TopicsSettings
