@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "daemon.memory.recall_commands",
     "daemon.context.commands",
     "daemon.sleep.dream_commands",
+    "daemon.journal.commands",
 )
 
 

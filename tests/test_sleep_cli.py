@@ -15,7 +15,7 @@ from daemon.sleep.dreams import DreamsPhase
 from daemon.sleep.maintenance import MaintenancePhase
 from daemon.sleep.revisions import revision_id
 from tests.harness import REPO, DaemonProcess, daemon_env
-from tests.sleep_support import START, sleep_home
+from tests.sleep_phase_support import START, sleep_home
 
 
 def reverie(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

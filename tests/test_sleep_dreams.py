@@ -24,7 +24,7 @@ from daemon.sleep.revisions import RevisionError, RevisionStore, deleted_fractio
 from daemon.testing import ScriptedModel
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
-from tests.sleep_support import START, SleepRig, sleep_home, sleep_settings
+from tests.sleep_phase_support import START, SleepRig, sleep_home, sleep_settings
 
 pytestmark = pytest.mark.anyio
 

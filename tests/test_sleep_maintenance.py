@@ -12,7 +12,7 @@ import pytest
 from daemon.memory.facts import FactError
 from daemon.memory.months import read_month_file
 from daemon.sleep.maintenance import PIN_END, PIN_START, MaintenancePhase
-from tests.sleep_support import START, SleepRig, sleep_home, sleep_settings
+from tests.sleep_phase_support import START, SleepRig, sleep_home, sleep_settings
 
 pytestmark = pytest.mark.anyio
 

@@ -77,12 +77,20 @@ async def search_batch(
             results = []
         elif raw:
             results = await index.search(
-                query, k=k, kinds=kinds, mode=mode, include_retired=include_retired
-            )  # type: ignore[arg-type]
+                query,
+                k=k,
+                kinds=kinds,
+                mode=mode,  # type: ignore[arg-type]
+                include_retired=include_retired,
+            )
         else:
             results = await index.search_plan(
-                plan, k=k, mode=mode, kinds=kinds, include_retired=include_retired
-            )  # type: ignore[arg-type]
+                plan,
+                k=k,
+                mode=mode,  # type: ignore[arg-type]
+                kinds=kinds,
+                include_retired=include_retired,
+            )
         out.append([item_json(r) for r in results])
     return out
 

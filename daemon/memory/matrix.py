@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3, "month": 4}
+KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3, "month": 4, "journal": 5}
 
 
 def _epoch_seconds(value: str) -> float:

@@ -162,11 +162,12 @@ def parse_summary(reply: str, fallback_text: str) -> Summary:
 
 
 def render_summary_file(
-    summary: Summary, *, session_id: str, started: str, transcript: str, messages: int, summarised_at: str
+    summary: Summary, *, session_id: str, started: str, transcript: str, messages: int, summarised_at: str, kind: str = "trunk"
 ) -> str:
     """The summary file: a small front matter, then the narrative a person can read."""
     front = {
         "session": session_id,
+        "kind": kind,
         "started": started,
         "transcript": transcript,
         "title": summary.title,
@@ -210,7 +211,11 @@ def summary_memory(meta: dict[str, Any], body: str, path: Path, *, origin: str) 
         created = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     if created.tzinfo is None:
         created = created.replace(tzinfo=UTC)
-    tags = meta.get("tags") or []
+    tags = [str(t) for t in meta.get("tags") or []] if isinstance(meta.get("tags"), list) else []
+    kind = str(meta.get("kind") or "trunk")
+    if kind == "fork" and "fork" not in tags:
+        # A delegate fork's own summary: findable, but recall prefers the trunk's sessions.
+        tags.append("fork")
     return NewMemory(
         uid=f"summary:{meta['session']}",
         kind="summary",
@@ -218,11 +223,11 @@ def summary_memory(meta: dict[str, Any], body: str, path: Path, *, origin: str) 
         title=str(meta.get("title") or path.stem),
         origin=origin,  # type: ignore[arg-type]
         created_at=created,
-        tags=tuple(str(t) for t in tags) if isinstance(tags, list) else (),
-        importance=0.6,
+        tags=tuple(tags),
+        importance=0.45 if kind == "fork" else 0.6,
         session_id=str(meta["session"]),
         source=str(path),
-        meta={"file": path.name, "transcript": str(meta.get("transcript") or "")},
+        meta={"file": path.name, "transcript": str(meta.get("transcript") or ""), "session_kind": kind},
     )
 
 
@@ -419,6 +424,7 @@ class Summariser:
             transcript=transcript or "",
             messages=total,
             summarised_at=now.isoformat(timespec="seconds"),
+            kind=str(kind),
         )
         await anyio.to_thread.run_sync(_write_atomic, path, text)
         meta, body = read_summary_file(path)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any
@@ -71,16 +72,25 @@ class Importance:
     why: tuple[str, ...]
 
 
+# One line saying what it changed ("" when nothing); safe to run again after a crash.
+Housekeeping = Callable[[PhaseContext], Awaitable[str]]
+
+
 class MaintenancePhase:
     """Fold, pin, retire, compact (see the module docstring); optional, no model calls."""
 
     name = "maintenance"
     optional = True
 
+    def __init__(self, housekeeping: Sequence[Housekeeping] = ()) -> None:
+        # Other systems' upkeep run in this phase (the app wires fork transcript retention).
+        self.housekeeping = list(housekeeping)
+
     async def run(self, ctx: PhaseContext) -> PhaseReport:
         folded = await fold_months(ctx)
         retired = await retire_stale(ctx)
         pinned = await pin_facts(ctx)
+        kept = [await step(ctx) for step in self.housekeeping]
         compacted = await compact(ctx)
         parts = []
         if folded["sources"]:
@@ -98,12 +108,13 @@ class MaintenancePhase:
             parts.append(f"retired {len(retired)} stale fact(s) ({shown})")
         if not parts:
             parts.append("nothing to fold, pin or retire")
+        parts.extend(line for line in kept if line)
         parts.append(compacted["summary"])
         files = tuple(folded["files"]) + ((str(ctx.home.facts_file),) if pinned["written"] else ())
         return PhaseReport(
             phase=self.name,
             changed="; ".join(parts),
-            details={"fold": folded, "pin": pinned, "retired": retired, "compact": compacted},
+            details={"fold": folded, "pin": pinned, "retired": retired, "housekeeping": kept, "compact": compacted},
             files=files,
         )
 
