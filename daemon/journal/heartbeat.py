@@ -159,7 +159,9 @@ class JournalHeartbeat:
         if tg is None:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.cfg.shutdown_model_s + 1.0):
-            await self._drained.wait()  # entries in the background finish (their model deadline bounds them)
+            await (
+                self._drained.wait()
+            )  # entries in the background finish (their model deadline bounds them)
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
 
@@ -215,11 +217,21 @@ class JournalHeartbeat:
 
     async def _record_quietly(self, session_id: str, trigger: str) -> None:
         try:
-            await self.record(session_id, trigger, deadline_s=self.cfg.shutdown_model_s if trigger == "shutdown" else None)
+            await self.record(
+                session_id,
+                trigger,
+                deadline_s=self.cfg.shutdown_model_s if trigger == "shutdown" else None,
+            )
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
-            log.error("journal entry failed", session=session_id, trigger=trigger, error=repr(exc), exc_info=True)
+            log.error(
+                "journal entry failed",
+                session=session_id,
+                trigger=trigger,
+                error=repr(exc),
+                exc_info=True,
+            )
         finally:
             self._pending -= 1
             if self._pending == 0:
