@@ -126,3 +126,8 @@ def test_chat_heartbeat_restart_and_the_digest_is_in_the_next_sessions_context(
         .splitlines()[-1]
     )
     assert any(h["kind"] == "journal" and "firing schedule" in h["text"] for h in hits), hits
+    # The index is rebuilt from the files, journal entries included.
+    reindexed = _cli("memory", "reindex", "--home", str(home))
+    assert reindexed.returncode == 0 and "journal=2" in reindexed.stdout, reindexed.stderr
+    hits = json.loads(_cli("memory", "search", "Bartholomew-9", "--kind", "journal", "--json", "--home", str(home)).stdout.strip().splitlines()[-1])
+    assert hits and all(h["kind"] == "journal" for h in hits)

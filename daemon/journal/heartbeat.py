@@ -532,3 +532,15 @@ def journal_memory(entry: JournalEntry, day: date) -> Any:
         source=f"journal/{day.isoformat()}.jsonl",
         meta={"trigger": entry.trigger, "source": entry.source},
     )
+
+
+async def reindex_journal(home: Home, settings: Settings, index: Any) -> int:
+    """Index every entry of every day file again (`reverie memory reindex`); return how many."""
+    store = JournalStore(home.journal_dir, local_zone(settings.scheduler.timezone))
+    count = 0
+    for day in await anyio.to_thread.run_sync(store.days):
+        entries = await anyio.to_thread.run_sync(store.read_day, day)
+        if entries:
+            await index.upsert([journal_memory(e, day) for e in entries])
+            count += len(entries)
+    return count

@@ -240,6 +240,9 @@ async def _reindex(args: argparse.Namespace) -> int:
             system = MemorySystem(home=env.home, db=db, settings=env.settings, roles=roles, bus=None, clock=SystemClock())
             async with system:
                 counts = await system.reindex()
+                from daemon.journal.heartbeat import reindex_journal
+
+                counts["journal"] = await reindex_journal(env.home, env.settings, system.index)
                 await system.index.flush()
     else:
         async with open_index(env) as index:
