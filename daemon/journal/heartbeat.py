@@ -251,7 +251,7 @@ class JournalHeartbeat:
         written: list[str] = []
         skipped = ""
         for session_id, path, offset in rows:
-            if transcript_size(self._path(path)) <= int(offset):
+            if transcript_size(self._path(session_id, path)) <= int(offset):
                 continue  # nothing appended since the last entry: no read, no model call
             entry = await self.record(session_id, "heartbeat")
             if entry is not None:
@@ -283,7 +283,7 @@ class JournalHeartbeat:
             )
             if row is None:
                 return None
-            path, offset = self._path(row[0]), int(row[1])
+            path, offset = self._path(session_id, row[0]), int(row[1])
             if transcript_size(path) <= offset:
                 return None
             activity = await anyio.to_thread.run_sync(read_since, session_id, path, offset)
@@ -480,8 +480,12 @@ class JournalHeartbeat:
             )
         return True
 
-    def _path(self, value: str) -> Path:
-        path = Path(value)
+    def _path(self, session_id: str, stored: str) -> Path:
+        """The session's transcript: in this home's trunk folder (a moved or restored home), else as stored."""
+        local = self.home.trunk_dir / f"{session_id}.jsonl"
+        if local.exists():
+            return local
+        path = Path(stored)
         return path if path.is_absolute() else self.home.root / path
 
     # -- reading -----------------------------------------------------------------------------
