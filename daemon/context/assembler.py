@@ -47,7 +47,7 @@ from daemon.context.layers import (
 from daemon.events import BeforeAgentStart, Contribution, SessionShutdown
 from daemon.journal.digest import digest_body, newest_digest_path, newest_sections
 from daemon.log import get_logger
-from daemon.memory.api import MemoryItem, MemoryView
+from daemon.memory.api import LiveHistory, MemoryItem, MemoryView
 from daemon.models.base import SystemBlock
 from daemon.paths import Home
 from daemon.settings import Settings
@@ -136,8 +136,17 @@ class ContextAssembler:
         previous_reply: str = "",
         session_id: str = "",
         contributions: Sequence[Contribution] = (),
+        replayed_message_ids: frozenset[str] = frozenset(),
+        session_kind: str = "trunk",
+        exclude_sessions: Sequence[str] = (),
     ) -> AssembledContext:
         """Assemble the system prompt for `prompt`.
+
+        `replayed_message_ids` are the messages of `session_id` the request replays;
+        automatic recall leaves them out. A fork (`session_kind="fork"`) also gets
+        `persona/NEUROLOGY.md` (what a fork is), and no memory from `exclude_sessions` (its
+        ancestors' live sessions and its running siblings) enters any layer: a fork works
+        from its brief, never the trunk's conversation.
 
         Memory failures degrade to missing layers with a note, never an exception. On
         cancellation nothing is recorded and the cancellation propagates; time limits are
@@ -149,13 +158,20 @@ class ContextAssembler:
         timings: dict[str, float] = {}
         layers: dict[str, Layer] = {
             "discipline": Layer(name="discipline", entries=[Entry(key="discipline", body=DISCIPLINE)], truncatable=False),
-            "persona": self._persona_layer(notes),
+            "persona": self._persona_layer(notes, fork=session_kind == "fork"),
         }
+        excluded = frozenset(exclude_sessions)
 
         mem_started = time.perf_counter()
         asks: dict[str, Callable[[MemoryView], Awaitable[list[MemoryItem]]]] = {
             "profile_facts": lambda v: v.profile_facts(cfg.profile_facts),
-            "recent_entries": lambda v: v.recent_entries(cfg.themes_count),
+            # Themes must not repeat what the profile and recollections show: ask for enough
+            # entries to still have `themes_count` once those are set aside.
+            "recent_entries": lambda v: v.recent_entries(
+                cfg.themes_count + cfg.profile_facts + cfg.recollection_summaries + cfg.recollection_facts
+                if cfg.themes_count
+                else 0
+            ),
             "recent_summaries": lambda v: v.recent_summaries(cfg.recollection_summaries),
             "recent_facts": lambda v: v.recent_facts(cfg.recollection_facts),
         }
@@ -163,7 +179,8 @@ class ContextAssembler:
         ask_notes: dict[str, list[str]] = {name: [] for name in asks}
 
         async def ask(name: str) -> None:
-            got[name] = await self._ask(name, ask_notes[name], asks[name])
+            found = await self._ask(name, ask_notes[name], asks[name])
+            got[name] = [item for item in found if item.session not in excluded] if excluded else found
 
         # Issued together so the database thread takes them back to back; notes are merged
         # in a fixed order so the output stays deterministic.
@@ -178,13 +195,17 @@ class ContextAssembler:
 
         layers["profile"] = self._profile_layer(profile, notes)
         layers["wake"] = self._wake_layer(notes)
-        layers["themes"] = self._themes_layer(themes)
+        elsewhere = {i.id for i in (*profile, *summaries, *facts)}
+        layers["themes"] = self._themes_layer([i for i in themes if i.id not in elsewhere][: cfg.themes_count])
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
 
         shown = frozenset(e.key for name in ("themes", "recollections") for e in layers[name].entries)
         recall_started = time.perf_counter()
-        recalled = await self._recall(prompt, previous_reply, shown, notes)
+        live = LiveHistory(session=session_id, message_ids=replayed_message_ids) if session_id else None
+        recalled = await self._recall(prompt, previous_reply, shown, notes, live)
+        if excluded:
+            recalled = [item for item in recalled if item.session not in excluded]
         timings["recall_ms"] = (time.perf_counter() - recall_started) * 1000
         layers["recall"] = self._recall_layer(recalled, shown)
 
@@ -237,20 +258,25 @@ class ContextAssembler:
             notes.append(f"memory {what} failed ({type(exc).__name__}: {exc}); its layer is missing this turn")
             return []
 
-    async def _recall(self, prompt: str, previous_reply: str, shown: frozenset[str], notes: list[str]) -> list[MemoryItem]:
+    async def _recall(
+        self, prompt: str, previous_reply: str, shown: frozenset[str], notes: list[str], live: LiveHistory | None
+    ) -> list[MemoryItem]:
         mem = self.settings.memory
         if not mem.auto_recall or mem.auto_recall_max <= 0 or not prompt.strip():
             return []
         return await self._ask(
             "auto_recall",
             notes,
-            lambda v: v.auto_recall(prompt, previous_reply=previous_reply, exclude_ids=shown, limit=mem.auto_recall_max),
+            lambda v: v.auto_recall(
+                prompt, previous_reply=previous_reply, exclude_ids=shown, limit=mem.auto_recall_max, live=live
+            ),
         )
 
     # -- layer builders --------------------------------------------------------------------
 
-    def _persona_layer(self, notes: list[str]) -> Layer:
-        names = [*PERSONA_NAMES, *(("NEUROLOGY.md",) if self.settings.context.include_neurology else ())]
+    def _persona_layer(self, notes: list[str], *, fork: bool = False) -> Layer:
+        neurology = fork or self.settings.context.include_neurology
+        names = [*PERSONA_NAMES, *(("NEUROLOGY.md",) if neurology else ())]
         entries: list[Entry] = []
         for i, name in enumerate(names):
             ft = self.files.read(self.home.persona_dir / name)
@@ -529,6 +555,9 @@ class ContextAssembler:
                 previous_reply=event.previous_reply,
                 session_id=event.session_id,
                 contributions=list(event.context.contributions),
+                replayed_message_ids=event.replayed_message_ids,
+                session_kind=event.session_kind,
+                exclude_sessions=event.exclude_sessions,
             )
             event.context.system_blocks[:] = result.blocks
             event.context.report.clear()
