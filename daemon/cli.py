@@ -7,13 +7,9 @@ line on stderr when something is wrong.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
-import inspect
 import sys
 from typing import Any
-
-from daemon.cli_support import CommandError, print_err
 
 # Modules that contribute subcommands through `add_commands(subparsers, common)`.
 COMMAND_MODULES = (
@@ -22,13 +18,17 @@ COMMAND_MODULES = (
     "daemon.memory.commands",
     "daemon.memory.recall_commands",
     "daemon.context.commands",
+    "daemon.sleep.dream_commands",
+    "daemon.journal.commands",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     home_help = "state directory (default: $REVERIE_HOME, $STATE_DIRECTORY or ./var)"
     config_help = "extra TOML config layered over the home's reverie.toml"
-    parser = argparse.ArgumentParser(prog="reverie", description="Reverie: a 24/7 agent daemon built for continuity.")
+    parser = argparse.ArgumentParser(
+        prog="reverie", description="Reverie: a 24/7 agent daemon built for continuity."
+    )
     parser.add_argument("--home", metavar="DIR", help=home_help)
     parser.add_argument("--config", metavar="FILE", help=config_help)
     # Subcommands accept the same options after their name; SUPPRESS keeps a value given
@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(func: Any, args: argparse.Namespace) -> int:
+    import asyncio
+    import inspect
+
     result = func(args)
     if inspect.iscoroutine(result):
         result = asyncio.run(result)
@@ -51,6 +54,14 @@ def _run(func: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Memory commands a running daemon can answer go there before anything heavy is imported.
+    from daemon.commands.forward import forward
+
+    forwarded = forward(sys.argv[1:] if argv is None else list(argv))
+    if forwarded is not None:
+        return forwarded
+    from daemon.cli_support import CommandError, print_err
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -9,6 +9,7 @@ events and the lifecycle's state changes into frames.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -24,6 +25,16 @@ log = get_logger("gateway")
 
 Command = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 VERSION = "0.1.0"
+
+# Set while a command runs: sends a `progress` frame to the client that asked for it.
+_progress: ContextVar[Callable[[Any], None] | None] = ContextVar("command_progress", default=None)
+
+
+def command_progress(data: Any) -> None:
+    """Tell the client waiting on the running command how far it has got (no-op elsewhere)."""
+    send = _progress.get()
+    if send is not None:
+        send(data)
 
 
 def _get(frame: Any, key: str, default: Any = None) -> Any:
@@ -164,6 +175,7 @@ class ChatGateway:
             known = ", ".join(sorted(self.commands))
             client.send(protocol.error(ErrorCode.UNKNOWN_COMMAND, f"unknown command {name!r}; known: {known}", id=cid))
             return
+        token = _progress.set(lambda data: client.send(protocol.progress(id=cid, name=name, data=data)))
         try:
             data = await fn(args if isinstance(args, dict) else {})
         except CommandUnavailable as exc:
@@ -179,4 +191,6 @@ class ChatGateway:
             log.error("command failed", command=name, error=repr(exc), exc_info=True)
             client.send(protocol.error(ErrorCode.INTERNAL, f"{name} failed: {exc}", id=cid))
             return
+        finally:
+            _progress.reset(token)
         client.send(protocol.result(id=cid, name=name, data=data))

@@ -300,6 +300,11 @@ def result(*, id: str | None, name: str, data: Any) -> dict[str, Any]:
     return {"type": "result", "id": id, "name": name, "data": data}
 
 
+def progress(*, id: str | None, name: str, data: Any) -> dict[str, Any]:
+    """How far a long command (a `memory_import`) has got; its `result` or `error` follows."""
+    return {"type": "progress", "id": id, "name": name, "data": data}
+
+
 # --- line splitting with a size limit ---------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
 Origin = Literal["person", "agent", "tool", "system", "import"]
-Kind = Literal["fact", "profile", "summary", "chunk"]
+Kind = Literal["fact", "profile", "summary", "chunk", "month", "journal"]
 
 # Origins whose text may never be promoted into persona, profile or pinned facts.
 UNTRUSTED_ORIGINS: frozenset[str] = frozenset({"tool", "import"})

@@ -9,15 +9,15 @@ chunks the new messages. Re-importing the same file adds nothing. No model is ca
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from daemon.durable import append_lines
 from daemon.memory.index import MemoryIndex, iso
 from daemon.memory.transcripts import TranscriptLine, read_session_header, read_transcript
 from daemon.paths import Home
@@ -41,12 +41,7 @@ def imported_path(home: Home, session_id: str) -> Path:
 
 
 def _append_lines(path: Path, lines: list[TranscriptLine]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line.to_import_json() + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    append_lines(path, [line.to_import_json() for line in lines], mode=0o644)
 
 
 def _group(lines: Iterable[TranscriptLine]) -> dict[str, list[TranscriptLine]]:
@@ -92,12 +87,23 @@ def _record_sync(
         raise
 
 
-async def import_file(path: Path, *, home: Home, index: MemoryIndex) -> ImportResult:
-    """Import an import-format JSONL file; idempotent. Raises TranscriptError on a bad line."""
+async def import_file(
+    path: Path, *, home: Home, index: MemoryIndex, progress: Callable[[dict[str, Any]], None] | None = None
+) -> ImportResult:
+    """Import an import-format JSONL file; idempotent. Raises TranscriptError on a bad line.
+
+    Each session is copied to its file (fsynced) before its rows are written, and rows are
+    keyed by message id, so an import killed at any point and run again completes without
+    duplicates. `progress` receives `{"phase": "record", "done": messages, "total": messages}`
+    after each session.
+    """
     lines = await anyio.to_thread.run_sync(read_transcript, path)
     sessions = _group(lines)
-    added = present = chunks = 0
+    added = present = chunks = seen = 0
+    if progress is not None:
+        progress({"phase": "record", "done": 0, "total": len(lines)})
     for session_id, group in sessions.items():
+        seen += len(group)
         dup = len(group) - len({line.id for line in group})
         group = list({line.id: line for line in reversed(group)}.values())[::-1] if dup else group
         target = imported_path(home, session_id)
@@ -109,6 +115,8 @@ async def import_file(path: Path, *, home: Home, index: MemoryIndex) -> ImportRe
         added += n
         present += len(group) - n
         chunks += await index.index_session(session_id)
+        if progress is not None:
+            progress({"phase": "record", "done": seen, "total": len(lines)})
     return ImportResult(
         sessions=len(sessions), messages=added, already_present=present, chunks=chunks,
         session_ids=tuple(sessions),

@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -182,7 +183,7 @@ class MemoryIndex:
         self.settings = settings
         self.clock = clock
         self.matrix = VectorMatrix(model=embedder.name, dim=embedder.dim)
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
         self._wake = anyio.Event()
         self._embed_lock = anyio.Lock()
         self._refresh_lock = anyio.Lock()
@@ -194,17 +195,19 @@ class MemoryIndex:
     # ----- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> MemoryIndex:
         if self.background and not self.db.readonly and self.embedder.dim > 0:
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
-            self._tg.start_soon(self._embed_worker, name="memory-embedder")
-            self._wake.set()
+            async with AsyncExitStack() as stack:
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                # Cancelled first on exit, so the worker stops before its task group closes.
+                stack.callback(tg.cancel_scope.cancel)
+                tg.start_soon(self._embed_worker, name="memory-embedder")
+                self._wake.set()
+                self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
-            tg, self._tg = self._tg, None
-            await tg.__aexit__(None, None, None)
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
 
     # ----- writes ----------------------------------------------------------------------------
     async def upsert(self, items: Sequence[NewMemory]) -> None:
@@ -243,6 +246,19 @@ class MemoryIndex:
 
         if not await self.db.run(_write, work):
             raise KeyError(f"no memory with id {uid!r}")
+
+    async def restore(self, uid: str) -> None:
+        """Make a retired (not superseded) memory active again; unknown uids raise KeyError."""
+
+        def work(conn: Any) -> int:
+            gen = next_generation(conn)
+            return conn.execute(
+                "UPDATE memories SET retired_at = NULL, version = ? WHERE uid = ? AND superseded_by IS NULL",
+                (gen, uid),
+            ).rowcount
+
+        if not await self.db.run(_write, work):
+            raise KeyError(f"no active-able memory with id {uid!r}")
 
     async def clear(self) -> None:
         """Drop all memories and chunk marks (reindex); cached embeddings are kept for reuse."""
@@ -377,7 +393,8 @@ class MemoryIndex:
         running SQL statement or product finishes in its thread, its result unused).
         """
         lexical_on = mode in ("hybrid", "lexical")
-        vector_on = mode in ("hybrid", "vector") and self.embedder.dim > 0 and len(self.matrix) > 0
+        # No vector to compare with, no query to embed: the model is never loaded for nothing.
+        vector_on = mode in ("hybrid", "vector") and self.embedder.dim > 0 and self.matrix.vector_count > 0
         rows = len(self.matrix)
 
         def choose(conn: Any) -> list[str]:
@@ -590,20 +607,30 @@ class MemoryIndex:
         return sorted(out, key=lambda m: -m.score)
 
     # ----- embedding -------------------------------------------------------------------------
-    async def flush(self) -> None:
+    async def flush(self, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Embed every memory still missing a vector for the current model, then return.
 
         Raises the embedder's error if it fails (the background task would retry later).
-        Cancellation leaves the rest pending for the background task.
+        Cancellation leaves the rest pending for the background task. `progress` receives
+        `{"phase": "embed", "done": texts, "total": texts}` after each batch.
         """
         if self.embedder.dim == 0 or self.db.readonly:
             return
         async with self._embed_lock:
-            await self._embed_pending()
+            await self._embed_pending(progress)
         await self.refresh()
 
-    async def _embed_pending(self) -> int:
+    async def _embed_pending(self, progress: Callable[[dict[str, Any]], None] | None = None) -> int:
         done, after = 0, 0
+        total = 0
+        if progress is not None:
+            row = await self.db.fetchone(
+                "SELECT count(DISTINCT m.content_hash) FROM memories m "
+                "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? WHERE e.content_hash IS NULL",
+                (self.embedder.name,),
+            )
+            total = int(row[0])
+            progress({"phase": "embed", "done": 0, "total": total})
         while True:
             batch = await self.db.fetchall(
                 "SELECT m.rowid, m.content_hash, m.title, m.text FROM memories m "
@@ -630,6 +657,8 @@ class MemoryIndex:
 
             await self.db.run(_write, store)
             done += len(rows)
+            if progress is not None:
+                progress({"phase": "embed", "done": min(done, total), "total": total})
 
     async def _embed_worker(self) -> None:
         while True:

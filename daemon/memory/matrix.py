@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3}
+KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3, "month": 4, "journal": 5}
 
 
 def _epoch_seconds(value: str) -> float:
@@ -50,6 +50,11 @@ class VectorMatrix:
 
     def __len__(self) -> int:
         return self._n
+
+    @property
+    def vector_count(self) -> int:
+        """How many loaded rows have a vector (0: nothing to compare a query vector with)."""
+        return int(np.count_nonzero(self._has_vec[: self._n]))
 
     @property
     def nbytes(self) -> int:

@@ -14,9 +14,9 @@ rewrites its own file instead of adding a second one.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 
 from daemon.clock import Clock
+from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.memory.index import MemoryIndex, NewMemory
 from daemon.memory.text import addenda_block, keywords, parse_json_reply, slugify
@@ -161,11 +162,12 @@ def parse_summary(reply: str, fallback_text: str) -> Summary:
 
 
 def render_summary_file(
-    summary: Summary, *, session_id: str, started: str, transcript: str, messages: int, summarised_at: str
+    summary: Summary, *, session_id: str, started: str, transcript: str, messages: int, summarised_at: str, kind: str = "trunk"
 ) -> str:
     """The summary file: a small front matter, then the narrative a person can read."""
     front = {
         "session": session_id,
+        "kind": kind,
         "started": started,
         "transcript": transcript,
         "title": summary.title,
@@ -209,7 +211,11 @@ def summary_memory(meta: dict[str, Any], body: str, path: Path, *, origin: str) 
         created = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     if created.tzinfo is None:
         created = created.replace(tzinfo=UTC)
-    tags = meta.get("tags") or []
+    tags = [str(t) for t in meta.get("tags") or []] if isinstance(meta.get("tags"), list) else []
+    kind = str(meta.get("kind") or "trunk")
+    if kind == "fork" and "fork" not in tags:
+        # A delegate fork's own summary: findable, but recall prefers the trunk's sessions.
+        tags.append("fork")
     return NewMemory(
         uid=f"summary:{meta['session']}",
         kind="summary",
@@ -217,11 +223,11 @@ def summary_memory(meta: dict[str, Any], body: str, path: Path, *, origin: str) 
         title=str(meta.get("title") or path.stem),
         origin=origin,  # type: ignore[arg-type]
         created_at=created,
-        tags=tuple(str(t) for t in tags) if isinstance(tags, list) else (),
-        importance=0.6,
+        tags=tuple(tags),
+        importance=0.45 if kind == "fork" else 0.6,
         session_id=str(meta["session"]),
         source=str(path),
-        meta={"file": path.name, "transcript": str(meta.get("transcript") or "")},
+        meta={"file": path.name, "transcript": str(meta.get("transcript") or ""), "session_kind": kind},
     )
 
 
@@ -278,19 +284,24 @@ class Summariser:
         self._idle = anyio.Event()
         self._idle.set()
         self._failed: set[str] = set()
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
 
     async def __aenter__(self) -> Summariser:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._worker, name="summariser")
-        self._tg.start_soon(self._retry_loop, name="summariser-retry")
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)
+            stack.push_async_callback(self._finish_pending)
+            tg.start_soon(self._worker, name="summariser")
+            tg.start_soon(self._retry_loop, name="summariser-retry")
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        tg, self._tg = self._tg, None
-        if tg is None:
-            return
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _finish_pending(self) -> None:
         grace = max(0.5, self.settings.agent.shutdown_grace_s - 2.0)
         # Shielded: the daemon's own stop cancels everything, but summaries deserve their budget.
         with anyio.CancelScope(shield=True), anyio.move_on_after(grace):
@@ -300,9 +311,6 @@ class Summariser:
                 "summaries left unfinished at shutdown; they will be redone after restart",
                 pending=len(self._queue.pending) + self._busy,
             )
-        # The task group's scope must be the current one when it exits: no scope around this.
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
 
     # --- scheduling --------------------------------------------------------------------
     def enqueue(self, session_id: str) -> None:
@@ -416,6 +424,7 @@ class Summariser:
             transcript=transcript or "",
             messages=total,
             summarised_at=now.isoformat(timespec="seconds"),
+            kind=str(kind),
         )
         await anyio.to_thread.run_sync(_write_atomic, path, text)
         meta, body = read_summary_file(path)
@@ -475,10 +484,4 @@ class Summariser:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, text)

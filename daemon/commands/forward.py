@@ -1,0 +1,252 @@
+"""Hand `memory search | import`, `remember` and `recall` to the running daemon (standard library only).
+
+`reverie` calls `forward(argv)` before it imports anything heavy. When the command is one of
+these four and a daemon listens on the home's socket, the command is sent there (where the
+embedding model and the vector matrix are warm), the reply is printed exactly as the direct
+path prints it, and the exit code is returned. Otherwise — another command, `--help`, no
+socket, a daemon too old to know the command — it returns None and the CLI runs the command
+itself over the database. A refusal by the daemon prints `reverie: <why>` and exits 1, as the
+direct path does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import socket
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from daemon.commands import args as spec
+from daemon.commands import render
+
+CONNECT_TIMEOUT_S = 5.0
+# A search whose daemon must first load the embedding model may take a few seconds.
+SEARCH_TIMEOUT_S = 300.0
+
+
+class _NotOurs(Exception):
+    """The command line is not one the fast path handles; the full CLI takes it."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _NotOurs(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise _NotOurs(message or "")
+
+
+class DaemonGone(Exception):
+    """The daemon stopped answering mid-command."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="reverie", add_help=False)
+    common = _Parser(add_help=False)
+    for p in (parser, common):
+        p.add_argument("--home", default=argparse.SUPPRESS)
+        p.add_argument("--config", default=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    memory = sub.add_parser("memory", parents=[common], add_help=False)
+    msub = memory.add_subparsers(dest="memory_command", parser_class=_Parser)
+    spec.add_search_args(msub.add_parser("search", parents=[common], add_help=False))
+    spec.add_import_args(msub.add_parser("import", parents=[common], add_help=False))
+    spec.add_remember_args(sub.add_parser("remember", parents=[common], add_help=False))
+    spec.add_recall_args(sub.add_parser("recall", parents=[common], add_help=False))
+    return parser
+
+
+def _home(args: argparse.Namespace) -> Path:
+    raw = getattr(args, "home", None)
+    if raw:
+        return Path(raw).expanduser().resolve()
+    env = os.environ
+    if env.get("REVERIE_HOME"):
+        return Path(env["REVERIE_HOME"]).expanduser().resolve()
+    if env.get("STATE_DIRECTORY"):
+        return Path(env["STATE_DIRECTORY"].split(":")[0]).resolve()
+    return (Path.cwd() / "var").resolve()
+
+
+def socket_path(home: Path, config: str | None) -> Path | None:
+    """Resolve the socket the way the settings do (home TOML → --config → environment).
+
+    Returns None when a configuration file cannot be read: the full CLI then reports it.
+    """
+    configured: str | None = None
+    for path in (home / "reverie.toml", Path(config).expanduser() if config else None):
+        if path is None or not path.exists():
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return None
+        chat = data.get("chat")
+        if isinstance(chat, dict) and isinstance(chat.get("socket"), str) and chat["socket"]:
+            configured = chat["socket"]
+    configured = os.environ.get("REVERIE_SOCKET") or configured
+    if configured:
+        p = Path(configured).expanduser()
+        return p if p.is_absolute() else home / p
+    if os.environ.get("RUNTIME_DIRECTORY"):
+        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0]) / "reverie.sock"
+    return home / "run" / "reverie.sock"
+
+
+class DaemonLink:
+    """One blocking connection to the daemon: newline-delimited JSON frames."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = b""
+        self._ids = itertools.count(1)
+        self.hello: dict[str, Any] = {}
+
+    @classmethod
+    def open(cls, path: Path) -> DaemonLink | None:
+        """Connect and read the greeting; None when no daemon answers there."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            sock.connect(str(path))
+            link = cls(sock)
+            hello = link.recv()
+        except (OSError, ValueError, DaemonGone):
+            sock.close()
+            return None
+        if hello.get("type") != "hello":
+            sock.close()
+            return None
+        link.hello = hello
+        return link
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def recv(self) -> dict[str, Any]:
+        while b"\n" not in self._buf:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise DaemonGone("the daemon closed the connection before answering")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        frame = json.loads(line)
+        if not isinstance(frame, dict):
+            raise ValueError("the daemon sent a frame that is not an object")
+        return frame
+
+    def command(
+        self, name: str, args: dict[str, Any], *, timeout: float | None, on_progress: Any = None
+    ) -> dict[str, Any]:
+        """Send a command; return its `result` or `error` frame (progress frames go to `on_progress`)."""
+        cid = f"cli-{next(self._ids)}"
+        self.sock.settimeout(timeout)
+        self.sock.sendall(
+            (json.dumps({"type": "command", "name": name, "args": args, "id": cid}) + "\n").encode()
+        )
+        while True:
+            frame = self.recv()
+            if frame.get("id") != cid:
+                continue  # state broadcasts and the like
+            kind = frame.get("type")
+            if kind == "progress" and on_progress is not None:
+                on_progress(frame.get("data") or {})
+            elif kind in ("result", "error"):
+                return frame
+
+
+class _Fallback(Exception):
+    """The daemon does not know the command; run it directly instead."""
+
+
+def _answer(frame: dict[str, Any]) -> Any:
+    if frame["type"] == "result":
+        return frame.get("data")
+    if frame.get("code") == "unknown_command":
+        raise _Fallback
+    raise spec.UsageError(str(frame.get("message") or "the daemon refused the command"))
+
+
+def _search(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
+    queries = spec.search_queries(args)
+    options = spec.search_options(args)
+    batch = args.batch is not None
+    for start in range(0, len(queries), spec.BATCH_QUERIES):
+        part = queries[start : start + spec.BATCH_QUERIES]
+        data = _answer(
+            link.command("memory_search", {"queries": part, **options}, timeout=SEARCH_TIMEOUT_S)
+        )
+        for query, items in zip(part, data["results"], strict=True):
+            render.search_results(items, as_json=args.json, batch=batch, query=query, out=out)
+    return 0
+
+
+def _import(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
+    path = spec.import_file(args)
+    progress = render.ImportProgress(as_json=args.json, enabled=not args.no_progress)
+    request = {
+        "path": str(path),
+        "summarise": bool(args.summarise),
+        "no_embed": bool(args.no_embed),
+    }
+    try:
+        counts = _answer(link.command("memory_import", request, timeout=None, on_progress=progress))
+    finally:
+        progress.close()
+    render.import_counts(counts, as_json=args.json, out=out)
+    return 0
+
+
+def _remember(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
+    data = _answer(link.command("remember", spec.remember_request(args), timeout=None))
+    render.remember_result(data, as_json=args.json, out=out)
+    return 0
+
+
+def _recall(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
+    data = _answer(link.command("recall", {"query": spec.recall_query(args)}, timeout=None))
+    render.recall_answer(data, as_json=args.json, out=out)
+    return 0
+
+
+def forward(argv: list[str], out: TextIO | None = None) -> int | None:
+    """Run a memory command through the running daemon; None when the CLI should run it itself."""
+    if any(a in ("-h", "--help") for a in argv):
+        return None
+    try:
+        args = _parser().parse_args(argv)
+    except _NotOurs:
+        return None
+    if args.command == "memory":
+        run = {"search": _search, "import": _import}.get(args.memory_command or "")
+    else:
+        run = {"remember": _remember, "recall": _recall}.get(args.command or "")
+    if run is None:
+        return None
+    home = _home(args)
+    path = socket_path(home, getattr(args, "config", None))
+    if path is None or not path.exists():
+        return None
+    link = DaemonLink.open(path)
+    if link is None:
+        return None
+    stream = out or sys.stdout
+    try:
+        return run(link, args, stream)
+    except _Fallback:
+        return None
+    except spec.UsageError as exc:
+        print(f"reverie: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except (DaemonGone, OSError, ValueError) as exc:
+        print(f"reverie: lost the daemon mid-command ({exc}); run it again", file=sys.stderr)
+        return 1
+    finally:
+        link.close()

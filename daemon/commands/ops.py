@@ -1,0 +1,176 @@
+"""The memory commands' work, run the same way by the CLI's direct path and by the daemon.
+
+Each operation takes a memory index (or memory system) and JSON-shaped options and returns
+JSON-shaped data, which `daemon.commands.render` prints. The daemon runs them over its warm
+index; the CLI over one it opens for the command. Same code, same hits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from daemon.memory.api import MemoryItem
+from daemon.memory.embedders import EmbedderError
+from daemon.memory.importer import import_file
+from daemon.memory.index import MemoryIndex
+from daemon.memory.query import decompose
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from daemon.memory.system import MemorySystem
+    from daemon.paths import Home
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+def item_json(item: MemoryItem) -> dict[str, Any]:
+    """Render one result in the `memory search --json` contract."""
+    return {
+        "kind": item.kind,
+        "id": item.id,
+        "score": round(item.score, 6),
+        "text": item.text,
+        "session": item.session,
+        "message_ids": list(item.message_ids),
+        "ts": item.ts.isoformat() if item.ts else None,
+        "title": item.title,
+        "origin": item.origin,
+        "source": item.source,
+        "tags": list(item.tags),
+    }
+
+
+async def search_batch(
+    index: MemoryIndex,
+    queries: Sequence[str],
+    *,
+    now: Any,
+    k: int = 10,
+    mode: str = "hybrid",
+    kinds: Sequence[str] | None = None,
+    include_retired: bool = False,
+    raw: bool = False,
+) -> list[list[dict[str, Any]]]:
+    """Search each query in turn; return one list of result dicts per query, in order.
+
+    The sub-queries of the whole batch are embedded in one call, and only when the index
+    holds vectors to compare them with: a lexical search never loads the embedding model.
+    """
+    if mode not in ("hybrid", "lexical", "vector"):
+        raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
+    if k <= 0:
+        raise ValueError("k must be a positive number")
+    await index.refresh()
+    plans = [decompose(q, now=now) for q in queries]
+    if mode != "lexical" and index.embedder.dim > 0 and index.matrix.vector_count > 0:
+        await index.query_vectors(
+            [q for p in plans for q in (p.all_queries() if not raw else [p.text]) if q]
+        )
+    out: list[list[dict[str, Any]]] = []
+    for query, plan in zip(queries, plans, strict=True):
+        results: list[MemoryItem]
+        if not query.strip():
+            results = []
+        elif raw:
+            results = await index.search(
+                query,
+                k=k,
+                kinds=kinds,
+                mode=mode,  # type: ignore[arg-type]
+                include_retired=include_retired,
+            )
+        else:
+            results = await index.search_plan(
+                plan,
+                k=k,
+                mode=mode,  # type: ignore[arg-type]
+                kinds=kinds,
+                include_retired=include_retired,
+            )
+        out.append([item_json(r) for r in results])
+    return out
+
+
+async def import_transcripts(
+    path: Path,
+    *,
+    home: Home,
+    index: MemoryIndex,
+    embed: bool = True,
+    progress: Progress | None = None,
+    summarise: Callable[[tuple[str, ...]], Any] | None = None,
+) -> dict[str, Any]:
+    """Import a JSONL file, embed what is new in batches across all its sessions, return the counts.
+
+    Raises `TranscriptError` (nothing written) on a bad line. Texts whose content hash already
+    has a vector are never embedded again; an embedder failure leaves the vectors to the
+    background task and says so in the counts.
+    """
+    started = time.perf_counter()
+    result = await import_file(path, home=home, index=index, progress=progress)
+    if embed and index.embedder.dim > 0:
+        try:
+            await index.flush(progress=progress)
+            embedded = index.embedder.name
+        except EmbedderError as exc:
+            embedded = f"failed ({exc}); the daemon will retry"
+    elif index.embedder.dim == 0:
+        embedded = "none (lexical only)"
+    else:
+        embedded = "deferred"
+    summaries = 0
+    if summarise is not None and result.session_ids:
+        summaries = await summarise(result.session_ids)
+    return {
+        "sessions": result.sessions,
+        "messages": result.messages,
+        "already_present": result.already_present,
+        "chunks": result.chunks,
+        "summaries": summaries,
+        "embeddings": embedded,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+async def summarise_sessions(
+    memory: MemorySystem, session_ids: Sequence[str], progress: Progress | None = None
+) -> int:
+    """Summarise each session now (calls the summariser model); return how many got a file."""
+    done = 0
+    for i, sid in enumerate(session_ids, 1):
+        if await memory.summarise_session(sid, wait=True) is not None:
+            done += 1
+        if progress is not None:
+            progress({"phase": "summarise", "done": i, "total": len(session_ids)})
+    return done
+
+
+async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, Any]:
+    """Store, correct or retract a fact as the person (raises `FactError` when refused)."""
+    text = " ".join(str(request.get("text") or "").split())
+    retract, correct = request.get("retract"), request.get("correct")
+    if retract is not None:
+        if text:
+            raise ValueError("--retract takes no TEXT; give the reason with --reason")
+        reason = str(request.get("reason") or "") or "retracted by the person"
+        await memory.retract(str(retract), reason=reason, origin="person")
+        return {"status": "retracted", "id": retract, "message": f"{retract} retracted"}
+    if not text:
+        raise ValueError("remember needs TEXT (or --retract ID)")
+    if correct is not None:
+        return asdict(await memory.correct(str(correct), text, origin="person"))
+    target = str(request.get("target") or "memory")
+    tags = [str(t) for t in request.get("tags") or []]
+    return asdict(await memory.remember(text, target=target, origin="person", tags=tags))
+
+
+async def recall(memory: MemorySystem, query: str) -> dict[str, Any]:
+    """Run the recall tool as the agent sees it; the result's JSON with the rendered answer as `text`."""
+    result = await memory.recall_result(query)
+    data = result.to_json()
+    data["text"] = result.render(memory.settings.memory.recall_max_bytes)
+    return data

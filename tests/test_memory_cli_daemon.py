@@ -1,0 +1,287 @@
+"""Memory commands through the running daemon and directly: same output, same exit codes.
+
+Real processes throughout: the CLI as a subprocess, the daemon as a subprocess on a real Unix
+socket, the same home for both paths.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import REPO, DaemonProcess, daemon_env
+
+LINES = [
+    {
+        "session": "conv-1",
+        "id": "D1:1",
+        "ts": "2023-05-08T13:56:00",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "I went to the LGBTQ support group yesterday and it was so powerful.",
+    },
+    {
+        "session": "conv-1",
+        "id": "D1:2",
+        "ts": "2023-05-08T13:57:00",
+        "role": "assistant",
+        "speaker": "Melanie",
+        "content": "That's wonderful, Caroline! How did it feel?",
+    },
+    {
+        "session": "conv-1",
+        "id": "D1:3",
+        "ts": "2023-05-08T13:58:00",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "I'm thinking about a career in counseling after hearing those stories.",
+    },
+    {
+        "session": "conv-2",
+        "id": "D2:1",
+        "ts": "2023-06-10T10:00:00Z",
+        "role": "user",
+        "speaker": "Melanie",
+        "content": "I painted a sunrise over the lake with my kids last weekend.",
+    },
+    {
+        "session": "conv-2",
+        "id": "D2:2",
+        "ts": "2023-06-10T10:01:00Z",
+        "role": "assistant",
+        "speaker": "Caroline",
+        "content": "A sunrise! Did the kids paint too, or did they go swimming in the lake?",
+    },
+    {
+        "session": "conv-3",
+        "id": "D3:1",
+        "ts": "2023-07-01T09:00:00Z",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "My sister Ada moved to Lisbon in July and started a job as a pharmacist.",
+    },
+]
+MORE = [
+    {
+        "session": "conv-4",
+        "id": "D4:1",
+        "ts": "2023-08-02T09:00:00Z",
+        "role": "user",
+        "speaker": "Melanie",
+        "content": "We adopted a beagle called Biscuit from the shelter on Tuesday.",
+    },
+]
+QUERIES = [
+    "When did Caroline go to the support group?",
+    "what did Melanie paint",
+    "Where does Ada live now?",
+    "beagle",
+    "nothing like this is in memory zebra quantum",
+]
+ENV = {"REVERIE_EMBEDDER": "hash"}
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli", *args],
+        cwd=REPO,
+        env=env or daemon_env(ENV),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(home=tmp_path / "home", env=daemon_env(ENV))
+    yield d
+    if d.proc is not None and d.proc.poll() is None:
+        d.proc.kill()
+        d.wait(10)
+
+
+def _searches(home: Path, batch: Path) -> list[tuple[int, str, str]]:
+    runs = []
+    for q in QUERIES:
+        for extra in (
+            (),
+            ("--json",),
+            ("--mode", "lexical", "--json"),
+            ("--kind", "chunk", "--k", "2"),
+        ):
+            r = _cli("memory", "search", q, "--home", str(home), *extra)
+            runs.append((r.returncode, r.stdout, r.stderr))
+    r = _cli("memory", "search", "--batch", str(batch), "--json", "--home", str(home))
+    runs.append((r.returncode, r.stdout, r.stderr))
+    for bad in (("memory", "search", "x", "--k", "0"), ("memory", "search"), ("recall", "  ")):
+        r = _cli(*bad, "--home", str(home))
+        runs.append((r.returncode, r.stdout, r.stderr))
+    return runs
+
+
+def test_daemon_and_direct_paths_give_the_same_hits(tmp_path: Path, daemon: DaemonProcess) -> None:
+    home = daemon.home
+    src = _write(tmp_path / "conv.jsonl", LINES)
+    batch = tmp_path / "queries.txt"
+    batch.write_text("\n".join(QUERIES) + "\n")
+    r = _cli("memory", "import", str(src), "--home", str(home), "--json")
+    assert r.returncode == 0, r.stderr
+    r = _cli("remember", "Melanie's favourite colour is teal", "--home", str(home), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "stored", r.stderr
+
+    direct = _searches(home, batch)
+    assert any("D3:1" in out for _, out, _ in direct)
+    assert direct[-3][0] == 1 and direct[-3][2].strip() == "reverie: --k must be a positive number"
+
+    daemon.start()
+    forwarded = _searches(home, batch)
+    for (d_code, d_out, d_err), (f_code, f_out, f_err) in zip(direct, forwarded, strict=True):
+        assert (f_code, f_out) == (d_code, d_out)
+        assert f_err.strip() == d_err.strip()
+
+    # Writes through the daemon: an import and a fact, then an import of a bad file.
+    more = _write(tmp_path / "more.jsonl", MORE)
+    r = _cli("memory", "import", str(more), "--home", str(home), "--json")
+    assert r.returncode == 0, r.stderr
+    counts = json.loads(r.stdout)
+    assert (
+        counts["messages"] == 1 and counts["sessions"] == 1 and counts["embeddings"] == "hash-256"
+    )
+    progress = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
+    assert {p["progress"] for p in progress} >= {"record", "embed"}
+    assert progress[-1]["done"] == progress[-1]["total"]
+    assert any(e.get("event") == "memory import done" for e in daemon.log_events())
+
+    r = _cli("remember", "--correct", "fact:999", "no such fact", "--home", str(home))
+    bad_fact = (r.returncode, r.stderr.strip())
+    assert bad_fact[0] == 1 and bad_fact[1].startswith("reverie: ")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(MORE[0]) + "\n{not json\n")
+    r = _cli("memory", "import", str(broken), "--home", str(home))
+    bad_import = (r.returncode, r.stderr.strip())
+    assert bad_import[0] == 1 and "import stopped, nothing written" in bad_import[1]
+
+    r = _cli("recall", "Ada Lisbon", "--home", str(home), "--json")
+    assert r.returncode == 0, r.stderr
+    recalled = json.loads(r.stdout)
+    assert "Lisbon" in recalled["text"]
+    warm_after = [
+        (_cli("memory", "search", q, "--home", str(home), "--json").stdout)
+        for q in ("beagle", "teal colour")
+    ]
+    assert daemon.stop() == 0
+
+    # The same home with the daemon stopped: the direct path agrees, also on refusals.
+    assert [
+        (_cli("memory", "search", q, "--home", str(home), "--json").stdout)
+        for q in ("beagle", "teal colour")
+    ] == warm_after
+    assert "D4:1" in warm_after[0] and "teal" in warm_after[1]
+    r = _cli("remember", "--correct", "fact:999", "no such fact", "--home", str(home))
+    assert (r.returncode, r.stderr.strip()) == bad_fact
+    r = _cli("memory", "import", str(broken), "--home", str(home))
+    assert (r.returncode, r.stderr.strip()) == bad_import
+    r = _cli("recall", "Ada Lisbon", "--home", str(home), "--json")
+    assert json.loads(r.stdout) == recalled
+
+
+def test_forwarding_imports_nothing_heavy(tmp_path: Path, daemon: DaemonProcess) -> None:
+    home = daemon.home
+    src = _write(tmp_path / "conv.jsonl", LINES)
+    assert _cli("memory", "import", str(src), "--home", str(home)).returncode == 0
+    daemon.start()
+    probe = (
+        "import sys\n"
+        "from daemon.cli import main\n"
+        f"code = main(['memory', 'search', 'sunrise lake', '--home', {str(home)!r}, '--json'])\n"
+        "heavy = sorted(m for m in ('numpy', 'anyio', 'pydantic', 'structlog', 'daemon.settings', 'daemon.memory.index') if m in sys.modules)\n"
+        "print('HEAVY', heavy, 'CODE', code, file=sys.stderr)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env=daemon_env(ENV),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "HEAVY [] CODE 0" in r.stderr, r.stderr
+    assert "D2:1" in r.stdout
+    assert daemon.stop() == 0
+    # With no daemon the same call takes the direct path (and imports what it needs).
+    r = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env=daemon_env(ENV),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "CODE 0" in r.stderr and "'numpy'" in r.stderr and "D2:1" in r.stdout, r.stderr
+
+
+def test_reindex_makes_no_model_call_and_writes_no_summary(tmp_path: Path) -> None:
+    from tests.fakes.anthropic_server import FakeAnthropic
+    from tests.harness import Client
+
+    home = tmp_path / "home"
+    src = _write(tmp_path / "conv.jsonl", LINES)
+    with FakeAnthropic() as fake:
+        env = daemon_env({**ENV, "ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        assert _cli("memory", "import", str(src), "--home", str(home), env=env).returncode == 0
+        # A trunk session the summariser never saw: the daemon is killed before shutdown.
+        d = DaemonProcess(home=home, env=env).start()
+        try:
+            fake.enqueue("Noted: the garden shed needs a new roof.")
+            with Client(d.socket_path) as c:
+                c.hello()
+                _, frames = c.chat("the garden shed needs a new roof")
+                assert frames[-1]["type"] == "done", frames
+        finally:
+            d.kill()
+        assert (
+            _cli(
+                "remember", "the boiler is serviced every March", "--home", str(home), env=env
+            ).returncode
+            == 0
+        )
+        before = _cli(
+            "memory", "search", "Ada Lisbon", "--home", str(home), "--json", env=env
+        ).stdout
+        calls = len(fake.requests)
+        fake.enqueue(*["a summary the test never wants written"] * 4)
+        r = _cli("memory", "reindex", "--home", str(home), env=env)
+        assert r.returncode == 0, r.stderr
+        assert "facts=1" in r.stdout and "sessions=4" in r.stdout, r.stdout
+        assert len(fake.requests) == calls
+        assert fake.pending == 4
+    assert list((home / "memory" / "sessions").glob("*.md")) == []
+    after = _cli("memory", "search", "Ada Lisbon", "--home", str(home), "--json", env=env).stdout
+    assert json.loads(after)[0]["message_ids"] == json.loads(before)[0]["message_ids"] == ["D3:1"]
+    shed = _cli(
+        "memory", "search", "garden shed roof", "--home", str(home), "--json", env=env
+    ).stdout
+    assert "shed" in shed
+    facts = _cli(
+        "memory",
+        "search",
+        "boiler serviced",
+        "--home",
+        str(home),
+        "--json",
+        "--kind",
+        "fact",
+        env=env,
+    ).stdout
+    assert "March" in facts
