@@ -124,7 +124,7 @@ class StoreSettings(_Section):
 
 
 class MemorySettings(_Section):
-    embedder: Literal["auto", "none", "local", "api", "hash"] = "auto"
+    embedder: Literal["auto", "none", "minilm", "local", "api", "hash"] = "auto"
     embed_model: str = "all-MiniLM-L6-v2"
     embed_batch: int = Field(32, ge=1)
     api_embed_url: str | None = None
