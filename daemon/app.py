@@ -1,7 +1,7 @@
 """The orchestrator: wires the services together and runs them. No feature logic here.
 
 Start-up order: home lock → database → ledger, model roles, bus → topic router, memory,
-context assembler → tools → trunk → chat server (READY=1 once it listens) → scheduler,
+journal heartbeat, context assembler → tools → trunk → chat server (READY=1 once it listens) → scheduler,
 file watcher, watchdog. Shutdown (SIGTERM/SIGINT): STOPPING=1, let the running turn finish
 within half the grace period, then cancel it; the trunk fires `session_shutdown`; memory
 waits for its summaries within the budget; the store checkpoints and closes; exit 0. A
@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from daemon import status as status_mod
-from daemon.agent.gateway import ChatGateway, CommandBusy, CommandUnavailable, state_frame
+from daemon.agent.gateway import ChatGateway, CommandBusy, state_frame
 from daemon.agent.loop import AgentLoop
 from daemon.agent.trunk import SwitchVetoed, Trunk
 from daemon.bus import EventBus
@@ -90,7 +90,10 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.memory: Any = None
         self.router: Any = None
+        self.delegator: Any = None
+        self.journal: Any = None
         self.server: Any = None
+        self.sleep_cycle: Any = None
         self._stop = anyio.Event()
 
     @property
@@ -119,7 +122,13 @@ class Daemon:
     async def _serve(self) -> int:
         from daemon.chat.server import ChatServer
         from daemon.context.assembler import ContextAssembler
+        from daemon.delegate.fork import Delegator
+        from daemon.journal import JournalHeartbeat
         from daemon.memory.system import MemorySystem
+        from daemon.sleep.cycle import SleepCycle
+        from daemon.sleep.dreams import DreamsPhase
+        from daemon.sleep.maintenance import MaintenancePhase
+        from daemon.sleep.wake import WakeUp
         from daemon.systemd import Notifier, watchdog_loop
         from daemon.topics.router import TopicRouter
         from daemon.topics.watch import FileWatcher
@@ -138,11 +147,31 @@ class Daemon:
             self.memory = await stack.enter_async_context(
                 MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
             )
+            # Entered before the trunk, so it is still there when the trunk's session ends.
+            self.journal = await stack.enter_async_context(
+                JournalHeartbeat(home=self.home, db=self.db, settings=s, roles=self.roles, clock=self.clock, index=self.memory.index)
+            )
+            self.journal.register(self.bus)
             assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
             # Required: a turn never reaches the model without its context (it fails visibly).
             assembler.register(self.bus)
             tools = ToolRegistry(s.agent.tool_output_max_chars)
             for tool in self.memory.tools():
+                tools.register(tool)
+            self.delegator = await stack.enter_async_context(
+                Delegator(
+                    home=self.home,
+                    db=self.db,
+                    roles=self.roles,
+                    bus=self.bus,
+                    clock=self.clock,
+                    counter=counter,
+                    settings=s,
+                    base_tools=tools,
+                    after_fork=[self.memory.index_session],
+                )
+            )
+            for tool in self.delegator.tools_for(0):
                 tools.register(tool)
             trunk_cfg = s.models.trunk
             loop = AgentLoop(
@@ -156,6 +185,7 @@ class Daemon:
                 history_min_turns=s.agent.history_min_turns,
                 compaction_threshold=s.agent.compaction_threshold,
                 context_window=trunk_cfg.context_window,
+                max_parallel_tools=s.delegate.max_parallel,
             )
             self.trunk = await stack.enter_async_context(
                 Trunk(
@@ -169,12 +199,34 @@ class Daemon:
                     after_turn=[self.memory.index_session],
                 )
             )
+            # Entered before the trunk serves: an interrupted cycle holds it before any answer.
+            self.sleep_cycle = await stack.enter_async_context(
+                SleepCycle(
+                    home=self.home,
+                    settings=s,
+                    db=self.db,
+                    models=self.roles,
+                    bus=self.bus,
+                    clock=self.clock,
+                    memory=self.memory,
+                    trunk=self.trunk,
+                    lifecycle=self.lifecycle,
+                    phases=[
+                        MaintenancePhase(housekeeping=[self._fork_retention]),
+                        DreamsPhase(),
+                        WakeUp(self.trunk),
+                    ],
+                )
+            )
+            self.trunk.after_turn.append(self.sleep_cycle.wind_down.after_turn)
             gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
+            gateway.on_message.append(self.sleep_cycle.message_arrived)
             self._register_commands(gateway)
             self.scheduler = await stack.enter_async_context(Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone))
+            self.sleep_cycle.schedule(self.scheduler)
             if self.bus.handlers(Heartbeat):
                 # Only when something keeps a record on it: a heartbeat that does nothing is not one.
-                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.scheduler.heartbeat_minutes * 60)
+                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.journal.heartbeat_minutes * 60)
             self.scheduler.add_interval("checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s)
             socket_path = self.home.socket_path(s.chat.socket)
             self.server = ChatServer(
@@ -203,6 +255,7 @@ class Daemon:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.trunk.serve)
                 await tg.start(self.scheduler.run)
+                await tg.start(self.sleep_cycle.serve)
                 if watcher is not None:
                     # Live reload is not needed to answer: do not hold READY for it.
                     tg.start_soon(watcher.run)
@@ -250,9 +303,18 @@ class Daemon:
                     log.warning("second signal: exiting immediately", signal=signal.Signals(signum).name)
                     os._exit(1)
 
+    async def _fork_retention(self, ctx: Any) -> str:
+        from daemon.delegate.retention import apply_fork_retention
+
+        return await apply_fork_retention(ctx.home, ctx.db, ctx.settings, ctx.clock)
+
     async def _heartbeat(self) -> str:
         failed = await self.bus.publish(Heartbeat(at=self.clock.now()))
-        return f"handlers={len(self.bus.handlers(Heartbeat))} failed={failed}"
+        if failed:
+            # Recorded as a failed run: status never claims a heartbeat that did not do its check.
+            raise RuntimeError(f"{failed} of {len(self.bus.handlers(Heartbeat))} heartbeat handler(s) failed")
+        tick = self.journal.last_tick if self.journal is not None else None
+        return tick.describe() if tick is not None else f"handlers={len(self.bus.handlers(Heartbeat))}"
 
     async def _checkpoint(self) -> str:
         assert self.db is not None
@@ -266,8 +328,25 @@ class Daemon:
         async def ping(_args: dict[str, Any]) -> dict[str, Any]:
             return {"pong": True, "state": self.state}
 
-        async def sleep(_args: dict[str, Any]) -> dict[str, Any]:
-            raise CommandUnavailable("the sleep cycle is not part of this build yet; nothing was changed")
+        async def journal(args: dict[str, Any]) -> dict[str, Any]:
+            from daemon.journal.commands import journal_command
+
+            return await journal_command(self.home, self.settings, args)
+
+        async def sleep(args: dict[str, Any]) -> dict[str, Any]:
+            from daemon.sleep.cycle import SleepBusy
+
+            try:
+                record = await self.sleep_cycle.start("manual")
+            except SleepBusy as exc:
+                raise CommandBusy(str(exc)) from None
+            if args.get("wait"):
+                try:
+                    outcome = await self.sleep_cycle.wait(record.id)
+                except SleepBusy as exc:
+                    raise CommandBusy(str(exc)) from None
+                return dict(outcome.to_json())
+            return {"cycle_id": record.id, "reason": record.reason, "started": True, "session_id": record.session_id}
 
         async def switch(args: dict[str, Any]) -> dict[str, Any]:
             assert self.trunk is not None
@@ -285,6 +364,7 @@ class Daemon:
             ("ping", ping),
             ("sleep", sleep),
             ("switch", switch),
+            ("journal", journal),
         ):
             gateway.command(name, fn)
         # remember, recall, memory_search, memory_import: the CLI's memory commands, answered warm.

@@ -1,4 +1,4 @@
-"""Daemon-level commands: run, status, sleep, init, doctor, journal."""
+"""Daemon-level commands: run, status, sleep, init, doctor."""
 
 from __future__ import annotations
 
@@ -30,10 +30,6 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("doctor", parents=[common], help="check the environment and say what is wrong")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_doctor)
-
-    p = sub.add_parser("journal", parents=[common], help="show the journal")
-    p.add_argument("--tail", type=int, default=20, metavar="N", help="last N entries (default 20)")
-    p.set_defaults(func=cmd_journal)
 
 
 def check_persona(home: Home) -> None:
@@ -155,22 +151,4 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if failed:
         print(f"reverie: {len(failed)} check(s) failed: {', '.join(c.name for c in failed)}", file=sys.stderr)
         return 1
-    return 0
-
-
-def cmd_journal(args: argparse.Namespace) -> int:
-    from daemon.durable import read_jsonl
-
-    env = resolve_env(args)
-    entries: list[dict[str, Any]] = []
-    for path in sorted(env.home.journal_dir.glob("*.jsonl")):
-        entries.extend(read_jsonl(path))
-    if not entries:
-        print("no journal entries yet (the journal heartbeat writes one when something happened)")
-        return 0
-    for e in entries[-max(1, args.tail) :]:
-        print(f"{e.get('ts', '?')}  {e.get('summary', '')}")
-        for key in ("decisions", "progress", "open_questions"):
-            for item in e.get(key) or []:
-                print(f"    {key.replace('_', ' ')}: {item}")
     return 0

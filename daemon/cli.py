@@ -18,6 +18,8 @@ COMMAND_MODULES = (
     "daemon.memory.commands",
     "daemon.memory.recall_commands",
     "daemon.context.commands",
+    "daemon.sleep.dream_commands",
+    "daemon.journal.commands",
 )
 
 

@@ -62,6 +62,12 @@ class BeforeAgentStart(Event):
     prompt: str
     previous_reply: str = ""
     session_kind: str = "trunk"  # trunk | fork
+    # Transcript message ids of this session the request replays (this turn's included): what
+    # the model already sees, so automatic recall does not bring it back.
+    replayed_message_ids: frozenset[str] = frozenset()
+    # Sessions whose memories must not enter this turn's context (a fork's ancestors and the
+    # forks running beside it: a fork sees its brief, never the trunk's live conversation).
+    exclude_sessions: tuple[str, ...] = ()
     context: TurnContext = field(default_factory=TurnContext)
 
 
@@ -83,15 +89,28 @@ class SessionBeforeSwitch(Event):
     reason: str = "switch"
 
 
+@dataclass(kw_only=True)
+class ForkBrief:
+    """What `before_fork` handlers add to a fork's brief (each addition is one labelled note)."""
+
+    additions: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, text: str, *, source: str) -> None:
+        if text.strip():
+            self.additions.append((source, text.strip()))
+
+
 @dataclass(frozen=True, kw_only=True)
 class BeforeFork(Event):
-    """A delegate sub-agent session is about to be spawned (gate: may veto)."""
+    """A delegate sub-agent session is about to be spawned (gate: may veto or add to the brief)."""
 
     parent_session_id: str
     parent_transcript_path: str
     fork_session_id: str
     task: str
     depth: int
+    context: str = ""
+    brief: ForkBrief = field(default_factory=ForkBrief)
 
 
 @dataclass(frozen=True, kw_only=True)

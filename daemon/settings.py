@@ -154,7 +154,7 @@ def _default_layers() -> dict[str, LayerBudget]:
         "recollections": LayerBudget(target=700, cap=1000),
         "recall": LayerBudget(target=1000, cap=1500),
         "topics": LayerBudget(target=800, cap=1500),
-        "journal": LayerBudget(target=200, cap=400),
+        "journal": LayerBudget(target=300, cap=500),
         "time": LayerBudget(target=30, cap=60),
     }
 
@@ -166,7 +166,8 @@ class ContextSettings(_Section):
     recollection_summaries: int = Field(4, ge=0)
     recollection_facts: int = Field(4, ge=0)
     profile_facts: int = Field(20, ge=0)
-    journal_entries: int = Field(3, ge=0)
+    # The newest entries of the latest daily digest shown in the journal layer.
+    journal_entries: int = Field(10, ge=0)
     include_neurology: bool = False
 
     @field_validator("layers", mode="before")
@@ -200,9 +201,106 @@ class TopicsSettings(_Section):
 
 
 class SchedulerSettings(_Section):
-    heartbeat_minutes: float = Field(30.0, gt=0)
     nightly_sleep: str = Field("03:30", pattern=r"^([01]\d|2[0-3]):[0-5]\d$")
     timezone: str | None = None
+
+
+class ForkRetention(_Section):
+    # Fork transcripts older than this are archived or pruned (0 = never by age).
+    max_age_days: float = Field(30.0, ge=0)
+    # When sessions/forks/ (live transcripts) grows past this, the oldest go first (0 = no limit).
+    max_total_mb: float = Field(200.0, ge=0)
+    # "archive": gzip into sessions/forks/archive/ (recall_session still finds the summary);
+    # "prune": delete the transcript (its summary and lineage row stay).
+    action: Literal["archive", "prune"] = "archive"
+
+
+class DelegateSettings(_Section):
+    enabled: bool = True
+    # Deepest fork: the trunk is depth 0; a session at max_depth is not offered `delegate`.
+    max_depth: int = Field(3, ge=0, le=8)
+    # `delegate` calls of one model step that run at the same time (the rest wait their turn).
+    max_parallel: int = Field(3, ge=1, le=16)
+    # A fork with no model output and no tool activity for this long is stopped (partial kept).
+    inactivity_timeout_s: float = Field(120.0, gt=0)
+    # Hard ceiling on one fork tree (a trunk's `delegate` call and everything under it); keep it
+    # under agent.turn_timeout_s so the trunk gets the partial result before its own turn times out.
+    tree_timeout_s: float = Field(480.0, gt=0)
+    # Tokens (input + output) one fork tree may use across all its forks.
+    token_budget: int = Field(400_000, ge=1000)
+    # Model steps one fork may take before it must finish.
+    max_tool_steps: int = Field(20, ge=1, le=200)
+    retention: ForkRetention = ForkRetention()
+
+
+class SleepSettings(_Section):
+    """The sleep cycle; its nightly time and time zone are `scheduler.nightly_sleep` / `timezone`."""
+
+    nightly: bool = True
+    # The nightly start is moved later by a random amount up to this, so it is not clockwork.
+    jitter_minutes: float = Field(20.0, ge=0, le=240)
+    # A failing phase is retried this many times, waiting retry_base_s, doubling, then skipped.
+    phase_retries: int = Field(2, ge=0, le=10)
+    retry_base_s: float = Field(30.0, ge=0)
+    retry_max_s: float = Field(600.0, ge=0)
+    # Wind-down: after `compaction_approaching` the trunk is told it is tired; the cycle starts at
+    # the end of the first turn it finishes, or anyway once the context reaches hard_threshold
+    # of the window or wind_down_turns turns have ended since the note.
+    hard_threshold: float = Field(0.92, gt=0.1, le=1.0)
+    wind_down_turns: int = Field(3, ge=1, le=50)
+    # WAKE.md: the longest letter (tokens) and how many memories are pulled into its weaving.
+    wake_tokens: int = Field(600, ge=100, le=4000)
+    wake_memories: int = Field(8, ge=0, le=50)
+    # A cycle that ran within this many hours is not repeated by the nightly schedule.
+    min_gap_hours: float = Field(6.0, ge=0)
+
+    # --- maintenance and dreams (issue 10, part B) ---
+    # Session summaries (and chunks of unsummarised sessions) older than this are folded
+    # into one summary per month; the sources stay, linked to it.
+    fold_after_days: int = Field(30, ge=1)
+    # An explicit fact of trusted origin whose importance reaches this is pinned in FACTS.md.
+    promote_min_importance: float = Field(0.9, ge=0, le=1)
+    # A fact about a dated plan is retired this many days after its last date has passed.
+    retire_after_days: int = Field(7, ge=0)
+    # VACUUM when at least this fraction of the database's pages is free (else only checkpoint).
+    vacuum_min_free_fraction: float = Field(0.1, ge=0, le=1)
+    # Dreams: at most this many revisions per night; a revision deleting more than this
+    # fraction of a file's lines is rejected.
+    dreams_max_revisions: int = Field(3, ge=0)
+    dreams_max_delete_fraction: float = Field(0.5, gt=0, le=1)
+    # How much recent material (summaries, facts) a dream reads, in tokens.
+    dreams_material_tokens: int = Field(6000, ge=200)
+    # --- end of maintenance and dreams ---
+
+
+class JournalSettings(_Section):
+    """The journal heartbeat: structured entries of what happened, a daily digest, redaction."""
+
+    heartbeat_minutes: float = Field(20.0, gt=0)
+    max_entries_per_day: int = Field(200, ge=1)
+    # The transcript shown to the heartbeat model for one entry (the newest part is kept).
+    entry_input_tokens: int = Field(3000, ge=200)
+    # One entry as written (summary and lists together); longer answers are clipped.
+    entry_tokens: int = Field(400, ge=50)
+    # At shutdown the model gets this long; after it the extractive entry is written instead.
+    shutdown_model_s: float = Field(3.0, gt=0, le=30)
+    # The journal layer is never cut below this by the context's total budget.
+    context_reserved_tokens: int = Field(250, ge=0)
+    redact_defaults: bool = True
+    # Extra regular expressions whose matches are masked before anything is written.
+    redact_patterns: list[str] = Field(default_factory=list)
+
+    @field_validator("redact_patterns")
+    @classmethod
+    def _compile(cls, value: list[str]) -> list[str]:
+        import re
+
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"redact pattern {pattern!r} is not a valid regular expression ({exc})") from None
+        return value
 
 
 class LogSettings(_Section):
@@ -221,6 +319,9 @@ class Settings(_Section):
     context: ContextSettings = ContextSettings()
     topics: TopicsSettings = TopicsSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
+    delegate: DelegateSettings = DelegateSettings()
+    sleep: SleepSettings = SleepSettings()
+    journal: JournalSettings = JournalSettings()
     log: LogSettings = LogSettings()
 
 

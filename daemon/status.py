@@ -10,6 +10,7 @@ from daemon.models.ledger import UsageLedger
 from daemon.paths import Home
 from daemon.scheduler import persisted_jobs
 from daemon.settings import Settings
+from daemon.sleep.cycle import sleep_status
 from daemon.store.db import Database
 
 
@@ -44,6 +45,13 @@ async def _spend(db: Database, settings: Settings) -> dict[str, Any]:
     }
 
 
+def _last_ok_run(job: dict[str, Any] | None) -> str | None:
+    if not job or job.get("last_status") != "ok":
+        return None
+    last: str | None = job.get("last_run")
+    return last
+
+
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
@@ -59,6 +67,7 @@ async def live_status(daemon: Any) -> dict[str, Any]:
     sched = daemon.scheduler
     jobs = sched.describe() if sched else {}
     heartbeat = jobs.get("heartbeat")
+    journal = daemon.journal.describe() if getattr(daemon, "journal", None) is not None else None
     embedder = daemon.memory.embedder if daemon.memory is not None else None
     life = daemon.lifecycle.snapshot()
     return {
@@ -84,11 +93,16 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             "compaction_threshold": settings.agent.compaction_threshold,
             "last_turn": last,
         },
+        "forks": await daemon.delegator.status() if daemon.delegator is not None else None,
         "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
+        "sleep": await daemon.sleep_cycle.describe() if daemon.sleep_cycle is not None else None,
         # A heartbeat is reported only where a job keeps a record on it (the journal).
         "next_heartbeat": heartbeat["next_run"] if heartbeat else None,
-        "last_heartbeat": heartbeat["last_run"] if heartbeat else None,
+        # Only a run that finished its check counts as a heartbeat (a failed one does not).
+        "last_heartbeat": (journal or {}).get("last_check") or _last_ok_run(heartbeat),
+        "last_heartbeat_result": heartbeat["last_result"] if heartbeat else None,
         "jobs": jobs,
+        "journal": journal,
         "spend": await _spend(db, settings),
         "started_at": daemon.started_at.isoformat(),
         # Vector search needs both an embedder that makes vectors and somewhere to search them.
@@ -119,6 +133,11 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
             out["jobs"] = await persisted_jobs(db)
         except Exception:  # a database from before the scheduler kept state
             out["jobs"] = {}
+        out["next_sleep"] = (out["jobs"].get("nightly_sleep") or {}).get("next_run")
+        try:
+            out["sleep"] = await sleep_status(db)
+        except Exception:  # a database from before the sleep cycle kept checkpoints
+            out["sleep"] = None
     return out
 
 
@@ -138,6 +157,10 @@ def render(status: dict[str, Any]) -> str:
         if trunk.get("busy") or trunk.get("queued") or trunk.get("held"):
             held = " · held" if trunk.get("held") else ""
             lines.append(f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued{held}")
+    forks = status.get("forks")
+    if forks and (forks.get("running") or forks.get("by_status")):
+        done = ", ".join(f"{n} {k}" for k, n in sorted(forks.get("by_status", {}).items()) if k != "running")
+        lines.append(f"forks:        {forks.get('running', 0)} running" + (f" · so far: {done}" if done else ""))
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
         lines.append(f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})")
@@ -147,9 +170,25 @@ def render(status: dict[str, Any]) -> str:
         lines.append(f"last turn:    {last.get('context_tokens', 0):,} system tokens ({parts})")
     if "next_sleep" in status:
         lines.append(f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}")
+    sleep = status.get("sleep") or {}
+    if sleep.get("running"):
+        run = sleep["running"]
+        lines.append(f"sleeping:     {run['cycle_id']} ({run['reason']}) · phase {run.get('phase') or 'wind_down'}")
+    if sleep.get("wind_down"):
+        wd = sleep["wind_down"]
+        lines.append(f"winding down: context at {wd['fraction']:.0%}; sleeping at the end of a turn")
+    if sleep.get("last"):
+        last = sleep["last"]
+        early = " · woke early" if last.get("woke_early") else ""
+        deferred = f" · deferred {', '.join(last['deferred'])}" if last.get("deferred") else ""
+        lines.append(f"last sleep:   {last.get('finished_at') or 'unfinished'} ({last['reason']}){early}{deferred}")
     if "last_heartbeat" in status:
         if status.get("next_heartbeat"):
-            lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}, next {status.get('next_heartbeat')}")
+            result = f" ({status['last_heartbeat_result']})" if status.get("last_heartbeat_result") and status.get("last_heartbeat") else ""
+            lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}{result}, next {status.get('next_heartbeat')}")
+            journal = status.get("journal") or {}
+            if journal.get("last_entry"):
+                lines.append(f"journal:      last entry {journal['last_entry']} · {journal.get('entries_today') or 0} today")
         else:
             lines.append("heartbeat:    off (nothing keeps a journal in this build)")
     for name, job in (status.get("jobs") or {}).items():

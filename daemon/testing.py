@@ -36,6 +36,8 @@ class Reply:
     tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     stop_reason: StopReason | None = None
     usage: Usage | None = None
+    # Seconds before the first event: a slow (or hung) model, for timeouts and cancellation.
+    wait_s: float = 0.0
 
 
 Script = Callable[[ModelRequest], Reply | str]
@@ -64,6 +66,8 @@ class ScriptedModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.calls.append(request)
         reply = self._next(request)
+        if reply.wait_s:
+            await anyio.sleep(reply.wait_s)
         blocks: list[Block] = []
         if reply.text:
             words = reply.text.split(" ")

@@ -27,6 +27,8 @@ class ToolContext:
     turn_id: str
     session_kind: str = "trunk"
     depth: int = 0
+    # The model's id for this call (a delegate fork records it as its parent call).
+    call_id: str = ""
     # Report progress to the person (delegate forks use it); never blocks.
     progress: Callable[[str], None] = lambda _msg: None
     # The turn's observer (typed turn events), for tools that run sessions of their own.
@@ -45,6 +47,10 @@ class Tool:
     handler: ToolHandler
     timeout_s: float = 120.0
     max_output_chars: int | None = None
+    # Calls of this tool in one model step may run at the same time (the loop bounds how many).
+    concurrent: bool = False
+    # A successful call ends the turn: the loop asks the model for nothing more (task_complete).
+    ends_turn: bool = False
 
     @property
     def spec(self) -> ToolSpec:
@@ -129,12 +135,18 @@ class ToolRegistry:
 
     def __init__(self, default_max_chars: int = 16_000) -> None:
         self._tools: dict[str, Tool] = {}
+        # Tools deliberately not offered here, with the reason a call to one is refused.
+        self._refused: dict[str, str] = {}
         self.default_max_chars = default_max_chars
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+
+    def refuse(self, name: str, reason: str) -> None:
+        """Refuse calls to `name` (not offered: not in `specs()`) with `reason`, however the model asks."""
+        self._refused[name] = reason
 
     def names(self) -> list[str]:
         return sorted(self._tools)
@@ -152,12 +164,22 @@ class ToolRegistry:
                 reg.register(self._tools[n])
         return reg
 
+    def is_concurrent(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return tool is not None and tool.concurrent
+
+    def ends_turn(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return tool is not None and tool.ends_turn
+
     async def call(self, name: str, arguments: Any, ctx: ToolContext) -> ToolOutcome:
         """Run a tool. Every failure becomes an error outcome the model can read.
 
         Cancellation propagates; a timeout becomes an error outcome.
         """
         tool = self._tools.get(name)
+        if tool is None and name in self._refused:
+            return ToolOutcome(content=f"error: {self._refused[name]}", is_error=True)
         if tool is None:
             return ToolOutcome(content=f"error: no tool named {name!r}; available: {', '.join(self.names())}", is_error=True)
         if isinstance(arguments, str):

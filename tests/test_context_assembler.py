@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -25,6 +25,8 @@ from daemon.context.assembler import (
 from daemon.context.layers import CUT_MARKER
 from daemon.context.testing import ListMemoryView
 from daemon.events import BeforeAgentStart, Contribution
+from daemon.journal.digest import digest_path, render_digest
+from daemon.journal.entries import JournalEntry
 from daemon.memory.api import MemoryItem
 from daemon.paths import Home
 from daemon.settings import Settings
@@ -76,6 +78,13 @@ def build_home(root: Path) -> Home:
         + json.dumps({"ts": "2026-03-01T22:30:00+00:00", "summary": "Quiet evening; no tasks."})
         + "\n"
     )
+    # The digest is what the journal layer shows (the heartbeat rebuilds it after each entry).
+    day = date(2026, 3, 1)
+    entries = [
+        JournalEntry.from_json({"ts": "2026-03-01T21:00:00+00:00", "summary": "Helped Sam plan a bake sale."}),
+        JournalEntry.from_json({"ts": "2026-03-01T22:30:00+00:00", "summary": "Quiet evening; no tasks."}),
+    ]
+    digest_path(home, day).write_text(render_digest(day, entries, UTC))
     return home
 
 
@@ -287,9 +296,10 @@ async def test_truncation_order_and_sentence_cut(tmp_path: Path) -> None:
             result = await make(home, settings).assemble(PROMPT, previous_reply=REPLY)
         assert result.total_tokens <= budget
         budgets[budget] = {r["name"]: r for r in result.report["layers"]}
-    # Journal is the first to go, then recall, then recollections, then themes.
+    # Recall is the first to go; the journal keeps its reserve; then recollections, then themes.
     assert budgets[4000]["journal"]["tokens"] > 0
-    assert budgets[1400]["journal"]["tokens"] == 0
+    assert budgets[1400]["recall"]["tokens"] < budgets[4000]["recall"]["tokens"]
+    assert budgets[1400]["journal"]["tokens"] == budgets[4000]["journal"]["tokens"]
     assert budgets[1000]["recall"]["tokens"] == 0 or budgets[1000]["recall"]["tokens"] < budgets[1400]["recall"]["tokens"]
     assert budgets[600]["recollections"]["tokens"] < budgets[4000]["recollections"]["tokens"]
     # The persona and discipline never change.
@@ -297,7 +307,8 @@ async def test_truncation_order_and_sentence_cut(tmp_path: Path) -> None:
         assert rows["persona"]["tokens"] == budgets[4000]["persona"]["tokens"]
         assert rows["discipline"]["tokens"] == budgets[4000]["discipline"]["tokens"]
     # Within recollections, the oldest go first.
-    dropped = [c["id"] for c in budgets[1000]["recollections"]["truncated"]]
+    partly = next(rows["recollections"] for rows in budgets.values() if 0 < rows["recollections"]["kept"] < rows["recollections"]["items"])
+    dropped = [c["id"] for c in partly["truncated"]]
     assert dropped and "summary:s1" in dropped and "summary:s4" not in dropped
 
 

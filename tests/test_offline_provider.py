@@ -254,7 +254,7 @@ def test_synthesise_cites_the_best_sentences() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("task", ["dream", "journal", "delegate"])
+@pytest.mark.parametrize("task", ["delegate"])
 async def test_other_tasks_extract_and_say_they_are_offline(task: Task) -> None:
     text = "Reflect on the week. It was busy with the garden. Many seeds were planted. The roof was fixed."
     _, response = await run(request(text, task=task, tools=()))

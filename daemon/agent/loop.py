@@ -13,6 +13,7 @@ fails with `ContextFailed` instead of going ahead on a bare prompt.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,8 +79,17 @@ class AgentLoop:
     context_window: int = 200_000
     session_kind: str = "trunk"
     depth: int = 0
+    # Sessions whose memories this loop's turns must not see in their context (forks).
+    exclude_sessions: tuple[str, ...] = ()
+    # Calls of a concurrent tool (delegate) in one model step that run at the same time.
+    max_parallel_tools: int = 1
+    # Called after every model step with that step's usage; a returned reason ends the turn
+    # there (stop_reason "stopped", the reason in `report["stopped"]`): a fork tree's budget.
+    stop_check: Callable[[Usage], str | None] | None = None
     _announced: set[str] = field(default_factory=set)
     _sizer: RequestSizer | None = None
+    # The last system prompt's size: the estimate of the next one before it is assembled.
+    _last_system_tokens: int = 0
 
     @property
     def sizer(self) -> RequestSizer:
@@ -98,6 +108,23 @@ class AgentLoop:
             min_turns=self.history_min_turns,
         )
 
+    def _replayed(self, session: Any, history: list[tuple[str, list[Message]]], turn_id: str, prompt: str) -> frozenset[str]:
+        """The message ids this turn's request will replay, estimated before the context exists.
+
+        The system prompt is not assembled yet, so the last turn's size stands in for it; the
+        fit itself is the one the request uses, so the estimate errs by a turn at most.
+        """
+        estimate = fit_request(
+            turns=[messages for _, messages in history],
+            current=[Message.user(prompt)],
+            fixed_tokens=self._last_system_tokens + self.sizer.tools(self.tools.specs()),
+            budget=self.budget(),
+            sizer=self.sizer,
+            max_messages=self.history_max_messages,
+        )
+        kept = [tid for tid, _ in history[len(history) - estimate.history_turns :]] if estimate.history_turns else []
+        return session.message_ids([*kept, turn_id])
+
     async def run_turn(self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str) -> TurnResult:
         """Run one turn to completion, reporting to `observer`.
 
@@ -111,13 +138,16 @@ class AgentLoop:
     async def _run(self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str) -> TurnResult:
         started = time.perf_counter()
         previous_reply = session.last_reply()
-        turns = session.history_turns(exclude_turn=turn_id)
+        history = session.history(exclude_turn=turn_id)
+        turns = [messages for _, messages in history]
         event = BeforeAgentStart(
             session_id=session.id,
             turn_id=turn_id,
             prompt=prompt,
             previous_reply=previous_reply,
             session_kind=self.session_kind,
+            replayed_message_ids=self._replayed(session, history, turn_id, prompt),
+            exclude_sessions=self.exclude_sessions,
         )
         gate: dict[str, Any] = {}
 
@@ -151,6 +181,7 @@ class AgentLoop:
             return TurnResult(turn_id=turn_id, text="", stop_reason="vetoed", vetoed=veto.reason)
         system: list[SystemBlock] = list(event.context.system_blocks)
         system_tokens = sum(self.sizer.text(b.text) for b in system)
+        self._last_system_tokens = system_tokens
         budget = self.budget()
         current: list[Message] = [Message.user(prompt)]
         result = TurnResult(turn_id=turn_id, text="", stop_reason="end_turn", report=event.context.report)
@@ -196,11 +227,22 @@ class AgentLoop:
                     )
                 current.append(Message(role="assistant", content=response.content))
                 result.stop_reason = response.stop_reason
+                stopped = self.stop_check(response.usage) if self.stop_check is not None else None
+                if stopped is not None:
+                    result.stop_reason = "stopped"
+                    result.report["stopped"] = stopped
+                    break
                 if not calls:
                     break
                 results = await self._run_tools(calls, session, turn_id, observer)
                 result.tool_calls += len(calls)
                 current.append(Message(role="user", content=tuple(results)))
+                final = next(
+                    (c.name for c, r in zip(calls, results, strict=True) if not r.is_error and self.tools.ends_turn(c.name)), None
+                )
+                if final is not None:
+                    result.stop_reason = final
+                    break
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await session.record({"type": "turn_end", "turn_id": turn_id, "status": "cancelled", "ts": self.clock.now().isoformat()})
@@ -255,40 +297,69 @@ class AgentLoop:
         return final
 
     async def _run_tools(self, calls: list[ToolUseBlock], session: Any, turn_id: str, observer: TurnObserver) -> list[ToolResultBlock]:
-        results: list[ToolResultBlock] = []
+        """Run one step's tool calls; return their results in call order.
+
+        Calls run in order, except that consecutive calls of a concurrent tool (delegate) run
+        together, at most `max_parallel_tools` at a time. Cancellation cancels every call.
+        """
         now = self.clock.now().isoformat()
         await session.record(
             *({"type": "tool_call", "turn_id": turn_id, "call_id": c.id, "name": c.name, "input": c.input, "ts": now} for c in calls)
         )
-        for call in calls:
-            observer(ToolPhase(turn_id=turn_id, name=call.name, phase="started", depth=self.depth))
+        results: list[ToolResultBlock | None] = [None] * len(calls)
 
-            def progress(msg: str, _name: str = call.name) -> None:
-                observer(ToolPhase(turn_id=turn_id, name=_name, phase="progress", detail=msg[:500], depth=self.depth))
+        async def run_one(i: int, call: ToolUseBlock, limiter: anyio.CapacityLimiter | None = None) -> None:
+            if limiter is not None:
+                async with limiter:
+                    results[i] = await self._run_tool(call, session, turn_id, observer)
+            else:
+                results[i] = await self._run_tool(call, session, turn_id, observer)
 
-            ctx = ToolContext(
-                session_id=session.id,
-                turn_id=turn_id,
-                session_kind=self.session_kind,
-                depth=self.depth,
-                progress=progress,
-                observer=observer,
-            )
-            outcome = await self.tools.call(call.name, call.input, ctx)
-            observer(ToolPhase(turn_id=turn_id, name=call.name, phase="finished", is_error=outcome.is_error, depth=self.depth))
-            results.append(ToolResultBlock(tool_use_id=call.id, content=outcome.content, is_error=outcome.is_error))
-            await session.record(
-                {
-                    "type": "tool_result",
-                    "turn_id": turn_id,
-                    "call_id": call.id,
-                    "name": call.name,
-                    "content": outcome.content,
-                    "is_error": outcome.is_error,
-                    "ts": self.clock.now().isoformat(),
-                }
-            )
-        return results
+        i = 0
+        while i < len(calls):
+            if not self.tools.is_concurrent(calls[i].name):
+                await run_one(i, calls[i])
+                i += 1
+                continue
+            j = i
+            while j < len(calls) and self.tools.is_concurrent(calls[j].name):
+                j += 1
+            limiter = anyio.CapacityLimiter(self.max_parallel_tools)
+            async with anyio.create_task_group() as tg:
+                for k in range(i, j):
+                    tg.start_soon(run_one, k, calls[k], limiter)
+            i = j
+        return [r for r in results if r is not None]
+
+    async def _run_tool(self, call: ToolUseBlock, session: Any, turn_id: str, observer: TurnObserver) -> ToolResultBlock:
+        observer(ToolPhase(turn_id=turn_id, name=call.name, phase="started", depth=self.depth))
+
+        def progress(msg: str, _name: str = call.name) -> None:
+            observer(ToolPhase(turn_id=turn_id, name=_name, phase="progress", detail=msg[:500], depth=self.depth))
+
+        ctx = ToolContext(
+            session_id=session.id,
+            turn_id=turn_id,
+            session_kind=self.session_kind,
+            depth=self.depth,
+            call_id=call.id,
+            progress=progress,
+            observer=observer,
+        )
+        outcome = await self.tools.call(call.name, call.input, ctx)
+        observer(ToolPhase(turn_id=turn_id, name=call.name, phase="finished", is_error=outcome.is_error, depth=self.depth))
+        await session.record(
+            {
+                "type": "tool_result",
+                "turn_id": turn_id,
+                "call_id": call.id,
+                "name": call.name,
+                "content": outcome.content,
+                "is_error": outcome.is_error,
+                "ts": self.clock.now().isoformat(),
+            }
+        )
+        return ToolResultBlock(tool_use_id=call.id, content=outcome.content, is_error=outcome.is_error)
 
     def _account(self, counted: int, response: ModelResponse) -> None:
         """Calibrate local token counts against what the provider reported for the same request."""
@@ -299,8 +370,8 @@ class AgentLoop:
         self.counter.calibrate(round(counted / self.counter.scale), reported)
 
     async def _maybe_announce_compaction(self, session: Any, used: int) -> None:
-        if used <= 0:
-            return
+        if used <= 0 or self.session_kind != "trunk":
+            return  # a fork's window is its own: only the trunk winds down to sleep
         fraction = used / self.context_window
         if fraction >= self.compaction_threshold and session.id not in self._announced:
             self._announced.add(session.id)

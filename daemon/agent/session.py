@@ -8,6 +8,7 @@ for a turn that never finished (crash, cancel) only the person's message.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -60,12 +61,24 @@ class Session:
         if records and records[0].get("type") == "session":
             started = datetime.fromisoformat(records[0]["started_at"])
         session = cls(
-            id=session_id, kind=kind, transcript=transcript, db=db, started_at=started, parent_id=parent_id
+            id=session_id,
+            kind=kind,
+            transcript=transcript,
+            db=db,
+            started_at=started,
+            parent_id=parent_id,
         )
         session._records = []
         session._remember(records)
         if not records:
-            first = {"type": "session", "id": session_id, "kind": kind, "started_at": now.isoformat(), "parent": parent_id, **(header or {})}
+            first = {
+                "type": "session",
+                "id": session_id,
+                "kind": kind,
+                "started_at": now.isoformat(),
+                "parent": parent_id,
+                **(header or {}),
+            }
             await transcript.append(first)
             session._remember([first])
         await db.execute(
@@ -73,14 +86,18 @@ class Session:
             " ON CONFLICT(id) DO NOTHING",
             (session_id, kind, parent_id, str(path), session.started_at.isoformat()),
         )
-        row = await db.fetchone("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,))
+        row = await db.fetchone(
+            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+        )
         session._seq = int(row[0]) if row else 0
         await session._reindex_missing()
         return session
 
     async def _reindex_missing(self) -> None:
         """Index transcript messages the database missed (a crash between the two writes)."""
-        rows = await self.db.fetchall("SELECT msg_id FROM messages WHERE session_id = ?", (self.id,))
+        rows = await self.db.fetchall(
+            "SELECT msg_id FROM messages WHERE session_id = ?", (self.id,)
+        )
         known = {r[0] for r in rows}
         for rec in self._records:
             if rec.get("type") == "message" and rec.get("id") not in known:
@@ -91,7 +108,16 @@ class Session:
         await self.db.execute(
             "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content, turn_id)"
             " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(session_id, msg_id) DO NOTHING",
-            (self.id, rec["id"], self._seq, rec["ts"], rec["role"], rec.get("speaker"), rec["content"], rec.get("turn_id")),
+            (
+                self.id,
+                rec["id"],
+                self._seq,
+                rec["ts"],
+                rec["role"],
+                rec.get("speaker"),
+                rec["content"],
+                rec.get("turn_id"),
+            ),
         )
 
     @property
@@ -131,24 +157,45 @@ class Session:
         return self._last_reply
 
     def history_turns(self, *, exclude_turn: str | None = None) -> list[list[Message]]:
-        """The model-facing history, one list of messages per past turn, oldest first.
+        """The model-facing history, one list of messages per past turn, oldest first (see `history`)."""
+        return [messages for _, messages in self.history(exclude_turn=exclude_turn)]
+
+    def message_ids(self, turn_ids: Collection[str]) -> frozenset[str]:
+        """The transcript message ids recorded for `turn_ids` (what replaying those turns shows)."""
+        wanted = set(turn_ids)
+        return frozenset(
+            str(r["id"])
+            for r in self._records
+            if r.get("type") == "message" and r.get("turn_id") in wanted and "id" in r
+        )
+
+    def history(self, *, exclude_turn: str | None = None) -> list[tuple[str, list[Message]]]:
+        """The model-facing history as (turn id, messages) per past turn, oldest first.
 
         A finished turn is replayed in full; a turn that never finished (crash, cancel) as the
         person's message and a marker, so roles still alternate. Each turn starts with a user
         message, so any suffix of whole turns is a valid history.
         """
-        finished = {r.get("turn_id") for r in self._records if r.get("type") == "turn_end" and r.get("status") == "answered"}
+        finished = {
+            r.get("turn_id")
+            for r in self._records
+            if r.get("type") == "turn_end" and r.get("status") == "answered"
+        }
         turns: list[tuple[str, list[dict[str, Any]]]] = []
         index: dict[str, list[dict[str, Any]]] = {}
         for rec in self._records:
             tid = rec.get("turn_id")
-            if rec.get("type") not in ("message", "tool_call", "tool_result") or not tid or tid == exclude_turn:
+            if (
+                rec.get("type") not in ("message", "tool_call", "tool_result")
+                or not tid
+                or tid == exclude_turn
+            ):
                 continue
             if tid not in index:
                 index[tid] = []
                 turns.append((tid, index[tid]))
             index[tid].append(rec)
-        out: list[list[Message]] = []
+        out: list[tuple[str, list[Message]]] = []
         for tid, recs in turns:
             if tid in finished:
                 messages = _turn_messages(recs)
@@ -157,10 +204,17 @@ class Session:
                     m
                     for rec in recs
                     if rec.get("type") == "message" and rec.get("role") == "user"
-                    for m in (Message.user(str(rec["content"])), Message.assistant("(no reply: this turn was interrupted)"))
+                    for m in (
+                        Message.user(str(rec["content"])),
+                        Message.assistant("(no reply: this turn was interrupted)"),
+                    )
                 ]
-            if messages and messages[0].role == "user" and not any(isinstance(b, ToolResultBlock) for b in messages[0].content):
-                out.append(messages)
+            if (
+                messages
+                and messages[0].role == "user"
+                and not any(isinstance(b, ToolResultBlock) for b in messages[0].content)
+            ):
+                out.append((tid, messages))
         return out
 
 
@@ -196,11 +250,17 @@ def _turn_messages(recs: list[dict[str, Any]]) -> list[Message]:
                 flush_assistant()
         elif kind == "tool_call":
             flush_results()
-            pending_assistant.append(ToolUseBlock(id=rec["call_id"], name=rec["name"], input=rec.get("input") or {}))
+            pending_assistant.append(
+                ToolUseBlock(id=rec["call_id"], name=rec["name"], input=rec.get("input") or {})
+            )
         elif kind == "tool_result":
             flush_assistant()
             pending_results.append(
-                ToolResultBlock(tool_use_id=rec["call_id"], content=str(rec.get("content", "")), is_error=bool(rec.get("is_error")))
+                ToolResultBlock(
+                    tool_use_id=rec["call_id"],
+                    content=str(rec.get("content", "")),
+                    is_error=bool(rec.get("is_error")),
+                )
             )
     flush_assistant()
     flush_results()

@@ -29,6 +29,7 @@ from daemon.systemd import unit_socket_paths
 HELP = """commands:
   /status         the daemon's state, session, context use, spend
   /sleep          start a sleep cycle now
+  /journal [N]    the last N journal entries (default 10)
   /help           this help
   /quit           leave (Ctrl-D works too)
   //text          send a message that starts with '/'
@@ -107,7 +108,11 @@ class Notes:
         kind = frame.get("type")
         if kind == "tool":
             phase = frame.get("phase", "")
-            text = f"tool {frame.get('name', '?')} {phase}"
+            depth = int(frame.get("depth") or 0)
+            if frame.get("name") == "fork":
+                text = f"{'  ' * (depth - 1)}fork {frame.get('fork_id', '?')} (depth {depth}) {phase}"
+            else:
+                text = f"{'  ' * depth}tool {frame.get('name', '?')} {phase}" + (f" in {frame['fork_id']}" if frame.get("fork_id") else "")
             if frame.get("is_error"):
                 text += " (error)"
             if frame.get("detail"):
@@ -295,13 +300,13 @@ class ChatSession:
             frame["turn_id"] = self._turn_id
         await self.client.send(frame)
 
-    async def command(self, name: str, timeout: float = 30.0) -> Any:  # noqa: ASYNC109 - a ChatError with a message
+    async def command(self, name: str, timeout: float = 30.0, args: dict[str, Any] | None = None) -> Any:  # noqa: ASYNC109 - a ChatError with a message
         self._check_alive()
         command_id = new_id()
         event, box = anyio.Event(), list[dict[str, Any]]()
         self._commands[command_id] = (event, box)
         try:
-            await self.client.send({"type": "command", "name": name, "id": command_id})
+            await self.client.send({"type": "command", "name": name, "id": command_id, "args": args or {}})
             with anyio.move_on_after(timeout):
                 await event.wait()
         finally:
@@ -440,6 +445,13 @@ class InteractiveChat:
             return False
         if name in ("help", "h", "?", ""):
             print(HELP)
+        elif name == "journal":
+            words = text.split()[1:]
+            if words and not words[0].isdigit():
+                self.screen.note("usage: /journal [N]")
+                return True
+            data = portal.call(session.command, "journal", 30.0, {"tail": int(words[0]) if words else 10})
+            print(data.get("text", "") if isinstance(data, dict) else data)
         elif name in ("status", "sleep"):
             data = portal.call(session.command, name)
             print(data if isinstance(data, str) else json.dumps(data, indent=2, ensure_ascii=False))

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-KINDS = ("fact", "profile", "summary", "chunk")
+KINDS = ("fact", "profile", "summary", "chunk", "month", "journal")
 MODES = ("hybrid", "lexical", "vector")
 # Queries sent to the daemon per command frame (and embedded per batch on the direct path).
 BATCH_QUERIES = 256

@@ -7,7 +7,8 @@ Layers, in a fixed order (stable first, so the provider's prompt cache is hit):
 `║` is the cache breakpoint (a second one sits after `wake`, the slowest-changing prefix).
 Each layer is first fitted to its own hard cap; when the total is still over
 `context.total_budget`, layers give way in `TRUNCATION_ORDER` — first down to their target,
-then, if needed, to nothing — and within a layer the oldest items go first. Discipline,
+then, if needed, to nothing (the journal only down to its reserve) — and within a layer the
+oldest items go first (the journal digest is newest first, so its oldest entries go). Discipline,
 persona and the clock line are never cut. The same inputs give the same blocks, byte for byte.
 
 Trust: memory enters only inside labelled `<memory …>` markers under a standing instruction
@@ -20,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -27,7 +29,7 @@ import anyio
 
 from daemon.bus import EventBus
 from daemon.clock import Clock
-from daemon.context.files import FileCache, JournalReader
+from daemon.context.files import FileCache
 from daemon.context.layers import (
     DISCIPLINE,
     Cut,
@@ -43,8 +45,9 @@ from daemon.context.layers import (
     sentences,
 )
 from daemon.events import BeforeAgentStart, Contribution, SessionShutdown
+from daemon.journal.digest import digest_body, newest_digest_path, newest_sections
 from daemon.log import get_logger
-from daemon.memory.api import MemoryItem, MemoryView
+from daemon.memory.api import LiveHistory, MemoryItem, MemoryView
 from daemon.models.base import SystemBlock
 from daemon.paths import Home
 from daemon.settings import Settings
@@ -59,7 +62,9 @@ LAYER_ORDER: tuple[str, ...] = (
 )  # fmt: skip
 CORE_LAYERS = frozenset({"discipline", "persona", "profile", "wake"})
 STABLE_LAYERS = frozenset({*CORE_LAYERS, "themes", "recollections"})
-TRUNCATION_ORDER: tuple[str, ...] = ("journal", "recall", "recollections", "themes", "topics", "wake", "profile")
+# Automatic recall gives way before the journal, and the journal never below its reserve
+# (`journal.context_reserved_tokens`): the thread of long-running work survives trimming.
+TRUNCATION_ORDER: tuple[str, ...] = ("recall", "journal", "recollections", "themes", "topics", "wake", "profile")
 NEVER_CUT = frozenset({"discipline", "persona", "time"})
 # Layers other handlers may contribute to, and the subset that may carry untrusted text.
 CONTRIBUTABLE = frozenset({"profile", "wake", "themes", "recollections", "recall", "topics", "journal"})
@@ -104,7 +109,6 @@ class ContextAssembler:
         self.counter = counter
         self.clock = clock
         self.files = FileCache()
-        self.journal = JournalReader(home.journal_dir)
         self.last: AssembledContext | None = None
         self._counts: dict[str, int] = {}
         self._scale = counter.scale
@@ -132,8 +136,17 @@ class ContextAssembler:
         previous_reply: str = "",
         session_id: str = "",
         contributions: Sequence[Contribution] = (),
+        replayed_message_ids: frozenset[str] = frozenset(),
+        session_kind: str = "trunk",
+        exclude_sessions: Sequence[str] = (),
     ) -> AssembledContext:
         """Assemble the system prompt for `prompt`.
+
+        `replayed_message_ids` are the messages of `session_id` the request replays;
+        automatic recall leaves them out. A fork (`session_kind="fork"`) also gets
+        `persona/NEUROLOGY.md` (what a fork is), and no memory from `exclude_sessions` (its
+        ancestors' live sessions and its running siblings) enters any layer: a fork works
+        from its brief, never the trunk's conversation.
 
         Memory failures degrade to missing layers with a note, never an exception. On
         cancellation nothing is recorded and the cancellation propagates; time limits are
@@ -145,13 +158,20 @@ class ContextAssembler:
         timings: dict[str, float] = {}
         layers: dict[str, Layer] = {
             "discipline": Layer(name="discipline", entries=[Entry(key="discipline", body=DISCIPLINE)], truncatable=False),
-            "persona": self._persona_layer(notes),
+            "persona": self._persona_layer(notes, fork=session_kind == "fork"),
         }
+        excluded = frozenset(exclude_sessions)
 
         mem_started = time.perf_counter()
         asks: dict[str, Callable[[MemoryView], Awaitable[list[MemoryItem]]]] = {
             "profile_facts": lambda v: v.profile_facts(cfg.profile_facts),
-            "recent_entries": lambda v: v.recent_entries(cfg.themes_count),
+            # Themes must not repeat what the profile and recollections show: ask for enough
+            # entries to still have `themes_count` once those are set aside.
+            "recent_entries": lambda v: v.recent_entries(
+                cfg.themes_count + cfg.profile_facts + cfg.recollection_summaries + cfg.recollection_facts
+                if cfg.themes_count
+                else 0
+            ),
             "recent_summaries": lambda v: v.recent_summaries(cfg.recollection_summaries),
             "recent_facts": lambda v: v.recent_facts(cfg.recollection_facts),
         }
@@ -159,7 +179,8 @@ class ContextAssembler:
         ask_notes: dict[str, list[str]] = {name: [] for name in asks}
 
         async def ask(name: str) -> None:
-            got[name] = await self._ask(name, ask_notes[name], asks[name])
+            found = await self._ask(name, ask_notes[name], asks[name])
+            got[name] = [item for item in found if item.session not in excluded] if excluded else found
 
         # Issued together so the database thread takes them back to back; notes are merged
         # in a fixed order so the output stays deterministic.
@@ -174,13 +195,17 @@ class ContextAssembler:
 
         layers["profile"] = self._profile_layer(profile, notes)
         layers["wake"] = self._wake_layer(notes)
-        layers["themes"] = self._themes_layer(themes)
+        elsewhere = {i.id for i in (*profile, *summaries, *facts)}
+        layers["themes"] = self._themes_layer([i for i in themes if i.id not in elsewhere][: cfg.themes_count])
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
 
         shown = frozenset(e.key for name in ("themes", "recollections") for e in layers[name].entries)
         recall_started = time.perf_counter()
-        recalled = await self._recall(prompt, previous_reply, shown, notes)
+        live = LiveHistory(session=session_id, message_ids=replayed_message_ids) if session_id else None
+        recalled = await self._recall(prompt, previous_reply, shown, notes, live)
+        if excluded:
+            recalled = [item for item in recalled if item.session not in excluded]
         timings["recall_ms"] = (time.perf_counter() - recall_started) * 1000
         layers["recall"] = self._recall_layer(recalled, shown)
 
@@ -233,20 +258,25 @@ class ContextAssembler:
             notes.append(f"memory {what} failed ({type(exc).__name__}: {exc}); its layer is missing this turn")
             return []
 
-    async def _recall(self, prompt: str, previous_reply: str, shown: frozenset[str], notes: list[str]) -> list[MemoryItem]:
+    async def _recall(
+        self, prompt: str, previous_reply: str, shown: frozenset[str], notes: list[str], live: LiveHistory | None
+    ) -> list[MemoryItem]:
         mem = self.settings.memory
         if not mem.auto_recall or mem.auto_recall_max <= 0 or not prompt.strip():
             return []
         return await self._ask(
             "auto_recall",
             notes,
-            lambda v: v.auto_recall(prompt, previous_reply=previous_reply, exclude_ids=shown, limit=mem.auto_recall_max),
+            lambda v: v.auto_recall(
+                prompt, previous_reply=previous_reply, exclude_ids=shown, limit=mem.auto_recall_max, live=live
+            ),
         )
 
     # -- layer builders --------------------------------------------------------------------
 
-    def _persona_layer(self, notes: list[str]) -> Layer:
-        names = [*PERSONA_NAMES, *(("NEUROLOGY.md",) if self.settings.context.include_neurology else ())]
+    def _persona_layer(self, notes: list[str], *, fork: bool = False) -> Layer:
+        neurology = fork or self.settings.context.include_neurology
+        names = [*PERSONA_NAMES, *(("NEUROLOGY.md",) if neurology else ())]
         entries: list[Entry] = []
         for i, name in enumerate(names):
             ft = self.files.read(self.home.persona_dir / name)
@@ -327,20 +357,32 @@ class ContextAssembler:
         return Layer(name="topics", heading=ADDENDA_HEADING, entries=entries, stable=False)
 
     def _journal_layer(self, notes: list[str]) -> Layer:
-        items, problem = self.journal.latest(self.settings.context.journal_entries)
-        if problem:
-            notes.append(f"journal: {problem}")
-        entries = [
-            Entry(
-                key=f"journal:{i}",
-                head=memory_open(kind="journal", origin="agent", ts=it.ts, source=it.source),
-                body=defuse(it.summary),
-                tail="</memory>",
-                rank=i,
-                origin="agent",
+        found = newest_digest_path(self.home)
+        if found is None:
+            return Layer(name="journal", heading="## Journal digest", entries=[], stable=False)
+        day, path = found
+        ft = self.files.read(path)
+        if ft.problem:
+            notes.append(f"journal: {ft.problem}")
+        body = newest_sections(digest_body(ft.text), self.settings.context.journal_entries)
+        entries = []
+        if body:
+            entries.append(
+                Entry(
+                    key=f"journal:{day.isoformat()}",
+                    head=memory_open(
+                        kind="journal",
+                        origin="agent",
+                        ts=datetime(day.year, day.month, day.day, tzinfo=UTC),
+                        source=f"journal/{path.name}",
+                        title=f"Journal digest {day.isoformat()} (newest first)",
+                    ),
+                    body=defuse(body),
+                    tail="</memory>",
+                    rank=0,
+                    origin="agent",
+                )
             )
-            for i, it in enumerate(items)
-        ]
         return Layer(name="journal", heading="## Journal digest", entries=entries, stable=False)
 
     def _merge_contributions(self, layers: dict[str, Layer], contributions: Sequence[Contribution]) -> list[dict[str, str]]:
@@ -405,6 +447,8 @@ class ContextAssembler:
                     break
                 target, _ = self._limit(name)
                 floor = target if floor_of == "target" else 0
+                if name == "journal":
+                    floor = max(floor, self.settings.journal.context_reserved_tokens)
                 current = fitted[name]
                 if current.tokens <= floor:
                     continue
@@ -511,6 +555,9 @@ class ContextAssembler:
                 previous_reply=event.previous_reply,
                 session_id=event.session_id,
                 contributions=list(event.context.contributions),
+                replayed_message_ids=event.replayed_message_ids,
+                session_kind=event.session_kind,
+                exclude_sessions=event.exclude_sessions,
             )
             event.context.system_blocks[:] = result.blocks
             event.context.report.clear()

@@ -1,6 +1,6 @@
 """Cached readers for the files the context is built from, with last-good-version semantics.
 
-Persona files, `USER.md`, `WAKE.md`, `FACTS.md` and the journal are read every turn, so the
+Persona files, `USER.md`, `WAKE.md`, `FACTS.md` and the journal digest are read every turn, so the
 reader stats each file and only re-reads it when its size, mtime or inode changed — an edit
 takes effect on the next turn even without the watcher. An edit that breaks a file (deleted,
 unreadable, not UTF-8) does not blank the persona mid-conversation: the last good text is
@@ -9,13 +9,10 @@ kept and the problem is logged once and shown in the context report.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from daemon.log import get_logger
 
@@ -101,82 +98,3 @@ class FileCache:
     def forget(self, path: Path) -> None:
         with self._lock:
             self._entries.pop(path, None)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JournalEntry:
-    ts: datetime | None
-    summary: str
-    source: str
-
-
-class JournalReader:
-    """The last few journal entries (JSONL by day), re-read only when the newest files change."""
-
-    def __init__(self, journal_dir: Path) -> None:
-        self.journal_dir = journal_dir
-        self._key: tuple[Any, ...] | None = None
-        self._entries: list[JournalEntry] = []
-        self._problem = ""
-
-    def latest(self, limit: int) -> tuple[list[JournalEntry], str]:
-        """Return up to `limit` newest entries (newest first) and a problem line, if any."""
-        if limit <= 0:
-            return [], ""
-        try:
-            files = sorted(p for p in self.journal_dir.glob("*.jsonl") if p.is_file())
-        except OSError as exc:
-            return [], f"journal directory cannot be read ({exc.strerror or exc})"
-        recent = files[-3:]
-        try:
-            key = (limit, *((p.name, *_signature(p.stat())) for p in recent))
-        except OSError:
-            key = None
-        if key is not None and key == self._key:
-            return self._entries, self._problem
-        entries: list[JournalEntry] = []
-        bad = 0
-        for path in reversed(recent):
-            try:
-                lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-            except OSError:
-                bad += 1
-                continue
-            for line in reversed(lines):
-                entry = _parse_journal_line(line, path.name)
-                if entry is None:
-                    bad += bool(line.strip())
-                    continue
-                entries.append(entry)
-                if len(entries) >= limit:
-                    break
-            if len(entries) >= limit:
-                break
-        self._key, self._entries = key, entries
-        self._problem = f"{bad} journal lines could not be read and were skipped" if bad else ""
-        return entries, self._problem
-
-
-def _parse_journal_line(line: str, source: str) -> JournalEntry | None:
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    summary = data.get("summary")
-    if not isinstance(summary, str) or not summary.strip():
-        return None
-    ts: datetime | None = None
-    for key in ("ts", "at", "time", "created"):
-        value = data.get(key)
-        if isinstance(value, str):
-            try:
-                ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
-                break
-            except ValueError:
-                continue
-    return JournalEntry(ts=ts, summary=summary.strip(), source=f"journal/{source}")

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from daemon.memory.api import MemoryItem
+from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.topics.matrix import tokenise
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -63,7 +63,13 @@ class ListMemoryView:
         return self._by_kind["fact"][:limit]
 
     async def auto_recall(
-        self, prompt: str, *, previous_reply: str = "", exclude_ids: frozenset[str] = frozenset(), limit: int = 6
+        self,
+        prompt: str,
+        *,
+        previous_reply: str = "",
+        exclude_ids: frozenset[str] = frozenset(),
+        limit: int = 6,
+        live: LiveHistory | None = None,
     ) -> list[MemoryItem]:
         self.calls.append(("auto_recall", (prompt, previous_reply, exclude_ids, limit)))
         words = set(tokenise(f"{prompt} {previous_reply}"))
@@ -79,12 +85,14 @@ class ListMemoryView:
                     scores[index] += weight
         wanted = limit + len(exclude_ids)
         ranked = heapq.nsmallest(
-            wanted, scores.items(), key=lambda pair: (-pair[1], -self._stamps[pair[0]], self.items[pair[0]].id)
+            wanted,
+            scores.items(),
+            key=lambda pair: (-pair[1], -self._stamps[pair[0]], self.items[pair[0]].id),
         )
         out: list[MemoryItem] = []
         for index, _ in ranked:
             item = self.items[index]
-            if item.id in exclude_ids:
+            if item.id in exclude_ids or (live is not None and live.shows(item)):
                 continue
             out.append(item)
             if len(out) >= limit:

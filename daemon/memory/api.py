@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
 Origin = Literal["person", "agent", "tool", "system", "import"]
-Kind = Literal["fact", "profile", "summary", "chunk"]
+Kind = Literal["fact", "profile", "summary", "chunk", "month", "journal"]
 
 # Origins whose text may never be promoted into persona, profile or pinned facts.
 UNTRUSTED_ORIGINS: frozenset[str] = frozenset({"tool", "import"})
@@ -32,6 +32,23 @@ class MemoryItem:
     message_ids: tuple[str, ...] = ()
     source: str = ""  # a path or reference a person can open
     meta: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveHistory:
+    """The part of a live session the model already sees: its replayed messages."""
+
+    session: str
+    message_ids: frozenset[str]
+
+    def shows(self, item: MemoryItem) -> bool:
+        """True when every message `item` came from is in the replayed history."""
+        return (
+            bool(self.session)
+            and item.session == self.session
+            and bool(item.message_ids)
+            and all(m in self.message_ids for m in item.message_ids)
+        )
 
 
 @runtime_checkable
@@ -55,7 +72,14 @@ class MemoryView(Protocol):
         ...
 
     async def auto_recall(
-        self, prompt: str, *, previous_reply: str = "", exclude_ids: frozenset[str] = frozenset(), limit: int = 6
+        self,
+        prompt: str,
+        *,
+        previous_reply: str = "",
+        exclude_ids: frozenset[str] = frozenset(),
+        limit: int = 6,
+        live: LiveHistory | None = None,
     ) -> list[MemoryItem]:
-        """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`."""
+        """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`
+        and none that `live` (the conversation the model is replaying) already shows."""
         ...

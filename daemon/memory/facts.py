@@ -74,6 +74,7 @@ class Fact:
     superseded_by: str | None = None
     retired_at: datetime | None = None
     reason: str = ""
+    restored_at: datetime | None = None  # when a retraction was last undone
 
     @property
     def active(self) -> bool:
@@ -173,6 +174,11 @@ class FactLog:
             old = self.facts.get(uid)
             if old is not None:
                 self.facts[uid] = replace(old, retired_at=ts, reason=str(event.get("reason", "")))
+        elif op == "restore":
+            # Undo a retraction (e.g. one made by sleep maintenance); a correction stays undone only by another correction.
+            old = self.facts.get(uid)
+            if old is not None and old.superseded_by is None:
+                self.facts[uid] = replace(old, retired_at=None, reason="", restored_at=ts)
         else:
             raise KeyError(f"unknown op {op!r}")
 
@@ -395,6 +401,28 @@ class FactStore:
             await self.render()
         log.info("fact retracted", id=old.id, origin=origin)
         return self.log.facts[old.id]
+
+    async def restore(self, uid: str, *, origin: str, reason: str = "restored") -> Fact:
+        """Undo the retraction of fact `uid` (an append-only `restore` event); it is active again."""
+        self._check_origin(origin)
+        async with self._lock:
+            await self.load()
+            fact = self.get(uid.strip())
+            if fact is None:
+                raise FactError(f"no fact with id {uid!r} (ids look like fact:12; `recall` shows them)")
+            if fact.superseded_by:
+                raise FactError(f"{fact.id} was corrected by {fact.superseded_by}; a correction cannot be restored")
+            if fact.active:
+                raise FactError(f"{fact.id} is not retracted; nothing to restore")
+            if fact.target == "profile" and origin in UNTRUSTED_ORIGINS:
+                raise FactError(f"refused: content from {origin!r} is untrusted and cannot change the profile")
+            reason = " ".join(str(reason).split())[:500] or "restored"
+            event = {"v": 1, "op": "restore", "id": fact.id, "ts": _iso(self.clock.now()), "origin": origin, "reason": reason}
+            await anyio.to_thread.run_sync(self.log.append, event)
+            await self.index.restore(fact.id)
+            await self.render()
+        log.info("fact restored", id=fact.id, origin=origin)
+        return self.log.facts[fact.id]
 
     async def _index_and_render(self, fact: Fact) -> None:
         await self.index.upsert([_memory_of(fact)])

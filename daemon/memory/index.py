@@ -266,6 +266,19 @@ class MemoryIndex:
         if not await self.db.run(_write, work):
             raise KeyError(f"no memory with id {uid!r}")
 
+    async def restore(self, uid: str) -> None:
+        """Make a retired (not superseded) memory active again; unknown uids raise KeyError."""
+
+        def work(conn: Any) -> int:
+            gen = next_generation(conn)
+            return conn.execute(
+                "UPDATE memories SET retired_at = NULL, version = ? WHERE uid = ? AND superseded_by IS NULL",
+                (gen, uid),
+            ).rowcount
+
+        if not await self.db.run(_write, work):
+            raise KeyError(f"no active-able memory with id {uid!r}")
+
     async def clear(self) -> None:
         """Drop all memories and chunk marks (reindex); cached embeddings are kept for reuse."""
 

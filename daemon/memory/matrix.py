@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3}
+KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3, "month": 4, "journal": 5}
 
 # Up to this many query vectors are scored one matrix-vector product each (see `similarities`).
 GEMV_QUERIES = 3

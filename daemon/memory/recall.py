@@ -28,7 +28,7 @@ from daemon.memory.api import MemoryItem
 from daemon.memory.index import MemoryIndex
 from daemon.memory.query import QueryPlan, decompose
 from daemon.memory.summariser import read_summary_file
-from daemon.memory.text import content_words, parse_json_reply, stem
+from daemon.memory.text import addenda_block, content_words, parse_json_reply, stem
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.roles import ModelRoles
 from daemon.settings import Settings
@@ -235,8 +235,8 @@ class Recall:
             index_lines.append(f"{c.id} | {slug.replace('|', '/')} | {snippet.replace('|', '/')}")
         system = [SystemBlock(text=PLANNER_PERSONA)]
         addenda = self.topic_addenda("recall_persona", query) if self.topic_addenda else ""
-        if addenda.strip():
-            system.append(SystemBlock(text="## Topic Addenda\n\n" + addenda.strip()))
+        if block := addenda_block(addenda):
+            system.append(SystemBlock(text=block))
         prompt = f"QUERY: {query}\nINDEX:\n" + "\n".join(index_lines)
         try:
             request = self.roles.request(
@@ -366,8 +366,8 @@ class Recall:
         prompt = f"QUESTION: {query}\nSOURCES:\n" + "\n\n".join(blocks)
         system = [SystemBlock(text=SYNTHESIS_PERSONA)]
         addenda = self.topic_addenda("recall_persona", query) if self.topic_addenda else ""
-        if addenda.strip():
-            system.append(SystemBlock(text="## Topic Addenda\n\n" + addenda.strip()))
+        if block := addenda_block(addenda):
+            system.append(SystemBlock(text=block))
         try:
             request = self.roles.request(
                 "recall_synthesis", messages=[Message.user(prompt)], system=system, task="synthesise"

@@ -28,7 +28,7 @@ from daemon.clock import Clock
 from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.memory.index import MemoryIndex, NewMemory
-from daemon.memory.text import keywords, parse_json_reply, slugify
+from daemon.memory.text import addenda_block, keywords, parse_json_reply, slugify
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
@@ -162,11 +162,12 @@ def parse_summary(reply: str, fallback_text: str) -> Summary:
 
 
 def render_summary_file(
-    summary: Summary, *, session_id: str, started: str, transcript: str, messages: int, summarised_at: str
+    summary: Summary, *, session_id: str, started: str, transcript: str, messages: int, summarised_at: str, kind: str = "trunk"
 ) -> str:
     """The summary file: a small front matter, then the narrative a person can read."""
     front = {
         "session": session_id,
+        "kind": kind,
         "started": started,
         "transcript": transcript,
         "title": summary.title,
@@ -210,7 +211,11 @@ def summary_memory(meta: dict[str, Any], body: str, path: Path, *, origin: str) 
         created = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     if created.tzinfo is None:
         created = created.replace(tzinfo=UTC)
-    tags = meta.get("tags") or []
+    tags = [str(t) for t in meta.get("tags") or []] if isinstance(meta.get("tags"), list) else []
+    kind = str(meta.get("kind") or "trunk")
+    if kind == "fork" and "fork" not in tags:
+        # A delegate fork's own summary: findable, but recall prefers the trunk's sessions.
+        tags.append("fork")
     return NewMemory(
         uid=f"summary:{meta['session']}",
         kind="summary",
@@ -218,11 +223,11 @@ def summary_memory(meta: dict[str, Any], body: str, path: Path, *, origin: str) 
         title=str(meta.get("title") or path.stem),
         origin=origin,  # type: ignore[arg-type]
         created_at=created,
-        tags=tuple(str(t) for t in tags) if isinstance(tags, list) else (),
-        importance=0.6,
+        tags=tuple(tags),
+        importance=0.45 if kind == "fork" else 0.6,
         session_id=str(meta["session"]),
         source=str(path),
-        meta={"file": path.name, "transcript": str(meta.get("transcript") or "")},
+        meta={"file": path.name, "transcript": str(meta.get("transcript") or ""), "session_kind": kind},
     )
 
 
@@ -401,8 +406,8 @@ class Summariser:
         transcript_text = "\n".join(lines)
         system = [SystemBlock(text=SUMMARY_PERSONA)]
         addenda = self.topic_addenda("summary_persona", transcript_text) if self.topic_addenda else ""
-        if addenda.strip():
-            system.append(SystemBlock(text="## Topic Addenda\n\n" + addenda.strip()))
+        if block := addenda_block(addenda):
+            system.append(SystemBlock(text=block))
         prompt = (
             f"Summarise this session (id {session_id}, started {started}, {len(messages)} messages).\n"
             f"<<<TRANSCRIPT\n{transcript_text}\nTRANSCRIPT>>>"
@@ -419,6 +424,7 @@ class Summariser:
             transcript=transcript or "",
             messages=total,
             summarised_at=now.isoformat(timespec="seconds"),
+            kind=str(kind),
         )
         await anyio.to_thread.run_sync(_write_atomic, path, text)
         meta, body = read_summary_file(path)

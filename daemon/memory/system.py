@@ -238,6 +238,9 @@ class MemorySystem:
             summaries += 1
         for sid in kinds:
             counts["chunks"] = counts.get("chunks", 0) + await self.index.index_session(sid)
+        from daemon.memory.months import reindex_months
+
+        counts["months"] = await reindex_months(self.home.memory_dir / "months", self.index)
         log.info("memory reindexed", facts=facts, summaries=summaries, **counts)
         return {"facts": facts, "summaries": summaries, **counts}
 

@@ -66,3 +66,18 @@ def parse_json_reply(reply: str) -> dict[str, Any] | None:
         if isinstance(value, dict):
             return value
     return None
+
+
+ADDENDA_HEADING = "## Topic Addenda"
+
+
+def addenda_block(addenda: str) -> str:
+    """The topic addenda as one system block under a single `## Topic Addenda` heading.
+
+    The router's rendering already carries the heading; a caller-supplied text may not.
+    Either way the heading appears exactly once ("" when there is nothing to add).
+    """
+    body = addenda.strip()
+    while body.startswith(ADDENDA_HEADING):
+        body = body[len(ADDENDA_HEADING) :].strip()
+    return f"{ADDENDA_HEADING}\n\n{body}" if body else ""

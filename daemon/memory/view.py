@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from daemon.memory.api import MemoryItem
+from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose
 from daemon.memory.text import content_words, stem
@@ -24,6 +24,7 @@ _EXPLICIT_BOOST = 1.15  # "explicit first among equals": a nudge, not an overrid
 _PREVIOUS_REPLY_TERMS = 6
 _ITEM_TOKEN_CAP = 400  # one long chunk must not take the whole recall layer
 _AUTO_RECALL_QUERIES = 3
+_AUTO_RECALL_ENTITIES = 4
 
 
 @lru_cache(maxsize=4096)
@@ -56,12 +57,22 @@ class IndexMemoryView:
         return await self.index.recent(["fact"], limit) if limit > 0 else []
 
     async def auto_recall(
-        self, prompt: str, *, previous_reply: str = "", exclude_ids: frozenset[str] = frozenset(), limit: int = 6
+        self,
+        prompt: str,
+        *,
+        previous_reply: str = "",
+        exclude_ids: frozenset[str] = frozenset(),
+        limit: int = 6,
+        live: LiveHistory | None = None,
     ) -> list[MemoryItem]:
         """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`.
 
+        Chunks of the live conversation that `live` says the model is replaying are left
+        out: recall brings what the model cannot already see.
+
         At most `min(limit, auto_recall_max)` items within `auto_recall_tokens`; fewer (or none)
-        when little is relevant. No model call; cancellation propagates.
+        when little is relevant; long items are clipped so that `auto_recall_min` fit. No
+        model call; cancellation propagates.
         """
         if not self.settings.auto_recall or limit <= 0:
             return []
@@ -69,7 +80,8 @@ class IndexMemoryView:
         prompt = " ".join(prompt.split())
         if not prompt:
             return []
-        queries = decompose(prompt).all_queries()
+        plan = decompose(prompt)
+        queries = [plan.text, *plan.queries]
         wanted = _stems(prompt)
         follow_up = [w for w in content_words(previous_reply) if len(w) > 3][:_PREVIOUS_REPLY_TERMS]
         if follow_up and len(content_words(prompt)) < 6:
@@ -78,17 +90,29 @@ class IndexMemoryView:
             wanted |= _stems(" ".join(follow_up))
         # Every turn pays for this search: the message itself and its two best sub-queries
         # (each extra one costs a BM25 pass and a pass over the vectors at 100k memories).
-        queries = queries[:_AUTO_RECALL_QUERIES]
+        # Names, places and project-like tokens are looked up on their own, after the cap:
+        # they are the surest signal in a message and cost one BM25 pass each.
+        names = [e for e in plan.entities if e.lower() != plan.text.lower()][:_AUTO_RECALL_ENTITIES]
+        queries = [*queries[:_AUTO_RECALL_QUERIES], *names]
         found = await self.index.search_many(
-            queries, k=max(12, limit * 3), kinds=["fact", "profile", "summary", "chunk"], vector_queries=1
+            queries,
+            k=max(12, limit * 3),
+            kinds=["fact", "profile", "summary", "chunk"],
+            vector_queries=1,
         )
 
         out: list[MemoryItem] = []
         seen_text: set[str] = set()
         for item in found:
-            if item.id in exclude_ids or item.meta.get("retired_at"):
+            if (
+                item.id in exclude_ids
+                or item.meta.get("retired_at")
+                or (live is not None and live.shows(item))
+            ):
                 continue
-            if not wanted or not (wanted & _stems(" ".join((item.title, item.text, " ".join(item.tags))))):
+            if not wanted or not (
+                wanted & _stems(" ".join((item.title, item.text, " ".join(item.tags))))
+            ):
                 continue  # the relevance floor: nothing in common with what was asked
             key = " ".join(item.text.lower().split())[:300]
             if key in seen_text:
@@ -96,9 +120,12 @@ class IndexMemoryView:
             seen_text.add(key)
             explicit = item.kind in ("fact", "profile")
             out.append(replace(item, score=item.score * (_EXPLICIT_BOOST if explicit else 1.0)))
-        out.sort(key=lambda i: (-i.score, i.kind not in ("fact", "profile")))
+        out.sort(key=_rank)
 
         budget = self.settings.auto_recall_tokens
+        # Long items are clipped so that `auto_recall_min` of them fit the budget together:
+        # three relevant memories, shortened, beat one whole chunk.
+        item_cap = min(_ITEM_TOKEN_CAP, budget // max(1, min(self.settings.auto_recall_min, limit)))
         chosen: list[MemoryItem] = []
         used = 0
         for item in out:
@@ -106,14 +133,19 @@ class IndexMemoryView:
                 break
             text = item.text
             cost = count_tokens(text)
-            if cost > _ITEM_TOKEN_CAP:
-                text = _clip_tokens(text, _ITEM_TOKEN_CAP)
+            if cost > item_cap:
+                text = _clip_tokens(text, item_cap)
                 cost = count_tokens(text)
             if used + cost > budget:
                 continue
             chosen.append(item if text == item.text else replace(item, text=text))
             used += cost
         return chosen
+
+
+def _rank(item: MemoryItem) -> tuple[float, bool]:
+    """Best score first; explicit facts first among equals."""
+    return (-item.score, item.kind not in ("fact", "profile"))
 
 
 def _clip_tokens(text: str, tokens: int) -> str:

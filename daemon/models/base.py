@@ -19,6 +19,15 @@ this contract (the summariser and recall build them; the offline provider reads 
 - ``task="synthesise"`` — the last user message holds ``QUESTION: <text>`` then ``SOURCES:``
   followed by blocks that start with ``[<cite>]``. The reply is the answer text, citing
   sources as ``[<cite>]``.
+- ``task="journal"`` — the last user message holds a stretch of transcript between the lines
+  ``<<<TRANSCRIPT`` and ``TRANSCRIPT>>>`` (``[user]``/``[assistant]`` text, ``[tool NAME]`` calls
+  with their JSON input, ``[tool result]``/``[tool error]``). The reply is a JSON object
+  ``{"summary": str, "decisions": [str], "progress": [str], "open_questions": [str],
+  "files_touched": [str], "tags": [str]}``.
+- ``task="wake"`` — the last user message holds ``DATE:``, ``LIMIT: <n> tokens``, ``SUMMARY:``
+  (the session summary), ``DECISIONS:`` (one ``- item`` per line), ``MEMORIES:`` (one
+  ``[<id>] (<origin>) <text>`` per line) and ``TRANSCRIPT:`` (one ``[role] text`` per line), each
+  on a line of its own. The reply is the markdown of `WAKE.md`.
 - ``task="chat"`` — ordinary conversation with tools.
 """
 
@@ -28,7 +37,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-Task = Literal["chat", "summarise", "plan_recall", "synthesise", "dream", "journal", "delegate"]
+Task = Literal["chat", "summarise", "plan_recall", "synthesise", "dream", "journal", "delegate", "wake"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "cancelled", "error"]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from daemon.models import offline_delegate, offline_dreams, offline_journal
 from daemon.models.base import (
     Block,
     Completed,
@@ -33,6 +34,7 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
+from daemon.models.offline_sleep import weave_wake
 from daemon.text import STOP_WORDS, stem
 from daemon.tokens import count_tokens
 
@@ -179,13 +181,21 @@ class OfflineModel:
         """The reply text and tool calls for `request`: a pure function of the request."""
         message = _last_user(request)
         text = message.text if message else ""
+        if (delegation := offline_delegate.respond(request)) is not None:
+            return delegation
         if request.task == "summarise":
             return json.dumps(summarise(text), ensure_ascii=False), []
         if request.task == "plan_recall":
             return json.dumps({"ids": plan_recall(text)}), []
         if request.task == "synthesise":
             return synthesise(text), []
-        if request.task in ("dream", "journal", "delegate"):
+        if request.task == "dream":
+            return offline_dreams.dream_reply(text), []
+        if request.task == "journal":
+            return offline_journal.respond(text), []
+        if request.task == "wake":
+            return weave_wake(text), []
+        if request.task == "delegate":
             return extract_brief(text, request.task), []
         return self._chat(request, message)
 

@@ -53,7 +53,12 @@ class PhaseReport:
     files: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"phase": self.phase, "changed": self.changed, "details": self.details, "files": list(self.files)}
+        return {
+            "phase": self.phase,
+            "changed": self.changed,
+            "details": self.details,
+            "files": list(self.files),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PhaseReport:

@@ -1,0 +1,641 @@
+"""The delegator: spawns fork sessions for `delegate` calls and returns their digest.
+
+A fork is a session of its own (`sessions/forks/<id>.jsonl`, a `forks` lineage row) run by
+its own `AgentLoop` at depth + 1, with the full persona plus `NEUROLOGY.md`, the same memory
+tools, a framing line and the brief — never its parent's conversation, and no memory from
+its ancestors' live sessions or from the forks running beside it.
+
+Spawning goes through the `before_fork` gate (a handler may veto, or add to the brief; the
+summariser queues the parent's session so far). Each fork runs inside the parent's tool
+call, so cancelling the trunk's turn cancels the whole tree. Limits, per fork tree (one
+trunk `delegate` call and every fork under it): an inactivity timeout per fork (model output
+and tool activity, its children's included, keep it alive), a hard ceiling on the tree, and
+a token budget across the tree. A fork a limit stops returns what it produced so far, marked
+as partial. A fork the daemon died in the middle of is marked failed at the next start and
+reported to its parent turn's next `delegate` call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
+from daemon.agent.session import Session, new_session_id
+from daemon.agent.transcript import Transcript
+from daemon.agent.turns import ToolPhase, TurnEvent
+from daemon.bus import EventBus, HookFailed
+from daemon.clock import Clock
+from daemon.delegate.lineage import ForkLineage, ForkRow
+from daemon.delegate.tools import Completion, delegate_tool, task_complete_tool
+from daemon.events import BeforeFork, JournalNote, SessionShutdown
+from daemon.log import get_logger
+from daemon.models.base import ModelError, Usage
+from daemon.models.roles import ModelRoles
+from daemon.paths import Home
+from daemon.settings import Settings
+from daemon.store.db import Database
+from daemon.tokens import TokenCounter
+from daemon.tools import Tool, ToolContext, ToolError, ToolRegistry
+
+log = get_logger("delegate")
+
+FRAMING = "You are in focused task mode. Your objective is: {task}"
+INTERRUPTED = "interrupted: the daemon stopped while this fork was running"
+_PARTIAL_CHARS = 6000
+_TOOL_CLIP = 400
+
+
+@dataclass
+class ForkTree:
+    """The limits one trunk `delegate` call and every fork under it share."""
+
+    root_session_id: str
+    deadline: float  # anyio time at which the whole tree is stopped
+    token_budget: int
+    tokens: int = 0
+    running: set[str] = field(default_factory=set)
+
+    def charge(self, usage: Usage) -> str | None:
+        """Add one model step's tokens; return why the tree must stop, or None."""
+        self.tokens += usage.prompt_tokens + usage.output_tokens
+        if self.tokens >= self.token_budget:
+            return f"the fork tree's token budget is spent ({self.tokens:,} of {self.token_budget:,} tokens)"
+        return None
+
+
+@dataclass
+class ForkRun:
+    """One running fork: its place in the tree and what it has used."""
+
+    id: str
+    depth: int
+    task: str
+    tree: ForkTree
+    # The sessions above it, trunk first: their memories stay out of its context.
+    ancestors: tuple[str, ...]
+    tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkOutcome:
+    """How a fork ended, as its parent reads it."""
+
+    fork_id: str
+    depth: int
+    status: str  # complete | incomplete | stopped | failed
+    text: str
+    outcome: str | None = None
+    artifacts: tuple[str, ...] = ()
+    reason: str | None = None
+
+    def render(self) -> str:
+        head = (
+            f"[fork {self.fork_id} · depth {self.depth} · {self.status}"
+            + (f" · outcome {self.outcome}" if self.outcome else "")
+            + "]"
+        )
+        if self.status == "complete":
+            body = self.text
+            if self.artifacts:
+                body += "\n\nArtifacts:\n" + "\n".join(f"- {a}" for a in self.artifacts)
+        elif self.status == "incomplete":
+            body = (
+                "The fork ended without calling task_complete; its last reply follows (unconfirmed):\n"
+                + (self.text or "(no reply)")
+            )
+        elif self.status == "stopped":
+            body = (
+                f"PARTIAL OUTPUT — the fork was stopped: {self.reason}. What it produced before it stopped follows; "
+                "it is incomplete and unverified.\n<<<PARTIAL\n"
+                + (self.text or "(nothing yet)")
+                + "\nPARTIAL>>>"
+            )
+        else:
+            body = f"The fork failed: {self.reason}."
+            if self.text:
+                body += (
+                    "\nWhat it produced before failing (partial, unverified):\n<<<PARTIAL\n"
+                    + self.text
+                    + "\nPARTIAL>>>"
+                )
+        return f"{head}\n{body}"
+
+
+def brief_prompt(
+    *, task: str, context: str, depth: int, max_depth: int, additions: list[tuple[str, str]]
+) -> str:
+    """The fork's first (and only) message: the framing line, its place, the brief."""
+    can_delegate = depth < max_depth
+    lines = [
+        FRAMING.format(task=task),
+        "",
+        f"You are a fork at depth {depth} (at most {max_depth}): the same persona and memory, a clean context. "
+        "You do not see the conversation that delegated this task; everything you were given is below.",
+        "You may hand self-contained sub-tasks to a fork of your own with `delegate`."
+        if can_delegate
+        else "You are at the depth limit: `delegate` is not available, do the work yourself.",
+        "When you are done, call `task_complete(summary, outcome, artifacts)` once: that is how your result "
+        "reaches whoever delegated it. If you cannot finish, report what you have with outcome 'partial' or 'failed'.",
+        "",
+        "## Brief",
+        context or "(no further context was given: the objective above is the whole brief)",
+    ]
+    if additions:
+        lines += ["", "## Notes added before this fork started"]
+        lines += [f"- [{source}] {text}" for source, text in additions]
+    return "\n".join(lines)
+
+
+def partial_output(records: list[dict[str, Any]], limit: int = _PARTIAL_CHARS) -> str:
+    """What a fork produced so far: its replies and tool results, in order, the end kept."""
+    parts: list[str] = []
+    for rec in records:
+        kind = rec.get("type")
+        if (
+            kind == "message"
+            and rec.get("role") == "assistant"
+            and str(rec.get("content", "")).strip()
+        ):
+            parts.append(str(rec["content"]).strip())
+        elif kind == "tool_result" and rec.get("name") != "task_complete":
+            content = " ".join(str(rec.get("content", "")).split())
+            if len(content) > _TOOL_CLIP:
+                content = content[: _TOOL_CLIP - 1] + "…"
+            parts.append(
+                f"({rec.get('name')} → {'error: ' if rec.get('is_error') else ''}{content})"
+            )
+    text = "\n".join(parts)
+    if len(text) > limit:
+        text = "…" + text[-(limit - 1) :]
+    return text
+
+
+class Delegator:
+    """Owns fork runs: the `delegate` tool, spawning, limits, lineage and crash recovery.
+
+    Use as `async with Delegator(...) as delegator:`; entering marks forks a crash left
+    `running` as failed (to be reported to their parent turn). `tools_for(depth)` is what a
+    session at that depth is offered (`delegate` only below the depth limit).
+    """
+
+    def __init__(
+        self,
+        *,
+        home: Home,
+        db: Database,
+        roles: ModelRoles,
+        bus: EventBus,
+        clock: Clock,
+        counter: TokenCounter,
+        settings: Settings,
+        base_tools: ToolRegistry,
+        after_fork: list[Callable[[str], Awaitable[Any]]] | None = None,
+    ) -> None:
+        self.home = home
+        self.db = db
+        self.roles = roles
+        self.bus = bus
+        self.clock = clock
+        self.counter = counter
+        self.settings = settings
+        self.cfg = settings.delegate
+        self.base_tools = base_tools
+        self.after_fork = after_fork if after_fork is not None else []
+        self.lineage = ForkLineage(db)
+        self._running: dict[str, ForkRun] = {}
+        self.forks_started = 0
+
+    async def __aenter__(self) -> Delegator:
+        rows = await self.lineage.recover(now=self.clock.now(), reason=INTERRUPTED)
+        for row in rows:
+            await self._close_interrupted(row)
+        if rows:
+            log.warning(
+                "forks interrupted by a restart marked failed",
+                count=len(rows),
+                forks=[r.id for r in rows],
+            )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def _close_interrupted(self, row: ForkRow) -> None:
+        path = Path(row.transcript_path)
+        now = self.clock.now().isoformat()
+        if await anyio.Path(path).exists():
+            await Transcript(path=path, session_id=row.id).append(
+                {
+                    "type": "turn_end",
+                    "turn_id": f"{row.id}-t1",
+                    "status": "failed",
+                    "error": INTERRUPTED,
+                    "ts": now,
+                }
+            )
+        await self.db.execute(
+            "UPDATE sessions SET ended_at = COALESCE(ended_at, ?) WHERE id = ?", (now, row.id)
+        )
+
+    # -- tools ---------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def delegate_tool(self, parent: ForkRun | None = None) -> Tool:
+        async def handler(ctx: ToolContext, task: str, context: str) -> str:
+            return await self.delegate(ctx, task, context, parent=parent)
+
+        # The tree's own ceiling returns partial output first; this only backs it up.
+        return delegate_tool(handler, timeout_s=self.cfg.tree_timeout_s + 30.0)
+
+    def tools_for(self, depth: int, *, parent: ForkRun | None = None) -> list[Tool]:
+        """The delegate tools a session at `depth` is offered (none at the limit or when disabled)."""
+        if not self.cfg.enabled or depth >= self.cfg.max_depth:
+            return []
+        return [self.delegate_tool(parent)]
+
+    def _fork_registry(self, run: ForkRun, completion: Completion) -> ToolRegistry:
+        registry = self.base_tools.subset(
+            [n for n in self.base_tools.names() if n not in ("delegate", "task_complete")]
+        )
+        registry.register(task_complete_tool(completion))
+        offered = self.tools_for(run.depth, parent=run)
+        for tool in offered:
+            registry.register(tool)
+        if not offered:
+            registry.refuse("delegate", self._refusal(run.depth))
+        return registry
+
+    def _refusal(self, depth: int) -> str:
+        if not self.cfg.enabled:
+            return "delegation is turned off ([delegate] enabled = false); do the work yourself"
+        return f"refused: a fork at depth {depth} cannot delegate (the depth limit is {self.cfg.max_depth}); do the work yourself"
+
+    # -- one fork ------------------------------------------------------------------------
+
+    async def delegate(
+        self, ctx: ToolContext, task: str, context: str, *, parent: ForkRun | None = None
+    ) -> str:
+        """Run a fork for `task` and return its digest (raises `ToolError` when it cannot run or failed).
+
+        Cancellation (the parent's turn was cancelled) cancels the fork, which is recorded as
+        `cancelled`, and propagates. A limit stops the fork with its partial output returned.
+        """
+        depth = ctx.depth + 1
+        if not self.cfg.enabled or depth > self.cfg.max_depth:
+            raise ToolError(self._refusal(ctx.depth))
+        if not task:
+            raise ToolError("delegate needs a non-empty task")
+        interrupted = await self.lineage.unreported(ctx.session_id, ctx.turn_id)
+        if interrupted:
+            # The same turn is being answered again after a restart: say what happened first.
+            await self.lineage.mark_reported([r.id for r in interrupted])
+            raise ToolError(self._interrupted_report(interrupted))
+        now = self.clock.now()
+        fork_id = new_session_id("fork", now)
+        tree = (
+            parent.tree
+            if parent is not None
+            else ForkTree(
+                root_session_id=ctx.session_id,
+                deadline=anyio.current_time() + self.cfg.tree_timeout_s,
+                token_budget=self.cfg.token_budget,
+            )
+        )
+        row = await self.db.fetchone(
+            "SELECT transcript_path FROM sessions WHERE id = ?", (ctx.session_id,)
+        )
+        parent_path = str(row[0]) if row else ""
+        event = BeforeFork(
+            parent_session_id=ctx.session_id,
+            parent_transcript_path=parent_path,
+            fork_session_id=fork_id,
+            task=task,
+            depth=depth,
+            context=context,
+        )
+        path = self.home.forks_dir / f"{fork_id}.jsonl"
+        common = dict(
+            fork_id=fork_id,
+            parent_session_id=ctx.session_id,
+            parent_turn_id=ctx.turn_id,
+            parent_call_id=ctx.call_id or None,
+            root_session_id=tree.root_session_id,
+            depth=depth,
+            task=task,
+            transcript_path=str(path),
+            started_at=now,
+        )
+        try:
+            veto = await self.bus.emit_gate(event)
+        except HookFailed as exc:
+            await self.lineage.start(**common, status="failed")  # type: ignore[arg-type]
+            raise ToolError(f"the fork was not started: {exc}") from None
+        if veto is not None:
+            await self.lineage.start(**common, status="vetoed")  # type: ignore[arg-type]
+            await self.lineage.finish(
+                fork_id, status="vetoed", ended_at=now, stop_reason=f"{veto.by}: {veto.reason}"
+            )
+            raise ToolError(f"the fork was not started: vetoed by {veto.by}: {veto.reason}")
+        ancestors = (*parent.ancestors, parent.id) if parent is not None else (ctx.session_id,)
+        run = ForkRun(id=fork_id, depth=depth, task=task, tree=tree, ancestors=ancestors)
+        # The row exists before the transcript: a crash from here on is found at the next start.
+        await self.lineage.start(**common)  # type: ignore[arg-type]
+        siblings = tuple(sorted(tree.running))
+        tree.running.add(fork_id)
+        self._running[fork_id] = run
+        self.forks_started += 1
+        prompt = brief_prompt(
+            task=task,
+            context=context,
+            depth=depth,
+            max_depth=self.cfg.max_depth,
+            additions=event.brief.additions,
+        )
+        try:
+            outcome = await self._run(run, ctx, prompt, exclude=(*ancestors, *siblings))
+        except Exception as exc:
+            # Not a model error (those end as a failed outcome): still, no row stays `running`.
+            log.error("fork could not run", fork_id=fork_id, error=repr(exc), exc_info=True)
+            with anyio.CancelScope(shield=True):
+                await self.lineage.finish(
+                    fork_id,
+                    status="failed",
+                    ended_at=self.clock.now(),
+                    stop_reason=repr(exc)[:500],
+                    tokens=run.tokens,
+                )
+            raise ToolError(f"the fork {fork_id} failed to run: {exc}") from None
+        finally:
+            tree.running.discard(fork_id)
+            self._running.pop(fork_id, None)
+        if outcome.status == "failed":
+            raise ToolError(outcome.render())
+        return outcome.render()
+
+    async def _run(
+        self, run: ForkRun, ctx: ToolContext, prompt: str, *, exclude: tuple[str, ...]
+    ) -> ForkOutcome:
+        cfg = self.cfg
+        tree = run.tree
+        parent_observer = ctx.observer
+        parent_turn = ctx.turn_id
+        scope = anyio.CancelScope(
+            deadline=min(tree.deadline, anyio.current_time() + cfg.inactivity_timeout_s)
+        )
+
+        def alive() -> None:
+            scope.deadline = min(tree.deadline, anyio.current_time() + cfg.inactivity_timeout_s)
+
+        def relay(event: TurnEvent) -> None:
+            alive()
+            if isinstance(event, ToolPhase):
+                # Shown under the turn the person is waiting on, tagged with the fork it came from.
+                parent_observer(
+                    dataclasses.replace(event, turn_id=parent_turn, fork_id=event.fork_id or run.id)
+                )
+
+        def charge(usage: Usage) -> str | None:
+            run.tokens += usage.prompt_tokens + usage.output_tokens
+            alive()
+            return tree.charge(usage)
+
+        completion = Completion()
+        loop = AgentLoop(
+            roles=self.roles,
+            tools=self._fork_registry(run, completion),
+            bus=self.bus,
+            clock=self.clock,
+            counter=self.counter,
+            role="delegate",
+            max_tool_steps=cfg.max_tool_steps,
+            history_max_messages=self.settings.agent.history_max_messages,
+            history_min_turns=self.settings.agent.history_min_turns,
+            context_window=self.settings.models.delegate.context_window,
+            session_kind="fork",
+            depth=run.depth,
+            exclude_sessions=exclude,
+            max_parallel_tools=cfg.max_parallel,
+            stop_check=charge,
+        )
+        session = await Session.open(
+            db=self.db,
+            directory=self.home.forks_dir,
+            session_id=run.id,
+            kind="fork",
+            now=self.clock.now(),
+            parent_id=ctx.session_id,
+            header={
+                "depth": run.depth,
+                "task": run.task,
+                "parent_turn": parent_turn,
+                "parent_call": ctx.call_id,
+                "root": tree.root_session_id,
+            },
+        )
+        parent_observer(
+            ToolPhase(
+                turn_id=parent_turn,
+                name="fork",
+                phase="started",
+                depth=run.depth,
+                fork_id=run.id,
+                detail=run.task[:200],
+            )
+        )
+        log.info(
+            "fork started",
+            fork_id=run.id,
+            depth=run.depth,
+            parent=ctx.session_id,
+            task=run.task[:120],
+        )
+        result: TurnResult | None = None
+        error: str | None = None
+        try:
+            with scope:
+                result = await loop.run_turn(
+                    session,
+                    turn_id=f"{run.id}-t1",
+                    prompt=prompt,
+                    observer=relay,
+                    ts=self.clock.now().isoformat(),
+                )
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if session.turn_ended(f"{run.id}-t1") is None:
+                    # Cancelled before the loop's own record (during context assembly).
+                    await session.record(
+                        {
+                            "type": "turn_end",
+                            "turn_id": f"{run.id}-t1",
+                            "status": "cancelled",
+                            "ts": self.clock.now().isoformat(),
+                        }
+                    )
+                await self._finish(
+                    run,
+                    session,
+                    ctx,
+                    ForkOutcome(
+                        fork_id=run.id,
+                        depth=run.depth,
+                        status="cancelled",
+                        text="",
+                        reason="the parent's turn was cancelled",
+                    ),
+                )
+            raise
+        except (ContextFailed, ModelError) as exc:
+            error = str(exc)
+        if scope.cancelled_caught:
+            ceiling = anyio.current_time() >= tree.deadline
+            reason = (
+                f"the fork tree reached its ceiling of {cfg.tree_timeout_s:g}s"
+                if ceiling
+                else f"no activity for {cfg.inactivity_timeout_s:g}s"
+            )
+            outcome = ForkOutcome(
+                fork_id=run.id,
+                depth=run.depth,
+                status="stopped",
+                text=partial_output(session.transcript.records()),
+                reason=reason,
+            )
+        elif error is not None:
+            outcome = ForkOutcome(
+                fork_id=run.id,
+                depth=run.depth,
+                status="failed",
+                text=partial_output(session.transcript.records()),
+                reason=error,
+            )
+        elif completion.called:
+            outcome = ForkOutcome(
+                fork_id=run.id,
+                depth=run.depth,
+                status="complete",
+                text=completion.summary,
+                outcome=completion.outcome,
+                artifacts=tuple(completion.artifacts),
+            )
+        elif result is not None and result.stop_reason == "stopped":
+            outcome = ForkOutcome(
+                fork_id=run.id,
+                depth=run.depth,
+                status="stopped",
+                text=partial_output(session.transcript.records()),
+                reason=str(result.report.get("stopped", "a limit was reached")),
+            )
+        else:
+            outcome = ForkOutcome(
+                fork_id=run.id,
+                depth=run.depth,
+                status="incomplete",
+                text=result.text.strip() if result else "",
+            )
+        with anyio.CancelScope(shield=True):
+            await self._finish(run, session, ctx, outcome)
+        return outcome
+
+    async def _finish(
+        self, run: ForkRun, session: Session, ctx: ToolContext, outcome: ForkOutcome
+    ) -> None:
+        """Record how the fork ended, end its session (its own summary), tell the parent. Shielded by callers."""
+        now = self.clock.now()
+        await self.lineage.finish(
+            run.id,
+            status=outcome.status,
+            ended_at=now,
+            outcome=outcome.outcome,
+            summary=outcome.text[:4000] if outcome.status in ("complete", "incomplete") else None,
+            stop_reason=outcome.reason,
+            tokens=run.tokens,
+        )
+        await self.db.execute(
+            "UPDATE sessions SET ended_at = ? WHERE id = ?", (now.isoformat(), run.id)
+        )
+        for hook in self.after_fork:
+            try:
+                with anyio.fail_after(10):
+                    await hook(run.id)
+            except Exception as exc:
+                log.warning("after-fork hook failed", fork_id=run.id, error=repr(exc))
+        # The fork's own summary (tagged as a fork by its session kind) is written from here.
+        await self.bus.publish(
+            SessionShutdown(
+                session_id=run.id,
+                transcript_path=str(session.path),
+                reason=f"fork {outcome.status}",
+            )
+        )
+        ctx.observer(
+            ToolPhase(
+                turn_id=ctx.turn_id,
+                name="fork",
+                phase="finished",
+                depth=run.depth,
+                fork_id=run.id,
+                is_error=outcome.status != "complete",
+                detail=f"{outcome.status}: {' '.join(outcome.text.split())[:200]}"
+                if outcome.text
+                else outcome.status,
+            )
+        )
+        if run.depth == 1:
+            await self.bus.publish(
+                JournalNote(
+                    summary=f"fork tree for “{run.task[:120]}” {outcome.status} ({run.tree.tokens:,} tokens)",
+                    tags=("delegate", outcome.status),
+                    session_id=ctx.session_id,
+                    progress=(f"{run.id}: {outcome.status}",),
+                )
+            )
+        log.info(
+            "fork finished",
+            fork_id=run.id,
+            depth=run.depth,
+            status=outcome.status,
+            reason=outcome.reason,
+            tokens=run.tokens,
+        )
+
+    def _interrupted_report(self, rows: list[ForkRow]) -> str:
+        lines = []
+        for row in rows:
+            partial = (
+                partial_output(
+                    Transcript(path=Path(row.transcript_path), session_id=row.id).records()
+                )
+                if Path(row.transcript_path).exists()
+                else ""
+            )
+            outcome = ForkOutcome(
+                fork_id=row.id,
+                depth=row.depth,
+                status="failed",
+                text=partial,
+                reason=f"{INTERRUPTED} (task: {row.task[:200]})",
+            )
+            lines.append(outcome.render())
+        return (
+            "\n\n".join(lines)
+            + "\n\nNothing was retried; call delegate again to run the task anew."
+        )
+
+    async def status(self) -> dict[str, Any]:
+        """Running forks (this process) and the lineage's counts by status."""
+        rows = await self.db.fetchall("SELECT status, COUNT(*) FROM forks GROUP BY status")
+        return {
+            "running": self.running,
+            "started": self.forks_started,
+            "by_status": {r[0]: int(r[1]) for r in rows},
+        }

@@ -1,0 +1,175 @@
+"""Fork lineage: one row per fork session (parent, depth, task, status, times) in `forks`.
+
+The row is written *before* the fork's transcript exists and finished after it ends, so a
+row still `running` at start-up is a fork the daemon died in the middle of: `recover()`
+marks it failed and leaves it unreported until its parent's turn asks again (`delegate`
+then returns the failure instead of a silent retry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from daemon.store.db import Database
+
+# How a fork ended. `complete`: it called task_complete; `incomplete`: it stopped answering
+# without it; `stopped`: a limit (inactivity, tree ceiling, token budget) ended it; `cancelled`:
+# its parent's turn was cancelled; `failed`: an error, or the daemon stopped while it ran.
+STATUSES = ("running", "complete", "incomplete", "stopped", "cancelled", "failed", "vetoed")
+
+_COLUMNS = (
+    "id, parent_session_id, parent_turn_id, parent_call_id, root_session_id, depth, task, status, outcome, "
+    "summary, stop_reason, tokens, transcript_path, started_at, ended_at, reported, retained"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkRow:
+    id: str
+    parent_session_id: str
+    parent_turn_id: str
+    parent_call_id: str | None
+    root_session_id: str
+    depth: int
+    task: str
+    status: str
+    outcome: str | None
+    summary: str | None
+    stop_reason: str | None
+    tokens: int
+    transcript_path: str
+    started_at: str
+    ended_at: str | None
+    reported: bool
+    retained: str | None
+
+    @classmethod
+    def from_db(cls, row: Any) -> ForkRow:
+        return cls(
+            id=row[0],
+            parent_session_id=row[1],
+            parent_turn_id=row[2],
+            parent_call_id=row[3],
+            root_session_id=row[4],
+            depth=int(row[5]),
+            task=row[6],
+            status=row[7],
+            outcome=row[8],
+            summary=row[9],
+            stop_reason=row[10],
+            tokens=int(row[11] or 0),
+            transcript_path=row[12],
+            started_at=row[13],
+            ended_at=row[14],
+            reported=bool(row[15]),
+            retained=row[16],
+        )
+
+
+class ForkLineage:
+    """Reads and writes the `forks` table."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def start(
+        self,
+        *,
+        fork_id: str,
+        parent_session_id: str,
+        parent_turn_id: str,
+        parent_call_id: str | None,
+        root_session_id: str,
+        depth: int,
+        task: str,
+        transcript_path: str,
+        started_at: datetime,
+        status: str = "running",
+    ) -> None:
+        await self.db.execute(
+            "INSERT INTO forks(id, parent_session_id, parent_turn_id, parent_call_id, root_session_id, depth, task, status,"
+            " transcript_path, started_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                fork_id,
+                parent_session_id,
+                parent_turn_id,
+                parent_call_id,
+                root_session_id,
+                depth,
+                task,
+                status,
+                transcript_path,
+                started_at.isoformat(),
+            ),
+        )
+
+    async def finish(
+        self,
+        fork_id: str,
+        *,
+        status: str,
+        ended_at: datetime,
+        outcome: str | None = None,
+        summary: str | None = None,
+        stop_reason: str | None = None,
+        tokens: int = 0,
+    ) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown fork status {status!r}; expected one of {STATUSES}")
+        await self.db.execute(
+            "UPDATE forks SET status = ?, outcome = ?, summary = ?, stop_reason = ?, tokens = ?, ended_at = ? WHERE id = ?",
+            (status, outcome, summary, stop_reason, tokens, ended_at.isoformat(), fork_id),
+        )
+
+    async def get(self, fork_id: str) -> ForkRow | None:
+        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM forks WHERE id = ?", (fork_id,))
+        return ForkRow.from_db(row) if row else None
+
+    async def all(self) -> list[ForkRow]:
+        return [
+            ForkRow.from_db(r)
+            for r in await self.db.fetchall(f"SELECT {_COLUMNS} FROM forks ORDER BY started_at, id")
+        ]
+
+    async def running(self) -> list[ForkRow]:
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM forks WHERE status = 'running' ORDER BY started_at, id"
+        )
+        return [ForkRow.from_db(r) for r in rows]
+
+    async def recover(self, *, now: datetime, reason: str) -> list[ForkRow]:
+        """Mark every fork still `running` failed and unreported; return them as they were."""
+        rows = await self.running()
+        for row in rows:
+            await self.db.execute(
+                "UPDATE forks SET status = 'failed', stop_reason = ?, ended_at = ?, reported = 0 WHERE id = ?",
+                (reason, now.isoformat(), row.id),
+            )
+        return rows
+
+    async def unreported(self, parent_session_id: str, parent_turn_id: str) -> list[ForkRow]:
+        """Forks of this parent turn that a restart ended and nobody has told the parent about."""
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM forks WHERE parent_session_id = ? AND parent_turn_id = ? AND reported = 0 ORDER BY started_at, id",
+            (parent_session_id, parent_turn_id),
+        )
+        return [ForkRow.from_db(r) for r in rows]
+
+    async def mark_reported(self, fork_ids: list[str]) -> None:
+        for fid in fork_ids:
+            await self.db.execute("UPDATE forks SET reported = 1 WHERE id = ?", (fid,))
+
+    async def mark_retained(self, fork_id: str, how: str, transcript_path: str) -> None:
+        await self.db.execute(
+            "UPDATE forks SET retained = ?, transcript_path = ? WHERE id = ?",
+            (how, transcript_path, fork_id),
+        )
+        await self.db.execute(
+            "UPDATE sessions SET transcript_path = ? WHERE id = ?", (transcript_path, fork_id)
+        )
+
+    async def count_running(self) -> int:
+        row = await self.db.fetchone("SELECT COUNT(*) FROM forks WHERE status = 'running'")
+        return int(row[0]) if row else 0

@@ -1,0 +1,87 @@
+"""Mask secrets before anything the journal writes reaches a file, the index or the context.
+
+A transcript can hold a pasted API key or a password; the journal repeats what happened, so
+it must not repeat those. The default patterns cover the common shapes (Anthropic, OpenAI,
+AWS, GitHub and Slack keys, bearer tokens, `password=` / `password:` assignments, private key
+blocks); `journal.redact_patterns` adds more. A match is replaced by `[redacted:<kind>]`, so a
+reader knows something was there without learning what.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+_SECRET_NAMES = (
+    r"(?:password|passwd|pwd|passphrase|api[_-]?key|secret[_-]?key|client[_-]?secret|"
+    r"access[_-]?token|auth[_-]?token|refresh[_-]?token)"
+)
+# (kind, pattern): order matters — the specific key shapes run before the generic ones, so an
+# Anthropic key is reported as one and not as an OpenAI key.
+DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
+    (
+        "private-key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+    ),
+    ("anthropic-key", r"\bsk-ant-[A-Za-z0-9_\-]{16,}"),
+    ("openai-key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
+    ("aws-key", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    ("aws-secret", r"(?i)\baws_secret_access_key\b\s*[=:]\s*['\"]?[A-Za-z0-9/+=]{40}['\"]?"),
+    (
+        "github-token",
+        r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}\b|\bgithub_pat_[A-Za-z0-9_]{40,}\b",
+    ),
+    ("slack-token", r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
+    ("bearer-token", r"(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{16,}=*"),
+    (
+        "password",
+        rf"(?i)\b{_SECRET_NAMES}\b\s*(?:=|:|\bis\b)\s*"
+        r"(?:\"[^\"\n]+\"|'[^'\n]+'|[^\s,;]+)",
+    ),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    kind: str
+    pattern: re.Pattern[str]
+
+
+class Redactor:
+    """Mask every configured pattern in text; count what was masked."""
+
+    def __init__(self, *, defaults: bool = True, extra: Sequence[str] = ()) -> None:
+        rules = (
+            [Rule(kind=k, pattern=re.compile(p)) for k, p in DEFAULT_PATTERNS] if defaults else []
+        )
+        rules += [Rule(kind="custom", pattern=re.compile(p)) for p in extra]
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.masked = 0
+
+    def mask(self, text: str) -> str:
+        """`text` with every secret replaced by `[redacted:<kind>]`."""
+        if not text:
+            return text
+        for rule in self.rules:
+            text, n = rule.pattern.subn(self._replacement(rule), text)
+            self.masked += n
+        return text
+
+    @staticmethod
+    def _replacement(rule: Rule) -> str | Callable[[re.Match[str]], str]:
+        if rule.kind == "password":
+            # Keep the name so the entry still says what was set ("password=[redacted:password]").
+            return _keep_name
+        return f"[redacted:{rule.kind}]"
+
+    def mask_all(self, items: Iterable[str]) -> list[str]:
+        return [self.mask(i) for i in items]
+
+
+_NAME = re.compile(rf"(?i)^(.*?\b{_SECRET_NAMES}\b\s*(?:=|:|\bis\b)\s*)")
+
+
+def _keep_name(found: re.Match[str]) -> str:
+    head = _NAME.match(found.group(0))
+    return (head.group(1) if head else "") + "[redacted:password]"

@@ -1,0 +1,632 @@
+"""The sleep cycle: wind down, run the phases in order, wake up, checkpointing every step.
+
+Order: `wind_down` (the trunk finishes its turn and holds; messages keep being accepted and
+fsynced) → the phases given to the cycle (maintenance and dreams, then `wake_up`) → release.
+The lifecycle goes awake → winding-down → asleep → awake, and its phase names the step for
+`status`. `SleepStarted` is published before the first step, one `JournalNote` and one log
+line per step, then `SleepFinished` and `Woke`.
+
+Robustness:
+- every step's outcome is a row in `sleep_phases`; a crash or SIGTERM mid-cycle leaves the
+  cycle `running`, and the next start holds the trunk before it answers anything and resumes
+  at the first step without a final row: a completed step is never run twice;
+- a step that raises is retried with backoff on the injectable clock (`sleep.phase_retries`,
+  counting attempts made before a restart too), then skipped with a journal note, and the
+  rest proceeds; `SpendCapReached` skips at once (the cap applies);
+- a person's message during sleep wakes the agent early: the optional step in progress is
+  cancelled (phases are safe to re-run) and the remaining optional ones are deferred to the
+  next cycle; the wake-up still runs, the state frame says what happened, the first reply
+  is told, and the message — already on disk in the inbox — is answered in the new session.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from daemon.bus import EventBus
+from daemon.clock import Clock
+from daemon.events import (
+    BeforeAgentStart,
+    CompactionApproaching,
+    JournalNote,
+    SleepFinished,
+    SleepStarted,
+    Woke,
+)
+from daemon.lifecycle import DaemonState, Lifecycle
+from daemon.log import bound_contextvars, get_logger
+from daemon.models.base import SpendCapReached
+from daemon.models.roles import ModelRoles
+from daemon.paths import Home
+from daemon.settings import Settings
+from daemon.sleep.checkpoints import FINAL, Checkpoints, CycleRecord
+from daemon.sleep.phases import Phase, PhaseContext, PhaseReport
+from daemon.sleep.wake import WakeNote, WakeUp
+from daemon.sleep.winddown import WindDown
+from daemon.store.db import Database
+
+if TYPE_CHECKING:
+    from daemon.agent.trunk import Trunk
+    from daemon.memory.system import MemorySystem
+    from daemon.scheduler import Scheduler
+
+log = get_logger("sleep")
+
+WIND_DOWN = "wind_down"
+
+
+class SleepBusy(Exception):
+    """A cycle cannot start now (one is running, or the daemon is stopping); the message says why."""
+
+
+@dataclass(kw_only=True)
+class CycleOutcome:
+    """What one cycle did, step by step."""
+
+    cycle_id: str
+    reason: str
+    old_session_id: str
+    new_session_id: str | None
+    woke_early: bool
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    deferred: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cycle_id": self.cycle_id,
+            "reason": self.reason,
+            "old_session_id": self.old_session_id,
+            "new_session_id": self.new_session_id,
+            "woke_early": self.woke_early,
+            "deferred": self.deferred,
+            "steps": self.steps,
+        }
+
+
+class SleepCycle:
+    """Owns the sleep cycle: its checkpoints, its task group, its hooks and its nightly job.
+
+    `async with SleepCycle(...) as cycle:` (after the trunk is entered, before it serves) then
+    `await tg.start(cycle.serve)`. `phases` are the steps between wind-down and release, in
+    order; by default only the wake-up.
+    """
+
+    def __init__(
+        self,
+        *,
+        home: Home,
+        settings: Settings,
+        db: Database,
+        models: ModelRoles,
+        bus: EventBus,
+        clock: Clock,
+        memory: MemorySystem,
+        trunk: Trunk,
+        lifecycle: Lifecycle,
+        phases: Sequence[Phase] | None = None,
+    ) -> None:
+        self.home = home
+        self.settings = settings
+        self.db = db
+        self.models = models
+        self.bus = bus
+        self.clock = clock
+        self.memory = memory
+        self.trunk = trunk
+        self.lifecycle = lifecycle
+        self.phases: list[Phase] = list(phases) if phases is not None else [WakeUp(trunk)]
+        names = [WIND_DOWN, *(p.name for p in self.phases)]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sleep phase names must be unique, got {names}")
+        self.checkpoints = Checkpoints(db)
+        self.wake_note = WakeNote()
+        self.wind_down = WindDown(
+            settings=settings, lifecycle=lifecycle, trunk=trunk, start=self._start_from_wind_down
+        )
+        self.running: CycleRecord | None = None
+        self.last: CycleOutcome | None = None
+        self._resume: CycleRecord | None = None
+        self._held = False
+        self._woken = anyio.Event()
+        self._optional_scope: anyio.CancelScope | None = None
+        self._finished: anyio.Event = anyio.Event()
+        self._tg: TaskGroup | None = None
+        self._unsubscribe: list[Callable[[], None]] = []
+
+    # -- ownership ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> SleepCycle:
+        self._resume = await self.checkpoints.unfinished()
+        if self._resume is not None:
+            # Before the trunk answers anything: messages wait for the resumed wake-up.
+            await self.trunk.hold()
+            self._held = True
+            log.info(
+                "a sleep cycle was interrupted by a restart; it will resume",
+                cycle_id=self._resume.id,
+            )
+        last = await self.checkpoints.last_finished()
+        if (
+            last is not None
+            and last.new_session_id
+            and self.trunk.session
+            and last.new_session_id == self.trunk.session.id
+        ):
+            self.wake_note.arm(
+                last.new_session_id,
+                reason=last.reason,
+                woke_early=last.woke_early,
+                deferred=last.deferred,
+            )
+        self.register(self.bus)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for undo in self._unsubscribe:
+            undo()
+        self._unsubscribe.clear()
+        self._release()
+
+    def register(self, bus: EventBus) -> None:
+        """The wind-down on `compaction_approaching`; the notes appended after the assembled context."""
+        self._unsubscribe += [
+            bus.on(CompactionApproaching, self.wind_down.on_compaction, name="sleep.wind_down"),
+            bus.on(
+                BeforeAgentStart,
+                self.wind_down.on_before_agent_start,
+                priority=950,
+                name="sleep.tired_note",
+            ),
+            bus.on(
+                BeforeAgentStart,
+                self.wake_note.on_before_agent_start,
+                priority=960,
+                name="sleep.wake_note",
+            ),
+        ]
+
+    def schedule(self, scheduler: Scheduler) -> None:
+        """Add the nightly job (`scheduler.nightly_sleep` in the scheduler's zone, with jitter, caught up once)."""
+        if not self.settings.sleep.nightly:
+            return
+        scheduler.add_daily(
+            "nightly_sleep",
+            self.nightly,
+            at=self.settings.scheduler.nightly_sleep,
+            jitter_s=self.settings.sleep.jitter_minutes * 60,
+            catch_up=True,
+        )
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run cycles in this service's task group until cancelled; resume an interrupted one first."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            if self._resume is not None:
+                record, self._resume = self._resume, None
+                self.running = record
+                self._finished = anyio.Event()
+                tg.start_soon(self._cycle, record, True, name="sleep-cycle")
+            await anyio.sleep_forever()
+
+    # -- starting ----------------------------------------------------------------------------
+
+    async def start(self, reason: str) -> CycleRecord:
+        """Begin a cycle in the background and return its record; raise `SleepBusy` if one cannot start."""
+        if self._tg is None:
+            raise SleepBusy("the sleep cycle is not running yet (the daemon is starting)")
+        if self.lifecycle.state is DaemonState.STARTING:
+            await self.lifecycle.wait_for(DaemonState.AWAKE, DaemonState.STOPPING)
+        if self.running is not None:
+            raise SleepBusy(
+                f"a sleep cycle is already running ({self.running.id}, phase {self.lifecycle.phase or WIND_DOWN})"
+            )
+        state = self.lifecycle.state
+        if state not in (DaemonState.AWAKE, DaemonState.WINDING_DOWN):
+            raise SleepBusy(f"the daemon is {state.value}; a sleep cycle needs it awake")
+        assert self.trunk.session is not None
+        now = self.clock.now()
+        cycle_id = f"sleep-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        record = await self.checkpoints.begin(
+            cycle_id=cycle_id, reason=reason, session_id=self.trunk.session.id, at=now
+        )
+        self.running = record
+        self._finished = anyio.Event()
+        self._woken = anyio.Event()
+        self.wind_down.cancel()
+        self._tg.start_soon(self._cycle, record, False, name="sleep-cycle")
+        return record
+
+    async def run(self, reason: str) -> CycleOutcome:
+        """Run a whole cycle now and return its outcome (cancellation leaves it to resume later)."""
+        record = await self.start(reason)
+        return await self.wait(record.id)
+
+    async def wait(self, cycle_id: str) -> CycleOutcome:
+        """Wait for the running cycle `cycle_id` to finish; return its outcome."""
+        while self.running is not None and self.running.id == cycle_id:
+            await self._finished.wait()
+        if self.last is None or self.last.cycle_id != cycle_id:
+            raise SleepBusy(
+                f"sleep cycle {cycle_id} did not finish (the daemon is stopping); it resumes at the next start"
+            )
+        return self.last
+
+    async def nightly(self) -> str:
+        """The scheduled job: a cycle unless one ran recently or one is running."""
+        last = await self.checkpoints.last_finished()
+        gap = timedelta(hours=self.settings.sleep.min_gap_hours)
+        if (
+            last is not None
+            and last.finished_at is not None
+            and self.clock.now() - last.finished_at < gap
+        ):
+            return f"skipped: the last cycle finished at {last.finished_at.isoformat()}"
+        try:
+            outcome = await self.run("nightly")
+        except SleepBusy as exc:
+            return f"skipped: {exc}"
+        return f"{outcome.cycle_id}: " + ", ".join(
+            f"{k} {v['status']}" for k, v in outcome.steps.items()
+        )
+
+    async def _start_from_wind_down(self) -> None:
+        try:
+            await self.start("compaction")
+        except SleepBusy as exc:
+            log.info("wind-down: the cycle did not start", reason=str(exc))
+            if self.running is None:
+                self._move(DaemonState.AWAKE, f"wind-down called off: {exc}")
+
+    def message_arrived(self) -> None:
+        """A person's message was accepted: during sleep it wakes the agent early."""
+        if self.running is None or self._woken.is_set():
+            return
+        self._woken.set()
+        if self._optional_scope is not None:
+            self._optional_scope.cancel()
+        log.info("a message arrived during sleep: waking early", cycle_id=self.running.id)
+
+    def _person_waiting(self) -> bool:
+        return any(e.origin == "person" for e in self.trunk.inbox.pending())
+
+    def _release(self) -> None:
+        if self._held:
+            self._held = False
+            self.trunk.release()
+
+    # -- the cycle ---------------------------------------------------------------------------
+
+    def _move(self, target: DaemonState, detail: str) -> None:
+        if self.lifecycle.state is not target and self.lifecycle.can(target):
+            self.lifecycle.transition(target, detail=detail)
+
+    async def _cycle(self, record: CycleRecord, resumed: bool) -> None:
+        outcome = CycleOutcome(
+            cycle_id=record.id,
+            reason=record.reason,
+            old_session_id=record.session_id,
+            new_session_id=None,
+            woke_early=False,
+        )
+        try:
+            with bound_contextvars(cycle_id=record.id):
+                await self._steps(record, resumed, outcome)
+        except Exception as exc:
+            log.error("the sleep cycle failed", error=repr(exc), exc_info=True)
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.checkpoints.finish(
+                        record.id,
+                        at=self.clock.now(),
+                        status="failed",
+                        new_session_id=None,
+                        woke_early=False,
+                        deferred=[],
+                    )
+                except (
+                    Exception
+                ) as err:  # the store itself is failing; the next start resumes the cycle
+                    log.error("could not record the failed cycle", error=repr(err))
+            self._move(DaemonState.AWAKE, f"the sleep cycle failed ({exc}); see the log")
+        finally:
+            self._release()
+            self.running = None
+            self._optional_scope = None
+            self._finished.set()
+
+    async def _steps(self, record: CycleRecord, resumed: bool, outcome: CycleOutcome) -> None:
+        if resumed:
+            await self.checkpoints.mark_resumed(record.id)
+            if self.lifecycle.state is DaemonState.STARTING:
+                await self.lifecycle.wait_for(DaemonState.AWAKE, DaemonState.STOPPING)
+            if self._person_waiting():
+                self._woken.set()
+        done = await self.checkpoints.phases(record.id)
+        if not resumed or WIND_DOWN not in done:
+            await self.bus.publish(SleepStarted(reason=record.reason, session_id=record.session_id))
+        self._move(
+            DaemonState.WINDING_DOWN,
+            f"going to sleep ({record.reason})" + (": resuming after a restart" if resumed else ""),
+        )
+        self.lifecycle.set_phase(WIND_DOWN)
+        last = await self.checkpoints.last_finished()
+        ctx = PhaseContext(
+            cycle_id=record.id,
+            reason=record.reason,
+            session_id=record.session_id,
+            started_at=record.started_at,
+            since=last.finished_at if last else None,
+            home=self.home,
+            settings=self.settings,
+            db=self.db,
+            models=self.models,
+            bus=self.bus,
+            clock=self.clock,
+            memory=self.memory,
+            earlier={name: rec.report for name, rec in done.items() if rec.report is not None},
+        )
+        # Wind-down: always hold again (a restart forgets holds); checkpoint it once.
+        wound_down = WIND_DOWN in done and done[WIND_DOWN].status in FINAL
+        if not wound_down:
+            await self.checkpoints.phase_started(record.id, WIND_DOWN, 0, self.clock.now())
+        if not self._held:
+            await self.trunk.hold()
+            self._held = True
+        if wound_down:
+            outcome.steps[WIND_DOWN] = {
+                "status": done[WIND_DOWN].status,
+                "changed": "(done before a restart)",
+            }
+        else:
+            waiting = len(self.trunk.inbox.pending())
+            report = PhaseReport(
+                phase=WIND_DOWN,
+                changed=f"the turn in progress finished; trunk {record.session_id} held"
+                + (f"; {waiting} message(s) wait for the wake-up" if waiting else ""),
+                details={"waiting": waiting},
+            )
+            await self._complete(ctx, 0, report, outcome)
+        self._move(DaemonState.ASLEEP, f"asleep ({record.reason})")
+        for seq, phase in enumerate(self.phases, start=1):
+            prior = done.get(phase.name)
+            if prior is not None and prior.status in FINAL:
+                log.info(
+                    "sleep phase already completed before a restart; not repeated",
+                    phase=phase.name,
+                    status=prior.status,
+                )
+                outcome.steps[phase.name] = {
+                    "status": prior.status,
+                    "changed": "(done before a restart)",
+                }
+                earlier_new = (
+                    prior.report.details.get("new_session_id") if prior.report else None
+                ) or None
+                if earlier_new:
+                    outcome.new_session_id = str(earlier_new)
+                if prior.status == "deferred":
+                    outcome.deferred.append(phase.name)
+                continue
+            self.lifecycle.set_phase(phase.name)
+            if phase.optional and (self._woken.is_set() or self._person_waiting()):
+                await self._defer(ctx, seq, phase.name, outcome)
+                continue
+            attempts_before = prior.attempts if prior is not None else 0
+            await self._run_phase(ctx, seq, phase, outcome, attempts_before)
+            ran = outcome.steps[phase.name].get("report")
+            if isinstance(ran, dict) and ran.get("details", {}).get("new_session_id"):
+                outcome.new_session_id = str(ran["details"]["new_session_id"])
+        outcome.woke_early = self._woken.is_set()
+        new_id = outcome.new_session_id or (self.trunk.session.id if self.trunk.session else None)
+        await self.checkpoints.finish(
+            record.id,
+            at=self.clock.now(),
+            status="done",
+            new_session_id=outcome.new_session_id,
+            woke_early=outcome.woke_early,
+            deferred=outcome.deferred,
+        )
+        if outcome.new_session_id:
+            self.wake_note.arm(
+                outcome.new_session_id,
+                reason=record.reason,
+                woke_early=outcome.woke_early,
+                deferred=outcome.deferred,
+            )
+        detail = "rested"
+        if outcome.woke_early:
+            detail = "woke early for your message" + (
+                f"; deferred to the next sleep: {', '.join(outcome.deferred)}"
+                if outcome.deferred
+                else ""
+            )
+        self.lifecycle.set_phase(None)
+        self._release()
+        self._move(DaemonState.AWAKE, detail)
+        self.last = outcome
+        log.info(
+            "sleep cycle finished",
+            reason=record.reason,
+            old_session_id=record.session_id,
+            new_session_id=new_id,
+            woke_early=outcome.woke_early,
+            deferred=outcome.deferred,
+            steps={k: v["status"] for k, v in outcome.steps.items()},
+        )
+        await self.bus.publish(
+            SleepFinished(
+                reason=record.reason, old_session_id=record.session_id, new_session_id=new_id or ""
+            )
+        )
+        await self.bus.publish(Woke(session_id=new_id or ""))
+
+    async def _run_phase(
+        self, ctx: PhaseContext, seq: int, phase: Phase, outcome: CycleOutcome, attempts_before: int
+    ) -> None:
+        cfg = self.settings.sleep
+        allowed = cfg.phase_retries + 1
+        attempts = attempts_before
+        error = ""
+        while attempts < allowed:
+            attempts = await self.checkpoints.phase_started(
+                ctx.cycle_id, phase.name, seq, self.clock.now()
+            )
+            scope = anyio.CancelScope()
+            if phase.optional:
+                self._optional_scope = scope
+            try:
+                with scope:
+                    if phase.optional:
+                        await self.models.check_cap("dreams")
+                    report = await phase.run(ctx)
+            except SpendCapReached as exc:
+                await self._skip(
+                    ctx, seq, phase.name, f"the daily spend cap applies: {exc}", attempts, outcome
+                )
+                return
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                await self.checkpoints.phase_error(ctx.cycle_id, phase.name, error)
+                log.warning(
+                    "sleep phase failed",
+                    phase=phase.name,
+                    attempt=attempts,
+                    of=allowed,
+                    error=error,
+                )
+                if attempts < allowed:
+                    delay = min(cfg.retry_max_s, cfg.retry_base_s * 2 ** (attempts - 1))
+                    await self.clock.sleep(delay)
+                continue
+            finally:
+                self._optional_scope = None
+            if scope.cancelled_caught:
+                await self._defer(ctx, seq, phase.name, outcome)
+                return
+            if report.phase != phase.name:
+                report.phase = phase.name
+            await self._complete(ctx, seq, report, outcome, attempts=attempts)
+            return
+        await self._skip(ctx, seq, phase.name, error or "no attempts left", attempts, outcome)
+
+    async def _complete(
+        self,
+        ctx: PhaseContext,
+        seq: int,
+        report: PhaseReport,
+        outcome: CycleOutcome,
+        *,
+        attempts: int = 1,
+    ) -> None:
+        await self.checkpoints.phase_finished(
+            ctx.cycle_id, report.phase, seq, status="done", at=self.clock.now(), report=report
+        )
+        ctx.earlier[report.phase] = report
+        outcome.steps[report.phase] = {
+            "status": "done",
+            "changed": report.changed,
+            "report": report.to_json(),
+        }
+        log.info(
+            "sleep phase finished", phase=report.phase, changed=report.changed, attempts=attempts
+        )
+        await self.bus.publish(
+            JournalNote(
+                summary=f"sleep · {report.phase}: {report.changed}",
+                tags=("sleep", report.phase),
+                session_id=ctx.session_id,
+                files_touched=report.files,
+            )
+        )
+
+    async def _skip(
+        self,
+        ctx: PhaseContext,
+        seq: int,
+        name: str,
+        error: str,
+        attempts: int,
+        outcome: CycleOutcome,
+    ) -> None:
+        await self.checkpoints.phase_finished(
+            ctx.cycle_id, name, seq, status="skipped", at=self.clock.now(), error=error
+        )
+        outcome.steps[name] = {
+            "status": "skipped",
+            "changed": f"skipped after {attempts} attempt(s): {error}",
+        }
+        log.warning("sleep phase skipped", phase=name, attempts=attempts, error=error)
+        await self.bus.publish(
+            JournalNote(
+                summary=f"sleep · {name} skipped after {attempts} attempt(s): {error}",
+                tags=("sleep", name, "skipped"),
+                session_id=ctx.session_id,
+                open_questions=(f"why did the {name} phase fail? ({error})",),
+            )
+        )
+
+    async def _defer(self, ctx: PhaseContext, seq: int, name: str, outcome: CycleOutcome) -> None:
+        await self.checkpoints.phase_finished(
+            ctx.cycle_id, name, seq, status="deferred", at=self.clock.now()
+        )
+        outcome.steps[name] = {
+            "status": "deferred",
+            "changed": "deferred to the next sleep: a message woke the agent early",
+        }
+        outcome.deferred.append(name)
+        log.info("sleep phase deferred: woken early", phase=name)
+        await self.bus.publish(
+            JournalNote(
+                summary=f"sleep · {name} deferred to the next sleep: a message woke me early",
+                tags=("sleep", name, "deferred"),
+                session_id=ctx.session_id,
+            )
+        )
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def describe(self) -> dict[str, Any]:
+        """The running cycle and the last finished one, for `status`."""
+        last = await self.checkpoints.last_finished()
+        running = self.running
+        return {
+            "running": {
+                "cycle_id": running.id,
+                "reason": running.reason,
+                "phase": self.lifecycle.phase,
+            }
+            if running
+            else None,
+            "last": _cycle_json(last) if last else None,
+            "wind_down": self.wind_down.describe(),
+        }
+
+
+def _cycle_json(record: CycleRecord) -> dict[str, Any]:
+    return {
+        "cycle_id": record.id,
+        "reason": record.reason,
+        "started_at": record.started_at.isoformat(),
+        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+        "old_session_id": record.session_id,
+        "new_session_id": record.new_session_id,
+        "woke_early": record.woke_early,
+        "deferred": record.deferred,
+    }
+
+
+async def sleep_status(db: Database) -> dict[str, Any]:
+    """The last cycles from the store, for `status` when the daemon is not running."""
+    cycles = await Checkpoints(db).cycles(limit=1)
+    if not cycles:
+        return {"last": None}
+    rec = cycles[0]
+    return {"last": _cycle_json(rec), "status": rec.status}

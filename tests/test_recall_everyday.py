@@ -1,0 +1,266 @@
+"""Recall and context as everyday conversations exercise them (issue 12).
+
+Each test here failed before its fix: the addenda heading printed twice, facts shown in two
+layers, the live conversation recalled back to itself, entities cut by the sub-query cap,
+`memory.auto_recall_min` ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+
+from daemon.agent.loop import AgentLoop
+from daemon.agent.trunk import Trunk
+from daemon.agent.turns import TurnDone, TurnEvent
+from daemon.bus import EventBus
+from daemon.clock import FakeClock
+from daemon.context.assembler import AssembledContext, ContextAssembler
+from daemon.memory.system import MemorySystem
+from daemon.memory.view import IndexMemoryView
+from daemon.models.base import ModelRequest
+from daemon.models.roles import ModelRoles
+from daemon.paths import Home
+from daemon.settings import Settings, TopicsSettings
+from daemon.testing import ScriptedModel
+from daemon.tokens import TokenCounter, count_tokens
+from daemon.tools import ToolRegistry
+from daemon.topics.router import ADDENDA_HEADING, TopicRouter
+from tests.memory_support import NOW, add_session, memory_system
+
+pytestmark = pytest.mark.anyio
+
+TRIP = [
+    ("user", "My flight to Lisbon is delayed and the hotel booking is wrong."),
+    ("assistant", "Let's sort the hotel first, then the flight."),
+]
+
+
+def system_text(request: ModelRequest) -> str:
+    return "\n\n".join(b.text for b in request.system)
+
+
+async def test_topic_addenda_heading_appears_once_in_summariser_and_recall_prompts(
+    tmp_path: Path,
+) -> None:
+    router = TopicRouter(Home(tmp_path), TopicsSettings())
+    summary = json.dumps(
+        {
+            "title": "Lisbon trip",
+            "slug": "lisbon-trip",
+            "tags": [],
+            "summary": "A delayed flight to Lisbon and a wrong hotel booking.",
+            "decisions": [],
+        }
+    )
+    summariser = ScriptedModel(lambda req: summary)
+    planner = ScriptedModel(lambda req: json.dumps({"ids": ["summary:trip"]}))
+    synthesis = ScriptedModel(lambda req: "The flight to Lisbon was delayed [session-x].")
+    models = {"summariser": summariser, "recall_planner": planner, "recall_synthesis": synthesis}
+    async with memory_system(tmp_path, models=models, topic_addenda=router.addenda) as memory:
+        await add_session(memory.db, "trip", TRIP)
+        await memory.index_session("trip")
+        with anyio.fail_after(10):
+            await memory.summarise_session("trip", wait=True)
+            await memory.recall("what happened with my flight and hotel booking on the trip?")
+    for request in (summariser.calls[0], planner.calls[0], synthesis.calls[0]):
+        text = system_text(request)
+        assert text.count(ADDENDA_HEADING) == 1, text
+        assert "### Travel" in text
+
+
+def layer_ids(result: AssembledContext, name: str) -> list[str]:
+    row = next(r for r in result.report["layers"] if r["name"] == name)
+    assert row is not None
+    text = next((b.text for b in result.blocks if b.text.startswith(HEADINGS[name])), "")
+    return re.findall(r'<memory id="([^"]+)"', text)
+
+
+HEADINGS = {
+    "themes": "## Recent themes",
+    "recollections": "## Recollections",
+    "recall": "## Recalled for this message",
+    "profile": "## About your person",
+}
+
+
+def assembler(memory: MemorySystem, home: Home, config: Settings | None = None) -> ContextAssembler:
+    cfg = config or memory.settings
+    return ContextAssembler(
+        home=home,
+        settings=cfg,
+        view=IndexMemoryView(memory.index, cfg.memory),
+        router=TopicRouter(home, cfg.topics),
+        counter=TokenCounter(),
+        clock=FakeClock(NOW),
+    )
+
+
+async def test_no_memory_is_shown_in_both_themes_and_recollections(tmp_path: Path) -> None:
+    clock = FakeClock(NOW)
+    async with memory_system(tmp_path, clock=clock) as memory:
+        for i in range(12):
+            clock.advance(60)
+            await memory.remember(
+                f"Plant number {i} in the balcony garden needs water every {i + 2} days",
+                origin="person",
+            )
+        await memory.remember(
+            "I prefer green tea in the morning", origin="person", target="profile"
+        )
+        await memory.index.flush()
+        with anyio.fail_after(10):
+            result = await assembler(memory, Home(tmp_path)).assemble("what should I water today?")
+    themes, recollections = layer_ids(result, "themes"), layer_ids(result, "recollections")
+    assert len(themes) == memory.settings.context.themes_count  # still full, with older entries
+    assert len(recollections) == memory.settings.context.recollection_facts
+    assert not set(themes) & set(recollections)
+    assert not set(themes) & set(layer_ids(result, "profile"))
+
+
+@pytest.mark.parametrize("history_max_messages", [400, 2])
+async def test_automatic_recall_never_brings_back_the_live_conversation(
+    tmp_path: Path, history_max_messages: int
+) -> None:
+    """Three messages in, the recall layer holds older memories, not the turns being replayed.
+
+    With room for one past turn only, the first turn is no longer replayed: recall may bring it.
+    """
+    clock = FakeClock(NOW)
+    bus = EventBus()
+    requests: list[ModelRequest] = []
+
+    def reply(request: ModelRequest) -> str:
+        requests.append(request)
+        return "Noted about your sister."
+
+    summary = json.dumps(
+        {
+            "title": "Sister",
+            "slug": "sister",
+            "tags": [],
+            "summary": "Talked about the sister.",
+            "decisions": [],
+        }
+    )
+    models = {"summariser": ScriptedModel(lambda req: summary)}
+    async with memory_system(tmp_path, clock=clock, bus=bus, models=models) as memory:
+        home = Home(tmp_path)
+        await add_session(
+            memory.db,
+            "older",
+            [("user", "My sister Ada moved to Lisbon last spring, near the river.")],
+            started="2026-02-01T09:00:00+00:00",
+        )
+        await memory.index_session("older")
+        assembler(memory, home).register(bus)
+        roles = ModelRoles(memory.settings, None, overrides={"trunk": ScriptedModel(reply)})
+        loop = AgentLoop(
+            roles=roles,
+            tools=ToolRegistry(),
+            bus=bus,
+            clock=clock,
+            counter=TokenCounter(),
+            history_max_messages=history_max_messages,
+        )
+        async with Trunk(
+            home=home, db=memory.db, loop=loop, clock=clock, after_turn=[memory.index_session]
+        ) as trunk:
+            async with anyio.create_task_group() as tg:
+                await tg.start(trunk.serve)
+                for text in (
+                    "I called my sister this morning.",
+                    "My sister sounded tired on the phone.",
+                    "Where does my sister live?",
+                ):
+                    done: list[TurnEvent] = []
+                    await trunk.submit(text, observer=done.append)
+                    with anyio.fail_after(10):
+                        while not any(isinstance(e, TurnDone) for e in done):
+                            await anyio.sleep(0.01)
+                live = trunk.session.id  # type: ignore[union-attr]
+                tg.cancel_scope.cancel()
+        live_chunks = await memory.db.fetchall(
+            "SELECT uid FROM memories WHERE session_id = ? AND kind = 'chunk'", (live,)
+        )
+    assert len(live_chunks) >= 4  # the first two turns were indexed: there was something to exclude
+    recalled = system_text(requests[-1]).split("## Recalled for this message", 1)[1]
+    ids = re.findall(r'<memory id="([^"]+)"', recalled)
+    assert any(i.startswith("chunk:older:") for i in ids)
+    assert "Where does my sister live" not in recalled
+    if history_max_messages == 400:
+        assert all(f":{live}:" not in i for i in ids), ids
+        assert "sounded tired" not in recalled
+    else:  # the first turn (messages 1-2) fell out of the replayed history; the second (3-4) did not
+        assert f"chunk:{live}:3" not in ids and f"chunk:{live}:4" not in ids
+        assert {f"chunk:{live}:1", f"chunk:{live}:1-w"} & set(ids), ids
+
+
+async def test_entities_are_looked_up_even_when_the_message_splits_into_many_clauses(
+    tmp_path: Path,
+) -> None:
+    """ "Ada" and "Lisbon" are searched on their own, past the sub-query cap."""
+    config = Settings.model_validate({"memory": {"auto_recall_max": 6}})
+    async with memory_system(tmp_path, config=config) as memory:
+        noise = [
+            (
+                "user",
+                f"The new flat {i} has a leaking sink, the plumber came back, the rent went up again and the landlord is slow.",
+            )
+            for i in range(40)
+        ]
+        await add_session(memory.db, "flat", noise, started="2026-03-01T09:00:00+00:00")
+        await add_session(
+            memory.db,
+            "ada",
+            [("user", "Ada got the promotion at the hospital.")],
+            started="2026-01-10T09:00:00+00:00",
+        )
+        await add_session(
+            memory.db,
+            "city",
+            [("user", "Lisbon trams are packed in summer.")],
+            started="2026-01-11T09:00:00+00:00",
+        )
+        for sid in ("flat", "ada", "city"):
+            await memory.index_session(sid)
+        await memory.index.flush()
+        message = (
+            "How is the new flat doing with the leaking sink, did the plumber come back about the rent, "
+            "is the landlord still slow, and what about Ada and Lisbon?"
+        )
+        with anyio.fail_after(10):
+            found = await IndexMemoryView(memory.index, config.memory).auto_recall(message, limit=6)
+    texts = " ".join(i.text for i in found)
+    assert "Ada got the promotion" in texts and "Lisbon trams" in texts
+
+
+async def test_auto_recall_min_long_memories_are_shortened_so_the_minimum_fits(
+    tmp_path: Path,
+) -> None:
+    def long(plant: str) -> str:
+        return f"Ada's garden plan for {plant}: " + " ".join(
+            f"row {i} gets {plant}, a drip line." for i in range(40)
+        )
+
+    results: dict[int, list[str]] = {}
+    for minimum in (1, 3):
+        config = Settings.model_validate(
+            {"memory": {"auto_recall_min": minimum, "auto_recall_tokens": 600}}
+        )
+        async with memory_system(tmp_path / str(minimum), config=config) as memory:
+            for plant in ("tomatoes", "courgettes", "runner beans"):
+                await memory.remember(long(plant), origin="person")
+            await memory.index.flush()
+            with anyio.fail_after(10):
+                found = await IndexMemoryView(memory.index, config.memory).auto_recall(
+                    "what is in Ada's garden plan?"
+                )
+            results[minimum] = [i.text for i in found]
+    assert len(results[1]) == 1  # one long memory fills the budget on its own
+    assert len(results[3]) == 3 and all(t.endswith("[…]") for t in results[3])
+    assert sum(count_tokens(t) for t in results[3]) <= 600
