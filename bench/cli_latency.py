@@ -159,14 +159,15 @@ class Daemon:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Daemon:
-        log = open(self.home.parent / "daemon.log", "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli", "run", "--home", str(self.home)],
-            cwd=REPO,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        # The child keeps its own copy of the descriptor; ours closes at once.
+        with open(self.home.parent / "daemon.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "daemon.cli", "run", "--home", str(self.home)],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         path = self.home / "run" / "reverie.sock"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
