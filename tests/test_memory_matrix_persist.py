@@ -179,3 +179,27 @@ async def test_tampered_or_disagreeing_matrix_is_rebuilt(tmp_path: Path) -> None
 def _index_id(db_file: Path) -> str:
     with sqlite3.connect(db_file) as conn:
         return str(conn.execute("SELECT value FROM kv WHERE key = 'memory.index_id'").fetchone()[0])
+
+
+async def test_the_daemon_rewrites_the_file_behind_its_searches(tmp_path: Path) -> None:
+    import anyio
+
+    db_file = tmp_path / "reverie.db"
+    path = matrix_path(db_file, "hash-64", 64)
+    async with await Database.open(db_file) as db:
+        index = MemoryIndex(
+            db, HashEmbedder(64), MemorySettings(), FakeClock(T0), background=True, persist_rows=50
+        )
+        async with index:
+            await index.upsert([memory(i) for i in range(60)])
+            await index.flush()
+            with anyio.fail_after(10):
+                while not path.exists():
+                    await anyio.sleep(0.01)
+            assert index.matrix.rows_since_save == 0
+            await index.upsert([memory(100, "one more about the canal")])
+            await index.flush()
+            assert 0 < index.matrix.rows_since_save < 50  # a few rows: not rewritten now...
+    matrix = VectorMatrix(model="hash-64", dim=64)
+    matrix.load(path, {"generation": "999", "epoch": "0", "index_id": _index_id(db_file)})
+    assert len(matrix) == 61  # ...but when the daemon stops

@@ -190,6 +190,7 @@ class MemoryIndex:
         self._matrix_checked = False
         self._index_id = ""
         self._save_lock = anyio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
         self.embedder = embedder
         self.settings = settings
         self.clock = clock
@@ -212,6 +213,8 @@ class MemoryIndex:
                 stack.callback(tg.cancel_scope.cancel)
                 tg.start_soon(self._embed_worker, name="memory-embedder")
                 self._wake.set()
+                self._tg = tg
+                stack.callback(setattr, self, "_tg", None)
                 self._stack = stack.pop_all()
         return self
 
@@ -389,7 +392,11 @@ class MemoryIndex:
             else:
                 await self.db.run(self.matrix.refresh)
         if self.persist and self.matrix.rows_since_save >= self.persist_rows:
-            await self.save_matrix()
+            if self._tg is not None:
+                # The daemon: the search that noticed goes on; the file is written behind it.
+                self._tg.start_soon(self.save_matrix, name="memory-matrix-save")
+            else:
+                await self.save_matrix()
 
     @property
     def matrix_file(self) -> Path:
