@@ -211,7 +211,11 @@ class Daemon:
                     memory=self.memory,
                     trunk=self.trunk,
                     lifecycle=self.lifecycle,
-                    phases=[MaintenancePhase(), DreamsPhase(), WakeUp(self.trunk)],
+                    phases=[
+                        MaintenancePhase(housekeeping=[self._fork_retention]),
+                        DreamsPhase(),
+                        WakeUp(self.trunk),
+                    ],
                 )
             )
             self.trunk.after_turn.append(self.sleep_cycle.wind_down.after_turn)
@@ -298,6 +302,11 @@ class Daemon:
                 else:
                     log.warning("second signal: exiting immediately", signal=signal.Signals(signum).name)
                     os._exit(1)
+
+    async def _fork_retention(self, ctx: Any) -> str:
+        from daemon.delegate.retention import apply_fork_retention
+
+        return await apply_fork_retention(ctx.home, ctx.db, ctx.settings, ctx.clock)
 
     async def _heartbeat(self) -> str:
         failed = await self.bus.publish(Heartbeat(at=self.clock.now()))
