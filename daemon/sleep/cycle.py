@@ -139,6 +139,7 @@ class SleepCycle:
         self._optional_scope: anyio.CancelScope | None = None
         self._finished: anyio.Event = anyio.Event()
         self._tg: TaskGroup | None = None
+        self._serving = anyio.Event()
         self._unsubscribe: list[Callable[[], None]] = []
 
     # -- ownership ---------------------------------------------------------------------------
@@ -209,6 +210,7 @@ class SleepCycle:
         """Run cycles in this service's task group until cancelled; resume an interrupted one first."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            self._serving.set()
             task_status.started()
             if self._resume is not None:
                 record, self._resume = self._resume, None
@@ -222,7 +224,8 @@ class SleepCycle:
     async def start(self, reason: str) -> CycleRecord:
         """Begin a cycle in the background and return its record; raise `SleepBusy` if one cannot start."""
         if self._tg is None:
-            raise SleepBusy("the sleep cycle is not running yet (the daemon is starting)")
+            # Called during start-up (a caught-up nightly run): wait until the service runs.
+            await self._serving.wait()
         if self.lifecycle.state is DaemonState.STARTING:
             await self.lifecycle.wait_for(DaemonState.AWAKE, DaemonState.STOPPING)
         if self.running is not None:
@@ -235,13 +238,26 @@ class SleepCycle:
         assert self.trunk.session is not None
         now = self.clock.now()
         cycle_id = f"sleep-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        record = await self.checkpoints.begin(
-            cycle_id=cycle_id, reason=reason, session_id=self.trunk.session.id, at=now
+        # Claimed before the first await, so two starts at once cannot both begin a cycle.
+        self.running = CycleRecord(
+            id=cycle_id,
+            reason=reason,
+            session_id=self.trunk.session.id,
+            started_at=now,
+            status="running",
         )
+        try:
+            record = await self.checkpoints.begin(
+                cycle_id=cycle_id, reason=reason, session_id=self.trunk.session.id, at=now
+            )
+        except BaseException:
+            self.running = None
+            raise
         self.running = record
         self._finished = anyio.Event()
         self._woken = anyio.Event()
         self.wind_down.cancel()
+        assert self._tg is not None
         self._tg.start_soon(self._cycle, record, False, name="sleep-cycle")
         return record
 
