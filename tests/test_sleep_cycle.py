@@ -421,10 +421,23 @@ async def test_a_second_start_while_asleep_is_refused_with_a_reason(tmp_path: Pa
     async with rig(
         tmp_path / "home", models={"trunk": echo_trunk()}, phases=lambda t: [slow, WakeUp(t)]
     ) as r:
-        shipped_wake = r.home.wake_file.read_text()
-        await r.cycle.start("manual")
-        await wait_until(lambda: bool(slow.runs), "asleep")
         from daemon.sleep.cycle import SleepBusy
+
+        shipped_wake = r.home.wake_file.read_text()
+        # Two starts at the same moment (the nightly job and a person's `reverie sleep`): one wins.
+        outcomes: list[str] = []
+
+        async def try_start(reason: str) -> None:
+            try:
+                outcomes.append((await r.cycle.start(reason)).reason)
+            except SleepBusy:
+                outcomes.append("busy")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(try_start, "nightly")
+            tg.start_soon(try_start, "manual")
+        assert sorted(outcomes) == ["busy", "nightly"]
+        await wait_until(lambda: bool(slow.runs), "asleep")
 
         with pytest.raises(SleepBusy, match=r"already running .*phase dreams"):
             await r.cycle.start("manual")
