@@ -493,3 +493,28 @@ def test_the_offline_letter_is_extractive_bounded_and_free_of_the_offline_chatte
     assert count_tokens(letter) <= 200
     tight = weave_wake(prompt.replace("LIMIT: 200 tokens", "LIMIT: 90 tokens"))
     assert count_tokens(tight) <= 90 and "## Where things stand" in tight
+
+
+async def test_an_idle_night_makes_no_model_call(tmp_path: Path) -> None:
+    from daemon.sleep.dreams import DreamsPhase
+    from daemon.sleep.maintenance import MaintenancePhase
+
+    def refuse(request: ModelRequest) -> Reply:
+        raise AssertionError(f"an idle night called the {request.role} model")
+
+    strict = {
+        role: ScriptedModel(script=refuse)
+        for role in ("summariser", "dreams", "heartbeat", "trunk")
+    }
+    async with rig(
+        tmp_path / "home",
+        models=strict,
+        phases=lambda t: [MaintenancePhase(), DreamsPhase(), WakeUp(t)],
+    ) as r:
+        first = await r.cycle.run("nightly")
+        r.clock.advance(hours=24)
+        second = await r.cycle.run("nightly")
+        assert all(s["status"] == "done" for o in (first, second) for s in o.steps.values())
+        assert first.new_session_id is None and second.new_session_id is None
+        assert all(not m.calls for m in strict.values())
+        assert await r.rows("SELECT COUNT(*) FROM usage_ledger") == [(0,)]
