@@ -518,3 +518,20 @@ async def test_an_idle_night_makes_no_model_call(tmp_path: Path) -> None:
         assert first.new_session_id is None and second.new_session_id is None
         assert all(not m.calls for m in strict.values())
         assert await r.rows("SELECT COUNT(*) FROM usage_ledger") == [(0,)]
+
+
+def test_the_offline_letter_says_a_day_was_quiet_only_when_nothing_was_said() -> None:
+    chatter = (
+        "The person: remember that x Reverie: The remember tool returned: remembered as fact:1"
+    )
+    busy = wake_prompt(
+        date="Mon",
+        limit=600,
+        summary=chatter,
+        decisions=[],
+        memories=[],
+        transcript=["[user] The roof leaks again near the chimney."],
+    )
+    assert "quiet day" not in weave_wake(busy) and "roof leaks again" in weave_wake(busy)
+    quiet = wake_prompt(date="Mon", limit=600, summary="", decisions=[], memories=[], transcript=[])
+    assert "A quiet day" in weave_wake(quiet)
