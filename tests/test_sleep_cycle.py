@@ -521,9 +521,7 @@ async def test_an_idle_night_makes_no_model_call(tmp_path: Path) -> None:
 
 
 def test_the_offline_letter_says_a_day_was_quiet_only_when_nothing_was_said() -> None:
-    chatter = (
-        "The person: remember that x Reverie: The remember tool returned: remembered as fact:1"
-    )
+    chatter = "Reverie: The remember tool returned: remembered as fact:1. Reverie: I am the offline model."
     busy = wake_prompt(
         date="Mon",
         limit=600,
