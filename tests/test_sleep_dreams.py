@@ -14,16 +14,18 @@ import pytest
 from daemon.bus import EventBus
 from daemon.events import ConfigReloaded
 from daemon.memory.index import NewMemory
+from daemon.models.anthropic import AnthropicModel
 from daemon.models.base import ModelRequest, Usage
 from daemon.models.offline import OfflineModel
 from daemon.models.offline_dreams import dream
-from daemon.settings import TopicsSettings
+from daemon.settings import AnthropicSettings, TopicsSettings
 from daemon.sleep.dreams import DreamsPhase
 from daemon.sleep.maintenance import MaintenancePhase
 from daemon.sleep.revisions import RevisionError, RevisionStore, deleted_fraction, revision_id
 from daemon.testing import ScriptedModel
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
+from tests.fakes.anthropic_server import FakeAnthropic
 from tests.sleep_phase_support import START, SleepRig, sleep_home, sleep_settings
 
 pytestmark = pytest.mark.anyio
@@ -469,3 +471,58 @@ async def test_two_months_of_nights_fold_dream_and_revert_back_to_the_start(tmp_
                 await store.revert(rev.id, now=rig.clock.now())
             assert {p.name: p.read_text() for p in rig.home.topics_dir.glob("*.md")} == originals
             assert rig.home.matrix_file.read_text() == matrix
+
+
+async def test_a_dream_through_the_anthropic_sdk_over_http(tmp_path: Path) -> None:
+    """The dreams role on the real SDK against the fake Messages API: the wire request, the ledger, the revision."""
+    with FakeAnthropic() as fake:
+        model = AnthropicModel(
+            AnthropicSettings(base_url=fake.url, max_retries=0, timeout_s=10.0),
+            api_key="sk-test-dreams",
+        )
+        with anyio.fail_after(60):
+            async with sleep_home(tmp_path / "home", models={"dreams": model}) as rig:
+                await week(rig, imported=True)
+                debugging = (rig.home.topics_dir / "debugging.md").read_text()
+                fake.enqueue(
+                    json.dumps(
+                        {
+                            "entry": "The scraper kept timing out; the retry decision held.",
+                            "revisions": [
+                                {
+                                    "topic": "debugging",
+                                    "text": debugging
+                                    + "\n- Timeouts: retry with backoff first, then read the logs.\n",
+                                    "why": "the scraper sessions",
+                                    "sources": ["summary:bug-1"],
+                                }
+                            ],
+                        }
+                    )
+                )
+                report = await DreamsPhase().run(
+                    rig.context(since=START - timedelta(hours=1), cycle_id="c-http")
+                )
+                [sent] = fake.message_requests
+                system = (
+                    " ".join(b["text"] for b in sent.body["system"])
+                    if isinstance(sent.body["system"], list)
+                    else sent.body["system"]
+                )
+                assert "dreaming mind" in system and "untrusted" in system
+                user = sent.body["messages"][-1]["content"]
+                prompt = user if isinstance(user, str) else " ".join(b["text"] for b in user)
+                assert "<<<MATERIAL" in prompt and "[summary:old-export] (import, " in prompt
+                assert "[summary:bug-1] (system, " in prompt and "<<<TOPIC debugging" in prompt
+                assert sent.body["model"] == rig.settings.models.dreams.model
+                row = await rig.db.fetchone(
+                    "SELECT provider, input_tokens + cache_read_tokens + cache_write_tokens, cost_usd "
+                    "FROM usage_ledger WHERE role = 'dreams'"
+                )
+                assert row[0] == "anthropic" and row[1] > 0 and row[2] > 0
+                assert report.details["revisions"][0]["status"] == "applied"
+                assert (
+                    "retry with backoff first" in (rig.home.topics_dir / "debugging.md").read_text()
+                )
+                entry = next(rig.home.dreams_dir.glob("dream-*__c-http.md")).read_text()
+                assert "The scraper kept timing out" in entry
