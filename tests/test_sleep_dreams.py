@@ -21,7 +21,13 @@ from daemon.models.offline_dreams import dream
 from daemon.settings import AnthropicSettings, TopicsSettings
 from daemon.sleep.dreams import DreamsPhase
 from daemon.sleep.maintenance import MaintenancePhase
-from daemon.sleep.revisions import RevisionError, RevisionStore, deleted_fraction, revision_id
+from daemon.sleep.revisions import (
+    RevisionError,
+    RevisionStore,
+    add_topic_to_matrix,
+    deleted_fraction,
+    revision_id,
+)
 from daemon.testing import ScriptedModel
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
@@ -526,3 +532,16 @@ async def test_a_dream_through_the_anthropic_sdk_over_http(tmp_path: Path) -> No
                 )
                 entry = next(rig.home.dreams_dir.glob("dream-*__c-http.md")).read_text()
                 assert "The scraper kept timing out" in entry
+
+
+def test_a_new_topic_lands_in_the_topic_list_whatever_the_layout(tmp_path: Path) -> None:
+    where = tmp_path / "PERSONALITY_MATRIX.md"
+    entry = {"id": "baking", "file": "topics/baking.md", "triggers": ["bread"]}
+    one_line = '---\n{"topics": [{"id": "a", "file": "topics/a.md", "triggers": ["x"]}]}\n---\nProse [kept].\n'
+    out = add_topic_to_matrix(one_line, entry, where=where)
+    assert out.endswith("---\nProse [kept].\n") and out.count('"id": "baking"') == 1
+    # A key after the topic list: the last ']' is not the list's; the front matter is rewritten.
+    trailing = '---\n{"topics": [{"id": "a", "file": "topics/a.md", "triggers": ["x"]}], "extra": [1]}\n---\n'
+    out = add_topic_to_matrix(trailing, entry, where=where)
+    data = json.loads(out.split("---\n")[1])
+    assert [t["id"] for t in data["topics"]] == ["a", "baking"] and data["extra"] == [1]
