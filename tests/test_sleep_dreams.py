@@ -545,3 +545,37 @@ def test_a_new_topic_lands_in_the_topic_list_whatever_the_layout(tmp_path: Path)
     out = add_topic_to_matrix(trailing, entry, where=where)
     data = json.loads(out.split("---\n")[1])
     assert [t["id"] for t in data["topics"]] == ["a", "baking"] and data["extra"] == [1]
+
+
+async def test_the_session_not_summarised_yet_is_dreamt_from_its_messages(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            await week(rig)
+            last_sleep = rig.clock.now()
+            # Today's trunk session: wake-up summarises it after the dreams, so it has none yet.
+            await rig.add_session(
+                "trunk-today",
+                [
+                    ("user", "Let's talk about my sourdough starter again."),
+                    (
+                        "assistant",
+                        "We decided to keep the sourdough starter in the fridge on weekdays.",
+                    ),
+                ],
+                started=last_sleep + timedelta(hours=2),
+                summarise=False,
+            )
+            rig.clock.advance(hours=12)
+            report = await DreamsPhase().run(rig.context(since=last_sleep, cycle_id="c-open"))
+            assert (
+                report.details["material"] == 2
+            )  # the two messages; last week's summaries are not new
+            entry = next(rig.home.dreams_dir.glob("dream-*__c-open.md")).read_text()
+            assert "Not summarised yet: 2 message(s)" in entry
+            cooking = (rig.home.topics_dir / "cooking.md").read_text()
+            assert (
+                "- We decided to keep the sourdough starter in the fridge on weekdays." in cooking
+            )
+            assert "Let's talk" not in cooking
+            [rev] = await RevisionStore(rig.home, rig.db).for_cycle("c-open")
+            assert rev.sources == ("chunk:trunk-today:1",)
