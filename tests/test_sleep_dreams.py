@@ -579,3 +579,17 @@ async def test_the_session_not_summarised_yet_is_dreamt_from_its_messages(tmp_pa
             assert "Let's talk" not in cooking
             [rev] = await RevisionStore(rig.home, rig.db).for_cycle("c-open")
             assert rev.sources == ("chunk:trunk-today:1",)
+
+
+def test_the_offline_dream_takes_no_lesson_from_the_offline_chat_echo() -> None:
+    prompt = (
+        "Dream.\n\n<<<MATERIAL\n[chunk:t:0] (person, 2026-01-01)\nuser (1 January 2026): We decided to use rye flour for the sourdough.\n\n"
+        "[chunk:t:1] (agent, 2026-01-01)\nassistant (1 January 2026): I'm Reverie's built-in offline model. "
+        "You said: “We decided to use rye flour for the sourdough.”.\nMATERIAL>>>\n\n"
+        "<<<TOPICS\ncooking | Cooking | triggers: sourdough\nTOPICS>>>\n\n<<<TOPIC cooking\n# Cooking\n\nTaste.\nTOPIC>>>"
+    )
+    [rev] = dream(prompt)["revisions"]
+    assert rev["sources"] == ["chunk:t:0"]
+    assert rev["text"].endswith(
+        "## Lessons\n\n- We decided to use rye flour for the sourdough. (2026-01-01)\n"
+    )

@@ -27,6 +27,13 @@ _HEAD = re.compile(
 )
 _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_ECHO_MARKS = (
+    "you said:",
+    "offline model",
+    "not a language model",
+    "tool returned",
+    "tool reported",
+)
 # In a raw message only a settled decision counts ("let's talk about…" is not one).
 _DECIDED = re.compile(
     r"\b(decided|agreed|chose|settled on|committed to|we'll|i'll|we will|i will|going to)\b", re.I
@@ -114,6 +121,12 @@ def _decisions(item: Item) -> list[str]:
     return out
 
 
+def _echo(sentence: str) -> bool:
+    """The offline chat model's own words (it echoes the person and explains itself): no lesson."""
+    low = sentence.lower()
+    return any(mark in low for mark in _ECHO_MARKS)
+
+
 def _decided_in(item: Item) -> list[str]:
     """Decision sentences of one message (a chunk reads "who (date): text")."""
     text = _SPEAKER.sub("", " ".join(item.text.split()), count=1)
@@ -168,6 +181,7 @@ def dream(message_text: str) -> dict[str, Any]:
     facts = [f"- {i.text} [{i.uid}]" for i in trusted if i.uid.startswith(("fact:", "profile:"))]
     decided = [(d, i) for i in trusted if i.uid.startswith("summary:") for d in _decisions(i)]
     decided += [(d, i) for i in said for d in _decided_in(i)]
+    decided = [(d, i) for d, i in decided if not _echo(d)]
     if happened:
         lines += ["", "What happened:", *happened]
     if said:
