@@ -561,24 +561,34 @@ async def test_the_session_not_summarised_yet_is_dreamt_from_its_messages(tmp_pa
                         "assistant",
                         "We decided to keep the sourdough starter in the fridge on weekdays.",
                     ),
+                    (
+                        "user",
+                        "The scraper hit a timeout again. We agreed to add a retry with backoff.",
+                    ),
                 ],
                 started=last_sleep + timedelta(hours=2),
                 summarise=False,
             )
             rig.clock.advance(hours=12)
             report = await DreamsPhase().run(rig.context(since=last_sleep, cycle_id="c-open"))
-            assert (
-                report.details["material"] == 2
-            )  # the two messages; last week's summaries are not new
+            # The three messages; last week's summaries are not new.
+            assert report.details["material"] == 3
             entry = next(rig.home.dreams_dir.glob("dream-*__c-open.md")).read_text()
-            assert "Not summarised yet: 2 message(s)" in entry
+            assert "Not summarised yet: 3 message(s)" in entry
+            # A message's domain is read from the whole message, not only its decision.
+            debugging = (rig.home.topics_dir / "debugging.md").read_text()
+            assert "- We agreed to add a retry with backoff. (" in debugging
+            assert "hit a timeout" not in debugging
             cooking = (rig.home.topics_dir / "cooking.md").read_text()
             assert (
                 "- We decided to keep the sourdough starter in the fridge on weekdays." in cooking
             )
             assert "Let's talk" not in cooking
-            [rev] = await RevisionStore(rig.home, rig.db).for_cycle("c-open")
-            assert rev.sources == ("chunk:trunk-today:1",)
+            revisions = await RevisionStore(rig.home, rig.db).for_cycle("c-open")
+            assert {r.target: r.sources for r in revisions} == {
+                "cooking": ("chunk:trunk-today:1",),
+                "debugging": ("chunk:trunk-today:2",),
+            }
 
 
 def test_the_offline_dream_takes_no_lesson_from_the_offline_chat_echo() -> None:

@@ -207,7 +207,14 @@ def dream(message_text: str) -> dict[str, Any]:
         for decision, item in decided:
             if len(bullets) >= room:
                 break
-            if not (wanted & _stems(_DECIDING.sub(" ", decision))) or _normal(decision) in have:
+            # A message's domain shows in the whole message; a summary covers several, so only
+            # the decision's own words count there.
+            context = (
+                decision
+                if item.uid.startswith("summary:")
+                else _SPEAKER.sub("", item.text, count=1)
+            )
+            if not (wanted & _stems(_DECIDING.sub(" ", context))) or _normal(decision) in have:
                 continue
             bullets.append(f"- {decision} ({item.day})")
             sources.append(item.uid)
