@@ -26,6 +26,10 @@ provider = "offline"
 provider = "offline"
 [models.recall_synthesis]
 provider = "offline"
+[models.heartbeat]
+provider = "offline"
+[models.dreams]
+provider = "offline"
 """
 
 FRAMING = "You are in focused task mode. Your objective is: "
