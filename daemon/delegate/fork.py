@@ -481,9 +481,11 @@ class Delegator:
         await self.db.execute(
             "UPDATE sessions SET ended_at = ? WHERE id = ?", (now.isoformat(), run.id)
         )
+        # Shielded by the caller: bounded, and shorter when the fork was cancelled (shutdown).
+        budget = 2.0 if outcome.status == "cancelled" else 10.0
         for hook in self.after_fork:
             try:
-                with anyio.fail_after(10):
+                with anyio.fail_after(budget):
                     await hook(run.id)
             except Exception as exc:
                 log.warning("after-fork hook failed", fork_id=run.id, error=repr(exc))
