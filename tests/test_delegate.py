@@ -739,3 +739,23 @@ async def test_only_the_trunk_announces_compaction(tmp_path: Path) -> None:
                         ts=NOW.isoformat(),
                     )
     assert announced == ["trunk-1"]
+
+
+def test_status_shows_running_forks_and_counts() -> None:
+    from daemon.status import render
+
+    text = render(
+        {
+            "state": "awake",
+            "running": True,
+            "forks": {
+                "running": 2,
+                "started": 5,
+                "by_status": {"complete": 2, "stopped": 1, "running": 2},
+            },
+        }
+    )
+    assert "forks:        2 running · so far: 2 complete, 1 stopped" in text
+    assert "forks:" not in render(
+        {"state": "awake", "running": True, "forks": {"running": 0, "started": 0, "by_status": {}}}
+    )

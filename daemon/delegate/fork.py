@@ -241,6 +241,9 @@ class Delegator:
             veto = await self.bus.emit_gate(event)
         except HookFailed as exc:
             await self.lineage.start(**common, status="failed")  # type: ignore[arg-type]
+            await self.lineage.finish(
+                fork_id, status="failed", ended_at=now, stop_reason=str(exc)[:500]
+            )
             raise ToolError(f"the fork was not started: {exc}") from None
         if veto is not None:
             await self.lineage.start(**common, status="vetoed")  # type: ignore[arg-type]
