@@ -542,6 +542,8 @@ async def test_a_fork_sees_no_memory_of_the_trunks_live_session(tmp_path: Path) 
     async with rig(tmp_path, play) as r:
         await r.turn(f"The {SECRET} heron nests by the quarry.", turn_id="t1")
         await r.memory.index_session("trunk-1")
+        # Its summary too: the recollections layer would show it to anyone but a fork of it.
+        await r.memory.summarise_session("trunk-1", wait=True)
         await r.turn("Find the heron nests for me.", turn_id="t2")
         await r.turn(f"heron nests {SECRET}?", turn_id="t3")
     fork_system = "\n".join(b.text for b in play.of("find the heron nests")[0].system)
