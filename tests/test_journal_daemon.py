@@ -129,5 +129,58 @@ def test_chat_heartbeat_restart_and_the_digest_is_in_the_next_sessions_context(
     # The index is rebuilt from the files, journal entries included.
     reindexed = _cli("memory", "reindex", "--home", str(home))
     assert reindexed.returncode == 0 and "journal=2" in reindexed.stdout, reindexed.stderr
-    hits = json.loads(_cli("memory", "search", "Bartholomew-9", "--kind", "journal", "--json", "--home", str(home)).stdout.strip().splitlines()[-1])
+    hits = json.loads(
+        _cli(
+            "memory", "search", "Bartholomew-9", "--kind", "journal", "--json", "--home", str(home)
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert hits and all(h["kind"] == "journal" for h in hits)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty + SO_PEERCRED are Linux here")
+def test_slash_journal_in_the_interactive_client(daemon: DaemonProcess) -> None:
+    import os
+    import pty
+
+    from tests.test_chat_interactive import _read_until
+
+    home = daemon.home
+    (home / "journal").mkdir(parents=True)
+    rows = [
+        {
+            "ts": "2026-03-02T09:00:00+00:00",
+            "summary": "Sorted the seed packets by sowing month.",
+            "session": "trunk-a",
+        },
+        {
+            "ts": "2026-03-02T10:00:00+00:00",
+            "summary": "Chose Thursdays for the kiln firing.",
+            "decisions": ["Thursdays at 10"],
+        },
+    ]
+    (home / "journal" / "2026-03-02.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    daemon.start()
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(REPO)
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)],
+            daemon.env,
+        )
+    seen = bytearray()
+    try:
+        at = _read_until(fd, b"> ", 20, seen)
+        os.write(fd, b"/journal 1\r")
+        at = _read_until(fd, b"Chose Thursdays for the kiln firing.", 20, seen, at)
+        at = _read_until(fd, b"decided: Thursdays at 10", 20, seen, at)
+        assert b"Sorted the seed packets" not in seen
+        at = _read_until(fd, b"> ", 20, seen, at)
+        os.write(fd, b"/journal\r")
+        _read_until(fd, b"Sorted the seed packets by sowing month.", 20, seen, at)
+        os.write(fd, b"\x04")
+    finally:
+        os.waitpid(pid, 0)
+        os.close(fd)

@@ -126,3 +126,22 @@ async def test_secrets_never_reach_the_model_the_files_or_the_index(tmp_path: Pa
         assert "[redacted:" in prompt and any("[redacted:" in text for text in written)
         (entry,) = rig.lines()
         assert json.dumps(entry).count("[redacted:") >= 3
+
+
+@pytest.mark.anyio
+async def test_a_secret_in_the_models_answer_is_masked_before_it_is_written(tmp_path: Path) -> None:
+    from tests.journal_support import answering
+
+    leak = {
+        "summary": f"Set the deploy key {SECRETS['github-token']} and {SECRETS['aws-key']}.",
+        "decisions": [SECRETS["password"]],
+        "files_touched": [],
+        "tags": [],
+    }
+    async with journal_rig(tmp_path / "home", model=answering(lambda request: leak)) as rig:
+        await rig.say("Set up the deploy.")
+        await rig.journal.tick()
+        written = "".join(p.read_text() for p in rig.home.journal_dir.iterdir())
+        for kind in ("github-token", "aws-key", "password"):
+            assert SECRET_CORES[kind] not in written
+            assert f"[redacted:{kind}]" in written

@@ -87,6 +87,8 @@ Reply with one JSON object and nothing else:
 
 # Sessions that ended longer ago than this are not looked at by the heartbeat.
 _RECENT = timedelta(days=2)
+# A heartbeat's model call gets this long (inside the hook's 30 s), then the extractive entry.
+_TICK_MODEL_S = 20.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,10 +160,9 @@ class JournalHeartbeat:
         tg, self._tg = self._tg, None
         if tg is None:
             return
+        # Entries in the background may finish (a shutdown entry's model deadline bounds it).
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.cfg.shutdown_model_s + 1.0):
-            await (
-                self._drained.wait()
-            )  # entries in the background finish (their model deadline bounds them)
+            await self._drained.wait()
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
 
@@ -253,7 +254,7 @@ class JournalHeartbeat:
         for session_id, path, offset in rows:
             if transcript_size(self._path(session_id, path)) <= int(offset):
                 continue  # nothing appended since the last entry: no read, no model call
-            entry = await self.record(session_id, "heartbeat")
+            entry = await self.record(session_id, "heartbeat", deadline_s=_TICK_MODEL_S)
             if entry is not None:
                 written.append(entry.id)
             elif self._cap_reached(self._today()):
@@ -500,6 +501,7 @@ class JournalHeartbeat:
             "last_entry_summary": self.last_entry.summary[:160] if self.last_entry else None,
             "entries_today": self._day_counts.get(today),
             "cap": self.cfg.max_entries_per_day,
+            "model_calls": self.model_calls,
         }
 
 
