@@ -339,3 +339,21 @@ async def test_the_offline_model_writes_an_extractive_entry(tmp_path: Path) -> N
         assert "Is the TTL right?" in entry["open_questions"]
         assert any("implemented" in p for p in entry["progress"])
         assert entry["token_usage"] == {"input": 0, "output": 0}
+
+
+def test_the_transcript_is_read_by_whole_lines_past_a_torn_one(tmp_path: Path) -> None:
+    from daemon.journal.activity import read_since
+
+    path = tmp_path / "t.jsonl"
+    first = json.dumps({"type": "message", "role": "user", "content": "one"}) + "\n"
+    torn = '{"type": "message", "role": "user", "content": "to'  # a crash mid-append
+    second = json.dumps({"type": "message", "role": "user", "content": "two"}) + "\n"
+    path.write_text(first + torn)
+    got = read_since("s", path, 0)
+    # The unfinished last line is left for later: only whole lines are consumed.
+    assert [r["content"] for r in got.records] == ["one"] and got.end == len(first)
+    # The next append started on a fresh line (durable.append_lines); the fragment is skipped.
+    path.write_text(first + torn + "\n" + second)
+    again = read_since("s", path, got.end)
+    assert [r["content"] for r in again.records] == ["two"] and again.end == path.stat().st_size
+    assert read_since("s", path, again.end).records == ()
