@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from daemon.journal.entries import JournalStore
@@ -11,7 +11,7 @@ from daemon.models.ledger import UsageLedger
 from daemon.paths import Home
 from daemon.scheduler import local_zone, persisted_jobs
 from daemon.settings import Settings
-from daemon.sleep.cycle import sleep_status
+from daemon.sleep.cycle import planned_nightly, sleep_status
 from daemon.store.db import Database
 
 
@@ -134,7 +134,12 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
             out["jobs"] = await persisted_jobs(db)
         except Exception:  # a database from before the scheduler kept state
             out["jobs"] = {}
-        out["next_sleep"] = (out["jobs"].get("nightly_sleep") or {}).get("next_run")
+        persisted = (out["jobs"].get("nightly_sleep") or {}).get("next_run")
+        now = datetime.now(UTC)
+        if persisted and datetime.fromisoformat(persisted) > now:
+            out["next_sleep"] = persisted
+        else:
+            out["next_sleep"] = _iso(planned_nightly(settings, now))
         try:
             out["sleep"] = await sleep_status(db)
         except Exception:  # a database from before the sleep cycle kept checkpoints
