@@ -184,3 +184,41 @@ def test_slash_journal_in_the_interactive_client(daemon: DaemonProcess) -> None:
     finally:
         os.waitpid(pid, 0)
         os.close(fd)
+
+
+def test_status_never_claims_a_heartbeat_that_failed(daemon: DaemonProcess) -> None:
+    import shutil
+
+    home = daemon.home
+    _configure(home, 0.02)
+    daemon.start()
+    # The journal folder is replaced by a file: every entry the heartbeat tries fails.
+    shutil.rmtree(home / "journal")
+    (home / "journal").write_text("not a folder")
+    with Client(daemon.socket_path) as c:
+        c.hello()
+        _, frames = c.chat("Something happened worth a journal entry.")
+        assert frames[-1]["type"] == "done"
+        _wait(
+            lambda: c.command("status")["data"]["jobs"]["heartbeat"].get("last_status") == "failed",
+            20,
+            "a failed heartbeat",
+        )
+        status = c.command("status")["data"]
+        assert status["last_heartbeat"] is None
+        assert "heartbeat handler(s) failed" in status["jobs"]["heartbeat"]["last_result"]
+        # Put it right: the next heartbeat writes the entry it could not write before.
+        (home / "journal").unlink()
+        (home / "journal").mkdir()
+        _wait(
+            lambda: any(True for _ in (home / "journal").glob("*.jsonl")),
+            20,
+            "the entry after the repair",
+        )
+        _wait(
+            lambda: c.command("status")["data"]["last_heartbeat"] is not None,
+            20,
+            "a heartbeat that did its check",
+        )
+    assert daemon.stop() == 0
+    assert "Something happened" in next((home / "journal").glob("*.jsonl")).read_text()
