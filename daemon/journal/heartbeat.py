@@ -63,6 +63,7 @@ from daemon.journal.entries import (
 )
 from daemon.journal.redact import Redactor
 from daemon.log import get_logger
+from daemon.memory.index import MemoryIndex, NewMemory
 from daemon.memory.text import parse_json_reply
 from daemon.models import offline_journal
 from daemon.models.base import Message, ModelError, SystemBlock, Usage
@@ -119,7 +120,7 @@ class JournalHeartbeat:
         settings: Settings,
         roles: ModelRoles | None,
         clock: Clock,
-        index: Any = None,
+        index: MemoryIndex | None = None,
     ) -> None:
         self.home = home
         self.db = db
@@ -521,10 +522,8 @@ def _entry_id(ts: datetime, seed: str) -> str:
     return f"j-{ts.strftime('%Y%m%d-%H%M%S')}-{digest}"
 
 
-def journal_memory(entry: JournalEntry, day: date) -> Any:
+def journal_memory(entry: JournalEntry, day: date) -> NewMemory:
     """The index row of an entry: kind `journal`, searchable with `memory search`."""
-    from daemon.memory.index import NewMemory
-
     return NewMemory(
         uid=f"journal:{entry.id}",
         kind="journal",
@@ -540,7 +539,7 @@ def journal_memory(entry: JournalEntry, day: date) -> Any:
     )
 
 
-async def reindex_journal(home: Home, settings: Settings, index: Any) -> int:
+async def reindex_journal(home: Home, settings: Settings, index: MemoryIndex) -> int:
     """Index every entry of every day file again (`reverie memory reindex`); return how many."""
     store = JournalStore(home.journal_dir, local_zone(settings.scheduler.timezone))
     count = 0
