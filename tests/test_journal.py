@@ -357,3 +357,38 @@ def test_the_transcript_is_read_by_whole_lines_past_a_torn_one(tmp_path: Path) -
     again = read_since("s", path, got.end)
     assert [r["content"] for r in again.records] == ["two"] and again.end == path.stat().st_size
     assert read_since("s", path, again.end).records == ()
+
+
+async def test_a_fork_session_ending_writes_no_entry_of_its_own(tmp_path: Path) -> None:
+    from daemon.agent.session import Session
+
+    async with journal_rig(tmp_path / "home") as rig:
+        fork = await Session.open(
+            db=rig.db,
+            directory=rig.home.forks_dir,
+            session_id="fork-1",
+            kind="fork",
+            now=rig.clock.now(),
+            parent_id="trunk-1",
+        )
+        await fork.record(
+            {
+                "type": "message",
+                "id": "f1",
+                "ts": rig.clock.now().isoformat(),
+                "role": "user",
+                "content": "Research kilns.",
+                "turn_id": "ft1",
+            }
+        )
+        with anyio.fail_after(10):
+            await rig.bus.publish(
+                SessionShutdown(
+                    session_id="fork-1", transcript_path=str(fork.path), reason="fork complete"
+                )
+            )
+            await rig.journal.tick()
+            await anyio.sleep(0.05)
+        assert (
+            rig.lines() == [] and rig.model.calls == []
+        )  # the fork tree reports with a journal_note

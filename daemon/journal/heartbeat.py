@@ -11,8 +11,9 @@ the bus. It writes an entry for a trunk session when:
   `journal.shutdown_model_s`, then the extractive entry is written instead),
 
 but only when the session's transcript grew past the journal's cursor with a message or a
-tool call: an idle daemon writes nothing and calls no model. A system's `journal_note` is
-written as an entry of its own, with no model call.
+tool call: an idle daemon writes nothing and calls no model. Only trunk sessions are
+journaled this way; a system's `journal_note` (a sleep phase, a fork tree) is written as an
+entry of its own, with no model call.
 
 The `heartbeat` model role writes the entry from the transcript since the last one (newest
 part, within `journal.entry_input_tokens`) as JSON; an answer that is not usable (not JSON,
@@ -278,9 +279,10 @@ class JournalHeartbeat:
         between the two is repaired at the next start from the entry's span).
         """
         async with self._lock:
+            # Trunk sessions only: a fork tree reports what it did with a `journal_note`.
             row = await self.db.fetchone(
                 "SELECT s.transcript_path, COALESCE(c.byte_offset, 0) FROM sessions s "
-                "LEFT JOIN journal_cursors c ON c.session_id = s.id WHERE s.id = ?",
+                "LEFT JOIN journal_cursors c ON c.session_id = s.id WHERE s.id = ? AND s.kind = 'trunk'",
                 (session_id,),
             )
             if row is None:
