@@ -48,7 +48,13 @@ BUDGET_K = 30  # results fetched to fill the token budget
 
 
 async def evaluate(
-    data: Dataset, embedder: Embedder, modes: list[SearchMode], ks: list[int], *, workdir: Path
+    data: Dataset,
+    embedder: Embedder,
+    modes: list[SearchMode],
+    ks: list[int],
+    *,
+    workdir: Path,
+    hops: int = 2,
 ) -> dict[str, dict[str, Any]]:
     """Return {mode: {"recall@k": float, ..., "by_kind": {kind: recall@max(k)}}}."""
     home = Home(workdir / f"home-{embedder.name}")
@@ -57,7 +63,9 @@ async def evaluate(
     now = max(datetime.fromisoformat(line["ts"]) for line in data.lines) + timedelta(days=1)
     out: dict[str, dict[str, Any]] = {}
     async with await Database.open(home.db_file) as db:
-        index = MemoryIndex(db, embedder, MemorySettings(), FakeClock(now), background=False)
+        index = MemoryIndex(
+            db, embedder, MemorySettings(search_hops=hops), FakeClock(now), background=False
+        )
         async with index:
             await import_file(conv, home=home, index=index)
             await index.flush()
@@ -134,14 +142,19 @@ def dataset(kind: str, seed: int, sessions: int) -> Dataset:
 
 
 async def run(
-    sessions: int, seed: int, ks: list[int], embedders: list[str], kind: str = "planted"
+    sessions: int,
+    seed: int,
+    ks: list[int],
+    embedders: list[str],
+    kind: str = "planted",
+    hops: int = 2,
 ) -> list[dict[str, Any]]:
     data = dataset(kind, seed, sessions)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for emb in _embedders(embedders):
             modes: list[SearchMode] = ["lexical"] if emb.dim == 0 else ["vector", "hybrid"]
-            res = await evaluate(data, emb, modes, ks, workdir=Path(tmp))
+            res = await evaluate(data, emb, modes, ks, workdir=Path(tmp), hops=hops)
             for mode, r in res.items():
                 rows.append({"mode": mode, "embedder": emb.name, **r})
     return rows
@@ -193,12 +206,19 @@ def main() -> None:
     p.add_argument("--sessions", type=int, help="sessions (default 120 planted, 28 dialogue)")
     p.add_argument("--seed", type=int, help="seed (default 7 planted, 3 dialogue)")
     p.add_argument("--k", default="1,5,10")
-    p.add_argument("--embedders", default="none,hash,minilm")
+    p.add_argument(
+        "--embedders",
+        default="none,hash,minilm",
+        help="of none, hash, minilm (numpy), minilm-torch",
+    )
+    p.add_argument(
+        "--hops", type=int, choices=(1, 2), default=2, help="search hops (memory.search_hops)"
+    )
     a = p.parse_args()
     ks = [int(x) for x in a.k.split(",")]
     sessions = a.sessions or (28 if a.kind == "dialogue" else 120)
     seed = a.seed if a.seed is not None else (3 if a.kind == "dialogue" else 7)
-    rows = anyio.run(run, sessions, seed, ks, a.embedders.split(","), a.kind)
+    rows = anyio.run(run, sessions, seed, ks, a.embedders.split(","), a.kind, a.hops)
     data = dataset(a.kind, seed, sessions)
     print(markdown(rows, ks, len(data.questions), len(data.lines)))
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
 from daemon.memory.index import NewMemory
+from daemon.memory.query import decompose
 from daemon.memory.system import MemorySystem
 from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelRequest
@@ -272,12 +273,22 @@ async def seed_summaries(memory: MemorySystem, n: int) -> None:
     """`n` summarised sessions a day apart, newest last; session 3 is the one about the kiln."""
     items = []
     for i in range(n):
-        topic = "the pottery kiln firing schedule and glaze cracks" if i == 3 else f"weekly groceries list number {i} and the bus timetable"
+        topic = (
+            "the pottery kiln firing schedule and glaze cracks"
+            if i == 3
+            else f"weekly groceries list number {i} and the bus timetable"
+        )
         when = datetime(2025, 6, 1, 9, 0, tzinfo=UTC) + timedelta(days=i)
         items.append(
             NewMemory(
-                uid=f"summary:s{i}", kind="summary", text=f"We talked about {topic}.", title=f"Session {i}",
-                origin="agent", created_at=when, session_id=f"s{i}", source=f"/home/memory/sessions/session-{i:03d}__slug-{i}.md",
+                uid=f"summary:s{i}",
+                kind="summary",
+                text=f"We talked about {topic}.",
+                title=f"Session {i}",
+                origin="agent",
+                created_at=when,
+                session_id=f"s{i}",
+                source=f"/home/memory/sessions/session-{i:03d}__slug-{i}.md",
                 meta={"file": f"session-{i:03d}__slug-{i}.md"},
             )
         )
@@ -285,11 +296,15 @@ async def seed_summaries(memory: MemorySystem, n: int) -> None:
 
 
 @pytest.mark.parametrize("budget", [6000, 400])
-async def test_the_planner_sees_every_session_within_its_budget_facts_first(tmp_path: Path, budget: int) -> None:
+async def test_the_planner_sees_every_session_within_its_budget_facts_first(
+    tmp_path: Path, budget: int
+) -> None:
     config = Settings.model_validate({"memory": {"planner_index_tokens": budget}})
     planner = ScriptedModel(lambda req: json.dumps({"ids": ["summary:s3"]}))
     synthesis = ScriptedModel(lambda req: "Bisque on Fridays [session-003__slug-3].")
-    async with memory_system(tmp_path, config=config, models={"recall_planner": planner, "recall_synthesis": synthesis}) as memory:
+    async with memory_system(
+        tmp_path, config=config, models={"recall_planner": planner, "recall_synthesis": synthesis}
+    ) as memory:
         await seed_summaries(memory, 80)
         await memory.remember("The kiln needs a bisque firing every Friday", origin="person")
         await memory.index.flush()
@@ -299,7 +314,10 @@ async def test_the_planner_sees_every_session_within_its_budget_facts_first(tmp_
     assert lines[0].startswith("fact:1 | explicit fact | The kiln needs a bisque firing")
     sessions = [line.split(" | ")[0] for line in lines[1:]]
     assert "summary:s3" in sessions  # the relevant one, though 76 sessions are newer
-    assert "summary:s3 | session-003__slug-3 | 2025-06-04 | Session 3: We talked about the pottery kiln" in "\n".join(lines)
+    assert (
+        "summary:s3 | session-003__slug-3 | 2025-06-04 | Session 3: We talked about the pottery kiln"
+        in "\n".join(lines)
+    )
     if budget == 6000:
         assert sorted(sessions) == sorted(f"summary:s{i}" for i in range(80))  # all of them, not 24
     else:
@@ -308,3 +326,50 @@ async def test_the_planner_sees_every_session_within_its_budget_facts_first(tmp_
         newest = [f"summary:s{i}" for i in range(79, 76, -1)]
         assert set(newest) <= set(sessions)  # the newest survive the cut
     assert [s.cite for s in result.sources][:2] == ["fact:1", "session-003__slug-3"]
+
+
+async def test_a_second_hop_finds_the_answer_through_a_name_the_question_never_says(
+    tmp_path: Path,
+) -> None:
+    """The answer shares only "Tomas" with the first hit, and nothing with the question."""
+    lines = [
+        ("user", "My brother Tomas just got into medical school, we're all so proud!"),
+        ("user", "Tomas already complains about the anatomy exams, he studies every single night."),
+    ]
+    noise = [
+        (
+            "user",
+            f"My brother-in-law {name} works at the school cafeteria and says medical insurance is pricey.",
+        )
+        for name in (
+            "Aldo",
+            "Bram",
+            "Cyril",
+            "Dario",
+            "Emil",
+            "Fabio",
+            "Gianni",
+            "Hugo",
+            "Ivo",
+            "Jules",
+            "Kurt",
+            "Lars",
+        )
+    ]
+    results: dict[int, list[str]] = {}
+    for hops in (1, 2):
+        config = Settings.model_validate({"memory": {"search_hops": hops, "chunk_messages": 1}})
+        async with memory_system(tmp_path / str(hops), config=config) as memory:
+            await add_session(memory.db, "early", lines[:1], started="2026-01-05T09:00:00+00:00")
+            await add_session(memory.db, "noise", noise, started="2026-01-20T09:00:00+00:00")
+            await add_session(memory.db, "later", lines[1:], started="2026-02-10T09:00:00+00:00")
+            for sid in ("early", "noise", "later"):
+                await memory.index_session(sid)
+            await memory.index.flush()
+            plan = decompose("How is my brother getting on at medical school?", now=NOW)
+            with anyio.fail_after(10):
+                found = await memory.index.search_plan(plan, k=5, mode="lexical")
+            results[hops] = [i.text for i in found]
+    assert not any("anatomy" in t for t in results[1])
+    assert "Tomas just got into medical school" in results[2][0]  # the first hop keeps its place
+    assert any("anatomy exams" in t for t in results[2])

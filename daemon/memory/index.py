@@ -29,7 +29,7 @@ from daemon.memory.api import Kind, MemoryItem, Origin
 from daemon.memory.embedders import Embedder
 from daemon.memory.lexical import LexicalSearcher, RowFilter
 from daemon.memory.matrix import VectorMatrix
-from daemon.memory.query import QueryPlan, match_terms, terms
+from daemon.memory.query import QueryPlan, bridge_entities, match_terms, terms
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
 
@@ -46,6 +46,10 @@ RECENCY_WEIGHT = 0.15
 EXPLICIT_BOOST = 0.03
 IMPORTANCE_WEIGHT = 0.04
 CANDIDATES = 60
+# The second hop: names in the first hop's best few hits become BM25 queries of their own.
+HOP_SEEDS = 3
+HOP_QUERIES = 3
+HOP_WEIGHT = 1.0
 EMBED_ROUND = 512
 # Query vectors kept (384 floats each: ~6 MB): a CLI batch primes a few thousand sub-queries.
 QUERY_CACHE = 4096
@@ -139,7 +143,9 @@ def _write(conn: Any, fn: Any, *args: Any) -> Any:
         raise
 
 
-def _upsert_sync(conn: Any, rows: list[tuple[Any, ...]], supersessions: list[tuple[str, str, str]]) -> int:
+def _upsert_sync(
+    conn: Any, rows: list[tuple[Any, ...]], supersessions: list[tuple[str, str, str]]
+) -> int:
     gen = next_generation(conn)
     conn.executemany(_UPSERT, [(*r, gen) for r in rows])
     for old, new, at in supersessions:
@@ -154,14 +160,26 @@ def _upsert_sync(conn: Any, rows: list[tuple[Any, ...]], supersessions: list[tup
 def _row_to_item(row: Any, score: float = 0.0) -> MemoryItem:
     meta = json.loads(row["meta"] or "{}")
     meta.update(
-        importance=row["importance"], explicit=bool(row["explicit"]), retired_at=row["retired_at"],
-        supersedes=row["supersedes"], superseded_by=row["superseded_by"], valid_from=row["valid_from"],
+        importance=row["importance"],
+        explicit=bool(row["explicit"]),
+        retired_at=row["retired_at"],
+        supersedes=row["supersedes"],
+        superseded_by=row["superseded_by"],
+        valid_from=row["valid_from"],
     )
     return MemoryItem(
-        id=row["uid"], kind=row["kind"], text=row["text"], origin=row["origin"],
-        ts=parse_iso(row["created_at"]), session=row["session_id"], score=score, title=row["title"],
+        id=row["uid"],
+        kind=row["kind"],
+        text=row["text"],
+        origin=row["origin"],
+        ts=parse_iso(row["created_at"]),
+        session=row["session_id"],
+        score=score,
+        title=row["title"],
         tags=tuple(row["tags"].split()) if row["tags"] else (),
-        message_ids=tuple(json.loads(row["message_ids"] or "[]")), source=row["source"], meta=meta,
+        message_ids=tuple(json.loads(row["message_ids"] or "[]")),
+        source=row["source"],
+        meta=meta,
     )
 
 
@@ -175,7 +193,13 @@ class MemoryIndex:
     """
 
     def __init__(
-        self, db: Database, embedder: Embedder, settings: MemorySettings, clock: Clock, *, background: bool = True
+        self,
+        db: Database,
+        embedder: Embedder,
+        settings: MemorySettings,
+        clock: Clock,
+        *,
+        background: bool = True,
     ) -> None:
         self.db = db
         self.background = background
@@ -190,6 +214,7 @@ class MemoryIndex:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.embed_errors = 0
         self.lexical = LexicalSearcher()
+        self.hops = settings.search_hops
         self._vector_weight = VECTOR_WEIGHT * float(getattr(embedder, "fusion_weight", 1.0))
 
     # ----- lifecycle -------------------------------------------------------------------------
@@ -222,12 +247,26 @@ class MemoryIndex:
         for it in items:
             if not it.text.strip():
                 raise ValueError(f"memory {it.uid!r} has empty text")
-            rows.append((
-                it.uid, it.kind, it.text, it.title, " ".join(it.tags), float(it.importance), it.origin,
-                iso(it.created_at), iso(it.valid_from) if it.valid_from else None, it.supersedes,
-                it.session_id, json.dumps(list(it.message_ids)), it.source, content_hash(it.title, it.text),
-                int(it.explicit), json.dumps(it.meta, sort_keys=True, default=str),
-            ))
+            rows.append(
+                (
+                    it.uid,
+                    it.kind,
+                    it.text,
+                    it.title,
+                    " ".join(it.tags),
+                    float(it.importance),
+                    it.origin,
+                    iso(it.created_at),
+                    iso(it.valid_from) if it.valid_from else None,
+                    it.supersedes,
+                    it.session_id,
+                    json.dumps(list(it.message_ids)),
+                    it.source,
+                    content_hash(it.title, it.text),
+                    int(it.explicit),
+                    json.dumps(it.meta, sort_keys=True, default=str),
+                )
+            )
             if it.supersedes:
                 supersessions.append((it.supersedes, it.uid, iso(it.valid_from or it.created_at)))
         await self.db.run(_write, _upsert_sync, rows, supersessions)
@@ -281,7 +320,9 @@ class MemoryIndex:
         row = await self.db.fetchone("SELECT * FROM memories WHERE uid = ?", (uid,))
         return _row_to_item(row) if row else None
 
-    async def recent(self, kinds: Collection[str], limit: int, *, include_retired: bool = False) -> list[MemoryItem]:
+    async def recent(
+        self, kinds: Collection[str], limit: int, *, include_retired: bool = False
+    ) -> list[MemoryItem]:
         """Return the newest memories of `kinds` (by valid time), newest first."""
         if limit <= 0 or not kinds:
             return []
@@ -374,15 +415,29 @@ class MemoryIndex:
         return np.vstack([self._query_cache[q] for q in queries])
 
     def _where(
-        self, kinds: Collection[str] | None, include_retired: bool, after: datetime | None, before: datetime | None
+        self,
+        kinds: Collection[str] | None,
+        include_retired: bool,
+        after: datetime | None,
+        before: datetime | None,
     ) -> RowFilter:
         return RowFilter(
-            kinds=tuple(kinds) if kinds else None, include_retired=include_retired, after=after, before=before
+            kinds=tuple(kinds) if kinds else None,
+            include_retired=include_retired,
+            after=after,
+            before=before,
         )
 
     async def _rank_queries(
-        self, queries: Sequence[str], *, limit: int, mode: SearchMode, windows: Sequence[RowFilter],
-        query_vector: np.ndarray | None = None, drop_common: bool = True, vector_queries: int | None = None,
+        self,
+        queries: Sequence[str],
+        *,
+        limit: int,
+        mode: SearchMode,
+        windows: Sequence[RowFilter],
+        query_vector: np.ndarray | None = None,
+        drop_common: bool = True,
+        vector_queries: int | None = None,
     ) -> list[list[dict[int, float]]]:
         """Return, per window, per informative query, fused scores by rowid (no hydration).
 
@@ -394,7 +449,9 @@ class MemoryIndex:
         """
         lexical_on = mode in ("hybrid", "lexical")
         # No vector to compare with, no query to embed: the model is never loaded for nothing.
-        vector_on = mode in ("hybrid", "vector") and self.embedder.dim > 0 and self.matrix.vector_count > 0
+        vector_on = (
+            mode in ("hybrid", "vector") and self.embedder.dim > 0 and self.matrix.vector_count > 0
+        )
         rows = len(self.matrix)
 
         def choose(conn: Any) -> list[str]:
@@ -411,7 +468,12 @@ class MemoryIndex:
                 return [[[] for _ in kept] for _ in windows]
             return [
                 self.lexical.search(
-                    conn, kept, limit=limit, rows=rows, where=w, active=self.matrix.active,
+                    conn,
+                    kept,
+                    limit=limit,
+                    rows=rows,
+                    where=w,
+                    active=self.matrix.active,
                     generation=self.matrix.generation,
                 )
                 for w in windows
@@ -422,9 +484,18 @@ class MemoryIndex:
             out = []
             for w in windows:
                 mask = self.matrix.mask(
-                    kinds=w.kinds, include_retired=w.include_retired, after=w.after, before=w.before, need_vector=True
+                    kinds=w.kinds,
+                    include_retired=w.include_retired,
+                    after=w.after,
+                    before=w.before,
+                    need_vector=True,
                 )
-                out.append([[r for r, _ in self.matrix.top(sims[:, qi], mask, limit)] for qi in range(sims.shape[1])])
+                out.append(
+                    [
+                        [r for r, _ in self.matrix.top(sims[:, qi], mask, limit)]
+                        for qi in range(sims.shape[1])
+                    ]
+                )
             return out
 
         found: dict[str, Any] = {}
@@ -451,7 +522,8 @@ class MemoryIndex:
         else:
             vector = [[[] for _ in kept] for _ in windows]
         return [
-            [self._fuse(lexical[wi][qi], vector[wi][qi]) for qi in range(len(kept))] for wi in range(len(windows))
+            [self._fuse(lexical[wi][qi], vector[wi][qi]) for qi in range(len(kept))]
+            for wi in range(len(windows))
         ]
 
     def _fuse(self, lexical: list[int], vector: list[int]) -> dict[int, float]:
@@ -467,18 +539,50 @@ class MemoryIndex:
             for rank, i in enumerate(order):
                 rid = rowids[int(i)]
                 fused[rid] += RECENCY_WEIGHT / (RRF_K + rank + 1)
-                fused[rid] *= 1.0 + EXPLICIT_BOOST * float(explicit[i]) + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
+                fused[rid] *= (
+                    1.0
+                    + EXPLICIT_BOOST * float(explicit[i])
+                    + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
+                )
         return fused
 
+    async def _second_hop(
+        self, plan: QueryPlan, first: list[tuple[int, float]], where: RowFilter
+    ) -> list[dict[int, float]]:
+        """Rankings for the names the first hop's best hits mention and the question does not.
+
+        "How is Maya's brother getting on at medical school?" finds "my brother Tomas got
+        into medical school"; the answer ("Tomas complains about the anatomy exams") shares
+        only "Tomas" with it. Bridges are searched by BM25 alone (no query vectors to embed).
+        """
+        seeds = await self._hydrate(first)
+        asked = {w.lower() for w in terms(plan.text)}
+        bridges: dict[str, None] = {}
+        for item in seeds:
+            for name in bridge_entities(item.text):
+                if not asked & {w.lower() for w in terms(name)}:
+                    bridges[name] = None
+        if not bridges:
+            return []
+        queries = list(bridges)[:HOP_QUERIES]
+        [ranked] = await self._rank_queries(
+            queries, limit=CANDIDATES, mode="lexical", windows=[where], drop_common=False
+        )
+        return ranked
+
     @staticmethod
-    def _combine(ranked: list[dict[int, float]], k: int) -> list[tuple[int, float]]:
+    def _combine(
+        ranked: list[dict[int, float]], k: int, weights: Sequence[float] | None = None
+    ) -> list[tuple[int, float]]:
         """Fuse per-query rankings by reciprocal rank, the first query weighted most."""
         if len(ranked) == 1:
             return sorted(ranked[0].items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
         total: dict[int, float] = {}
         for i, scores in enumerate(ranked):
-            weight = 1.0 if i == 0 else 0.5
-            for rank, (rid, _s) in enumerate(sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))):
+            weight = weights[i] if weights is not None else (1.0 if i == 0 else 0.5)
+            for rank, (rid, _s) in enumerate(
+                sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
+            ):
                 total[rid] = total.get(rid, 0.0) + weight / (RRF_K + rank + 1)
         return sorted(total.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
 
@@ -516,12 +620,17 @@ class MemoryIndex:
             return []
         await self.refresh()
         [[fused]] = await self._rank_queries(
-            [query], limit=max(CANDIDATES, 3 * k), mode=mode,
-            windows=[self._where(kinds, include_retired, after, before)], query_vector=query_vector,
+            [query],
+            limit=max(CANDIDATES, 3 * k),
+            mode=mode,
+            windows=[self._where(kinds, include_retired, after, before)],
+            query_vector=query_vector,
         )
         return await self._hydrate(self._combine([fused], k))
 
-    async def search_many(self, queries: Sequence[str], *, k: int = 10, **kw: Any) -> list[MemoryItem]:
+    async def search_many(
+        self, queries: Sequence[str], *, k: int = 10, **kw: Any
+    ) -> list[MemoryItem]:
         """Search several sub-queries, fuse their rankings (first query weighted most), dedupe.
 
         Query vectors are embedded in one batch; a sub-query made only of words most
@@ -536,15 +645,26 @@ class MemoryIndex:
         if mode not in ("hybrid", "lexical", "vector"):
             raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
         await self.refresh()
-        where = self._where(kw.get("kinds"), kw.get("include_retired", False), kw.get("after"), kw.get("before"))
+        where = self._where(
+            kw.get("kinds"), kw.get("include_retired", False), kw.get("after"), kw.get("before")
+        )
         [ranked] = await self._rank_queries(
-            queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=[where], vector_queries=kw.get("vector_queries")
+            queries,
+            limit=max(CANDIDATES, 3 * k),
+            mode=mode,
+            windows=[where],
+            vector_queries=kw.get("vector_queries"),
         )
         return await self._hydrate(self._combine(ranked, k))
 
     async def search_plan(
-        self, plan: QueryPlan, *, k: int = 10, mode: SearchMode = "hybrid",
-        kinds: Collection[str] | None = None, include_retired: bool = False,
+        self,
+        plan: QueryPlan,
+        *,
+        k: int = 10,
+        mode: SearchMode = "hybrid",
+        kinds: Collection[str] | None = None,
+        include_retired: bool = False,
     ) -> list[MemoryItem]:
         """Search a decomposed query: its time window is a preference, not a wall.
 
@@ -565,15 +685,34 @@ class MemoryIndex:
         windows = [self._where(kinds, include_retired, None, None)]
         if after is not None or before is not None:
             windows.append(self._where(kinds, include_retired, after, before))
-        ranked = await self._rank_queries(queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=windows)
-        base = self._combine(ranked[0], k)
+        ranked = await self._rank_queries(
+            queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=windows
+        )
+        weights = [1.0] + [0.5] * (len(ranked[0]) - 1)
+        first = self._combine(ranked[0], HOP_SEEDS, weights)
+        if self.hops > 1 and mode != "vector":
+            hop = await self._second_hop(plan, first, windows[0])
+            ranked[0] = [*ranked[0], *hop]
+            weights += [HOP_WEIGHT] * len(hop)
+        # The first hop's best hits keep their places; what the second hop found ranks after.
+        kept = {r for r, _ in first}
+        base = (
+            first
+            + [
+                (r, s)
+                for r, s in self._combine(ranked[0], k + len(first), weights)
+                if r not in kept
+            ]
+        )[:k]
         if len(windows) == 1:
             return await self._hydrate(base)
         inside = self._combine(ranked[1], k)
         seen = {r for r, _ in inside}
         return await self._hydrate((inside + [(r, s) for r, s in base if r not in seen])[:k])
 
-    async def similar(self, text: str, kinds: Collection[str], threshold: float) -> list[MemoryItem]:
+    async def similar(
+        self, text: str, kinds: Collection[str], threshold: float
+    ) -> list[MemoryItem]:
         """Return active memories of `kinds` near-identical to `text` (similarity >= threshold).
 
         Similarity is cosine of vectors when the embedder makes them, else word-set overlap
@@ -585,7 +724,9 @@ class MemoryIndex:
         where = self._where(kinds, False, None, None)
         rows = len(self.matrix)
         [rowids] = await self.db.run(
-            lambda conn: self.lexical.search(conn, [text], limit=20, rows=rows, where=where, active=self.matrix.active)
+            lambda conn: self.lexical.search(
+                conn, [text], limit=20, rows=rows, where=where, active=self.matrix.active
+            )
         )
         if self.embedder.dim > 0:
             vec_hits = self.matrix.nearest((await self.query_vectors([text]))[0], 10, kinds=kinds)  # type: ignore[index]
@@ -600,7 +741,10 @@ class MemoryIndex:
             vecs = await self.embedder.embed([text, *(embed_text(i.title, i.text) for i in items)])
             sims = [float(v) for v in vecs[1:] @ vecs[0]]
         else:
-            sims = [len(mine & set(terms(i.text))) / max(1, len(mine | set(terms(i.text)))) for i in items]
+            sims = [
+                len(mine & set(terms(i.text))) / max(1, len(mine | set(terms(i.text))))
+                for i in items
+            ]
         for item, sim in zip(items, sims, strict=True):
             if sim >= threshold:
                 out.append(MemoryItem(**{**item.__dict__, "score": sim}))
@@ -644,7 +788,12 @@ class MemoryIndex:
             unique = {r[1]: embed_text(r[2], r[3]) for r in batch}
             vectors = await self.embedder.embed(list(unique.values()))
             rows = [
-                (h, self.embedder.name, int(vectors.shape[1]), vectors[i].astype(np.float32).tobytes())
+                (
+                    h,
+                    self.embedder.name,
+                    int(vectors.shape[1]),
+                    vectors[i].astype(np.float32).tobytes(),
+                )
                 for i, h in enumerate(unique)
             ]
 
@@ -671,7 +820,9 @@ class MemoryIndex:
                     log.info("memories embedded", count=n, embedder=self.embedder.name)
             except Exception as exc:  # a flaky endpoint must not end the daemon; retry later
                 self.embed_errors += 1
-                log.warning("embedding failed; will retry", error=repr(exc), embedder=self.embedder.name)
+                log.warning(
+                    "embedding failed; will retry", error=repr(exc), embedder=self.embedder.name
+                )
                 with anyio.move_on_after(min(300.0, 5.0 * 2 ** min(self.embed_errors, 6))):
                     await self._wake.wait()
                 self._wake.set()
