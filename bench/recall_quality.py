@@ -67,8 +67,10 @@ async def evaluate(
             db, embedder, MemorySettings(search_hops=hops), FakeClock(now), background=False
         )
         async with index:
+            started = time.perf_counter()
             await import_file(conv, home=home, index=index)
             await index.flush()
+            import_s = time.perf_counter() - started
             plans = [decompose(str(q["question"]), now=now) for q in data.questions]
             if embedder.dim:
                 await index.query_vectors([s for p in plans for s in p.all_queries()])
@@ -105,6 +107,7 @@ async def evaluate(
                     if kind != "all"
                 }
                 out[mode]["ms_per_query"] = 1000 * (time.perf_counter() - started) / n
+                out[mode]["import_turns_per_s"] = len(data.lines) / import_s
     return out
 
 

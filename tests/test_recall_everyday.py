@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import numpy as np
 import pytest
 
 from daemon.agent.loop import AgentLoop
@@ -21,14 +23,16 @@ from daemon.agent.turns import TurnDone, TurnEvent
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
-from daemon.memory.index import NewMemory
+from daemon.memory.embedders import HashEmbedder
+from daemon.memory.index import MemoryIndex, NewMemory
 from daemon.memory.query import decompose
 from daemon.memory.system import MemorySystem
 from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelRequest
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
-from daemon.settings import Settings, TopicsSettings
+from daemon.settings import MemorySettings, Settings, TopicsSettings
+from daemon.store.db import Database
 from daemon.testing import ScriptedModel
 from daemon.tokens import TokenCounter, count_tokens
 from daemon.tools import ToolRegistry
@@ -373,3 +377,53 @@ async def test_a_second_hop_finds_the_answer_through_a_name_the_question_never_s
     assert not any("anatomy" in t for t in results[1])
     assert "Tomas just got into medical school" in results[2][0]  # the first hop keeps its place
     assert any("anatomy exams" in t for t in results[2])
+
+
+class CountingEmbedder(HashEmbedder):
+    """A real hashing embedder that remembers every text it was asked to encode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        self.seen.extend(texts)
+        return super().embed_sync(texts)
+
+
+async def test_overlapping_windows_are_pooled_from_their_messages_never_encoded_again(
+    tmp_path: Path,
+) -> None:
+    home = Home(tmp_path)
+    home.ensure()
+    embedder = CountingEmbedder()
+    chat = [
+        (
+            "user" if i % 2 else "assistant",
+            f"message {i} about the allotment, the shed and the tomato seedlings",
+        )
+        for i in range(14)
+    ]
+    async with await Database.open(home.db_file) as db:
+        async with MemoryIndex(
+            db, embedder, MemorySettings(), FakeClock(NOW), background=False
+        ) as index:
+            await add_session(db, "garden", chat)
+            await index.index_session("garden")
+            await index.flush()
+            windows = await db.fetchall(
+                "SELECT uid, content_hash, meta FROM memories WHERE uid LIKE '%-w'"
+            )
+            assert len(windows) >= 3
+            vectors = {
+                r[0]: np.frombuffer(r[1], dtype=np.float32)
+                for r in await db.fetchall(
+                    "SELECT m.uid, e.vector FROM memories m JOIN embeddings e ON e.content_hash = m.content_hash"
+                )
+            }
+    assert len(embedder.seen) == len(chat)  # one encode per message, none per window
+    assert not any("\n" in text for text in embedder.seen)
+    for uid, _, meta in windows:
+        parts = json.loads(meta)["parts"]
+        mean = np.mean([vectors[p] for p in parts], axis=0)
+        assert np.allclose(vectors[uid], mean / np.linalg.norm(mean), atol=1e-6)

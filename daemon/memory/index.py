@@ -777,7 +777,7 @@ class MemoryIndex:
             progress({"phase": "embed", "done": 0, "total": total})
         while True:
             batch = await self.db.fetchall(
-                "SELECT m.rowid, m.content_hash, m.title, m.text FROM memories m "
+                "SELECT m.rowid, m.content_hash, m.title, m.text, m.meta FROM memories m "
                 "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
                 "WHERE m.rowid > ? AND e.content_hash IS NULL ORDER BY m.rowid LIMIT ?",
                 (self.embedder.name, after, EMBED_ROUND),
@@ -785,29 +785,71 @@ class MemoryIndex:
             if not batch:
                 return done
             after = batch[-1][0]
-            unique = {r[1]: embed_text(r[2], r[3]) for r in batch}
+            # Windows come last: their vectors are the mean of their messages' vectors.
+            parts = {r[1]: json.loads(r[4] or "{}").get("parts") for r in batch}
+            unique = {r[1]: embed_text(r[2], r[3]) for r in batch if not parts[r[1]]}
+            windows = {
+                r[1]: embed_text(r[2], r[3]) for r in batch if parts[r[1]] and r[1] not in unique
+            }
             vectors = await self.embedder.embed(list(unique.values()))
-            rows = [
-                (
-                    h,
-                    self.embedder.name,
-                    int(vectors.shape[1]),
-                    vectors[i].astype(np.float32).tobytes(),
-                )
-                for i, h in enumerate(unique)
-            ]
-
-            def store(conn: Any, rows: list[tuple[Any, ...]] = rows) -> None:
-                gen = next_generation(conn)
-                conn.executemany(
-                    "INSERT OR REPLACE INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?)",
-                    [(*r, gen) for r in rows],
-                )
-
-            await self.db.run(_write, store)
-            done += len(rows)
+            stored = await self._store_vectors(dict(zip(unique, vectors, strict=True)))
+            pooled, left = await self._pool_windows({h: parts[h] for h in windows})
+            if left:
+                encoded = await self.embedder.embed([windows[h] for h in left])
+                pooled.update(zip(left, encoded, strict=True))
+            stored += await self._store_vectors(pooled)
+            done += stored
             if progress is not None:
                 progress({"phase": "embed", "done": min(done, total), "total": total})
+
+    async def _store_vectors(self, vectors: dict[str, np.ndarray]) -> int:
+        """Store vectors by content hash (one write, one new generation); return how many."""
+        if not vectors:
+            return 0
+        rows = [
+            (h, self.embedder.name, int(v.shape[0]), np.asarray(v, dtype=np.float32).tobytes())
+            for h, v in vectors.items()
+        ]
+
+        def store(conn: Any) -> None:
+            gen = next_generation(conn)
+            conn.executemany(
+                "INSERT OR REPLACE INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?)",
+                [(*r, gen) for r in rows],
+            )
+
+        await self.db.run(_write, store)
+        return len(rows)
+
+    async def _pool_windows(
+        self, windows: dict[str, list[str]]
+    ) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Window vectors as the normalised mean of their messages' stored vectors.
+
+        Returns the pooled vectors and the windows left to encode (a message without a
+        stored vector, e.g. from an index built before windows named their parts).
+        """
+        if not windows:
+            return {}, []
+        uids = sorted({u for part in windows.values() for u in part})
+        found: dict[str, np.ndarray] = {}
+        for i in range(0, len(uids), 500):
+            chunk = uids[i : i + 500]
+            rows = await self.db.fetchall(
+                "SELECT m.uid, e.vector FROM memories m JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+                f"WHERE m.uid IN ({','.join('?' * len(chunk))})",
+                (self.embedder.name, *chunk),
+            )
+            found.update((r[0], np.frombuffer(r[1], dtype=np.float32)) for r in rows)
+        pooled: dict[str, np.ndarray] = {}
+        left: list[str] = []
+        for h, part in windows.items():
+            if part and all(u in found for u in part):
+                mean = np.mean([found[u] for u in part], axis=0)
+                pooled[h] = mean / max(float(np.linalg.norm(mean)), 1e-12)
+            else:
+                left.append(h)
+        return pooled, left
 
     async def _embed_worker(self) -> None:
         while True:
