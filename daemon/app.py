@@ -126,6 +126,8 @@ class Daemon:
         from daemon.journal import JournalHeartbeat
         from daemon.memory.system import MemorySystem
         from daemon.sleep.cycle import SleepCycle
+        from daemon.sleep.dreams import DreamsPhase
+        from daemon.sleep.maintenance import MaintenancePhase
         from daemon.sleep.wake import WakeUp
         from daemon.systemd import Notifier, watchdog_loop
         from daemon.topics.router import TopicRouter
@@ -209,7 +211,11 @@ class Daemon:
                     memory=self.memory,
                     trunk=self.trunk,
                     lifecycle=self.lifecycle,
-                    phases=[WakeUp(self.trunk)],
+                    phases=[
+                        MaintenancePhase(housekeeping=[self._fork_retention]),
+                        DreamsPhase(),
+                        WakeUp(self.trunk),
+                    ],
                 )
             )
             self.trunk.after_turn.append(self.sleep_cycle.wind_down.after_turn)
@@ -296,6 +302,11 @@ class Daemon:
                 else:
                     log.warning("second signal: exiting immediately", signal=signal.Signals(signum).name)
                     os._exit(1)
+
+    async def _fork_retention(self, ctx: Any) -> str:
+        from daemon.delegate.retention import apply_fork_retention
+
+        return await apply_fork_retention(ctx.home, ctx.db, ctx.settings, ctx.clock)
 
     async def _heartbeat(self) -> str:
         failed = await self.bus.publish(Heartbeat(at=self.clock.now()))

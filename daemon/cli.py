@@ -15,15 +15,36 @@ from typing import Any
 COMMAND_MODULES = (
     "daemon.app_commands",
     "daemon.chat.commands",
-    "daemon.memory.commands",
-    "daemon.memory.recall_commands",
+    "daemon.commands.memory_cli",
+    "daemon.commands.recall_cli",
     "daemon.context.commands",
     "daemon.sleep.dream_commands",
     "daemon.journal.commands",
 )
 
+# Commands whose module is known: only it is imported, so `reverie memory search` on the
+# direct path does not pay for the chat client and the context assembler.
+COMMAND_OWNERS = {
+    "memory": "daemon.commands.memory_cli",
+    "remember": "daemon.commands.recall_cli",
+    "recall": "daemon.commands.recall_cli",
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _command_word(argv: list[str]) -> str | None:
+    """The subcommand named on the line (skipping `--home X`/`--config X` before it)."""
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in ("--home", "--config"):
+            skip = True
+        elif not token.startswith("-"):
+            return token
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     home_help = "state directory (default: $REVERIE_HOME, $STATE_DIRECTORY or ./var)"
     config_help = "extra TOML config layered over the home's reverie.toml"
     parser = argparse.ArgumentParser(
@@ -37,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS, help=home_help)
     common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=config_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    owner = COMMAND_OWNERS.get(_command_word(argv) or "") if argv is not None else None
+    for name in (owner,) if owner else COMMAND_MODULES:
         module = importlib.import_module(name)
         module.add_commands(sub, common)
     return parser
@@ -62,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return forwarded
     from daemon.cli_support import CommandError, print_err
 
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

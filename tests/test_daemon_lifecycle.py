@@ -67,8 +67,9 @@ def test_switch_command_summarises_the_old_session_and_status_tells_the_truth(da
         assert status["state"] == "awake" and status["state_since"]
         # No embedder in this daemon (REVERIE_EMBEDDER=none): search is lexical, and says so.
         assert status["vector_search"] is False and status["embedder"] == "none"
-        # Nothing keeps a journal on the heartbeat yet: no heartbeat is claimed.
-        assert status["last_heartbeat"] is None and "heartbeat" not in status["jobs"]
+        # The journal keeps the heartbeat; it has not run yet, so no heartbeat is claimed.
+        assert status["last_heartbeat"] is None and status["next_heartbeat"]
+        assert "heartbeat" in status["jobs"] and "nightly_sleep" in status["jobs"]
         assert "checkpoint" in status["jobs"]
         switched = c.command("switch", {"reason": "fresh start"})
         assert switched["type"] == "result", switched
@@ -85,7 +86,7 @@ def test_switch_command_summarises_the_old_session_and_status_tells_the_truth(da
     header = next(r for r in _records(daemon.home) if r.get("type") == "session" and r["id"] == new)
     assert header["continues"] == old and header["reason"] == "fresh start"
     text = _cli("status", "--home", str(daemon.home)).stdout
-    assert "lexical only" in text and "heartbeat:    off" in text
+    assert "lexical only" in text and "heartbeat:    last none yet, next " in text and "next sleep:" in text
     with Client(daemon.socket_path) as c:
         c.hello()
         daemon.signal(signal.SIGTERM)

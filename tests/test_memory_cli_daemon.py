@@ -285,3 +285,21 @@ def test_reindex_makes_no_model_call_and_writes_no_summary(tmp_path: Path) -> No
         env=env,
     ).stdout
     assert "March" in facts
+
+
+def test_forwarding_finds_a_configured_socket(tmp_path: Path) -> None:
+    from daemon.commands.forward import socket_path
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(
+        "# socket = 'commented.sock'\n[chat]\nmax_frame_bytes = 1000\n"
+    )
+    assert socket_path(home, None) == home / "run" / "reverie.sock"
+    (home / "reverie.toml").write_text("[chat]\nsocket = 'elsewhere/r.sock'\n")
+    assert socket_path(home, None) == home / "elsewhere" / "r.sock"
+    extra = tmp_path / "extra.toml"
+    extra.write_text("chat = { socket = '/tmp/abs.sock' }\n")
+    assert socket_path(home, str(extra)) == Path("/tmp/abs.sock")
+    extra.write_text("[chat\nsocket = broken")
+    assert socket_path(home, str(extra)) is None  # the full CLI reports the bad file

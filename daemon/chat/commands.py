@@ -108,7 +108,11 @@ class Notes:
         kind = frame.get("type")
         if kind == "tool":
             phase = frame.get("phase", "")
-            text = f"tool {frame.get('name', '?')} {phase}"
+            depth = int(frame.get("depth") or 0)
+            if frame.get("name") == "fork":
+                text = f"{'  ' * (depth - 1)}fork {frame.get('fork_id', '?')} (depth {depth}) {phase}"
+            else:
+                text = f"{'  ' * depth}tool {frame.get('name', '?')} {phase}" + (f" in {frame['fork_id']}" if frame.get("fork_id") else "")
             if frame.get("is_error"):
                 text += " (error)"
             if frame.get("detail"):

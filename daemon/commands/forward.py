@@ -17,7 +17,6 @@ import json
 import os
 import socket
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -83,8 +82,18 @@ def socket_path(home: Path, config: str | None) -> Path | None:
         if path is None or not path.exists():
             continue
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        if not any(
+            "socket" in line and not line.lstrip().startswith("#") for line in text.splitlines()
+        ):
+            continue  # nothing here can set it: spare the TOML parser's import
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
             return None
         chat = data.get("chat")
         if isinstance(chat, dict) and isinstance(chat.get("socket"), str) and chat["socket"]:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import EmbedderError
 from daemon.memory.importer import import_file
-from daemon.memory.index import MemoryIndex
+from daemon.memory.index import MemoryIndex, SearchMode
 from daemon.memory.query import decompose
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ async def search_batch(
         raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
     if k <= 0:
         raise ValueError("k must be a positive number")
+    search_mode = cast(SearchMode, mode)
     await index.refresh()
     plans = [decompose(q, now=now) for q in queries]
     if mode != "lexical" and index.embedder.dim > 0 and index.matrix.vector_count > 0:
@@ -77,19 +78,11 @@ async def search_batch(
             results = []
         elif raw:
             results = await index.search(
-                query,
-                k=k,
-                kinds=kinds,
-                mode=mode,  # type: ignore[arg-type]
-                include_retired=include_retired,
+                query, k=k, kinds=kinds, mode=search_mode, include_retired=include_retired
             )
         else:
             results = await index.search_plan(
-                plan,
-                k=k,
-                mode=mode,  # type: ignore[arg-type]
-                kinds=kinds,
-                include_retired=include_retired,
+                plan, k=k, mode=search_mode, kinds=kinds, include_retired=include_retired
             )
         out.append([item_json(r) for r in results])
     return out
@@ -159,6 +152,12 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
         reason = str(request.get("reason") or "") or "retracted by the person"
         await memory.retract(str(retract), reason=reason, origin="person")
         return {"status": "retracted", "id": retract, "message": f"{retract} retracted"}
+    restore = request.get("restore")
+    if restore is not None:
+        if text:
+            raise ValueError("--restore takes no TEXT")
+        fact = await memory.facts.restore(str(restore), origin="person", reason="restored by the person")
+        return {"status": "restored", "id": fact.id, "message": f"{fact.id} restored: {fact.text}"}
     if not text:
         raise ValueError("remember needs TEXT (or --retract ID)")
     if correct is not None:

@@ -19,14 +19,16 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
-import httpx
 import numpy as np
 
 from daemon.log import get_logger
 from daemon.settings import MemorySettings, secret
+
+if TYPE_CHECKING:
+    import httpx
 
 log = get_logger("memory.embedders")
 
@@ -294,6 +296,8 @@ class ApiEmbedder:
         self.batch_size = batch_size
         self._url = base_url.rstrip("/") + "/embeddings"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        import httpx  # only the api embedder needs it: a search command does not pay its import
+
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout_s, transport=transport)
 
     async def aclose(self) -> None:
@@ -302,7 +306,7 @@ class ApiEmbedder:
     async def _batch(self, texts: list[str]) -> np.ndarray:
         try:
             resp = await self._client.post(self._url, json={"model": self.model, "input": texts})
-        except httpx.HTTPError as exc:
+        except _http_errors() as exc:
             raise EmbedderError(f"embedding endpoint {self._url} unreachable: {exc!r}") from exc
         if resp.status_code != 200:
             raise EmbedderError(
@@ -336,6 +340,12 @@ class ApiEmbedder:
             for i in range(0, len(items), self.batch_size)
         ]
         return np.vstack(parts)
+
+
+def _http_errors() -> type[Exception]:
+    import httpx
+
+    return httpx.HTTPError
 
 
 class EmbedderError(RuntimeError):

@@ -9,6 +9,7 @@ chunks the new messages. Re-importing the same file adds nothing. No model is ca
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -42,6 +43,39 @@ def imported_path(home: Home, session_id: str) -> Path:
 
 def _append_lines(path: Path, lines: list[TranscriptLine]) -> None:
     append_lines(path, [line.to_import_json() for line in lines], mode=0o644)
+
+
+def drop_torn_tail(path: Path) -> int:
+    """Cut a last line left half-written by a killed import; return the bytes dropped.
+
+    Lines are appended whole and fsynced, so a file not ending in a newline was interrupted
+    mid-write; its unfinished message is not on file and is appended again by the import.
+    """
+    try:
+        with path.open("rb+") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return 0
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return 0
+            keep = 0
+            step = 65536
+            pos = size
+            while pos > 0:
+                start = max(0, pos - step)
+                fh.seek(start)
+                cut = fh.read(pos - start).rfind(b"\n")
+                if cut >= 0:
+                    keep = start + cut + 1
+                    break
+                pos = start
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+            return size - keep
+    except FileNotFoundError:
+        return 0
 
 
 def _group(lines: Iterable[TranscriptLine]) -> dict[str, list[TranscriptLine]]:
@@ -107,6 +141,7 @@ async def import_file(
         dup = len(group) - len({line.id for line in group})
         group = list({line.id: line for line in reversed(group)}.values())[::-1] if dup else group
         target = imported_path(home, session_id)
+        await anyio.to_thread.run_sync(drop_torn_tail, target)
         on_file = {line.id for line in await anyio.to_thread.run_sync(read_transcript, target)} if target.exists() else set()
         fresh = [line for line in group if line.id not in on_file]
         if fresh:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -28,7 +29,7 @@ from daemon.log import get_logger
 from daemon.memory.api import Kind, MemoryItem, Origin
 from daemon.memory.embedders import Embedder
 from daemon.memory.lexical import LexicalSearcher, RowFilter
-from daemon.memory.matrix import VectorMatrix
+from daemon.memory.matrix import StaleMatrix, VectorMatrix, index_state, matrix_path
 from daemon.memory.query import QueryPlan, bridge_entities, match_terms, terms
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
@@ -53,6 +54,8 @@ HOP_WEIGHT = 1.0
 EMBED_ROUND = 512
 # Query vectors kept (384 floats each: ~6 MB): a CLI batch primes a few thousand sub-queries.
 QUERY_CACHE = 4096
+# The persisted matrix is rewritten once this many rows or vectors changed since it was saved.
+PERSIST_ROWS = 2000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,16 +196,19 @@ class MemoryIndex:
     """
 
     def __init__(
-        self,
-        db: Database,
-        embedder: Embedder,
-        settings: MemorySettings,
-        clock: Clock,
-        *,
-        background: bool = True,
+        self, db: Database, embedder: Embedder, settings: MemorySettings, clock: Clock, *, background: bool = True,
+        persist: bool = True, persist_rows: int = PERSIST_ROWS,
     ) -> None:
         self.db = db
         self.background = background
+        self.persist = persist
+        self.persist_rows = persist_rows
+        # What the last load of the persisted matrix found ("persisted …" or "rebuilt: why").
+        self.matrix_status = "not loaded"
+        self._matrix_checked = False
+        self._index_id = ""
+        self._save_lock = anyio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
         self.embedder = embedder
         self.settings = settings
         self.clock = clock
@@ -226,6 +232,8 @@ class MemoryIndex:
                 stack.callback(tg.cancel_scope.cancel)
                 tg.start_soon(self._embed_worker, name="memory-embedder")
                 self._wake.set()
+                self._tg = tg
+                stack.callback(setattr, self, "_tg", None)
                 self._stack = stack.pop_all()
         return self
 
@@ -233,6 +241,14 @@ class MemoryIndex:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()
+        # The daemon leaves its matrix as it knew it; a short-lived command only when it had to
+        # rebuild or read much (so the next command starts from it), never for a few rows.
+        m = self.matrix
+        if self._matrix_checked and m.rows_since_save and (
+            self.background or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows
+        ):
+            with anyio.CancelScope(shield=True):
+                await self.save_matrix()
 
     # ----- writes ----------------------------------------------------------------------------
     async def upsert(self, items: Sequence[NewMemory]) -> None:
@@ -392,14 +408,87 @@ class MemoryIndex:
             "cached_embeddings": int(cached[0]),
             "db_bytes": int(page[0]) * int(size[0]),
             "matrix_bytes": self.matrix.nbytes,
+            "matrix": self.matrix_status,
             "vec_extension": self.db.vec_available,
         }
 
     # ----- search ----------------------------------------------------------------------------
     async def refresh(self) -> None:
-        """Bring the in-memory matrix up to date with the database (cheap when nothing changed)."""
+        """Bring the in-memory matrix up to date with the database (cheap when nothing changed).
+
+        The first call starts from the matrix persisted beside the database when it matches
+        the index (see `VectorMatrix.load`) and reads only what changed since; otherwise it
+        builds the matrix from the database. Once enough has changed, the file is rewritten.
+        """
         async with self._refresh_lock:
-            await self.db.run(self.matrix.refresh)
+            if not self._matrix_checked:
+                self._matrix_checked = True
+                await self._load_matrix()
+            else:
+                await self.db.run(self.matrix.refresh)
+        if self.persist and self.matrix.rows_since_save >= self.persist_rows:
+            if self._tg is not None:
+                # The daemon: the search that noticed goes on; the file is written behind it.
+                self._tg.start_soon(self.save_matrix, name="memory-matrix-save")
+            else:
+                await self.save_matrix()
+
+    @property
+    def matrix_file(self) -> Path:
+        return matrix_path(self.db.path, self.embedder.name, self.embedder.dim)
+
+    async def _load_matrix(self) -> None:
+        """Take the persisted matrix if it still describes the index, then bring it up to date."""
+
+        def check(conn: Any) -> tuple[bool, int]:
+            # One read transaction: the refresh and the count see the same snapshot.
+            conn.execute("BEGIN")
+            try:
+                changed = self.matrix.refresh(conn)
+                count = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+            finally:
+                conn.execute("COMMIT")
+            return changed, count
+
+        state = await self.db.run(index_state)
+        self._index_id = state["index_id"]
+        path = self.matrix_file
+        reason = ""
+        if self.persist:
+            try:
+                await anyio.to_thread.run_sync(self.matrix.load, path, state)
+            except StaleMatrix as exc:
+                reason = str(exc)
+        else:
+            reason = "persistence off"
+        _, count = await self.db.run(check)
+        if not reason and count != len(self.matrix):
+            reason = f"it holds {len(self.matrix)} rows, the index {count}"
+            self.matrix.clear()
+            await self.db.run(check)
+        if reason:
+            self.matrix_status = f"rebuilt: {reason}"
+            if path.exists() or self.persist:
+                log.info("vector matrix rebuilt from the database", reason=reason, rows=len(self.matrix), file=path.name)
+        else:
+            self.matrix_status = f"persisted (generation {self.matrix.saved_generation})"
+
+    async def save_matrix(self) -> None:
+        """Persist the matrix beside the database; a failure is logged, never raised.
+
+        The copy is taken with refreshes held off; the file is written in a worker thread.
+        """
+        if not self.persist or not self._index_id:
+            return
+        async with self._save_lock:
+            async with self._refresh_lock:
+                if not self.matrix.rows_since_save and self.matrix.saved_generation == self.matrix.generation:
+                    return
+                snap = self.matrix.snapshot(index_id=self._index_id)
+            try:
+                await anyio.to_thread.run_sync(snap.write, self.matrix_file)
+            except OSError as exc:
+                log.warning("could not persist the vector matrix", file=str(self.matrix_file), error=repr(exc))
 
     async def query_vectors(self, queries: Sequence[str]) -> np.ndarray | None:
         """Embed queries (cached per text); None when the embedder makes no vectors."""

@@ -1,35 +1,125 @@
-"""The in-memory search matrix: one float32 row per memory, refreshed from SQLite incrementally.
+"""The search matrix: one float32 row per memory, refreshed from SQLite incrementally, persisted.
 
 Brute-force cosine over a contiguous float32 matrix beats sqlite-vec's exact KNN by an order
 of magnitude at 100k rows, so the database keeps the vectors (the truth) and this class keeps
 a copy shaped for numpy, plus the per-row attributes search filters on (kind, retired, time).
 `refresh` runs on the database thread and reads only rows stamped after the last generation.
+
+The matrix is also saved beside the database (`save`/`load`): one file per embedding model,
+a JSON header then the arrays, memory-mapped copy-on-write when loaded, so a command-line
+search starts from the last saved generation and reads only what changed since. The header
+records the database's index identity, epoch and generation; a file that does not match the
+index (another database, a reindex since, a generation the database never reached, a row
+count that disagrees, a torn file) is set aside and the matrix rebuilt from the database.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from collections.abc import Collection
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3, "month": 4, "journal": 5}
 
+# Up to this many query vectors are scored one matrix-vector product each (see `similarities`).
+GEMV_QUERIES = 3
+
+MAGIC = b"RVMATRIX"
+FORMAT = 1
+ALIGN = 64
+# content_hash is 16 bytes of blake2b in hex.
+HASH_DTYPE = "S32"
+_ARRAYS = (
+    "_rowids",
+    "_kind",
+    "_retired",
+    "_ts",
+    "_explicit",
+    "_importance",
+    "_has_vec",
+    "_hash",
+    "_vecs",
+)
+
+
+class MatrixSnapshot:
+    """A copy of a matrix's arrays and header, to be written to a file."""
+
+    def __init__(self, *, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self.header = header
+        self.arrays = arrays
+
+    def write(self, path: Path) -> None:
+        """Write atomically: a temporary file beside `path`, fsynced, renamed over it (blocking)."""
+        layout: dict[str, Any] = {}
+        offset = 0
+        for name, arr in self.arrays.items():
+            layout[name] = {"offset": offset, "dtype": arr.dtype.str, "shape": list(arr.shape)}
+            offset += -(-arr.nbytes // ALIGN) * ALIGN
+        header = json.dumps({**self.header, "arrays": layout}).encode()
+        start = -(-(len(MAGIC) + 8 + len(header)) // ALIGN) * ALIGN
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(MAGIC + len(header).to_bytes(8, "little") + header)
+                for name, arr in self.arrays.items():
+                    fh.seek(start + layout[name]["offset"])
+                    fh.write(np.ascontiguousarray(arr).tobytes())
+                fh.truncate(start + offset)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+class StaleMatrix(Exception):
+    """A persisted matrix does not describe this index; the message says why."""
+
 
 def _epoch_seconds(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-# Up to this many query vectors are scored one matrix-vector product each (see `similarities`).
-GEMV_QUERIES = 3
+def matrix_path(db_file: Path, model: str, dim: int) -> Path:
+    """Where the matrix for `model` is persisted: beside the database, one file per model."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._") or "model"
+    return db_file.with_name(f"{db_file.name}.matrix-{slug}-{dim}")
+
+
+def index_state(conn: Any) -> dict[str, str]:
+    """The index's identity, epoch and generation, as a persisted matrix must match them."""
+    kv = dict(
+        conn.execute(
+            "SELECT key, value FROM kv WHERE key IN ('memory.generation', 'memory.epoch', 'memory.index_id')"
+        ).fetchall()
+    )
+    return {
+        "generation": kv.get("memory.generation", "0"),
+        "epoch": kv.get("memory.epoch", "0"),
+        "index_id": kv.get("memory.index_id", ""),
+    }
+
 
 class VectorMatrix:
-    """Rows of (vector, kind, retired, time, explicit, importance) addressed by memory rowid."""
+    """Rows of (vector, kind, retired, time, explicit, importance) addressed by memory rowid.
+
+    Rows are kept in rowid order (SQLite hands out increasing rowids and only `clear`, which
+    starts a new epoch, deletes), so a rowid is found by binary search.
+    """
 
     def __init__(self, *, model: str, dim: int) -> None:
         self.model = model
         self.dim = dim
+        self.saved_generation = -1
+        self.rows_since_save = 0
         self._reset()
 
     def _reset(self, cap: int = 1024) -> None:
@@ -43,10 +133,8 @@ class VectorMatrix:
         self._explicit = np.zeros(cap, dtype=bool)
         self._importance = np.zeros(cap, dtype=np.float32)
         self._has_vec = np.zeros(cap, dtype=bool)
+        self._hash = np.zeros(cap, dtype=HASH_DTYPE)
         self._vecs = np.zeros((cap, self.dim), dtype=np.float32)
-        self._pos: dict[int, int] = {}
-        self._hash: list[str] = []
-        self._by_hash: dict[str, list[int]] = {}
 
     def __len__(self) -> int:
         return self._n
@@ -58,23 +146,32 @@ class VectorMatrix:
 
     @property
     def nbytes(self) -> int:
-        return int(self._vecs.nbytes + self._ts.nbytes + self._rowids.nbytes + self._importance.nbytes + 4 * len(self._kind))
+        n = self._n
+        return int(n * (self.dim * 4 + 8 + 8 + 4 + 4 + 32))
 
     def _grow(self, need: int) -> None:
         cap = len(self._rowids)
         if need <= cap:
             return
-        new = max(need, cap * 2)
-        for name in ("_rowids", "_kind", "_retired", "_ts", "_explicit", "_importance", "_has_vec"):
+        new = max(need, cap * 2, 1024)
+        for name in _ARRAYS:
             old = getattr(self, name)
-            arr = np.zeros(new, dtype=old.dtype)
+            arr = np.zeros((new, *old.shape[1:]), dtype=old.dtype)
             if name == "_kind":
                 arr[:] = 9
-            arr[:cap] = old
+            arr[: self._n] = old[: self._n]
             setattr(self, name, arr)
-        vecs = np.zeros((new, self.dim), dtype=np.float32)
-        vecs[:cap] = self._vecs
-        self._vecs = vecs
+
+    def _find(self, rowids: np.ndarray) -> np.ndarray:
+        """Return the position of each rowid, -1 where it is not loaded."""
+        n = self._n
+        if n == 0:
+            return np.full(len(rowids), -1, dtype=np.int64)
+        keys = self._rowids[:n]
+        idx = np.searchsorted(keys, rowids)
+        hit = idx < n
+        hit[hit] = keys[idx[hit]] == rowids[hit]
+        return np.where(hit, idx, -1)
 
     def refresh(self, conn: Any) -> bool:
         """Load rows and vectors written since the last refresh; return True when anything changed.
@@ -82,9 +179,8 @@ class VectorMatrix:
         Runs synchronously on the database thread. The generation is read first, so a write
         that lands mid-refresh is simply read again next time.
         """
-        kv = dict(conn.execute("SELECT key, value FROM kv WHERE key IN ('memory.generation', 'memory.epoch')").fetchall())
-        gen = int(kv.get("memory.generation", 0))
-        epoch = kv.get("memory.epoch", "0")
+        state = index_state(conn)
+        gen, epoch = int(state["generation"]), state["epoch"]
         if gen == self.generation and epoch == self.epoch:
             return False
         if epoch != self.epoch:
@@ -95,64 +191,178 @@ class VectorMatrix:
             "content_hash FROM memories WHERE version > ? ORDER BY rowid",
             (seen,),
         ).fetchall()
-        changed_hashes: set[str] = set()
-        self._grow(self._n + len(rows))
-        for rowid, kind, retired, ts, explicit, importance, chash in rows:
-            pos = self._pos.get(rowid)
-            if pos is None:
-                pos = self._n
-                self._n += 1
-                self._pos[rowid] = pos
-                self._hash.append("")
-                self._rowids[pos] = rowid
-            old = self._hash[pos]
-            if old != chash:
-                if old:
-                    self._by_hash[old].remove(pos)
-                self._by_hash.setdefault(chash, []).append(pos)
-                self._hash[pos] = chash
-                self._has_vec[pos] = False
-                changed_hashes.add(chash)
-            self._kind[pos] = KIND_CODES.get(kind, 8)
-            self._retired[pos] = bool(retired)
-            self._ts[pos] = _epoch_seconds(ts)
-            self._explicit[pos] = bool(explicit)
-            self._importance[pos] = importance
+        changed: np.ndarray = np.zeros(0, dtype=HASH_DTYPE)
+        if rows:
+            cols = list(zip(*rows, strict=True))
+            rid = np.array(cols[0], dtype=np.int64)
+            pos = self._find(rid)
+            new = pos < 0
+            if new.any():
+                fresh = rid[new]
+                if self._n and fresh[0] <= self._rowids[self._n - 1]:
+                    # A rowid below the last one loaded (never seen in practice): start over.
+                    self._reset(cap=len(self._rowids))
+                    self.generation = -1
+                    return self.refresh(conn)
+                start = self._n
+                self._grow(start + len(fresh))
+                pos[new] = np.arange(start, start + len(fresh))
+                self._rowids[start : start + len(fresh)] = fresh
+                self._n += len(fresh)
+            hashes = np.array(cols[6], dtype=HASH_DTYPE)
+            moved = self._hash[pos] != hashes
+            self._hash[pos] = hashes
+            self._has_vec[pos[moved]] = False
+            changed = hashes[moved]
+            self._kind[pos] = [KIND_CODES.get(k, 8) for k in cols[1]]
+            self._retired[pos] = np.array(cols[2], dtype=bool)
+            self._ts[pos] = [_epoch_seconds(t) for t in cols[3]]
+            self._explicit[pos] = np.array(cols[4], dtype=bool)
+            self._importance[pos] = np.array(cols[5], dtype=np.float32)
+            self.rows_since_save += len(rows)
         if self.dim > 0:
-            fresh = conn.execute(
+            fresh_vecs = conn.execute(
                 "SELECT content_hash, vector FROM embeddings WHERE model = ? AND dim = ? AND version > ?",
                 (self.model, self.dim, seen),
             ).fetchall()
-            for chash, blob in fresh:
-                self._place(chash, blob)
-                changed_hashes.discard(chash)
-            pending = [h for h in changed_hashes if h in self._by_hash]
+            placed = self._place(fresh_vecs)
+            self.rows_since_save += len(fresh_vecs)
+            pending = [h.decode() for h in np.setdiff1d(changed, placed)]
             for i in range(0, len(pending), 500):
                 part = pending[i : i + 500]
-                for chash, blob in conn.execute(
-                    f"SELECT content_hash, vector FROM embeddings WHERE model = ? AND dim = ? "
-                    f"AND content_hash IN ({','.join('?' * len(part))})",
-                    (self.model, self.dim, *part),
-                ).fetchall():
-                    self._place(chash, blob)
+                self._place(
+                    conn.execute(
+                        f"SELECT content_hash, vector FROM embeddings WHERE model = ? AND dim = ? "
+                        f"AND content_hash IN ({','.join('?' * len(part))})",
+                        (self.model, self.dim, *part),
+                    ).fetchall()
+                )
         self.generation = gen
         self.epoch = epoch
         return True
 
-    def _place(self, chash: str, blob: bytes) -> None:
-        positions = self._by_hash.get(chash)
-        if not positions:
-            return
-        vec = np.frombuffer(blob, dtype=np.float32)
-        if vec.shape[0] != self.dim:
-            return
-        for pos in positions:
-            self._vecs[pos] = vec
-            self._has_vec[pos] = True
+    def _place(self, found: list[tuple[str, bytes]]) -> np.ndarray:
+        """Put vectors on every row holding their content hash; return the hashes placed."""
+        good = [(h, b) for h, b in found if len(b) == 4 * self.dim]
+        if not good or self._n == 0:
+            return np.zeros(0, dtype=HASH_DTYPE)
+        keys = np.array([h for h, _ in good], dtype=HASH_DTYPE)
+        vecs = np.frombuffer(b"".join(b for _, b in good), dtype=np.float32).reshape(
+            len(good), self.dim
+        )
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        mine = self._hash[: self._n]
+        idx = np.searchsorted(keys, mine)
+        hit = idx < len(keys)
+        hit[hit] = keys[idx[hit]] == mine[hit]
+        rows = np.nonzero(hit)[0]
+        self._vecs[rows] = vecs[order[idx[rows]]]
+        self._has_vec[rows] = True
+        return keys
+
+    # ----- persistence -----------------------------------------------------------------------
+    def snapshot(self, *, index_id: str) -> MatrixSnapshot:
+        """Copy what `save` writes (call with refreshes held off; writing can then run anywhere)."""
+        n = self._n
+        snap = MatrixSnapshot(
+            header={
+                "format": FORMAT,
+                "model": self.model,
+                "dim": self.dim,
+                "rows": n,
+                "generation": self.generation,
+                "epoch": self.epoch,
+                "index_id": index_id,
+            },
+            arrays={name: np.array(getattr(self, name)[:n]) for name in _ARRAYS},
+        )
+        self.saved_generation = self.generation
+        self.rows_since_save = 0
+        return snap
+
+    def save(self, path: Path, *, index_id: str) -> None:
+        """Write the matrix to `path` atomically (blocking)."""
+        self.snapshot(index_id=index_id).write(path)
+
+    def load(self, path: Path, state: dict[str, str]) -> None:
+        """Take the matrix from `path` (memory-mapped, copy-on-write) if it matches the index `state`.
+
+        Raises `StaleMatrix` saying why it does not; the matrix is then left empty, to be
+        rebuilt by `refresh`. A file from a later generation of this index is stale too.
+        """
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(MAGIC) + 8)
+                if len(head) < len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
+                    raise StaleMatrix("not a matrix file")
+                size = int.from_bytes(head[len(MAGIC) :], "little")
+                if size > 1 << 20:
+                    raise StaleMatrix("header too large")
+                header = json.loads(fh.read(size))
+                total = os.fstat(fh.fileno()).st_size
+        except FileNotFoundError:
+            raise StaleMatrix("no persisted matrix") from None
+        except (OSError, ValueError) as exc:
+            raise StaleMatrix(f"unreadable ({exc})") from None
+        if header.get("format") != FORMAT:
+            raise StaleMatrix(f"format {header.get('format')} (this build reads {FORMAT})")
+        if header.get("model") != self.model or header.get("dim") != self.dim:
+            raise StaleMatrix(
+                f"made by {header.get('model')}/{header.get('dim')}, not {self.model}/{self.dim}"
+            )
+        if not state.get("index_id") or header.get("index_id") != state["index_id"]:
+            raise StaleMatrix("made for another database")
+        if header.get("epoch") != state["epoch"]:
+            raise StaleMatrix(
+                f"epoch {header.get('epoch')}, the index is at epoch {state['epoch']} (reindexed since)"
+            )
+        gen = int(header.get("generation", -1))
+        if gen < 0 or gen > int(state["generation"]):
+            raise StaleMatrix(f"generation {gen} is ahead of the index's {state['generation']}")
+        start = -(-(len(MAGIC) + 8 + size) // ALIGN) * ALIGN
+        n = int(header["rows"])
+        loaded: dict[str, np.ndarray] = {}
+        try:
+            for name in _ARRAYS:
+                spec = header["arrays"][name]
+                shape = tuple(int(x) for x in spec["shape"])
+                dtype = np.dtype(spec["dtype"])
+                if shape[0] != n or (name == "_vecs" and shape != (n, self.dim)):
+                    raise StaleMatrix(f"array {name} has shape {shape} for {n} rows")
+                nbytes = int(np.prod(shape)) * dtype.itemsize
+                if start + int(spec["offset"]) + nbytes > total:
+                    raise StaleMatrix("truncated")
+                if nbytes == 0:
+                    loaded[name] = np.zeros(shape, dtype=dtype)
+                else:
+                    loaded[name] = np.memmap(
+                        path, dtype=dtype, mode="c", offset=start + int(spec["offset"]), shape=shape
+                    )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StaleMatrix(f"bad layout ({exc})") from None
+        if n > 1 and not bool(np.all(loaded["_rowids"][1:] > loaded["_rowids"][:-1])):
+            raise StaleMatrix("rows out of order")
+        for name, arr in loaded.items():
+            setattr(self, name, arr)
+        self._n = n
+        self.generation = gen
+        self.epoch = state["epoch"]
+        self.saved_generation = gen
+        self.rows_since_save = 0
+
+    def clear(self) -> None:
+        """Forget everything loaded (the next refresh rebuilds from the database)."""
+        self._reset()
 
     def mask(
-        self, *, kinds: Collection[str] | None, include_retired: bool,
-        after: datetime | None, before: datetime | None, need_vector: bool,
+        self,
+        *,
+        kinds: Collection[str] | None,
+        include_retired: bool,
+        after: datetime | None,
+        before: datetime | None,
+        need_vector: bool,
     ) -> np.ndarray:
         n = self._n
         mask = self._has_vec[:n].copy() if need_vector else np.ones(n, dtype=bool)
@@ -195,30 +405,46 @@ class VectorMatrix:
         return [(int(self._rowids[i]), float(sims[i])) for i in idx if np.isfinite(sims[i])][:take]
 
     def nearest(
-        self, query: np.ndarray, limit: int, *, kinds: Collection[str] | None = None,
-        include_retired: bool = False, after: datetime | None = None, before: datetime | None = None,
+        self,
+        query: np.ndarray,
+        limit: int,
+        *,
+        kinds: Collection[str] | None = None,
+        include_retired: bool = False,
+        after: datetime | None = None,
+        before: datetime | None = None,
     ) -> list[tuple[int, float]]:
         """Return up to `limit` (rowid, cosine) pairs, best first, among rows passing the filters."""
         if self._n == 0 or self.dim == 0 or limit <= 0:
             return []
         sims = self.similarities(np.asarray(query, dtype=np.float32).reshape(1, -1))[:, 0]
-        mask = self.mask(kinds=kinds, include_retired=include_retired, after=after, before=before, need_vector=True)
+        mask = self.mask(
+            kinds=kinds,
+            include_retired=include_retired,
+            after=after,
+            before=before,
+            need_vector=True,
+        )
         return self.top(sims, mask, limit)
 
     def active(self, rowids: list[int]) -> list[bool]:
         """Say, per rowid, whether it is loaded and not retired."""
-        pos = self._pos
-        return [(p := pos.get(r)) is not None and not self._retired[p] for r in rowids]
+        if not rowids:
+            return []
+        pos = self._find(np.asarray(rowids, dtype=np.int64))
+        ok = pos >= 0
+        ok[ok] = ~self._retired[pos[ok]]
+        return ok.tolist()
 
     def attributes(self, rowids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (time, explicit, importance) arrays for rowids (zeros for rows not loaded yet)."""
         created = np.zeros(len(rowids), dtype=np.float64)
         explicit = np.zeros(len(rowids), dtype=bool)
         importance = np.full(len(rowids), 0.5, dtype=np.float32)
-        for i, rid in enumerate(rowids):
-            pos = self._pos.get(rid)
-            if pos is not None:
-                created[i] = self._ts[pos]
-                explicit[i] = self._explicit[pos]
-                importance[i] = self._importance[pos]
+        if rowids:
+            pos = self._find(np.asarray(rowids, dtype=np.int64))
+            ok = pos >= 0
+            created[ok] = self._ts[pos[ok]]
+            explicit[ok] = self._explicit[pos[ok]]
+            importance[ok] = self._importance[pos[ok]]
         return created, explicit, importance

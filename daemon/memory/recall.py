@@ -137,6 +137,11 @@ def coverage(stems: set[str], text: str) -> float:
     return len(stems & have) / len(stems)
 
 
+def trunk_first(items: list[MemoryItem]) -> list[MemoryItem]:
+    """The same items, delegate forks' session summaries after the others (otherwise in order)."""
+    return sorted(items, key=lambda item: item.meta.get("session_kind") == "fork")
+
+
 def _oneline(text: str, chars: int) -> str:
     line = " ".join(text.split())
     return line if len(line) <= chars else line[: chars - 1].rsplit(" ", 1)[0] + "…"
@@ -197,7 +202,7 @@ class Recall:
         if not picked:
             found = await self._search(plan, k=10, kinds=["summary", "chunk"])
             relevant = [i for i in found if coverage(stems, i.title + " " + i.text) > 0]
-            picked = [i for i in relevant if i.kind == "summary"][:_MAX_SUMMARIES]
+            picked = trunk_first([i for i in relevant if i.kind == "summary"])[:_MAX_SUMMARIES]
             chunk_sessions = [i for i in relevant if i.kind == "chunk" and i.session]
             seen = {i.session for i in picked}
             for chunk in chunk_sessions:
@@ -241,7 +246,7 @@ class Recall:
             for item in pair:
                 if item is not None:
                     out.setdefault(item.id, item)
-        return list(out.values())
+        return trunk_first(list(out.values()))
 
     def planner_index(self, facts: Sequence[Source], candidates: Sequence[MemoryItem]) -> tuple[list[str], int]:
         """The planner's index lines within `memory.planner_index_tokens`: facts, then sessions.

@@ -59,11 +59,13 @@ def chat_delegation(request: ModelRequest) -> Plan | None:
     return ("", [("delegate", {"task": task, "context": _clip(last.text, 2000)})]) if task else None
 
 
-def fork_step(request: ModelRequest) -> Plan:
-    """Recall on the objective, then report through `task_complete` (or say so as text)."""
+def fork_step(request: ModelRequest) -> Plan | None:
+    """Recall on the objective, then report through `task_complete`; None without a fork brief."""
     brief = request.messages[0].text if request.messages else ""
     found = _OBJECTIVE.search(brief)
-    objective = found["x"].strip() if found else _clip(brief, 200)
+    if not found:
+        return None  # not a fork's brief: the generic offline extract answers
+    objective = found["x"].strip()
     offered = {t.name for t in request.tools}
     last = request.messages[-1] if request.messages else None
     results = _tool_results(last)
