@@ -427,3 +427,23 @@ async def test_overlapping_windows_are_pooled_from_their_messages_never_encoded_
         parts = json.loads(meta)["parts"]
         mean = np.mean([vectors[p] for p in parts], axis=0)
         assert np.allclose(vectors[uid], mean / np.linalg.norm(mean), atol=1e-6)
+
+
+async def test_items_covering_more_of_the_question_rise_among_near_equals(tmp_path: Path) -> None:
+    async with memory_system(tmp_path) as memory:
+        await memory.index.upsert([
+            NewMemory(uid="a", kind="fact", text="Ada Ada Ada, always Ada.", origin="person", created_at=NOW),
+            NewMemory(uid="b", kind="fact", text="Ada baked a lemon cake for the picnic.", origin="person", created_at=NOW),
+        ])  # fmt: skip
+        rows = {
+            r[0]: r[1]
+            for r in await memory.db.fetchall(
+                "SELECT uid, rowid FROM memories WHERE uid IN ('a', 'b')"
+            )
+        }
+        plan = decompose("What did Ada bake for the picnic?", now=NOW)
+        ranked = await memory.index._by_facets(plan, [(rows["a"], 1.0), (rows["b"], 0.9)])
+    assert [r for r, _ in ranked] == [
+        rows["b"],
+        rows["a"],
+    ]  # 3 of 3 facets beat 1 of 3 at a 10% lower score

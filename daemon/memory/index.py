@@ -31,6 +31,7 @@ from daemon.memory.embedders import Embedder
 from daemon.memory.lexical import LexicalSearcher, RowFilter
 from daemon.memory.matrix import StaleMatrix, VectorMatrix, index_state, matrix_path
 from daemon.memory.query import QueryPlan, bridge_entities, match_terms, terms
+from daemon.memory.text import stem
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
 
@@ -51,6 +52,9 @@ CANDIDATES = 60
 HOP_SEEDS = 3
 HOP_QUERIES = 3
 HOP_WEIGHT = 1.0
+# Facet coverage: the share of the question's words an item has boosts its fused score.
+FACET_WEIGHT = 0.3
+FACET_POOL = 30
 EMBED_ROUND = 512
 # Query vectors kept (384 floats each: ~6 MB): a CLI batch primes a few thousand sub-queries.
 QUERY_CACHE = 4096
@@ -196,8 +200,15 @@ class MemoryIndex:
     """
 
     def __init__(
-        self, db: Database, embedder: Embedder, settings: MemorySettings, clock: Clock, *, background: bool = True,
-        persist: bool = True, persist_rows: int = PERSIST_ROWS,
+        self,
+        db: Database,
+        embedder: Embedder,
+        settings: MemorySettings,
+        clock: Clock,
+        *,
+        background: bool = True,
+        persist: bool = True,
+        persist_rows: int = PERSIST_ROWS,
     ) -> None:
         self.db = db
         self.background = background
@@ -244,8 +255,12 @@ class MemoryIndex:
         # The daemon leaves its matrix as it knew it; a short-lived command only when it had to
         # rebuild or read much (so the next command starts from it), never for a few rows.
         m = self.matrix
-        if self._matrix_checked and m.rows_since_save and (
-            self.background or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows
+        if (
+            self._matrix_checked
+            and m.rows_since_save
+            and (
+                self.background or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows
+            )
         ):
             with anyio.CancelScope(shield=True):
                 await self.save_matrix()
@@ -469,7 +484,12 @@ class MemoryIndex:
         if reason:
             self.matrix_status = f"rebuilt: {reason}"
             if path.exists() or self.persist:
-                log.info("vector matrix rebuilt from the database", reason=reason, rows=len(self.matrix), file=path.name)
+                log.info(
+                    "vector matrix rebuilt from the database",
+                    reason=reason,
+                    rows=len(self.matrix),
+                    file=path.name,
+                )
         else:
             self.matrix_status = f"persisted (generation {self.matrix.saved_generation})"
 
@@ -482,13 +502,20 @@ class MemoryIndex:
             return
         async with self._save_lock:
             async with self._refresh_lock:
-                if not self.matrix.rows_since_save and self.matrix.saved_generation == self.matrix.generation:
+                if (
+                    not self.matrix.rows_since_save
+                    and self.matrix.saved_generation == self.matrix.generation
+                ):
                     return
                 snap = self.matrix.snapshot(index_id=self._index_id)
             try:
                 await anyio.to_thread.run_sync(snap.write, self.matrix_file)
             except OSError as exc:
-                log.warning("could not persist the vector matrix", file=str(self.matrix_file), error=repr(exc))
+                log.warning(
+                    "could not persist the vector matrix",
+                    file=str(self.matrix_file),
+                    error=repr(exc),
+                )
 
     async def query_vectors(self, queries: Sequence[str]) -> np.ndarray | None:
         """Embed queries (cached per text); None when the embedder makes no vectors."""
@@ -634,6 +661,31 @@ class MemoryIndex:
                     + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
                 )
         return fused
+
+    async def _by_facets(
+        self, plan: QueryPlan, scored: list[tuple[int, float]]
+    ) -> list[tuple[int, float]]:
+        """Re-rank so that items covering more of the question's words rise among near-equals.
+
+        A question joins facets ("what did X do after moving to Y?"); an item that speaks of
+        several of them beats one that repeats a single word.
+        """
+        facets = {stem(w) for w in terms(plan.text)}
+        if FACET_WEIGHT <= 0 or len(facets) < 2 or not scored:
+            return scored
+        rows = await self.db.fetchall(
+            f"SELECT rowid, title, text FROM memories WHERE rowid IN ({','.join('?' * len(scored))})",
+            [r for r, _ in scored],
+        )
+        texts = {r[0]: f"{r[1]} {r[2]}" for r in rows}
+
+        def covered(rowid: int) -> float:
+            return len(facets & {stem(w) for w in terms(texts.get(rowid, ""))}) / len(facets)
+
+        return sorted(
+            ((r, s * (1.0 + FACET_WEIGHT * covered(r))) for r, s in scored),
+            key=lambda rs: (-rs[1], -rs[0]),
+        )
 
     async def _second_hop(
         self, plan: QueryPlan, first: list[tuple[int, float]], where: RowFilter
@@ -785,14 +837,9 @@ class MemoryIndex:
             weights += [HOP_WEIGHT] * len(hop)
         # The first hop's best hits keep their places; what the second hop found ranks after.
         kept = {r for r, _ in first}
-        base = (
-            first
-            + [
-                (r, s)
-                for r, s in self._combine(ranked[0], k + len(first), weights)
-                if r not in kept
-            ]
-        )[:k]
+        pool = self._combine(ranked[0], max(k, FACET_POOL) + len(first), weights)
+        rest = await self._by_facets(plan, [(r, s) for r, s in pool if r not in kept])
+        base = (first + rest)[:k]
         if len(windows) == 1:
             return await self._hydrate(base)
         inside = self._combine(ranked[1], k)
