@@ -447,3 +447,36 @@ async def test_items_covering_more_of_the_question_rise_among_near_equals(tmp_pa
         rows["b"],
         rows["a"],
     ]  # 3 of 3 facets beat 1 of 3 at a 10% lower score
+
+
+async def test_before_or_after_an_event_bounds_the_search_by_that_events_date(
+    tmp_path: Path,
+) -> None:
+    """ "before moving to Ashford": the move is found first, and its date becomes the bound."""
+    async with memory_system(tmp_path) as memory:
+        said = {
+            "s1": ("2025-03-01T09:00:00+00:00", "I joined the rowing club down by the canal."),
+            "s2": ("2025-06-01T09:00:00+00:00", "We finally moved to Ashford! Boxes everywhere."),
+            "s3": ("2025-09-01T09:00:00+00:00", "I joined a choir that sings on Thursdays."),
+        }
+        for sid, (ts, text) in said.items():
+            await memory.db.execute(
+                "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, 'trunk', ?, ?)",
+                (sid, f"/x/{sid}.jsonl", ts),
+            )
+            await memory.db.execute(
+                "INSERT INTO messages(session_id, msg_id, seq, ts, role, content) VALUES (?, ?, 0, ?, 'user', ?)",
+                (sid, f"{sid}-m0", ts, text),
+            )
+        for sid in ("s1", "s2", "s3"):
+            await memory.index_session(sid)
+        await memory.index.flush()
+        with anyio.fail_after(10):
+            before = await memory.index.search_plan(
+                decompose("What did I join before moving to Ashford?", now=NOW), k=3
+            )
+            after = await memory.index.search_plan(
+                decompose("What did I join after moving to Ashford?", now=NOW), k=3
+            )
+    assert "rowing club" in before[0].text
+    assert "choir" in after[0].text

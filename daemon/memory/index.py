@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -821,7 +821,12 @@ class MemoryIndex:
             hits = await self.search(plan.anchor.text, k=3, kinds=kinds, mode=mode)
             if hits and hits[0].ts is not None:
                 pivot = hits[0].ts
-                after, before = (pivot, None) if plan.anchor.relation == "after" else (None, pivot)
+                # Strictly after: the anchoring event itself is not what happened after it.
+                after, before = (
+                    (pivot + timedelta(seconds=1), None)
+                    if plan.anchor.relation == "after"
+                    else (None, pivot)
+                )
         await self.refresh()
         windows = [self._where(kinds, include_retired, None, None)]
         if after is not None or before is not None:

@@ -241,7 +241,10 @@ def time_window(
     if m:
         year = int(m.group(1))
         return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC), None
-    m = re.search(r"\b(before|after)\s+(?:my|our|the|his|her|their)\s+([\w' -]{2,40})", low)
+    # "after my trip", and "after moving to Lisbon": the remembered event's date is the bound.
+    m = re.search(
+        r"\b(before|after)\s+(?:my|our|the|his|her|their)\s+([\w' -]{2,40})", low
+    ) or re.search(r"\b(before|after)\s+(\w{3,}ing\b[\w' -]{2,40})", low)
     if m:
         what = re.split(r"[?.!,;]", m.group(2))[0].strip()
         if terms(what):
