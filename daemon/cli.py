@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     # Memory commands a running daemon can answer go there before anything heavy is imported.
     from daemon.commands.forward import forward
 
-    forwarded = forward(sys.argv[1:] if argv is None else list(argv))
+    try:
+        forwarded = forward(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:
+        return 130
     if forwarded is not None:
         return forwarded
     from daemon.cli_support import CommandError, print_err
