@@ -140,6 +140,41 @@ def cli_search(home: Path, query: str, env: dict[str, str], *extra: str) -> tupl
     return elapsed, r.stdout
 
 
+def round_trip(home: Path, query: str) -> float:
+    """Connect, greet and search through the socket from this process: the daemon's share, in ms."""
+    from daemon.commands.forward import DaemonLink
+
+    t = time.perf_counter()
+    link = DaemonLink.open(home / "run" / "reverie.sock")
+    if link is None:
+        raise RuntimeError("no daemon answered")
+    try:
+        args = {
+            "queries": [query],
+            "k": 10,
+            "mode": "hybrid",
+            "kinds": None,
+            "include_retired": False,
+            "raw": False,
+        }
+        frame = link.command("memory_search", args, timeout=60)
+    finally:
+        link.close()
+    if frame.get("type") != "result":
+        raise RuntimeError(f"search failed: {frame}")
+    return (time.perf_counter() - t) * 1000
+
+
+def interpreter_start(code: str, runs: int) -> dict[str, float]:
+    """Wall time of `python -c CODE`: the floor any CLI invocation pays."""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env_for("none"), check=True)
+        times.append((time.perf_counter() - t) * 1000)
+    return summary(times)
+
+
 def summary(times: list[float]) -> dict[str, float]:
     ordered = sorted(times)
     return {
@@ -220,6 +255,7 @@ def measure_size(root: Path, size: int, embedders: list[str], runs: int) -> dict
                 [cli_search(home, q, env, "--mode", "lexical")[0] for q in queries]
             )
             res["same_hits"] = [cli_search(home, q, env)[1] for q in queries[:3]] == direct
+            res["daemon_round_trip"] = summary([round_trip(home, q) for q in queries])
         out[choice] = res
         print(json.dumps({"size": size, "embedder": choice, **res}), file=sys.stderr, flush=True)
     return out
@@ -308,6 +344,9 @@ def main() -> None:
     embedders = [e for e in args.embedders.split(",") if e]
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results: dict[str, Any] = {"sizes": [], "import": []}
+    results["python_start"] = interpreter_start("pass", args.runs)
+    results["forwarder_import"] = interpreter_start("import daemon.commands.forward", args.runs)
+    results["load_average_at_start"] = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cli-latency-") as tmp:
         root = args.workdir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -339,7 +378,18 @@ def main() -> None:
         print(
             f"import {res['turns']} turns with {res['embedder']}: {res['turns_per_s']} turns/s ({res['wall_s']} s)"
         )
-    print(f"(medians of {args.runs} runs; JSON in {RESULTS / name})")
+    print(
+        f"python -c pass: {results['python_start']['median_ms']} ms; + the forwarder's imports: "
+        f"{results['forwarder_import']['median_ms']} ms; daemon round trip (in-process), per size: "
+        + ", ".join(
+            f"{row['memories']}: {row[e]['daemon_round_trip']['median_ms']} ms"
+            for row in results["sizes"]
+            for e in embedders
+        )
+    )
+    print(
+        f"(medians of {args.runs} runs; load average at start {results['load_average_at_start']}; JSON in {RESULTS / name})"
+    )
 
 
 if __name__ == "__main__":
