@@ -13,21 +13,41 @@ from daemon.paths import PERSONA_FILES, Home
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("run", parents=[common], help="run the daemon in the foreground (what systemd starts)")
+    p = sub.add_parser(
+        "run", parents=[common], help="run the daemon in the foreground (what systemd starts)"
+    )
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", parents=[common], help="state, trunk session, context use, next sleep, spend")
+    p = sub.add_parser(
+        "status", parents=[common], help="state, trunk session, context use, next sleep, spend"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("sleep", parents=[common], help="start a sleep cycle now")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the cycle to finish and print what each phase did",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="with --wait, give up waiting after S seconds (default 600)",
+    )
     p.set_defaults(func=cmd_sleep)
 
     p = sub.add_parser("init", parents=[common], help="scaffold a home with the shipped defaults")
-    p.add_argument("dir", nargs="?", help="home directory (default: --home, $REVERIE_HOME or ./var)")
+    p.add_argument(
+        "dir", nargs="?", help="home directory (default: --home, $REVERIE_HOME or ./var)"
+    )
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("doctor", parents=[common], help="check the environment and say what is wrong")
+    p = sub.add_parser(
+        "doctor", parents=[common], help="check the environment and say what is wrong"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_doctor)
 
@@ -41,11 +61,16 @@ def check_persona(home: Home) -> None:
         try:
             path.read_text(encoding="utf-8")
         except PermissionError:
-            raise CommandError(f"persona file {path} is not readable (permission denied); fix its permissions", code=2) from None
+            raise CommandError(
+                f"persona file {path} is not readable (permission denied); fix its permissions",
+                code=2,
+            ) from None
         except UnicodeDecodeError:
             raise CommandError(f"persona file {path} is not valid UTF-8 text", code=2) from None
         except IsADirectoryError:
-            raise CommandError(f"persona file {path} is a directory, expected a markdown file", code=2) from None
+            raise CommandError(
+                f"persona file {path} is a directory, expected a markdown file", code=2
+            ) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -113,10 +138,20 @@ async def cmd_sleep(args: argparse.Namespace) -> int:
 
     env = resolve_env(args)
     try:
-        data = await command(_socket(env), "sleep", timeout=30.0)
+        if args.wait:
+            data = await command(_socket(env), "sleep", {"wait": True}, timeout=args.timeout)
+        else:
+            data = await command(_socket(env), "sleep", timeout=30.0)
     except ChatError as exc:
         raise CommandError(str(exc)) from None
-    print(json.dumps(data, indent=2, default=str))
+    if args.wait:
+        print(
+            f"slept: {data.get('old_session_id')} → {data.get('new_session_id') or '(same session)'}"
+        )
+        for name, step in (data.get("steps") or {}).items():
+            print(f"  {name:<12} {step.get('status'):<9} {step.get('changed', '')}")
+    else:
+        print(f"sleep cycle {data.get('cycle_id')} started; `reverie status` shows its phase")
     return 0
 
 
@@ -149,6 +184,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 print(f"       → {c.fix}")
     failed = [c for c in checks if c.status == "fail"]
     if failed:
-        print(f"reverie: {len(failed)} check(s) failed: {', '.join(c.name for c in failed)}", file=sys.stderr)
+        print(
+            f"reverie: {len(failed)} check(s) failed: {', '.join(c.name for c in failed)}",
+            file=sys.stderr,
+        )
         return 1
     return 0

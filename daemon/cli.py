@@ -15,8 +15,8 @@ from typing import Any
 COMMAND_MODULES = (
     "daemon.app_commands",
     "daemon.chat.commands",
-    "daemon.memory.commands",
-    "daemon.memory.recall_commands",
+    "daemon.commands.memory_cli",
+    "daemon.commands.recall_cli",
     "daemon.context.commands",
     "daemon.sleep.dream_commands",
     "daemon.journal.commands",
@@ -25,9 +25,9 @@ COMMAND_MODULES = (
 # Commands whose module is known: only it is imported, so `reverie memory search` on the
 # direct path does not pay for the chat client and the context assembler.
 COMMAND_OWNERS = {
-    "memory": "daemon.memory.commands",
-    "remember": "daemon.memory.recall_commands",
-    "recall": "daemon.memory.recall_commands",
+    "memory": "daemon.commands.memory_cli",
+    "remember": "daemon.commands.recall_cli",
+    "recall": "daemon.commands.recall_cli",
 }
 
 

@@ -124,7 +124,7 @@ class StoreSettings(_Section):
 
 
 class MemorySettings(_Section):
-    embedder: Literal["auto", "none", "local", "api", "hash"] = "auto"
+    embedder: Literal["auto", "none", "minilm", "local", "api", "hash"] = "auto"
     embed_model: str = "all-MiniLM-L6-v2"
     embed_batch: int = Field(32, ge=1)
     api_embed_url: str | None = None
@@ -134,6 +134,7 @@ class MemorySettings(_Section):
     auto_recall_max: int = Field(6, ge=0)
     auto_recall_tokens: int = Field(1500, ge=0)
     recall_max_bytes: int = Field(6000, ge=512)
+    planner_index_tokens: int = Field(6000, ge=200)
     summary_transcript_tokens: int = Field(12_000, ge=500)
     near_duplicate_threshold: float = Field(0.9, gt=0, le=1)
     chunk_messages: int = Field(6, ge=1)

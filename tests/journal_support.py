@@ -40,7 +40,11 @@ def answering(build: Callable[[ModelRequest], dict[str, Any] | str] | None = Non
             out = build(request)
             return out if isinstance(out, str) else json.dumps(out)
         prompt = request.messages[-1].text
-        lines = [ln for ln in prompt.split("<<<TRANSCRIPT", 1)[1].split("TRANSCRIPT>>>")[0].splitlines() if ln.strip()]
+        lines = [
+            ln
+            for ln in prompt.split("<<<TRANSCRIPT", 1)[1].split("TRANSCRIPT>>>")[0].splitlines()
+            if ln.strip()
+        ]
         asked = [ln for ln in lines if ln.startswith("[user]")] or lines
         return json.dumps(
             {
@@ -73,7 +77,11 @@ class Rig:
     async def session(self, session_id: str = "trunk-1") -> Session:
         if session_id not in self.sessions:
             self.sessions[session_id] = await Session.open(
-                db=self.db, directory=self.home.trunk_dir, session_id=session_id, kind="trunk", now=self.clock.now()
+                db=self.db,
+                directory=self.home.trunk_dir,
+                session_id=session_id,
+                kind="trunk",
+                now=self.clock.now(),
             )
         return self.sessions[session_id]
 
@@ -83,8 +91,22 @@ class Rig:
         n = next(self._ids)
         ts = self.clock.now().isoformat()
         await session.record(
-            {"type": "message", "id": f"m{n}u", "ts": ts, "role": "user", "content": user, "turn_id": f"t{n}"},
-            {"type": "message", "id": f"m{n}a", "ts": ts, "role": "assistant", "content": reply, "turn_id": f"t{n}"},
+            {
+                "type": "message",
+                "id": f"m{n}u",
+                "ts": ts,
+                "role": "user",
+                "content": user,
+                "turn_id": f"t{n}",
+            },
+            {
+                "type": "message",
+                "id": f"m{n}a",
+                "ts": ts,
+                "role": "assistant",
+                "content": reply,
+                "turn_id": f"t{n}",
+            },
             {"type": "turn_end", "turn_id": f"t{n}", "status": "answered", "ts": ts},
         )
 
@@ -113,9 +135,17 @@ async def journal_rig(
     async with await Database.open(home.db_file) as db:
         roles = ModelRoles(cfg, None, overrides={"heartbeat": scripted}, environ={})
         async with roles, MemoryIndex(db, NoEmbedder(), cfg.memory, clock) as index:
-            async with JournalHeartbeat(home=home, db=db, settings=cfg, roles=roles, clock=clock, index=index) as journal:
+            async with JournalHeartbeat(
+                home=home, db=db, settings=cfg, roles=roles, clock=clock, index=index
+            ) as journal:
                 if register:
                     journal.register(bus)
                 yield Rig(
-                    home=home, db=db, clock=clock, bus=bus, journal=journal, index=index, model=scripted  # type: ignore[arg-type]
+                    home=home,
+                    db=db,
+                    clock=clock,
+                    bus=bus,
+                    journal=journal,
+                    index=index,
+                    model=scripted,  # type: ignore[arg-type]
                 )

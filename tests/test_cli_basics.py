@@ -66,3 +66,29 @@ def test_journal_reads_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["journal", "--home", str(home), "--tail", "5"]) == 0
     out = capsys.readouterr().out
     assert "planned the garden" in out and "tomatoes first" in out
+
+
+def test_journal_day_json_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "h"
+    main(["init", str(home)])
+    day1 = [{"ts": "2026-01-01T10:00:00+00:00", "summary": "planned the garden", "trigger": "heartbeat", "source": "model"}]
+    day2 = [
+        {"ts": "2026-01-02T09:00:00+00:00", "summary": "ordered seeds", "tags": ["garden"]},
+        {"ts": "2026-01-02T11:00:00+00:00", "summary": "built the cold frame", "files_touched": ["plans/frame.md"]},
+    ]
+    (home / "journal" / "2026-01-01.jsonl").write_text("".join(json.dumps(e) + "\n" for e in day1))
+    # The last line was torn by a crash: it is skipped, never shown half.
+    (home / "journal" / "2026-01-02.jsonl").write_text("".join(json.dumps(e) + "\n" for e in day2) + '{"ts": "2026-01-02T12:')
+    capsys.readouterr()
+    assert main(["journal", "--home", str(home), "--day", "2026-01-02", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["summary"] for r in rows] == ["ordered seeds", "built the cold frame"]
+    assert rows[0]["schema"] == 1 and rows[1]["files_touched"] == ["plans/frame.md"]
+    assert main(["journal", "--home", str(home), "--tail", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "planned the garden" not in out and "ordered seeds" in out and "files: plans/frame.md" in out
+    assert main(["journal", "--home", str(home), "--day", "last tuesday"]) == 2
+    assert "is not a date" in capsys.readouterr().err
+    assert main(["journal", "--home", str(home), "--tail", "0"]) == 2
+    assert main(["journal", "--home", str(home), "--day", "2025-12-31"]) == 0
+    assert "no journal entries for 2025-12-31" in capsys.readouterr().out

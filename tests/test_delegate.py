@@ -653,3 +653,89 @@ def test_the_chat_client_shows_forks_by_depth() -> None:
         notes.describe({"type": "tool", "name": "recall", "phase": "started"})
         == "[tool recall started]"
     )
+
+
+async def test_a_fork_sees_nothing_of_the_other_forks_of_its_tree(tmp_path: Path) -> None:
+    play = Play()
+    # One at a time: the second fork starts after the first has ended and been indexed.
+    play.trunk += [
+        Reply(
+            tool_calls=(
+                delegate("scout the bramblewick hedge"),
+                delegate("map the bramblewick hedge"),
+            )
+        ),
+        "ok",
+        "and?",
+    ]
+    play.forks["scout the bramblewick hedge"] = deque(
+        [complete("The bramblewick hedge hides a badger sett by the stile.")]
+    )
+    play.forks["map the bramblewick hedge"] = deque([complete("mapped")])
+    async with rig(tmp_path, play, max_parallel=1) as r:
+        await r.turn("Survey the hedge.", turn_id="t1")
+        await r.turn("What about the bramblewick hedge badger sett?", turn_id="t2")
+    second = "\n".join(b.text for b in play.of("map the bramblewick hedge")[0].system)
+    assert "badger" not in second
+    # It is in memory all the same: the trunk's next turn recalls it.
+    assert "badger sett by the stile" in "\n".join(b.text for b in play.of("trunk")[2].system)
+
+
+async def test_a_fork_that_keeps_working_is_not_stopped_for_inactivity(tmp_path: Path) -> None:
+    play = Play()
+    play.trunk += [Reply(tool_calls=(delegate("steady work"),)), echo_result("")]
+    # Five steps of 0.15 s each: 0.75 s in all, never 0.4 s without output.
+    steps: deque[Reply | str | ForkScript] = deque(
+        Reply(text=f"step {n}", tool_calls=(("recall", {"query": f"step {n}"}),), wait_s=0.15)
+        for n in range(5)
+    )
+    steps.append(complete("all five steps done"))
+    play.forks["steady work"] = steps
+    async with rig(tmp_path, play, inactivity_timeout_s=0.4) as r:
+        result = await r.turn("go")
+        row = (await ForkLineage(r.db).all())[0]
+    assert row.status == "complete", row.stop_reason
+    assert "all five steps done" in result.text
+
+
+async def test_only_the_trunk_announces_compaction(tmp_path: Path) -> None:
+    from daemon.events import CompactionApproaching
+    from daemon.testing import static_context
+
+    settings = Settings()
+    clock = FakeClock(NOW)
+    announced: list[str] = []
+    async with await Database.open(tmp_path / "db.sqlite") as db:
+        model = ScriptedModel(lambda _req: "fine")
+        async with ModelRoles(
+            settings,
+            UsageLedger(db, settings.spend, clock),
+            overrides={"trunk": model, "delegate": model},
+        ) as roles:
+            bus = EventBus()
+            static_context(bus)
+            bus.on(CompactionApproaching, lambda e: announced.append(e.session_id))
+            for kind, role in (("trunk", "trunk"), ("fork", "delegate")):
+                # A threshold every request crosses: only the trunk's wind-down may start from it.
+                loop = AgentLoop(
+                    roles=roles,
+                    tools=ToolRegistry(),
+                    bus=bus,
+                    clock=clock,
+                    counter=TokenCounter(),
+                    role=role,
+                    session_kind=kind,
+                    compaction_threshold=0.000001,
+                )
+                session = await Session.open(
+                    db=db, directory=tmp_path, session_id=f"{kind}-1", kind=kind, now=NOW
+                )
+                with anyio.fail_after(10):
+                    await loop.run_turn(
+                        session,
+                        turn_id=f"{kind}-t",
+                        prompt="hello",
+                        observer=lambda _e: None,
+                        ts=NOW.isoformat(),
+                    )
+    assert announced == ["trunk-1"]

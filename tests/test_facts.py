@@ -10,9 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.commands.recall_cli import add_commands
 from daemon.memory.dates import resolve_dates
 from daemon.memory.facts import FactError, FactLog
-from daemon.memory.recall_commands import add_commands
 from daemon.paths import Home
 from daemon.tools import ToolContext, ToolRegistry
 from tests.memory_support import memory_system

@@ -36,7 +36,10 @@ async def test_a_day_of_activity_writes_entries_at_the_heartbeat_cadence(tmp_pat
             # Work from 09:00 to 17:00, in bursts: two slots busy, one quiet.
             if 27 <= step < 51 and step % 3 != 0:
                 extra = " The zeppelin subsystem needs care." if step == 40 else ""
-                await rig.say(f"Step {step}: let us refactor the kiln-{step} module.{extra}", f"Done with kiln-{step}.")
+                await rig.say(
+                    f"Step {step}: let us refactor the kiln-{step} module.{extra}",
+                    f"Done with kiln-{step}.",
+                )
                 worked.append(step)
             with anyio.fail_after(10):
                 await rig.bus.publish(Heartbeat(at=rig.clock.now()))
@@ -44,9 +47,28 @@ async def test_a_day_of_activity_writes_entries_at_the_heartbeat_cadence(tmp_pat
         # One entry per heartbeat that had something new, at that heartbeat's time, none otherwise.
         assert [e["ts"] for e in entries] == [(MIDNIGHT + s * STEP).isoformat() for s in worked]
         assert len(rig.model.calls) == len(worked)
-        assert all(e["trigger"] == "heartbeat" and e["source"] == "model" and e["schema"] == 1 for e in entries)
-        assert all(set(e) >= {"ts", "session", "summary", "decisions", "progress", "open_questions", "files_touched", "tags", "token_usage"} for e in entries)
-        assert all(e["token_usage"]["input"] > 0 and e["token_usage"]["output"] > 0 for e in entries)
+        assert all(
+            e["trigger"] == "heartbeat" and e["source"] == "model" and e["schema"] == 1
+            for e in entries
+        )
+        assert all(
+            set(e)
+            >= {
+                "ts",
+                "session",
+                "summary",
+                "decisions",
+                "progress",
+                "open_questions",
+                "files_touched",
+                "tags",
+                "token_usage",
+            }
+            for e in entries
+        )
+        assert all(
+            e["token_usage"]["input"] > 0 and e["token_usage"]["output"] > 0 for e in entries
+        )
         # Each entry saw only what happened since the one before it.
         for e, step in zip(entries, worked, strict=True):
             assert f"kiln-{step}" in e["summary"]
@@ -59,7 +81,9 @@ async def test_a_day_of_activity_writes_entries_at_the_heartbeat_cadence(tmp_pat
         # Entries are indexed: memory search finds them as kind `journal`.
         hits = await rig.index.search("zeppelin", k=5, kinds=["journal"])
         assert [h.kind for h in hits] == ["journal"] and "kiln-40" in hits[0].text
-        assert rig.journal.last_tick is not None and "nothing new" in rig.journal.last_tick.describe()
+        assert (
+            rig.journal.last_tick is not None and "nothing new" in rig.journal.last_tick.describe()
+        )
 
 
 async def test_an_idle_day_writes_nothing_and_calls_no_model(tmp_path: Path) -> None:
@@ -83,10 +107,18 @@ async def test_threshold_sleep_and_shutdown_triggers_fire_once_each(tmp_path: Pa
     async with journal_rig(tmp_path / "home") as rig:
         await rig.say("We are deep into the migration plan.")
         with anyio.fail_after(10):
-            await rig.bus.publish(CompactionApproaching(session_id="trunk-1", used_tokens=170_000, window_tokens=200_000, fraction=0.85))
+            await rig.bus.publish(
+                CompactionApproaching(
+                    session_id="trunk-1", used_tokens=170_000, window_tokens=200_000, fraction=0.85
+                )
+            )
             while not rig.lines():  # written in the background: the turn is not held up
                 await anyio.sleep(0.01)
-            await rig.bus.publish(CompactionApproaching(session_id="trunk-1", used_tokens=171_000, window_tokens=200_000, fraction=0.86))
+            await rig.bus.publish(
+                CompactionApproaching(
+                    session_id="trunk-1", used_tokens=171_000, window_tokens=200_000, fraction=0.86
+                )
+            )
             await anyio.sleep(0.05)
         assert [e["trigger"] for e in rig.lines()] == ["compaction"]
 
@@ -99,8 +131,12 @@ async def test_threshold_sleep_and_shutdown_triggers_fire_once_each(tmp_path: Pa
         await rig.say("One last thing before you stop: rename the table.")
         path = str((await rig.session()).path)
         with anyio.fail_after(10):
-            await rig.bus.publish(SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown"))
-            await rig.bus.publish(SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown"))
+            await rig.bus.publish(
+                SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown")
+            )
+            await rig.bus.publish(
+                SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown")
+            )
             await rig.journal.tick()
         entries = rig.lines()
         assert [e["trigger"] for e in entries] == ["compaction", "sleep", "shutdown"]
@@ -113,17 +149,33 @@ async def test_a_switch_writes_the_outgoing_session_in_the_background(tmp_path: 
         await rig.say("Wrap up the old session.")
         path = str((await rig.session()).path)
         with anyio.fail_after(10):
-            await rig.bus.publish(SessionShutdown(session_id="trunk-1", transcript_path=path, reason="switch: fresh start"))
+            await rig.bus.publish(
+                SessionShutdown(
+                    session_id="trunk-1", transcript_path=path, reason="switch: fresh start"
+                )
+            )
             while not rig.lines():
                 await anyio.sleep(0.01)
         assert rig.lines()[0]["trigger"] == "shutdown" and rig.lines()[0]["session"] == "trunk-1"
 
 
-async def test_an_unusable_answer_or_a_model_outage_gives_the_extractive_entry(tmp_path: Path) -> None:
-    answers = iter(["Sure! Here is your journal entry: it went well.", '{"summary": 42}', '{"decisions": ["x"]}'])
+async def test_an_unusable_answer_or_a_model_outage_gives_the_extractive_entry(
+    tmp_path: Path,
+) -> None:
+    answers = iter(
+        [
+            "Sure! Here is your journal entry: it went well.",
+            '{"summary": 42}',
+            '{"decisions": ["x"]}',
+        ]
+    )
     model = ScriptedModel(lambda request: next(answers))
     async with journal_rig(tmp_path / "home", model=model) as rig:
-        for text in ("We decided to use Postgres for the ledger.", "I fixed config/app.toml today.", "Should we ship on Friday?"):
+        for text in (
+            "We decided to use Postgres for the ledger.",
+            "I fixed config/app.toml today.",
+            "Should we ship on Friday?",
+        ):
             await rig.say(text, "Okay.")
             await rig.journal.tick()
             rig.clock.advance(minutes=20)
@@ -145,11 +197,15 @@ async def test_an_unusable_answer_or_a_model_outage_gives_the_extractive_entry(t
 
 async def test_at_shutdown_a_slow_model_is_cut_off_by_the_deadline(tmp_path: Path) -> None:
     slow = ScriptedModel(lambda request: '{"summary": "too late"}', delay_s=30.0)
-    async with journal_rig(tmp_path / "home", model=slow, config=journal_settings(shutdown_model_s=0.2)) as rig:
+    async with journal_rig(
+        tmp_path / "home", model=slow, config=journal_settings(shutdown_model_s=0.2)
+    ) as rig:
         await rig.say("Stopping for today after fixing the parser.", "Good night.")
         path = str((await rig.session()).path)
         with anyio.fail_after(5):
-            await rig.bus.publish(SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown"))
+            await rig.bus.publish(
+                SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown")
+            )
         (entry,) = rig.lines()
         assert entry["trigger"] == "shutdown" and entry["source"] == "extractive"
         assert "fixing the parser" in entry["summary"]
@@ -158,7 +214,9 @@ async def test_at_shutdown_a_slow_model_is_cut_off_by_the_deadline(tmp_path: Pat
 async def test_the_daily_cap_and_the_token_budgets_hold(tmp_path: Path) -> None:
     long_answer = {
         "summary": " ".join(["The team worked through a long list of items."] * 60),
-        "decisions": [f"decision number {i} with a fairly long explanation attached to it" for i in range(8)],
+        "decisions": [
+            f"decision number {i} with a fairly long explanation attached to it" for i in range(8)
+        ],
         "progress": [f"progress item {i} that also goes on for quite a while" for i in range(8)],
         "open_questions": [],
         "files_touched": [f"src/module_{i}.py" for i in range(8)],
@@ -170,7 +228,10 @@ async def test_the_daily_cap_and_the_token_budgets_hold(tmp_path: Path) -> None:
         for i in range(5):
             # A long stretch: far more transcript than the entry's input budget.
             for j in range(20):
-                await rig.say(f"Message {i}-{j}: " + "we keep discussing the build pipeline and its caches " * 3)
+                await rig.say(
+                    f"Message {i}-{j}: "
+                    + "we keep discussing the build pipeline and its caches " * 3
+                )
             await rig.journal.tick()
             rig.clock.advance(minutes=20)
         entries = rig.lines()
@@ -184,7 +245,16 @@ async def test_the_daily_cap_and_the_token_budgets_hold(tmp_path: Path) -> None:
             assert "earlier lines of this stretch are not shown" in shown
             assert "Message 4-19" not in prompt or call is model.calls[-1]
         for e in entries:
-            text = "\n".join([e["summary"], *e["decisions"], *e["progress"], *e["open_questions"], *e["files_touched"], *e["tags"]])
+            text = "\n".join(
+                [
+                    e["summary"],
+                    *e["decisions"],
+                    *e["progress"],
+                    *e["open_questions"],
+                    *e["files_touched"],
+                    *e["tags"],
+                ]
+            )
             assert count_tokens(text) <= 120
         # The next day the cap starts again, and the backlog is picked up within the budget.
         rig.clock.set(MIDNIGHT + timedelta(days=1, hours=9))
@@ -204,7 +274,11 @@ async def test_journal_notes_are_entries_without_a_model_call(tmp_path: Path) ->
                 )
             )
         (entry,) = rig.lines()
-        assert entry["trigger"] == "note" and entry["source"] == "note" and entry["tags"] == ["sleep", "maintenance"]
+        assert (
+            entry["trigger"] == "note"
+            and entry["source"] == "note"
+            and entry["tags"] == ["sleep", "maintenance"]
+        )
         assert "hunter22" not in json.dumps(entry)
         assert entry["files_touched"] == ["memory/monthly/2026-02.md"]
         assert rig.model.calls == []
@@ -220,7 +294,9 @@ async def test_a_crash_mid_write_leaves_no_broken_line_and_no_duplicate(tmp_path
         # A crash in the middle of the next append: half a line, no newline.
         whole = day_file.read_bytes()
         first = json.loads(whole)["summary"]
-        torn = json.dumps({"ts": MIDNIGHT.isoformat(), "summary": "half written entry"}).encode()[:25]
+        torn = json.dumps({"ts": MIDNIGHT.isoformat(), "summary": "half written entry"}).encode()[
+            :25
+        ]
         day_file.write_bytes(whole + torn)
         store = JournalStore(rig.home.journal_dir, UTC)
         assert [e.summary for e in store.read_day(date(2026, 3, 2))] == [first]

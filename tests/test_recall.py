@@ -182,7 +182,7 @@ async def test_the_offline_provider_reads_our_prompts_end_to_end(tmp_path: Path)
 async def test_recall_cli_answers_from_a_home_with_json(home_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from daemon.memory.recall_commands import add_commands
+    from daemon.commands.recall_cli import add_commands
 
     with (home_dir / "reverie.toml").open("a") as fh:
         fh.write('\n[memory]\nembedder = "none"\n')

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -20,6 +21,7 @@ from daemon.agent.turns import TurnDone, TurnEvent
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
+from daemon.memory.index import NewMemory
 from daemon.memory.system import MemorySystem
 from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelRequest
@@ -264,3 +266,45 @@ async def test_auto_recall_min_long_memories_are_shortened_so_the_minimum_fits(
     assert len(results[1]) == 1  # one long memory fills the budget on its own
     assert len(results[3]) == 3 and all(t.endswith("[…]") for t in results[3])
     assert sum(count_tokens(t) for t in results[3]) <= 600
+
+
+async def seed_summaries(memory: MemorySystem, n: int) -> None:
+    """`n` summarised sessions a day apart, newest last; session 3 is the one about the kiln."""
+    items = []
+    for i in range(n):
+        topic = "the pottery kiln firing schedule and glaze cracks" if i == 3 else f"weekly groceries list number {i} and the bus timetable"
+        when = datetime(2025, 6, 1, 9, 0, tzinfo=UTC) + timedelta(days=i)
+        items.append(
+            NewMemory(
+                uid=f"summary:s{i}", kind="summary", text=f"We talked about {topic}.", title=f"Session {i}",
+                origin="agent", created_at=when, session_id=f"s{i}", source=f"/home/memory/sessions/session-{i:03d}__slug-{i}.md",
+                meta={"file": f"session-{i:03d}__slug-{i}.md"},
+            )
+        )
+    await memory.index.upsert(items)
+
+
+@pytest.mark.parametrize("budget", [6000, 400])
+async def test_the_planner_sees_every_session_within_its_budget_facts_first(tmp_path: Path, budget: int) -> None:
+    config = Settings.model_validate({"memory": {"planner_index_tokens": budget}})
+    planner = ScriptedModel(lambda req: json.dumps({"ids": ["summary:s3"]}))
+    synthesis = ScriptedModel(lambda req: "Bisque on Fridays [session-003__slug-3].")
+    async with memory_system(tmp_path, config=config, models={"recall_planner": planner, "recall_synthesis": synthesis}) as memory:
+        await seed_summaries(memory, 80)
+        await memory.remember("The kiln needs a bisque firing every Friday", origin="person")
+        await memory.index.flush()
+        with anyio.fail_after(10):
+            result = await memory.recall_result("when do I fire the pottery kiln?")
+    lines = planner.calls[0].messages[-1].text.split("\nINDEX:\n", 1)[1].splitlines()
+    assert lines[0].startswith("fact:1 | explicit fact | The kiln needs a bisque firing")
+    sessions = [line.split(" | ")[0] for line in lines[1:]]
+    assert "summary:s3" in sessions  # the relevant one, though 76 sessions are newer
+    assert "summary:s3 | session-003__slug-3 | 2025-06-04 | Session 3: We talked about the pottery kiln" in "\n".join(lines)
+    if budget == 6000:
+        assert sorted(sessions) == sorted(f"summary:s{i}" for i in range(80))  # all of them, not 24
+    else:
+        assert 5 < len(sessions) < 80
+        assert sum(count_tokens(line) + 1 for line in lines) <= budget
+        newest = [f"summary:s{i}" for i in range(79, 76, -1)]
+        assert set(newest) <= set(sessions)  # the newest survive the cut
+    assert [s.cite for s in result.sources][:2] == ["fact:1", "session-003__slug-3"]

@@ -51,7 +51,9 @@ def test_every_setting_is_documented() -> None:
         for part in path.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         name = path.rsplit(".", 1)[-1]
-        if node is None and not (default is None and re.search(rf"\b{name}\b`? is unset by default", text)):
+        if node is None and not (
+            default is None and re.search(rf"\b{name}\b`? is unset by default", text)
+        ):
             missing.append(path)
     assert not missing, f"config/reverie.toml does not document: {missing}"
 
@@ -64,9 +66,11 @@ def test_starter_persona_and_topics_are_complete(tmp_path: Path) -> None:
     router = TopicRouter(home, Settings().topics)
     assert router.problems == ()
     assert len(router.topics) >= 12
-    owners: dict[frozenset[str], str] = {}
+    owners: dict[tuple[str, ...], str] = {}
     for topic in router.topics:
         assert len(topic.body.split()) >= 120, f"topic {topic.id} is too thin"
         for trigger in topic.spec.triggers:
-            assert trigger.tokens not in owners, f"trigger {trigger.text!r} of {topic.id} also triggers {owners.get(trigger.tokens)}"
-            owners[trigger.tokens] = topic.id
+            assert trigger.key not in owners, (
+                f"trigger {trigger.text!r} of {topic.id} also triggers {owners.get(trigger.key)}"
+            )
+            owners[trigger.key] = topic.id

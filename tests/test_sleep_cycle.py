@@ -14,7 +14,7 @@ from daemon.agent.inbox import Inbox
 from daemon.agent.turns import TurnDone
 from daemon.clock import FakeClock
 from daemon.lifecycle import DaemonState
-from daemon.models.base import ModelRequest, Usage
+from daemon.models.base import Message, ModelRequest, Usage
 from daemon.models.offline_sleep import weave_wake
 from daemon.scheduler import Scheduler
 from daemon.settings import SchedulerSettings, Settings, SleepSettings, SpendSettings
@@ -39,8 +39,10 @@ class Recording:
         optional: bool = False,
         fail_times: int = 0,
         block: anyio.Event | None = None,
+        calls_model: bool = False,
     ) -> None:
         self.name = name
+        self.calls_model = calls_model
         self.optional = optional
         self.fail_times = fail_times
         self.block = block
@@ -49,6 +51,9 @@ class Recording:
 
     async def run(self, ctx: PhaseContext) -> PhaseReport:
         self.runs.append(ctx.cycle_id)
+        if self.calls_model:
+            request = ctx.models.request("dreams", messages=[Message.user("reflect")], task="dream")
+            await ctx.models.complete(request)
         if self.fail_times > 0:
             self.fail_times -= 1
             raise RuntimeError(f"{self.name} hiccup")
@@ -333,7 +338,7 @@ async def test_over_the_hard_threshold_the_cycle_starts_at_the_end_of_that_turn(
 async def test_the_spend_cap_skips_optional_phases_and_wake_up_still_writes_an_extractive_letter(
     tmp_path: Path,
 ) -> None:
-    optional = Recording("dreams", optional=True)
+    optional = Recording("dreams", optional=True, calls_model=True)
     dreams = ScriptedModel(script=[LETTER])
     cfg = Settings(
         scheduler=SchedulerSettings(timezone="UTC"), spend=SpendSettings(daily_cap_usd=1.0)
@@ -357,7 +362,10 @@ async def test_the_spend_cap_skips_optional_phases_and_wake_up_still_writes_an_e
             outcome.steps["dreams"]["status"] == "skipped"
             and "spend cap" in outcome.steps["dreams"]["changed"]
         )
-        assert optional.runs == [] and dreams.calls == []
+        # It was tried once (the cap stopped its model call), not retried, and no call went out.
+        assert (
+            optional.runs == [outcome.cycle_id] and optional.finished == [] and dreams.calls == []
+        )
         assert (
             outcome.steps["wake_up"]["status"] == "done"
             and "model not used" in outcome.steps["wake_up"]["changed"]

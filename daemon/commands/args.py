@@ -21,6 +21,7 @@ REMEMBER_EPILOG = """examples:
   reverie remember --target profile "I prefer tea to coffee"
   reverie remember --correct fact:12 "the appointment moved to Friday"
   reverie remember --retract fact:12 --reason "cancelled"
+  reverie remember --restore fact:12
 
 Relative dates are pinned at write time ("tomorrow (2026-03-04)"). Corrections and
 retractions never delete: the old fact stays in history (memory/facts.jsonl)."""
@@ -96,6 +97,9 @@ def add_remember_args(remember: argparse.ArgumentParser) -> None:
         "--correct", metavar="ID", help="supersede fact ID (e.g. fact:12) with TEXT"
     )
     action.add_argument("--retract", metavar="ID", help="withdraw fact ID; it stays in history")
+    action.add_argument(
+        "--restore", metavar="ID", help="undo the retraction of fact ID (e.g. one sleep retired as stale)"
+    )
     remember.add_argument("--reason", default="", help="why a retracted fact no longer holds")
     remember.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -148,16 +152,20 @@ def import_file(args: argparse.Namespace) -> Path:
 def remember_request(args: argparse.Namespace) -> dict[str, Any]:
     """Check a `remember` command line and return the request both paths carry out."""
     text = " ".join((args.text or "").split())
-    if args.retract is None and not text:
+    restore = getattr(args, "restore", None)
+    if args.retract is None and restore is None and not text:
         raise UsageError("remember needs TEXT (or --retract ID)")
     if args.retract is not None and text:
         raise UsageError("--retract takes no TEXT; give the reason with --reason")
+    if restore is not None and text:
+        raise UsageError("--restore takes no TEXT")
     return {
         "text": text,
         "target": args.target,
         "tags": list(args.tag),
         "correct": args.correct,
         "retract": args.retract,
+        "restore": restore,
         "reason": args.reason,
     }
 

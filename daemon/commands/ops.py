@@ -152,6 +152,12 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
         reason = str(request.get("reason") or "") or "retracted by the person"
         await memory.retract(str(retract), reason=reason, origin="person")
         return {"status": "retracted", "id": retract, "message": f"{retract} retracted"}
+    restore = request.get("restore")
+    if restore is not None:
+        if text:
+            raise ValueError("--restore takes no TEXT")
+        fact = await memory.facts.restore(str(restore), origin="person", reason="restored by the person")
+        return {"status": "restored", "id": fact.id, "message": f"{fact.id} restored: {fact.text}"}
     if not text:
         raise ValueError("remember needs TEXT (or --retract ID)")
     if correct is not None:

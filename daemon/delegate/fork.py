@@ -3,7 +3,7 @@
 A fork is a session of its own (`sessions/forks/<id>.jsonl`, a `forks` lineage row) run by
 its own `AgentLoop` at depth + 1, with the full persona plus `NEUROLOGY.md`, the same memory
 tools, a framing line and the brief — never its parent's conversation, and no memory from
-its ancestors' live sessions or from the forks running beside it.
+its ancestors' live sessions or from the other forks of the trunk's live session.
 
 Spawning goes through the `before_fork` gate (a handler may veto, or add to the brief; the
 summariser queues the parent's session so far). Each fork runs inside the parent's tool
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from daemon.agent.transcript import Transcript
 from daemon.agent.turns import ToolPhase, TurnEvent
 from daemon.bus import EventBus, HookFailed
 from daemon.clock import Clock
+from daemon.delegate.brief import ForkOutcome, brief_prompt, partial_output
 from daemon.delegate.lineage import ForkLineage, ForkRow
 from daemon.delegate.tools import Completion, delegate_tool, task_complete_tool
 from daemon.events import BeforeFork, JournalNote, SessionShutdown
@@ -45,10 +46,7 @@ from daemon.tools import Tool, ToolContext, ToolError, ToolRegistry
 
 log = get_logger("delegate")
 
-FRAMING = "You are in focused task mode. Your objective is: {task}"
 INTERRUPTED = "interrupted: the daemon stopped while this fork was running"
-_PARTIAL_CHARS = 6000
-_TOOL_CLIP = 400
 
 
 @dataclass
@@ -59,7 +57,6 @@ class ForkTree:
     deadline: float  # anyio time at which the whole tree is stopped
     token_budget: int
     tokens: int = 0
-    running: set[str] = field(default_factory=set)
 
     def charge(self, usage: Usage) -> str | None:
         """Add one model step's tokens; return why the tree must stop, or None."""
@@ -80,100 +77,6 @@ class ForkRun:
     # The sessions above it, trunk first: their memories stay out of its context.
     ancestors: tuple[str, ...]
     tokens: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class ForkOutcome:
-    """How a fork ended, as its parent reads it."""
-
-    fork_id: str
-    depth: int
-    status: str  # complete | incomplete | stopped | failed
-    text: str
-    outcome: str | None = None
-    artifacts: tuple[str, ...] = ()
-    reason: str | None = None
-
-    def render(self) -> str:
-        head = (
-            f"[fork {self.fork_id} · depth {self.depth} · {self.status}"
-            + (f" · outcome {self.outcome}" if self.outcome else "")
-            + "]"
-        )
-        if self.status == "complete":
-            body = self.text
-            if self.artifacts:
-                body += "\n\nArtifacts:\n" + "\n".join(f"- {a}" for a in self.artifacts)
-        elif self.status == "incomplete":
-            body = (
-                "The fork ended without calling task_complete; its last reply follows (unconfirmed):\n"
-                + (self.text or "(no reply)")
-            )
-        elif self.status == "stopped":
-            body = (
-                f"PARTIAL OUTPUT — the fork was stopped: {self.reason}. What it produced before it stopped follows; "
-                "it is incomplete and unverified.\n<<<PARTIAL\n"
-                + (self.text or "(nothing yet)")
-                + "\nPARTIAL>>>"
-            )
-        else:
-            body = f"The fork failed: {self.reason}."
-            if self.text:
-                body += (
-                    "\nWhat it produced before failing (partial, unverified):\n<<<PARTIAL\n"
-                    + self.text
-                    + "\nPARTIAL>>>"
-                )
-        return f"{head}\n{body}"
-
-
-def brief_prompt(
-    *, task: str, context: str, depth: int, max_depth: int, additions: list[tuple[str, str]]
-) -> str:
-    """The fork's first (and only) message: the framing line, its place, the brief."""
-    can_delegate = depth < max_depth
-    lines = [
-        FRAMING.format(task=task),
-        "",
-        f"You are a fork at depth {depth} (at most {max_depth}): the same persona and memory, a clean context. "
-        "You do not see the conversation that delegated this task; everything you were given is below.",
-        "You may hand self-contained sub-tasks to a fork of your own with `delegate`."
-        if can_delegate
-        else "You are at the depth limit: `delegate` is not available, do the work yourself.",
-        "When you are done, call `task_complete(summary, outcome, artifacts)` once: that is how your result "
-        "reaches whoever delegated it. If you cannot finish, report what you have with outcome 'partial' or 'failed'.",
-        "",
-        "## Brief",
-        context or "(no further context was given: the objective above is the whole brief)",
-    ]
-    if additions:
-        lines += ["", "## Notes added before this fork started"]
-        lines += [f"- [{source}] {text}" for source, text in additions]
-    return "\n".join(lines)
-
-
-def partial_output(records: list[dict[str, Any]], limit: int = _PARTIAL_CHARS) -> str:
-    """What a fork produced so far: its replies and tool results, in order, the end kept."""
-    parts: list[str] = []
-    for rec in records:
-        kind = rec.get("type")
-        if (
-            kind == "message"
-            and rec.get("role") == "assistant"
-            and str(rec.get("content", "")).strip()
-        ):
-            parts.append(str(rec["content"]).strip())
-        elif kind == "tool_result" and rec.get("name") != "task_complete":
-            content = " ".join(str(rec.get("content", "")).split())
-            if len(content) > _TOOL_CLIP:
-                content = content[: _TOOL_CLIP - 1] + "…"
-            parts.append(
-                f"({rec.get('name')} → {'error: ' if rec.get('is_error') else ''}{content})"
-            )
-    text = "\n".join(parts)
-    if len(text) > limit:
-        text = "…" + text[-(limit - 1) :]
-    return text
 
 
 class Delegator:
@@ -349,8 +252,13 @@ class Delegator:
         run = ForkRun(id=fork_id, depth=depth, task=task, tree=tree, ancestors=ancestors)
         # The row exists before the transcript: a crash from here on is found at the next start.
         await self.lineage.start(**common)  # type: ignore[arg-type]
-        siblings = tuple(sorted(tree.running))
-        tree.running.add(fork_id)
+        # Every fork the trunk's live session has spawned (this turn's siblings, earlier trees):
+        # part of the trunk's live work, so kept out of this fork's context like the trunk itself.
+        rows = await self.db.fetchall(
+            "SELECT id FROM forks WHERE root_session_id = ? AND id != ? ORDER BY id",
+            (tree.root_session_id, fork_id),
+        )
+        others = tuple(r[0] for r in rows)
         self._running[fork_id] = run
         self.forks_started += 1
         prompt = brief_prompt(
@@ -361,7 +269,7 @@ class Delegator:
             additions=event.brief.additions,
         )
         try:
-            outcome = await self._run(run, ctx, prompt, exclude=(*ancestors, *siblings))
+            outcome = await self._run(run, ctx, prompt, exclude=(*ancestors, *others))
         except Exception as exc:
             # Not a model error (those end as a failed outcome): still, no row stays `running`.
             log.error("fork could not run", fork_id=fork_id, error=repr(exc), exc_info=True)
@@ -375,7 +283,6 @@ class Delegator:
                 )
             raise ToolError(f"the fork {fork_id} failed to run: {exc}") from None
         finally:
-            tree.running.discard(fork_id)
             self._running.pop(fork_id, None)
         if outcome.status == "failed":
             raise ToolError(outcome.render())
@@ -526,6 +433,17 @@ class Delegator:
                 text=completion.summary,
                 outcome=completion.outcome,
                 artifacts=tuple(completion.artifacts),
+            )
+            # The result as a message of the fork's own: indexed, and what its summary narrates.
+            await session.record(
+                {
+                    "type": "message",
+                    "id": f"{run.id}-t1-result",
+                    "ts": self.clock.now().isoformat(),
+                    "role": "assistant",
+                    "content": f"Task complete ({completion.outcome}): {completion.summary}",
+                    "turn_id": f"{run.id}-t1",
+                }
             )
         elif result is not None and result.stop_reason == "stopped":
             outcome = ForkOutcome(

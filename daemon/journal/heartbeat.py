@@ -159,7 +159,9 @@ class JournalHeartbeat:
         if tg is None:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.cfg.shutdown_model_s + 1.0):
-            await self._drained.wait()  # entries in the background finish (their model deadline bounds them)
+            await (
+                self._drained.wait()
+            )  # entries in the background finish (their model deadline bounds them)
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
 
@@ -215,11 +217,21 @@ class JournalHeartbeat:
 
     async def _record_quietly(self, session_id: str, trigger: str) -> None:
         try:
-            await self.record(session_id, trigger, deadline_s=self.cfg.shutdown_model_s if trigger == "shutdown" else None)
+            await self.record(
+                session_id,
+                trigger,
+                deadline_s=self.cfg.shutdown_model_s if trigger == "shutdown" else None,
+            )
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
-            log.error("journal entry failed", session=session_id, trigger=trigger, error=repr(exc), exc_info=True)
+            log.error(
+                "journal entry failed",
+                session=session_id,
+                trigger=trigger,
+                error=repr(exc),
+                exc_info=True,
+            )
         finally:
             self._pending -= 1
             if self._pending == 0:
@@ -239,7 +251,7 @@ class JournalHeartbeat:
         written: list[str] = []
         skipped = ""
         for session_id, path, offset in rows:
-            if transcript_size(self._path(path)) <= int(offset):
+            if transcript_size(self._path(session_id, path)) <= int(offset):
                 continue  # nothing appended since the last entry: no read, no model call
             entry = await self.record(session_id, "heartbeat")
             if entry is not None:
@@ -271,7 +283,7 @@ class JournalHeartbeat:
             )
             if row is None:
                 return None
-            path, offset = self._path(row[0]), int(row[1])
+            path, offset = self._path(session_id, row[0]), int(row[1])
             if transcript_size(path) <= offset:
                 return None
             activity = await anyio.to_thread.run_sync(read_since, session_id, path, offset)
@@ -468,8 +480,12 @@ class JournalHeartbeat:
             )
         return True
 
-    def _path(self, value: str) -> Path:
-        path = Path(value)
+    def _path(self, session_id: str, stored: str) -> Path:
+        """The session's transcript: in this home's trunk folder (a moved or restored home), else as stored."""
+        local = self.home.trunk_dir / f"{session_id}.jsonl"
+        if local.exists():
+            return local
+        path = Path(stored)
         return path if path.is_absolute() else self.home.root / path
 
     # -- reading -----------------------------------------------------------------------------
@@ -520,3 +536,15 @@ def journal_memory(entry: JournalEntry, day: date) -> Any:
         source=f"journal/{day.isoformat()}.jsonl",
         meta={"trigger": entry.trigger, "source": entry.source},
     )
+
+
+async def reindex_journal(home: Home, settings: Settings, index: Any) -> int:
+    """Index every entry of every day file again (`reverie memory reindex`); return how many."""
+    store = JournalStore(home.journal_dir, local_zone(settings.scheduler.timezone))
+    count = 0
+    for day in await anyio.to_thread.run_sync(store.days):
+        entries = await anyio.to_thread.run_sync(store.read_day, day)
+        if entries:
+            await index.upsert([journal_memory(e, day) for e in entries])
+            count += len(entries)
+    return count

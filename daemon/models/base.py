@@ -26,7 +26,8 @@ this contract (the summariser and recall build them; the offline provider reads 
   "files_touched": [str], "tags": [str]}``.
 - ``task="wake"`` — the last user message holds ``DATE:``, ``LIMIT: <n> tokens``, ``SUMMARY:``
   (the session summary), ``DECISIONS:`` (one ``- item`` per line), ``MEMORIES:`` (one
-  ``[<id>] (<origin>) <text>`` per line) and ``TRANSCRIPT:`` (one ``[role] text`` per line), each
+  ``[<id>] (<origin>) <text>`` per line), ``JOURNAL:`` (the newest journal digest: ``- open: <question>``
+  and ``- <date> <time>: <entry summary>`` lines) and ``TRANSCRIPT:`` (one ``[role] text`` per line), each
   on a line of its own. The reply is the markdown of `WAKE.md`.
 - ``task="chat"`` — ordinary conversation with tools.
 """

@@ -34,6 +34,8 @@ _DECIDING = re.compile(
     re.IGNORECASE,
 )
 _PER_TOPIC = 3
+# Extracts pile up; condensing them takes a real model. The offline dream stops adding here.
+_MAX_LESSONS = 12
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +120,14 @@ def _normal(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
+def _lesson_count(current: str) -> int:
+    _, found, rest = current.partition(f"\n{LESSONS}\n")
+    if not found:
+        return 0
+    section = rest.split("\n## ", 1)[0]
+    return sum(1 for line in section.splitlines() if line.startswith("- "))
+
+
 def _with_lessons(current: str, bullets: list[str]) -> str:
     text = current.rstrip("\n")
     tail = text.rsplit("\n## ", 1)
@@ -161,8 +171,9 @@ def dream(message_text: str) -> dict[str, Any]:
         have = _normal(current)
         bullets: list[str] = []
         sources: list[str] = []
+        room = min(_PER_TOPIC, _MAX_LESSONS - _lesson_count(current))
         for decision, item in decided:
-            if len(bullets) >= _PER_TOPIC:
+            if len(bullets) >= room:
                 break
             if not (wanted & _stems(_DECIDING.sub(" ", decision))) or _normal(decision) in have:
                 continue

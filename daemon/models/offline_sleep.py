@@ -134,6 +134,12 @@ def weave_wake(message_text: str) -> str:
             _clip(s) for s in _sentences(text) if _DECISION.search(s) and not s.endswith("?")
         )
     questions = [_clip(s) for text in person[-6:] for s in _sentences(text) if s.endswith("?")]
+    # The journal's open questions are older than the day's own: they come after, newest first.
+    journal_open = [
+        _clip(ln.strip()[len("- open:") :].strip())
+        for ln in section(message_text, "JOURNAL").splitlines()
+        if ln.strip().startswith("- open:")
+    ]
 
     parts = [
         _HEADING,
@@ -144,7 +150,7 @@ def weave_wake(message_text: str) -> str:
         ("Where things stand", standing or ["A quiet day: nothing new was said."], 3),
         ("Facts to keep in mind", _unique(facts, 12), 12),
         ("Decisions", _unique(decisions, 6), 6),
-        ("Open questions", _unique(questions[::-1], 4), 4),
+        ("Open questions", _unique(questions[::-1] + journal_open, 4), 4),
     ):
         if items:
             parts += ["", f"## {title}", *(f"- {item}" for item in items[:cap])]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -484,8 +484,6 @@ class SleepCycle:
                 self._optional_scope = scope
             try:
                 with scope:
-                    if phase.optional:
-                        await self.models.check_cap("dreams")
                     report = await phase.run(ctx)
             except SpendCapReached as exc:
                 await self._skip(
@@ -621,6 +619,22 @@ def _cycle_json(record: CycleRecord) -> dict[str, Any]:
         "woke_early": record.woke_early,
         "deferred": record.deferred,
     }
+
+
+def planned_nightly(settings: Settings, after: datetime) -> datetime | None:
+    """The next nightly start by the settings alone (without jitter), for a daemon that is down."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    from daemon.scheduler import local_zone, parse_hhmm
+
+    if not settings.sleep.nightly:
+        return None
+    hour, minute = parse_hhmm(settings.scheduler.nightly_sleep)
+    trigger = CronTrigger(
+        hour=hour, minute=minute, timezone=local_zone(settings.scheduler.timezone)
+    )
+    nxt: datetime | None = trigger.get_next_fire_time(None, after)
+    return nxt
 
 
 async def sleep_status(db: Database) -> dict[str, Any]:

@@ -111,6 +111,17 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
+def _neutralise(text: str) -> str:
+    """Keep a memory's text from forging the prompt's structure (a section end, an item header).
+
+    Only the phase writes `<<<`/`>>>` delimiters and `[uid] (origin, day)` headers at the start
+    of a line; text that imitates them (an imported chat could) is defused, so it can never
+    pass for a memory of another origin.
+    """
+    text = text.replace("<<<", "‹‹‹").replace(">>>", "›››")
+    return "\n".join(" " + line if line.startswith("[") else line for line in text.split("\n"))
+
+
 class DreamsPhase:
     """Reflect, write the dream journal, propose revisions (see the module docstring); optional."""
 
@@ -185,7 +196,8 @@ class DreamsPhase:
             day = str(row["created_at"])[:10]
             title = f" {row['title']}" if row["title"] else ""
             block = (
-                f"[{row['uid']}] ({row['origin']}, {day}){title}\n{_clip(row['text'], _ITEM_CHARS)}"
+                f"[{row['uid']}] ({row['origin']}, {day}){_neutralise(title)}\n"
+                f"{_neutralise(_clip(row['text'], _ITEM_CHARS))}"
             )
             cost = count_tokens(block)
             if used + cost > budget:

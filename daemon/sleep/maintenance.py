@@ -45,7 +45,7 @@ from daemon.memory.months import (
     trust_of,
     write_month,
 )
-from daemon.memory.query import terms
+from daemon.memory.query import fts_match, terms
 from daemon.sleep.phases import PhaseContext, PhaseReport
 
 if TYPE_CHECKING:
@@ -103,9 +103,9 @@ class MaintenancePhase:
                 f"pinned {len(pinned['pinned'])} fact(s), unpinned {len(pinned['unpinned'])} in FACTS.md"
             )
         if retired:
-            parts.append(
-                f"retired {len(retired)} stale fact(s) ({', '.join(r['id'] for r in retired)})"
-            )
+            ids = [r["id"] for r in retired]
+            shown = ", ".join(ids[:8]) + (f", … {len(ids) - 8} more" if len(ids) > 8 else "")
+            parts.append(f"retired {len(retired)} stale fact(s) ({shown})")
         if not parts:
             parts.append("nothing to fold, pin or retire")
         parts.extend(line for line in kept if line)
@@ -141,8 +141,8 @@ _FOLDABLE = """
 SELECT uid, kind, title, text, origin, created_at, session_id, source FROM memories m
 WHERE m.created_at < :cutoff AND m.retired_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM memory_folds f WHERE f.source_uid = m.uid)
-  AND (m.kind = 'summary' OR (m.kind = 'chunk' AND NOT EXISTS (
-        SELECT 1 FROM memories s WHERE s.kind = 'summary' AND s.session_id = m.session_id)))
+  AND (m.kind = 'summary' OR (m.kind = 'chunk' AND m.session_id NOT IN (
+        SELECT session_id FROM memories WHERE kind = 'summary' AND session_id IS NOT NULL)))
 ORDER BY m.created_at, m.uid
 """
 
@@ -275,14 +275,20 @@ async def importance(ctx: PhaseContext, fact: Fact) -> Importance:
 async def _mentions(ctx: PhaseContext, fact: Fact) -> int:
     """How many sessions talk about the fact (lexically) besides the one it was told in."""
     wanted = set(terms(fact.text))
-    if len(wanted) < 2:
+    expr = fts_match(fact.text)
+    if len(wanted) < 2 or expr is None:
         return 0
-    hits = await ctx.memory.index.search(fact.text, k=30, kinds=["chunk"], mode="lexical")
-    sessions: set[str] = set()
-    for hit in hits:
-        have = set(terms(hit.text))
-        if hit.session and len(wanted & have) >= _MENTION_SHARE * len(wanted):
-            sessions.add(hit.session)
+    # Straight to FTS5 (no fusion, no hydration): this runs for every unpinned fact each night.
+    rows = await ctx.db.fetchall(
+        "SELECT m.session_id, m.text FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
+        "WHERE memories_fts MATCH ? AND m.kind = 'chunk' ORDER BY bm25(memories_fts) LIMIT 30",
+        (expr,),
+    )
+    sessions = {
+        row[0]
+        for row in rows
+        if row[0] and len(wanted & set(terms(row[1]))) >= _MENTION_SHARE * len(wanted)
+    }
     return max(0, len(sessions) - 1)
 
 

@@ -10,14 +10,16 @@
 
 A matrix that cannot be read at all (no front matter, bad JSON, no topic list) raises
 `MatrixError`; a single bad topic (unknown scope, no triggers, missing file) is reported as
-a problem and skipped, so the rest keeps working. Triggers and queries go through the same
-`tokenise`, so "dreams" in a message matches the trigger "dream".
+a problem and skipped, so the rest keeps working. A trigger matches as a phrase: its words,
+in order and adjacent, each in one of its inflected forms — "dreams" matches the trigger
+"dream", but "burned out" never shrinks to "burned" nor "can't cope" to "cop".
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +32,6 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?[+#]*")
 _KNOWN_KEYS = frozenset({"id", "file", "triggers", "priority", "scope", "title", "description"})
 MAX_PRIORITY = 10.0
-
-
-
 
 
 class MatrixError(Exception):
@@ -51,12 +50,69 @@ def tokenise(text: str) -> list[str]:
     return out
 
 
+def phrase_words(text: str) -> list[str]:
+    """Lowercase words of `text` in order, stop words kept, apostrophes dropped ("can't" → "cant")."""
+    return [w.replace("'", "") for w in _WORD.findall(text.lower().replace("’", "'"))]
+
+
+_INFLECTED = ("s", "ing", "ed")
+
+
+def forms(word: str) -> frozenset[str]:
+    """The inflected forms a trigger word matches: "cope" → cope, copes, coped, coping.
+
+    Forms are generated from the word as written, never by stemming the message, so two
+    different words never collapse into one ("cope" does not match "cop", "code" not "cod").
+    A trigger written inflected ("baking", "fails") also matches its root's forms.
+    """
+    out = set(_forms_of(word))
+    if len(word) > 3 and word.isalpha() and word.endswith(_INFLECTED):
+        root = stem(word)
+        if root != word:
+            out |= _forms_of(root) | _forms_of(root + "e")
+    return frozenset(out)
+
+
+def _forms_of(w: str) -> set[str]:
+    if not w.isalpha() or len(w) < 3:
+        return {w, w + "s"}
+    out = {w, w + "s", w + "es"}
+    if w.endswith("y") and w[-2] not in "aeiou":
+        out |= {w[:-1] + "ies", w[:-1] + "ied"}
+    if w.endswith("e"):
+        out |= {w + "d", w[:-1] + "ing"}
+    else:
+        out |= {w + "ed", w + "ing"}
+        if w[-1] not in "aeiouwxy" and w[-2] in "aeiou":
+            out |= {w + w[-1] + "ed", w + w[-1] + "ing"}  # "stop" → "stopped"
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class Trigger:
-    """One trigger as written, and the token set that must all appear for it to match."""
+    """One trigger as written, matched as a phrase: its words, in order, next to each other."""
 
     text: str
     tokens: frozenset[str]
+    words: tuple[frozenset[str], ...] = ()  # per position, the forms that word may take
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The phrase with each word folded: two triggers with one key are one trigger ("fails", "failing")."""
+        return tuple(stem(w) for w in phrase_words(self.text))
+
+    def matches(self, words: Sequence[str], present: Collection[str]) -> bool:
+        """True when the trigger occurs in `words` (the message's `phrase_words`; `present` is their set)."""
+        if not self.words or not any(f in present for f in self.words[0]):
+            return False
+        if len(self.words) == 1:
+            return True
+        n = len(self.words)
+        return any(
+            all(words[i + j] in self.words[j] for j in range(n))
+            for i in range(len(words) - n + 1)
+            if words[i] in self.words[0]
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +144,9 @@ def split_front_matter(text: str, *, where: str) -> tuple[str, str]:
     while start < len(lines) and not lines[start].strip():
         start += 1
     if start >= len(lines) or lines[start].strip() != "---":
-        raise MatrixError(f"{where}: no front matter; the file must start with a '---' line, then JSON, then '---'")
+        raise MatrixError(
+            f"{where}: no front matter; the file must start with a '---' line, then JSON, then '---'"
+        )
     for end in range(start + 1, len(lines)):
         if lines[end].strip() == "---":
             return "".join(lines[start + 1 : end]), "".join(lines[end + 1 :])
@@ -103,14 +161,14 @@ def _parse_scope(raw: Any, where: str) -> frozenset[str]:
         raise ValueError(f"{where}: 'scope' must be \"all\" or a list of {list(POINTS)}")
     unknown = sorted(set(values) - set(POINTS) - {"all"})
     if unknown:
-        raise ValueError(f"{where}: unknown scope {unknown}; use \"all\" or some of {list(POINTS)}")
+        raise ValueError(f'{where}: unknown scope {unknown}; use "all" or some of {list(POINTS)}')
     return frozenset(POINTS) if "all" in values else frozenset(values)
 
 
 def _parse_triggers(raw: Any, where: str) -> tuple[Trigger, ...]:
     if not isinstance(raw, list) or not raw:
         raise ValueError(f"{where}: 'triggers' must be a non-empty list of keywords")
-    seen: set[frozenset[str]] = set()
+    seen: set[tuple[str, ...]] = set()
     triggers: list[Trigger] = []
     for item in raw:
         if not isinstance(item, str) or not item.strip():
@@ -119,18 +177,25 @@ def _parse_triggers(raw: Any, where: str) -> tuple[Trigger, ...]:
         if not tokens:
             # A trigger made only of stop words would never match; say so rather than ignore it.
             raise ValueError(f"{where}: trigger {item!r} has only stop words and can never match")
-        if tokens not in seen:
-            seen.add(tokens)
-            triggers.append(Trigger(text=item.strip(), tokens=tokens))
+        trigger = Trigger(
+            text=item.strip(), tokens=tokens, words=tuple(forms(w) for w in phrase_words(item))
+        )
+        if trigger.key not in seen:
+            seen.add(trigger.key)
+            triggers.append(trigger)
     return tuple(triggers)
 
 
 def _resolve_file(raw: Any, base: Path, where: str) -> Path:
     if not isinstance(raw, str) or not raw.strip():
-        raise ValueError(f"{where}: 'file' must be a path relative to the matrix, e.g. \"topics/x.md\"")
+        raise ValueError(
+            f"{where}: 'file' must be a path relative to the matrix, e.g. \"topics/x.md\""
+        )
     rel = Path(raw.strip())
     if rel.is_absolute() or ".." in rel.parts:
-        raise ValueError(f"{where}: 'file' {raw!r} must stay inside {base} (no absolute paths or '..')")
+        raise ValueError(
+            f"{where}: 'file' {raw!r} must stay inside {base} (no absolute paths or '..')"
+        )
     return base / rel
 
 
@@ -140,11 +205,19 @@ def _parse_topic(raw: Any, index: int, base: Path, where: str) -> TopicSpec:
         raise ValueError(f"{here}: must be a JSON object, got {type(raw).__name__}")
     topic_id = raw.get("id")
     if not isinstance(topic_id, str) or not _ID.match(topic_id):
-        raise ValueError(f"{here}: 'id' must be lowercase letters, digits, '-' or '_' (got {topic_id!r})")
+        raise ValueError(
+            f"{here}: 'id' must be lowercase letters, digits, '-' or '_' (got {topic_id!r})"
+        )
     here = f"{where}: topic '{topic_id}'"
     priority = raw.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int | float) or not 0 <= priority <= MAX_PRIORITY:
-        raise ValueError(f"{here}: 'priority' must be a number from 0 to {MAX_PRIORITY:g} (got {priority!r})")
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int | float)
+        or not 0 <= priority <= MAX_PRIORITY
+    ):
+        raise ValueError(
+            f"{here}: 'priority' must be a number from 0 to {MAX_PRIORITY:g} (got {priority!r})"
+        )
     title = raw.get("title", "")
     return TopicSpec(
         id=topic_id,
@@ -163,10 +236,12 @@ def parse_matrix(text: str, *, path: Path) -> Matrix:
     try:
         data = json.loads(front)
     except json.JSONDecodeError as exc:
-        raise MatrixError(f"{where}: front matter is not valid JSON (line {exc.lineno + 1}, column {exc.colno}): {exc.msg}") from None
+        raise MatrixError(
+            f"{where}: front matter is not valid JSON (line {exc.lineno + 1}, column {exc.colno}): {exc.msg}"
+        ) from None
     raw_topics = data.get("topics") if isinstance(data, dict) else data
     if not isinstance(raw_topics, list):
-        raise MatrixError(f"{where}: front matter must be a JSON object with a \"topics\" list")
+        raise MatrixError(f'{where}: front matter must be a JSON object with a "topics" list')
     topics: list[TopicSpec] = []
     problems: list[str] = []
     ids: set[str] = set()

@@ -1,7 +1,7 @@
 """The topic router: load 'how to think about this domain' only when the conversation touches it.
 
-Score = trigger overlap + priority × 0.5, where overlap counts the distinct triggers whose
-every word appears in the query. **A topic with zero overlap is never selected**, whatever
+Score = trigger overlap + priority × 0.5, where overlap counts the distinct triggers found
+in the query as phrases (their words in order, each in an inflected form; see `matrix`). **A topic with zero overlap is never selected**, whatever
 its priority: with the default thresholds (min 1) a priority of 2 alone would otherwise pass
 and every high-priority topic would load on every turn, sandwiches included. Priority boosts
 a real match and breaks ties; it never stands in for one.
@@ -31,8 +31,8 @@ from daemon.topics.matrix import (
     Matrix,
     MatrixError,
     TopicSpec,
+    phrase_words,
     read_matrix,
-    tokenise,
     topic_body,
 )
 
@@ -133,9 +133,18 @@ class TopicRouter:
             try:
                 matrix = read_matrix(self.path)
             except MatrixError as exc:
-                kept = f"; keeping the last good matrix ({len(self._topics)} topics)" if self._topics else "; no topics loaded"
+                kept = (
+                    f"; keeping the last good matrix ({len(self._topics)} topics)"
+                    if self._topics
+                    else "; no topics loaded"
+                )
                 self._problems = (f"{exc}{kept}",)
-                log.error("personality matrix rejected", path=str(self.path), error=str(exc), kept=len(self._topics))
+                log.error(
+                    "personality matrix rejected",
+                    path=str(self.path),
+                    error=str(exc),
+                    kept=len(self._topics),
+                )
                 return self._problems
             topics, problems = self._load_bodies(matrix)
             self._topics = topics
@@ -144,7 +153,12 @@ class TopicRouter:
             self.version += 1
         for problem in self._problems:
             log.warning("personality matrix problem", path=str(self.path), problem=problem)
-        log.info("topics loaded", path=str(self.path), topics=len(self._order), problems=len(self._problems))
+        log.info(
+            "topics loaded",
+            path=str(self.path),
+            topics=len(self._order),
+            problems=len(self._problems),
+        )
         return self._problems
 
     def _load_bodies(self, matrix: Matrix) -> tuple[dict[str, Topic], list[str]]:
@@ -160,7 +174,9 @@ class TopicRouter:
             except (OSError, UnicodeDecodeError, ValueError) as exc:
                 why = _describe_read_error(exc)
                 if previous is not None:
-                    problems.append(f"topic '{spec.id}': {spec.file} {why}; keeping its last good body")
+                    problems.append(
+                        f"topic '{spec.id}': {spec.file} {why}; keeping its last good body"
+                    )
                     topics[spec.id] = Topic(spec=spec, title=previous.title, body=previous.body)
                 else:
                     problems.append(f"topic '{spec.id}': {spec.file} {why}; topic skipped")
@@ -178,12 +194,13 @@ class TopicRouter:
     def score(self, point: str, text: str) -> list[TopicScore]:
         """Score every in-scope topic with at least one matching trigger, best first."""
         self._point(point)
-        words = frozenset(tokenise(text))
+        words = phrase_words(text)
+        present = frozenset(words)
         out: list[TopicScore] = []
         for topic in self.topics:
             if point not in topic.spec.scope:
                 continue
-            matched = tuple(t.text for t in topic.spec.triggers if t.tokens <= words)
+            matched = tuple(t.text for t in topic.spec.triggers if t.matches(words, present))
             if not matched:
                 continue
             overlap = len(matched)
@@ -209,9 +226,7 @@ class TopicRouter:
         limits = self._point(point)
         ranked = self.score(point, text)
         chosen = [
-            _with(s, selected=True, reason="matched")
-            for s in ranked
-            if s.score >= limits.min_score
+            _with(s, selected=True, reason="matched") for s in ranked if s.score >= limits.min_score
         ][: limits.top_n]
         if session_key is None or self.settings.persist_turns <= 0:
             return chosen
@@ -228,7 +243,9 @@ class TopicRouter:
                 (
                     (left, score, tid)
                     for tid, (left, score) in state.items()
-                    if tid not in fresh and tid in self._topics and point in self._topics[tid].spec.scope
+                    if tid not in fresh
+                    and tid in self._topics
+                    and point in self._topics[tid].spec.scope
                 ),
                 key=lambda x: (-x[0], -x[1], x[2]),
             )

@@ -1,4 +1,4 @@
-"""`reverie dreams` through real subprocesses, on a home where a dream made revisions."""
+"""`reverie dreams` and `reverie remember --restore` through real subprocesses, on homes that slept."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from daemon.sleep.dreams import DreamsPhase
+from daemon.sleep.maintenance import MaintenancePhase
 from daemon.sleep.revisions import revision_id
 from tests.harness import REPO, DaemonProcess, daemon_env
 from tests.sleep_phase_support import START, sleep_home
@@ -110,3 +111,32 @@ def test_revert_while_the_daemon_runs(home_with_dream: tuple[Path, str]) -> None
     finally:
         assert daemon.stop() == 0
     assert json.loads(reverie(home, "dreams", "--json").stdout)[0]["status"] == "reverted"
+
+
+async def retired(root: Path) -> Path:
+    """A home where maintenance retired a passed plan as stale."""
+    home = root / "home"
+    with anyio.fail_after(60):
+        async with sleep_home(home) as rig:
+            await rig.memory.remember("dentist appointment tomorrow")
+            rig.clock.advance(days=30)
+            report = await MaintenancePhase().run(rig.context())
+            assert [r["id"] for r in report.details["retired"]] == ["fact:1"]
+    return home
+
+
+def test_remember_restore_undoes_a_stale_retirement(tmp_path: Path) -> None:
+    home = anyio.run(retired, tmp_path)
+    memory_md = home / "memory" / "MEMORY.md"
+    assert "dentist" not in memory_md.read_text()
+    restored = reverie(home, "remember", "--restore", "fact:1")
+    assert restored.returncode == 0, restored.stderr
+    assert restored.stdout.strip() == "fact:1 restored: dentist appointment tomorrow (2026-01-06)"
+    assert "dentist appointment tomorrow (2026-01-06)" in memory_md.read_text()
+    again = reverie(home, "remember", "--restore", "fact:1")
+    assert (
+        again.returncode == 1
+        and again.stderr.strip() == "reverie: fact:1 is not retracted; nothing to restore"
+    )
+    both = reverie(home, "remember", "--restore", "fact:1", "some text")
+    assert both.returncode != 0 and "--restore takes no TEXT" in both.stderr

@@ -208,6 +208,9 @@ async def _reindex(args: argparse.Namespace) -> int:
         )
         async with system:
             counts = await system.reindex()
+            from daemon.journal.heartbeat import reindex_journal
+
+            counts["journal"] = await reindex_journal(env.home, env.settings, system.index)
             try:
                 await system.index.flush()
             except EmbedderError as exc:

@@ -1,0 +1,133 @@
+"""The journal through the real daemon: chat, heartbeat, status, /journal, shutdown, restart, context."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import REPO, Client, DaemonProcess, daemon_env
+
+
+@pytest.fixture
+def daemon(tmp_path: Path):
+    d = DaemonProcess(home=tmp_path / "home", env=daemon_env())
+    yield d
+    if d.proc is not None and d.proc.poll() is None:
+        d.proc.kill()
+        d.wait(10)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli", *args],
+        cwd=REPO,
+        env=daemon_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _entries(home: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for path in sorted((home / "journal").glob("*.jsonl")):
+        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return out
+
+
+def _wait(pred: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _configure(home: Path, heartbeat_minutes: float) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "reverie.toml").write_text(f"[journal]\nheartbeat_minutes = {heartbeat_minutes}\n")
+
+
+def test_chat_heartbeat_restart_and_the_digest_is_in_the_next_sessions_context(
+    daemon: DaemonProcess,
+) -> None:
+    home = daemon.home
+    _configure(home, 0.02)  # a heartbeat every 1.2 s
+    daemon.start()
+    with Client(daemon.socket_path) as c:
+        c.hello()
+        _, frames = c.chat("Remember that the kiln Bartholomew-9 is glazed in cobalt blue.")
+        assert frames[-1]["type"] == "done"
+        _wait(
+            lambda: any(e["trigger"] == "heartbeat" for e in _entries(home)),
+            20,
+            "a heartbeat entry",
+        )
+        (entry,) = _entries(home)
+        assert "Bartholomew-9" in entry["summary"] and entry["source"] == "extractive"
+        assert entry["session"] == c.command("status")["data"]["trunk"]["session_id"]
+        # Idle: more heartbeats run their check and write nothing.
+        time.sleep(3.0)
+        status = c.command("status")["data"]
+        assert len(_entries(home)) == 1
+        assert status["last_heartbeat"] and status["jobs"]["heartbeat"]["runs"] >= 2
+        assert "nothing new" in status["last_heartbeat_result"]
+        assert (
+            status["journal"]["last_entry"] == entry["ts"]
+            and status["journal"]["entries_today"] == 1
+        )
+        assert (
+            status["spend"]["calls"] >= 1
+        )  # the chat turn; the offline journal makes no model call
+        calls = status["spend"]["calls"]
+        journal = c.command("journal", {"tail": 5})
+        assert journal["type"] == "result" and "Bartholomew-9" in journal["data"]["text"]
+        bad = c.command("journal", {"tail": "many"})
+        assert bad["type"] == "error" and bad["code"] == "bad_args"
+        assert c.command("status")["data"]["spend"]["calls"] == calls
+    assert daemon.stop() == 0
+    text = _cli("status", "--home", str(home)).stdout
+    assert "heartbeat" in text
+
+    # Restart with a slow heartbeat: the shutdown entry comes from session_shutdown, not a tick.
+    _configure(home, 60)
+    context = json.loads(
+        _cli("context", "--home", str(home), "--prompt", "what next?", "--json").stdout
+    )
+    journal_block = next(b for b in context["blocks"] if b["layer"] == "journal")
+    assert "Bartholomew-9" in journal_block["text"] and 'kind="journal"' in journal_block["text"]
+    assert 'origin="agent"' in journal_block["text"] and "</memory>" in journal_block["text"]
+    daemon.start()
+    with Client(daemon.socket_path) as c:
+        c.hello()
+        _, frames = c.chat("Next, let's plan the firing schedule for the cobalt pieces.")
+        assert frames[-1]["type"] == "done"
+        # The turn's context carried the digest (the journal layer of the turn report).
+        layers = c.command("status")["data"]["context"]["last_turn"]["layers"]
+        assert layers["journal"] > 0
+        daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0
+    entries = _entries(home)
+    assert [e["trigger"] for e in entries] == ["heartbeat", "shutdown"]
+    assert "firing schedule" in entries[-1]["summary"]
+    digest = next((home / "journal").glob("*.md")).read_text()
+    assert digest.index("firing schedule") < digest.index("Bartholomew-9")  # newest first
+    hits = json.loads(
+        _cli("memory", "search", "firing schedule", "--json", "--home", str(home))
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    assert any(h["kind"] == "journal" and "firing schedule" in h["text"] for h in hits), hits
+    # The index is rebuilt from the files, journal entries included.
+    reindexed = _cli("memory", "reindex", "--home", str(home))
+    assert reindexed.returncode == 0 and "journal=2" in reindexed.stdout, reindexed.stderr
+    hits = json.loads(_cli("memory", "search", "Bartholomew-9", "--kind", "journal", "--json", "--home", str(home)).stdout.strip().splitlines()[-1])
+    assert hits and all(h["kind"] == "journal" for h in hits)
