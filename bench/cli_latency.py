@@ -12,9 +12,9 @@ warm-up search that lets the daemon load its model). *Import*: `memory import` o
 dialogue through the real CLI into a fresh home, embeddings included, in dialogue turns/s.
 
 Homes are built through the real importer. So that 100k memories can be built in minutes, the
-vectors for the `local` embedder are stand-ins of the right size (384-d feature hashing stored
-under the MiniLM model name): search cost depends on the matrix size, not on the vectors'
-values, and the query itself is embedded by the real model. Writes JSON to `bench/results/`.
+vectors for the MiniLM embedders (`minilm` in numpy, `local` in torch) are stand-ins of the
+right size (384-d feature hashing stored under the MiniLM model name): search cost depends on
+the matrix size, not on the vectors' values, and the query itself is embedded by the real model. Writes JSON to `bench/results/`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import anyio
 
 from bench.memory_search import write_transcript
 from daemon.clock import FakeClock
-from daemon.memory.embedders import HashEmbedder, local_available
+from daemon.memory.embedders import HashEmbedder, local_available, minilm_available
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex
 from daemon.paths import Home
@@ -74,6 +74,7 @@ class StandIn(HashEmbedder):
 
 
 def embedder_names(choice: str) -> tuple[str, int]:
+    # `minilm` (numpy) and `local` (torch) are the same model under the same name: one matrix.
     return ("hash-256", 256) if choice == "hash" else ("all-MiniLM-L6-v2", 384)
 
 
@@ -98,8 +99,7 @@ async def build_home(root: Path, size: int, embedders: list[str]) -> dict[str, A
     out: dict[str, Any] = {"messages": messages}
     t = time.perf_counter()
     async with await Database.open(home.db_file) as db:
-        for i, choice in enumerate(embedders):
-            name, dim = embedder_names(choice)
+        for i, (name, dim) in enumerate(dict.fromkeys(embedder_names(c) for c in embedders)):
             index = MemoryIndex(
                 db, StandIn(name, dim), MemorySettings(), FakeClock(), background=False
             )
@@ -330,7 +330,14 @@ def main() -> None:
         "--sizes", default="1000,10000", help="memories per home (add 100000 for the slow run)"
     )
     p.add_argument("--runs", type=int, default=9, help="searches per measurement")
-    p.add_argument("--embedders", default="hash,local" if local_available() else "hash")
+    default = (
+        ["hash"]
+        + (["minilm"] if minilm_available() else [])
+        + (["local"] if local_available() else [])
+    )
+    p.add_argument(
+        "--embedders", default=",".join(default), help="hash, minilm (numpy), local (torch)"
+    )
     p.add_argument(
         "--import-turns",
         type=int,
