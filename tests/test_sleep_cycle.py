@@ -533,3 +533,18 @@ def test_the_offline_letter_says_a_day_was_quiet_only_when_nothing_was_said() ->
     assert "quiet day" not in weave_wake(busy) and "roof leaks again" in weave_wake(busy)
     quiet = wake_prompt(date="Mon", limit=600, summary="", decisions=[], memories=[], transcript=[])
     assert "A quiet day" in weave_wake(quiet)
+
+
+async def test_the_first_turn_after_a_restart_still_gets_the_wake_note(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    trunk = echo_trunk()
+    async with rig(tmp_path / "home", clock=clock, models={"trunk": trunk}) as r:
+        await r.say("we settled on Porto for May")
+        woken = (await r.cycle.run("nightly")).new_session_id
+    # The daemon restarts before the person says anything in the new session.
+    async with rig(tmp_path / "home", clock=clock, models={"trunk": trunk}) as r2:
+        assert r2.trunk.session is not None and r2.trunk.session.id == woken
+        await r2.say("morning!")
+        assert "You slept (nightly)" in system_text(trunk.calls[-1])
+        await r2.say("and now?")
+        assert "You have just woken up" not in system_text(trunk.calls[-1])
