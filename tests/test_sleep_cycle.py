@@ -406,6 +406,13 @@ async def test_the_nightly_job_runs_at_the_configured_local_time_with_jitter_and
             cycles = await r.rows("SELECT reason, started_at FROM sleep_cycles ORDER BY started_at")
             assert cycles[0][0] == "nightly" and datetime.fromisoformat(cycles[0][1]) >= planned
             assert "wake_up done" in first_result
+            last_run = s.last_run("nightly_sleep")
+        # Down for three nights: the next start catches up once, at once.
+        assert last_run is not None
+        clock.set(last_run + timedelta(days=3, hours=8))
+        async with Scheduler(clock=clock, db=r.db, timezone="Europe/Lisbon") as again:
+            r.cycle.schedule(again)
+            assert again.next_run("nightly_sleep") == clock.now()
         # Run again within the minimum gap (a catch-up right after a cycle): skipped, no second cycle.
         last = await r.cycle.checkpoints.last_finished()
         assert last is not None and last.finished_at is not None
