@@ -49,9 +49,13 @@ _COMMAND = re.compile(
 _SPEAKER = re.compile(r"\s+(?=(?:The person|Reverie|The agent):)")
 
 
-def _noise(sentence: str) -> bool:
-    low = sentence.lower()
+def is_offline_chatter(text: str) -> bool:
+    """Whether `text` is the offline model talking about itself (or echoing), not the day's content."""
+    low = text.lower()
     return any(n in low for n in _OFFLINE_NOISE)
+
+
+_noise = is_offline_chatter
 
 
 def section(text: str, name: str) -> str:
