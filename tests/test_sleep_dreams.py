@@ -50,7 +50,7 @@ async def week(rig: SleepRig, *, imported: bool = False) -> None:
         (
             "bug-1",
             "The scraper crashes with a timeout traceback.",
-            "We agreed to add a retry with backoff around every request and log the timeout.",
+            "We agreed the scraper bug needs a retry with backoff around every request.",
         ),
         (
             "bake-2",
@@ -110,7 +110,7 @@ async def test_offline_dream_writes_an_entry_and_a_lessons_revision_that_reverts
 
             rid = revision_id("c-1", "addendum", "cooking")
             by_target = {r["target"]: (r["id"], r["status"]) for r in report.details["revisions"]}
-            # Sourdough decisions bear on cooking, the timeout decision on debugging; nothing else.
+            # Sourdough decisions bear on cooking, the scraper bug decision on debugging; nothing else.
             assert by_target == {
                 "cooking": (rid, "applied"),
                 "debugging": (revision_id("c-1", "addendum", "debugging"), "applied"),
@@ -563,7 +563,7 @@ async def test_the_session_not_summarised_yet_is_dreamt_from_its_messages(tmp_pa
                     ),
                     (
                         "user",
-                        "The scraper hit a timeout again. We agreed to add a retry with backoff.",
+                        "The scraper crashed with a traceback again. We agreed to add a retry with backoff.",
                     ),
                 ],
                 started=last_sleep + timedelta(hours=2),
@@ -578,7 +578,7 @@ async def test_the_session_not_summarised_yet_is_dreamt_from_its_messages(tmp_pa
             # A message's domain is read from the whole message, not only its decision.
             debugging = (rig.home.topics_dir / "debugging.md").read_text()
             assert "- We agreed to add a retry with backoff. (" in debugging
-            assert "hit a timeout" not in debugging
+            assert "crashed with a traceback" not in debugging
             cooking = (rig.home.topics_dir / "cooking.md").read_text()
             assert (
                 "- We decided to keep the sourdough starter in the fridge on weekdays." in cooking
