@@ -165,15 +165,28 @@ async def test_a_crash_between_record_and_file_write_finishes_the_write_once(
             ctx = rig.context(since=START - timedelta(hours=1), cycle_id="c-crash")
             cooking = rig.home.topics_dir / "cooking.md"
             original = cooking.read_text()
+            debugging_before = (rig.home.topics_dir / "debugging.md").read_text()
             first = await DreamsPhase().run(ctx)
             revised = cooking.read_text()
-            # Simulate the crash: the record exists, the file and the entry were never written.
+            debugging = rig.home.topics_dir / "debugging.md"
+            debugging_revised = debugging.read_text()
+            # Simulate the crash: the records exist, the files, diffs and entry were never written.
             cooking.write_text(original)
-            for path in rig.home.dreams_dir.glob("dream-*.md"):
+            debugging.write_text(debugging_before)
+            for path in [
+                *rig.home.dreams_dir.glob("dream-*.md"),
+                *rig.home.dreams_dir.glob("revisions/*.diff"),
+            ]:
                 path.unlink()
+            # The dream after the restart need not propose the same again (a real model would not).
+            rig.roles._overrides["dreams"] = ScriptedModel(
+                ['{"entry": "The same night, dreamt again."}']
+            )
             report = await DreamsPhase().run(ctx)
             assert cooking.read_text() == revised
+            assert debugging.read_text() == debugging_revised
             assert len(await RevisionStore(rig.home, rig.db).recent()) == 2
+            assert len(list(rig.home.dreams_dir.glob("revisions/*.diff"))) == 2
             assert sorted(report.details["revisions"], key=str) == sorted(
                 first.details["revisions"], key=str
             )
