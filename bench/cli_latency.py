@@ -12,9 +12,9 @@ warm-up search that lets the daemon load its model). *Import*: `memory import` o
 dialogue through the real CLI into a fresh home, embeddings included, in dialogue turns/s.
 
 Homes are built through the real importer. So that 100k memories can be built in minutes, the
-vectors for the `local` embedder are stand-ins of the right size (384-d feature hashing stored
-under the MiniLM model name): search cost depends on the matrix size, not on the vectors'
-values, and the query itself is embedded by the real model. Writes JSON to `bench/results/`.
+vectors for the MiniLM embedders (`minilm` in numpy, `local` in torch) are stand-ins of the
+right size (384-d feature hashing stored under the MiniLM model name): search cost depends on
+the matrix size, not on the vectors' values, and the query itself is embedded by the real model. Writes JSON to `bench/results/`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import anyio
 
 from bench.memory_search import write_transcript
 from daemon.clock import FakeClock
-from daemon.memory.embedders import HashEmbedder, local_available
+from daemon.memory.embedders import HashEmbedder, local_available, minilm_available
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex
 from daemon.paths import Home
@@ -74,6 +74,7 @@ class StandIn(HashEmbedder):
 
 
 def embedder_names(choice: str) -> tuple[str, int]:
+    # `minilm` (numpy) and `local` (torch) are the same model under the same name: one matrix.
     return ("hash-256", 256) if choice == "hash" else ("all-MiniLM-L6-v2", 384)
 
 
@@ -98,8 +99,7 @@ async def build_home(root: Path, size: int, embedders: list[str]) -> dict[str, A
     out: dict[str, Any] = {"messages": messages}
     t = time.perf_counter()
     async with await Database.open(home.db_file) as db:
-        for i, choice in enumerate(embedders):
-            name, dim = embedder_names(choice)
+        for i, (name, dim) in enumerate(dict.fromkeys(embedder_names(c) for c in embedders)):
             index = MemoryIndex(
                 db, StandIn(name, dim), MemorySettings(), FakeClock(), background=False
             )
@@ -138,6 +138,41 @@ def cli_search(home: Path, query: str, env: dict[str, str], *extra: str) -> tupl
     if r.returncode != 0:
         raise RuntimeError(f"search failed ({r.returncode}): {r.stderr[-500:]}")
     return elapsed, r.stdout
+
+
+def round_trip(home: Path, query: str) -> float:
+    """Connect, greet and search through the socket from this process: the daemon's share, in ms."""
+    from daemon.commands.forward import DaemonLink
+
+    t = time.perf_counter()
+    link = DaemonLink.open(home / "run" / "reverie.sock")
+    if link is None:
+        raise RuntimeError("no daemon answered")
+    try:
+        args = {
+            "queries": [query],
+            "k": 10,
+            "mode": "hybrid",
+            "kinds": None,
+            "include_retired": False,
+            "raw": False,
+        }
+        frame = link.command("memory_search", args, timeout=60)
+    finally:
+        link.close()
+    if frame.get("type") != "result":
+        raise RuntimeError(f"search failed: {frame}")
+    return (time.perf_counter() - t) * 1000
+
+
+def interpreter_start(code: str, runs: int) -> dict[str, float]:
+    """Wall time of `python -c CODE`: the floor any CLI invocation pays."""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env_for("none"), check=True)
+        times.append((time.perf_counter() - t) * 1000)
+    return summary(times)
 
 
 def summary(times: list[float]) -> dict[str, float]:
@@ -220,6 +255,7 @@ def measure_size(root: Path, size: int, embedders: list[str], runs: int) -> dict
                 [cli_search(home, q, env, "--mode", "lexical")[0] for q in queries]
             )
             res["same_hits"] = [cli_search(home, q, env)[1] for q in queries[:3]] == direct
+            res["daemon_round_trip"] = summary([round_trip(home, q) for q in queries])
         out[choice] = res
         print(json.dumps({"size": size, "embedder": choice, **res}), file=sys.stderr, flush=True)
     return out
@@ -294,7 +330,14 @@ def main() -> None:
         "--sizes", default="1000,10000", help="memories per home (add 100000 for the slow run)"
     )
     p.add_argument("--runs", type=int, default=9, help="searches per measurement")
-    p.add_argument("--embedders", default="hash,local" if local_available() else "hash")
+    default = (
+        ["hash"]
+        + (["minilm"] if minilm_available() else [])
+        + (["local"] if local_available() else [])
+    )
+    p.add_argument(
+        "--embedders", default=",".join(default), help="hash, minilm (numpy), local (torch)"
+    )
     p.add_argument(
         "--import-turns",
         type=int,
@@ -308,6 +351,9 @@ def main() -> None:
     embedders = [e for e in args.embedders.split(",") if e]
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results: dict[str, Any] = {"sizes": [], "import": []}
+    results["python_start"] = interpreter_start("pass", args.runs)
+    results["forwarder_import"] = interpreter_start("import daemon.commands.forward", args.runs)
+    results["load_average_at_start"] = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cli-latency-") as tmp:
         root = args.workdir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -339,7 +385,18 @@ def main() -> None:
         print(
             f"import {res['turns']} turns with {res['embedder']}: {res['turns_per_s']} turns/s ({res['wall_s']} s)"
         )
-    print(f"(medians of {args.runs} runs; JSON in {RESULTS / name})")
+    print(
+        f"python -c pass: {results['python_start']['median_ms']} ms; + the forwarder's imports: "
+        f"{results['forwarder_import']['median_ms']} ms; daemon round trip (in-process), per size: "
+        + ", ".join(
+            f"{row['memories']}: {row[e]['daemon_round_trip']['median_ms']} ms"
+            for row in results["sizes"]
+            for e in embedders
+        )
+    )
+    print(
+        f"(medians of {args.runs} runs; load average at start {results['load_average_at_start']}; JSON in {RESULTS / name})"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ socket, the same home for both paths.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -111,26 +112,39 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
         d.wait(10)
 
 
-def _searches(home: Path, batch: Path) -> list[tuple[int, str, str]]:
+def _searches(
+    home: Path, batch: Path, capsys: pytest.CaptureFixture[str]
+) -> list[tuple[int, str, str]]:
+    """Run the searches through the CLI's entry point in this process (the daemon, if any, is real)."""
+    from daemon.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main([*argv, "--home", str(home)])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
     runs = []
-    for q in QUERIES:
+    # Every query in one batch (JSON); three of them alone, as text, lexical and filtered.
+    for q in QUERIES[:3]:
         for extra in (
             (),
-            ("--json",),
             ("--mode", "lexical", "--json"),
-            ("--kind", "chunk", "--k", "2"),
+            ("--kind", "chunk", "--k", "2", "--json"),
         ):
-            r = _cli("memory", "search", q, "--home", str(home), *extra)
-            runs.append((r.returncode, r.stdout, r.stderr))
-    r = _cli("memory", "search", "--batch", str(batch), "--json", "--home", str(home))
-    runs.append((r.returncode, r.stdout, r.stderr))
+            runs.append(run("memory", "search", q, *extra))
+    runs.append(run("memory", "search", "--batch", str(batch), "--json"))
     for bad in (("memory", "search", "x", "--k", "0"), ("memory", "search"), ("recall", "  ")):
-        r = _cli(*bad, "--home", str(home))
-        runs.append((r.returncode, r.stdout, r.stderr))
+        runs.append(run(*bad))
     return runs
 
 
-def test_daemon_and_direct_paths_give_the_same_hits(tmp_path: Path, daemon: DaemonProcess) -> None:
+def test_daemon_and_direct_paths_give_the_same_hits(
+    tmp_path: Path,
+    daemon: DaemonProcess,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("REVERIE_EMBEDDER", "hash")
     home = daemon.home
     src = _write(tmp_path / "conv.jsonl", LINES)
     batch = tmp_path / "queries.txt"
@@ -140,12 +154,17 @@ def test_daemon_and_direct_paths_give_the_same_hits(tmp_path: Path, daemon: Daem
     r = _cli("remember", "Melanie's favourite colour is teal", "--home", str(home), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["status"] == "stored", r.stderr
 
-    direct = _searches(home, batch)
+    direct = _searches(home, batch, capsys)
     assert any("D3:1" in out for _, out, _ in direct)
     assert direct[-3][0] == 1 and direct[-3][2].strip() == "reverie: --k must be a positive number"
 
     daemon.start()
-    forwarded = _searches(home, batch)
+    from daemon.commands.forward import forward
+
+    assert (
+        forward(["memory", "search", "sunrise", "--home", str(home)], out=io.StringIO()) == 0
+    )  # the daemon answers
+    forwarded = _searches(home, batch, capsys)
     for (d_code, d_out, d_err), (f_code, f_out, f_err) in zip(direct, forwarded, strict=True):
         assert (f_code, f_out) == (d_code, d_out)
         assert f_err.strip() == d_err.strip()

@@ -1003,7 +1003,22 @@ class MemoryIndex:
                 left.append(h)
         return pooled, left
 
+    async def _warm_up(self) -> None:
+        """Load the persisted matrix and, when it holds vectors, the embedding model (daemon start).
+
+        Searches through the daemon are then warm from the first; the model is loaded in a
+        worker thread, so lexical searches meanwhile are not held up. Failures are only logged:
+        the first query that needs a vector tries again.
+        """
+        try:
+            await self.refresh()
+            if self.matrix.vector_count:
+                await self.query_vectors(["warm up"])
+        except Exception as exc:  # a broken model must not end the daemon
+            log.warning("embedder warm-up failed; the first vector query will retry", error=repr(exc))
+
     async def _embed_worker(self) -> None:
+        await self._warm_up()
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()

@@ -75,7 +75,8 @@ class MemorySystem:
         self.clock = clock
         self.background = background
         self.embedder = embedder if embedder is not None else _build_embedder(settings)
-        self.index = MemoryIndex(db, self.embedder, settings.memory, clock)
+        # A command-line memory system embeds when it flushes, never behind the caller.
+        self.index = MemoryIndex(db, self.embedder, settings.memory, clock, background=background)
         self.facts = FactStore(home=home, index=self.index, settings=settings, clock=clock)
         self.summariser = Summariser(
             home=home, db=db, index=self.index, roles=roles, settings=settings, clock=clock, topic_addenda=topic_addenda
