@@ -19,12 +19,53 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-NAMES = ["Ana", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kemal", "Lena"]
-CITIES = ["Porto", "Lyon", "Kraków", "Bergen", "Valencia", "Tallinn", "Ghent", "Trieste", "Aarhus", "Split"]
-JOBS = ["pharmacist", "carpenter", "radiologist", "translator", "sommelier", "geologist", "librarian", "welder"]
+NAMES = [
+    "Ana",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Elif",
+    "Farid",
+    "Greta",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kemal",
+    "Lena",
+]
+CITIES = [
+    "Porto",
+    "Lyon",
+    "Kraków",
+    "Bergen",
+    "Valencia",
+    "Tallinn",
+    "Ghent",
+    "Trieste",
+    "Aarhus",
+    "Split",
+]
+JOBS = [
+    "pharmacist",
+    "carpenter",
+    "radiologist",
+    "translator",
+    "sommelier",
+    "geologist",
+    "librarian",
+    "welder",
+]
 PETS = ["parrot", "tortoise", "ferret", "beagle", "rabbit", "iguana"]
 PET_NAMES = ["Biscuit", "Pesto", "Nimbus", "Waffles", "Ziggy", "Tofu", "Marble"]
-HOBBIES = ["the cello", "pottery", "rock climbing", "Japanese", "sourdough baking", "chess", "woodturning"]
+HOBBIES = [
+    "the cello",
+    "pottery",
+    "rock climbing",
+    "Japanese",
+    "sourdough baking",
+    "chess",
+    "woodturning",
+]
 DISHES = ["mushroom risotto", "lamb tagine", "pad thai", "shakshuka", "beef bourguignon", "paella"]
 PROJECTS = ["Kestrel", "Bluebird", "Ironwood", "Halcyon", "Quartzline"]
 SMALL_TALK = [
@@ -83,8 +124,15 @@ class _Builder:
 
     def small_talk(self) -> tuple[str, str]:
         r = self.rng
-        fill = {"adj": r.choice(ADJ), "name": r.choice(NAMES), "city": r.choice(CITIES), "job": r.choice(JOBS),
-                "pet": r.choice(PETS), "dish": r.choice(DISHES), "hobby": r.choice(HOBBIES)}
+        fill = {
+            "adj": r.choice(ADJ),
+            "name": r.choice(NAMES),
+            "city": r.choice(CITIES),
+            "job": r.choice(JOBS),
+            "pet": r.choice(PETS),
+            "dish": r.choice(DISHES),
+            "hobby": r.choice(HOBBIES),
+        }
         return r.choice(SMALL_TALK).format(**fill), r.choice(REPLIES).format(**fill)
 
     def ask(self, question: str, keys: list[str], kind: str) -> None:
@@ -95,7 +143,9 @@ class _Builder:
             sid = f"conv-{s:03d}"
             day = self.session_day(s)
             planted = list(self.planted.get(s, []))
-            slots = sorted(self.rng.sample(range(self.per_session), min(len(planted), self.per_session)))
+            slots = sorted(
+                self.rng.sample(range(self.per_session), min(len(planted), self.per_session))
+            )
             n = 0
             for turn in range(self.per_session):
                 if slots and turn == slots[0] and planted:
@@ -107,10 +157,16 @@ class _Builder:
                 for role, text in zip(("user", "assistant"), pair, strict=True):
                     n += 1
                     mid = f"{sid}:{n}"
-                    self.data.lines.append({
-                        "session": sid, "id": mid, "ts": (day + timedelta(minutes=2 * n)).isoformat(),
-                        "role": role, "speaker": "Sam" if role == "user" else "Robin", "content": text,
-                    })
+                    self.data.lines.append(
+                        {
+                            "session": sid,
+                            "id": mid,
+                            "ts": (day + timedelta(minutes=2 * n)).isoformat(),
+                            "role": role,
+                            "speaker": "Sam" if role == "user" else "Robin",
+                            "content": text,
+                        }
+                    )
                     if key and role == "user":
                         self.ids[key] = mid
         for q in self.data.questions:
@@ -132,26 +188,48 @@ def generate(seed: int = 7, *, sessions: int = 24, per_session: int = 10) -> Dat
     people = r.sample(NAMES, 6)
     for i, person in enumerate(people[:3]):
         city, job = CITIES[i], JOBS[i]
-        b.plant(next(slot), f"Big news: my cousin {person} finally moved to {city} for a job as a {job}.", f"move{i}")
+        b.plant(
+            next(slot),
+            f"Big news: my cousin {person} finally moved to {city} for a job as a {job}.",
+            f"move{i}",
+        )
         b.ask(f"Which city did {person} relocate to?", [f"move{i}"], "entity")
-        b.ask("What does my cousin do for a living?" if i == 0 else f"What is {person}'s profession?", [f"move{i}"], "fact")
+        b.ask(
+            "What does my cousin do for a living?" if i == 0 else f"What is {person}'s profession?",
+            [f"move{i}"],
+            "fact",
+        )
     pet, pet_name = r.choice(PETS), r.choice(PET_NAMES)
     b.plant(next(slot), f"We brought home a little {pet} and named it {pet_name}!", "pet")
     b.ask("What kind of animal did we adopt, and what is it called?", ["pet"], "fact")
-    b.plant(next(slot), "I found out I'm allergic to shellfish, so no more prawns for me.", "allergy")
+    b.plant(
+        next(slot), "I found out I'm allergic to shellfish, so no more prawns for me.", "allergy"
+    )
     b.ask("Is there any food I should avoid because of an allergy?", ["allergy"], "fact")
     project = r.choice(PROJECTS)
-    b.plant(next(slot), f"I'm leading the {project} migration at work, deadline is end of quarter.", "project")
+    b.plant(
+        next(slot),
+        f"I'm leading the {project} migration at work, deadline is end of quarter.",
+        "project",
+    )
     b.ask(f"What is my role on {project}?", ["project"], "entity")
     # Superseded: an early statement corrected later; only the correction is evidence.
     early, late = at(0.0, 0.3), at(0.6, 1.0)
     old_job, new_job = "Globex", "Initech"
     b.plant(early, f"I work at {old_job} as a data analyst, three days in the office.", "job_old")
-    b.plant(late, f"Update: I left {old_job}. I started at {new_job} this month as an engineer.", "job_new")
+    b.plant(
+        late,
+        f"Update: I left {old_job}. I started at {new_job} this month as an engineer.",
+        "job_new",
+    )
     b.ask("Who is my current employer?", ["job_new"], "superseded")
     early2, late2 = at(0.1, 0.4), at(0.7, 1.0)
     b.plant(early2, "My partner and I live in a flat on Elm Street.", "home_old")
-    b.plant(late2, "We finally moved out of the Elm Street flat; the new house is on Harbour Road.", "home_new")
+    b.plant(
+        late2,
+        "We finally moved out of the Elm Street flat; the new house is on Harbour Road.",
+        "home_new",
+    )
     b.ask("What street do we live on now?", ["home_new"], "superseded")
     # Temporal: "before my trip" — two wishes, one before and one after the trip.
     before_s, trip_s, after_s = at(0.15, 0.35), at(0.45, 0.55), at(0.7, 0.95)
@@ -171,7 +249,11 @@ def generate(seed: int = 7, *, sessions: int = 24, per_session: int = 10) -> Dat
     # More plain facts scaled with the history length.
     for i in range(max(0, sessions // 6)):
         name, city = r.choice(NAMES), r.choice(CITIES)
-        b.plant(next(slot), f"Reminder for myself: {name}'s birthday dinner is at the {city} bistro on the {i + 3}th.", f"bday{i}")
+        b.plant(
+            next(slot),
+            f"Reminder for myself: {name}'s birthday dinner is at the {city} bistro on the {i + 3}th.",
+            f"bday{i}",
+        )
         b.ask(f"Where is {name}'s birthday dinner happening?", [f"bday{i}"], "entity")
     return b.build()
 
@@ -179,7 +261,9 @@ def generate(seed: int = 7, *, sessions: int = 24, per_session: int = 10) -> Dat
 if __name__ == "__main__":
     import argparse
 
-    p = argparse.ArgumentParser(description="write a synthetic memory dataset (conversations + questions)")
+    p = argparse.ArgumentParser(
+        description="write a synthetic memory dataset (conversations + questions)"
+    )
     p.add_argument("out", type=Path)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--sessions", type=int, default=24)
@@ -220,62 +304,171 @@ ANSWERS = [
 # (what the speaker says, the question, a near-miss the other friend says, kind); {x} and {y}
 # come from the slot lists, the near-miss uses other slot values.
 EVENTS: list[tuple[str, str, str, str, list[str]]] = [
-    ("I went to a {x} support group yesterday and it was so powerful, everyone was so welcoming.",
-     "When did {who} go to the {x} support group?",
-     "A colleague of mine runs a {x} support group, I might go with her sometime.", "temporal",
-     ["LGBTQ", "grief", "new parents", "cancer survivors", "veterans"]),
-    ("After a rough day I go {x} — it clears my head and everything calms down.",
-     "What does {who} do to destress?",
-     "My brother keeps telling me to try {x}, but I never find the time.", "single-hop",
-     ["running by the lake", "swimming at the public pool", "pottery at the studio", "gardening in the backyard",
-      "rock climbing at the gym"]),
-    ("We adopted a {x} from the shelter last weekend, the kids named her {y}!",
-     "What is the name of {who}'s new {x}?",
-     "My neighbour has a {x} called Biscuit, it barks all night.", "single-hop",
-     ["puppy", "kitten", "rabbit", "parrot"]),
-    ("Just got back from camping at {x} with the family — we saw the meteor shower!",
-     "Where did {who} go camping with the family?",
-     "We drove past {x} once but never stopped.", "single-hop",
-     ["Yosemite", "Lake Tahoe", "Big Sur", "the Rocky Mountains", "Acadia"]),
-    ("I'm reading \"{x}\" right now and I can't put it down.",
-     "What book is {who} reading?",
-     "Someone at book club recommended \"{x}\" but I found it slow.", "single-hop",
-     ["Becoming Nicole", "The Overstory", "Circe", "Educated", "Station Eleven"]),
-    ("I signed the offer! I'll be working as a {x} at the city hospital starting next month.",
-     "What new job did {who} accept?",
-     "My cousin wants to become a {x} someday.", "single-hop",
-     ["nurse practitioner", "radiology technician", "hospital pharmacist", "physical therapist"]),
-    ("My daughter won her first {x} match on Saturday, I screamed so loud!",
-     "What sport does {who}'s daughter play?",
-     "I used to play {x} in high school, I was terrible at it.", "single-hop",
-     ["tennis", "soccer", "volleyball", "basketball", "badminton"]),
-    ("I painted a {x} last week, I'll send you a photo of it.",
-     "When did {who} paint a {x}?",
-     "I saw a painting of a {x} at the museum, gorgeous colours.", "temporal",
-     ["sunrise over the sea", "lake at dusk", "field of sunflowers", "portrait of my grandma"]),
-    ("I've started volunteering at the {x} on Tuesdays, it feels so good to give back.",
-     "Where does {who} volunteer?",
-     "The {x} is looking for volunteers, I saw a flyer.", "single-hop",
-     ["animal shelter", "food bank", "homeless shelter", "children's hospital", "community garden"]),
-    ("We saw {x} live on Friday night — best concert of my life!",
-     "Which band did {who} see in concert?",
-     "My friend has tickets to see {x} next year.", "single-hop",
-     ["Coldplay", "the Lumineers", "Arctic Monkeys", "Florence and the Machine", "Imagine Dragons"]),
-    ("I've been researching {x} — I really want to make this happen.",
-     "What has {who} been researching?",
-     "I read an article about {x} the other day.", "single-hop",
-     ["adoption agencies", "counseling degrees", "solar panels for the house", "moving to Canada"]),
-    ("For the family dinner I cooked {x} and everyone asked for seconds.",
-     "What did {who} cook for the family dinner in {month}?",
-     "We ordered {x} from the new place down the street.", "dated",
-     ["lasagna", "chicken curry", "beef stew", "vegetable paella", "roast salmon"]),
+    (
+        "I went to a {x} support group yesterday and it was so powerful, everyone was so welcoming.",
+        "When did {who} go to the {x} support group?",
+        "A colleague of mine runs a {x} support group, I might go with her sometime.",
+        "temporal",
+        ["LGBTQ", "grief", "new parents", "cancer survivors", "veterans"],
+    ),
+    (
+        "After a rough day I go {x} — it clears my head and everything calms down.",
+        "What does {who} do to destress?",
+        "My brother keeps telling me to try {x}, but I never find the time.",
+        "single-hop",
+        [
+            "running by the lake",
+            "swimming at the public pool",
+            "pottery at the studio",
+            "gardening in the backyard",
+            "rock climbing at the gym",
+        ],
+    ),
+    (
+        "We adopted a {x} from the shelter last weekend, the kids named her {y}!",
+        "What is the name of {who}'s new {x}?",
+        "My neighbour has a {x} called Biscuit, it barks all night.",
+        "single-hop",
+        ["puppy", "kitten", "rabbit", "parrot"],
+    ),
+    (
+        "Just got back from camping at {x} with the family — we saw the meteor shower!",
+        "Where did {who} go camping with the family?",
+        "We drove past {x} once but never stopped.",
+        "single-hop",
+        ["Yosemite", "Lake Tahoe", "Big Sur", "the Rocky Mountains", "Acadia"],
+    ),
+    (
+        "I'm reading \"{x}\" right now and I can't put it down.",
+        "What book is {who} reading?",
+        'Someone at book club recommended "{x}" but I found it slow.',
+        "single-hop",
+        ["Becoming Nicole", "The Overstory", "Circe", "Educated", "Station Eleven"],
+    ),
+    (
+        "I signed the offer! I'll be working as a {x} at the city hospital starting next month.",
+        "What new job did {who} accept?",
+        "My cousin wants to become a {x} someday.",
+        "single-hop",
+        ["nurse practitioner", "radiology technician", "hospital pharmacist", "physical therapist"],
+    ),
+    (
+        "My daughter won her first {x} match on Saturday, I screamed so loud!",
+        "What sport does {who}'s daughter play?",
+        "I used to play {x} in high school, I was terrible at it.",
+        "single-hop",
+        ["tennis", "soccer", "volleyball", "basketball", "badminton"],
+    ),
+    (
+        "I painted a {x} last week, I'll send you a photo of it.",
+        "When did {who} paint a {x}?",
+        "I saw a painting of a {x} at the museum, gorgeous colours.",
+        "temporal",
+        ["sunrise over the sea", "lake at dusk", "field of sunflowers", "portrait of my grandma"],
+    ),
+    (
+        "I've started volunteering at the {x} on Tuesdays, it feels so good to give back.",
+        "Where does {who} volunteer?",
+        "The {x} is looking for volunteers, I saw a flyer.",
+        "single-hop",
+        [
+            "animal shelter",
+            "food bank",
+            "homeless shelter",
+            "children's hospital",
+            "community garden",
+        ],
+    ),
+    (
+        "We saw {x} live on Friday night — best concert of my life!",
+        "Which band did {who} see in concert?",
+        "My friend has tickets to see {x} next year.",
+        "single-hop",
+        [
+            "Coldplay",
+            "the Lumineers",
+            "Arctic Monkeys",
+            "Florence and the Machine",
+            "Imagine Dragons",
+        ],
+    ),
+    (
+        "I've been researching {x} — I really want to make this happen.",
+        "What has {who} been researching?",
+        "I read an article about {x} the other day.",
+        "single-hop",
+        [
+            "adoption agencies",
+            "counseling degrees",
+            "solar panels for the house",
+            "moving to Canada",
+        ],
+    ),
+    (
+        "For the family dinner I cooked {x} and everyone asked for seconds.",
+        "What did {who} cook for the family dinner in {month}?",
+        "We ordered {x} from the new place down the street.",
+        "dated",
+        ["lasagna", "chicken curry", "beef stew", "vegetable paella", "roast salmon"],
+    ),
 ]
 MULTI = [
-    ("I've been practising the {x} every evening, my neighbours must hate me.",
-     "I signed up for {y} lessons too — my fingers hurt so much!",
-     "What instruments does {who} play?", ["violin", "piano", "guitar", "cello", "clarinet"]),
-    ("I ran my first 5k this morning!", "Signed up for a half marathon in {y}, wish me luck.",
-     "What running events has {who} done or signed up for?", ["spring", "October", "the autumn", "March"]),
+    (
+        "I've been practising the {x} every evening, my neighbours must hate me.",
+        "I signed up for {y} lessons too — my fingers hurt so much!",
+        "What instruments does {who} play?",
+        ["violin", "piano", "guitar", "cello", "clarinet"],
+    ),
+    (
+        "I ran my first 5k this morning!",
+        "Signed up for a half marathon in {y}, wish me luck.",
+        "What running events has {who} done or signed up for?",
+        ["spring", "October", "the autumn", "March"],
+    ),
+]
+
+
+# Bridged multi-hop: the first fact names a bridge ({n}: a person or place); the second fact,
+# later, speaks of the bridge only. The question asks through the first fact's words, so the
+# evidence (the second fact) is reachable only by a second hop from the first fact's entities.
+BRIDGES = [
+    (
+        "My brother {n} just got into medical school, we're all so proud!",
+        "{n} already complains about the anatomy exams, he studies every single night.",
+        "How is {who}'s brother getting on at medical school?",
+        ["Tomas", "Ezra", "Jonah", "Felix"],
+    ),
+    (
+        "My best friend {n} moved away last year, I miss her a lot.",
+        "Called {n} for two hours yesterday — she's learning to sail and loves it.",
+        "What new hobby did {who}'s best friend pick up?",
+        ["Ines", "Clara", "Hana", "Rosa"],
+    ),
+    (
+        "We finally moved to {n}! Boxes everywhere, but the view is worth it.",
+        "Found a tiny bakery in {n} that makes the best cinnamon buns, I go every Sunday.",
+        "Which bakery treat does {who} love in the town they moved to?",
+        ["Ashford", "Millbrook", "Kingsport", "Elmwood"],
+    ),
+]
+# Inference (open-domain): the answer follows from what was said, in other words entirely.
+INFERENCES = [
+    (
+        "Every summer we take the tent up into the mountains for a week, no phones, just trails.",
+        "Would {who} enjoy an outdoor holiday?",
+    ),
+    (
+        "My son started kindergarten today and my daughter is already in second grade.",
+        "Does {who} have children?",
+    ),
+    (
+        "I have been shaping mugs and bowls at the clay studio every Sunday for a year now.",
+        "Is {who} into any crafts?",
+    ),
+    (
+        "Honestly the big parties drain me, I'd rather stay in with a book and tea.",
+        "Is {who} an introvert or an extrovert?",
+    ),
 ]
 
 
@@ -286,12 +479,17 @@ def generate_dialogue(seed: int = 3, *, sessions: int = 28, turns: int = 22) -> 
     each friend with different details, and the other friend says a near-miss on the same
     topic elsewhere, so speaker names and details must both match. Question kinds:
     `single-hop`, `temporal` (asks "when"; answered by the session's date), `dated` (names a
-    month), `multi-hop` (evidence in two sessions; recalled when either is in the top k).
+    month), `multi-hop` (evidence in two sessions; recalled when either is in the top k),
+    `bridge` (multi-hop through an entity: only the second fact is evidence, and it shares
+    the bridge, not the question's words) and `inference` (the answer follows from a
+    statement phrased entirely differently).
     """
     rng = random.Random(seed)
     a, b = rng.choice(FRIENDS)
     start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
-    days = [start + timedelta(days=sum(rng.randint(6, 20) for _ in range(s))) for s in range(sessions)]
+    days = [
+        start + timedelta(days=sum(rng.randint(6, 20) for _ in range(s))) for s in range(sessions)
+    ]
     planted: dict[int, list[tuple[str, str, str | None]]] = {}  # session -> (speaker, text, key)
     questions: list[tuple[str, list[str], str]] = []
     slots = list(range(sessions))
@@ -318,6 +516,17 @@ def generate_dialogue(seed: int = 3, *, sessions: int = 28, turns: int = 22) -> 
         put(who, second.format(y=y), f"m{m}b", sessions // 2, sessions)
         questions.append((asked.format(who=who), [f"m{m}a", f"m{m}b"], "multi-hop"))
 
+    for m, (first, second, asked, values) in enumerate(BRIDGES):
+        for i, who in enumerate((a, b)):
+            n = values[(m + i) % len(values)] if i == 0 else values[(m + i + 1) % len(values)]
+            put(who, first.format(n=n), f"b{m}{who}a", 0, sessions // 2)
+            put(who, second.format(n=n), f"b{m}{who}b", sessions // 2, sessions)
+            questions.append((asked.format(who=who), [f"b{m}{who}b"], "bridge"))
+    for m, (said, asked) in enumerate(INFERENCES):
+        who = (a, b)[m % 2]
+        put(who, said, f"i{m}")
+        questions.append((asked.format(who=who), [f"i{m}"], "inference"))
+
     data = Dataset()
     ids: dict[str, str] = {}
     for s in range(sessions):
@@ -331,15 +540,27 @@ def generate_dialogue(seed: int = 3, *, sessions: int = 28, turns: int = 22) -> 
                 _, text, key = todo.pop(0)
             else:
                 key = None
-                text = rng.choice(CHATTER) if rng.random() < 0.5 else rng.choice(ANSWERS).format(name=other)
+                text = (
+                    rng.choice(CHATTER)
+                    if rng.random() < 0.5
+                    else rng.choice(ANSWERS).format(name=other)
+                )
             mid = f"D{s + 1}:{turn}"
-            data.lines.append({
-                "session": f"session_{s + 1}", "id": mid, "ts": (days[s] + timedelta(seconds=30 * turn)).isoformat(),
-                "role": "user" if speaker == a else "assistant", "speaker": speaker, "content": text,
-            })
+            data.lines.append(
+                {
+                    "session": f"session_{s + 1}",
+                    "id": mid,
+                    "ts": (days[s] + timedelta(seconds=30 * turn)).isoformat(),
+                    "role": "user" if speaker == a else "assistant",
+                    "speaker": speaker,
+                    "content": text,
+                }
+            )
             if key:
                 ids[key] = mid
             speaker = other
     for question, keys, kind in questions:
-        data.questions.append({"question": question, "evidence": [ids[k] for k in keys], "kind": kind})
+        data.questions.append(
+            {"question": question, "evidence": [ids[k] for k in keys], "kind": kind}
+        )
     return data

@@ -24,12 +24,15 @@ import anyio
 
 from bench.memory_dataset import Dataset, generate, generate_dialogue
 from daemon.clock import FakeClock
+from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import (
     Embedder,
     HashEmbedder,
     LocalEmbedder,
+    MiniLMEmbedder,
     NoEmbedder,
     local_available,
+    minilm_available,
 )
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex, SearchMode
@@ -37,12 +40,21 @@ from daemon.memory.query import decompose
 from daemon.paths import Home
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
+from daemon.tokens import count_tokens
 
 RESULTS = Path(__file__).resolve().parent / "results"
+TOKEN_BUDGET = 1500  # "recall within the first 1,500 tokens of results"
+BUDGET_K = 30  # results fetched to fill the token budget
 
 
 async def evaluate(
-    data: Dataset, embedder: Embedder, modes: list[SearchMode], ks: list[int], *, workdir: Path
+    data: Dataset,
+    embedder: Embedder,
+    modes: list[SearchMode],
+    ks: list[int],
+    *,
+    workdir: Path,
+    hops: int = 2,
 ) -> dict[str, dict[str, Any]]:
     """Return {mode: {"recall@k": float, ..., "by_kind": {kind: recall@max(k)}}}."""
     home = Home(workdir / f"home-{embedder.name}")
@@ -51,31 +63,64 @@ async def evaluate(
     now = max(datetime.fromisoformat(line["ts"]) for line in data.lines) + timedelta(days=1)
     out: dict[str, dict[str, Any]] = {}
     async with await Database.open(home.db_file) as db:
-        index = MemoryIndex(db, embedder, MemorySettings(), FakeClock(now), background=False)
+        index = MemoryIndex(
+            db, embedder, MemorySettings(search_hops=hops), FakeClock(now), background=False
+        )
         async with index:
+            started = time.perf_counter()
             await import_file(conv, home=home, index=index)
             await index.flush()
+            import_s = time.perf_counter() - started
             plans = [decompose(str(q["question"]), now=now) for q in data.questions]
             if embedder.dim:
                 await index.query_vectors([s for p in plans for s in p.all_queries()])
             for mode in modes:
-                hits: dict[int, int] = defaultdict(int)
-                kind_hits: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+                # per measure ("recall@k", "tokens≤N"), per kind: [hits, questions]
+                tally: dict[str, dict[str, list[int]]] = defaultdict(
+                    lambda: defaultdict(lambda: [0, 0])
+                )
                 started = time.perf_counter()
                 for q, plan in zip(data.questions, plans, strict=True):
-                    results = await index.search_plan(plan, k=max(ks), mode=mode)
+                    results = await index.search_plan(plan, k=max(max(ks), BUDGET_K), mode=mode)
                     evidence = set(q["evidence"])  # type: ignore[arg-type]
-                    for k in ks:
-                        ids = {m for r in results[:k] for m in r.message_ids}
-                        hits[k] += bool(ids & evidence)
-                    top = {m for r in results for m in r.message_ids}
-                    kind_hits[str(q["kind"])][0] += bool(top & evidence)
-                    kind_hits[str(q["kind"])][1] += 1
+                    measures = {
+                        f"recall@{k}": bool(
+                            {m for r in results[:k] for m in r.message_ids} & evidence
+                        )
+                        for k in ks
+                    }
+                    measures[f"tokens≤{TOKEN_BUDGET}"] = bool(within_budget(results) & evidence)
+                    for name, hit in measures.items():
+                        for kind in ("all", str(q["kind"])):
+                            tally[name][kind][0] += hit
+                            tally[name][kind][1] += 1
                 n = len(data.questions)
-                out[mode] = {f"recall@{k}": hits[k] / n for k in ks}
-                out[mode]["by_kind"] = {kind: h / t for kind, (h, t) in sorted(kind_hits.items())}
+                out[mode] = {name: t["all"][0] / t["all"][1] for name, t in tally.items()}
+                out[mode]["by_kind"] = {
+                    kind: {name: tally[name][kind][0] / tally[name][kind][1] for name in tally}
+                    for kind in sorted(tally[f"recall@{ks[-1]}"])
+                    if kind != "all"
+                }
+                out[mode]["kind_counts"] = {
+                    kind: c[1]
+                    for kind, c in sorted(tally[f"recall@{ks[-1]}"].items())
+                    if kind != "all"
+                }
                 out[mode]["ms_per_query"] = 1000 * (time.perf_counter() - started) / n
+                out[mode]["import_turns_per_s"] = len(data.lines) / import_s
     return out
+
+
+def within_budget(results: list[MemoryItem], budget: int = TOKEN_BUDGET) -> set[str]:
+    """Message ids of the results that fit, in order, within `budget` tokens of text."""
+    ids: set[str] = set()
+    used = 0
+    for r in results:
+        used += count_tokens(r.text)
+        if used > budget:
+            break
+        ids.update(r.message_ids)
+    return ids
 
 
 def _embedders(names: list[str]) -> list[Embedder]:
@@ -85,7 +130,9 @@ def _embedders(names: list[str]) -> list[Embedder]:
             out.append(NoEmbedder())
         elif name == "hash":
             out.append(HashEmbedder())
-        elif name == "minilm" and local_available():
+        elif name == "minilm" and minilm_available():
+            out.append(MiniLMEmbedder())  # numpy; the same vectors as the torch one below
+        elif name == "minilm-torch" and local_available():
             out.append(LocalEmbedder())
     return out
 
@@ -97,25 +144,62 @@ def dataset(kind: str, seed: int, sessions: int) -> Dataset:
     return generate(seed, sessions=sessions)
 
 
-async def run(sessions: int, seed: int, ks: list[int], embedders: list[str], kind: str = "planted") -> list[dict[str, Any]]:
+async def run(
+    sessions: int,
+    seed: int,
+    ks: list[int],
+    embedders: list[str],
+    kind: str = "planted",
+    hops: int = 2,
+) -> list[dict[str, Any]]:
     data = dataset(kind, seed, sessions)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for emb in _embedders(embedders):
             modes: list[SearchMode] = ["lexical"] if emb.dim == 0 else ["vector", "hybrid"]
-            res = await evaluate(data, emb, modes, ks, workdir=Path(tmp))
+            res = await evaluate(data, emb, modes, ks, workdir=Path(tmp), hops=hops)
             for mode, r in res.items():
                 rows.append({"mode": mode, "embedder": emb.name, **r})
     return rows
 
 
 def markdown(rows: list[dict[str, Any]], ks: list[int], n_questions: int, n_messages: int) -> str:
-    head = "| mode | embedder | " + " | ".join(f"recall@{k}" for k in ks) + " | ms/query |"
-    lines = [f"Synthetic history: {n_messages} messages, {n_questions} questions.", "", head,
-             "|" + "---|" * (len(ks) + 3)]
+    budget = f"tokens≤{TOKEN_BUDGET}"
+    head = (
+        "| mode | embedder | "
+        + " | ".join(f"recall@{k}" for k in ks)
+        + f" | within {TOKEN_BUDGET} tokens | ms/query |"
+    )
+    lines = [
+        f"Synthetic history: {n_messages} messages, {n_questions} questions.",
+        "",
+        head,
+        "|" + "---|" * (len(ks) + 4),
+    ]
     for r in rows:
         cells = " | ".join(f"{r[f'recall@{k}']:.2f}" for k in ks)
-        lines.append(f"| {r['mode']} | {r['embedder']} | {cells} | {r['ms_per_query']:.1f} |")
+        lines.append(
+            f"| {r['mode']} | {r['embedder']} | {cells} | {r[budget]:.2f} | {r['ms_per_query']:.1f} |"
+        )
+    # Per category: recall@5 / recall@10 / within the token budget, one column per run.
+    kinds = sorted({kind for r in rows for kind in r["by_kind"]})
+    lines += [
+        "",
+        "Per category (recall@5 / @10 / within budget):",
+        "",
+        "| category | n | " + " | ".join(f"{r['mode']} {r['embedder']}" for r in rows) + " |",
+        "|" + "---|" * (len(rows) + 2),
+    ]
+    for kind in kinds:
+        cells = []
+        for r in rows:
+            m = r["by_kind"].get(kind, {})
+            cells.append(
+                " / ".join(f"{m.get(name, 0):.2f}" for name in ("recall@5", "recall@10", budget))
+            )
+        lines.append(
+            f"| {kind} | {rows[0]['kind_counts'].get(kind, 0)} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -125,20 +209,27 @@ def main() -> None:
     p.add_argument("--sessions", type=int, help="sessions (default 120 planted, 28 dialogue)")
     p.add_argument("--seed", type=int, help="seed (default 7 planted, 3 dialogue)")
     p.add_argument("--k", default="1,5,10")
-    p.add_argument("--embedders", default="none,hash,minilm")
+    p.add_argument(
+        "--embedders",
+        default="none,hash,minilm",
+        help="of none, hash, minilm (numpy), minilm-torch",
+    )
+    p.add_argument(
+        "--hops", type=int, choices=(1, 2), default=2, help="search hops (memory.search_hops)"
+    )
     a = p.parse_args()
     ks = [int(x) for x in a.k.split(",")]
     sessions = a.sessions or (28 if a.kind == "dialogue" else 120)
     seed = a.seed if a.seed is not None else (3 if a.kind == "dialogue" else 7)
-    rows = anyio.run(run, sessions, seed, ks, a.embedders.split(","), a.kind)
+    rows = anyio.run(run, sessions, seed, ks, a.embedders.split(","), a.kind, a.hops)
     data = dataset(a.kind, seed, sessions)
     print(markdown(rows, ks, len(data.questions), len(data.lines)))
-    for r in rows:
-        print(f"  {r['mode']}/{r['embedder']} by kind: {r['by_kind']}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "recall_quality" if a.kind == "planted" else "recall_dialogue"
     out = RESULTS / f"{name}_s{sessions}_seed{seed}.json"
-    out.write_text(json.dumps({"set": a.kind, "sessions": sessions, "seed": seed, "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps({"set": a.kind, "sessions": sessions, "seed": seed, "rows": rows}, indent=2)
+    )
     print(f"\nwrote {out}")
 
 

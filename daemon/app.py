@@ -254,8 +254,8 @@ class Daemon:
             )
             async with anyio.create_task_group() as tg:
                 await tg.start(self.trunk.serve)
-                await tg.start(self.scheduler.run)
                 await tg.start(self.sleep_cycle.serve)
+                await tg.start(self.scheduler.run)
                 if watcher is not None:
                     # Live reload is not needed to answer: do not hold READY for it.
                     tg.start_soon(watcher.run)

@@ -29,6 +29,7 @@ COMMAND_OWNERS = {
     "memory": "daemon.commands.memory_cli",
     "remember": "daemon.commands.recall_cli",
     "recall": "daemon.commands.recall_cli",
+    "journal": "daemon.journal.commands",
 }
 
 

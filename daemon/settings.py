@@ -135,6 +135,7 @@ class MemorySettings(_Section):
     auto_recall_tokens: int = Field(1500, ge=0)
     recall_max_bytes: int = Field(6000, ge=512)
     planner_index_tokens: int = Field(6000, ge=200)
+    search_hops: int = Field(2, ge=1, le=2)
     summary_transcript_tokens: int = Field(12_000, ge=500)
     near_duplicate_threshold: float = Field(0.9, gt=0, le=1)
     chunk_messages: int = Field(6, ge=1)

@@ -302,6 +302,9 @@ async def test_truncation_order_and_sentence_cut(tmp_path: Path) -> None:
     assert budgets[1400]["journal"]["tokens"] == budgets[4000]["journal"]["tokens"]
     assert budgets[1000]["recall"]["tokens"] == 0 or budgets[1000]["recall"]["tokens"] < budgets[1400]["recall"]["tokens"]
     assert budgets[600]["recollections"]["tokens"] < budgets[4000]["recollections"]["tokens"]
+    # The journal is within its reserve (journal.context_reserved_tokens): no budget cuts it.
+    assert 0 < budgets[4000]["journal"]["tokens"] <= Settings().journal.context_reserved_tokens
+    assert all(rows["journal"]["tokens"] == budgets[4000]["journal"]["tokens"] for rows in budgets.values())
     # The persona and discipline never change.
     for rows in budgets.values():
         assert rows["persona"]["tokens"] == budgets[4000]["persona"]["tokens"]

@@ -26,6 +26,10 @@ provider = "offline"
 provider = "offline"
 [models.recall_synthesis]
 provider = "offline"
+[models.heartbeat]
+provider = "offline"
+[models.dreams]
+provider = "offline"
 """
 
 FRAMING = "You are in focused task mode. Your objective is: "
@@ -261,3 +265,42 @@ def test_with_no_key_the_offline_model_delegates_and_the_fork_reports_from_memor
     assert ("recall", "started", 1) in phases and ("task_complete", "finished", 1) in phases
     rows = _forks(d.home)
     assert [(r["status"], r["outcome"]) for r in rows] == [("complete", "partial")]
+
+
+def test_stopping_the_daemon_mid_fork_cancels_it_cleanly(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    with FakeAnthropic() as fake:
+        d = DaemonProcess(
+            home=home,
+            env=daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+        )
+        fake.enqueue(
+            Planned.tool("delegate", {"task": "Read the long report"}),
+            Planned.delayed(120, text="never arrives"),
+        )
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=30) as c:
+                c.hello()
+                c.send({"type": "message", "text": "Please read the long report."})
+                c.recv_until(
+                    lambda f: (
+                        f["type"] == "tool"
+                        and f.get("name") == "fork"
+                        and f.get("phase") == "started"
+                    )
+                )
+                _wait(lambda: len(_fork_requests(fake)) == 1, 30, "the fork at the model")
+            started = time.monotonic()
+            assert d.stop() == 0
+            took = time.monotonic() - started
+        finally:
+            if d.proc and d.proc.poll() is None:
+                d.proc.kill()
+    assert took < 15
+    rows = _forks(home)
+    assert [r["status"] for r in rows] == ["cancelled"]
+    records = [
+        json.loads(line) for line in Path(rows[0]["transcript_path"]).read_text().splitlines()
+    ]
+    assert records[-1]["type"] == "turn_end" and records[-1]["status"] == "cancelled"

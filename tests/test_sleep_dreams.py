@@ -14,16 +14,24 @@ import pytest
 from daemon.bus import EventBus
 from daemon.events import ConfigReloaded
 from daemon.memory.index import NewMemory
+from daemon.models.anthropic import AnthropicModel
 from daemon.models.base import ModelRequest, Usage
 from daemon.models.offline import OfflineModel
 from daemon.models.offline_dreams import dream
-from daemon.settings import TopicsSettings
+from daemon.settings import AnthropicSettings, TopicsSettings
 from daemon.sleep.dreams import DreamsPhase
 from daemon.sleep.maintenance import MaintenancePhase
-from daemon.sleep.revisions import RevisionError, RevisionStore, deleted_fraction, revision_id
+from daemon.sleep.revisions import (
+    RevisionError,
+    RevisionStore,
+    add_topic_to_matrix,
+    deleted_fraction,
+    revision_id,
+)
 from daemon.testing import ScriptedModel
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
+from tests.fakes.anthropic_server import FakeAnthropic
 from tests.sleep_phase_support import START, SleepRig, sleep_home, sleep_settings
 
 pytestmark = pytest.mark.anyio
@@ -469,3 +477,129 @@ async def test_two_months_of_nights_fold_dream_and_revert_back_to_the_start(tmp_
                 await store.revert(rev.id, now=rig.clock.now())
             assert {p.name: p.read_text() for p in rig.home.topics_dir.glob("*.md")} == originals
             assert rig.home.matrix_file.read_text() == matrix
+
+
+async def test_a_dream_through_the_anthropic_sdk_over_http(tmp_path: Path) -> None:
+    """The dreams role on the real SDK against the fake Messages API: the wire request, the ledger, the revision."""
+    with FakeAnthropic() as fake:
+        model = AnthropicModel(
+            AnthropicSettings(base_url=fake.url, max_retries=0, timeout_s=10.0),
+            api_key="sk-test-dreams",
+        )
+        with anyio.fail_after(60):
+            async with sleep_home(tmp_path / "home", models={"dreams": model}) as rig:
+                await week(rig, imported=True)
+                debugging = (rig.home.topics_dir / "debugging.md").read_text()
+                fake.enqueue(
+                    json.dumps(
+                        {
+                            "entry": "The scraper kept timing out; the retry decision held.",
+                            "revisions": [
+                                {
+                                    "topic": "debugging",
+                                    "text": debugging
+                                    + "\n- Timeouts: retry with backoff first, then read the logs.\n",
+                                    "why": "the scraper sessions",
+                                    "sources": ["summary:bug-1"],
+                                }
+                            ],
+                        }
+                    )
+                )
+                report = await DreamsPhase().run(
+                    rig.context(since=START - timedelta(hours=1), cycle_id="c-http")
+                )
+                [sent] = fake.message_requests
+                system = (
+                    " ".join(b["text"] for b in sent.body["system"])
+                    if isinstance(sent.body["system"], list)
+                    else sent.body["system"]
+                )
+                assert "dreaming mind" in system and "untrusted" in system
+                user = sent.body["messages"][-1]["content"]
+                prompt = user if isinstance(user, str) else " ".join(b["text"] for b in user)
+                assert "<<<MATERIAL" in prompt and "[summary:old-export] (import, " in prompt
+                assert "[summary:bug-1] (system, " in prompt and "<<<TOPIC debugging" in prompt
+                assert sent.body["model"] == rig.settings.models.dreams.model
+                row = await rig.db.fetchone(
+                    "SELECT provider, input_tokens + cache_read_tokens + cache_write_tokens, cost_usd "
+                    "FROM usage_ledger WHERE role = 'dreams'"
+                )
+                assert row[0] == "anthropic" and row[1] > 0 and row[2] > 0
+                assert report.details["revisions"][0]["status"] == "applied"
+                assert (
+                    "retry with backoff first" in (rig.home.topics_dir / "debugging.md").read_text()
+                )
+                entry = next(rig.home.dreams_dir.glob("dream-*__c-http.md")).read_text()
+                assert "The scraper kept timing out" in entry
+
+
+def test_a_new_topic_lands_in_the_topic_list_whatever_the_layout(tmp_path: Path) -> None:
+    where = tmp_path / "PERSONALITY_MATRIX.md"
+    entry = {"id": "baking", "file": "topics/baking.md", "triggers": ["bread"]}
+    one_line = '---\n{"topics": [{"id": "a", "file": "topics/a.md", "triggers": ["x"]}]}\n---\nProse [kept].\n'
+    out = add_topic_to_matrix(one_line, entry, where=where)
+    assert out.endswith("---\nProse [kept].\n") and out.count('"id": "baking"') == 1
+    # A key after the topic list: the last ']' is not the list's; the front matter is rewritten.
+    trailing = '---\n{"topics": [{"id": "a", "file": "topics/a.md", "triggers": ["x"]}], "extra": [1]}\n---\n'
+    out = add_topic_to_matrix(trailing, entry, where=where)
+    data = json.loads(out.split("---\n")[1])
+    assert [t["id"] for t in data["topics"]] == ["a", "baking"] and data["extra"] == [1]
+
+
+async def test_the_session_not_summarised_yet_is_dreamt_from_its_messages(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            await week(rig)
+            last_sleep = rig.clock.now()
+            # Today's trunk session: wake-up summarises it after the dreams, so it has none yet.
+            await rig.add_session(
+                "trunk-today",
+                [
+                    ("user", "Let's talk about my sourdough starter again."),
+                    (
+                        "assistant",
+                        "We decided to keep the sourdough starter in the fridge on weekdays.",
+                    ),
+                    (
+                        "user",
+                        "The scraper hit a timeout again. We agreed to add a retry with backoff.",
+                    ),
+                ],
+                started=last_sleep + timedelta(hours=2),
+                summarise=False,
+            )
+            rig.clock.advance(hours=12)
+            report = await DreamsPhase().run(rig.context(since=last_sleep, cycle_id="c-open"))
+            # The three messages; last week's summaries are not new.
+            assert report.details["material"] == 3
+            entry = next(rig.home.dreams_dir.glob("dream-*__c-open.md")).read_text()
+            assert "Not summarised yet: 3 message(s)" in entry
+            # A message's domain is read from the whole message, not only its decision.
+            debugging = (rig.home.topics_dir / "debugging.md").read_text()
+            assert "- We agreed to add a retry with backoff. (" in debugging
+            assert "hit a timeout" not in debugging
+            cooking = (rig.home.topics_dir / "cooking.md").read_text()
+            assert (
+                "- We decided to keep the sourdough starter in the fridge on weekdays." in cooking
+            )
+            assert "Let's talk" not in cooking
+            revisions = await RevisionStore(rig.home, rig.db).for_cycle("c-open")
+            assert {r.target: r.sources for r in revisions} == {
+                "cooking": ("chunk:trunk-today:1",),
+                "debugging": ("chunk:trunk-today:2",),
+            }
+
+
+def test_the_offline_dream_takes_no_lesson_from_the_offline_chat_echo() -> None:
+    prompt = (
+        "Dream.\n\n<<<MATERIAL\n[chunk:t:0] (person, 2026-01-01)\nuser (1 January 2026): We decided to use rye flour for the sourdough.\n\n"
+        "[chunk:t:1] (agent, 2026-01-01)\nassistant (1 January 2026): I'm Reverie's built-in offline model. "
+        "You said: “We decided to use rye flour for the sourdough.”.\nMATERIAL>>>\n\n"
+        "<<<TOPICS\ncooking | Cooking | triggers: sourdough\nTOPICS>>>\n\n<<<TOPIC cooking\n# Cooking\n\nTaste.\nTOPIC>>>"
+    )
+    [rev] = dream(prompt)["revisions"]
+    assert rev["sources"] == ["chunk:t:0"]
+    assert rev["text"].endswith(
+        "## Lessons\n\n- We decided to use rye flour for the sourdough. (2026-01-01)\n"
+    )

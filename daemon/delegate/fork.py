@@ -241,6 +241,9 @@ class Delegator:
             veto = await self.bus.emit_gate(event)
         except HookFailed as exc:
             await self.lineage.start(**common, status="failed")  # type: ignore[arg-type]
+            await self.lineage.finish(
+                fork_id, status="failed", ended_at=now, stop_reason=str(exc)[:500]
+            )
             raise ToolError(f"the fork was not started: {exc}") from None
         if veto is not None:
             await self.lineage.start(**common, status="vetoed")  # type: ignore[arg-type]
@@ -481,9 +484,11 @@ class Delegator:
         await self.db.execute(
             "UPDATE sessions SET ended_at = ? WHERE id = ?", (now.isoformat(), run.id)
         )
+        # Shielded by the caller: bounded, and shorter when the fork was cancelled (shutdown).
+        budget = 2.0 if outcome.status == "cancelled" else 10.0
         for hook in self.after_fork:
             try:
-                with anyio.fail_after(10):
+                with anyio.fail_after(budget):
                     await hook(run.id)
             except Exception as exc:
                 log.warning("after-fork hook failed", fork_id=run.id, error=repr(exc))

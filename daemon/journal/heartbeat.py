@@ -11,8 +11,9 @@ the bus. It writes an entry for a trunk session when:
   `journal.shutdown_model_s`, then the extractive entry is written instead),
 
 but only when the session's transcript grew past the journal's cursor with a message or a
-tool call: an idle daemon writes nothing and calls no model. A system's `journal_note` is
-written as an entry of its own, with no model call.
+tool call: an idle daemon writes nothing and calls no model. Only trunk sessions are
+journaled this way; a system's `journal_note` (a sleep phase, a fork tree) is written as an
+entry of its own, with no model call.
 
 The `heartbeat` model role writes the entry from the transcript since the last one (newest
 part, within `journal.entry_input_tokens`) as JSON; an answer that is not usable (not JSON,
@@ -63,6 +64,7 @@ from daemon.journal.entries import (
 )
 from daemon.journal.redact import Redactor
 from daemon.log import get_logger
+from daemon.memory.index import MemoryIndex, NewMemory
 from daemon.memory.text import parse_json_reply
 from daemon.models import offline_journal
 from daemon.models.base import Message, ModelError, SystemBlock, Usage
@@ -87,6 +89,8 @@ Reply with one JSON object and nothing else:
 
 # Sessions that ended longer ago than this are not looked at by the heartbeat.
 _RECENT = timedelta(days=2)
+# A heartbeat's model call gets this long (inside the hook's 30 s), then the extractive entry.
+_TICK_MODEL_S = 20.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +121,7 @@ class JournalHeartbeat:
         settings: Settings,
         roles: ModelRoles | None,
         clock: Clock,
-        index: Any = None,
+        index: MemoryIndex | None = None,
     ) -> None:
         self.home = home
         self.db = db
@@ -158,10 +162,9 @@ class JournalHeartbeat:
         tg, self._tg = self._tg, None
         if tg is None:
             return
+        # Entries in the background may finish (a shutdown entry's model deadline bounds it).
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.cfg.shutdown_model_s + 1.0):
-            await (
-                self._drained.wait()
-            )  # entries in the background finish (their model deadline bounds them)
+            await self._drained.wait()
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
 
@@ -253,7 +256,7 @@ class JournalHeartbeat:
         for session_id, path, offset in rows:
             if transcript_size(self._path(session_id, path)) <= int(offset):
                 continue  # nothing appended since the last entry: no read, no model call
-            entry = await self.record(session_id, "heartbeat")
+            entry = await self.record(session_id, "heartbeat", deadline_s=_TICK_MODEL_S)
             if entry is not None:
                 written.append(entry.id)
             elif self._cap_reached(self._today()):
@@ -276,9 +279,10 @@ class JournalHeartbeat:
         between the two is repaired at the next start from the entry's span).
         """
         async with self._lock:
+            # Trunk sessions only: a fork tree reports what it did with a `journal_note`.
             row = await self.db.fetchone(
                 "SELECT s.transcript_path, COALESCE(c.byte_offset, 0) FROM sessions s "
-                "LEFT JOIN journal_cursors c ON c.session_id = s.id WHERE s.id = ?",
+                "LEFT JOIN journal_cursors c ON c.session_id = s.id WHERE s.id = ? AND s.kind = 'trunk'",
                 (session_id,),
             )
             if row is None:
@@ -500,6 +504,7 @@ class JournalHeartbeat:
             "last_entry_summary": self.last_entry.summary[:160] if self.last_entry else None,
             "entries_today": self._day_counts.get(today),
             "cap": self.cfg.max_entries_per_day,
+            "model_calls": self.model_calls,
         }
 
 
@@ -519,10 +524,8 @@ def _entry_id(ts: datetime, seed: str) -> str:
     return f"j-{ts.strftime('%Y%m%d-%H%M%S')}-{digest}"
 
 
-def journal_memory(entry: JournalEntry, day: date) -> Any:
+def journal_memory(entry: JournalEntry, day: date) -> NewMemory:
     """The index row of an entry: kind `journal`, searchable with `memory search`."""
-    from daemon.memory.index import NewMemory
-
     return NewMemory(
         uid=f"journal:{entry.id}",
         kind="journal",
@@ -538,7 +541,7 @@ def journal_memory(entry: JournalEntry, day: date) -> Any:
     )
 
 
-async def reindex_journal(home: Home, settings: Settings, index: Any) -> int:
+async def reindex_journal(home: Home, settings: Settings, index: MemoryIndex) -> int:
     """Index every entry of every day file again (`reverie memory reindex`); return how many."""
     store = JournalStore(home.journal_dir, local_zone(settings.scheduler.timezone))
     count = 0

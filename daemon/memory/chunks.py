@@ -44,7 +44,9 @@ async def _existing(db: Any, uids: list[str]) -> int:
     found = 0
     for i in range(0, len(uids), 500):
         part = uids[i : i + 500]
-        row = await db.fetchone(f"SELECT count(*) FROM memories WHERE uid IN ({','.join('?' * len(part))})", part)
+        row = await db.fetchone(
+            f"SELECT count(*) FROM memories WHERE uid IN ({','.join('?' * len(part))})", part
+        )
         found += int(row[0])
     return found
 
@@ -54,19 +56,30 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
     from daemon.memory.index import NewMemory, parse_iso
 
     db = index.db
-    session = await db.fetchone("SELECT kind, transcript_path, title FROM sessions WHERE id = ?", (session_id,))
+    session = await db.fetchone(
+        "SELECT kind, transcript_path, title FROM sessions WHERE id = ?", (session_id,)
+    )
     if session is None:
         raise KeyError(f"no session {session_id!r}")
-    mark = await db.fetchone("SELECT upto_seq FROM memory_chunked WHERE session_id = ?", (session_id,))
+    mark = await db.fetchone(
+        "SELECT upto_seq FROM memory_chunked WHERE session_id = ?", (session_id,)
+    )
     upto = int(mark[0]) if mark else -(2**62)
-    seqs = [r[0] for r in await db.fetchall("SELECT seq FROM messages WHERE session_id = ? ORDER BY seq", (session_id,))]
+    seqs = [
+        r[0]
+        for r in await db.fetchall(
+            "SELECT seq FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+        )
+    ]
     new_ord = next((i for i, s in enumerate(seqs) if s > upto), None)
     if new_ord is None:
         return 0
     size = index.settings.chunk_messages
     stride = max(1, size // 2)
     # Windows start at multiples of `stride`; the first one touched by a new message:
-    first_window = max(0, ((new_ord - size + 1 + stride - 1) // stride) * stride) if new_ord >= size else 0
+    first_window = (
+        max(0, ((new_ord - size + 1 + stride - 1) // stride) * stride) if new_ord >= size else 0
+    )
     rows = await db.fetchall(
         "SELECT msg_id, seq, ts, role, speaker, content FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
         (session_id, seqs[first_window]),
@@ -78,26 +91,44 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
     for i, row in enumerate(rows):
         if base + i < new_ord or not row["content"].strip():
             continue
-        items.append(NewMemory(
-            uid=f"chunk:{session_id}:{row['seq']}", kind="chunk", text=message_line(row),
-            origin=_origin(kind, {row["role"]}), created_at=parse_iso(row["ts"]) or index.clock.now(),
-            session_id=session_id, message_ids=(row["msg_id"],), source=source,
-            meta={"seq": row["seq"], "role": row["role"]},
-        ))
+        items.append(
+            NewMemory(
+                uid=f"chunk:{session_id}:{row['seq']}",
+                kind="chunk",
+                text=message_line(row),
+                origin=_origin(kind, {row["role"]}),
+                created_at=parse_iso(row["ts"]) or index.clock.now(),
+                session_id=session_id,
+                message_ids=(row["msg_id"],),
+                source=source,
+                meta={"seq": row["seq"], "role": row["role"]},
+            )
+        )
     if size > 1:
         for start in range(first_window, len(seqs), stride):
             window = [r for r in rows[start - base : start - base + size] if r["content"].strip()]
             if len(window) < 2:
                 continue
             first_seq, last_seq = window[0]["seq"], window[-1]["seq"]
-            items.append(NewMemory(
-                uid=f"chunk:{session_id}:{first_seq}-w", kind="chunk",
-                text="\n".join(message_line(r) for r in window),
-                origin=_origin(kind, {r["role"] for r in window}),
-                created_at=parse_iso(window[0]["ts"]) or index.clock.now(), session_id=session_id,
-                message_ids=tuple(r["msg_id"] for r in window), source=source,
-                meta={"first_seq": first_seq, "last_seq": last_seq, "window": True},
-            ))
+            items.append(
+                NewMemory(
+                    uid=f"chunk:{session_id}:{first_seq}-w",
+                    kind="chunk",
+                    text="\n".join(message_line(r) for r in window),
+                    origin=_origin(kind, {r["role"] for r in window}),
+                    created_at=parse_iso(window[0]["ts"]) or index.clock.now(),
+                    session_id=session_id,
+                    message_ids=tuple(r["msg_id"] for r in window),
+                    source=source,
+                    # Its vector is the mean of these messages' vectors: no text is encoded twice.
+                    meta={
+                        "first_seq": first_seq,
+                        "last_seq": last_seq,
+                        "window": True,
+                        "parts": [f"chunk:{session_id}:{r['seq']}" for r in window],
+                    },
+                )
+            )
     new = len(items) - await _existing(db, [it.uid for it in items])
     await index.upsert(items)
     await db.execute(

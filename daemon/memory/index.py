@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +30,8 @@ from daemon.memory.api import Kind, MemoryItem, Origin
 from daemon.memory.embedders import Embedder
 from daemon.memory.lexical import LexicalSearcher, RowFilter
 from daemon.memory.matrix import StaleMatrix, VectorMatrix, index_state, matrix_path
-from daemon.memory.query import QueryPlan, match_terms, terms
+from daemon.memory.query import QueryPlan, bridge_entities, match_terms, terms
+from daemon.memory.text import stem
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
 
@@ -47,6 +48,13 @@ RECENCY_WEIGHT = 0.15
 EXPLICIT_BOOST = 0.03
 IMPORTANCE_WEIGHT = 0.04
 CANDIDATES = 60
+# The second hop: names in the first hop's best few hits become BM25 queries of their own.
+HOP_SEEDS = 3
+HOP_QUERIES = 3
+HOP_WEIGHT = 1.0
+# Facet coverage: the share of the question's words an item has boosts its fused score.
+FACET_WEIGHT = 0.3
+FACET_POOL = 30
 EMBED_ROUND = 512
 # Query vectors kept (384 floats each: ~6 MB): a CLI batch primes a few thousand sub-queries.
 QUERY_CACHE = 4096
@@ -142,7 +150,9 @@ def _write(conn: Any, fn: Any, *args: Any) -> Any:
         raise
 
 
-def _upsert_sync(conn: Any, rows: list[tuple[Any, ...]], supersessions: list[tuple[str, str, str]]) -> int:
+def _upsert_sync(
+    conn: Any, rows: list[tuple[Any, ...]], supersessions: list[tuple[str, str, str]]
+) -> int:
     gen = next_generation(conn)
     conn.executemany(_UPSERT, [(*r, gen) for r in rows])
     for old, new, at in supersessions:
@@ -157,14 +167,26 @@ def _upsert_sync(conn: Any, rows: list[tuple[Any, ...]], supersessions: list[tup
 def _row_to_item(row: Any, score: float = 0.0) -> MemoryItem:
     meta = json.loads(row["meta"] or "{}")
     meta.update(
-        importance=row["importance"], explicit=bool(row["explicit"]), retired_at=row["retired_at"],
-        supersedes=row["supersedes"], superseded_by=row["superseded_by"], valid_from=row["valid_from"],
+        importance=row["importance"],
+        explicit=bool(row["explicit"]),
+        retired_at=row["retired_at"],
+        supersedes=row["supersedes"],
+        superseded_by=row["superseded_by"],
+        valid_from=row["valid_from"],
     )
     return MemoryItem(
-        id=row["uid"], kind=row["kind"], text=row["text"], origin=row["origin"],
-        ts=parse_iso(row["created_at"]), session=row["session_id"], score=score, title=row["title"],
+        id=row["uid"],
+        kind=row["kind"],
+        text=row["text"],
+        origin=row["origin"],
+        ts=parse_iso(row["created_at"]),
+        session=row["session_id"],
+        score=score,
+        title=row["title"],
         tags=tuple(row["tags"].split()) if row["tags"] else (),
-        message_ids=tuple(json.loads(row["message_ids"] or "[]")), source=row["source"], meta=meta,
+        message_ids=tuple(json.loads(row["message_ids"] or "[]")),
+        source=row["source"],
+        meta=meta,
     )
 
 
@@ -178,8 +200,15 @@ class MemoryIndex:
     """
 
     def __init__(
-        self, db: Database, embedder: Embedder, settings: MemorySettings, clock: Clock, *, background: bool = True,
-        persist: bool = True, persist_rows: int = PERSIST_ROWS,
+        self,
+        db: Database,
+        embedder: Embedder,
+        settings: MemorySettings,
+        clock: Clock,
+        *,
+        background: bool = True,
+        persist: bool = True,
+        persist_rows: int = PERSIST_ROWS,
     ) -> None:
         self.db = db
         self.background = background
@@ -202,6 +231,7 @@ class MemoryIndex:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.embed_errors = 0
         self.lexical = LexicalSearcher()
+        self.hops = settings.search_hops
         self._vector_weight = VECTOR_WEIGHT * float(getattr(embedder, "fusion_weight", 1.0))
 
     # ----- lifecycle -------------------------------------------------------------------------
@@ -225,8 +255,12 @@ class MemoryIndex:
         # The daemon leaves its matrix as it knew it; a short-lived command only when it had to
         # rebuild or read much (so the next command starts from it), never for a few rows.
         m = self.matrix
-        if self._matrix_checked and m.rows_since_save and (
-            self.background or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows
+        if (
+            self._matrix_checked
+            and m.rows_since_save
+            and (
+                self.background or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows
+            )
         ):
             with anyio.CancelScope(shield=True):
                 await self.save_matrix()
@@ -244,12 +278,26 @@ class MemoryIndex:
         for it in items:
             if not it.text.strip():
                 raise ValueError(f"memory {it.uid!r} has empty text")
-            rows.append((
-                it.uid, it.kind, it.text, it.title, " ".join(it.tags), float(it.importance), it.origin,
-                iso(it.created_at), iso(it.valid_from) if it.valid_from else None, it.supersedes,
-                it.session_id, json.dumps(list(it.message_ids)), it.source, content_hash(it.title, it.text),
-                int(it.explicit), json.dumps(it.meta, sort_keys=True, default=str),
-            ))
+            rows.append(
+                (
+                    it.uid,
+                    it.kind,
+                    it.text,
+                    it.title,
+                    " ".join(it.tags),
+                    float(it.importance),
+                    it.origin,
+                    iso(it.created_at),
+                    iso(it.valid_from) if it.valid_from else None,
+                    it.supersedes,
+                    it.session_id,
+                    json.dumps(list(it.message_ids)),
+                    it.source,
+                    content_hash(it.title, it.text),
+                    int(it.explicit),
+                    json.dumps(it.meta, sort_keys=True, default=str),
+                )
+            )
             if it.supersedes:
                 supersessions.append((it.supersedes, it.uid, iso(it.valid_from or it.created_at)))
         await self.db.run(_write, _upsert_sync, rows, supersessions)
@@ -303,7 +351,9 @@ class MemoryIndex:
         row = await self.db.fetchone("SELECT * FROM memories WHERE uid = ?", (uid,))
         return _row_to_item(row) if row else None
 
-    async def recent(self, kinds: Collection[str], limit: int, *, include_retired: bool = False) -> list[MemoryItem]:
+    async def recent(
+        self, kinds: Collection[str], limit: int, *, include_retired: bool = False
+    ) -> list[MemoryItem]:
         """Return the newest memories of `kinds` (by valid time), newest first."""
         if limit <= 0 or not kinds:
             return []
@@ -434,7 +484,12 @@ class MemoryIndex:
         if reason:
             self.matrix_status = f"rebuilt: {reason}"
             if path.exists() or self.persist:
-                log.info("vector matrix rebuilt from the database", reason=reason, rows=len(self.matrix), file=path.name)
+                log.info(
+                    "vector matrix rebuilt from the database",
+                    reason=reason,
+                    rows=len(self.matrix),
+                    file=path.name,
+                )
         else:
             self.matrix_status = f"persisted (generation {self.matrix.saved_generation})"
 
@@ -447,13 +502,20 @@ class MemoryIndex:
             return
         async with self._save_lock:
             async with self._refresh_lock:
-                if not self.matrix.rows_since_save and self.matrix.saved_generation == self.matrix.generation:
+                if (
+                    not self.matrix.rows_since_save
+                    and self.matrix.saved_generation == self.matrix.generation
+                ):
                     return
                 snap = self.matrix.snapshot(index_id=self._index_id)
             try:
                 await anyio.to_thread.run_sync(snap.write, self.matrix_file)
             except OSError as exc:
-                log.warning("could not persist the vector matrix", file=str(self.matrix_file), error=repr(exc))
+                log.warning(
+                    "could not persist the vector matrix",
+                    file=str(self.matrix_file),
+                    error=repr(exc),
+                )
 
     async def query_vectors(self, queries: Sequence[str]) -> np.ndarray | None:
         """Embed queries (cached per text); None when the embedder makes no vectors."""
@@ -469,15 +531,29 @@ class MemoryIndex:
         return np.vstack([self._query_cache[q] for q in queries])
 
     def _where(
-        self, kinds: Collection[str] | None, include_retired: bool, after: datetime | None, before: datetime | None
+        self,
+        kinds: Collection[str] | None,
+        include_retired: bool,
+        after: datetime | None,
+        before: datetime | None,
     ) -> RowFilter:
         return RowFilter(
-            kinds=tuple(kinds) if kinds else None, include_retired=include_retired, after=after, before=before
+            kinds=tuple(kinds) if kinds else None,
+            include_retired=include_retired,
+            after=after,
+            before=before,
         )
 
     async def _rank_queries(
-        self, queries: Sequence[str], *, limit: int, mode: SearchMode, windows: Sequence[RowFilter],
-        query_vector: np.ndarray | None = None, drop_common: bool = True, vector_queries: int | None = None,
+        self,
+        queries: Sequence[str],
+        *,
+        limit: int,
+        mode: SearchMode,
+        windows: Sequence[RowFilter],
+        query_vector: np.ndarray | None = None,
+        drop_common: bool = True,
+        vector_queries: int | None = None,
     ) -> list[list[dict[int, float]]]:
         """Return, per window, per informative query, fused scores by rowid (no hydration).
 
@@ -489,7 +565,9 @@ class MemoryIndex:
         """
         lexical_on = mode in ("hybrid", "lexical")
         # No vector to compare with, no query to embed: the model is never loaded for nothing.
-        vector_on = mode in ("hybrid", "vector") and self.embedder.dim > 0 and self.matrix.vector_count > 0
+        vector_on = (
+            mode in ("hybrid", "vector") and self.embedder.dim > 0 and self.matrix.vector_count > 0
+        )
         rows = len(self.matrix)
 
         def choose(conn: Any) -> list[str]:
@@ -506,7 +584,12 @@ class MemoryIndex:
                 return [[[] for _ in kept] for _ in windows]
             return [
                 self.lexical.search(
-                    conn, kept, limit=limit, rows=rows, where=w, active=self.matrix.active,
+                    conn,
+                    kept,
+                    limit=limit,
+                    rows=rows,
+                    where=w,
+                    active=self.matrix.active,
                     generation=self.matrix.generation,
                 )
                 for w in windows
@@ -517,9 +600,18 @@ class MemoryIndex:
             out = []
             for w in windows:
                 mask = self.matrix.mask(
-                    kinds=w.kinds, include_retired=w.include_retired, after=w.after, before=w.before, need_vector=True
+                    kinds=w.kinds,
+                    include_retired=w.include_retired,
+                    after=w.after,
+                    before=w.before,
+                    need_vector=True,
                 )
-                out.append([[r for r, _ in self.matrix.top(sims[:, qi], mask, limit)] for qi in range(sims.shape[1])])
+                out.append(
+                    [
+                        [r for r, _ in self.matrix.top(sims[:, qi], mask, limit)]
+                        for qi in range(sims.shape[1])
+                    ]
+                )
             return out
 
         found: dict[str, Any] = {}
@@ -546,7 +638,8 @@ class MemoryIndex:
         else:
             vector = [[[] for _ in kept] for _ in windows]
         return [
-            [self._fuse(lexical[wi][qi], vector[wi][qi]) for qi in range(len(kept))] for wi in range(len(windows))
+            [self._fuse(lexical[wi][qi], vector[wi][qi]) for qi in range(len(kept))]
+            for wi in range(len(windows))
         ]
 
     def _fuse(self, lexical: list[int], vector: list[int]) -> dict[int, float]:
@@ -562,18 +655,75 @@ class MemoryIndex:
             for rank, i in enumerate(order):
                 rid = rowids[int(i)]
                 fused[rid] += RECENCY_WEIGHT / (RRF_K + rank + 1)
-                fused[rid] *= 1.0 + EXPLICIT_BOOST * float(explicit[i]) + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
+                fused[rid] *= (
+                    1.0
+                    + EXPLICIT_BOOST * float(explicit[i])
+                    + IMPORTANCE_WEIGHT * (float(importance[i]) - 0.5)
+                )
         return fused
 
+    async def _by_facets(
+        self, plan: QueryPlan, scored: list[tuple[int, float]]
+    ) -> list[tuple[int, float]]:
+        """Re-rank so that items covering more of the question's words rise among near-equals.
+
+        A question joins facets ("what did X do after moving to Y?"); an item that speaks of
+        several of them beats one that repeats a single word.
+        """
+        facets = {stem(w) for w in terms(plan.text)}
+        if FACET_WEIGHT <= 0 or len(facets) < 2 or not scored:
+            return scored
+        rows = await self.db.fetchall(
+            f"SELECT rowid, title, text FROM memories WHERE rowid IN ({','.join('?' * len(scored))})",
+            [r for r, _ in scored],
+        )
+        texts = {r[0]: f"{r[1]} {r[2]}" for r in rows}
+
+        def covered(rowid: int) -> float:
+            return len(facets & {stem(w) for w in terms(texts.get(rowid, ""))}) / len(facets)
+
+        return sorted(
+            ((r, s * (1.0 + FACET_WEIGHT * covered(r))) for r, s in scored),
+            key=lambda rs: (-rs[1], -rs[0]),
+        )
+
+    async def _second_hop(
+        self, plan: QueryPlan, first: list[tuple[int, float]], where: RowFilter
+    ) -> list[dict[int, float]]:
+        """Rankings for the names the first hop's best hits mention and the question does not.
+
+        "How is Maya's brother getting on at medical school?" finds "my brother Tomas got
+        into medical school"; the answer ("Tomas complains about the anatomy exams") shares
+        only "Tomas" with it. Bridges are searched by BM25 alone (no query vectors to embed).
+        """
+        seeds = await self._hydrate(first)
+        asked = {w.lower() for w in terms(plan.text)}
+        bridges: dict[str, None] = {}
+        for item in seeds:
+            for name in bridge_entities(item.text):
+                if not asked & {w.lower() for w in terms(name)}:
+                    bridges[name] = None
+        if not bridges:
+            return []
+        queries = list(bridges)[:HOP_QUERIES]
+        [ranked] = await self._rank_queries(
+            queries, limit=CANDIDATES, mode="lexical", windows=[where], drop_common=False
+        )
+        return ranked
+
     @staticmethod
-    def _combine(ranked: list[dict[int, float]], k: int) -> list[tuple[int, float]]:
+    def _combine(
+        ranked: list[dict[int, float]], k: int, weights: Sequence[float] | None = None
+    ) -> list[tuple[int, float]]:
         """Fuse per-query rankings by reciprocal rank, the first query weighted most."""
         if len(ranked) == 1:
             return sorted(ranked[0].items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
         total: dict[int, float] = {}
         for i, scores in enumerate(ranked):
-            weight = 1.0 if i == 0 else 0.5
-            for rank, (rid, _s) in enumerate(sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))):
+            weight = weights[i] if weights is not None else (1.0 if i == 0 else 0.5)
+            for rank, (rid, _s) in enumerate(
+                sorted(scores.items(), key=lambda kv: (-kv[1], -kv[0]))
+            ):
                 total[rid] = total.get(rid, 0.0) + weight / (RRF_K + rank + 1)
         return sorted(total.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
 
@@ -611,12 +761,17 @@ class MemoryIndex:
             return []
         await self.refresh()
         [[fused]] = await self._rank_queries(
-            [query], limit=max(CANDIDATES, 3 * k), mode=mode,
-            windows=[self._where(kinds, include_retired, after, before)], query_vector=query_vector,
+            [query],
+            limit=max(CANDIDATES, 3 * k),
+            mode=mode,
+            windows=[self._where(kinds, include_retired, after, before)],
+            query_vector=query_vector,
         )
         return await self._hydrate(self._combine([fused], k))
 
-    async def search_many(self, queries: Sequence[str], *, k: int = 10, **kw: Any) -> list[MemoryItem]:
+    async def search_many(
+        self, queries: Sequence[str], *, k: int = 10, **kw: Any
+    ) -> list[MemoryItem]:
         """Search several sub-queries, fuse their rankings (first query weighted most), dedupe.
 
         Query vectors are embedded in one batch; a sub-query made only of words most
@@ -631,15 +786,26 @@ class MemoryIndex:
         if mode not in ("hybrid", "lexical", "vector"):
             raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
         await self.refresh()
-        where = self._where(kw.get("kinds"), kw.get("include_retired", False), kw.get("after"), kw.get("before"))
+        where = self._where(
+            kw.get("kinds"), kw.get("include_retired", False), kw.get("after"), kw.get("before")
+        )
         [ranked] = await self._rank_queries(
-            queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=[where], vector_queries=kw.get("vector_queries")
+            queries,
+            limit=max(CANDIDATES, 3 * k),
+            mode=mode,
+            windows=[where],
+            vector_queries=kw.get("vector_queries"),
         )
         return await self._hydrate(self._combine(ranked, k))
 
     async def search_plan(
-        self, plan: QueryPlan, *, k: int = 10, mode: SearchMode = "hybrid",
-        kinds: Collection[str] | None = None, include_retired: bool = False,
+        self,
+        plan: QueryPlan,
+        *,
+        k: int = 10,
+        mode: SearchMode = "hybrid",
+        kinds: Collection[str] | None = None,
+        include_retired: bool = False,
     ) -> list[MemoryItem]:
         """Search a decomposed query: its time window is a preference, not a wall.
 
@@ -655,20 +821,39 @@ class MemoryIndex:
             hits = await self.search(plan.anchor.text, k=3, kinds=kinds, mode=mode)
             if hits and hits[0].ts is not None:
                 pivot = hits[0].ts
-                after, before = (pivot, None) if plan.anchor.relation == "after" else (None, pivot)
+                # Strictly after: the anchoring event itself is not what happened after it.
+                after, before = (
+                    (pivot + timedelta(seconds=1), None)
+                    if plan.anchor.relation == "after"
+                    else (None, pivot)
+                )
         await self.refresh()
         windows = [self._where(kinds, include_retired, None, None)]
         if after is not None or before is not None:
             windows.append(self._where(kinds, include_retired, after, before))
-        ranked = await self._rank_queries(queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=windows)
-        base = self._combine(ranked[0], k)
+        ranked = await self._rank_queries(
+            queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=windows
+        )
+        weights = [1.0] + [0.5] * (len(ranked[0]) - 1)
+        first = self._combine(ranked[0], HOP_SEEDS, weights)
+        if self.hops > 1 and mode != "vector":
+            hop = await self._second_hop(plan, first, windows[0])
+            ranked[0] = [*ranked[0], *hop]
+            weights += [HOP_WEIGHT] * len(hop)
+        # The first hop's best hits keep their places; what the second hop found ranks after.
+        kept = {r for r, _ in first}
+        pool = self._combine(ranked[0], max(k, FACET_POOL) + len(first), weights)
+        rest = await self._by_facets(plan, [(r, s) for r, s in pool if r not in kept])
+        base = (first + rest)[:k]
         if len(windows) == 1:
             return await self._hydrate(base)
         inside = self._combine(ranked[1], k)
         seen = {r for r, _ in inside}
         return await self._hydrate((inside + [(r, s) for r, s in base if r not in seen])[:k])
 
-    async def similar(self, text: str, kinds: Collection[str], threshold: float) -> list[MemoryItem]:
+    async def similar(
+        self, text: str, kinds: Collection[str], threshold: float
+    ) -> list[MemoryItem]:
         """Return active memories of `kinds` near-identical to `text` (similarity >= threshold).
 
         Similarity is cosine of vectors when the embedder makes them, else word-set overlap
@@ -680,7 +865,9 @@ class MemoryIndex:
         where = self._where(kinds, False, None, None)
         rows = len(self.matrix)
         [rowids] = await self.db.run(
-            lambda conn: self.lexical.search(conn, [text], limit=20, rows=rows, where=where, active=self.matrix.active)
+            lambda conn: self.lexical.search(
+                conn, [text], limit=20, rows=rows, where=where, active=self.matrix.active
+            )
         )
         if self.embedder.dim > 0:
             vec_hits = self.matrix.nearest((await self.query_vectors([text]))[0], 10, kinds=kinds)  # type: ignore[index]
@@ -695,7 +882,10 @@ class MemoryIndex:
             vecs = await self.embedder.embed([text, *(embed_text(i.title, i.text) for i in items)])
             sims = [float(v) for v in vecs[1:] @ vecs[0]]
         else:
-            sims = [len(mine & set(terms(i.text))) / max(1, len(mine | set(terms(i.text)))) for i in items]
+            sims = [
+                len(mine & set(terms(i.text))) / max(1, len(mine | set(terms(i.text))))
+                for i in items
+            ]
         for item, sim in zip(items, sims, strict=True):
             if sim >= threshold:
                 out.append(MemoryItem(**{**item.__dict__, "score": sim}))
@@ -728,7 +918,7 @@ class MemoryIndex:
             progress({"phase": "embed", "done": 0, "total": total})
         while True:
             batch = await self.db.fetchall(
-                "SELECT m.rowid, m.content_hash, m.title, m.text FROM memories m "
+                "SELECT m.rowid, m.content_hash, m.title, m.text, m.meta FROM memories m "
                 "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
                 "WHERE m.rowid > ? AND e.content_hash IS NULL ORDER BY m.rowid LIMIT ?",
                 (self.embedder.name, after, EMBED_ROUND),
@@ -736,24 +926,71 @@ class MemoryIndex:
             if not batch:
                 return done
             after = batch[-1][0]
-            unique = {r[1]: embed_text(r[2], r[3]) for r in batch}
+            # Windows come last: their vectors are the mean of their messages' vectors.
+            parts = {r[1]: json.loads(r[4] or "{}").get("parts") for r in batch}
+            unique = {r[1]: embed_text(r[2], r[3]) for r in batch if not parts[r[1]]}
+            windows = {
+                r[1]: embed_text(r[2], r[3]) for r in batch if parts[r[1]] and r[1] not in unique
+            }
             vectors = await self.embedder.embed(list(unique.values()))
-            rows = [
-                (h, self.embedder.name, int(vectors.shape[1]), vectors[i].astype(np.float32).tobytes())
-                for i, h in enumerate(unique)
-            ]
-
-            def store(conn: Any, rows: list[tuple[Any, ...]] = rows) -> None:
-                gen = next_generation(conn)
-                conn.executemany(
-                    "INSERT OR REPLACE INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?)",
-                    [(*r, gen) for r in rows],
-                )
-
-            await self.db.run(_write, store)
-            done += len(rows)
+            stored = await self._store_vectors(dict(zip(unique, vectors, strict=True)))
+            pooled, left = await self._pool_windows({h: parts[h] for h in windows})
+            if left:
+                encoded = await self.embedder.embed([windows[h] for h in left])
+                pooled.update(zip(left, encoded, strict=True))
+            stored += await self._store_vectors(pooled)
+            done += stored
             if progress is not None:
                 progress({"phase": "embed", "done": min(done, total), "total": total})
+
+    async def _store_vectors(self, vectors: dict[str, np.ndarray]) -> int:
+        """Store vectors by content hash (one write, one new generation); return how many."""
+        if not vectors:
+            return 0
+        rows = [
+            (h, self.embedder.name, int(v.shape[0]), np.asarray(v, dtype=np.float32).tobytes())
+            for h, v in vectors.items()
+        ]
+
+        def store(conn: Any) -> None:
+            gen = next_generation(conn)
+            conn.executemany(
+                "INSERT OR REPLACE INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?)",
+                [(*r, gen) for r in rows],
+            )
+
+        await self.db.run(_write, store)
+        return len(rows)
+
+    async def _pool_windows(
+        self, windows: dict[str, list[str]]
+    ) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Window vectors as the normalised mean of their messages' stored vectors.
+
+        Returns the pooled vectors and the windows left to encode (a message without a
+        stored vector, e.g. from an index built before windows named their parts).
+        """
+        if not windows:
+            return {}, []
+        uids = sorted({u for part in windows.values() for u in part})
+        found: dict[str, np.ndarray] = {}
+        for i in range(0, len(uids), 500):
+            chunk = uids[i : i + 500]
+            rows = await self.db.fetchall(
+                "SELECT m.uid, e.vector FROM memories m JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+                f"WHERE m.uid IN ({','.join('?' * len(chunk))})",
+                (self.embedder.name, *chunk),
+            )
+            found.update((r[0], np.frombuffer(r[1], dtype=np.float32)) for r in rows)
+        pooled: dict[str, np.ndarray] = {}
+        left: list[str] = []
+        for h, part in windows.items():
+            if part and all(u in found for u in part):
+                mean = np.mean([found[u] for u in part], axis=0)
+                pooled[h] = mean / max(float(np.linalg.norm(mean)), 1e-12)
+            else:
+                left.append(h)
+        return pooled, left
 
     async def _warm_up(self) -> None:
         """Load the persisted matrix and, when it holds vectors, the embedding model (daemon start).
@@ -781,7 +1018,9 @@ class MemoryIndex:
                     log.info("memories embedded", count=n, embedder=self.embedder.name)
             except Exception as exc:  # a flaky endpoint must not end the daemon; retry later
                 self.embed_errors += 1
-                log.warning("embedding failed; will retry", error=repr(exc), embedder=self.embedder.name)
+                log.warning(
+                    "embedding failed; will retry", error=repr(exc), embedder=self.embedder.name
+                )
                 with anyio.move_on_after(min(300.0, 5.0 * 2 ** min(self.embed_errors, 6))):
                     await self._wake.wait()
                 self._wake.set()

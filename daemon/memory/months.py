@@ -136,8 +136,8 @@ def render_month(
             decisions += [f"{d} [{summary.uid}]" for d in _decisions(summary.text)]
         else:
             # A session never summarised: its first messages stand in for a narrative.
-            first = sorted(group, key=lambda s: s.uid)[:1] + group[1:3]
-            text = " / ".join(_clip(s.text, 120) for s in first)
+            singles = [s for s in group if not s.uid.endswith("-w")] or group
+            text = " / ".join(_clip(s.text, 120) for s in singles[:3])
             lines.append(f"- {day} — (no summary) {_clip(text, _GIST_CHARS)} [{group[0].uid}]")
     if decisions:
         lines += ["", "## Decisions", ""] + [f"- {d}" for d in dict.fromkeys(decisions)]

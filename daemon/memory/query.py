@@ -37,11 +37,36 @@ _QUESTION_WORDS = frozenset(
     "will have has had tell remind please i my the a an in on at yesterday today tomorrow last "
     "this next".split()
 )
-MONTHS = {m: i for i, m in enumerate(
-    "january february march april may june july august september october november december".split(), 1)}
+MONTHS = {
+    m: i
+    for i, m in enumerate(
+        "january february march april may june july august september october november december".split(),
+        1,
+    )
+}
 MONTHS.update({m[:3]: i for m, i in list(MONTHS.items())})
-_UNITS = {"day": 1, "days": 1, "week": 7, "weeks": 7, "month": 30, "months": 30, "year": 365, "years": 365}
-_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "few": 3, "couple": 2}
+_UNITS = {
+    "day": 1,
+    "days": 1,
+    "week": 7,
+    "weeks": 7,
+    "month": 30,
+    "months": 30,
+    "year": 365,
+    "years": 365,
+}
+_NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "few": 3,
+    "couple": 2,
+}
 
 
 def words(text: str) -> list[str]:
@@ -130,13 +155,47 @@ def entities(text: str) -> list[str]:
     return list(found)
 
 
+_SPEAKER_PREFIX = re.compile(r"(?m)^[^\n:()]{1,60}?(?:\s*\([^)\n]{1,40}\))?:\s+")
+_SENTENCE_START = re.compile(r"(?:^|[.!?…]\s+|[\"“(]\s*)$")
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+
+
+def bridge_entities(text: str) -> list[str]:
+    """Names, places and quoted titles inside a remembered passage, for a second search hop.
+
+    Speaker labels ("Maya (8 May 2023): ") and capitalised sentence openers are not names;
+    months and weekdays are dates, not bridges.
+    """
+    found: dict[str, None] = {}
+    for line in _SPEAKER_PREFIX.sub("", text).splitlines():
+        for m in _QUOTED.finditer(line):
+            found[m.group(1).strip()] = None
+        for m in _CAPSRUN.finditer(line):
+            parts = m.group(0).split()
+            if _SENTENCE_START.search(line[: m.start()]):
+                parts = parts[1:]  # a sentence's first word is capitalised whatever it is
+            run = " ".join(parts).removesuffix("'s").removesuffix("’s").strip()
+            low = run.lower()
+            if (
+                len(run) > 1
+                and low not in STOP_WORDS
+                and low not in MONTHS
+                and low not in _WEEKDAYS
+                and low != "i"
+            ):
+                found[run] = None
+    return list(found)
+
+
 def _month_window(year: int, month: int) -> tuple[datetime, datetime]:
     start = datetime(year, month, 1, tzinfo=UTC)
     end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
     return start, end
 
 
-def time_window(text: str, now: datetime) -> tuple[datetime | None, datetime | None, TimeAnchor | None]:
+def time_window(
+    text: str, now: datetime
+) -> tuple[datetime | None, datetime | None, TimeAnchor | None]:
     """Resolve the obvious time words of `text` into (after, before, anchor)."""
     low = text.lower()
     day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -144,7 +203,10 @@ def time_window(text: str, now: datetime) -> tuple[datetime | None, datetime | N
         return day - timedelta(days=1), day, None
     if re.search(r"\btoday\b|\bthis morning\b|\btonight\b", low):
         return day, day + timedelta(days=1), None
-    m = re.search(r"\b(\d+|a|an|one|two|three|four|five|six|few|couple)\s+(?:of\s+)?(days?|weeks?|months?|years?)\s+ago\b", low)
+    m = re.search(
+        r"\b(\d+|a|an|one|two|three|four|five|six|few|couple)\s+(?:of\s+)?(days?|weeks?|months?|years?)\s+ago\b",
+        low,
+    )
     if m:
         n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
         span = _UNITS[m.group(2)]
@@ -156,8 +218,15 @@ def time_window(text: str, now: datetime) -> tuple[datetime | None, datetime | N
         span = _UNITS[m.group(2)]
         if m.group(1) == "this":
             return day - timedelta(days=span), now + timedelta(seconds=1), None
-        return day - timedelta(days=2 * span if m.group(1) == "last" else span), now + timedelta(seconds=1), None
-    m = re.search(r"\b(?:in|during|since|before|after|of)\s+(" + "|".join(MONTHS) + r")\b\.?(?:\s+(\d{4}))?", low)
+        return (
+            day - timedelta(days=2 * span if m.group(1) == "last" else span),
+            now + timedelta(seconds=1),
+            None,
+        )
+    m = re.search(
+        r"\b(?:in|during|since|before|after|of)\s+(" + "|".join(MONTHS) + r")\b\.?(?:\s+(\d{4}))?",
+        low,
+    )
     if m:
         month = MONTHS[m.group(1)]
         year = int(m.group(2)) if m.group(2) else (now.year if month <= now.month else now.year - 1)
@@ -172,7 +241,10 @@ def time_window(text: str, now: datetime) -> tuple[datetime | None, datetime | N
     if m:
         year = int(m.group(1))
         return datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC), None
-    m = re.search(r"\b(before|after)\s+(?:my|our|the|his|her|their)\s+([\w' -]{2,40})", low)
+    # "after my trip", and "after moving to Lisbon": the remembered event's date is the bound.
+    m = re.search(
+        r"\b(before|after)\s+(?:my|our|the|his|her|their)\s+([\w' -]{2,40})", low
+    ) or re.search(r"\b(before|after)\s+(\w{3,}ing\b[\w' -]{2,40})", low)
     if m:
         what = re.split(r"[?.!,;]", m.group(2))[0].strip()
         if terms(what):

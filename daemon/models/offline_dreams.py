@@ -4,7 +4,8 @@ Reads the `dream` prompt (`daemon.sleep.dreams`: `<<<MATERIAL`, `<<<TOPICS`, `<<
 sections) and answers in the dream reply format, with no language model:
 
 - the journal entry lists what happened (each trusted summary's title and first sentence,
-  each new fact) and the decisions taken, citing the memories;
+  each new fact) and the decisions taken (from summaries, and from the messages of sessions
+  not summarised yet), citing the memories;
 - a revision is proposed only when there is real material: decisions from trusted summaries
   that share a trigger word with a shown topic and are not in its addendum yet are appended
   as a short "Lessons" bullet list (at most three per topic), citing their sources;
@@ -26,6 +27,18 @@ _HEAD = re.compile(
 )
 _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_ECHO_MARKS = (
+    "you said:",
+    "offline model",
+    "not a language model",
+    "tool returned",
+    "tool reported",
+)
+# In a raw message only a settled decision counts ("let's talk about…" is not one).
+_DECIDED = re.compile(
+    r"\b(decided|agreed|chose|settled on|committed to|we'll|i'll|we will|i will|going to)\b", re.I
+)
+_SPEAKER = re.compile(r"^[^:]{1,80}\(\d{1,2} [A-Z][a-z]+ \d{4}\): ")
 LESSONS = "## Lessons"
 # How a decision is phrased says nothing about its domain ("we decided to…" is not about decisions).
 _DECIDING = re.compile(
@@ -108,6 +121,20 @@ def _decisions(item: Item) -> list[str]:
     return out
 
 
+def _echo(sentence: str) -> bool:
+    """The offline chat model's own words (it echoes the person and explains itself): no lesson."""
+    low = sentence.lower()
+    return any(mark in low for mark in _ECHO_MARKS)
+
+
+def _decided_in(item: Item) -> list[str]:
+    """Decision sentences of one message (a chunk reads "who (date): text")."""
+    text = _SPEAKER.sub("", " ".join(item.text.split()), count=1)
+    return [
+        s for s in _SENTENCE_END.split(text) if _DECIDED.search(s) and not s.rstrip().endswith("?")
+    ]
+
+
 def _first_sentence(item: Item) -> str:
     body = "\n".join(
         ln for ln in item.text.split("## Decisions", 1)[0].splitlines() if not ln.startswith("#")
@@ -150,10 +177,15 @@ def dream(message_text: str) -> dict[str, Any]:
         for i in trusted
         if i.uid.startswith("summary:")
     ]
-    facts = [f"- {i.text} [{i.uid}]" for i in trusted if not i.uid.startswith("summary:")]
+    said = [i for i in trusted if i.uid.startswith("chunk:")]
+    facts = [f"- {i.text} [{i.uid}]" for i in trusted if i.uid.startswith(("fact:", "profile:"))]
     decided = [(d, i) for i in trusted if i.uid.startswith("summary:") for d in _decisions(i)]
+    decided += [(d, i) for i in said for d in _decided_in(i)]
+    decided = [(d, i) for d, i in decided if not _echo(d)]
     if happened:
         lines += ["", "What happened:", *happened]
+    if said:
+        lines += ["", f"Not summarised yet: {len(said)} message(s) of the sessions still open."]
     if facts:
         lines += ["", "What I was asked to remember:", *facts]
     if decided:
@@ -175,7 +207,14 @@ def dream(message_text: str) -> dict[str, Any]:
         for decision, item in decided:
             if len(bullets) >= room:
                 break
-            if not (wanted & _stems(_DECIDING.sub(" ", decision))) or _normal(decision) in have:
+            # A message's domain shows in the whole message; a summary covers several, so only
+            # the decision's own words count there.
+            context = (
+                decision
+                if item.uid.startswith("summary:")
+                else _SPEAKER.sub("", item.text, count=1)
+            )
+            if not (wanted & _stems(_DECIDING.sub(" ", context))) or _normal(decision) in have:
                 continue
             bullets.append(f"- {decision} ({item.day})")
             sources.append(item.uid)

@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from daemon.models.offline_sleep import is_offline_chatter
 from daemon.text import STOP_WORDS
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9'’-]*", re.IGNORECASE)
@@ -81,6 +82,9 @@ def journal_entry(message_text: str) -> dict[str, Any]:
     lines = parse_lines(message_text)
     if not lines and _transcript(message_text).strip():
         lines = [("user", " ".join(_transcript(message_text).split()))]  # plain text: one message
+    # The offline model's own replies (its self-introduction, echoes of tool output) are not
+    # what happened: leaving them out keeps their words out of the summary, tags and files.
+    lines = [(r, t) for r, t in lines if not (r == "assistant" and is_offline_chatter(t))]
     said = [(r, t) for r, t in lines if r in ("user", "assistant")]
     tools = [
         (r, t) for r, t in lines if r.startswith("tool ") and r not in ("tool result", "tool error")

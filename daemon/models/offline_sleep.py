@@ -45,9 +45,16 @@ _COMMAND = re.compile(
 )
 
 
-def _noise(sentence: str) -> bool:
-    low = sentence.lower()
+_SPEAKER = re.compile(r"\s+(?=(?:The person|Reverie|The agent):)")
+
+
+def is_offline_chatter(text: str) -> bool:
+    """Whether `text` is the offline model talking about itself (or echoing), not the day's content."""
+    low = text.lower()
     return any(n in low for n in _OFFLINE_NOISE)
+
+
+_noise = is_offline_chatter
 
 
 def section(text: str, name: str) -> str:
@@ -116,7 +123,13 @@ def weave_wake(message_text: str) -> str:
     turns = _turns(section(message_text, "TRANSCRIPT"))
     person = [t for role, t in turns if role == "user"]
 
-    standing = [_clip(s) for s in _sentences(summary) if not _noise(s)][:3]
+    # An extractive summary interleaves speakers ("The person: … Reverie: …"): judge each part alone.
+    parts_said = [p for p in _SPEAKER.split(summary) if p.strip()]
+    standing = [_clip(s) for p in parts_said for s in _sentences(p) if not _noise(s)][:3]
+    if not standing and person:
+        standing = [
+            f"They said: {_clip(s)}" for text in person for s in _sentences(text) if not _noise(s)
+        ][:3]
     facts: list[str] = []
     for line in memories:
         # Explicit facts only: summaries are already in the standing, chunks are raw talk.

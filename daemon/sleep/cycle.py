@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -42,7 +43,7 @@ from daemon.events import (
 )
 from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import bound_contextvars, get_logger
-from daemon.models.base import SpendCapReached
+from daemon.models.base import ModelError, SpendCapReached
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
@@ -138,6 +139,7 @@ class SleepCycle:
         self._optional_scope: anyio.CancelScope | None = None
         self._finished: anyio.Event = anyio.Event()
         self._tg: TaskGroup | None = None
+        self._serving = anyio.Event()
         self._unsubscribe: list[Callable[[], None]] = []
 
     # -- ownership ---------------------------------------------------------------------------
@@ -208,6 +210,7 @@ class SleepCycle:
         """Run cycles in this service's task group until cancelled; resume an interrupted one first."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            self._serving.set()
             task_status.started()
             if self._resume is not None:
                 record, self._resume = self._resume, None
@@ -221,7 +224,8 @@ class SleepCycle:
     async def start(self, reason: str) -> CycleRecord:
         """Begin a cycle in the background and return its record; raise `SleepBusy` if one cannot start."""
         if self._tg is None:
-            raise SleepBusy("the sleep cycle is not running yet (the daemon is starting)")
+            # Called during start-up (a caught-up nightly run): wait until the service runs.
+            await self._serving.wait()
         if self.lifecycle.state is DaemonState.STARTING:
             await self.lifecycle.wait_for(DaemonState.AWAKE, DaemonState.STOPPING)
         if self.running is not None:
@@ -234,13 +238,26 @@ class SleepCycle:
         assert self.trunk.session is not None
         now = self.clock.now()
         cycle_id = f"sleep-{now.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        record = await self.checkpoints.begin(
-            cycle_id=cycle_id, reason=reason, session_id=self.trunk.session.id, at=now
+        # Claimed before the first await, so two starts at once cannot both begin a cycle.
+        self.running = CycleRecord(
+            id=cycle_id,
+            reason=reason,
+            session_id=self.trunk.session.id,
+            started_at=now,
+            status="running",
         )
+        try:
+            record = await self.checkpoints.begin(
+                cycle_id=cycle_id, reason=reason, session_id=self.trunk.session.id, at=now
+            )
+        except BaseException:
+            self.running = None
+            raise
         self.running = record
         self._finished = anyio.Event()
         self._woken = anyio.Event()
         self.wind_down.cancel()
+        assert self._tg is not None
         self._tg.start_soon(self._cycle, record, False, name="sleep-cycle")
         return record
 
@@ -387,11 +404,14 @@ class SleepCycle:
             }
         else:
             waiting = len(self.trunk.inbox.pending())
+            summary = await self._summarise_day(record.session_id)
             report = PhaseReport(
                 phase=WIND_DOWN,
                 changed=f"the turn in progress finished; trunk {record.session_id} held"
+                + (f"; the day summarised ({Path(summary).name})" if summary else "")
                 + (f"; {waiting} message(s) wait for the wake-up" if waiting else ""),
-                details={"waiting": waiting},
+                details={"waiting": waiting, "summary_file": summary},
+                files=(summary,) if summary else (),
             )
             await self._complete(ctx, 0, report, outcome)
         self._move(DaemonState.ASLEEP, f"asleep ({record.reason})")
@@ -468,6 +488,18 @@ class SleepCycle:
         )
         await self.bus.publish(Woke(session_id=new_id or ""))
 
+    async def _summarise_day(self, session_id: str) -> str:
+        """Summarise the day's session now, so maintenance and dreams see it (the wake-up reuses it)."""
+        try:
+            path = await self.memory.summarise_session(session_id, wait=True)
+        except ModelError as exc:
+            log.warning(
+                "wind-down: the day could not be summarised yet; the wake-up tries again",
+                error=str(exc),
+            )
+            return ""
+        return str(path) if path else ""
+
     async def _run_phase(
         self, ctx: PhaseContext, seq: int, phase: Phase, outcome: CycleOutcome, attempts_before: int
     ) -> None:
@@ -482,6 +514,8 @@ class SleepCycle:
             scope = anyio.CancelScope()
             if phase.optional:
                 self._optional_scope = scope
+                if self._woken.is_set():
+                    scope.cancel()  # a message came while this attempt was being recorded
             try:
                 with scope:
                     report = await phase.run(ctx)

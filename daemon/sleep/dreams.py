@@ -1,7 +1,8 @@
 """The dreams phase of sleep: reflect on recent sessions, keep a dream journal, revise topic addenda.
 
-The phase reads the memories made since the last completed cycle (session summaries and
-explicit facts, each labelled with its origin), the matrix's topic list and the addenda the
+The phase reads the memories made since the last completed cycle (session summaries, the
+messages of sessions not summarised yet — the trunk being put to sleep — and explicit facts,
+each labelled with its origin), the matrix's topic list and the addenda the
 material touches, and asks the `dreams` model role for a journal entry and proposed
 revisions. Every proposal goes through `RevisionStore` (guards, previous version kept,
 diff, revertible with `reverie dreams revert ID`). The entry is written last, to
@@ -58,11 +59,18 @@ _ITEM_CHARS = 1500
 _TOPICS_SHOWN = 3
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
+# Facts told since the last sleep; summaries of sessions active or summarised since; and for
+# sessions with no summary yet (the trunk being put to sleep: wake-up summarises it after
+# the dreams), their single-message chunks since.
 _MATERIAL_SQL = """
 SELECT uid, kind, title, text, origin, created_at FROM memories m
-WHERE m.kind IN ('summary', 'fact', 'profile') AND m.retired_at IS NULL
-  AND (:since IS NULL OR m.created_at >= :since OR (m.kind = 'summary' AND m.session_id IN (
-       SELECT id FROM sessions WHERE summarised_at >= :since)))
+WHERE m.retired_at IS NULL AND (
+    (m.kind IN ('fact', 'profile') AND (:since IS NULL OR m.created_at >= :since))
+ OR (m.kind = 'summary' AND (:since IS NULL OR m.created_at >= :since
+     OR m.session_id IN (SELECT session_id FROM memories WHERE kind = 'chunk' AND created_at >= :since)
+     OR m.session_id IN (SELECT id FROM sessions WHERE summarised_at >= :since)))
+ OR (m.kind = 'chunk' AND m.uid NOT LIKE '%-w' AND (:since IS NULL OR m.created_at >= :since)
+     AND m.session_id NOT IN (SELECT session_id FROM memories WHERE kind = 'summary' AND session_id IS NOT NULL)))
 ORDER BY m.created_at DESC, m.uid DESC LIMIT 400
 """
 

@@ -166,38 +166,48 @@ def provenance_problem(
     return None
 
 
+def _topic_ids(front: str) -> list[str]:
+    try:
+        data = json.loads(front)
+    except ValueError:
+        return []
+    topics = data.get("topics") if isinstance(data, dict) else data
+    return (
+        [str(t.get("id")) for t in topics if isinstance(t, dict)]
+        if isinstance(topics, list)
+        else []
+    )
+
+
 def add_topic_to_matrix(matrix_text: str, entry: dict[str, Any], *, where: Path) -> str:
-    """Insert one topic into the matrix's JSON front matter, keeping the rest of the file as written."""
+    """Insert one topic into the matrix's JSON front matter, keeping the rest of the file as written.
+
+    The entry goes in as one line after the last topic; when the front matter is laid out so
+    that this would not land in the topic list, the front matter is rewritten as indented JSON.
+    """
     front, _ = split_front_matter(matrix_text, where=where.name)
     data = json.loads(front)
+    if not isinstance(data, dict) or not isinstance(data.get("topics"), list):
+        raise MatrixError(f'{where.name}: front matter must be a JSON object with a "topics" list')
     start = matrix_text.index(front)
     end = start + len(front)
+    wanted = [*_topic_ids(front), entry["id"]]
     close = front.rstrip().rfind("]")
     last = front.rfind("}", 0, close)
-    line = json.dumps(entry, ensure_ascii=False)
-    if (
-        isinstance(data, dict)
-        and isinstance(data.get("topics"), list)
-        and close != -1
-        and last != -1
-        and data["topics"]
-    ):
-        new_front = front[: last + 1] + ",\n    " + line + front[last + 1 :]
-    else:
-        topics = list(data.get("topics") or []) if isinstance(data, dict) else []
+    if data["topics"] and close != -1 and last != -1:
         new_front = (
-            json.dumps(
-                {**(data if isinstance(data, dict) else {}), "topics": [*topics, entry]}, indent=2
-            )
-            + "\n"
+            front[: last + 1]
+            + ",\n    "
+            + json.dumps(entry, ensure_ascii=False)
+            + front[last + 1 :]
         )
-    updated = matrix_text[:start] + new_front + matrix_text[end:]
-    parsed = json.loads(split_front_matter(updated, where=where.name)[0])
-    if not any(
-        isinstance(t, dict) and t.get("id") == entry["id"] for t in parsed.get("topics", [])
-    ):
-        raise MatrixError(f"{where.name}: could not add topic {entry['id']!r}")
-    return updated
+        if _topic_ids(new_front) == wanted:
+            return matrix_text[:start] + new_front + matrix_text[end:]
+    rewritten = (
+        json.dumps({**data, "topics": [*data["topics"], entry]}, indent=2, ensure_ascii=False)
+        + "\n"
+    )
+    return matrix_text[:start] + rewritten + matrix_text[end:]
 
 
 class RevisionStore:
