@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import signal
 import socket
 import statistics
@@ -140,6 +141,17 @@ def cli_search(home: Path, query: str, env: dict[str, str], *extra: str) -> tupl
     return elapsed, r.stdout
 
 
+def timed(home: Path, queries: list[str], env: dict[str, str], *extra: str) -> dict[str, Any]:
+    """Wall time of each search, and the CPU time the CLI processes used (less sensitive to load)."""
+    walls, cpus = [], []
+    for q in queries:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        walls.append(cli_search(home, q, env, *extra)[0])
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
+    return {**summary(walls), "cpu_median_ms": round(statistics.median(cpus), 1)}
+
+
 def round_trip(home: Path, query: str) -> float:
     """Connect, greet and search through the socket from this process: the daemon's share, in ms."""
     from daemon.commands.forward import DaemonLink
@@ -243,17 +255,13 @@ def measure_size(root: Path, size: int, embedders: list[str], runs: int) -> dict
         res: dict[str, Any] = {}
         # The first search after the import: it may build and save the matrix (none saved yet).
         res["cold_first_ms"] = round(cli_search(home, "first search", env)[0], 1)
-        res["cold_hybrid"] = summary([cli_search(home, q, env)[0] for q in queries])
-        res["cold_lexical"] = summary(
-            [cli_search(home, q, env, "--mode", "lexical")[0] for q in queries]
-        )
+        res["cold_hybrid"] = timed(home, queries, env)
+        res["cold_lexical"] = timed(home, queries, env, "--mode", "lexical")
         direct = [cli_search(home, q, env)[1] for q in queries[:3]]
         with Daemon(home, env):
             res["warm_first_ms"] = round(cli_search(home, "warm up", env)[0], 1)
-            res["warm_hybrid"] = summary([cli_search(home, q, env)[0] for q in queries])
-            res["warm_lexical"] = summary(
-                [cli_search(home, q, env, "--mode", "lexical")[0] for q in queries]
-            )
+            res["warm_hybrid"] = timed(home, queries, env)
+            res["warm_lexical"] = timed(home, queries, env, "--mode", "lexical")
             res["same_hits"] = [cli_search(home, q, env)[1] for q in queries[:3]] == direct
             res["daemon_round_trip"] = summary([round_trip(home, q) for q in queries])
         out[choice] = res
@@ -370,16 +378,21 @@ def main() -> None:
         + ".json"
     )
     (RESULTS / name).write_text(json.dumps(results, indent=2))
+    print("\nwall-clock medians (CPU time of the CLI process in brackets)")
     print(
-        "\nmemories  embedder  cold first  cold hybrid  cold lexical  warm first  warm hybrid  warm lexical  same hits"
+        "memories  embedder  cold first  cold hybrid        cold lexical       warm first  warm hybrid      warm lexical     same hits"
     )
     for row in results["sizes"]:
         for choice in embedders:
             r = row[choice]
+
+            def cell(key: str, r: dict[str, Any] = r) -> str:
+                return f"{r[key]['median_ms']:>6.0f} ({r[key]['cpu_median_ms']:>4.0f}) ms"
+
             print(
-                f"{row['memories']:>8}  {choice:<8}  {r['cold_first_ms']:>8.0f}ms  {r['cold_hybrid']['median_ms']:>9.0f}ms"
-                f"  {r['cold_lexical']['median_ms']:>10.0f}ms  {r['warm_first_ms']:>8.0f}ms  {r['warm_hybrid']['median_ms']:>9.0f}ms"
-                f"  {r['warm_lexical']['median_ms']:>10.0f}ms  {r['same_hits']}"
+                f"{row['memories']:>8}  {choice:<8}  {r['cold_first_ms']:>8.0f}ms  {cell('cold_hybrid')}  "
+                f"{cell('cold_lexical')}  {r['warm_first_ms']:>8.0f}ms  {cell('warm_hybrid')}  "
+                f"{cell('warm_lexical')}  {r['same_hits']}"
             )
     for res in results["import"]:
         print(

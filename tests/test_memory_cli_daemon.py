@@ -314,11 +314,11 @@ def test_forwarding_finds_a_configured_socket(tmp_path: Path) -> None:
     (home / "reverie.toml").write_text(
         "# socket = 'commented.sock'\n[chat]\nmax_frame_bytes = 1000\n"
     )
-    assert socket_path(home, None) == home / "run" / "reverie.sock"
+    assert socket_path(str(home), None) == str(home / "run" / "reverie.sock")
     (home / "reverie.toml").write_text("[chat]\nsocket = 'elsewhere/r.sock'\n")
-    assert socket_path(home, None) == home / "elsewhere" / "r.sock"
+    assert socket_path(str(home), None) == str(home / "elsewhere" / "r.sock")
     extra = tmp_path / "extra.toml"
     extra.write_text("chat = { socket = '/tmp/abs.sock' }\n")
-    assert socket_path(home, str(extra)) == Path("/tmp/abs.sock")
+    assert socket_path(str(home), str(extra)) == "/tmp/abs.sock"
     extra.write_text("[chat\nsocket = broken")
-    assert socket_path(home, str(extra)) is None  # the full CLI reports the bad file
+    assert socket_path(str(home), str(extra)) is None  # the full CLI reports the bad file

@@ -203,3 +203,34 @@ async def test_the_daemon_rewrites_the_file_behind_its_searches(tmp_path: Path) 
     matrix = VectorMatrix(model="hash-64", dim=64)
     matrix.load(path, {"generation": "999", "epoch": "0", "index_id": _index_id(db_file)})
     assert len(matrix) == 61  # ...but when the daemon stops
+
+
+class CountingEmbedder(HashEmbedder):
+    """A hash embedder that counts the texts it was asked to embed."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.texts = 0
+
+    def embed_sync(self, texts):  # type: ignore[no-untyped-def]
+        self.texts += len(texts)
+        return super().embed_sync(texts)
+
+
+async def test_a_query_is_embedded_only_when_the_index_holds_vectors(tmp_path: Path) -> None:
+    from daemon.commands.ops import search_batch
+
+    db_file = tmp_path / "reverie.db"
+    embedder = CountingEmbedder()
+    async with await Database.open(db_file) as db:
+        index = MemoryIndex(db, embedder, MemorySettings(), FakeClock(T0), background=False)
+        async with index:
+            await index.upsert([memory(i) for i in range(30)])
+            hits = await search_batch(index, ["lisbon violin", "orchard"], now=T0, mode="hybrid")
+            assert hits[0] and embedder.texts == 0  # no vector yet: lexical answers, no model
+            await index.flush()
+            embedded = embedder.texts
+            await search_batch(index, ["lisbon violin"], now=T0, mode="lexical")
+            assert embedder.texts == embedded  # lexical never embeds
+            await search_batch(index, ["lisbon violin"], now=T0, mode="hybrid")
+            assert embedder.texts > embedded

@@ -8,8 +8,11 @@ and refuse bad ones with the same message and exit code.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 KINDS = ("fact", "profile", "summary", "chunk", "month", "journal")
 MODES = ("hybrid", "lexical", "vector")
@@ -33,7 +36,7 @@ class UsageError(Exception):
 
 def add_import_args(imp: argparse.ArgumentParser) -> None:
     imp.add_argument(
-        "file", type=Path, help='JSONL: {"session","id","ts","role","content","speaker"?} per line'
+        "file", help='JSONL: {"session","id","ts","role","content","speaker"?} per line'
     )
     imp.add_argument(
         "--summarise",
@@ -62,7 +65,6 @@ def add_search_args(search: argparse.ArgumentParser) -> None:
     search.add_argument("--mode", choices=MODES, default="hybrid")
     search.add_argument(
         "--batch",
-        type=Path,
         metavar="FILE",
         help="one query per line; one result array per line, in order",
     )
@@ -98,7 +100,9 @@ def add_remember_args(remember: argparse.ArgumentParser) -> None:
     )
     action.add_argument("--retract", metavar="ID", help="withdraw fact ID; it stays in history")
     action.add_argument(
-        "--restore", metavar="ID", help="undo the retraction of fact ID (e.g. one sleep retired as stale)"
+        "--restore",
+        metavar="ID",
+        help="undo the retraction of fact ID (e.g. one sleep retired as stale)",
     )
     remember.add_argument("--reason", default="", help="why a retracted fact no longer holds")
     remember.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -123,7 +127,8 @@ def search_queries(args: argparse.Namespace) -> list[str]:
     if args.batch is None:
         return [args.query]
     try:
-        return Path(args.batch).read_text(encoding="utf-8").splitlines()
+        with open(args.batch, encoding="utf-8") as fh:
+            return fh.read().splitlines()
     except OSError as exc:
         raise UsageError(f"cannot read {args.batch}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -143,6 +148,8 @@ def search_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def import_file(args: argparse.Namespace) -> Path:
     """Check a `memory import` command line and return the file, absolute (raises UsageError)."""
+    from pathlib import Path
+
     path = Path(args.file).expanduser()
     if not path.is_file():
         raise UsageError(f"no such file: {args.file}")

@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, TextIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 
 def search_results(
