@@ -196,10 +196,12 @@ async def test_the_daemon_rewrites_the_file_behind_its_searches(tmp_path: Path) 
             with anyio.fail_after(10):
                 while not path.exists():
                     await anyio.sleep(0.01)
-            assert index.matrix.rows_since_save == 0
+            # Saved once 50 rows were in; the embedder may have taken the rest in a later batch.
+            before = index.matrix.rows_since_save
+            assert before < 50
             await index.upsert([memory(100, "one more about the canal")])
             await index.flush()
-            assert 0 < index.matrix.rows_since_save < 50  # a few rows: not rewritten now...
+            assert before < index.matrix.rows_since_save < 50  # a few rows: not rewritten now...
     matrix = VectorMatrix(model="hash-64", dim=64)
     matrix.load(path, {"generation": "999", "epoch": "0", "index_id": _index_id(db_file)})
     assert len(matrix) == 61  # ...but when the daemon stops
