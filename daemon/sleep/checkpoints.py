@@ -80,6 +80,20 @@ class Checkpoints:
         )
         return _cycle(row) if row else None
 
+    async def completed_since(self, phase: str, *, before: str) -> datetime | None:
+        """When the last cycle (other than `before`) in which `phase` ran to completion finished.
+
+        A cycle that deferred or skipped the phase does not count, so the phase's next run
+        reaches back over it; None when the phase never completed.
+        """
+        row = await self.db.fetchone(
+            "SELECT c.finished_at FROM sleep_cycles c JOIN sleep_phases p ON p.cycle_id = c.id"
+            " WHERE p.phase = ? AND p.status = 'done' AND c.finished_at IS NOT NULL AND c.id != ?"
+            " ORDER BY c.finished_at DESC LIMIT 1",
+            (phase, before),
+        )
+        return datetime.fromisoformat(row[0]) if row else None
+
     async def get(self, cycle_id: str) -> CycleRecord | None:
         row = await self.db.fetchone(
             f"SELECT {_CYCLE_COLS} FROM sleep_cycles WHERE id = ?", (cycle_id,)

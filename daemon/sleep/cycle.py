@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,6 +135,8 @@ class SleepCycle:
         self.last: CycleOutcome | None = None
         self._resume: CycleRecord | None = None
         self._held = False
+        # Set when the cycle asked for the hold: from then on a message waits for the wake-up.
+        self._holding = False
         self._woken = anyio.Event()
         self._optional_scope: anyio.CancelScope | None = None
         self._finished: anyio.Event = anyio.Event()
@@ -148,6 +150,7 @@ class SleepCycle:
         self._resume = await self.checkpoints.unfinished()
         if self._resume is not None:
             # Before the trunk answers anything: messages wait for the resumed wake-up.
+            self._holding = True
             await self.trunk.hold()
             self._held = True
             log.info(
@@ -303,8 +306,14 @@ class SleepCycle:
                 self._move(DaemonState.AWAKE, f"wind-down called off: {exc}")
 
     def message_arrived(self) -> None:
-        """A person's message was accepted: during sleep it wakes the agent early."""
-        if self.running is None or self._woken.is_set():
+        """A person's message was accepted: once the trunk is held, it wakes the agent early.
+
+        A message accepted before the cycle asked for the hold (during the wind-down's first
+        steps) is answered before sleeping, in the old session, and does not cut the sleep
+        short; should the hold still overtake it in the inbox, it waits for the wake-up and
+        `_person_waiting` wakes the agent early then.
+        """
+        if self.running is None or not self._holding or self._woken.is_set():
             return
         self._woken.set()
         if self._optional_scope is not None:
@@ -315,6 +324,7 @@ class SleepCycle:
         return any(e.origin == "person" for e in self.trunk.inbox.pending())
 
     def _release(self) -> None:
+        self._holding = False
         if self._held:
             self._held = False
             self.trunk.release()
@@ -395,6 +405,7 @@ class SleepCycle:
         if not wound_down:
             await self.checkpoints.phase_started(record.id, WIND_DOWN, 0, self.clock.now())
         if not self._held:
+            self._holding = True  # before the await: hold() takes effect at once
             await self.trunk.hold()
             self._held = True
         if wound_down:
@@ -412,6 +423,7 @@ class SleepCycle:
                 + (f"; {waiting} message(s) wait for the wake-up" if waiting else ""),
                 details={"waiting": waiting, "summary_file": summary},
                 files=(summary,) if summary else (),
+                nothing_changed=not summary and not waiting,
             )
             await self._complete(ctx, 0, report, outcome)
         self._move(DaemonState.ASLEEP, f"asleep ({record.reason})")
@@ -437,10 +449,13 @@ class SleepCycle:
                 continue
             self.lifecycle.set_phase(phase.name)
             if phase.optional and (self._woken.is_set() or self._person_waiting()):
+                self._woken.set()  # a message waits for the wake-up: the agent wakes early
                 await self._defer(ctx, seq, phase.name, outcome)
                 continue
             attempts_before = prior.attempts if prior is not None else 0
-            await self._run_phase(ctx, seq, phase, outcome, attempts_before)
+            # Each phase's material reaches back to the last cycle in which it completed.
+            since = await self.checkpoints.completed_since(phase.name, before=record.id)
+            await self._run_phase(replace(ctx, since=since), seq, phase, outcome, attempts_before)
             ran = outcome.steps[phase.name].get("report")
             if isinstance(ran, dict) and ran.get("details", {}).get("new_session_id"):
                 outcome.new_session_id = str(ran["details"]["new_session_id"])
@@ -568,8 +583,14 @@ class SleepCycle:
             "report": report.to_json(),
         }
         log.info(
-            "sleep phase finished", phase=report.phase, changed=report.changed, attempts=attempts
+            "sleep phase finished",
+            phase=report.phase,
+            changed=report.changed,
+            attempts=attempts,
+            nothing_changed=report.nothing_changed,
         )
+        if report.nothing_changed:
+            return  # the log line is enough: an idle phase does not crowd the journal
         await self.bus.publish(
             JournalNote(
                 summary=f"sleep · {report.phase}: {report.changed}",

@@ -149,7 +149,7 @@ class DreamsPhase:
         if not material.origins:
             return PhaseReport(
                 phase=self.name, changed="no new sessions since the last sleep: nothing to dream about",
-                details={"material": 0, "revisions": []},
+                details={"material": 0, "revisions": []}, nothing_changed=True,
             )  # fmt: skip
         router = TopicRouter(ctx.home, ctx.settings.topics)
         await anyio.to_thread.run_sync(router.reload)

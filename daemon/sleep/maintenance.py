@@ -106,6 +106,7 @@ class MaintenancePhase:
             ids = [r["id"] for r in retired]
             shown = ", ".join(ids[:8]) + (f", … {len(ids) - 8} more" if len(ids) > 8 else "")
             parts.append(f"retired {len(retired)} stale fact(s) ({shown})")
+        idle = not parts and not any(kept) and not compacted["vacuumed"]
         if not parts:
             parts.append("nothing to fold, pin or retire")
         parts.extend(line for line in kept if line)
@@ -114,8 +115,15 @@ class MaintenancePhase:
         return PhaseReport(
             phase=self.name,
             changed="; ".join(parts),
-            details={"fold": folded, "pin": pinned, "retired": retired, "housekeeping": kept, "compact": compacted},
+            details={
+                "fold": folded,
+                "pin": pinned,
+                "retired": retired,
+                "housekeeping": kept,
+                "compact": compacted,
+            },
             files=files,
+            nothing_changed=idle,
         )
 
 

@@ -31,7 +31,10 @@ class PhaseContext:
     reason: str  # nightly | compaction | manual
     session_id: str  # the trunk session being put to sleep
     started_at: datetime
-    since: datetime | None  # when the last completed cycle finished (None before the first)
+    # This phase's material starts here: the end of the last cycle in which *this phase* ran
+    # to completion (None if it never did), so a deferred or skipped phase reaches back over
+    # the cycles that did not run it and loses nothing.
+    since: datetime | None
     home: Home
     settings: Settings
     db: Database
@@ -51,6 +54,9 @@ class PhaseReport:
     changed: str
     details: dict[str, Any] = field(default_factory=dict)
     files: tuple[str, ...] = ()
+    # True when the phase found nothing to do and changed nothing: the cycle still writes its
+    # log line but publishes no journal note (idle nights must not crowd the journal).
+    nothing_changed: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +64,7 @@ class PhaseReport:
             "changed": self.changed,
             "details": self.details,
             "files": list(self.files),
+            "nothing_changed": self.nothing_changed,
         }
 
     @classmethod
@@ -67,6 +74,7 @@ class PhaseReport:
             changed=data.get("changed", ""),
             details=dict(data.get("details") or {}),
             files=tuple(data.get("files") or ()),
+            nothing_changed=bool(data.get("nothing_changed", False)),
         )
 
 

@@ -157,6 +157,7 @@ class WakeUp:
                 phase=self.name,
                 changed="nothing was said since the last sleep: WAKE.md and the session kept",
                 details={"new_session_id": None, "switched": False},
+                nothing_changed=True,
             )
         summary, decisions, summary_file = await self._summary(ctx)
         memories = await self._memories(
