@@ -259,3 +259,60 @@ def test_reverie_sleep_wait_and_status_from_the_command_line(tmp_path: Path) -> 
         and data["sleep"]["last"]["reason"] == "manual"
         and data["next_sleep"]
     )
+
+
+def test_a_message_sent_with_the_sleep_command_is_answered_before_sleeping(
+    tmp_path: Path,
+) -> None:
+    """The review's repro: `sleep` and a message at once on one connection (offline model).
+
+    The message reaches the trunk before the cycle's hold, so it is answered in the old
+    session, before sleeping, and does not cut the sleep short (nothing deferred)."""
+    home = tmp_path / "home"
+    d = DaemonProcess(home=home, env=daemon_env()).start()
+    try:
+        with Client(d.socket_path) as c:
+            c.hello()
+            c.chat("We decided to bake sourdough on Sundays.")
+            old = _rows(home, "SELECT value FROM kv WHERE key = 'trunk_session'")[0][0].strip('"')
+            c.send_raw(
+                (
+                    json.dumps({"type": "command", "name": "sleep", "args": {}, "id": "c-sleep"})
+                    + "\n"
+                    + json.dumps({"type": "message", "text": "are you awake?"})
+                    + "\n"
+                ).encode()
+            )
+            frames = c.recv_until(lambda f: f["type"] == "state" and f["state"] == "asleep")
+            frames += c.recv_until(lambda f: f["type"] == "state" and f["state"] == "awake")
+            accepted = next(f for f in frames if f["type"] == "accepted")
+            done = [f for f in frames if f["type"] == "done"]
+            assert done and done[0]["turn_id"] == accepted["turn_id"], frames
+            # The reply came before the agent fell asleep.
+            kinds = [(f["type"], f.get("state")) for f in frames]
+            assert kinds.index(("done", None)) < kinds.index(("state", "asleep"))
+            woke = frames[-1]
+            assert "woke early" not in woke.get("detail", "") and "deferred" not in woke.get(
+                "detail", ""
+            ), woke
+        ends = [
+            r["_file"]
+            for r in _records(home)
+            if r.get("type") == "turn_end" and r.get("turn_id") == accepted["turn_id"]
+        ]
+        assert ends == [old]
+        ((woke_early, deferred),) = _rows(
+            home, "SELECT woke_early, deferred FROM sleep_cycles WHERE session_id = ?", (old,)
+        )
+        assert woke_early == 0 and json.loads(deferred) == []
+        cycle = _rows(home, "SELECT id FROM sleep_cycles WHERE session_id = ?", (old,))[0][0]
+        assert _rows(
+            home, "SELECT phase, status FROM sleep_phases WHERE cycle_id = ? ORDER BY seq", (cycle,)
+        ) == [
+            ("wind_down", "done"),
+            ("maintenance", "done"),
+            ("dreams", "done"),
+            ("wake_up", "done"),
+        ]
+    finally:
+        assert d.stop() == 0
