@@ -3,8 +3,10 @@
 Order: `wind_down` (the trunk finishes its turn and holds; messages keep being accepted and
 fsynced) → the phases given to the cycle (maintenance and dreams, then `wake_up`) → release.
 The lifecycle goes awake → winding-down → asleep → awake, and its phase names the step for
-`status`. `SleepStarted` is published before the first step, one `JournalNote` and one log
-line per step, then `SleepFinished` and `Woke`.
+`status`. `SleepStarted` is published before the first step, one log line per step and one
+`JournalNote` per step that changed something (a report with `nothing_changed` logs only), then
+`SleepFinished` and `Woke`. Each phase's `since` is the end of the last cycle in which that
+phase completed, so a deferred phase reaches back over the cycle that deferred it.
 
 Robustness:
 - every step's outcome is a row in `sleep_phases`; a crash or SIGTERM mid-cycle leaves the
@@ -13,9 +15,11 @@ Robustness:
 - a step that raises is retried with backoff on the injectable clock (`sleep.phase_retries`,
   counting attempts made before a restart too), then skipped with a journal note, and the
   rest proceeds; `SpendCapReached` skips at once (the cap applies);
-- a person's message during sleep wakes the agent early: the optional step in progress is
-  cancelled (phases are safe to re-run) and the remaining optional ones are deferred to the
-  next cycle; the wake-up still runs, the state frame says what happened, the first reply
+- a person's message accepted before the cycle asks for the hold is answered before sleeping
+  (in the old session) and does not wake the agent early;
+- a person's message during sleep (once the hold is asked for) wakes the agent early: the
+  optional step in progress is cancelled (phases are safe to re-run) and the remaining
+  optional ones are deferred to the next cycle; the wake-up still runs, the state frame says what happened, the first reply
   is told, and the message — already on disk in the inbox — is answered in the new session.
 """
 
