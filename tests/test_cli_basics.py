@@ -26,6 +26,15 @@ def test_init_scaffolds_a_private_home(tmp_path: Path, capsys: pytest.CaptureFix
     assert "already exists" in capsys.readouterr().out
 
 
+def test_init_over_a_file_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "a-file"
+    target.write_text("not a home")
+    assert main(["init", str(target)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"reverie: cannot create home {target}: it exists and is not a directory"
+    assert target.read_text() == "not a home"
+
+
 def test_doctor_reports_each_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home = tmp_path / "agent"
     main(["init", str(home)])
