@@ -359,3 +359,11 @@ def test_a_database_rebuilt_from_the_files_names_every_chunk_as_before(tmp_path:
     # in a last reply the stopping daemon had not chunked yet).
     singles = [(u, t) for u, t in before if not u.endswith("-w")]
     assert singles and all(after.get(u) == t for u, t in singles), (singles, after)
+    # The daemon continues the same trunk session from its transcript.
+    live = singles[0][0].split(":")[1]
+    d = DaemonProcess(home=home, env=env).start()
+    try:
+        with Client(d.socket_path) as c:
+            assert c.hello()["session_id"] == live
+    finally:
+        assert d.stop() == 0
