@@ -252,15 +252,13 @@ class MemoryIndex:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()
-        # The daemon leaves its matrix as it knew it; a short-lived command only when it had to
-        # rebuild or read much (so the next command starts from it), never for a few rows.
+        # The daemon (the one index running an embedding worker) leaves its matrix as it knew
+        # it; any other only when it had to rebuild or read much, never for a few rows.
         m = self.matrix
         if (
             self._matrix_checked
             and m.rows_since_save
-            and (
-                self.background or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows
-            )
+            and (stack is not None or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows)
         ):
             with anyio.CancelScope(shield=True):
                 await self.save_matrix()
