@@ -200,8 +200,17 @@ async def test_the_daemon_rewrites_the_file_behind_its_searches(tmp_path: Path) 
         async with index:
             await index.upsert([memory(i) for i in range(60)])
             await index.flush()
+            # Rows, then their vectors, each pass the threshold: a save behind each; wait for both.
+            state = {"generation": "999", "epoch": "0", "index_id": _index_id(db_file)}
             with anyio.fail_after(10):
-                while not path.exists():
+                while True:
+                    saved = VectorMatrix(model="hash-64", dim=64)
+                    try:
+                        saved.load(path, state)
+                    except StaleMatrix:
+                        pass
+                    if len(saved) == 60 and saved.vector_count == 60:
+                        break
                     await anyio.sleep(0.01)
             assert index.matrix.rows_since_save == 0
             await index.upsert([memory(100, "one more about the canal")])
