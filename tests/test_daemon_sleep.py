@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -99,8 +100,9 @@ def _weave_requests(fake: FakeAnthropic) -> list[Any]:
     ]
 
 
-def test_sleep_through_the_socket_survives_sigkill_mid_cycle_and_resumes_after_restart(
-    tmp_path: Path, fake: FakeAnthropic
+@pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
+def test_sleep_through_the_socket_survives_a_stop_mid_cycle_and_resumes_after_restart(
+    tmp_path: Path, fake: RoutedFake, stop: str
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -133,7 +135,12 @@ def test_sleep_through_the_socket_survives_sigkill_mid_cycle_and_resumes_after_r
             # A message during sleep is accepted (on disk) but not answered before the wake-up.
             c.send({"type": "message", "text": "are you awake?"})
             waiting = c.recv_until(lambda f: f["type"] == "accepted")[-1]
-        d.kill()
+        if stop == "sigkill":
+            d.kill()
+        else:
+            # A graceful stop mid-cycle: the cycle is cancelled, not finished, and exits cleanly.
+            d.signal(signal.SIGTERM)
+            assert d.wait(30) == 0
     finally:
         if d.proc and d.proc.poll() is None:
             d.proc.kill()

@@ -406,6 +406,13 @@ async def test_the_nightly_job_runs_at_the_configured_local_time_with_jitter_and
             cycles = await r.rows("SELECT reason, started_at FROM sleep_cycles ORDER BY started_at")
             assert cycles[0][0] == "nightly" and datetime.fromisoformat(cycles[0][1]) >= planned
             assert "wake_up done" in first_result
+            last_run = s.last_run("nightly_sleep")
+        # Down for three nights: the next start catches up once, at once.
+        assert last_run is not None
+        clock.set(last_run + timedelta(days=3, hours=8))
+        async with Scheduler(clock=clock, db=r.db, timezone="Europe/Lisbon") as again:
+            r.cycle.schedule(again)
+            assert again.next_run("nightly_sleep") == clock.now()
         # Run again within the minimum gap (a catch-up right after a cycle): skipped, no second cycle.
         last = await r.cycle.checkpoints.last_finished()
         assert last is not None and last.finished_at is not None
@@ -533,3 +540,18 @@ def test_the_offline_letter_says_a_day_was_quiet_only_when_nothing_was_said() ->
     assert "quiet day" not in weave_wake(busy) and "roof leaks again" in weave_wake(busy)
     quiet = wake_prompt(date="Mon", limit=600, summary="", decisions=[], memories=[], transcript=[])
     assert "A quiet day" in weave_wake(quiet)
+
+
+async def test_the_first_turn_after_a_restart_still_gets_the_wake_note(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    trunk = echo_trunk()
+    async with rig(tmp_path / "home", clock=clock, models={"trunk": trunk}) as r:
+        await r.say("we settled on Porto for May")
+        woken = (await r.cycle.run("nightly")).new_session_id
+    # The daemon restarts before the person says anything in the new session.
+    async with rig(tmp_path / "home", clock=clock, models={"trunk": trunk}) as r2:
+        assert r2.trunk.session is not None and r2.trunk.session.id == woken
+        await r2.say("morning!")
+        assert "You slept (nightly)" in system_text(trunk.calls[-1])
+        await r2.say("and now?")
+        assert "You have just woken up" not in system_text(trunk.calls[-1])

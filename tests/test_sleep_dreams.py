@@ -50,7 +50,7 @@ async def week(rig: SleepRig, *, imported: bool = False) -> None:
         (
             "bug-1",
             "The scraper crashes with a timeout traceback.",
-            "We agreed to add a retry with backoff around every request and log the timeout.",
+            "We agreed the scraper bug needs a retry with backoff around every request.",
         ),
         (
             "bake-2",
@@ -110,7 +110,7 @@ async def test_offline_dream_writes_an_entry_and_a_lessons_revision_that_reverts
 
             rid = revision_id("c-1", "addendum", "cooking")
             by_target = {r["target"]: (r["id"], r["status"]) for r in report.details["revisions"]}
-            # Sourdough decisions bear on cooking, the timeout decision on debugging; nothing else.
+            # Sourdough decisions bear on cooking, the scraper bug decision on debugging; nothing else.
             assert by_target == {
                 "cooking": (rid, "applied"),
                 "debugging": (revision_id("c-1", "addendum", "debugging"), "applied"),
@@ -165,15 +165,28 @@ async def test_a_crash_between_record_and_file_write_finishes_the_write_once(
             ctx = rig.context(since=START - timedelta(hours=1), cycle_id="c-crash")
             cooking = rig.home.topics_dir / "cooking.md"
             original = cooking.read_text()
+            debugging_before = (rig.home.topics_dir / "debugging.md").read_text()
             first = await DreamsPhase().run(ctx)
             revised = cooking.read_text()
-            # Simulate the crash: the record exists, the file and the entry were never written.
+            debugging = rig.home.topics_dir / "debugging.md"
+            debugging_revised = debugging.read_text()
+            # Simulate the crash: the records exist, the files, diffs and entry were never written.
             cooking.write_text(original)
-            for path in rig.home.dreams_dir.glob("dream-*.md"):
+            debugging.write_text(debugging_before)
+            for path in [
+                *rig.home.dreams_dir.glob("dream-*.md"),
+                *rig.home.dreams_dir.glob("revisions/*.diff"),
+            ]:
                 path.unlink()
+            # The dream after the restart need not propose the same again (a real model would not).
+            rig.roles._overrides["dreams"] = ScriptedModel(
+                ['{"entry": "The same night, dreamt again."}']
+            )
             report = await DreamsPhase().run(ctx)
             assert cooking.read_text() == revised
+            assert debugging.read_text() == debugging_revised
             assert len(await RevisionStore(rig.home, rig.db).recent()) == 2
+            assert len(list(rig.home.dreams_dir.glob("revisions/*.diff"))) == 2
             assert sorted(report.details["revisions"], key=str) == sorted(
                 first.details["revisions"], key=str
             )
@@ -563,7 +576,7 @@ async def test_the_session_not_summarised_yet_is_dreamt_from_its_messages(tmp_pa
                     ),
                     (
                         "user",
-                        "The scraper hit a timeout again. We agreed to add a retry with backoff.",
+                        "The scraper crashed with a traceback again. We agreed to add a retry with backoff.",
                     ),
                 ],
                 started=last_sleep + timedelta(hours=2),
@@ -578,7 +591,7 @@ async def test_the_session_not_summarised_yet_is_dreamt_from_its_messages(tmp_pa
             # A message's domain is read from the whole message, not only its decision.
             debugging = (rig.home.topics_dir / "debugging.md").read_text()
             assert "- We agreed to add a retry with backoff. (" in debugging
-            assert "hit a timeout" not in debugging
+            assert "crashed with a traceback" not in debugging
             cooking = (rig.home.topics_dir / "cooking.md").read_text()
             assert (
                 "- We decided to keep the sourdough starter in the fridge on weekdays." in cooking

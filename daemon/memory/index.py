@@ -661,12 +661,14 @@ class MemoryIndex:
         return fused
 
     async def _by_facets(
-        self, plan: QueryPlan, scored: list[tuple[int, float]]
+        self, plan: QueryPlan, scored: list[tuple[int, float]], chains: dict[str, str] | None = None
     ) -> list[tuple[int, float]]:
         """Re-rank so that items covering more of the question's words rise among near-equals.
 
         A question joins facets ("what did X do after moving to Y?"); an item that speaks of
-        several of them beats one that repeats a single word.
+        several of them beats one that repeats a single word. `chains` maps a second-hop
+        bridge name to the first-hop text it came from: an item naming the bridge covers
+        what that text covers ("Tomas" stands for "my brother … medical school").
         """
         facets = {stem(w) for w in terms(plan.text)}
         if FACET_WEIGHT <= 0 or len(facets) < 2 or not scored:
@@ -677,8 +679,15 @@ class MemoryIndex:
         )
         texts = {r[0]: f"{r[1]} {r[2]}" for r in rows}
 
+        def share(text: str) -> float:
+            return len(facets & {stem(w) for w in terms(text)}) / len(facets)
+
+        links = [(name.lower(), share(seed)) for name, seed in (chains or {}).items()]
+
         def covered(rowid: int) -> float:
-            return len(facets & {stem(w) for w in terms(texts.get(rowid, ""))}) / len(facets)
+            text = texts.get(rowid, "")
+            low = text.lower()
+            return max([share(text), *(cov for name, cov in links if name in low)])
 
         return sorted(
             ((r, s * (1.0 + FACET_WEIGHT * covered(r))) for r, s in scored),
@@ -687,27 +696,28 @@ class MemoryIndex:
 
     async def _second_hop(
         self, plan: QueryPlan, first: list[tuple[int, float]], where: RowFilter
-    ) -> list[dict[int, float]]:
+    ) -> tuple[list[dict[int, float]], dict[str, str]]:
         """Rankings for the names the first hop's best hits mention and the question does not.
 
         "How is Maya's brother getting on at medical school?" finds "my brother Tomas got
         into medical school"; the answer ("Tomas complains about the anatomy exams") shares
         only "Tomas" with it. Bridges are searched by BM25 alone (no query vectors to embed).
+        Returns the rankings and each bridge with the text it was found in.
         """
         seeds = await self._hydrate(first)
         asked = {w.lower() for w in terms(plan.text)}
-        bridges: dict[str, None] = {}
+        bridges: dict[str, str] = {}
         for item in seeds:
             for name in bridge_entities(item.text):
                 if not asked & {w.lower() for w in terms(name)}:
-                    bridges[name] = None
+                    bridges.setdefault(name, item.title + " " + item.text)
         if not bridges:
-            return []
+            return [], {}
         queries = list(bridges)[:HOP_QUERIES]
         [ranked] = await self._rank_queries(
             queries, limit=CANDIDATES, mode="lexical", windows=[where], drop_common=False
         )
-        return ranked
+        return ranked, {q: bridges[q] for q in queries}
 
     @staticmethod
     def _combine(
@@ -834,14 +844,15 @@ class MemoryIndex:
         )
         weights = [1.0] + [0.5] * (len(ranked[0]) - 1)
         first = self._combine(ranked[0], HOP_SEEDS, weights)
+        chains: dict[str, str] = {}
         if self.hops > 1 and mode != "vector":
-            hop = await self._second_hop(plan, first, windows[0])
+            hop, chains = await self._second_hop(plan, first, windows[0])
             ranked[0] = [*ranked[0], *hop]
             weights += [HOP_WEIGHT] * len(hop)
         # The first hop's best hits keep their places; what the second hop found ranks after.
         kept = {r for r, _ in first}
         pool = self._combine(ranked[0], max(k, FACET_POOL) + len(first), weights)
-        rest = await self._by_facets(plan, [(r, s) for r, s in pool if r not in kept])
+        rest = await self._by_facets(plan, [(r, s) for r, s in pool if r not in kept], chains)
         base = (first + rest)[:k]
         if len(windows) == 1:
             return await self._hydrate(base)

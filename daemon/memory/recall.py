@@ -226,14 +226,9 @@ class Recall:
         return RecallResult(query=query, answer=answer, sources=tuple(sources), planner=planner, synthesised=synthesised)
 
     async def _search(self, plan: QueryPlan, *, k: int, kinds: Sequence[str]) -> list[MemoryItem]:
-        """Hybrid search over the plan's sub-queries; a time window ranks first, never filters."""
-        queries = plan.all_queries()
-        base = await self.index.search_many(queries, k=k, kinds=kinds)
-        if plan.after is None and plan.before is None:
-            return base
-        inside = await self.index.search_many(queries, k=k, kinds=kinds, after=plan.after, before=plan.before)
-        seen = {i.id for i in inside}
-        return (inside + [i for i in base if i.id not in seen])[:k]
+        """Hybrid search of the plan as `memory search` does it: sub-queries, entities, a time
+        window (or a remembered event) that ranks first and never filters, a second hop."""
+        return await self.index.search_plan(plan, k=k, kinds=kinds)
 
     # --- stage 1: the planner over the summary index -------------------------------------
     async def _candidates(self, plan: QueryPlan) -> list[MemoryItem]:

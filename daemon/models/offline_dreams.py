@@ -92,14 +92,17 @@ def parse_material(text: str) -> list[Item]:
     return items
 
 
-def parse_topics(text: str) -> tuple[dict[str, set[str]], dict[str, str]]:
-    """(trigger stems by topic id, full text of each shown topic)."""
-    triggers: dict[str, set[str]] = {}
+def parse_topics(text: str) -> tuple[dict[str, list[frozenset[str]]], dict[str, str]]:
+    """(each topic's triggers as stem sets, full text of each shown topic).
+
+    As in the router, a phrase trigger ("timeout error") matches only when all its words do.
+    """
+    triggers: dict[str, list[frozenset[str]]] = {}
     for line in _section(text, "<<<TOPICS\n", "\nTOPICS>>>").splitlines():
         parts = [p.strip() for p in line.split("|")]
         if len(parts) >= 3 and parts[2].startswith("triggers:"):
-            words = parts[2][len("triggers:") :].replace(",", " ")
-            triggers[parts[0]] = _stems(words) | _stems(parts[0].replace("-", " "))
+            phrases = [*parts[2][len("triggers:") :].split(","), parts[0].replace("-", " ")]
+            triggers[parts[0]] = [t for t in (frozenset(_stems(p)) for p in phrases) if t]
     shown = {m[1]: m[2] for m in re.finditer(r"<<<TOPIC (\S+)\n(.*?)\nTOPIC>>>", text, re.DOTALL)}
     return triggers, shown
 
@@ -199,7 +202,7 @@ def dream(message_text: str) -> dict[str, Any]:
     triggers, shown = parse_topics(message_text)
     revisions = []
     for tid, current in shown.items():
-        wanted = triggers.get(tid, set())
+        wanted = triggers.get(tid, [])
         have = _normal(current)
         bullets: list[str] = []
         sources: list[str] = []
@@ -214,7 +217,8 @@ def dream(message_text: str) -> dict[str, Any]:
                 if item.uid.startswith("summary:")
                 else _SPEAKER.sub("", item.text, count=1)
             )
-            if not (wanted & _stems(_DECIDING.sub(" ", context))) or _normal(decision) in have:
+            words = _stems(_DECIDING.sub(" ", context))
+            if not any(t <= words for t in wanted) or _normal(decision) in have:
                 continue
             bullets.append(f"- {decision} ({item.day})")
             sources.append(item.uid)

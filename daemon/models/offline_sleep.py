@@ -37,6 +37,7 @@ _OFFLINE_NOISE = (
     "configure a provider",
     "can't hold a real conversation",
     "store and recall memories",
+    "(no summary)",  # the wake prompt's own placeholder
 )
 _COMMAND = re.compile(
     r"^(?:(?:please|ok|okay|hey|can you|could you)[, ]+)*(?:remember(?: that)?|note(?: that|:)|"

@@ -184,8 +184,9 @@ class DreamsPhase:
             if revision is not None:
                 revisions.append(revision)
                 applied += revision.status == "applied"
-        # After a crash the model may not propose again what it already did: report all of this cycle's.
-        revisions = await store.for_cycle(ctx.cycle_id)
+        # After a crash the model may not propose again what it already did: settle and report
+        # all of this cycle's revisions.
+        revisions = await store.settle(ctx.cycle_id)
         path = self._entry_path(ctx)
         text = self._render_entry(ctx, dream, revisions, sorted(material.origins))
         await anyio.to_thread.run_sync(write_atomic, path, text)

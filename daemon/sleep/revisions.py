@@ -249,6 +249,23 @@ class RevisionStore:
         )
         return [self._from_row(r) for r in rows]
 
+    async def settle(self, cycle_id: str) -> list[Revision]:
+        """Finish what a crash may have interrupted for a cycle's revisions; return them all.
+
+        An applied revision whose files are still at their previous version is written (a
+        re-run of the dream may not propose it again), and a missing diff file is rewritten.
+        """
+        revisions = await self.for_cycle(cycle_id)
+        for revision in revisions:
+            await self._settle(revision)
+        return revisions
+
+    async def _settle(self, revision: Revision) -> None:
+        if revision.status == "applied":
+            await anyio.to_thread.run_sync(self._finish_apply, revision)
+        if not await anyio.Path(self._diff_path(revision)).exists():
+            await anyio.to_thread.run_sync(self._write_diff, revision)
+
     async def for_cycle(self, cycle_id: str) -> list[Revision]:
         rows = await self.db.fetchall(
             "SELECT * FROM dream_revisions WHERE cycle_id = ? ORDER BY rowid", (cycle_id,)
@@ -329,8 +346,7 @@ class RevisionStore:
         rev_id = revision_id(cycle_id, proposal.kind, proposal.target)
         existing = await self.get(rev_id)
         if existing is not None:
-            if existing.status == "applied":
-                await anyio.to_thread.run_sync(self._finish_apply, existing)
+            await self._settle(existing)
             return existing
         changes, problem = await anyio.to_thread.run_sync(self._changes, proposal, topic_files)
         if not changes and problem is None:
@@ -394,6 +410,9 @@ class RevisionStore:
             current = path.read_text(encoding="utf-8") if path.exists() else None
             if current == ch.before and ch.after is not None:
                 write_atomic(path, ch.after)
+
+    def _diff_path(self, revision: Revision) -> Path:
+        return self.home.dreams_dir / "revisions" / f"{revision.id}.diff"
 
     def _write_diff(self, revision: Revision) -> None:
         header = f"# {revision.id} {revision.status}: {revision.kind} {revision.target} — {revision.reason}\n"
