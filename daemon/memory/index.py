@@ -258,7 +258,11 @@ class MemoryIndex:
         if (
             self._matrix_checked
             and m.rows_since_save
-            and (stack is not None or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows)
+            and (
+                stack is not None
+                or m.saved_generation < 0
+                or m.rows_since_save >= self.persist_rows
+            )
         ):
             with anyio.CancelScope(shield=True):
                 await self.save_matrix()
@@ -1013,7 +1017,9 @@ class MemoryIndex:
             if self.matrix.vector_count:
                 await self.query_vectors(["warm up"])
         except Exception as exc:  # a broken model must not end the daemon
-            log.warning("embedder warm-up failed; the first vector query will retry", error=repr(exc))
+            log.warning(
+                "embedder warm-up failed; the first vector query will retry", error=repr(exc)
+            )
 
     async def _embed_worker(self) -> None:
         await self._warm_up()
