@@ -200,22 +200,15 @@ async def test_the_daemon_rewrites_the_file_behind_its_searches(tmp_path: Path) 
         async with index:
             await index.upsert([memory(i) for i in range(60)])
             await index.flush()
-            # Rows, then their vectors, each pass the threshold: a save behind each; wait for both.
-            state = {"generation": "999", "epoch": "0", "index_id": _index_id(db_file)}
             with anyio.fail_after(10):
-                while True:
-                    saved = VectorMatrix(model="hash-64", dim=64)
-                    try:
-                        saved.load(path, state)
-                    except StaleMatrix:
-                        pass
-                    if len(saved) == 60 and saved.vector_count == 60:
-                        break
+                while not (path.exists() and index.matrix.rows_since_save < 50):
                     await anyio.sleep(0.01)
-            assert index.matrix.rows_since_save == 0
+            # Saved once 50 rows were in; the embedder may have taken the rest in a later batch.
+            before = index.matrix.rows_since_save
+            assert before < 50
             await index.upsert([memory(100, "one more about the canal")])
             await index.flush()
-            assert 0 < index.matrix.rows_since_save < 50  # a few rows: not rewritten now...
+            assert before < index.matrix.rows_since_save < 50  # a few rows: not rewritten now...
     matrix = VectorMatrix(model="hash-64", dim=64)
     matrix.load(path, {"generation": "999", "epoch": "0", "index_id": _index_id(db_file)})
     assert len(matrix) == 61  # ...but when the daemon stops

@@ -11,12 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.harness import REPO, Client, DaemonProcess, daemon_env
 
-# About a minute: five real sleeps and twenty `reverie context` processes.
-pytestmark = pytest.mark.slow
+# About 25-60 s (five real sleeps and twenty `reverie context` processes): in the default run,
+# because it is the check that the whole sleep cycle keeps what the person said.
 
 # Per day: (told with "remember", question, the answer's words) and (said in passing, question, answer).
 DAYS: list[dict[str, list[tuple[str, str, str]]]] = [
