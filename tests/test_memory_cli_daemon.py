@@ -171,14 +171,17 @@ def test_daemon_and_direct_paths_give_the_same_hits(
 
     # Writes through the daemon: an import and a fact, then an import of a bad file.
     more = _write(tmp_path / "more.jsonl", MORE)
-    r = _cli("memory", "import", str(more), "--home", str(home), "--json")
+    r = _cli("memory", "import", str(more), "--home", str(home), "--json", "--summarise")
     assert r.returncode == 0, r.stderr
     counts = json.loads(r.stdout)
     assert (
         counts["messages"] == 1 and counts["sessions"] == 1 and counts["embeddings"] == "hash-256"
     )
+    # Summarised by the daemon's own summariser (the offline model here).
+    assert counts["summaries"] == 1
+    assert len(list((home / "memory" / "sessions").glob("session-*.md"))) == 1
     progress = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
-    assert {p["progress"] for p in progress} >= {"record", "embed"}
+    assert {p["progress"] for p in progress} >= {"record", "embed", "summarise"}
     assert progress[-1]["done"] == progress[-1]["total"]
     assert any(e.get("event") == "memory import done" for e in daemon.log_events())
 
