@@ -3,11 +3,16 @@ material, and idle cycles' journal notes."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from daemon.agent.turns import TurnDone
@@ -39,6 +44,18 @@ class Seeing:
             await self.block.wait()
         self.since.append(ctx.since)
         return PhaseReport(phase=self.name, changed=f"{self.name} ran")
+
+
+@contextmanager
+def info_logs() -> Iterator[list[dict[str, Any]]]:
+    """Capture the log events at info level (an earlier test may have configured a higher one)."""
+    before = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        structlog.configure(**before)
 
 
 def trunk_model() -> ScriptedModel:
@@ -192,7 +209,7 @@ async def test_idle_cycles_write_log_lines_but_no_journal_notes(tmp_path: Path) 
         models={"trunk": trunk_model()},
         phases=lambda t: [MaintenancePhase(), DreamsPhase(), WakeUp(t)],
     ) as r:
-        with capture_logs() as logs:
+        with info_logs() as logs:
             for _ in range(3):
                 outcome = await r.cycle.run("nightly")
                 assert all(s["status"] == "done" for s in outcome.steps.values())
