@@ -84,6 +84,9 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             "held": bool(trunk and trunk.held),
             "current_turn": trunk.current_turn if trunk else None,
             "queued": len(trunk.inbox.pending()) if trunk else 0,
+            "waiting_for_model": (
+                trunk.waiting_for_model.describe(queued=len(trunk.inbox.pending())) if trunk and trunk.waiting_for_model else None
+            ),
             "provider": daemon.roles.provider_kind("trunk") if daemon.roles else None,
             "model": daemon.roles.model_name("trunk") if daemon.roles else None,
         },
@@ -168,9 +171,22 @@ def render(status: dict[str, Any]) -> str:
         lines.append(f"trunk:        {trunk.get('session_id')} ({trunk.get('messages', 0)} messages)")
         if trunk.get("provider"):
             lines.append(f"model:        {trunk.get('provider')}:{trunk.get('model')}")
+        waiting = trunk.get("waiting_for_model")
+        if waiting:
+            retry = f" · next try {waiting['next_retry']}" if waiting.get("next_retry") else ""
+            lines.append(
+                f"model down:   unreachable since {waiting['since']} ({waiting['attempts']} attempts: {waiting['error']}); "
+                f"{waiting['queued']} message(s) kept, answered when it is back{retry}"
+            )
         if trunk.get("busy") or trunk.get("queued") or trunk.get("held"):
+            if trunk.get("current_turn"):
+                doing = f"turn {trunk['current_turn']}"
+            elif waiting:
+                doing = "waiting for the model"
+            else:
+                doing = "paused" if trunk.get("held") else "starting the next turn"
             held = " · held" if trunk.get("held") else ""
-            lines.append(f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued{held}")
+            lines.append(f"working:      {doing} · {trunk.get('queued', 0)} queued{held}")
     forks = status.get("forks")
     if forks and (forks.get("running") or forks.get("by_status")):
         done = ", ".join(f"{n} {k}" for k, n in sorted(forks.get("by_status", {}).items()) if k != "running")

@@ -200,11 +200,58 @@ async def test_trunk_keeps_a_message_queued_through_an_outage_and_cancel_works(t
                         await anyio.sleep(0.01)
                 tg.cancel_scope.cancel()
         errors = [f for f in frames if f["type"] == "error"]
-        assert [e["code"] for e in errors] == ["model_unavailable", "model_unavailable"]
+        # Told once per outage, however many retries it takes.
+        assert [e["code"] for e in errors] == ["model_unavailable"]
+        assert trunk.waiting_for_model is None
         assert "saved" in errors[0]["message"]
         assert frames[-1]["type"] == "done" and frames[-1]["text"] == "back online"
         assert frames[-1]["turn_id"] == accepted.turn_id
         assert len(shutdowns) == 1
+        assert Inbox(home.inbox_file).load() == []
+
+
+async def test_every_listener_on_a_queued_turn_hears_of_the_outage_and_is_answered_after(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = load_settings(None)
+    clock = FakeClock()
+    flaky = _Flaky(down=10**9)
+    async with await Database.open(home.db_file) as db:
+        roles = ModelRoles(settings, None, overrides={"trunk": flaky})  # type: ignore[dict-item]
+        bus = EventBus()
+        static_context(bus)
+        loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        frames: list[dict[str, Any]] = []
+        async with Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01, retry_max_s=0.01) as trunk:
+            async with anyio.create_task_group() as tg:
+                await tg.start(trunk.serve)
+                with anyio.fail_after(10):
+                    # Queued behind the first before the model is known to be down: told when it is.
+                    a = await trunk.submit("first", observer=lambda e: frames.append(turn_frame(e)))
+                    b = await trunk.submit("second", observer=lambda e: frames.append(turn_frame(e)))
+                    assert not trunk.tell_if_waiting(b.turn_id)  # nothing known to be wrong yet
+                    while {f.get("turn_id") for f in frames if f["type"] == "error"} != {a.turn_id, b.turn_id}:
+                        await anyio.sleep(0.01)
+                    waiting = trunk.waiting_for_model
+                    assert waiting is not None and "529" in waiting.error and waiting.attempts >= 1
+                    # Accepted during the outage: told right away, once.
+                    c = await trunk.submit("third", observer=lambda e: frames.append(turn_frame(e)))
+                    assert trunk.tell_if_waiting(c.turn_id)
+                    assert not trunk.tell_if_waiting(c.turn_id)
+                    told = next(f for f in frames if f["type"] == "error" and f["turn_id"] == c.turn_id)
+                    assert told["code"] == "model_unavailable"
+                    assert "saved" in told["message"] and "2 messages ahead" in told["message"]
+                    on_disk = read_jsonl(home.inbox_file)
+                    assert [r["text"] for r in on_disk if r["op"] == "put"] == ["first", "second", "third"]
+                    assert not [r for r in on_disk if r["op"] == "done"]
+                    flaky.down = 0
+                    while sum(f["type"] == "done" for f in frames) < 3:
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        errors = [f["turn_id"] for f in frames if f["type"] == "error"]
+        assert sorted(errors) == sorted([a.turn_id, b.turn_id, c.turn_id])
+        assert [f["turn_id"] for f in frames if f["type"] == "done"] == [a.turn_id, b.turn_id, c.turn_id]
+        assert trunk.waiting_for_model is None
         assert Inbox(home.inbox_file).load() == []
 
 

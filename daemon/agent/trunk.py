@@ -1,8 +1,11 @@
 """The trunk: the one long-lived session a person talks to, fed by the durable inbox.
 
 Messages are answered one at a time, in arrival order. A turn can be cancelled; a turn
-whose model stays unreachable is left pending and retried with backoff (the person is told,
-nothing is lost); a message that arrives mid-turn waits its turn. Who listens to a turn (a
+whose model stays unreachable is left pending and retried with backoff, nothing is lost.
+While the trunk waits for the model (`waiting_for_model`), every listener on a queued turn is
+told once, with a `model_unavailable` failure that says the message is kept — including
+listeners on messages accepted during the outage, right after their `accepted`. A message
+that arrives mid-turn waits its turn. Who listens to a turn (a
 chat connection) registers a `TurnObserver` for it; with no listener the turn still runs
 and lands on disk.
 
@@ -19,7 +22,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -55,6 +59,25 @@ class Switched:
     session_id: str
     reason: str
     held_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitingForModel:
+    """The trunk's model is unreachable: queued messages are kept and retried on a backoff."""
+
+    since: datetime
+    error: str
+    attempts: int
+    next_retry: datetime | None = None
+
+    def describe(self, *, queued: int) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat(),
+            "error": self.error,
+            "attempts": self.attempts,
+            "next_retry": self.next_retry.isoformat() if self.next_retry else None,
+            "queued": queued,
+        }
 
 
 class SwitchVetoed(Exception):
@@ -104,6 +127,10 @@ class Trunk:
         self._switch_lock = anyio.Lock()
         self._last_veto = ""
         self._background: TaskGroup | None = None
+        # Set while the model stays unreachable; cleared by the next turn that reaches it.
+        self.waiting_for_model: WaitingForModel | None = None
+        # Turns whose listener has been told about the current outage (told once each).
+        self._told_waiting: set[str] = set()
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
@@ -283,11 +310,62 @@ class Trunk:
             await self.inbox.done(turn_id, status="cancelled")
             self._report(TurnFailed(turn_id=turn_id, code=ErrorCode.CANCELLED, message="cancelled before it started"))
             self._observers.pop(turn_id, None)
+            self._told_waiting.discard(turn_id)
             return True
         return False
 
     def _report(self, event: TurnEvent) -> None:
         self._observers.get(event.turn_id, ignore)(event)
+
+    def tell_if_waiting(self, turn_id: str) -> bool:
+        """Tell a just-accepted turn's listener that the model is down, if it is; return whether told.
+
+        Called once `accepted` has gone out, so the listener hears the outage right after it:
+        the message stays queued (and on disk) and is answered once the model is back.
+        """
+        if self.waiting_for_model is None or turn_id in self._told_waiting:
+            return False
+        if turn_id not in self._observers or all(e.id != turn_id for e in self.inbox.pending()):
+            return False
+        self._told_waiting.add(turn_id)
+        self._report(TurnFailed(turn_id=turn_id, code=ErrorCode.MODEL_UNAVAILABLE, message=self._waiting_message(turn_id)))
+        return True
+
+    def _waiting_message(self, turn_id: str) -> str:
+        waiting = self.waiting_for_model
+        assert waiting is not None
+        pending = [e.id for e in self.inbox.pending()]
+        ahead = pending.index(turn_id) if turn_id in pending else 0
+        place = f"; {ahead} message{'s' if ahead != 1 else ''} ahead of it" if ahead else ""
+        retry = f"; next try at {waiting.next_retry:%H:%M:%S}" if waiting.next_retry else ""
+        return (
+            f"the model is unreachable ({waiting.error}) since {waiting.since:%H:%M:%S}, "
+            f"{waiting.attempts} attempt{'s' if waiting.attempts != 1 else ''} so far — your message is saved "
+            f"and will be answered when the model is back{place}{retry}"
+        )
+
+    def _tell_all_waiting(self) -> None:
+        """Tell every queued turn's listener not yet told about this outage."""
+        for entry in self.inbox.pending():
+            self.tell_if_waiting(entry.id)
+
+    def _model_unreachable(self, error: str, retry_in_s: float) -> None:
+        now = self.clock.now()
+        previous = self.waiting_for_model
+        next_retry = now + timedelta(seconds=retry_in_s)
+        if previous is None:
+            self.waiting_for_model = WaitingForModel(since=now, error=error, attempts=1, next_retry=next_retry)
+            log.warning("trunk waiting for the model; messages stay queued", error=error, retry_in_s=retry_in_s)
+        else:
+            self.waiting_for_model = replace(previous, error=error, attempts=previous.attempts + 1, next_retry=next_retry)
+        self._tell_all_waiting()
+
+    def _model_reached(self) -> None:
+        if self.waiting_for_model is not None:
+            w = self.waiting_for_model
+            log.info("the model is reachable again; answering queued messages", since=w.since.isoformat(), attempts=w.attempts)
+        self.waiting_for_model = None
+        self._told_waiting.clear()
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Answer inbox messages forever. Cancellation stops after the current turn's cleanup.
@@ -305,13 +383,14 @@ class Trunk:
                     # Checked with no await since the head was taken: a hold is never overtaken.
                     await self._released.wait()
                     continue
-                ok = await self._answer(entry)
-                if ok:
+                unreachable = await self._answer(entry)
+                if unreachable is None:
                     attempt = 0
                     continue
                 attempt += 1
                 delay = min(self.retry_max_s, self.retry_base_s * (2 ** (attempt - 1)))
                 log.warning("model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay)
+                self._model_unreachable(unreachable, delay)
                 await self.clock.sleep(delay)
 
     async def _after_turn(self, session_id: str) -> None:
@@ -323,8 +402,8 @@ class Trunk:
             except Exception as exc:
                 log.warning("after-turn hook failed", error=repr(exc))
 
-    async def _answer(self, entry: InboxEntry) -> bool:
-        """Run one queued message; False when it must be retried later."""
+    async def _answer(self, entry: InboxEntry) -> str | None:
+        """Run one queued message; return why, when the model was unreachable and it must be retried."""
         assert self.session is not None
         session = self.session
         ended = session.turn_ended(entry.id)
@@ -332,13 +411,13 @@ class Trunk:
             # Finished before a crash that came before the inbox heard of it: never answer twice.
             log.info("turn already finished before a restart; not answering it again", turn_id=entry.id, status=ended)
             await self._finish(entry, ended)
-            return True
+            return None
         scope = anyio.CancelScope()
         self._current = (entry.id, scope)
         self._idle = anyio.Event()
         result: TurnResult | None = None
         error: tuple[ErrorCode, str] | None = None
-        retry = False
+        unreachable: str | None = None
         try:
             with scope:
                 with anyio.fail_after(self.turn_timeout_s):
@@ -352,8 +431,7 @@ class Trunk:
         except SpendCapReached as exc:
             error = (ErrorCode.SPEND_CAP, str(exc))
         except ModelUnavailable as exc:
-            error = (ErrorCode.MODEL_UNAVAILABLE, f"{exc} — your message is saved and will be answered when the model is reachable")
-            retry = True
+            unreachable = str(exc) or type(exc).__name__
         except ModelError as exc:
             error = (ErrorCode.MODEL_ERROR, str(exc))
         finally:
@@ -364,18 +442,19 @@ class Trunk:
             observer = self._observers.get(entry.id, ignore)
             await self._finish(entry, "cancelled")
             observer(TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled"))
-            return True
+            return None
+        if unreachable is not None:
+            return unreachable  # `serve` tells every listener waiting on a queued turn, then backs off
+        if error is None or error[0] is ErrorCode.MODEL_ERROR:
+            self._model_reached()  # the model answered (even with an error): it is reachable
         if error is not None:
             failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
-            if retry:
-                self._report(failed)
-                return False
             observer = self._observers.get(entry.id, ignore)
             if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
                 await session.record({"type": "turn_end", "turn_id": entry.id, "status": "failed", "error": error[1], "ts": self.clock.now().isoformat()})
             await self._finish(entry, "failed")
             observer(failed)
-            return True
+            return None
         assert result is not None
         # The inbox hears first, so a listener told "done" never sees the message answered again.
         observer = self._observers.get(entry.id, ignore)
@@ -395,10 +474,11 @@ class Trunk:
             self._background.start_soon(self._after_turn, session.id)
         else:
             await self._after_turn(session.id)
-        return True
+        return None
 
     async def _finish(self, entry: InboxEntry, status: str) -> None:
         """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told)."""
         await self.inbox.done(entry.id, status)
         self.inbox.pop(entry.id)
         self._observers.pop(entry.id, None)
+        self._told_waiting.discard(entry.id)
