@@ -1,6 +1,7 @@
 """The real daemon while its model's API is down: every client waiting on a queued message is
-told promptly (not only the first), status says the trunk is waiting for the model, and every
-kept message is answered once the API is back — without a restart."""
+told promptly (not only the first, and not only at the trunk's next retry), status says the
+trunk is waiting for the model, and every kept message is answered once the API is back —
+after a restart, and without one."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from typing import Any
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import REPO, Client, DaemonProcess, daemon_env
 
-CONFIG = """
+def _config(retry_s: float) -> str:
+    return f"""
 [providers.anthropic]
 max_retries = 0
 timeout_s = 30
 
 [agent]
-unavailable_retry_s = 0.5
-unavailable_retry_max_s = 1.0
+unavailable_retry_s = {retry_s}
+unavailable_retry_max_s = {retry_s}
 """
 
 
@@ -52,57 +54,88 @@ def _wait(pred: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_every_queued_message_hears_of_the_outage_and_is_answered_when_the_api_is_back(tmp_path: Path) -> None:
+def _start(tmp_path: Path, fake: FakeAnthropic, retry_s: float) -> tuple[DaemonProcess, dict[str, str]]:
     home = tmp_path / "home"
     home.mkdir()
-    (home / "reverie.toml").write_text(CONFIG)
+    (home / "reverie.toml").write_text(_config(retry_s))
+    env = daemon_env({"ANTHROPIC_API_KEY": "test-key", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+    return DaemonProcess(home=home, env=env).start(), env
+
+
+def test_every_chat_client_is_told_at_once_status_says_why_and_nothing_is_lost(tmp_path: Path) -> None:
     with FakeAnthropic() as fake:
-        env = daemon_env({"ANTHROPIC_API_KEY": "test-key", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
         fake.outage(Planned.overloaded())
-        d = DaemonProcess(home=home, env=env).start()
+        # The trunk's next retry is 30 s away: whoever is told within seconds was told by the send.
+        d, env = _start(tmp_path, fake, retry_s=30)
+        home = d.home
         try:
-            with Client(d.socket_path, timeout=15) as listener:
+            first, _ = _cli(env, "--home", str(home), "chat", "-m", "first: water the ferns")
+            assert first.returncode == 1, (first.stdout, first.stderr)
+            assert "model_unavailable" in first.stderr and "saved" in first.stderr
+            tries = len(fake.message_requests)
+            for text in ("second: the kiln", "third: the ledger"):
+                later, took = _cli(env, "--home", str(home), "chat", "-m", text, timeout=60)
+                assert later.returncode == 1, (later.stdout, later.stderr)
+                assert "model_unavailable" in later.stderr, later.stderr
+                assert "saved" in later.stderr and "answered when the model is back" in later.stderr
+                assert took < 10, f"told after {took:.1f}s"
+            with Client(d.socket_path, timeout=10) as listener:
                 listener.hello()
-                # The first message: its own turn fails at the model.
-                first, took = _cli(env, "--home", str(home), "chat", "-m", "first: water the ferns")
-                assert first.returncode == 1, (first.stdout, first.stderr)
-                assert "model_unavailable" in first.stderr and "saved" in first.stderr
-                # Every later message waits behind it; each client is told at once, not left hanging.
-                for text in ("second: the kiln", "third: the ledger"):
-                    later, took = _cli(env, "--home", str(home), "chat", "-m", text)
-                    assert later.returncode == 1, (later.stdout, later.stderr)
-                    assert "model_unavailable" in later.stderr, later.stderr
-                    assert "saved" in later.stderr and "answered when the model is back" in later.stderr
-                    assert took < 10, f"told after {took:.1f}s"
-                # A client that stays connected hears of the outage, then gets its reply later.
                 listener.send({"type": "message", "text": "fourth: still there?", "id": "m4"})
                 accepted = listener.recv_until(lambda f: f["type"] == "accepted")[-1]
-                told = listener.recv_until(lambda f: f["type"] in ("error", "done") and f.get("turn_id") == accepted["turn_id"])[-1]
+                told = listener.recv()  # right behind its `accepted`
                 assert told["type"] == "error" and told["code"] == "model_unavailable", told
-                assert "3 messages ahead" in told["message"]
+                assert told["turn_id"] == accepted["turn_id"] and "3 messages ahead" in told["message"]
+            assert len(fake.message_requests) == tries, "told by a retry, not at once"
 
-                status, _ = _cli(env, "--home", str(home), "status", "--json")
-                trunk = json.loads(status.stdout)["trunk"]
-                waiting = trunk["waiting_for_model"]
-                assert waiting is not None and waiting["attempts"] >= 1 and "overloaded" in waiting["error"].lower()
-                assert waiting["queued"] == 4 and waiting["since"]
-                text, _ = _cli(env, "--home", str(home), "status")
-                assert "None" not in text.stdout, text.stdout
-                assert "model down:" in text.stdout and "4 message(s) kept" in text.stdout, text.stdout
-                assert "waiting for the model" in text.stdout or "working:      turn turn-" in text.stdout
-                pending = [json.loads(x) for x in (home / "inbox.jsonl").read_text().splitlines()]
-                assert [r["text"].split(":")[0] for r in pending if r["op"] == "put"] == ["first", "second", "third", "fourth"]
-                assert not _answered(home)
-
-                fake.outage(None)
-                done = listener.recv_until(lambda f: f["type"] in ("done", "error") and f.get("turn_id") == accepted["turn_id"])[-1]
-                assert done["type"] == "done" and "fourth: still there?" in done["text"], done
-            _wait(lambda: len(_answered(home)) == 4, 20, "all four messages answered")
-            assert set(_answered(home).values()) == {1}
             status, _ = _cli(env, "--home", str(home), "status", "--json")
             trunk = json.loads(status.stdout)["trunk"]
-            assert trunk["waiting_for_model"] is None and trunk["queued"] == 0
+            waiting = trunk["waiting_for_model"]
+            assert waiting is not None and waiting["attempts"] == 1 and "overloaded" in waiting["error"].lower()
+            assert waiting["queued"] == 4 and waiting["since"] and waiting["next_retry"] > waiting["since"]
+            assert trunk["current_turn"] is None and trunk["queued"] == 4
             text, _ = _cli(env, "--home", str(home), "status")
-            assert "model down" not in text.stdout
+            assert "None" not in text.stdout, text.stdout
+            assert "model down:" in text.stdout and "4 message(s) kept" in text.stdout, text.stdout
+            assert "working:      waiting for the model · 4 queued" in text.stdout, text.stdout
+            pending = [json.loads(x) for x in (home / "inbox.jsonl").read_text().splitlines()]
+            assert [r["text"].split(":")[0] for r in pending if r["op"] == "put"] == ["first", "second", "third", "fourth"]
+            assert not _answered(home)
+        finally:
+            assert d.stop() == 0
+        fake.outage(None)
+        d.start()
+        try:
+            _wait(lambda: len(_answered(home)) == 4, 30, "all four messages answered after the restart")
+            assert set(_answered(home).values()) == {1}
+        finally:
+            assert d.stop() == 0
+
+
+def test_a_listening_client_gets_its_reply_once_the_api_is_back(tmp_path: Path) -> None:
+    with FakeAnthropic() as fake:
+        fake.outage(Planned.overloaded())
+        d, env = _start(tmp_path, fake, retry_s=0.5)
+        try:
+            with Client(d.socket_path, timeout=15) as a, Client(d.socket_path, timeout=15) as b:
+                a.hello()
+                b.hello()
+                a.send({"type": "message", "text": "one: are you there?"})
+                turn_a = a.recv_until(lambda f: f["type"] == "accepted")[-1]["turn_id"]
+                b.send({"type": "message", "text": "two: and now?"})
+                turn_b = b.recv_until(lambda f: f["type"] == "accepted")[-1]["turn_id"]
+                for client, turn in ((a, turn_a), (b, turn_b)):
+                    told = client.recv_until(lambda f, t=turn: f.get("turn_id") == t and f["type"] in ("error", "done"))[-1]
+                    assert told["type"] == "error" and told["code"] == "model_unavailable", told
+                _wait(lambda: json.loads(_cli(env, "--home", str(d.home), "status", "--json")[0].stdout)["trunk"]["waiting_for_model"], 10, "waiting")
+                fake.outage(None)
+                for client, turn, text in ((a, turn_a, "one: are you there?"), (b, turn_b, "two: and now?")):
+                    frames = client.recv_until(lambda f, t=turn: f.get("turn_id") == t and f["type"] in ("error", "done"))
+                    assert frames[-1]["type"] == "done" and text in frames[-1]["text"], frames[-1]
+                    # Told once per outage, however many retries it took.
+                    assert not [f for f in frames if f["type"] == "error"]
+            assert _answered(d.home) == {turn_a: 1, turn_b: 1}
+            status = json.loads(_cli(env, "--home", str(d.home), "status", "--json")[0].stdout)["trunk"]
+            assert status["waiting_for_model"] is None and status["queued"] == 0
         finally:
             assert d.stop() == 0
