@@ -15,6 +15,7 @@ from typing import Any
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import REPO, Client, DaemonProcess, daemon_env
 
+
 def _config(retry_s: float) -> str:
     return f"""
 [providers.anthropic]
@@ -27,10 +28,17 @@ unavailable_retry_max_s = {retry_s}
 """
 
 
-def _cli(env: dict[str, str], *args: str, timeout: float = 30) -> tuple[subprocess.CompletedProcess[str], float]:
+def _cli(
+    env: dict[str, str], *args: str, timeout: float = 30
+) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "daemon.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     return done, time.monotonic() - started
 
@@ -54,7 +62,9 @@ def _wait(pred: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _start(tmp_path: Path, fake: FakeAnthropic, retry_s: float) -> tuple[DaemonProcess, dict[str, str]]:
+def _start(
+    tmp_path: Path, fake: FakeAnthropic, retry_s: float
+) -> tuple[DaemonProcess, dict[str, str]]:
     home = tmp_path / "home"
     home.mkdir()
     (home / "reverie.toml").write_text(_config(retry_s))
@@ -62,7 +72,9 @@ def _start(tmp_path: Path, fake: FakeAnthropic, retry_s: float) -> tuple[DaemonP
     return DaemonProcess(home=home, env=env).start(), env
 
 
-def test_every_chat_client_is_told_at_once_status_says_why_and_nothing_is_lost(tmp_path: Path) -> None:
+def test_every_chat_client_is_told_at_once_status_says_why_and_nothing_is_lost(
+    tmp_path: Path,
+) -> None:
     with FakeAnthropic() as fake:
         fake.outage(Planned.overloaded())
         # The trunk's next retry is 30 s away: whoever is told within seconds was told by the send.
@@ -85,28 +97,50 @@ def test_every_chat_client_is_told_at_once_status_says_why_and_nothing_is_lost(t
                 accepted = listener.recv_until(lambda f: f["type"] == "accepted")[-1]
                 told = listener.recv()  # right behind its `accepted`
                 assert told["type"] == "error" and told["code"] == "model_unavailable", told
-                assert told["turn_id"] == accepted["turn_id"] and "3 messages ahead" in told["message"]
+                assert (
+                    told["turn_id"] == accepted["turn_id"] and "3 messages ahead" in told["message"]
+                )
             assert len(fake.message_requests) == tries, "told by a retry, not at once"
 
             status, _ = _cli(env, "--home", str(home), "status", "--json")
             trunk = json.loads(status.stdout)["trunk"]
             waiting = trunk["waiting_for_model"]
-            assert waiting is not None and waiting["attempts"] == 1 and "overloaded" in waiting["error"].lower()
-            assert waiting["queued"] == 4 and waiting["since"] and waiting["next_retry"] > waiting["since"]
+            assert (
+                waiting is not None
+                and waiting["attempts"] == 1
+                and "overloaded" in waiting["error"].lower()
+            )
+            assert (
+                waiting["queued"] == 4
+                and waiting["since"]
+                and waiting["next_retry"] > waiting["since"]
+            )
             assert trunk["current_turn"] is None and trunk["queued"] == 4
             text, _ = _cli(env, "--home", str(home), "status")
             assert "None" not in text.stdout, text.stdout
-            assert "model down:" in text.stdout and "4 message(s) kept" in text.stdout, text.stdout
+            assert (
+                "model down:" in text.stdout
+                and "4 messages kept, answered when it is back" in text.stdout
+            ), text.stdout
             assert "working:      waiting for the model · 4 queued" in text.stdout, text.stdout
             pending = [json.loads(x) for x in (home / "inbox.jsonl").read_text().splitlines()]
-            assert [r["text"].split(":")[0] for r in pending if r["op"] == "put"] == ["first", "second", "third", "fourth"]
+            assert [r["text"].split(":")[0] for r in pending if r["op"] == "put"] == [
+                "first",
+                "second",
+                "third",
+                "fourth",
+            ]
             assert not _answered(home)
         finally:
             assert d.stop() == 0
         fake.outage(None)
         d.start()
         try:
-            _wait(lambda: len(_answered(home)) == 4, 30, "all four messages answered after the restart")
+            _wait(
+                lambda: len(_answered(home)) == 4,
+                30,
+                "all four messages answered after the restart",
+            )
             assert set(_answered(home).values()) == {1}
         finally:
             assert d.stop() == 0
@@ -125,17 +159,32 @@ def test_a_listening_client_gets_its_reply_once_the_api_is_back(tmp_path: Path) 
                 b.send({"type": "message", "text": "two: and now?"})
                 turn_b = b.recv_until(lambda f: f["type"] == "accepted")[-1]["turn_id"]
                 for client, turn in ((a, turn_a), (b, turn_b)):
-                    told = client.recv_until(lambda f, t=turn: f.get("turn_id") == t and f["type"] in ("error", "done"))[-1]
+                    told = client.recv_until(
+                        lambda f, t=turn: f.get("turn_id") == t and f["type"] in ("error", "done")
+                    )[-1]
                     assert told["type"] == "error" and told["code"] == "model_unavailable", told
-                _wait(lambda: json.loads(_cli(env, "--home", str(d.home), "status", "--json")[0].stdout)["trunk"]["waiting_for_model"], 10, "waiting")
+                _wait(
+                    lambda: json.loads(
+                        _cli(env, "--home", str(d.home), "status", "--json")[0].stdout
+                    )["trunk"]["waiting_for_model"],
+                    10,
+                    "waiting",
+                )
                 fake.outage(None)
-                for client, turn, text in ((a, turn_a, "one: are you there?"), (b, turn_b, "two: and now?")):
-                    frames = client.recv_until(lambda f, t=turn: f.get("turn_id") == t and f["type"] in ("error", "done"))
+                for client, turn, text in (
+                    (a, turn_a, "one: are you there?"),
+                    (b, turn_b, "two: and now?"),
+                ):
+                    frames = client.recv_until(
+                        lambda f, t=turn: f.get("turn_id") == t and f["type"] in ("error", "done")
+                    )
                     assert frames[-1]["type"] == "done" and text in frames[-1]["text"], frames[-1]
                     # Told once per outage, however many retries it took.
                     assert not [f for f in frames if f["type"] == "error"]
             assert _answered(d.home) == {turn_a: 1, turn_b: 1}
-            status = json.loads(_cli(env, "--home", str(d.home), "status", "--json")[0].stdout)["trunk"]
+            status = json.loads(_cli(env, "--home", str(d.home), "status", "--json")[0].stdout)[
+                "trunk"
+            ]
             assert status["waiting_for_model"] is None and status["queued"] == 0
         finally:
             assert d.stop() == 0

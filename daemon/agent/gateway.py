@@ -73,20 +73,26 @@ def turn_frame(event: TurnEvent) -> dict[str, Any]:
             fork_id=event.fork_id,
         )
     if isinstance(event, TurnDone):
-        return protocol.done(turn_id=event.turn_id, text=event.text, stop_reason=event.stop_reason, usage=event.usage)
+        return protocol.done(
+            turn_id=event.turn_id, text=event.text, stop_reason=event.stop_reason, usage=event.usage
+        )
     if isinstance(event, TurnFailed):
         return protocol.error(event.code, event.message, turn_id=event.turn_id)
     raise TypeError(f"not a turn event: {event!r}")
 
 
 def state_frame(change: StateChange, *, phase: str | None = None) -> dict[str, Any]:
-    return protocol.state(change.state.value, previous=change.previous.value, detail=change.detail, phase=phase)
+    return protocol.state(
+        change.state.value, previous=change.previous.value, detail=change.detail, phase=phase
+    )
 
 
 class ChatGateway:
     """Bridges chat connections to the trunk and to named commands."""
 
-    def __init__(self, trunk: Trunk, *, state: Callable[[], str], session_id: Callable[[], str]) -> None:
+    def __init__(
+        self, trunk: Trunk, *, state: Callable[[], str], session_id: Callable[[], str]
+    ) -> None:
         self.trunk = trunk
         self._state = state
         self._session_id = session_id
@@ -102,7 +108,9 @@ class ChatGateway:
         self.commands[name] = fn
 
     async def client_connected(self, client: Any) -> None:
-        client.send(protocol.hello(version=VERSION, state=self._state(), session_id=self._session_id()))
+        client.send(
+            protocol.hello(version=VERSION, state=self._state(), session_id=self._session_id())
+        )
 
     async def client_finished_sending(self, client: Any) -> None:
         """Return once every turn this client started has been answered."""
@@ -146,12 +154,20 @@ class ChatGateway:
                 client.send(protocol.error(ErrorCode.BAD_FRAME, "message text is empty", id=cid))
                 return
             try:
-                accepted = await self.trunk.submit(text, observer=self._observer_for(client), client_msg_id=cid)
+                accepted = await self.trunk.submit(
+                    text, observer=self._observer_for(client), client_msg_id=cid
+                )
             except OSError as exc:
                 # Not on disk means not acknowledged: the client still holds the message.
                 log.error("could not persist an incoming message", error=repr(exc))
                 reason = "the disk is full" if exc.errno == 28 else (exc.strerror or str(exc))
-                client.send(protocol.error(ErrorCode.STORAGE, f"message NOT saved ({reason}); please resend later", id=cid))
+                client.send(
+                    protocol.error(
+                        ErrorCode.STORAGE,
+                        f"message NOT saved ({reason}); please resend later",
+                        id=cid,
+                    )
+                )
                 return
             self._outstanding.setdefault(client.id, set()).add(accepted.turn_id)
             client.send(protocol.accepted(turn_id=accepted.turn_id, id=cid, queued=accepted.queued))
@@ -162,7 +178,9 @@ class ChatGateway:
         elif kind == "cancel":
             turn_id = _get(frame, "turn_id")
             if not await self.trunk.cancel(turn_id):
-                client.send(protocol.error(ErrorCode.NOT_RUNNING, "no turn to cancel", turn_id=turn_id))
+                client.send(
+                    protocol.error(ErrorCode.NOT_RUNNING, "no turn to cancel", turn_id=turn_id)
+                )
         elif kind == "command":
             await self._command(client, frame)
         else:
@@ -175,9 +193,15 @@ class ChatGateway:
         fn = self.commands.get(name)
         if fn is None:
             known = ", ".join(sorted(self.commands))
-            client.send(protocol.error(ErrorCode.UNKNOWN_COMMAND, f"unknown command {name!r}; known: {known}", id=cid))
+            client.send(
+                protocol.error(
+                    ErrorCode.UNKNOWN_COMMAND, f"unknown command {name!r}; known: {known}", id=cid
+                )
+            )
             return
-        token = _progress.set(lambda data: client.send(protocol.progress(id=cid, name=name, data=data)))
+        token = _progress.set(
+            lambda data: client.send(protocol.progress(id=cid, name=name, data=data))
+        )
         try:
             data = await fn(args if isinstance(args, dict) else {})
         except CommandUnavailable as exc:

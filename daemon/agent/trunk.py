@@ -138,15 +138,25 @@ class Trunk:
         session_id = json.loads(row[0]) if row else new_session_id("trunk", now)
         self.session = await self._open(session_id)
         intent = await self._kv_get(SWITCH_KEY)
-        if isinstance(intent, dict) and intent.get("from") == session_id and isinstance(intent.get("to"), str):
-            log.info("finishing a session switch interrupted by a restart", previous=session_id, session=intent["to"])
+        if (
+            isinstance(intent, dict)
+            and intent.get("from") == session_id
+            and isinstance(intent.get("to"), str)
+        ):
+            log.info(
+                "finishing a session switch interrupted by a restart",
+                previous=session_id,
+                session=intent["to"],
+            )
             reason = str(intent.get("reason") or "switch")
             if await self._switch_gate(reason):
                 await self._complete_switch(str(intent["to"]), reason)
         elif intent is not None:
             await self._kv_delete(SWITCH_KEY)  # the switch had finished; only the note was left
         await self._kv_set(TRUNK_KEY, self.session.id)
-        await self.db.execute("UPDATE sessions SET ended_at = NULL WHERE id = ?", (self.session.id,))
+        await self.db.execute(
+            "UPDATE sessions SET ended_at = NULL WHERE id = ?", (self.session.id,)
+        )
         pending = self.inbox.load()
         if pending:
             log.info("answering messages left pending before restart", count=len(pending))
@@ -157,7 +167,12 @@ class Trunk:
 
     async def _open(self, session_id: str, *, header: dict[str, Any] | None = None) -> Session:
         return await Session.open(
-            db=self.db, directory=self.home.trunk_dir, session_id=session_id, kind="trunk", now=self.clock.now(), header=header
+            db=self.db,
+            directory=self.home.trunk_dir,
+            session_id=session_id,
+            kind="trunk",
+            now=self.clock.now(),
+            header=header,
         )
 
     # -- small persistent notes --------------------------------------------------------------
@@ -188,8 +203,15 @@ class Trunk:
             return
         self._shutdown_fired.add(session.id)
         with anyio.CancelScope(shield=True):
-            await self.db.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (self.clock.now().isoformat(), session.id))
-            await self.loop.bus.publish(SessionShutdown(session_id=session.id, transcript_path=str(session.path), reason=reason))
+            await self.db.execute(
+                "UPDATE sessions SET ended_at = ? WHERE id = ?",
+                (self.clock.now().isoformat(), session.id),
+            )
+            await self.loop.bus.publish(
+                SessionShutdown(
+                    session_id=session.id, transcript_path=str(session.path), reason=reason
+                )
+            )
 
     # -- hold, release, switch ---------------------------------------------------------------
 
@@ -232,7 +254,15 @@ class Trunk:
             assert self.session is not None
             old = self.session
             new_id = new_session_id("trunk", self.clock.now())
-            await self._kv_set(SWITCH_KEY, {"from": old.id, "to": new_id, "reason": reason, "ts": self.clock.now().isoformat()})
+            await self._kv_set(
+                SWITCH_KEY,
+                {
+                    "from": old.id,
+                    "to": new_id,
+                    "reason": reason,
+                    "ts": self.clock.now().isoformat(),
+                },
+            )
             await self.hold()
             try:
                 if not await self._switch_gate(reason):
@@ -242,14 +272,18 @@ class Trunk:
             finally:
                 self.release()
         held = round(anyio.current_time() - started, 4)
-        log.info("trunk switched session", previous=old.id, session=new_id, reason=reason, held_s=held)
+        log.info(
+            "trunk switched session", previous=old.id, session=new_id, reason=reason, held_s=held
+        )
         return Switched(previous_id=old.id, session_id=new_id, reason=reason, held_s=held)
 
     async def _switch_gate(self, reason: str) -> bool:
         """Fire `session_before_switch` for the current session; on a veto drop the intent."""
         assert self.session is not None
         veto = await self.loop.bus.emit_gate(
-            SessionBeforeSwitch(session_id=self.session.id, transcript_path=str(self.session.path), reason=reason)
+            SessionBeforeSwitch(
+                session_id=self.session.id, transcript_path=str(self.session.path), reason=reason
+            )
         )
         if veto is None:
             return True
@@ -262,7 +296,10 @@ class Trunk:
         assert self.session is not None
         old = self.session
         new = await self._open(new_id, header={"continues": old.id, "reason": reason})
-        await self.db.execute("UPDATE sessions SET previous_id = ?, switch_reason = ? WHERE id = ?", (old.id, reason, new_id))
+        await self.db.execute(
+            "UPDATE sessions SET previous_id = ?, switch_reason = ? WHERE id = ?",
+            (old.id, reason, new_id),
+        )
         await self._kv_set(TRUNK_KEY, new_id)
         await self._kv_delete(SWITCH_KEY)
         self.session = new
@@ -285,7 +322,12 @@ class Trunk:
         return self._current[0] if self._current else None
 
     async def submit(
-        self, text: str, *, observer: TurnObserver | None = None, client_msg_id: str | None = None, origin: str = "person"
+        self,
+        text: str,
+        *,
+        observer: TurnObserver | None = None,
+        client_msg_id: str | None = None,
+        origin: str = "person",
     ) -> Accepted:
         """Durably queue a message; return once it is on disk (then `accepted` may be sent)."""
         entry = await self.inbox.put(text, origin=origin, client_msg_id=client_msg_id)
@@ -308,7 +350,11 @@ class Trunk:
             return True
         if turn_id and self.inbox.remove(turn_id):
             await self.inbox.done(turn_id, status="cancelled")
-            self._report(TurnFailed(turn_id=turn_id, code=ErrorCode.CANCELLED, message="cancelled before it started"))
+            self._report(
+                TurnFailed(
+                    turn_id=turn_id, code=ErrorCode.CANCELLED, message="cancelled before it started"
+                )
+            )
             self._observers.pop(turn_id, None)
             self._told_waiting.discard(turn_id)
             return True
@@ -328,7 +374,13 @@ class Trunk:
         if turn_id not in self._observers or all(e.id != turn_id for e in self.inbox.pending()):
             return False
         self._told_waiting.add(turn_id)
-        self._report(TurnFailed(turn_id=turn_id, code=ErrorCode.MODEL_UNAVAILABLE, message=self._waiting_message(turn_id)))
+        self._report(
+            TurnFailed(
+                turn_id=turn_id,
+                code=ErrorCode.MODEL_UNAVAILABLE,
+                message=self._waiting_message(turn_id),
+            )
+        )
         return True
 
     def _waiting_message(self, turn_id: str) -> str:
@@ -354,16 +406,28 @@ class Trunk:
         previous = self.waiting_for_model
         next_retry = now + timedelta(seconds=retry_in_s)
         if previous is None:
-            self.waiting_for_model = WaitingForModel(since=now, error=error, attempts=1, next_retry=next_retry)
-            log.warning("trunk waiting for the model; messages stay queued", error=error, retry_in_s=retry_in_s)
+            self.waiting_for_model = WaitingForModel(
+                since=now, error=error, attempts=1, next_retry=next_retry
+            )
+            log.warning(
+                "trunk waiting for the model; messages stay queued",
+                error=error,
+                retry_in_s=retry_in_s,
+            )
         else:
-            self.waiting_for_model = replace(previous, error=error, attempts=previous.attempts + 1, next_retry=next_retry)
+            self.waiting_for_model = replace(
+                previous, error=error, attempts=previous.attempts + 1, next_retry=next_retry
+            )
         self._tell_all_waiting()
 
     def _model_reached(self) -> None:
         if self.waiting_for_model is not None:
             w = self.waiting_for_model
-            log.info("the model is reachable again; answering queued messages", since=w.since.isoformat(), attempts=w.attempts)
+            log.info(
+                "the model is reachable again; answering queued messages",
+                since=w.since.isoformat(),
+                attempts=w.attempts,
+            )
         self.waiting_for_model = None
         self._told_waiting.clear()
 
@@ -389,7 +453,9 @@ class Trunk:
                     continue
                 attempt += 1
                 delay = min(self.retry_max_s, self.retry_base_s * (2 ** (attempt - 1)))
-                log.warning("model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay)
+                log.warning(
+                    "model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay
+                )
                 self._model_unreachable(unreachable, delay)
                 await self.clock.sleep(delay)
 
@@ -409,7 +475,11 @@ class Trunk:
         ended = session.turn_ended(entry.id)
         if ended in ("answered", "failed", "vetoed"):
             # Finished before a crash that came before the inbox heard of it: never answer twice.
-            log.info("turn already finished before a restart; not answering it again", turn_id=entry.id, status=ended)
+            log.info(
+                "turn already finished before a restart; not answering it again",
+                turn_id=entry.id,
+                status=ended,
+            )
             await self._finish(entry, ended)
             return None
         scope = anyio.CancelScope()
@@ -422,10 +492,17 @@ class Trunk:
             with scope:
                 with anyio.fail_after(self.turn_timeout_s):
                     result = await self.loop.run_turn(
-                        session, turn_id=entry.id, prompt=entry.text, observer=self._report, ts=entry.ts.isoformat()
+                        session,
+                        turn_id=entry.id,
+                        prompt=entry.text,
+                        observer=self._report,
+                        ts=entry.ts.isoformat(),
                     )
         except TimeoutError:
-            error = (ErrorCode.TIMEOUT, f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped")
+            error = (
+                ErrorCode.TIMEOUT,
+                f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped",
+            )
         except ContextFailed as exc:
             error = (ErrorCode.CONTEXT_FAILED, str(exc))
         except SpendCapReached as exc:
@@ -441,17 +518,29 @@ class Trunk:
             self._cancelled.discard(entry.id)
             observer = self._observers.get(entry.id, ignore)
             await self._finish(entry, "cancelled")
-            observer(TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled"))
+            observer(
+                TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled")
+            )
             return None
         if unreachable is not None:
-            return unreachable  # `serve` tells every listener waiting on a queued turn, then backs off
+            return (
+                unreachable  # `serve` tells every listener waiting on a queued turn, then backs off
+            )
         if error is None or error[0] is ErrorCode.MODEL_ERROR:
             self._model_reached()  # the model answered (even with an error): it is reachable
         if error is not None:
             failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
             observer = self._observers.get(entry.id, ignore)
             if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
-                await session.record({"type": "turn_end", "turn_id": entry.id, "status": "failed", "error": error[1], "ts": self.clock.now().isoformat()})
+                await session.record(
+                    {
+                        "type": "turn_end",
+                        "turn_id": entry.id,
+                        "status": "failed",
+                        "error": error[1],
+                        "ts": self.clock.now().isoformat(),
+                    }
+                )
             await self._finish(entry, "failed")
             observer(failed)
             return None
@@ -462,13 +551,26 @@ class Trunk:
         if result.vetoed:
             observer(TurnFailed(turn_id=entry.id, code=ErrorCode.VETOED, message=result.vetoed))
         else:
-            observer(TurnDone(turn_id=entry.id, text=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__))
+            observer(
+                TurnDone(
+                    turn_id=entry.id,
+                    text=result.text,
+                    stop_reason=result.stop_reason,
+                    usage=result.usage.__dict__,
+                )
+            )
         self.last_result = result
         self.turns_answered += 1
         if result.report:
             await self.db.execute(
                 "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
-                (entry.id, session.id, self.clock.now().isoformat(), int(result.report.get("total_tokens", 0)), json.dumps(result.report)),
+                (
+                    entry.id,
+                    session.id,
+                    self.clock.now().isoformat(),
+                    int(result.report.get("total_tokens", 0)),
+                    json.dumps(result.report),
+                ),
             )
         if self._background is not None:
             self._background.start_soon(self._after_turn, session.id)
