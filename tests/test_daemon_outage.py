@@ -6,8 +6,10 @@ after a restart, and without one."""
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -187,4 +189,52 @@ def test_a_listening_client_gets_its_reply_once_the_api_is_back(tmp_path: Path) 
             ]
             assert status["waiting_for_model"] is None and status["queued"] == 0
         finally:
+            assert d.stop() == 0
+
+
+def test_interactive_chat_shows_the_outage_then_the_kept_reply(tmp_path: Path) -> None:
+    with FakeAnthropic() as fake:
+        fake.outage(Planned.overloaded())
+        d, env = _start(tmp_path, fake, retry_s=0.5)
+        chat = subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli", "chat", "--home", str(d.home)],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(
+            target=lambda: [lines.put(x) for x in chat.stdout or ()], daemon=True
+        )
+        reader.start()
+        seen: list[str] = []
+
+        def until(needle: str, timeout: float) -> None:
+            deadline = time.monotonic() + timeout
+            while not any(needle in x for x in seen):
+                left = deadline - time.monotonic()
+                assert left > 0, f"no {needle!r} in {seen}"
+                try:
+                    seen.append(lines.get(timeout=left))
+                except queue.Empty:
+                    pass
+
+        try:
+            assert chat.stdin is not None
+            chat.stdin.write("remember the blue kettle\n")
+            chat.stdin.flush()
+            until("answered when the model is back", 15)
+            assert any("error:" in x and "saved" in x for x in seen), seen
+            fake.outage(None)
+            until("the reply to a message it had kept", 15)
+            until("remember the blue kettle", 15)  # the fake echoes the message back
+            chat.stdin.close()
+            assert chat.wait(15) == 0, seen
+        finally:
+            if chat.poll() is None:
+                chat.kill()
+                chat.wait(5)
             assert d.stop() == 0
