@@ -389,9 +389,9 @@ class Trunk:
         pending = [e.id for e in self.inbox.pending()]
         ahead = pending.index(turn_id) if turn_id in pending else 0
         place = f"; {ahead} message{'s' if ahead != 1 else ''} ahead of it" if ahead else ""
-        retry = f"; next try at {waiting.next_retry:%H:%M:%S}" if waiting.next_retry else ""
+        retry = f"; next try at {waiting.next_retry:%H:%M:%S %Z}" if waiting.next_retry else ""
         return (
-            f"the model is unreachable ({waiting.error}) since {waiting.since:%H:%M:%S}, "
+            f"the model is unreachable ({waiting.error}) since {waiting.since:%H:%M:%S %Z}, "
             f"{waiting.attempts} attempt{'s' if waiting.attempts != 1 else ''} so far — your message is saved "
             f"and will be answered when the model is back{place}{retry}"
         )
