@@ -159,8 +159,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.dir:
         args.home = args.dir
     env = resolve_env(args, create=False)
-    created = env.home.ensure()
-    env.home.root.chmod(0o700)
+    if env.home.root.exists() and not env.home.root.is_dir():
+        raise CommandError(f"cannot create home {env.home.root}: it exists and is not a directory")
+    try:
+        created = env.home.ensure()
+        env.home.root.chmod(0o700)
+    except OSError as exc:
+        raise CommandError(f"cannot create home {env.home.root}: {exc.strerror or exc}") from None
     verb = "created" if created else "already exists; missing default files were added"
     print(f"home {env.home.root} {verb}")
     print(f"  config:   {env.home.config_file}")

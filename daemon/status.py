@@ -72,11 +72,17 @@ async def live_status(daemon: Any) -> dict[str, Any]:
     settings: Settings = daemon.settings
     last = await _last_turn(db)
     window = settings.models.trunk.context_window
-    used = (
-        trunk.last_result.context_tokens
-        if trunk and trunk.last_result
-        else (last or {}).get("context_tokens", 0)
-    )
+    current = trunk.session.id if trunk and trunk.session else None
+    if last is not None and last.get("session_id") != current:
+        # The last turn was in a session since switched away from (sleep, `switch`): the fresh
+        # session has replayed nothing yet, and the old turn's report describes the old one.
+        used, last = 0, None
+    else:
+        used = (
+            trunk.last_result.context_tokens
+            if trunk and trunk.last_result
+            else (last or {}).get("context_tokens", 0)
+        )
     sched = daemon.scheduler
     jobs = sched.describe() if sched else {}
     heartbeat = jobs.get("heartbeat")

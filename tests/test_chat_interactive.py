@@ -54,6 +54,10 @@ def test_interactive_chat_streams_cancels_and_keeps_history(tmp_path: Path) -> N
                 os.write(fd, b"hello there\r")
                 at = _read_until(fd, b"Hello from the fake model.", 20, seen, at)
                 at = _read_until(fd, b"> ", 20, seen, at)
+                os.write(fd, b"/status\r")  # the same view as `reverie status`, not raw JSON
+                at = _read_until(fd, b"state:        awake", 20, seen, at)
+                assert b'"state"' not in seen[at - 200 :]
+                at = _read_until(fd, b"> ", 20, seen, at)
                 os.write(fd, b"a slow question\r")
                 deadline = time.monotonic() + 20
                 while not any("a slow question" in str(r.body.get("messages")) for r in fake.message_requests):

@@ -26,6 +26,15 @@ def test_init_scaffolds_a_private_home(tmp_path: Path, capsys: pytest.CaptureFix
     assert "already exists" in capsys.readouterr().out
 
 
+def test_init_over_a_file_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "a-file"
+    target.write_text("not a home")
+    assert main(["init", str(target)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"reverie: cannot create home {target}: it exists and is not a directory"
+    assert target.read_text() == "not a home"
+
+
 def test_doctor_reports_each_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home = tmp_path / "agent"
     main(["init", str(home)])
@@ -38,6 +47,22 @@ def test_doctor_reports_each_check(tmp_path: Path, capsys: pytest.CaptureFixture
     assert checks["tokenizer"]["status"] == "ok" and "tiktoken" in checks["tokenizer"]["detail"]
     assert checks["api key"]["status"] == "warn" and "offline" in checks["api key"]["detail"]
     assert checks["home"]["status"] == "ok"
+
+
+def test_doctor_names_the_embedder_in_use_and_a_broken_matrix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "agent"
+    main(["init", str(home)])
+    capsys.readouterr()
+    monkeypatch.setenv("REVERIE_EMBEDDER", "hash")
+    matrix = home / "PERSONALITY_MATRIX.md"
+    matrix.write_text(matrix.read_text().replace('"topics"', '"topics" oops', 1))
+    code = main(["doctor", "--home", str(home), "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    assert code == 1
+    assert checks["embedder"]["status"] == "ok" and "'hash'" in checks["embedder"]["detail"]
+    assert checks["topics"]["status"] == "fail" and "not valid JSON" in checks["topics"]["detail"]
 
 
 def test_doctor_fails_on_an_impossible_setup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

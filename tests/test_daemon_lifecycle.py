@@ -75,9 +75,14 @@ def test_switch_command_summarises_the_old_session_and_status_tells_the_truth(da
         assert switched["type"] == "result", switched
         new = switched["data"]["session_id"]
         assert switched["data"]["previous_id"] == old and new != old
+        # The fresh session has replayed nothing: the old session's turn is not shown as its use.
+        fresh = c.command("status")["data"]["context"]
+        assert fresh["used_tokens"] == 0 and fresh["last_turn"] is None
         _, frames = c.chat("hello again")
         assert frames[-1]["type"] == "done"
-        assert c.command("status")["data"]["trunk"]["session_id"] == new
+        after = c.command("status")["data"]
+        assert after["trunk"]["session_id"] == new
+        assert after["context"]["used_tokens"] > 0 and after["context"]["last_turn"]["session_id"] == new
     # The after-turn indexing made the turn searchable without a restart.
     hits = json.loads(_cli("memory", "search", "Bartholomew-9", "--json", "--home", str(daemon.home)).stdout.strip().splitlines()[-1])
     assert any(accepted["turn_id"] in h["message_ids"] for h in hits), hits

@@ -761,3 +761,27 @@ def test_status_shows_running_forks_and_counts() -> None:
     assert "forks:" not in render(
         {"state": "awake", "running": True, "forks": {"running": 0, "started": 0, "by_status": {}}}
     )
+
+
+async def test_a_forks_brief_is_indexed_as_the_agents_words_never_the_persons(
+    tmp_path: Path,
+) -> None:
+    play = Play()
+    play.trunk += [Reply(tool_calls=(delegate("measure the greenhouse"),)), "ok"]
+    play.forks["measure the greenhouse"] = deque(["The greenhouse measures twelve metres by four."])
+    async with rig(tmp_path, play) as r:
+        await r.turn("go")
+        row = (await ForkLineage(r.db).all())[0]
+        await r.memory.index_session(row.id)
+        await r.memory.index_session(r.session.id)
+        origins = await r.db.fetchall(
+            "SELECT origin, text FROM memories WHERE kind = 'chunk' AND session_id = ?", (row.id,)
+        )
+        trunk = await r.db.fetchall(
+            "SELECT origin FROM memories WHERE kind = 'chunk' AND session_id = ?", (r.session.id,)
+        )
+    briefs = [o for o, text in origins if "focused task mode" in text]
+    assert briefs and set(briefs) == {"agent"}
+    assert "person" not in {o for o, _ in origins}
+    # The trunk's own user turns are still the person's.
+    assert "person" in {o for (o,) in trunk}

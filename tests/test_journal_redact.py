@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from daemon.journal.redact import DEFAULT_PATTERNS, Redactor
+from daemon.redact import DEFAULT_PATTERNS, Redactor
 from daemon.settings import ConfigError, load_settings
 from tests.journal_support import journal_rig, journal_settings
 

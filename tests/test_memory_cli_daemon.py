@@ -171,14 +171,17 @@ def test_daemon_and_direct_paths_give_the_same_hits(
 
     # Writes through the daemon: an import and a fact, then an import of a bad file.
     more = _write(tmp_path / "more.jsonl", MORE)
-    r = _cli("memory", "import", str(more), "--home", str(home), "--json")
+    r = _cli("memory", "import", str(more), "--home", str(home), "--json", "--summarise")
     assert r.returncode == 0, r.stderr
     counts = json.loads(r.stdout)
     assert (
         counts["messages"] == 1 and counts["sessions"] == 1 and counts["embeddings"] == "hash-256"
     )
+    # Summarised by the daemon's own summariser (the offline model here).
+    assert counts["summaries"] == 1
+    assert len(list((home / "memory" / "sessions").glob("session-*.md"))) == 1
     progress = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
-    assert {p["progress"] for p in progress} >= {"record", "embed"}
+    assert {p["progress"] for p in progress} >= {"record", "embed", "summarise"}
     assert progress[-1]["done"] == progress[-1]["total"]
     assert any(e.get("event") == "memory import done" for e in daemon.log_events())
 
@@ -322,3 +325,48 @@ def test_forwarding_finds_a_configured_socket(tmp_path: Path) -> None:
     assert socket_path(str(home), str(extra)) == "/tmp/abs.sock"
     extra.write_text("[chat\nsocket = broken")
     assert socket_path(str(home), str(extra)) is None  # the full CLI reports the bad file
+
+
+def test_a_database_rebuilt_from_the_files_names_every_chunk_as_before(tmp_path: Path) -> None:
+    import sqlite3
+
+    from tests.harness import Client
+
+    home = tmp_path / "home"
+    env = daemon_env(ENV)
+    d = DaemonProcess(home=home, env=env).start()
+    try:
+        with Client(d.socket_path) as c:
+            c.hello()
+            for text in ("the kiln is named Bartholomew", "the glaze firing is on Friday"):
+                _, frames = c.chat(text)
+                assert frames[-1]["type"] == "done", frames
+    finally:
+        assert d.stop() == 0
+
+    def chunks() -> list[tuple[str, str]]:
+        with sqlite3.connect(home / "reverie.db") as conn:
+            rows = conn.execute(
+                "SELECT uid, text FROM memories WHERE kind = 'chunk' ORDER BY uid"
+            ).fetchall()
+        return [(str(u), str(t)) for u, t in rows]
+
+    before = chunks()
+    assert any("Bartholomew" in t for _, t in before)
+    for f in home.glob("reverie.db*"):
+        f.unlink()
+    r = _cli("memory", "reindex", "--home", str(home), env=env)
+    assert r.returncode == 0, r.stderr
+    after = dict(chunks())
+    # Every message chunk keeps its id and text (windows may have grown: the rebuild also takes
+    # in a last reply the stopping daemon had not chunked yet).
+    singles = [(u, t) for u, t in before if not u.endswith("-w")]
+    assert singles and all(after.get(u) == t for u, t in singles), (singles, after)
+    # The daemon continues the same trunk session from its transcript.
+    live = singles[0][0].split(":")[1]
+    d = DaemonProcess(home=home, env=env).start()
+    try:
+        with Client(d.socket_path) as c:
+            assert c.hello()["session_id"] == live
+    finally:
+        assert d.stop() == 0

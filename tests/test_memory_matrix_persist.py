@@ -101,6 +101,13 @@ async def test_matrix_is_saved_reused_and_read_incrementally(tmp_path: Path) -> 
         assert got[0][0] == "fact:1000"
         assert "fact:3" not in [uid for uid, _ in await ranked(index, "note 3")]
     assert path.stat().st_mtime_ns == mtime  # a few rows never rewrite the file
+    # Nor does a read-only view (what `reverie context` opens), background flag or not.
+    async with await Database.open(db_file, readonly=True) as db:
+        view = MemoryIndex(db, HashEmbedder(64), MemorySettings(), FakeClock(T0), background=True)
+        async with view:
+            assert (await ranked(view, "kestrel lantern harbour"))[0][0] == "fact:1000"
+            assert view.matrix.rows_since_save > 0
+    assert path.stat().st_mtime_ns == mtime
     assert got == await fresh_ranking(db_file, "kestrel lantern harbour")
 
 

@@ -30,3 +30,22 @@ def test_the_offline_models_self_introduction_leaves_no_trace_in_the_entry() -> 
     assert entry["decisions"] == ["We decided to repaint the kitchen green next week."]
     assert entry["open_questions"] == ["Is the paint shop open on Sunday?"]
     assert not {"model", "provider", "llama"} & set(entry["tags"])
+
+
+def test_the_offline_session_summary_is_about_the_session_not_the_offline_model() -> None:
+    from daemon.models.offline import summarise
+
+    result = summarise(
+        message(
+            "[user] We decided to move the hives to the orchard in April.",
+            f"[assistant] {OFFLINE_REPLY}",
+            "[user] The queen in hive two is marked blue.",
+            f"[assistant] {OFFLINE_REPLY}",
+        )
+    )
+    assert not {"offline", "model", "provider", "llama", "anthropic"} & set(
+        result["slug"].split("-")
+    )
+    assert "offline" not in result["summary"].lower()
+    assert result["decisions"] == ["We decided to move the hives to the orchard in April."]
+    assert "hive" in result["slug"] or "hives" in result["slug"]

@@ -39,6 +39,7 @@ def test_layers_home_then_config_then_environment(tmp_path: Path) -> None:
         ("[chat]\nsockett = 'x'\n", "unknown key 'chat.sockett'"),
         ("[scheduler]\nnightly_sleep = '25:00'\n", "scheduler.nightly_sleep"),
         ("agent = 3\n", "'agent' = 3"),
+        ("[scheduler]\ntimezone = 'Mars/Olympus'\n", "unknown time zone 'Mars/Olympus'"),
     ],
 )
 def test_errors_name_key_value_and_expectation(tmp_path: Path, toml: str, needle: str) -> None:

@@ -89,6 +89,25 @@ def test_everyday_messages_load_no_topic(router: TopicRouter, prompt: str) -> No
     assert [(s.id, s.matched) for s in router.score("system_prompt", prompt)] == []
 
 
+def test_the_offline_models_own_reply_loads_no_topic(router: TopicRouter) -> None:
+    # The assembler routes on the prompt and the previous reply; with no key that reply is the
+    # offline model's introduction, which must not pull a topic into every turn.
+    from daemon.models.offline import _introduce
+
+    reply = _introduce("flood message about kiln glazes")
+    assert "ANTHROPIC_API_KEY" in reply
+    assert [(s.id, s.matched) for s in router.score("system_prompt", reply)] == []
+
+
+def test_an_identifiers_parts_are_not_words_but_the_words_still_are(router: TopicRouter) -> None:
+    assert not [
+        s for s in router.score("system_prompt", "set ANTHROPIC_API_KEY") if "api" in s.matched
+    ]
+    assert [
+        s for s in router.score("system_prompt", "the API returns 500 on every call") if s.matched
+    ]
+
+
 @pytest.mark.parametrize(("prompt", "topic"), DOMAIN)
 def test_domain_messages_load_their_topic(router: TopicRouter, prompt: str, topic: str) -> None:
     chosen = [s.id for s in router.select("system_prompt", prompt)]

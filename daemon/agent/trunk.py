@@ -135,7 +135,7 @@ class Trunk:
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
         now = self.clock.now()
-        session_id = json.loads(row[0]) if row else new_session_id("trunk", now)
+        session_id = json.loads(row[0]) if row else (self._newest_transcript() or new_session_id("trunk", now))
         self.session = await self._open(session_id)
         intent = await self._kv_get(SWITCH_KEY)
         if (
@@ -164,6 +164,16 @@ class Trunk:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown("shutdown")
+
+    def _newest_transcript(self) -> str | None:
+        """The newest trunk transcript's session, when the database lost its note of the current one.
+
+        A database rebuilt from the files (`memory reindex` after losing `reverie.db`) keeps no
+        record of which trunk session was live; a switch always opens a newer one, so the newest
+        transcript is the one to continue.
+        """
+        names = sorted(p.stem for p in self.home.trunk_dir.glob("trunk-*.jsonl"))
+        return names[-1] if names else None
 
     async def _open(self, session_id: str, *, header: dict[str, Any] | None = None) -> Session:
         return await Session.open(

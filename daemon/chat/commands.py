@@ -485,9 +485,17 @@ class InteractiveChat:
                 session.command, "journal", 30.0, {"tail": int(words[0]) if words else 10}
             )
             print(data.get("text", "") if isinstance(data, dict) else data)
-        elif name in ("status", "sleep"):
+        elif name == "status":
+            from daemon.status import render
+
             data = portal.call(session.command, name)
-            print(data if isinstance(data, str) else json.dumps(data, indent=2, ensure_ascii=False))
+            print(render(data) if isinstance(data, dict) else data)
+        elif name == "sleep":
+            data = portal.call(session.command, name)
+            if isinstance(data, dict) and data.get("cycle_id"):
+                print(f"sleep cycle {data['cycle_id']} started; /status shows its phase")
+            else:
+                print(data if isinstance(data, str) else json.dumps(data, indent=2, ensure_ascii=False))
         else:
             self.screen.note(f"unknown command /{name} (try /help)")
         return True

@@ -156,7 +156,9 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
     if restore is not None:
         if text:
             raise ValueError("--restore takes no TEXT")
-        fact = await memory.facts.restore(str(restore), origin="person", reason="restored by the person")
+        fact = await memory.facts.restore(
+            str(restore), origin="person", reason="restored by the person"
+        )
         return {"status": "restored", "id": fact.id, "message": f"{fact.id} restored: {fact.text}"}
     if not text:
         raise ValueError("remember needs TEXT (or --retract ID)")

@@ -62,7 +62,6 @@ from daemon.journal.entries import (
     draft_from_answer,
     fit_draft,
 )
-from daemon.journal.redact import Redactor
 from daemon.log import get_logger
 from daemon.memory.index import MemoryIndex, NewMemory
 from daemon.memory.text import parse_json_reply
@@ -70,6 +69,7 @@ from daemon.models import offline_journal
 from daemon.models.base import Message, ModelError, SystemBlock, Usage
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.redact import Redactor
 from daemon.scheduler import local_zone
 from daemon.settings import Settings
 from daemon.store.db import Database

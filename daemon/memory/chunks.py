@@ -35,7 +35,9 @@ def _origin(session_kind: str, roles: set[str]) -> Origin:
         return "import"
     if "tool" in roles:
         return "tool"
-    if roles == {"user"}:
+    # A fork's "user" turns are its brief and framing, written by the model that delegated:
+    # never the person's own words, so never trusted as theirs (pinning and dreams rely on it).
+    if roles == {"user"} and session_kind != "fork":
         return "person"
     return "agent"
 

@@ -86,7 +86,12 @@ def _group(lines: Iterable[TranscriptLine]) -> dict[str, list[TranscriptLine]]:
 
 
 def _record_sync(
-    conn: Any, session_id: str, kind: str, transcript: str, lines: list[TranscriptLine], parent: str | None = None
+    conn: Any,
+    session_id: str,
+    kind: str,
+    transcript: str,
+    lines: list[TranscriptLine],
+    parent: str | None = None,
 ) -> int:
     """Insert the session row (if new) and its missing messages; return how many were added."""
     conn.execute("BEGIN IMMEDIATE")
@@ -98,10 +103,19 @@ def _record_sync(
             "ON CONFLICT(id) DO UPDATE SET started_at = min(started_at, excluded.started_at), "
             "ended_at = CASE WHEN sessions.kind = 'imported' THEN max(coalesce(ended_at, ''), excluded.ended_at) "
             "ELSE ended_at END",
-            (session_id, kind, parent, transcript, iso(started), iso(ended) if kind == "imported" else None),
+            (
+                session_id,
+                kind,
+                parent,
+                transcript,
+                iso(started),
+                iso(ended) if kind == "imported" else None,
+            ),
         )
         have = {r[0] for r in conn.execute("SELECT msg_id FROM messages WHERE session_id = ?", (session_id,))}
-        row = conn.execute("SELECT coalesce(max(seq), -1) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+        # Numbered from 1, as the live session numbers its messages: a rebuilt index keeps every
+        # chunk id (`chunk:<session>:<seq>`) that summaries, folds and citations already name.
+        row = conn.execute("SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
         seq = int(row[0])
         added = 0
         for line in lines:
@@ -111,7 +125,16 @@ def _record_sync(
             have.add(line.id)
             conn.execute(
                 "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content, turn_id) VALUES (?,?,?,?,?,?,?,?)",
-                (session_id, line.id, seq, iso(line.ts), line.role, line.speaker, line.content, line.turn_id),
+                (
+                    session_id,
+                    line.id,
+                    seq,
+                    iso(line.ts),
+                    line.role,
+                    line.speaker,
+                    line.content,
+                    line.turn_id,
+                ),
             )
             added += 1
         conn.execute("COMMIT")
@@ -122,7 +145,11 @@ def _record_sync(
 
 
 async def import_file(
-    path: Path, *, home: Home, index: MemoryIndex, progress: Callable[[dict[str, Any]], None] | None = None
+    path: Path,
+    *,
+    home: Home,
+    index: MemoryIndex,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> ImportResult:
     """Import an import-format JSONL file; idempotent. Raises TranscriptError on a bad line.
 
@@ -142,7 +169,11 @@ async def import_file(
         group = list({line.id: line for line in reversed(group)}.values())[::-1] if dup else group
         target = imported_path(home, session_id)
         await anyio.to_thread.run_sync(drop_torn_tail, target)
-        on_file = {line.id for line in await anyio.to_thread.run_sync(read_transcript, target)} if target.exists() else set()
+        on_file = (
+            {line.id for line in await anyio.to_thread.run_sync(read_transcript, target)}
+            if target.exists()
+            else set()
+        )
         fresh = [line for line in group if line.id not in on_file]
         if fresh:
             await anyio.to_thread.run_sync(_append_lines, target, fresh)
@@ -153,7 +184,10 @@ async def import_file(
         if progress is not None:
             progress({"phase": "record", "done": seen, "total": len(lines)})
     return ImportResult(
-        sessions=len(sessions), messages=added, already_present=present, chunks=chunks,
+        sessions=len(sessions),
+        messages=added,
+        already_present=present,
+        chunks=chunks,
         session_ids=tuple(sessions),
     )
 
@@ -185,7 +219,9 @@ async def reindex_transcripts(home: Home, index: MemoryIndex) -> dict[str, int]:
         kind = header.kind if header else "imported"
         parent = header.parent if header else None
         for session_id, group in _group(lines).items():
-            counts["messages"] += await index.db.run(_record_sync, session_id, kind, str(path), group, parent)
+            counts["messages"] += await index.db.run(
+                _record_sync, session_id, kind, str(path), group, parent
+            )
             counts["sessions"] += 1
             counts["chunks"] += await index.index_session(session_id)
     return counts

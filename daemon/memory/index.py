@@ -252,14 +252,16 @@ class MemoryIndex:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()
-        # The daemon leaves its matrix as it knew it; a short-lived command only when it had to
-        # rebuild or read much (so the next command starts from it), never for a few rows.
+        # The daemon (the one index running an embedding worker) leaves its matrix as it knew
+        # it; any other only when it had to rebuild or read much, never for a few rows.
         m = self.matrix
         if (
             self._matrix_checked
             and m.rows_since_save
             and (
-                self.background or m.saved_generation < 0 or m.rows_since_save >= self.persist_rows
+                stack is not None
+                or m.saved_generation < 0
+                or m.rows_since_save >= self.persist_rows
             )
         ):
             with anyio.CancelScope(shield=True):
@@ -1015,7 +1017,9 @@ class MemoryIndex:
             if self.matrix.vector_count:
                 await self.query_vectors(["warm up"])
         except Exception as exc:  # a broken model must not end the daemon
-            log.warning("embedder warm-up failed; the first vector query will retry", error=repr(exc))
+            log.warning(
+                "embedder warm-up failed; the first vector query will retry", error=repr(exc)
+            )
 
     async def _embed_worker(self) -> None:
         await self._warm_up()

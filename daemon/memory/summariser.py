@@ -32,6 +32,7 @@ from daemon.memory.text import addenda_block, keywords, parse_json_reply, slugif
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.redact import redactor_for
 from daemon.settings import Settings
 from daemon.store.db import Database
 from daemon.tokens import count_tokens
@@ -426,6 +427,7 @@ class Summariser:
             summarised_at=now.isoformat(timespec="seconds"),
             kind=str(kind),
         )
+        text = redactor_for(self.settings).mask(text)
         await anyio.to_thread.run_sync(_write_atomic, path, text)
         meta, body = read_summary_file(path)
         await self.index.upsert([summary_memory(meta, body, path, origin="import" if kind == "imported" else "system")])

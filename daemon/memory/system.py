@@ -78,11 +78,26 @@ class MemorySystem:
         # A command-line memory system embeds when it flushes, never behind the caller.
         self.index = MemoryIndex(db, self.embedder, settings.memory, clock, background=background)
         self.facts = FactStore(home=home, index=self.index, settings=settings, clock=clock)
-        self.summariser = Summariser(
-            home=home, db=db, index=self.index, roles=roles, settings=settings, clock=clock, topic_addenda=topic_addenda
-        ) if roles is not None else None
+        self.summariser = (
+            Summariser(
+                home=home,
+                db=db,
+                index=self.index,
+                roles=roles,
+                settings=settings,
+                clock=clock,
+                topic_addenda=topic_addenda,
+            )
+            if roles is not None
+            else None
+        )
         self.recaller = Recall(
-            db=db, index=self.index, roles=roles, settings=settings, topic_addenda=topic_addenda, clock=clock
+            db=db,
+            index=self.index,
+            roles=roles,
+            settings=settings,
+            topic_addenda=topic_addenda,
+            clock=clock,
         )
         self.view: MemoryView = IndexMemoryView(self.index, settings.memory)
         self._stack: AsyncExitStack | None = None
@@ -191,7 +206,9 @@ class MemorySystem:
             raise ModelError("no model roles were given to this memory system; it cannot summarise")
         if not wait:
             self.summariser.enqueue(session_id)
-            row = await self.db.fetchone("SELECT summary_path FROM sessions WHERE id = ?", (session_id,))
+            row = await self.db.fetchone(
+                "SELECT summary_path FROM sessions WHERE id = ?", (session_id,)
+            )
             return Path(row[0]) if row and row[0] else None
         try:
             return await self.summariser.summarise(session_id)
@@ -251,7 +268,10 @@ class MemorySystem:
         """Open a read-only `MemoryView` over a home's index (no models; safe while the daemon runs)."""
         readonly = home.db_file.exists()
         db = await Database.open(
-            home.db_file, readonly=readonly, migrate=not readonly, busy_timeout_ms=settings.store.busy_timeout_ms
+            home.db_file,
+            readonly=readonly,
+            migrate=not readonly,
+            busy_timeout_ms=settings.store.busy_timeout_ms,
         )
         try:
             index = MemoryIndex(db, _build_embedder(settings), settings.memory, SystemClock())

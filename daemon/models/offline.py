@@ -34,7 +34,7 @@ from daemon.models.base import (
     ToolUseBlock,
     Usage,
 )
-from daemon.models.offline_sleep import weave_wake
+from daemon.models.offline_sleep import is_offline_chatter, weave_wake
 from daemon.text import STOP_WORDS, stem
 from daemon.tokens import count_tokens
 
@@ -288,6 +288,9 @@ def summarise(message_text: str) -> dict[str, Any]:
         elif line.strip() and turns:
             role, prior = turns[-1]
             turns[-1] = (role, f"{prior} {line.strip()}")
+    # The offline model's own replies (its self-introduction, echoes of tool output) say nothing
+    # about the session: they would fill the slug, the tags and the narrative.
+    turns = [(r, t) for r, t in turns if not (r == "assistant" and is_offline_chatter(t))] or turns
     body = " ".join(t for _, t in turns) or transcript
     scores = _keyword_scores(body)
     order = {w: i for i, w in reversed(list(enumerate(tokenize(body))))}

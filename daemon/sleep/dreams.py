@@ -29,6 +29,7 @@ from daemon.memory.index import iso
 from daemon.memory.summariser import read_summary_file
 from daemon.memory.text import parse_json_reply
 from daemon.models.base import Message, SpendCapReached, SystemBlock
+from daemon.redact import redactor_for
 from daemon.sleep.phases import PhaseContext, PhaseReport
 from daemon.sleep.revisions import Material, Proposal, Revision, RevisionStore
 from daemon.tokens import count_tokens
@@ -188,7 +189,9 @@ class DreamsPhase:
         # all of this cycle's revisions.
         revisions = await store.settle(ctx.cycle_id)
         path = self._entry_path(ctx)
-        text = self._render_entry(ctx, dream, revisions, sorted(material.origins))
+        text = redactor_for(ctx.settings).mask(
+            self._render_entry(ctx, dream, revisions, sorted(material.origins))
+        )
         await anyio.to_thread.run_sync(write_atomic, path, text)
         return self._report(ctx, path, revisions, resumed=False, material=len(material.origins))
 

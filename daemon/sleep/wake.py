@@ -29,6 +29,7 @@ from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 from daemon.memory.summariser import TranscriptMessage, excerpt, read_summary_file
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.offline_sleep import fit_tokens, weave_wake
+from daemon.redact import redactor_for
 from daemon.sleep.phases import PhaseContext, PhaseReport
 from daemon.tokens import count_tokens
 
@@ -165,7 +166,8 @@ class WakeUp:
         woven = await self._weave(
             ctx, summary=summary, decisions=decisions, memories=memories, messages=messages
         )
-        text = woven.text.rstrip() + "\n"
+        # A secret said during the day must not be repeated into a file every prompt carries.
+        text = redactor_for(ctx.settings).mask(woven.text.rstrip()) + "\n"
         await anyio.to_thread.run_sync(lambda: write_atomic(wake_file, text, mode=0o600))
         switched = await self.trunk.switch("sleep")
         changed = (

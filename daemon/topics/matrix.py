@@ -38,10 +38,19 @@ class MatrixError(Exception):
     """The matrix as a whole cannot be used; the message says where and why."""
 
 
+# An identifier joined by underscores (ANTHROPIC_API_KEY, user_id) is one token: its parts are
+# not words the person said, so "API_KEY" in a reply must not trigger the topic about APIs.
+_IDENTIFIER = re.compile(r"\b[A-Za-z0-9]+(?:_[A-Za-z0-9]+)+\b")
+
+
+def _plain(text: str) -> str:
+    return _IDENTIFIER.sub(lambda m: m.group(0).replace("_", ""), text).lower().replace("’", "'")
+
+
 def tokenise(text: str) -> list[str]:
     """Lowercase words of `text`, stop words removed, inflections folded, in order."""
     out: list[str] = []
-    for raw in _WORD.findall(text.lower().replace("’", "'")):
+    for raw in _WORD.findall(_plain(text)):
         if raw in STOP_WORDS:
             continue
         folded = stem(raw)
@@ -52,7 +61,7 @@ def tokenise(text: str) -> list[str]:
 
 def phrase_words(text: str) -> list[str]:
     """Lowercase words of `text` in order, stop words kept, apostrophes dropped ("can't" → "cant")."""
-    return [w.replace("'", "") for w in _WORD.findall(text.lower().replace("’", "'"))]
+    return [w.replace("'", "") for w in _WORD.findall(_plain(text))]
 
 
 _INFLECTED = ("s", "ing", "ed")

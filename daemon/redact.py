@@ -12,6 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from daemon.settings import Settings
 
 _SECRET_NAMES = (
     r"(?:password|passwd|pwd|passphrase|api[_-]?key|secret[_-]?key|client[_-]?secret|"
@@ -85,3 +89,13 @@ _NAME = re.compile(rf"(?i)^(.*?\b{_SECRET_NAMES}\b\s*(?:=|:|\bis\b)\s*)")
 def _keep_name(found: re.Match[str]) -> str:
     head = _NAME.match(found.group(0))
     return (head.group(1) if head else "") + "[redacted:password]"
+
+
+def redactor_for(settings: Settings) -> Redactor:
+    """The redactor the settings ask for (`journal.redact_defaults`, `journal.redact_patterns`).
+
+    Every writer of a generated memory file uses it — journal entries and digests, session
+    summaries, `WAKE.md`, dream entries — so a secret said in a conversation is not repeated
+    into files that reach every future prompt.
+    """
+    return Redactor(defaults=settings.journal.redact_defaults, extra=settings.journal.redact_patterns)
