@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -237,4 +238,45 @@ def test_interactive_chat_shows_the_outage_then_the_kept_reply(tmp_path: Path) -
             if chat.poll() is None:
                 chat.kill()
                 chat.wait(5)
+            assert d.stop() == 0
+
+
+def test_a_message_sent_once_the_api_is_back_is_not_held_behind_a_long_backoff(
+    tmp_path: Path,
+) -> None:
+    with FakeAnthropic() as fake:
+        fake.outage(Planned.overloaded())
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / "reverie.toml").write_text(
+            _config(0.25).replace("unavailable_retry_max_s = 0.25", "unavailable_retry_max_s = 60")
+        )
+        env = daemon_env({"ANTHROPIC_API_KEY": "test-key", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env).start()
+
+        def waiting() -> dict[str, Any] | None:
+            out = _cli(env, "--home", str(home), "status", "--json")[0].stdout
+            return json.loads(out)["trunk"]["waiting_for_model"]
+
+        try:
+            with Client(d.socket_path, timeout=30) as c:
+                c.hello()
+                c.send({"type": "message", "text": "one: during the outage"})
+                first = c.recv_until(lambda f: f["type"] == "accepted")[-1]["turn_id"]
+                # The backoff doubles: 0.25, 0.5, 1, 2, 4, then 8 s to the next try.
+                _wait(lambda: (waiting() or {}).get("attempts", 0) >= 6, 30, "six failed tries")
+                next_retry = datetime.fromisoformat(str((waiting() or {})["next_retry"]))
+                assert (next_retry - datetime.now(UTC)).total_seconds() > 3
+                fake.outage(None)
+                c.send({"type": "message", "text": "two: back yet?"})
+                second = c.recv_until(lambda f: f["type"] == "accepted")[-1]["turn_id"]
+                frames = c.recv_until(lambda f: f["type"] == "done" and f["turn_id"] == second)
+                # Answered before the backoff would have let the trunk try again.
+                assert datetime.now(UTC) < next_retry
+                assert [f["turn_id"] for f in frames if f["type"] == "done"] == [first, second]
+                told = [f for f in frames if f["type"] == "error" and f["turn_id"] == second]
+                assert told and told[0]["code"] == "model_unavailable"
+                assert "trying it again now" in told[0]["message"]
+            assert waiting() is None
+        finally:
             assert d.stop() == 0

@@ -68,6 +68,7 @@ class WaitingForModel:
     since: datetime
     error: str
     attempts: int
+    last_attempt: datetime
     next_retry: datetime | None = None
 
     def describe(self, *, queued: int) -> dict[str, Any]:
@@ -75,6 +76,7 @@ class WaitingForModel:
             "since": self.since.isoformat(),
             "error": self.error,
             "attempts": self.attempts,
+            "last_attempt": self.last_attempt.isoformat(),
             "next_retry": self.next_retry.isoformat() if self.next_retry else None,
             "queued": queued,
         }
@@ -131,11 +133,18 @@ class Trunk:
         self.waiting_for_model: WaitingForModel | None = None
         # Turns whose listener has been told about the current outage (told once each).
         self._told_waiting: set[str] = set()
+        # Set by a message arriving during an outage: try the model now rather than at the
+        # end of a backoff that may have grown to minutes.
+        self._retry_now = anyio.Event()
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
         now = self.clock.now()
-        session_id = json.loads(row[0]) if row else (self._newest_transcript() or new_session_id("trunk", now))
+        session_id = (
+            json.loads(row[0])
+            if row
+            else (self._newest_transcript() or new_session_id("trunk", now))
+        )
         self.session = await self._open(session_id)
         intent = await self._kv_get(SWITCH_KEY)
         if (
@@ -343,6 +352,7 @@ class Trunk:
         entry = await self.inbox.put(text, origin=origin, client_msg_id=client_msg_id)
         if observer is not None:
             self._observers[entry.id] = observer
+        self._retry_early()
         return Accepted(turn_id=entry.id, queued=len(self.inbox.pending()) - 1)
 
     def attach(self, turn_id: str, observer: TurnObserver) -> None:
@@ -399,7 +409,12 @@ class Trunk:
         pending = [e.id for e in self.inbox.pending()]
         ahead = pending.index(turn_id) if turn_id in pending else 0
         place = f"; {ahead} message{'s' if ahead != 1 else ''} ahead of it" if ahead else ""
-        retry = f"; next try at {waiting.next_retry:%H:%M:%S %Z}" if waiting.next_retry else ""
+        if waiting.next_retry is None:
+            retry = ""
+        elif waiting.next_retry <= self.clock.now():
+            retry = "; trying it again now"
+        else:
+            retry = f"; next try at {waiting.next_retry:%H:%M:%S %Z}"
         return (
             f"the model is unreachable ({waiting.error}) since {waiting.since:%H:%M:%S %Z}, "
             f"{waiting.attempts} attempt{'s' if waiting.attempts != 1 else ''} so far — your message is saved "
@@ -417,7 +432,7 @@ class Trunk:
         next_retry = now + timedelta(seconds=retry_in_s)
         if previous is None:
             self.waiting_for_model = WaitingForModel(
-                since=now, error=error, attempts=1, next_retry=next_retry
+                since=now, error=error, attempts=1, last_attempt=now, next_retry=next_retry
             )
             log.warning(
                 "trunk waiting for the model; messages stay queued",
@@ -426,9 +441,42 @@ class Trunk:
             )
         else:
             self.waiting_for_model = replace(
-                previous, error=error, attempts=previous.attempts + 1, next_retry=next_retry
+                previous,
+                error=error,
+                attempts=previous.attempts + 1,
+                last_attempt=now,
+                next_retry=next_retry,
             )
         self._tell_all_waiting()
+
+    def _retry_early(self) -> None:
+        """Cut the backoff short for a new message, at most once per `retry_base_s`."""
+        waiting = self.waiting_for_model
+        if waiting is None or self._retry_now.is_set():
+            return
+        now = self.clock.now()
+        if (now - waiting.last_attempt).total_seconds() < self.retry_base_s:
+            return
+        if waiting.next_retry is not None and waiting.next_retry <= now:
+            return
+        self.waiting_for_model = replace(waiting, next_retry=now)
+        self._retry_now.set()
+
+    async def _wait_to_retry(self, delay: float) -> None:
+        """Sleep out the backoff, or less when `_retry_early` asks (cancellable)."""
+        self._retry_now = anyio.Event()
+        async with anyio.create_task_group() as waiting:
+
+            async def backoff() -> None:
+                await self.clock.sleep(delay)
+                waiting.cancel_scope.cancel()
+
+            async def early() -> None:
+                await self._retry_now.wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(backoff, name="trunk-retry-backoff")
+            waiting.start_soon(early, name="trunk-retry-early")
 
     def _model_reached(self) -> None:
         if self.waiting_for_model is not None:
@@ -467,7 +515,7 @@ class Trunk:
                     "model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay
                 )
                 self._model_unreachable(unreachable, delay)
-                await self.clock.sleep(delay)
+                await self._wait_to_retry(delay)
 
     async def _after_turn(self, session_id: str) -> None:
         for hook in self.after_turn:
