@@ -16,7 +16,9 @@ from daemon.store.db import Database
 
 
 async def _last_turn(db: Database) -> dict[str, Any] | None:
-    row = await db.fetchone("SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports ORDER BY ts DESC LIMIT 1")
+    row = await db.fetchone(
+        "SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports ORDER BY ts DESC LIMIT 1"
+    )
     if row is None:
         return None
     try:
@@ -29,7 +31,13 @@ async def _last_turn(db: Database) -> dict[str, Any] | None:
         for layer in layers:
             if isinstance(layer, dict) and "name" in layer:
                 per_layer[str(layer["name"])] = int(layer.get("tokens", 0))
-    return {"turn_id": row[0], "session_id": row[1], "ts": row[2], "context_tokens": row[3], "layers": per_layer}
+    return {
+        "turn_id": row[0],
+        "session_id": row[1],
+        "ts": row[2],
+        "context_tokens": row[3],
+        "layers": per_layer,
+    }
 
 
 async def _spend(db: Database, settings: Settings) -> dict[str, Any]:
@@ -70,7 +78,11 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         # session has replayed nothing yet, and the old turn's report describes the old one.
         used, last = 0, None
     else:
-        used = trunk.last_result.context_tokens if trunk and trunk.last_result else (last or {}).get("context_tokens", 0)
+        used = (
+            trunk.last_result.context_tokens
+            if trunk and trunk.last_result
+            else (last or {}).get("context_tokens", 0)
+        )
     sched = daemon.scheduler
     jobs = sched.describe() if sched else {}
     heartbeat = jobs.get("heartbeat")
@@ -90,6 +102,11 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             "held": bool(trunk and trunk.held),
             "current_turn": trunk.current_turn if trunk else None,
             "queued": len(trunk.inbox.pending()) if trunk else 0,
+            "waiting_for_model": (
+                trunk.waiting_for_model.describe(queued=len(trunk.inbox.pending()))
+                if trunk and trunk.waiting_for_model
+                else None
+            ),
             "provider": daemon.roles.provider_kind("trunk") if daemon.roles else None,
             "model": daemon.roles.model_name("trunk") if daemon.roles else None,
         },
@@ -130,7 +147,9 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
         session_id = json.loads(row[0]) if row else None
         count = 0
         if session_id:
-            crow = await db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,))
+            crow = await db.fetchone(
+                "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
+            )
             count = int(crow[0]) if crow else 0
         out["trunk"] = {"session_id": session_id, "messages": count}
         last = await _last_turn(db)
@@ -171,48 +190,92 @@ def render(status: dict[str, Any]) -> str:
     lines = [f"state:        {state}"]
     trunk = status.get("trunk") or {}
     if trunk:
-        lines.append(f"trunk:        {trunk.get('session_id')} ({trunk.get('messages', 0)} messages)")
+        lines.append(
+            f"trunk:        {trunk.get('session_id')} ({trunk.get('messages', 0)} messages)"
+        )
         if trunk.get("provider"):
             lines.append(f"model:        {trunk.get('provider')}:{trunk.get('model')}")
+        waiting = trunk.get("waiting_for_model")
+        if waiting:
+            retry = f" · next try {waiting['next_retry']}" if waiting.get("next_retry") else ""
+            tries, kept = waiting["attempts"], waiting["queued"]
+            lines.append(
+                f"model down:   unreachable since {waiting['since']} ({tries} attempt{'' if tries == 1 else 's'}; "
+                f"last error: {waiting['error']})"
+            )
+            lines.append(
+                f"              {kept} message{'' if kept == 1 else 's'} kept, answered when it is back{retry}"
+            )
         if trunk.get("busy") or trunk.get("queued") or trunk.get("held"):
+            if trunk.get("current_turn"):
+                doing = f"turn {trunk['current_turn']}"
+            elif waiting:
+                doing = "waiting for the model"
+            else:
+                doing = "paused" if trunk.get("held") else "starting the next turn"
             held = " · held" if trunk.get("held") else ""
-            lines.append(f"working:      turn {trunk.get('current_turn')} · {trunk.get('queued', 0)} queued{held}")
+            lines.append(f"working:      {doing} · {trunk.get('queued', 0)} queued{held}")
     forks = status.get("forks")
     if forks and (forks.get("running") or forks.get("by_status")):
-        done = ", ".join(f"{n} {k}" for k, n in sorted(forks.get("by_status", {}).items()) if k != "running")
-        lines.append(f"forks:        {forks.get('running', 0)} running" + (f" · so far: {done}" if done else ""))
+        done = ", ".join(
+            f"{n} {k}" for k, n in sorted(forks.get("by_status", {}).items()) if k != "running"
+        )
+        lines.append(
+            f"forks:        {forks.get('running', 0)} running"
+            + (f" · so far: {done}" if done else "")
+        )
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
-        lines.append(f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})")
+        lines.append(
+            f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})"
+        )
     last = ctx.get("last_turn")
     if last and last.get("layers"):
         parts = ", ".join(f"{k} {v}" for k, v in last["layers"].items() if v)
         lines.append(f"last turn:    {last.get('context_tokens', 0):,} system tokens ({parts})")
     if "next_sleep" in status:
-        lines.append(f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}")
+        lines.append(
+            f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}"
+        )
     sleep = status.get("sleep") or {}
     if sleep.get("running"):
         run = sleep["running"]
-        lines.append(f"sleeping:     {run['cycle_id']} ({run['reason']}) · phase {run.get('phase') or 'wind_down'}")
+        lines.append(
+            f"sleeping:     {run['cycle_id']} ({run['reason']}) · phase {run.get('phase') or 'wind_down'}"
+        )
     if sleep.get("wind_down"):
         wd = sleep["wind_down"]
-        lines.append(f"winding down: context at {wd['fraction']:.0%}; sleeping at the end of a turn")
+        lines.append(
+            f"winding down: context at {wd['fraction']:.0%}; sleeping at the end of a turn"
+        )
     if sleep.get("last"):
         last = sleep["last"]
         early = " · woke early" if last.get("woke_early") else ""
         deferred = f" · deferred {', '.join(last['deferred'])}" if last.get("deferred") else ""
-        lines.append(f"last sleep:   {last.get('finished_at') or 'unfinished'} ({last['reason']}){early}{deferred}")
+        lines.append(
+            f"last sleep:   {last.get('finished_at') or 'unfinished'} ({last['reason']}){early}{deferred}"
+        )
     if "last_heartbeat" in status:
-        result = f" ({status['last_heartbeat_result']})" if status.get("last_heartbeat_result") and status.get("last_heartbeat") else ""
+        result = (
+            f" ({status['last_heartbeat_result']})"
+            if status.get("last_heartbeat_result") and status.get("last_heartbeat")
+            else ""
+        )
         if status.get("next_heartbeat"):
-            lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}{result}, next {status.get('next_heartbeat')}")
+            lines.append(
+                f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}{result}, next {status.get('next_heartbeat')}"
+            )
         elif not status.get("running"):
             lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'never'}{result}")
         else:
             lines.append("heartbeat:    off (nothing keeps a journal in this build)")
     journal = status.get("journal") or {}
     if journal.get("last_entry"):
-        today = f" · {journal['entries_today']} today" if journal.get("entries_today") is not None else ""
+        today = (
+            f" · {journal['entries_today']} today"
+            if journal.get("entries_today") is not None
+            else ""
+        )
         lines.append(f"journal:      last entry {journal['last_entry']}{today}")
     for name, job in (status.get("jobs") or {}).items():
         if name in ("heartbeat", "nightly_sleep"):
@@ -221,7 +284,11 @@ def render(status: dict[str, Any]) -> str:
         outcome = f" ({job['last_status']})" if job.get("last_status") else ""
         lines.append(f"job {name + ':':<9} last {last}{outcome}, next {job.get('next_run')}")
     if "vector_search" in status:
-        search = f"hybrid (embedder {status.get('embedder')})" if status.get("vector_search") else "lexical only (no embedder installed)"
+        search = (
+            f"hybrid (embedder {status.get('embedder')})"
+            if status.get("vector_search")
+            else "lexical only (no embedder installed)"
+        )
         lines.append(f"search:       {search}")
     spend = status.get("spend")
     if spend:

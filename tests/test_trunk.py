@@ -65,7 +65,13 @@ async def test_transcript_append_is_durable_and_torn_lines_are_skipped(tmp_path:
     assert [r["id"] for r in read_jsonl(path)] == ["1", "2", "3"]
 
 
-async def _env(tmp_path: Path, model: ScriptedModel, *, tools: ToolRegistry | None = None, bus: EventBus | None = None) -> tuple[Any, ...]:
+async def _env(
+    tmp_path: Path,
+    model: ScriptedModel,
+    *,
+    tools: ToolRegistry | None = None,
+    bus: EventBus | None = None,
+) -> tuple[Any, ...]:
     settings = load_settings(None)
     db = await Database.open(tmp_path / "db.sqlite")
     ledger = UsageLedger(db, settings.spend, FakeClock())
@@ -73,7 +79,13 @@ async def _env(tmp_path: Path, model: ScriptedModel, *, tools: ToolRegistry | No
     if bus is None:
         bus = EventBus()
         static_context(bus)
-    loop = AgentLoop(roles=roles, tools=tools or ToolRegistry(), bus=bus, clock=FakeClock(), counter=TokenCounter())
+    loop = AgentLoop(
+        roles=roles,
+        tools=tools or ToolRegistry(),
+        bus=bus,
+        clock=FakeClock(),
+        counter=TokenCounter(),
+    )
     return settings, db, ledger, roles, loop
 
 
@@ -85,10 +97,23 @@ async def test_loop_runs_tools_and_history_replays_them(tmp_path: Path) -> None:
         return str(args["a"] + args["b"])
 
     tools = ToolRegistry()
-    tools.register(Tool(name="add", description="add", input_schema={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}, handler=add))
+    tools.register(
+        Tool(
+            name="add",
+            description="add",
+            input_schema={
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+            handler=add,
+        )
+    )
     model = ScriptedModel(
         script=[
-            Reply(text="Let me add.", tool_calls=(("add", {"a": 2, "b": "x"}),)),  # invalid: model sees an error
+            Reply(
+                text="Let me add.", tool_calls=(("add", {"a": 2, "b": "x"}),)
+            ),  # invalid: model sees an error
             Reply(tool_calls=(("add", {"a": 2, "b": 3}),)),
             Reply(text="It is 5."),
             Reply(text="Still 5."),
@@ -96,23 +121,49 @@ async def test_loop_runs_tools_and_history_replays_them(tmp_path: Path) -> None:
     )
     _, db, _, roles, loop = await _env(tmp_path, model, tools=tools)
     async with db, roles:
-        session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now()
+        )
         frames: list[dict[str, Any]] = []
         with anyio.fail_after(10):
-            result = await loop.run_turn(session, turn_id="t1", prompt="what is 2+3?", observer=lambda e: frames.append(turn_frame(e)), ts="2026-01-01T00:00:00+00:00")
+            result = await loop.run_turn(
+                session,
+                turn_id="t1",
+                prompt="what is 2+3?",
+                observer=lambda e: frames.append(turn_frame(e)),
+                ts="2026-01-01T00:00:00+00:00",
+            )
         assert result.text == "Let me add.\n\nIt is 5."
         assert result.tool_calls == 2 and calls == [{"a": 2, "b": 3}]
-        errors = [b for m in model.calls[1].messages for b in m.content if isinstance(b, ToolResultBlock)]
+        errors = [
+            b for m in model.calls[1].messages for b in m.content if isinstance(b, ToolResultBlock)
+        ]
         assert errors and errors[0].is_error and "invalid arguments" in errors[0].content
         tool_frames = [f for f in frames if f["type"] == "tool"]
         assert [f["phase"] for f in tool_frames] == ["started", "finished", "started", "finished"]
         assert tool_frames[1]["is_error"] is True
         # The next turn replays the whole first turn, tool calls and results included.
         with anyio.fail_after(10):
-            await loop.run_turn(session, turn_id="t2", prompt="and again?", observer=lambda e: frames.append(turn_frame(e)), ts="2026-01-01T00:01:00+00:00")
+            await loop.run_turn(
+                session,
+                turn_id="t2",
+                prompt="and again?",
+                observer=lambda e: frames.append(turn_frame(e)),
+                ts="2026-01-01T00:01:00+00:00",
+            )
         history = model.calls[-1].messages
-        assert [m.role for m in history] == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
-        rows = await db.fetchall("SELECT role, content FROM messages WHERE session_id='s1' ORDER BY seq")
+        assert [m.role for m in history] == [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+        ]
+        rows = await db.fetchall(
+            "SELECT role, content FROM messages WHERE session_id='s1' ORDER BY seq"
+        )
         assert [r[0] for r in rows] == ["user", "assistant", "assistant", "user", "assistant"]
 
 
@@ -129,10 +180,16 @@ async def test_context_from_gate_handlers_reaches_the_model_and_veto_stops(tmp_p
     model = ScriptedModel(script=["hi"])
     _, db, _, roles, loop = await _env(tmp_path, model, bus=bus)
     async with db, roles:
-        session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now()
+        )
         with anyio.fail_after(10):
-            await loop.run_turn(session, turn_id="t1", prompt="hello", observer=lambda e: None, ts="x")
-            vetoed = await loop.run_turn(session, turn_id="t2", prompt="forbidden", observer=lambda e: None, ts="x")
+            await loop.run_turn(
+                session, turn_id="t1", prompt="hello", observer=lambda e: None, ts="x"
+            )
+            vetoed = await loop.run_turn(
+                session, turn_id="t2", prompt="forbidden", observer=lambda e: None, ts="x"
+            )
         assert model.calls[0].system[0].text == "PERSONA"
         assert vetoed.vetoed == "not today" and len(model.calls) == 1
 
@@ -147,10 +204,14 @@ async def test_compaction_approaching_is_published_once(tmp_path: Path) -> None:
     loop.context_window = 200
     loop.compaction_threshold = 0.5
     async with db, roles:
-        session = await Session.open(db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now())
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now()
+        )
         with anyio.fail_after(10):
             for i in range(3):
-                await loop.run_turn(session, turn_id=f"t{i}", prompt="x " * 200, observer=lambda e: None, ts="x")
+                await loop.run_turn(
+                    session, turn_id=f"t{i}", prompt="x " * 200, observer=lambda e: None, ts="x"
+                )
     assert len(seen) == 1 and seen[0].fraction >= 0.5
 
 
@@ -177,34 +238,112 @@ class _Flaky:
         return None
 
 
-async def test_trunk_keeps_a_message_queued_through_an_outage_and_cancel_works(tmp_path: Path) -> None:
+async def test_trunk_keeps_a_message_queued_through_an_outage_and_cancel_works(
+    tmp_path: Path,
+) -> None:
     home = Home(tmp_path / "home")
     home.ensure()
     settings = load_settings(None)
     clock = FakeClock()
     flaky = _Flaky(down=2)
     async with await Database.open(home.db_file) as db:
-        roles = ModelRoles(settings, UsageLedger(db, settings.spend, clock), overrides={"trunk": flaky})  # type: ignore[dict-item]
+        roles = ModelRoles(
+            settings, UsageLedger(db, settings.spend, clock), overrides={"trunk": flaky}
+        )  # type: ignore[dict-item]
         bus = EventBus()
         static_context(bus)
         shutdowns: list[SessionShutdown] = []
         bus.on(SessionShutdown, shutdowns.append)
-        loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        loop = AgentLoop(
+            roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
+        )
         frames: list[dict[str, Any]] = []
         async with Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01) as trunk:
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 with anyio.fail_after(10):
-                    accepted = await trunk.submit("are you there?", observer=lambda e: frames.append(turn_frame(e)))
+                    accepted = await trunk.submit(
+                        "are you there?", observer=lambda e: frames.append(turn_frame(e))
+                    )
                     while not any(f["type"] == "done" for f in frames):
                         await anyio.sleep(0.01)
                 tg.cancel_scope.cancel()
         errors = [f for f in frames if f["type"] == "error"]
-        assert [e["code"] for e in errors] == ["model_unavailable", "model_unavailable"]
+        # Told once per outage, however many retries it takes.
+        assert [e["code"] for e in errors] == ["model_unavailable"]
+        assert trunk.waiting_for_model is None
         assert "saved" in errors[0]["message"]
         assert frames[-1]["type"] == "done" and frames[-1]["text"] == "back online"
         assert frames[-1]["turn_id"] == accepted.turn_id
         assert len(shutdowns) == 1
+        assert Inbox(home.inbox_file).load() == []
+
+
+async def test_every_listener_on_a_queued_turn_hears_of_the_outage_and_is_answered_after(
+    tmp_path: Path,
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = load_settings(None)
+    clock = FakeClock()
+    flaky = _Flaky(down=10**9)
+    async with await Database.open(home.db_file) as db:
+        roles = ModelRoles(settings, None, overrides={"trunk": flaky})  # type: ignore[dict-item]
+        bus = EventBus()
+        static_context(bus)
+        loop = AgentLoop(
+            roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
+        )
+        frames: list[dict[str, Any]] = []
+        async with Trunk(
+            home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01, retry_max_s=0.01
+        ) as trunk:
+            # Queued behind the first before the model is known to be down: told when it is.
+            a = await trunk.submit("first", observer=lambda e: frames.append(turn_frame(e)))
+            b = await trunk.submit("second", observer=lambda e: frames.append(turn_frame(e)))
+            assert not trunk.tell_if_waiting(b.turn_id)  # nothing known to be wrong yet
+            async with anyio.create_task_group() as tg:
+                await tg.start(trunk.serve)
+                with anyio.fail_after(10):
+                    while {f.get("turn_id") for f in frames if f["type"] == "error"} != {
+                        a.turn_id,
+                        b.turn_id,
+                    }:
+                        await anyio.sleep(0.01)
+                    waiting = trunk.waiting_for_model
+                    assert waiting is not None and "529" in waiting.error and waiting.attempts >= 1
+                    # Accepted during the outage: told right away (here, or by a retry that
+                    # came first: the retries spin on the fake clock), and only once.
+                    c = await trunk.submit("third", observer=lambda e: frames.append(turn_frame(e)))
+                    trunk.tell_if_waiting(c.turn_id)
+                    assert not trunk.tell_if_waiting(c.turn_id)
+                    assert [f["turn_id"] for f in frames if f["type"] == "error"].count(
+                        c.turn_id
+                    ) == 1
+                    told = next(
+                        f for f in frames if f["type"] == "error" and f["turn_id"] == c.turn_id
+                    )
+                    assert told["code"] == "model_unavailable"
+                    assert "saved" in told["message"] and "2 messages ahead" in told["message"]
+                    on_disk = read_jsonl(home.inbox_file)
+                    assert [r["text"] for r in on_disk if r["op"] == "put"] == [
+                        "first",
+                        "second",
+                        "third",
+                    ]
+                    assert not [r for r in on_disk if r["op"] == "done"]
+                    flaky.down = 0
+                    while sum(f["type"] == "done" for f in frames) < 3:
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        errors = [f["turn_id"] for f in frames if f["type"] == "error"]
+        assert sorted(errors) == sorted([a.turn_id, b.turn_id, c.turn_id])
+        assert [f["turn_id"] for f in frames if f["type"] == "done"] == [
+            a.turn_id,
+            b.turn_id,
+            c.turn_id,
+        ]
+        assert trunk.waiting_for_model is None
         assert Inbox(home.inbox_file).load() == []
 
 
@@ -213,30 +352,45 @@ async def test_cancel_stops_a_running_turn(tmp_path: Path) -> None:
     home.ensure()
     settings = load_settings(None)
     clock = FakeClock()
-    slow = ScriptedModel(script=lambda req: Reply(text=" ".join(["word"] * (400 if "long" in req.messages[-1].text else 3))), delay_s=0.02)
+    slow = ScriptedModel(
+        script=lambda req: Reply(
+            text=" ".join(["word"] * (400 if "long" in req.messages[-1].text else 3))
+        ),
+        delay_s=0.02,
+    )
     async with await Database.open(home.db_file) as db:
         roles = ModelRoles(settings, None, overrides={"trunk": slow})
         bus = EventBus()
         static_context(bus)
-        loop = AgentLoop(roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        loop = AgentLoop(
+            roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
+        )
         frames: list[dict[str, Any]] = []
         async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 with anyio.fail_after(10):
-                    a = await trunk.submit("long answer please", observer=lambda e: frames.append(turn_frame(e)))
-                    b = await trunk.submit("then this", observer=lambda e: frames.append(turn_frame(e)))
+                    a = await trunk.submit(
+                        "long answer please", observer=lambda e: frames.append(turn_frame(e))
+                    )
+                    b = await trunk.submit(
+                        "then this", observer=lambda e: frames.append(turn_frame(e))
+                    )
                     while not any(f["type"] == "delta" for f in frames):
                         await anyio.sleep(0.01)
                     assert await trunk.cancel(a.turn_id)
-                    while not any(f["type"] == "done" and f["turn_id"] == b.turn_id for f in frames):
+                    while not any(
+                        f["type"] == "done" and f["turn_id"] == b.turn_id for f in frames
+                    ):
                         await anyio.sleep(0.01)
                 tg.cancel_scope.cancel()
-        assert any(f["type"] == "error" and f["code"] == "cancelled" and f["turn_id"] == a.turn_id for f in frames)
+        assert any(
+            f["type"] == "error" and f["code"] == "cancelled" and f["turn_id"] == a.turn_id
+            for f in frames
+        )
         records = [json.loads(x) for x in trunk.session.path.read_text().splitlines()]  # type: ignore[union-attr]
         ends = {r["turn_id"]: r["status"] for r in records if r["type"] == "turn_end"}
         assert ends == {a.turn_id: "cancelled", b.turn_id: "answered"}
-
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp_file(tmp_path: Path) -> None:

@@ -171,6 +171,8 @@ class ChatGateway:
                 return
             self._outstanding.setdefault(client.id, set()).add(accepted.turn_id)
             client.send(protocol.accepted(turn_id=accepted.turn_id, id=cid, queued=accepted.queued))
+            # While the model is down the person hears so now, not after the outage ends.
+            self.trunk.tell_if_waiting(accepted.turn_id)
             for hook in self.on_message:
                 hook()
         elif kind == "cancel":

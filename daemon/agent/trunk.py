@@ -1,8 +1,11 @@
 """The trunk: the one long-lived session a person talks to, fed by the durable inbox.
 
 Messages are answered one at a time, in arrival order. A turn can be cancelled; a turn
-whose model stays unreachable is left pending and retried with backoff (the person is told,
-nothing is lost); a message that arrives mid-turn waits its turn. Who listens to a turn (a
+whose model stays unreachable is left pending and retried with backoff, nothing is lost.
+While the trunk waits for the model (`waiting_for_model`), every listener on a queued turn is
+told once, with a `model_unavailable` failure that says the message is kept — including
+listeners on messages accepted during the outage, right after their `accepted`. A message
+that arrives mid-turn waits its turn. Who listens to a turn (a
 chat connection) registers a `TurnObserver` for it; with no listener the turn still runs
 and lands on disk.
 
@@ -19,7 +22,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -55,6 +59,27 @@ class Switched:
     session_id: str
     reason: str
     held_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitingForModel:
+    """The trunk's model is unreachable: queued messages are kept and retried on a backoff."""
+
+    since: datetime
+    error: str
+    attempts: int
+    last_attempt: datetime
+    next_retry: datetime | None = None
+
+    def describe(self, *, queued: int) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat(),
+            "error": self.error,
+            "attempts": self.attempts,
+            "last_attempt": self.last_attempt.isoformat(),
+            "next_retry": self.next_retry.isoformat() if self.next_retry else None,
+            "queued": queued,
+        }
 
 
 class SwitchVetoed(Exception):
@@ -104,22 +129,43 @@ class Trunk:
         self._switch_lock = anyio.Lock()
         self._last_veto = ""
         self._background: TaskGroup | None = None
+        # Set while the model stays unreachable; cleared by the next turn that reaches it.
+        self.waiting_for_model: WaitingForModel | None = None
+        # Turns whose listener has been told about the current outage (told once each).
+        self._told_waiting: set[str] = set()
+        # Set by a message arriving during an outage: try the model now rather than at the
+        # end of a backoff that may have grown to minutes.
+        self._retry_now = anyio.Event()
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
         now = self.clock.now()
-        session_id = json.loads(row[0]) if row else (self._newest_transcript() or new_session_id("trunk", now))
+        session_id = (
+            json.loads(row[0])
+            if row
+            else (self._newest_transcript() or new_session_id("trunk", now))
+        )
         self.session = await self._open(session_id)
         intent = await self._kv_get(SWITCH_KEY)
-        if isinstance(intent, dict) and intent.get("from") == session_id and isinstance(intent.get("to"), str):
-            log.info("finishing a session switch interrupted by a restart", previous=session_id, session=intent["to"])
+        if (
+            isinstance(intent, dict)
+            and intent.get("from") == session_id
+            and isinstance(intent.get("to"), str)
+        ):
+            log.info(
+                "finishing a session switch interrupted by a restart",
+                previous=session_id,
+                session=intent["to"],
+            )
             reason = str(intent.get("reason") or "switch")
             if await self._switch_gate(reason):
                 await self._complete_switch(str(intent["to"]), reason)
         elif intent is not None:
             await self._kv_delete(SWITCH_KEY)  # the switch had finished; only the note was left
         await self._kv_set(TRUNK_KEY, self.session.id)
-        await self.db.execute("UPDATE sessions SET ended_at = NULL WHERE id = ?", (self.session.id,))
+        await self.db.execute(
+            "UPDATE sessions SET ended_at = NULL WHERE id = ?", (self.session.id,)
+        )
         pending = self.inbox.load()
         if pending:
             log.info("answering messages left pending before restart", count=len(pending))
@@ -140,7 +186,12 @@ class Trunk:
 
     async def _open(self, session_id: str, *, header: dict[str, Any] | None = None) -> Session:
         return await Session.open(
-            db=self.db, directory=self.home.trunk_dir, session_id=session_id, kind="trunk", now=self.clock.now(), header=header
+            db=self.db,
+            directory=self.home.trunk_dir,
+            session_id=session_id,
+            kind="trunk",
+            now=self.clock.now(),
+            header=header,
         )
 
     # -- small persistent notes --------------------------------------------------------------
@@ -171,8 +222,15 @@ class Trunk:
             return
         self._shutdown_fired.add(session.id)
         with anyio.CancelScope(shield=True):
-            await self.db.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (self.clock.now().isoformat(), session.id))
-            await self.loop.bus.publish(SessionShutdown(session_id=session.id, transcript_path=str(session.path), reason=reason))
+            await self.db.execute(
+                "UPDATE sessions SET ended_at = ? WHERE id = ?",
+                (self.clock.now().isoformat(), session.id),
+            )
+            await self.loop.bus.publish(
+                SessionShutdown(
+                    session_id=session.id, transcript_path=str(session.path), reason=reason
+                )
+            )
 
     # -- hold, release, switch ---------------------------------------------------------------
 
@@ -215,7 +273,15 @@ class Trunk:
             assert self.session is not None
             old = self.session
             new_id = new_session_id("trunk", self.clock.now())
-            await self._kv_set(SWITCH_KEY, {"from": old.id, "to": new_id, "reason": reason, "ts": self.clock.now().isoformat()})
+            await self._kv_set(
+                SWITCH_KEY,
+                {
+                    "from": old.id,
+                    "to": new_id,
+                    "reason": reason,
+                    "ts": self.clock.now().isoformat(),
+                },
+            )
             await self.hold()
             try:
                 if not await self._switch_gate(reason):
@@ -225,14 +291,18 @@ class Trunk:
             finally:
                 self.release()
         held = round(anyio.current_time() - started, 4)
-        log.info("trunk switched session", previous=old.id, session=new_id, reason=reason, held_s=held)
+        log.info(
+            "trunk switched session", previous=old.id, session=new_id, reason=reason, held_s=held
+        )
         return Switched(previous_id=old.id, session_id=new_id, reason=reason, held_s=held)
 
     async def _switch_gate(self, reason: str) -> bool:
         """Fire `session_before_switch` for the current session; on a veto drop the intent."""
         assert self.session is not None
         veto = await self.loop.bus.emit_gate(
-            SessionBeforeSwitch(session_id=self.session.id, transcript_path=str(self.session.path), reason=reason)
+            SessionBeforeSwitch(
+                session_id=self.session.id, transcript_path=str(self.session.path), reason=reason
+            )
         )
         if veto is None:
             return True
@@ -245,7 +315,10 @@ class Trunk:
         assert self.session is not None
         old = self.session
         new = await self._open(new_id, header={"continues": old.id, "reason": reason})
-        await self.db.execute("UPDATE sessions SET previous_id = ?, switch_reason = ? WHERE id = ?", (old.id, reason, new_id))
+        await self.db.execute(
+            "UPDATE sessions SET previous_id = ?, switch_reason = ? WHERE id = ?",
+            (old.id, reason, new_id),
+        )
         await self._kv_set(TRUNK_KEY, new_id)
         await self._kv_delete(SWITCH_KEY)
         self.session = new
@@ -268,12 +341,18 @@ class Trunk:
         return self._current[0] if self._current else None
 
     async def submit(
-        self, text: str, *, observer: TurnObserver | None = None, client_msg_id: str | None = None, origin: str = "person"
+        self,
+        text: str,
+        *,
+        observer: TurnObserver | None = None,
+        client_msg_id: str | None = None,
+        origin: str = "person",
     ) -> Accepted:
         """Durably queue a message; return once it is on disk (then `accepted` may be sent)."""
         entry = await self.inbox.put(text, origin=origin, client_msg_id=client_msg_id)
         if observer is not None:
             self._observers[entry.id] = observer
+        self._retry_early()
         return Accepted(turn_id=entry.id, queued=len(self.inbox.pending()) - 1)
 
     def attach(self, turn_id: str, observer: TurnObserver) -> None:
@@ -291,13 +370,124 @@ class Trunk:
             return True
         if turn_id and self.inbox.remove(turn_id):
             await self.inbox.done(turn_id, status="cancelled")
-            self._report(TurnFailed(turn_id=turn_id, code=ErrorCode.CANCELLED, message="cancelled before it started"))
+            self._report(
+                TurnFailed(
+                    turn_id=turn_id, code=ErrorCode.CANCELLED, message="cancelled before it started"
+                )
+            )
             self._observers.pop(turn_id, None)
+            self._told_waiting.discard(turn_id)
             return True
         return False
 
     def _report(self, event: TurnEvent) -> None:
         self._observers.get(event.turn_id, ignore)(event)
+
+    def tell_if_waiting(self, turn_id: str) -> bool:
+        """Tell a just-accepted turn's listener that the model is down, if it is; return whether told.
+
+        Called once `accepted` has gone out, so the listener hears the outage right after it:
+        the message stays queued (and on disk) and is answered once the model is back.
+        """
+        if self.waiting_for_model is None or turn_id in self._told_waiting:
+            return False
+        if turn_id not in self._observers or all(e.id != turn_id for e in self.inbox.pending()):
+            return False
+        self._told_waiting.add(turn_id)
+        self._report(
+            TurnFailed(
+                turn_id=turn_id,
+                code=ErrorCode.MODEL_UNAVAILABLE,
+                message=self._waiting_message(turn_id),
+            )
+        )
+        return True
+
+    def _waiting_message(self, turn_id: str) -> str:
+        waiting = self.waiting_for_model
+        assert waiting is not None
+        pending = [e.id for e in self.inbox.pending()]
+        ahead = pending.index(turn_id) if turn_id in pending else 0
+        place = f"; {ahead} message{'s' if ahead != 1 else ''} ahead of it" if ahead else ""
+        if waiting.next_retry is None:
+            retry = ""
+        elif waiting.next_retry <= self.clock.now():
+            retry = "; trying it again now"
+        else:
+            retry = f"; next try at {waiting.next_retry:%H:%M:%S %Z}"
+        return (
+            f"the model is unreachable ({waiting.error}) since {waiting.since:%H:%M:%S %Z}, "
+            f"{waiting.attempts} attempt{'s' if waiting.attempts != 1 else ''} so far — your message is saved "
+            f"and will be answered when the model is back{place}{retry}"
+        )
+
+    def _tell_all_waiting(self) -> None:
+        """Tell every queued turn's listener not yet told about this outage."""
+        for entry in self.inbox.pending():
+            self.tell_if_waiting(entry.id)
+
+    def _model_unreachable(self, error: str, retry_in_s: float) -> None:
+        now = self.clock.now()
+        previous = self.waiting_for_model
+        next_retry = now + timedelta(seconds=retry_in_s)
+        if previous is None:
+            self.waiting_for_model = WaitingForModel(
+                since=now, error=error, attempts=1, last_attempt=now, next_retry=next_retry
+            )
+            log.warning(
+                "trunk waiting for the model; messages stay queued",
+                error=error,
+                retry_in_s=retry_in_s,
+            )
+        else:
+            self.waiting_for_model = replace(
+                previous,
+                error=error,
+                attempts=previous.attempts + 1,
+                last_attempt=now,
+                next_retry=next_retry,
+            )
+        self._tell_all_waiting()
+
+    def _retry_early(self) -> None:
+        """Cut the backoff short for a new message, at most once per `retry_base_s`."""
+        waiting = self.waiting_for_model
+        if waiting is None or self._retry_now.is_set():
+            return
+        now = self.clock.now()
+        if (now - waiting.last_attempt).total_seconds() < self.retry_base_s:
+            return
+        if waiting.next_retry is not None and waiting.next_retry <= now:
+            return
+        self.waiting_for_model = replace(waiting, next_retry=now)
+        self._retry_now.set()
+
+    async def _wait_to_retry(self, delay: float) -> None:
+        """Sleep out the backoff, or less when `_retry_early` asks (cancellable)."""
+        self._retry_now = anyio.Event()
+        async with anyio.create_task_group() as waiting:
+
+            async def backoff() -> None:
+                await self.clock.sleep(delay)
+                waiting.cancel_scope.cancel()
+
+            async def early() -> None:
+                await self._retry_now.wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(backoff, name="trunk-retry-backoff")
+            waiting.start_soon(early, name="trunk-retry-early")
+
+    def _model_reached(self) -> None:
+        if self.waiting_for_model is not None:
+            w = self.waiting_for_model
+            log.info(
+                "the model is reachable again; answering queued messages",
+                since=w.since.isoformat(),
+                attempts=w.attempts,
+            )
+        self.waiting_for_model = None
+        self._told_waiting.clear()
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Answer inbox messages forever. Cancellation stops after the current turn's cleanup.
@@ -315,14 +505,17 @@ class Trunk:
                     # Checked with no await since the head was taken: a hold is never overtaken.
                     await self._released.wait()
                     continue
-                ok = await self._answer(entry)
-                if ok:
+                unreachable = await self._answer(entry)
+                if unreachable is None:
                     attempt = 0
                     continue
                 attempt += 1
                 delay = min(self.retry_max_s, self.retry_base_s * (2 ** (attempt - 1)))
-                log.warning("model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay)
-                await self.clock.sleep(delay)
+                log.warning(
+                    "model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay
+                )
+                self._model_unreachable(unreachable, delay)
+                await self._wait_to_retry(delay)
 
     async def _after_turn(self, session_id: str) -> None:
         for hook in self.after_turn:
@@ -333,37 +526,47 @@ class Trunk:
             except Exception as exc:
                 log.warning("after-turn hook failed", error=repr(exc))
 
-    async def _answer(self, entry: InboxEntry) -> bool:
-        """Run one queued message; False when it must be retried later."""
+    async def _answer(self, entry: InboxEntry) -> str | None:
+        """Run one queued message; return why, when the model was unreachable and it must be retried."""
         assert self.session is not None
         session = self.session
         ended = session.turn_ended(entry.id)
         if ended in ("answered", "failed", "vetoed"):
             # Finished before a crash that came before the inbox heard of it: never answer twice.
-            log.info("turn already finished before a restart; not answering it again", turn_id=entry.id, status=ended)
+            log.info(
+                "turn already finished before a restart; not answering it again",
+                turn_id=entry.id,
+                status=ended,
+            )
             await self._finish(entry, ended)
-            return True
+            return None
         scope = anyio.CancelScope()
         self._current = (entry.id, scope)
         self._idle = anyio.Event()
         result: TurnResult | None = None
         error: tuple[ErrorCode, str] | None = None
-        retry = False
+        unreachable: str | None = None
         try:
             with scope:
                 with anyio.fail_after(self.turn_timeout_s):
                     result = await self.loop.run_turn(
-                        session, turn_id=entry.id, prompt=entry.text, observer=self._report, ts=entry.ts.isoformat()
+                        session,
+                        turn_id=entry.id,
+                        prompt=entry.text,
+                        observer=self._report,
+                        ts=entry.ts.isoformat(),
                     )
         except TimeoutError:
-            error = (ErrorCode.TIMEOUT, f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped")
+            error = (
+                ErrorCode.TIMEOUT,
+                f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped",
+            )
         except ContextFailed as exc:
             error = (ErrorCode.CONTEXT_FAILED, str(exc))
         except SpendCapReached as exc:
             error = (ErrorCode.SPEND_CAP, str(exc))
         except ModelUnavailable as exc:
-            error = (ErrorCode.MODEL_UNAVAILABLE, f"{exc} — your message is saved and will be answered when the model is reachable")
-            retry = True
+            unreachable = str(exc) or type(exc).__name__
         except ModelError as exc:
             error = (ErrorCode.MODEL_ERROR, str(exc))
         finally:
@@ -373,19 +576,32 @@ class Trunk:
             self._cancelled.discard(entry.id)
             observer = self._observers.get(entry.id, ignore)
             await self._finish(entry, "cancelled")
-            observer(TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled"))
-            return True
+            observer(
+                TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled")
+            )
+            return None
+        if unreachable is not None:
+            return (
+                unreachable  # `serve` tells every listener waiting on a queued turn, then backs off
+            )
+        if error is None or error[0] is ErrorCode.MODEL_ERROR:
+            self._model_reached()  # the model answered (even with an error): it is reachable
         if error is not None:
             failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
-            if retry:
-                self._report(failed)
-                return False
             observer = self._observers.get(entry.id, ignore)
             if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
-                await session.record({"type": "turn_end", "turn_id": entry.id, "status": "failed", "error": error[1], "ts": self.clock.now().isoformat()})
+                await session.record(
+                    {
+                        "type": "turn_end",
+                        "turn_id": entry.id,
+                        "status": "failed",
+                        "error": error[1],
+                        "ts": self.clock.now().isoformat(),
+                    }
+                )
             await self._finish(entry, "failed")
             observer(failed)
-            return True
+            return None
         assert result is not None
         # The inbox hears first, so a listener told "done" never sees the message answered again.
         observer = self._observers.get(entry.id, ignore)
@@ -393,22 +609,36 @@ class Trunk:
         if result.vetoed:
             observer(TurnFailed(turn_id=entry.id, code=ErrorCode.VETOED, message=result.vetoed))
         else:
-            observer(TurnDone(turn_id=entry.id, text=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__))
+            observer(
+                TurnDone(
+                    turn_id=entry.id,
+                    text=result.text,
+                    stop_reason=result.stop_reason,
+                    usage=result.usage.__dict__,
+                )
+            )
         self.last_result = result
         self.turns_answered += 1
         if result.report:
             await self.db.execute(
                 "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
-                (entry.id, session.id, self.clock.now().isoformat(), int(result.report.get("total_tokens", 0)), json.dumps(result.report)),
+                (
+                    entry.id,
+                    session.id,
+                    self.clock.now().isoformat(),
+                    int(result.report.get("total_tokens", 0)),
+                    json.dumps(result.report),
+                ),
             )
         if self._background is not None:
             self._background.start_soon(self._after_turn, session.id)
         else:
             await self._after_turn(session.id)
-        return True
+        return None
 
     async def _finish(self, entry: InboxEntry, status: str) -> None:
         """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told)."""
         await self.inbox.done(entry.id, status)
         self.inbox.pop(entry.id)
         self._observers.pop(entry.id, None)
+        self._told_waiting.discard(entry.id)

@@ -110,9 +110,13 @@ class Notes:
             phase = frame.get("phase", "")
             depth = int(frame.get("depth") or 0)
             if frame.get("name") == "fork":
-                text = f"{'  ' * (depth - 1)}fork {frame.get('fork_id', '?')} (depth {depth}) {phase}"
+                text = (
+                    f"{'  ' * (depth - 1)}fork {frame.get('fork_id', '?')} (depth {depth}) {phase}"
+                )
             else:
-                text = f"{'  ' * depth}tool {frame.get('name', '?')} {phase}" + (f" in {frame['fork_id']}" if frame.get("fork_id") else "")
+                text = f"{'  ' * depth}tool {frame.get('name', '?')} {phase}" + (
+                    f" in {frame['fork_id']}" if frame.get("fork_id") else ""
+                )
             if frame.get("is_error"):
                 text += " (error)"
             if frame.get("detail"):
@@ -220,6 +224,8 @@ class ChatSession:
         self._turn_end: anyio.Event | None = None
         self._turn_outcome: dict[str, Any] | None = None
         self._commands: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        # Turns the daemon kept while the model was down: their replies come later, unasked.
+        self._kept: set[str] = set()
 
     @classmethod
     @asynccontextmanager
@@ -260,6 +266,19 @@ class ChatSession:
             (self._turn_id is not None and frame.get("turn_id") == self._turn_id)
             or (frame.get("id") is not None and frame.get("id") == self._message_id)
         )
+        turn = frame.get("turn_id")
+        if kind == "error" and mine and frame.get("code") == "model_unavailable" and turn:
+            self._kept.add(str(turn))
+        elif kind in ("done", "error") and not mine and turn in self._kept:
+            self._kept.discard(str(turn))
+            if kind == "done":
+                self.screen.late_reply(
+                    "the model is back; the reply to a message it had kept:",
+                    str(frame.get("text", "")),
+                )
+            else:
+                self.screen.note(f"a kept message failed: {frame.get('message', '')}")
+            return
         if kind == "delta" and mine:
             self.screen.delta(str(frame.get("text", "")))
         elif kind in ("done", "error") and (
@@ -300,13 +319,20 @@ class ChatSession:
             frame["turn_id"] = self._turn_id
         await self.client.send(frame)
 
-    async def command(self, name: str, timeout: float = 30.0, args: dict[str, Any] | None = None) -> Any:  # noqa: ASYNC109 - a ChatError with a message
+    async def command(
+        self,
+        name: str,
+        timeout: float = 30.0,  # noqa: ASYNC109 - a ChatError with a message
+        args: dict[str, Any] | None = None,
+    ) -> Any:
         self._check_alive()
         command_id = new_id()
         event, box = anyio.Event(), list[dict[str, Any]]()
         self._commands[command_id] = (event, box)
         try:
-            await self.client.send({"type": "command", "name": name, "id": command_id, "args": args or {}})
+            await self.client.send(
+                {"type": "command", "name": name, "id": command_id, "args": args or {}}
+            )
             with anyio.move_on_after(timeout):
                 await event.wait()
         finally:
@@ -347,6 +373,11 @@ class Screen:
             self.out.write("\n")
             self.out.flush()
             self.mid_reply = False
+
+    def late_reply(self, header: str, text: str) -> None:
+        """Show a reply that arrives outside a turn (one the daemon kept), without breaking the prompt."""
+        self._above(self.notes.line(header))
+        self._above(text)
 
     def frame_note(self, frame: dict[str, Any]) -> None:
         note = self.notes.describe(frame)
@@ -450,7 +481,9 @@ class InteractiveChat:
             if words and not words[0].isdigit():
                 self.screen.note("usage: /journal [N]")
                 return True
-            data = portal.call(session.command, "journal", 30.0, {"tail": int(words[0]) if words else 10})
+            data = portal.call(
+                session.command, "journal", 30.0, {"tail": int(words[0]) if words else 10}
+            )
             print(data.get("text", "") if isinstance(data, dict) else data)
         elif name == "status":
             from daemon.status import render

@@ -9,7 +9,8 @@ interrupted. A fake in another process is scripted over HTTP: ``POST /_fake/enqu
 a JSON list of `Planned` fields (or strings), ``GET /_fake/requests`` for what it received.
 
 Responses come from a queue of `Planned` entries (text, tool calls, usage, HTTP errors,
-overload, a dropped connection, a delay). With the queue empty it echoes the last user
+overload, a dropped connection, a delay); `outage(plan)` answers every request with one
+error until it is lifted. With the queue empty it echoes the last user
 message, deterministically. Every request it receives is kept in `.requests`.
 
 Prompt caching is simulated: a request whose blocks carry `cache_control` reports the
@@ -431,6 +432,7 @@ class FakeAnthropic:
         self._ids = itertools.count(1)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._outage: Planned | None = None
 
     @property
     def url(self) -> str:
@@ -463,6 +465,11 @@ class FakeAnthropic:
         with self._lock:
             self._queue.extend(Planned.reply(p) if isinstance(p, str) else p for p in plans)
 
+    def outage(self, plan: Planned | None) -> None:
+        """Answer every message request with `plan` (an error) until called with None."""
+        with self._lock:
+            self._outage = plan
+
     @property
     def pending(self) -> int:
         with self._lock:
@@ -487,6 +494,8 @@ class FakeAnthropic:
 
     def _take(self, body: dict[str, Any]) -> Planned:
         with self._lock:
+            if self._outage is not None:
+                return self._outage
             if self._queue:
                 return self._queue.popleft()
         return Planned.reply(_echo(body))
