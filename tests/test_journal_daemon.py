@@ -179,7 +179,8 @@ def test_slash_journal_in_the_interactive_client(daemon: DaemonProcess) -> None:
         assert b"Sorted the seed packets" not in seen
         at = _read_until(fd, b"> ", 20, seen, at)
         os.write(fd, b"/journal\r")
-        _read_until(fd, b"Sorted the seed packets by sowing month.", 20, seen, at)
+        at = _read_until(fd, b"Sorted the seed packets by sowing month.", 20, seen, at)
+        _read_until(fd, b"> ", 20, seen, at)  # back at the prompt, where Ctrl-D leaves
         os.write(fd, b"\x04")
     finally:
         os.waitpid(pid, 0)
