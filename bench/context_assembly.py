@@ -79,7 +79,9 @@ class Text:
         return self.rng.choices(self.vocab, weights=self.weights, k=k)
 
     def sentences(self, words: int) -> str:
-        return " ".join(" ".join(self.words(12)).capitalize() + "." for _ in range(max(1, words // 12)))
+        return " ".join(
+            " ".join(self.words(12)).capitalize() + "." for _ in range(max(1, words // 12))
+        )
 
 
 def build_home(root: Path, rng: random.Random) -> Home:
@@ -98,7 +100,14 @@ def build_home(root: Path, rng: random.Random) -> Home:
         triggers = [f"{rng.choice(WORDS)}{i}", *rng.sample(WORDS, 3)]
         body = " ".join(" ".join(rng.choices(WORDS, k=12)).capitalize() + "." for _ in range(14))
         (home.topics_dir / f"{tid}.md").write_text(f"# Generated topic {i}\n\n{body}\n")
-        front["topics"].append({"id": tid, "file": f"topics/{tid}.md", "triggers": triggers, "priority": rng.randint(0, 3)})
+        front["topics"].append(
+            {
+                "id": tid,
+                "file": f"topics/{tid}.md",
+                "triggers": triggers,
+                "priority": rng.randint(0, 3),
+            }
+        )
     home.matrix_file.write_text("---\n" + json.dumps(front) + "\n---\n")
     return home
 
@@ -127,15 +136,22 @@ def memories(n: int, rng: random.Random, gen: Text) -> list[MemoryItem]:
 def prompts(count: int, rng: random.Random, gen: Text) -> list[str]:
     # Real prompts mix common words with a couple of domain words that may trigger topics.
     return [
-        " ".join([*gen.words(rng.randint(6, 30)), *rng.sample(WORDS, 2)]).capitalize() + "?" for _ in range(count)
+        " ".join([*gen.words(rng.randint(6, 30)), *rng.sample(WORDS, 2)]).capitalize() + "?"
+        for _ in range(count)
     ]
 
 
 def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else values[0]
+    )
 
 
-async def run_turns(home: Home, settings: Settings, view: MemoryView, texts: list[str]) -> dict[str, float]:
+async def run_turns(
+    home: Home, settings: Settings, view: MemoryView, texts: list[str]
+) -> dict[str, float]:
     assembler = ContextAssembler(
         home=home, settings=settings, view=view, router=TopicRouter(home, settings.topics),
         counter=TokenCounter(), clock=FakeClock(T0 + timedelta(days=400)),
@@ -196,21 +212,32 @@ async def index_view(root: Path, settings: Settings, items: list[MemoryItem]) ->
     return IndexMemoryView(index, settings.memory), stack
 
 
-async def measure(size: int, turns: int, index_turns: int, with_index: bool, tmp: Path) -> list[dict[str, Any]]:
+async def measure(
+    size: int, turns: int, index_turns: int, with_index: bool, tmp: Path
+) -> list[dict[str, Any]]:
     rng = random.Random(size)
     home = build_home(tmp / f"home-{size}", rng)
     settings = Settings()
     gen = Text(rng)
     items = memories(size, rng, gen)
     texts = prompts(turns + 10, rng, gen)
-    rows = [{"backend": "list", "memories": size, "topics": TOPIC_COUNT, **await run_turns(home, settings, ListMemoryView(items), texts)}]
+    rows = [
+        {
+            "backend": "list",
+            "memories": size,
+            "topics": TOPIC_COUNT,
+            **await run_turns(home, settings, ListMemoryView(items), texts),
+        }
+    ]
     if with_index:
         started = time.perf_counter()
         view, closer = await index_view(tmp / f"home-{size}", settings, items)
         load_s = time.perf_counter() - started
         async with closer:
             stats = await run_turns(home, settings, view, texts[: index_turns + 10])
-        rows.append({"backend": "index", "memories": size, "topics": TOPIC_COUNT, "load_s": load_s, **stats})
+        rows.append(
+            {"backend": "index", "memories": size, "topics": TOPIC_COUNT, "load_s": load_s, **stats}
+        )
     return rows
 
 
@@ -218,7 +245,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1000,10000,100000")
     p.add_argument("--turns", type=int, default=200)
-    p.add_argument("--index-turns", type=int, default=60, help="turns against the real index (slower per turn)")
+    p.add_argument(
+        "--index-turns", type=int, default=60, help="turns against the real index (slower per turn)"
+    )
     p.add_argument("--no-index", action="store_true", help="only the list-backed view")
     a = p.parse_args()
     configure(level="error", fmt="console")
@@ -235,11 +264,30 @@ def main() -> None:
         for size in (int(s) for s in a.sizes.split(",")):
             rows.extend(anyio.run(measure, size, a.turns, a.index_turns, with_index, Path(tmp)))
             for r in rows[-2 if with_index else -1 :]:
-                print(f"{r['backend']:>5} {size:>7} memories: p95 {r['p95_ms']:.2f} ms, without recall {r['p95_no_recall_ms']:.2f} ms", flush=True)
-    cols = ["backend", "memories", "topics", "p50_ms", "p95_ms", "p50_no_recall_ms", "p95_no_recall_ms", "p95_recent_queries_ms", "mean_tokens", "max_tokens", "mean_topics"]
+                print(
+                    f"{r['backend']:>5} {size:>7} memories: p95 {r['p95_ms']:.2f} ms, without recall {r['p95_no_recall_ms']:.2f} ms",
+                    flush=True,
+                )
+    cols = [
+        "backend",
+        "memories",
+        "topics",
+        "p50_ms",
+        "p95_ms",
+        "p50_no_recall_ms",
+        "p95_no_recall_ms",
+        "p95_recent_queries_ms",
+        "mean_tokens",
+        "max_tokens",
+        "mean_topics",
+    ]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+        print(
+            "| "
+            + " | ".join(f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols)
+            + " |"
+        )
     # The targets are about the daemon's real memory; the list view's recall is a naive
     # linear scan kept only to isolate the assembler's own cost.
     judged = [r for r in rows if r["backend"] == "index"] or rows
@@ -249,7 +297,17 @@ def main() -> None:
           f"p95 < 25 ms excluding recall: {'met' if ok_no_recall else 'MISSED'}")  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "context_assembly.json"
-    out.write_text(json.dumps({"turns": a.turns, "index_turns": a.index_turns, "rows": rows, "targets_met": {"with_recall": ok_all, "without_recall": ok_no_recall}}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "turns": a.turns,
+                "index_turns": a.index_turns,
+                "rows": rows,
+                "targets_met": {"with_recall": ok_all, "without_recall": ok_no_recall},
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -39,8 +39,13 @@ def _start(home: Path, notify: Path) -> tuple[subprocess.Popen[bytes], float]:
     sock.settimeout(30)
     env = daemon_env({"NOTIFY_SOCKET": str(notify), "REVERIE_LOG_LEVEL": "warning"})
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", "--home", str(home)], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli", "run", "--home", str(home)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         while True:
             msg = sock.recv(4096).decode()
@@ -122,14 +127,24 @@ def run(starts: int, turns: int, idle_s: float) -> dict[str, Any]:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
     return {
-        "ready_s": {"median": round(statistics.median(ready), 3), "p95": round(pct(ready, 0.95), 3), "runs": len(ready)},
-        "idle_rss_mb": {"median": round(statistics.median(rss) / 1024, 1), "max": round(max(rss) / 1024, 1)},
+        "ready_s": {
+            "median": round(statistics.median(ready), 3),
+            "p95": round(pct(ready, 0.95), 3),
+            "runs": len(ready),
+        },
+        "idle_rss_mb": {
+            "median": round(statistics.median(rss) / 1024, 1),
+            "max": round(max(rss) / 1024, 1),
+        },
         "frame_to_first_delta_ms": {
             "median": round(1000 * statistics.median(overhead), 2),
             "p95": round(1000 * pct(overhead, 0.95), 2),
             "turns": len(overhead),
         },
-        "full_turn_ms": {"median": round(1000 * statistics.median(total_turn), 2), "p95": round(1000 * pct(total_turn, 0.95), 2)},
+        "full_turn_ms": {
+            "median": round(1000 * statistics.median(total_turn), 2),
+            "p95": round(1000 * pct(total_turn, 0.95), 2),
+        },
         "idle": idle,
     }
 
@@ -138,7 +153,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--starts", type=int, default=5)
     ap.add_argument("--turns", type=int, default=50)
-    ap.add_argument("--idle", type=float, default=20.0, help="seconds to sit idle while measuring CPU and model calls")
+    ap.add_argument(
+        "--idle",
+        type=float,
+        default=20.0,
+        help="seconds to sit idle while measuring CPU and model calls",
+    )
     args = ap.parse_args()
     result = run(args.starts, args.turns, args.idle)
     out = REPO / "bench" / "results"

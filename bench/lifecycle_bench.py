@@ -66,15 +66,22 @@ def fitting_cost() -> list[dict[str, Any]]:
     rows = []
     for n in (10, 100, 1000, 5000):
         turns = [
-            [Message.user(f"question {i}: how is the garden doing this week, and the shed?"), Message.assistant(f"answer {i}: " + "fine words " * 40)]
+            [
+                Message.user(f"question {i}: how is the garden doing this week, and the shed?"),
+                Message.assistant(f"answer {i}: " + "fine words " * 40),
+            ]
             for i in range(n)
         ]
         current = [Message.user("and now?")]
-        fit_request(turns=turns, current=current, fixed_tokens=5000, budget=budget, sizer=sizer)  # warm the counts
+        fit_request(
+            turns=turns, current=current, fixed_tokens=5000, budget=budget, sizer=sizer
+        )  # warm the counts
         samples = []
         for _ in range(20):
             t0 = time.perf_counter()
-            fitted = fit_request(turns=turns, current=current, fixed_tokens=5000, budget=budget, sizer=sizer)
+            fitted = fit_request(
+                turns=turns, current=current, fixed_tokens=5000, budget=budget, sizer=sizer
+            )
             samples.append((time.perf_counter() - t0) * 1000)
         rows.append(
             {
@@ -88,7 +95,9 @@ def fitting_cost() -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--switches", type=int, default=10)
     parser.add_argument("--turns", type=int, default=10)
     args = parser.parse_args()

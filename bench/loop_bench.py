@@ -44,9 +44,16 @@ async def measure(steps: int, turns: int) -> dict[str, float]:
     from daemon.log import configure
 
     configure("warning")
+
     def script(request: ModelRequest) -> Reply:
-        done = sum(1 for m in request.messages[-1:] for b in m.content if isinstance(b, ToolResultBlock))
-        calls_so_far = sum(1 for m in request.messages if m.role == "user" and any(isinstance(b, ToolResultBlock) for b in m.content))
+        done = sum(
+            1 for m in request.messages[-1:] for b in m.content if isinstance(b, ToolResultBlock)
+        )
+        calls_so_far = sum(
+            1
+            for m in request.messages
+            if m.role == "user" and any(isinstance(b, ToolResultBlock) for b in m.content)
+        )
         if calls_so_far < steps:
             return Reply(tool_calls=(("noop", {"n": calls_so_far + done}),))
         return Reply(text="finished")
@@ -56,16 +63,44 @@ async def measure(steps: int, turns: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         async with await Database.open(Path(tmp) / "bench.db") as db:
             ledger = UsageLedger(db, settings.spend)
-            async with ModelRoles(settings, ledger, overrides={"trunk": ScriptedModel(script=script)}) as roles:
+            async with ModelRoles(
+                settings, ledger, overrides={"trunk": ScriptedModel(script=script)}
+            ) as roles:
                 tools = ToolRegistry()
-                tools.register(Tool(name="noop", description="does nothing", input_schema={"type": "object", "properties": {"n": {"type": "integer"}}}, handler=_noop))
+                tools.register(
+                    Tool(
+                        name="noop",
+                        description="does nothing",
+                        input_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+                        handler=_noop,
+                    )
+                )
                 bus = EventBus()
                 static_context(bus)
-                loop = AgentLoop(roles=roles, tools=tools, bus=bus, clock=SystemClock(), counter=TokenCounter(), max_tool_steps=steps + 1)
+                loop = AgentLoop(
+                    roles=roles,
+                    tools=tools,
+                    bus=bus,
+                    clock=SystemClock(),
+                    counter=TokenCounter(),
+                    max_tool_steps=steps + 1,
+                )
                 for t in range(turns):
-                    session = await Session.open(db=db, directory=Path(tmp), session_id=f"bench-{t}", kind="trunk", now=SystemClock().now())
+                    session = await Session.open(
+                        db=db,
+                        directory=Path(tmp),
+                        session_id=f"bench-{t}",
+                        kind="trunk",
+                        now=SystemClock().now(),
+                    )
                     t0 = time.perf_counter()
-                    result = await loop.run_turn(session, turn_id=f"turn-{t}", prompt="go", observer=lambda e: None, ts=SystemClock().now().isoformat())
+                    result = await loop.run_turn(
+                        session,
+                        turn_id=f"turn-{t}",
+                        prompt="go",
+                        observer=lambda e: None,
+                        ts=SystemClock().now().isoformat(),
+                    )
                     elapsed = time.perf_counter() - t0
                     assert result.tool_calls == steps, result
                     per_step.append(elapsed / (steps + 1))

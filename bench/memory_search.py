@@ -53,18 +53,28 @@ def write_transcript(path: Path, messages: int, seed: int) -> None:
         for i in range(messages):
             sid = f"s{i // 200:05d}"
             text = " ".join(rng.choices(vocab, weights, k=rng.randint(8, 30)))
-            fh.write(json.dumps({
-                "session": sid, "id": f"{sid}:{i % 200}", "ts": (start + timedelta(minutes=7 * i)).isoformat(),
-                "role": "user" if i % 2 == 0 else "assistant", "speaker": "Sam" if i % 2 == 0 else "Robin",
-                "content": text,
-            }) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "session": sid,
+                        "id": f"{sid}:{i % 200}",
+                        "ts": (start + timedelta(minutes=7 * i)).isoformat(),
+                        "role": "user" if i % 2 == 0 else "assistant",
+                        "speaker": "Sam" if i % 2 == 0 else "Robin",
+                        "content": text,
+                    }
+                )
+                + "\n"
+            )
 
 
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q))
 
 
-async def measure(size: int, workdir: Path, queries: int, minilm: LocalEmbedder | None) -> dict[str, Any]:
+async def measure(
+    size: int, workdir: Path, queries: int, minilm: LocalEmbedder | None
+) -> dict[str, Any]:
     # Each message yields itself plus (with chunk_messages=6, stride 3) a third of a window.
     messages = int(size * 3 / 4)
     home = Home(workdir / f"home-{size}")
@@ -94,7 +104,9 @@ async def measure(size: int, workdir: Path, queries: int, minilm: LocalEmbedder 
             out["matrix_mb"] = index.matrix.nbytes / 1e6
 
             rng = random.Random(1)
-            rows = await db.fetchall("SELECT content FROM messages ORDER BY random() LIMIT ?", (queries,))
+            rows = await db.fetchall(
+                "SELECT content FROM messages ORDER BY random() LIMIT ?", (queries,)
+            )
             qs = [" ".join(rng.sample(r[0].split(), min(4, len(r[0].split())))) for r in rows]
             qvecs = embedder.embed_sync(qs)
             for mode in ("lexical", "vector", "hybrid"):
@@ -111,7 +123,10 @@ async def measure(size: int, workdir: Path, queries: int, minilm: LocalEmbedder 
                     v = (await minilm.embed([q]))[0]
                     await index.search(q, k=10, mode="hybrid", query_vector=v)
                     times.append((time.perf_counter() - t) * 1000)
-                out["hybrid_minilm_p50_ms"], out["hybrid_minilm_p95_ms"] = pct(times, 50), pct(times, 95)
+                out["hybrid_minilm_p50_ms"], out["hybrid_minilm_p95_ms"] = (
+                    pct(times, 50),
+                    pct(times, 95),
+                )
     return out
 
 
@@ -139,21 +154,54 @@ def main() -> None:
         for size in sizes:
             rows.append(anyio.run(measure, size, Path(tmp), a.queries, minilm))
             r = rows[-1]
-            print(f"size {size}: {r['memories']} memories, import {r['import_msgs_per_s']:.0f} msg/s", flush=True)
+            print(
+                f"size {size}: {r['memories']} memories, import {r['import_msgs_per_s']:.0f} msg/s",
+                flush=True,
+            )
     extra = {"minilm_texts_per_s": anyio.run(minilm_throughput)} if minilm is not None else {}
-    cols = ["memories", "db_mb", "matrix_mb", "import_msgs_per_s", "embed_s_hash", "lexical_p50_ms", "lexical_p95_ms",
-            "vector_p50_ms", "vector_p95_ms", "hybrid_p50_ms", "hybrid_p95_ms", "hybrid_minilm_p50_ms", "hybrid_minilm_p95_ms"]
+    cols = [
+        "memories",
+        "db_mb",
+        "matrix_mb",
+        "import_msgs_per_s",
+        "embed_s_hash",
+        "lexical_p50_ms",
+        "lexical_p95_ms",
+        "vector_p50_ms",
+        "vector_p95_ms",
+        "hybrid_p50_ms",
+        "hybrid_p95_ms",
+        "hybrid_minilm_p50_ms",
+        "hybrid_minilm_p95_ms",
+    ]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(f"{r.get(c, float('nan')):.1f}" if isinstance(r.get(c, 0.0), float) else str(r.get(c)) for c in cols) + " |")
+        print(
+            "| "
+            + " | ".join(
+                f"{r.get(c, float('nan')):.1f}"
+                if isinstance(r.get(c, 0.0), float)
+                else str(r.get(c))
+                for c in cols
+            )
+            + " |"
+        )
     if extra:
-        print(f"\nMiniLM batch embedding throughput: {extra['minilm_texts_per_s']:.0f} texts/s (CPU)")
+        print(
+            f"\nMiniLM batch embedding throughput: {extra['minilm_texts_per_s']:.0f} texts/s (CPU)"
+        )
     if len(rows) > 1:
         g = rows[-1]["hybrid_p95_ms"] / max(rows[0]["hybrid_p95_ms"], 1e-9)
-        print(f"hybrid p95 grows {g:.1f}x for {rows[-1]['memories'] / rows[0]['memories']:.0f}x memories")
+        print(
+            f"hybrid p95 grows {g:.1f}x for {rows[-1]['memories'] / rows[0]['memories']:.0f}x memories"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "memory_search.json"
-    out.write_text(json.dumps({"rows": rows, **extra, "median_note": statistics.__name__ and "ms per query"}, indent=2))
+    out.write_text(
+        json.dumps(
+            {"rows": rows, **extra, "median_note": statistics.__name__ and "ms per query"}, indent=2
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -60,7 +60,9 @@ class HomeLock:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise HomeLocked(f"another daemon (pid {holder}) is already running with home {self.path.parent}") from None
+            raise HomeLocked(
+                f"another daemon (pid {holder}) is already running with home {self.path.parent}"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -75,7 +77,14 @@ class HomeLock:
 class Daemon:
     """The running daemon's parts, for the handful of things that need more than one."""
 
-    def __init__(self, home: Home, settings: Settings, *, clock: Clock | None = None, model_overrides: dict[str, Model] | None = None) -> None:
+    def __init__(
+        self,
+        home: Home,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        model_overrides: dict[str, Model] | None = None,
+    ) -> None:
         self.home = home
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -136,23 +145,51 @@ class Daemon:
         s = self.settings
         notifier = Notifier()
         async with AsyncExitStack() as stack:
-            self.db = await Database.open(self.home.db_file, busy_timeout_ms=s.store.busy_timeout_ms)
+            self.db = await Database.open(
+                self.home.db_file, busy_timeout_ms=s.store.busy_timeout_ms
+            )
             stack.push_async_callback(self.db.close)
             if not self.db.vec_available:
-                log.warning("sqlite-vec is not available; vector search is off (run `reverie doctor`)")
+                log.warning(
+                    "sqlite-vec is not available; vector search is off (run `reverie doctor`)"
+                )
             self.ledger = UsageLedger(self.db, s.spend, self.clock)
-            self.roles = await stack.enter_async_context(ModelRoles(s, self.ledger, overrides=self.model_overrides))
+            self.roles = await stack.enter_async_context(
+                ModelRoles(s, self.ledger, overrides=self.model_overrides)
+            )
             counter = default_counter()
             self.router = TopicRouter(self.home, s.topics)
             self.memory = await stack.enter_async_context(
-                MemorySystem(home=self.home, db=self.db, settings=s, roles=self.roles, bus=self.bus, clock=self.clock, topic_addenda=self.router.addenda)
+                MemorySystem(
+                    home=self.home,
+                    db=self.db,
+                    settings=s,
+                    roles=self.roles,
+                    bus=self.bus,
+                    clock=self.clock,
+                    topic_addenda=self.router.addenda,
+                )
             )
             # Entered before the trunk, so it is still there when the trunk's session ends.
             self.journal = await stack.enter_async_context(
-                JournalHeartbeat(home=self.home, db=self.db, settings=s, roles=self.roles, clock=self.clock, index=self.memory.index)
+                JournalHeartbeat(
+                    home=self.home,
+                    db=self.db,
+                    settings=s,
+                    roles=self.roles,
+                    clock=self.clock,
+                    index=self.memory.index,
+                )
             )
             self.journal.register(self.bus)
-            assembler = ContextAssembler(home=self.home, settings=s, view=self.memory.view, router=self.router, counter=counter, clock=self.clock)
+            assembler = ContextAssembler(
+                home=self.home,
+                settings=s,
+                view=self.memory.view,
+                router=self.router,
+                counter=counter,
+                clock=self.clock,
+            )
             # Required: a turn never reaches the model without its context (it fails visibly).
             assembler.register(self.bus)
             tools = ToolRegistry(s.agent.tool_output_max_chars)
@@ -219,15 +256,27 @@ class Daemon:
                 )
             )
             self.trunk.after_turn.append(self.sleep_cycle.wind_down.after_turn)
-            gateway = ChatGateway(self.trunk, state=lambda: self.state, session_id=lambda: self.trunk.session.id if self.trunk and self.trunk.session else "")
+            gateway = ChatGateway(
+                self.trunk,
+                state=lambda: self.state,
+                session_id=lambda: (
+                    self.trunk.session.id if self.trunk and self.trunk.session else ""
+                ),
+            )
             gateway.on_message.append(self.sleep_cycle.message_arrived)
             self._register_commands(gateway)
-            self.scheduler = await stack.enter_async_context(Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone))
+            self.scheduler = await stack.enter_async_context(
+                Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone)
+            )
             self.sleep_cycle.schedule(self.scheduler)
             if self.bus.handlers(Heartbeat):
                 # Only when something keeps a record on it: a heartbeat that does nothing is not one.
-                self.scheduler.add_interval("heartbeat", self._heartbeat, seconds=s.journal.heartbeat_minutes * 60)
-            self.scheduler.add_interval("checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s)
+                self.scheduler.add_interval(
+                    "heartbeat", self._heartbeat, seconds=s.journal.heartbeat_minutes * 60
+                )
+            self.scheduler.add_interval(
+                "checkpoint", self._checkpoint, seconds=s.store.checkpoint_interval_s
+            )
             socket_path = self.home.socket_path(s.chat.socket)
             self.server = ChatServer(
                 socket_path,
@@ -237,7 +286,9 @@ class Daemon:
                 allow_uids=s.chat.allow_uids,
             )
             server = self.server
-            self.lifecycle.subscribe(lambda change: server.broadcast(state_frame(change, phase=self.lifecycle.phase)))
+            self.lifecycle.subscribe(
+                lambda change: server.broadcast(state_frame(change, phase=self.lifecycle.phase))
+            )
             watcher = (
                 FileWatcher(
                     self.home,
@@ -289,7 +340,9 @@ class Daemon:
         with anyio.move_on_after(budget):
             await self.trunk.wait_idle()
         if self.trunk.busy:
-            log.info("cancelling the turn in progress for shutdown", turn_id=self.trunk.current_turn)
+            log.info(
+                "cancelling the turn in progress for shutdown", turn_id=self.trunk.current_turn
+            )
 
     async def _signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -300,7 +353,9 @@ class Daemon:
                     log.info("shutdown requested", signal=signal.Signals(signum).name)
                     self.request_stop()
                 else:
-                    log.warning("second signal: exiting immediately", signal=signal.Signals(signum).name)
+                    log.warning(
+                        "second signal: exiting immediately", signal=signal.Signals(signum).name
+                    )
                     os._exit(1)
 
     async def _fork_retention(self, ctx: Any) -> str:
@@ -312,9 +367,13 @@ class Daemon:
         failed = await self.bus.publish(Heartbeat(at=self.clock.now()))
         if failed:
             # Recorded as a failed run: status never claims a heartbeat that did not do its check.
-            raise RuntimeError(f"{failed} of {len(self.bus.handlers(Heartbeat))} heartbeat handler(s) failed")
+            raise RuntimeError(
+                f"{failed} of {len(self.bus.handlers(Heartbeat))} heartbeat handler(s) failed"
+            )
         tick = self.journal.last_tick if self.journal is not None else None
-        return tick.describe() if tick is not None else f"handlers={len(self.bus.handlers(Heartbeat))}"
+        return (
+            tick.describe() if tick is not None else f"handlers={len(self.bus.handlers(Heartbeat))}"
+        )
 
     async def _checkpoint(self) -> str:
         assert self.db is not None
@@ -346,7 +405,12 @@ class Daemon:
                 except SleepBusy as exc:
                     raise CommandBusy(str(exc)) from None
                 return dict(outcome.to_json())
-            return {"cycle_id": record.id, "reason": record.reason, "started": True, "session_id": record.session_id}
+            return {
+                "cycle_id": record.id,
+                "reason": record.reason,
+                "started": True,
+                "session_id": record.session_id,
+            }
 
         async def switch(args: dict[str, Any]) -> dict[str, Any]:
             assert self.trunk is not None

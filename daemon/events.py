@@ -179,17 +179,45 @@ class HookSpec:
 HOOKS: dict[type[Event], HookSpec] = {
     spec.event_type: spec
     for spec in (
-        HookSpec(name="before_agent_start", event_type=BeforeAgentStart, kind=HookKind.GATE, timeout_s=10.0),
-        HookSpec(name="session_shutdown", event_type=SessionShutdown, kind=HookKind.OBSERVER, timeout_s=5.0),
-        HookSpec(name="session_before_switch", event_type=SessionBeforeSwitch, kind=HookKind.GATE, timeout_s=10.0),
+        HookSpec(
+            name="before_agent_start",
+            event_type=BeforeAgentStart,
+            kind=HookKind.GATE,
+            timeout_s=10.0,
+        ),
+        HookSpec(
+            name="session_shutdown",
+            event_type=SessionShutdown,
+            kind=HookKind.OBSERVER,
+            timeout_s=5.0,
+        ),
+        HookSpec(
+            name="session_before_switch",
+            event_type=SessionBeforeSwitch,
+            kind=HookKind.GATE,
+            timeout_s=10.0,
+        ),
         HookSpec(name="before_fork", event_type=BeforeFork, kind=HookKind.GATE, timeout_s=5.0),
-        HookSpec(name="compaction_approaching", event_type=CompactionApproaching, kind=HookKind.OBSERVER, timeout_s=5.0),
-        HookSpec(name="sleep_started", event_type=SleepStarted, kind=HookKind.OBSERVER, timeout_s=5.0),
-        HookSpec(name="sleep_finished", event_type=SleepFinished, kind=HookKind.OBSERVER, timeout_s=5.0),
+        HookSpec(
+            name="compaction_approaching",
+            event_type=CompactionApproaching,
+            kind=HookKind.OBSERVER,
+            timeout_s=5.0,
+        ),
+        HookSpec(
+            name="sleep_started", event_type=SleepStarted, kind=HookKind.OBSERVER, timeout_s=5.0
+        ),
+        HookSpec(
+            name="sleep_finished", event_type=SleepFinished, kind=HookKind.OBSERVER, timeout_s=5.0
+        ),
         HookSpec(name="woke", event_type=Woke, kind=HookKind.OBSERVER, timeout_s=5.0),
         HookSpec(name="heartbeat", event_type=Heartbeat, kind=HookKind.OBSERVER, timeout_s=30.0),
-        HookSpec(name="journal_note", event_type=JournalNote, kind=HookKind.OBSERVER, timeout_s=5.0),
-        HookSpec(name="config_reloaded", event_type=ConfigReloaded, kind=HookKind.OBSERVER, timeout_s=5.0),
+        HookSpec(
+            name="journal_note", event_type=JournalNote, kind=HookKind.OBSERVER, timeout_s=5.0
+        ),
+        HookSpec(
+            name="config_reloaded", event_type=ConfigReloaded, kind=HookKind.OBSERVER, timeout_s=5.0
+        ),
     )
 }
 

@@ -15,7 +15,12 @@ from structlog.contextvars import bind_contextvars, bound_contextvars, clear_con
 
 __all__ = ["bind_contextvars", "bound_contextvars", "clear_contextvars", "configure", "get_logger"]
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 class _SysStream:
@@ -35,7 +40,9 @@ class _SysStream:
         return bool(hasattr(stream, "isatty") and stream.isatty())
 
 
-def configure(level: str = "info", fmt: str = "auto", stream: Any = None, *, to: str = "stdout") -> None:
+def configure(
+    level: str = "info", fmt: str = "auto", stream: Any = None, *, to: str = "stdout"
+) -> None:
     """Configure structlog (and stdlib logging beneath it) for the whole process.
 
     Without `stream`, lines go to `sys.stdout` (or `sys.stderr` with `to="stderr"`),

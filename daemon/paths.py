@@ -156,8 +156,14 @@ class Home:
             for topic in sorted((src / "topics").glob("*.md")):
                 _copy_missing(topic, self.topics_dir / topic.name)
         for path, text in (
-            (self.wake_file, "# Wake-up notes\n\n(Nothing yet: written at the end of each sleep cycle.)\n"),
-            (self.facts_file, "# Pinned facts\n\n(Slow-changing facts that are always in context. Edit freely.)\n"),
+            (
+                self.wake_file,
+                "# Wake-up notes\n\n(Nothing yet: written at the end of each sleep cycle.)\n",
+            ),
+            (
+                self.facts_file,
+                "# Pinned facts\n\n(Slow-changing facts that are always in context. Edit freely.)\n",
+            ),
         ):
             if not path.exists():
                 path.write_text(text)

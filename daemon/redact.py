@@ -98,4 +98,6 @@ def redactor_for(settings: Settings) -> Redactor:
     summaries, `WAKE.md`, dream entries — so a secret said in a conversation is not repeated
     into files that reach every future prompt.
     """
-    return Redactor(defaults=settings.journal.redact_defaults, extra=settings.journal.redact_patterns)
+    return Redactor(
+        defaults=settings.journal.redact_defaults, extra=settings.journal.redact_patterns
+    )

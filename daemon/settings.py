@@ -181,7 +181,9 @@ class ContextSettings(_Section):
         known = _default_layers()
         unknown = sorted(set(value) - set(known))
         if unknown:
-            raise ValueError(f"unknown context layer(s) {unknown}; known layers are {sorted(known)}")
+            raise ValueError(
+                f"unknown context layer(s) {unknown}; known layers are {sorted(known)}"
+            )
         merged: dict[str, Any] = {k: v.model_dump() for k, v in known.items()}
         for name, budget in value.items():
             merged[name] = {**merged[name], **budget} if isinstance(budget, dict) else budget
@@ -216,7 +218,9 @@ class SchedulerSettings(_Section):
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r} (use an IANA name such as 'Europe/London')") from None
+            raise ValueError(
+                f"unknown time zone {value!r} (use an IANA name such as 'Europe/London')"
+            ) from None
         return value
 
 
@@ -314,7 +318,9 @@ class JournalSettings(_Section):
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ValueError(f"redact pattern {pattern!r} is not a valid regular expression ({exc})") from None
+                raise ValueError(
+                    f"redact pattern {pattern!r} is not a valid regular expression ({exc})"
+                ) from None
         return value
 
 

@@ -87,12 +87,20 @@ class ScriptedModel:
             blocks.append(ToolUseBlock(id=call_id, name=name, input=args))
         stop: StopReason = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
         prompt_chars = sum(len(b.text) for b in request.system) + sum(
-            len(getattr(b, "text", "") or getattr(b, "content", "")) for m in request.messages for b in m.content
+            len(getattr(b, "text", "") or getattr(b, "content", ""))
+            for m in request.messages
+            for b in m.content
         )
-        usage = reply.usage or Usage(input_tokens=max(1, prompt_chars // 4), output_tokens=max(1, len(reply.text) // 4))
+        usage = reply.usage or Usage(
+            input_tokens=max(1, prompt_chars // 4), output_tokens=max(1, len(reply.text) // 4)
+        )
         yield Completed(
             response=ModelResponse(
-                content=tuple(blocks), stop_reason=stop, usage=usage, model=request.model, provider=self.provider
+                content=tuple(blocks),
+                stop_reason=stop,
+                usage=usage,
+                model=request.model,
+                provider=self.provider,
             )
         )
 

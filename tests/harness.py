@@ -17,7 +17,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "REVERIE_", "NOTIFY_", "WATCHDOG_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "REVERIE_", "NOTIFY_", "WATCHDOG_"))
+    }
     env["PYTHONUNBUFFERED"] = "1"
     env["REVERIE_LOG_FORMAT"] = "json"
     env["HF_HUB_OFFLINE"] = "1"
@@ -59,7 +63,9 @@ class DaemonProcess:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited early ({self.proc.returncode}):\n{self.logs()}")
+                raise AssertionError(
+                    f"daemon exited early ({self.proc.returncode}):\n{self.logs()}"
+                )
             if self.socket_path.exists():
                 try:
                     with Client(self.socket_path, timeout=2.0) as c:
@@ -171,9 +177,13 @@ class Client:
         self.send({"type": "message", "text": text})
         accepted = self.recv_until(lambda f: f.get("type") in ("accepted", "error"))[-1]
         assert accepted["type"] == "accepted", accepted
-        frames = self.recv_until(lambda f: f.get("type") in ("done", "error") and f.get("turn_id") == accepted["turn_id"])
+        frames = self.recv_until(
+            lambda f: f.get("type") in ("done", "error") and f.get("turn_id") == accepted["turn_id"]
+        )
         return accepted, frames
 
     def command(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
         self.send({"type": "command", "name": name, "args": args or {}, "id": f"c-{name}"})
-        return self.recv_until(lambda f: f.get("type") in ("result", "error") and f.get("id") == f"c-{name}")[-1]
+        return self.recv_until(
+            lambda f: f.get("type") in ("result", "error") and f.get("id") == f"c-{name}"
+        )[-1]

@@ -59,13 +59,22 @@ async def memory_system(
     home.ensure()
     cfg = config or settings()
     clk = clock or FakeClock(NOW)
-    overrides: dict[str, Model] = {role: unexpected(role) for role in ("summariser", "recall_planner", "recall_synthesis")}
+    overrides: dict[str, Model] = {
+        role: unexpected(role) for role in ("summariser", "recall_planner", "recall_synthesis")
+    }
     overrides.update(models or {})
     async with await Database.open(home.db_file) as db:
         async with ModelRoles(cfg, UsageLedger(db, cfg.spend, clk), overrides=overrides) as roles:
             system = MemorySystem(
-                home=home, db=db, settings=cfg, roles=roles, bus=bus, clock=clk, topic_addenda=topic_addenda,
-                background=background, embedder=HashEmbedder(),
+                home=home,
+                db=db,
+                settings=cfg,
+                roles=roles,
+                bus=bus,
+                clock=clk,
+                topic_addenda=topic_addenda,
+                background=background,
+                embedder=HashEmbedder(),
             )
             async with system:
                 yield system
@@ -88,5 +97,12 @@ async def add_session(
     for i, (role, content) in enumerate(messages, first_seq):
         await db.execute(
             "INSERT INTO messages(session_id, msg_id, seq, ts, role, content) VALUES (?, ?, ?, ?, ?, ?)",
-            (session_id, f"{session_id}-m{i}", i, f"2026-03-02T14:{20 + i % 40:02d}:00+00:00", role, content),
+            (
+                session_id,
+                f"{session_id}-m{i}",
+                i,
+                f"2026-03-02T14:{20 + i % 40:02d}:00+00:00",
+                role,
+                content,
+            ),
         )

@@ -330,7 +330,9 @@ async def test_interactive_chat_over_a_pipe(sock: Path, home_dir: Path) -> None:
     assert done.returncode == 0, err
     lines = out.splitlines()
     assert lines[0] == "Hi!"
-    assert "state:        awake" in out and '"state": "awake"' not in out  # the status view, not raw JSON
+    assert (
+        "state:        awake" in out and '"state": "awake"' not in out
+    )  # the status view, not raw JSON
     assert "[unknown command /bogus (try /help)]" in out
     assert "/status" in out and "Ctrl-C during a reply cancels the turn" in out  # the help
     texts = [f.text for _, f in handler.seen.frames if type(f).__name__ == "MessageFrame"]  # type: ignore[union-attr]

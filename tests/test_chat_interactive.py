@@ -43,11 +43,17 @@ def test_interactive_chat_streams_cancels_and_keeps_history(tmp_path: Path) -> N
         env = daemon_env({"ANTHROPIC_API_KEY": "test-key", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
         d = DaemonProcess(home=home, env=env).start()
         try:
-            fake.enqueue(Planned.reply("Hello from the fake model."), Planned.delayed(30, text="too late"))
+            fake.enqueue(
+                Planned.reply("Hello from the fake model."), Planned.delayed(30, text="too late")
+            )
             pid, fd = pty.fork()
             if pid == 0:  # the client, with the pty as its controlling terminal
                 os.chdir(REPO)
-                os.execve(sys.executable, [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)], env)
+                os.execve(
+                    sys.executable,
+                    [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)],
+                    env,
+                )
             seen = bytearray()
             try:
                 at = _read_until(fd, b"> ", 20, seen)
@@ -60,7 +66,9 @@ def test_interactive_chat_streams_cancels_and_keeps_history(tmp_path: Path) -> N
                 at = _read_until(fd, b"> ", 20, seen, at)
                 os.write(fd, b"a slow question\r")
                 deadline = time.monotonic() + 20
-                while not any("a slow question" in str(r.body.get("messages")) for r in fake.message_requests):
+                while not any(
+                    "a slow question" in str(r.body.get("messages")) for r in fake.message_requests
+                ):
                     assert time.monotonic() < deadline, "the slow turn never reached the model"
                     time.sleep(0.05)
                 os.write(fd, b"\x03")  # Ctrl-C during the reply: cancel the turn

@@ -26,7 +26,9 @@ def test_init_scaffolds_a_private_home(tmp_path: Path, capsys: pytest.CaptureFix
     assert "already exists" in capsys.readouterr().out
 
 
-def test_init_over_a_file_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_over_a_file_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "a-file"
     target.write_text("not a home")
     assert main(["init", str(target)]) == 1
@@ -65,7 +67,9 @@ def test_doctor_names_the_embedder_in_use_and_a_broken_matrix(
     assert checks["topics"]["status"] == "fail" and "not valid JSON" in checks["topics"]["detail"]
 
 
-def test_doctor_fails_on_an_impossible_setup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_fails_on_an_impossible_setup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "agent"
     main(["init", str(home)])
     (home / "reverie.toml").write_text("[models.trunk]\nprovider = 'anthropic'\n")
@@ -85,7 +89,14 @@ def test_journal_reads_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str
     home = tmp_path / "h"
     main(["init", str(home)])
     (home / "journal" / "2026-01-01.jsonl").write_text(
-        json.dumps({"ts": "2026-01-01T10:00:00Z", "summary": "planned the garden", "decisions": ["tomatoes first"]}) + "\n"
+        json.dumps(
+            {
+                "ts": "2026-01-01T10:00:00Z",
+                "summary": "planned the garden",
+                "decisions": ["tomatoes first"],
+            }
+        )
+        + "\n"
     )
     capsys.readouterr()
     assert main(["journal", "--home", str(home), "--tail", "5"]) == 0
@@ -93,17 +104,32 @@ def test_journal_reads_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "planned the garden" in out and "tomatoes first" in out
 
 
-def test_journal_day_json_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_journal_day_json_and_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = tmp_path / "h"
     main(["init", str(home)])
-    day1 = [{"ts": "2026-01-01T10:00:00+00:00", "summary": "planned the garden", "trigger": "heartbeat", "source": "model"}]
+    day1 = [
+        {
+            "ts": "2026-01-01T10:00:00+00:00",
+            "summary": "planned the garden",
+            "trigger": "heartbeat",
+            "source": "model",
+        }
+    ]
     day2 = [
         {"ts": "2026-01-02T09:00:00+00:00", "summary": "ordered seeds", "tags": ["garden"]},
-        {"ts": "2026-01-02T11:00:00+00:00", "summary": "built the cold frame", "files_touched": ["plans/frame.md"]},
+        {
+            "ts": "2026-01-02T11:00:00+00:00",
+            "summary": "built the cold frame",
+            "files_touched": ["plans/frame.md"],
+        },
     ]
     (home / "journal" / "2026-01-01.jsonl").write_text("".join(json.dumps(e) + "\n" for e in day1))
     # The last line was torn by a crash: it is skipped, never shown half.
-    (home / "journal" / "2026-01-02.jsonl").write_text("".join(json.dumps(e) + "\n" for e in day2) + '{"ts": "2026-01-02T12:')
+    (home / "journal" / "2026-01-02.jsonl").write_text(
+        "".join(json.dumps(e) + "\n" for e in day2) + '{"ts": "2026-01-02T12:'
+    )
     capsys.readouterr()
     assert main(["journal", "--home", str(home), "--day", "2026-01-02", "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -111,7 +137,11 @@ def test_journal_day_json_and_bad_arguments(tmp_path: Path, capsys: pytest.Captu
     assert rows[0]["schema"] == 1 and rows[1]["files_touched"] == ["plans/frame.md"]
     assert main(["journal", "--home", str(home), "--tail", "2"]) == 0
     out = capsys.readouterr().out
-    assert "planned the garden" not in out and "ordered seeds" in out and "files: plans/frame.md" in out
+    assert (
+        "planned the garden" not in out
+        and "ordered seeds" in out
+        and "files: plans/frame.md" in out
+    )
     assert main(["journal", "--home", str(home), "--day", "last tuesday"]) == 2
     assert "is not a date" in capsys.readouterr().err
     assert main(["journal", "--home", str(home), "--tail", "0"]) == 2

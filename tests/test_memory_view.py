@@ -40,7 +40,10 @@ async def test_recollection_lists_are_newest_first_and_skip_retired(tmp_path: Pa
         await seed(memory)
         assert isinstance(memory.view, MemoryView)
         profile = await memory.view.profile_facts(5)
-        assert [i.text for i in profile] == ["Prefers short answers in the morning", "I am allergic to peanuts"]
+        assert [i.text for i in profile] == [
+            "Prefers short answers in the morning",
+            "I am allergic to peanuts",
+        ]
         facts = await memory.view.recent_facts(5)
         assert all(i.kind == "fact" for i in facts) and len(facts) == 2
         await memory.retract(facts[0].id, reason="done", origin="person")
@@ -51,7 +54,9 @@ async def test_recollection_lists_are_newest_first_and_skip_retired(tmp_path: Pa
         assert await memory.view.profile_facts(0) == []
 
 
-async def test_auto_recall_finds_relevant_memories_with_explicit_facts_first(tmp_path: Path) -> None:
+async def test_auto_recall_finds_relevant_memories_with_explicit_facts_first(
+    tmp_path: Path,
+) -> None:
     async with memory_system(tmp_path) as memory:
         await seed(memory)
         with anyio.fail_after(5):
@@ -61,7 +66,9 @@ async def test_auto_recall_finds_relevant_memories_with_explicit_facts_first(tmp
         assert any(i.kind == "chunk" and "octopus lab" in i.text for i in items)
         assert len({i.id for i in items}) == len(items)
         assert len({" ".join(i.text.split()) for i in items}) == len(items)
-        excluded = await memory.view.auto_recall("How is Ada doing in Lisbon?", exclude_ids=frozenset({"fact:1"}))
+        excluded = await memory.view.auto_recall(
+            "How is Ada doing in Lisbon?", exclude_ids=frozenset({"fact:1"})
+        )
         assert "fact:1" not in {i.id for i in excluded} and excluded
 
 
@@ -107,5 +114,7 @@ async def test_open_view_reads_a_home_without_models(tmp_path: Path) -> None:
         await seed(memory)
     config = settings(memory=MemorySettings(embedder="none"))
     async with MemorySystem.open_view(Home(tmp_path), config) as view:
-        assert [i.text for i in await view.profile_facts(1)] == ["Prefers short answers in the morning"]
+        assert [i.text for i in await view.profile_facts(1)] == [
+            "Prefers short answers in the morning"
+        ]
         assert (await view.auto_recall("Ada in Lisbon"))[0].id == "fact:1"

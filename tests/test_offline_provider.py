@@ -271,14 +271,21 @@ async def test_the_journal_task_answers_with_an_extractive_entry() -> None:
     text = (
         "SESSION: trunk-1\nTRIGGER: heartbeat\n<<<TRANSCRIPT\n"
         "[user] We agreed to move the kiln schedule to Thursdays. Can you check notes/kiln.md?\n"
-        "[tool recall] {\"query\": \"kiln schedule\"}\n"
+        '[tool recall] {"query": "kiln schedule"}\n'
         "[tool result] Thursdays at 10.\n"
         "[assistant] I updated notes/kiln.md with the new schedule.\n"
         "TRANSCRIPT>>>"
     )
     _, response = await run(request(text, task="journal", tools=()))
     entry = json.loads(response.text)
-    assert set(entry) == {"summary", "decisions", "progress", "open_questions", "files_touched", "tags"}
+    assert set(entry) == {
+        "summary",
+        "decisions",
+        "progress",
+        "open_questions",
+        "files_touched",
+        "tags",
+    }
     assert entry["decisions"] == ["We agreed to move the kiln schedule to Thursdays."]
     assert entry["files_touched"] == ["notes/kiln.md"]
     assert entry["open_questions"] == ["Can you check notes/kiln.md?"]

@@ -21,10 +21,14 @@ def test_embedded_defaults_load_and_the_shipped_file_documents_them(tmp_path: Pa
 
 
 def test_layers_home_then_config_then_environment(tmp_path: Path) -> None:
-    (tmp_path / "reverie.toml").write_text("[agent]\nmax_tool_steps = 5\n[spend]\ndaily_cap_usd = 3\n")
+    (tmp_path / "reverie.toml").write_text(
+        "[agent]\nmax_tool_steps = 5\n[spend]\ndaily_cap_usd = 3\n"
+    )
     extra = tmp_path / "extra.toml"
     extra.write_text("[agent]\nmax_tool_steps = 7\n")
-    s = load_settings(tmp_path, extra, environ={"REVERIE_DAILY_CAP_USD": "1.5", "REVERIE_TRUNK_MODEL": "claude-x"})
+    s = load_settings(
+        tmp_path, extra, environ={"REVERIE_DAILY_CAP_USD": "1.5", "REVERIE_TRUNK_MODEL": "claude-x"}
+    )
     assert s.agent.max_tool_steps == 7
     assert s.spend.daily_cap_usd == 1.5
     assert s.models.trunk.model == "claude-x"

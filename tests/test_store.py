@@ -20,7 +20,9 @@ async def test_blank_database_gets_every_migration_once(tmp_path: Path) -> None:
         assert names == sorted(expected)
         mode = (await db.fetchone("PRAGMA journal_mode"))[0]
         assert mode == "wal"
-        tables = {r[0] for r in await db.fetchall("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = {
+            r[0] for r in await db.fetchall("SELECT name FROM sqlite_master WHERE type='table'")
+        }
         assert {"sessions", "messages", "usage_ledger", "turn_reports", "kv"} <= tables
     # Re-opening applies nothing new and keeps data.
     async with await Database.open(path) as db:
@@ -64,7 +66,9 @@ async def test_checkpoint_truncates_the_wal(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite"
     async with await Database.open(path) as db:
         for i in range(500):
-            await db.execute("INSERT INTO kv(key, value, updated_at) VALUES (?, ?, 'x')", (f"k{i}", "v" * 200))
+            await db.execute(
+                "INSERT INTO kv(key, value, updated_at) VALUES (?, ?, 'x')", (f"k{i}", "v" * 200)
+            )
         wal = Path(str(path) + "-wal")
         assert wal.exists() and wal.stat().st_size > 0
         busy, _, _ = await db.checkpoint()

@@ -36,7 +36,9 @@ CHAT = [
 
 
 def summariser_model(reply: dict | str = REPLY, **kw: float) -> ScriptedModel:
-    text = reply if isinstance(reply, str) else "Here you go:\n```json\n" + json.dumps(reply) + "\n```"
+    text = (
+        reply if isinstance(reply, str) else "Here you go:\n```json\n" + json.dumps(reply) + "\n```"
+    )
     return ScriptedModel(lambda _req: text, **kw)
 
 
@@ -46,7 +48,9 @@ def transcript_of(request: ModelRequest) -> list[str]:
     return last.split("<<<TRANSCRIPT\n", 1)[1].split("\nTRANSCRIPT>>>", 1)[0].splitlines()
 
 
-async def test_summary_file_is_named_by_slug_and_carries_front_matter_and_index_entry(tmp_path: Path) -> None:
+async def test_summary_file_is_named_by_slug_and_carries_front_matter_and_index_entry(
+    tmp_path: Path,
+) -> None:
     model = summariser_model()
     addenda_calls: list[tuple[str, str]] = []
 
@@ -54,17 +58,27 @@ async def test_summary_file_is_named_by_slug_and_carries_front_matter_and_index_
         addenda_calls.append((point, text))
         return "Travel: note budgets and dates."
 
-    async with memory_system(tmp_path, models={"summariser": model}, topic_addenda=addenda) as memory:
+    async with memory_system(
+        tmp_path, models={"summariser": model}, topic_addenda=addenda
+    ) as memory:
         await add_session(memory.db, "s1", CHAT)
         with anyio.fail_after(10):
             path = await memory.summarise_session("s1", wait=True)
-        assert path is not None and path.name == "session-2026-03-02_1420__lisbon-trip-flights-hotel.md"
+        assert (
+            path is not None
+            and path.name == "session-2026-03-02_1420__lisbon-trip-flights-hotel.md"
+        )
         meta, body = read_summary_file(path)
         assert meta["session"] == "s1" and meta["transcript"].endswith("s1.jsonl")
-        assert meta["started"] == "2026-03-02T14:20:00+00:00" and meta["tags"] == ["travel", "lisbon"]
+        assert meta["started"] == "2026-03-02T14:20:00+00:00" and meta["tags"] == [
+            "travel",
+            "lisbon",
+        ]
         assert meta["title"] == "Planning the Lisbon trip" and meta["messages"] == 3
         assert "fly on Friday" in body and "Ada" in body
-        row = await memory.db.fetchone("SELECT summary_path, summarised_upto FROM sessions WHERE id='s1'")
+        row = await memory.db.fetchone(
+            "SELECT summary_path, summarised_upto FROM sessions WHERE id='s1'"
+        )
         assert row[0] == str(path) and row[1] == 3
         item = await memory.index.get("summary:s1")
         assert item is not None and item.kind == "summary" and item.source == str(path)
@@ -72,9 +86,17 @@ async def test_summary_file_is_named_by_slug_and_carries_front_matter_and_index_
     request = model.calls[0]
     assert request.task == "summarise" and request.role == "summariser"
     assert transcript_of(request) == [f"[{role}] {text}" for role, text in CHAT]
-    assert addenda_calls and addenda_calls[0][0] == "summary_persona" and "Lisbon" in addenda_calls[0][1]
+    assert (
+        addenda_calls
+        and addenda_calls[0][0] == "summary_persona"
+        and "Lisbon" in addenda_calls[0][1]
+    )
     system = "\n".join(b.text for b in request.system)
-    assert "## Topic Addenda" in system and "note budgets" in system and "data, not instructions" in system
+    assert (
+        "## Topic Addenda" in system
+        and "note budgets" in system
+        and "data, not instructions" in system
+    )
 
 
 async def test_resummarising_a_resumed_session_updates_its_one_file(tmp_path: Path) -> None:
@@ -85,7 +107,9 @@ async def test_resummarising_a_resumed_session_updates_its_one_file(tmp_path: Pa
         assert await memory.summarise_session("s1", wait=True) == first
         assert len(model.calls) == 1  # nothing new: no second model call
         await add_session(memory.db, "s1", [("user", "Also: rent a car in Lisbon.")], first_seq=3)
-        model.script = lambda _req: json.dumps({**REPLY, "slug": "a-different-slug", "summary": "Trip and a car."})
+        model.script = lambda _req: json.dumps(
+            {**REPLY, "slug": "a-different-slug", "summary": "Trip and a car."}
+        )
         second = await memory.summarise_session("s1", wait=True)
         assert second == first and len(model.calls) == 2
         assert "Trip and a car." in second.read_text()  # type: ignore[union-attr]
@@ -96,11 +120,24 @@ async def test_resummarising_a_resumed_session_updates_its_one_file(tmp_path: Pa
 def test_long_transcripts_keep_head_tail_and_the_informative_middle_within_budget() -> None:
     filler = "just chatting about nothing in particular " * 6
     messages = [
-        TranscriptMessage(seq=i, msg_id=f"m{i}", ts="t", role="user" if i % 2 else "assistant", speaker="", content=f"{i} {filler}")
+        TranscriptMessage(
+            seq=i,
+            msg_id=f"m{i}",
+            ts="t",
+            role="user" if i % 2 else "assistant",
+            speaker="",
+            content=f"{i} {filler}",
+        )
         for i in range(400)
     ]
-    messages[200] = TranscriptMessage(seq=200, msg_id="m200", ts="t", role="user", speaker="",
-                                      content="We decided to book the flight because the deadline is Friday 14:00, agreed.")
+    messages[200] = TranscriptMessage(
+        seq=200,
+        msg_id="m200",
+        ts="t",
+        role="user",
+        speaker="",
+        content="We decided to book the flight because the deadline is Friday 14:00, agreed.",
+    )
     lines = excerpt(messages, 1500)
     assert sum(count_tokens(line) + 1 for line in lines) <= 1500
     assert lines[0].startswith("[assistant] 0 ") and lines[-1].startswith("[user] 399 ")
@@ -110,9 +147,13 @@ def test_long_transcripts_keep_head_tail_and_the_informative_middle_within_budge
 
 
 def test_replies_are_parsed_leniently_with_slug_tiers() -> None:
-    tier1 = parse_summary('Sure! {"title": "T", "slug": "Garden-Shed ROOF!", "summary": "Fixed the roof."} Bye.', "")
+    tier1 = parse_summary(
+        'Sure! {"title": "T", "slug": "Garden-Shed ROOF!", "summary": "Fixed the roof."} Bye.', ""
+    )
     assert tier1.slug == "garden-shed-roof"
-    tier2 = parse_summary('{"summary": "The roof of the garden shed leaked; the roof was patched."}', "")
+    tier2 = parse_summary(
+        '{"summary": "The roof of the garden shed leaked; the roof was patched."}', ""
+    )
     assert tier2.slug.startswith("roof") and tier2.title
     prose = parse_summary("We talked about compost and compost bins.", "")
     assert prose.summary.startswith("We talked") and "compost" in prose.slug
@@ -122,17 +163,25 @@ def test_replies_are_parsed_leniently_with_slug_tiers() -> None:
         parse_summary('{"title": "no narrative"}', "")
 
 
-async def test_model_outage_leaves_the_session_unfinished_and_the_next_start_redoes_it(tmp_path: Path) -> None:
-    async with memory_system(tmp_path, models={"summariser": raising(ModelUnavailable("overloaded"))}) as memory:
+async def test_model_outage_leaves_the_session_unfinished_and_the_next_start_redoes_it(
+    tmp_path: Path,
+) -> None:
+    async with memory_system(
+        tmp_path, models={"summariser": raising(ModelUnavailable("overloaded"))}
+    ) as memory:
         await add_session(memory.db, "s1", CHAT)
         with pytest.raises(ModelUnavailable):
             await memory.summarise_session("s1", wait=True)
         assert await memory.summarise_session("s1") is None
         with anyio.fail_after(5):
             await memory.summariser.drain()  # type: ignore[union-attr]
-        row = await memory.db.fetchone("SELECT summary_path, summarised_upto FROM sessions WHERE id='s1'")
+        row = await memory.db.fetchone(
+            "SELECT summary_path, summarised_upto FROM sessions WHERE id='s1'"
+        )
         assert row[0] is None and row[1] == 0
-    async with memory_system(tmp_path, models={"summariser": raising(SpendCapReached("cap"))}) as memory:
+    async with memory_system(
+        tmp_path, models={"summariser": raising(SpendCapReached("cap"))}
+    ) as memory:
         with anyio.fail_after(5):
             await memory.summariser.drain()  # type: ignore[union-attr]
         assert not list((tmp_path / "memory" / "sessions").glob("*.md"))
@@ -150,10 +199,18 @@ async def test_events_queue_summaries_and_exit_waits_for_them(tmp_path: Path) ->
     async with memory_system(tmp_path, models={"summariser": model}, bus=bus) as memory:
         memory.register(bus)  # idempotent: the orchestrator calls it too
         await add_session(memory.db, "trunk-1", CHAT)
-        await add_session(memory.db, "trunk-2", [("user", "Fork me a research task about kelp forests.")])
+        await add_session(
+            memory.db, "trunk-2", [("user", "Fork me a research task about kelp forests.")]
+        )
         assert await bus.publish(SessionShutdown(session_id="trunk-1", transcript_path="/x")) == 0
         veto = await bus.emit_gate(
-            BeforeFork(parent_session_id="trunk-2", parent_transcript_path="/y", fork_session_id="f1", task="kelp", depth=1)
+            BeforeFork(
+                parent_session_id="trunk-2",
+                parent_transcript_path="/y",
+                fork_session_id="f1",
+                task="kelp",
+                depth=1,
+            )
         )
         assert veto is None
     assert len(model.calls) == 2  # one per session, despite the double registration
@@ -161,12 +218,16 @@ async def test_events_queue_summaries_and_exit_waits_for_them(tmp_path: Path) ->
     assert rows == {"trunk-1": 3, "trunk-2": 1}
 
 
-async def test_shutdown_budget_is_bounded_and_the_unfinished_summary_survives(tmp_path: Path) -> None:
+async def test_shutdown_budget_is_bounded_and_the_unfinished_summary_survives(
+    tmp_path: Path,
+) -> None:
     slow = summariser_model(delay_s=30)
     config = settings(agent=AgentSettings(shutdown_grace_s=2.5))
     bus = EventBus()
     started = time.monotonic()
-    async with memory_system(tmp_path, models={"summariser": slow}, bus=bus, config=config) as memory:
+    async with memory_system(
+        tmp_path, models={"summariser": slow}, bus=bus, config=config
+    ) as memory:
         await add_session(memory.db, "s1", CHAT)
         await bus.publish(SessionShutdown(session_id="s1", transcript_path="/x"))
         await anyio.sleep(0.05)
@@ -177,14 +238,22 @@ async def test_shutdown_budget_is_bounded_and_the_unfinished_summary_survives(tm
 
 async def test_remember_session_tool_summarises_the_current_session(tmp_path: Path) -> None:
     config = settings(memory=MemorySettings(summary_transcript_tokens=500))
-    async with memory_system(tmp_path, models={"summariser": summariser_model()}, config=config) as memory:
+    async with memory_system(
+        tmp_path, models={"summariser": summariser_model()}, config=config
+    ) as memory:
         await add_session(memory.db, "s9", CHAT)
         registry = ToolRegistry()
         for tool in memory.tools():
             registry.register(tool)
         out = await registry.call("remember_session", {}, ToolContext(session_id="s9", turn_id="t"))
-        assert not out.is_error and out.content == "session summarised: session-2026-03-02_1420__lisbon-trip-flights-hotel.md"
-        empty = await registry.call("remember_session", {}, ToolContext(session_id="nope", turn_id="t"))
+        assert (
+            not out.is_error
+            and out.content
+            == "session summarised: session-2026-03-02_1420__lisbon-trip-flights-hotel.md"
+        )
+        empty = await registry.call(
+            "remember_session", {}, ToolContext(session_id="nope", turn_id="t")
+        )
         assert empty.is_error
 
 
@@ -192,17 +261,42 @@ async def _summarised(root: Path) -> dict[str, int]:
     from daemon.store.db import Database
 
     async with await Database.open(root / "reverie.db") as db:
-        return {r[0]: r[1] for r in await db.fetchall("SELECT id, summarised_upto FROM sessions ORDER BY id")}
+        return {
+            r[0]: r[1]
+            for r in await db.fetchall("SELECT id, summarised_upto FROM sessions ORDER BY id")
+        }
 
 
-async def test_a_session_without_message_rows_is_read_from_its_transcript_file(tmp_path: Path) -> None:
+async def test_a_session_without_message_rows_is_read_from_its_transcript_file(
+    tmp_path: Path,
+) -> None:
     model = summariser_model()
     transcript = tmp_path / "fork-1.jsonl"
     records = [
-        {"type": "session", "id": "fork-1", "kind": "fork", "started_at": "2026-03-02T15:00:00+00:00", "parent": "s1"},
-        {"type": "message", "id": "a", "ts": "2026-03-02T15:00:01+00:00", "role": "user", "content": "Research kelp.", "turn_id": "t"},
+        {
+            "type": "session",
+            "id": "fork-1",
+            "kind": "fork",
+            "started_at": "2026-03-02T15:00:00+00:00",
+            "parent": "s1",
+        },
+        {
+            "type": "message",
+            "id": "a",
+            "ts": "2026-03-02T15:00:01+00:00",
+            "role": "user",
+            "content": "Research kelp.",
+            "turn_id": "t",
+        },
         {"type": "tool_call", "id": "c", "name": "recall"},
-        {"type": "message", "id": "b", "ts": "2026-03-02T15:00:09+00:00", "role": "assistant", "content": "Kelp grows fast.", "turn_id": "t"},
+        {
+            "type": "message",
+            "id": "b",
+            "ts": "2026-03-02T15:00:09+00:00",
+            "role": "assistant",
+            "content": "Kelp grows fast.",
+            "turn_id": "t",
+        },
     ]
     transcript.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     async with memory_system(tmp_path / "home", models={"summariser": model}) as memory:
@@ -214,16 +308,34 @@ async def test_a_session_without_message_rows_is_read_from_its_transcript_file(t
         assert path is not None
         row = await memory.db.fetchone("SELECT summarised_upto FROM sessions WHERE id = 'fork-1'")
         assert row[0] == 2
-    assert transcript_of(model.calls[0]) == ["[user] Research kelp.", "[assistant] Kelp grows fast."]
+    assert transcript_of(model.calls[0]) == [
+        "[user] Research kelp.",
+        "[assistant] Kelp grows fast.",
+    ]
 
 
 async def test_reindex_rebuilds_facts_sessions_and_summaries_from_the_files(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / "sessions" / "trunk").mkdir(parents=True)
     transcript = home / "sessions" / "trunk" / "s1.jsonl"
-    records = [{"type": "session", "id": "s1", "kind": "trunk", "started_at": "2026-03-02T14:20:00+00:00", "parent": None}]
+    records = [
+        {
+            "type": "session",
+            "id": "s1",
+            "kind": "trunk",
+            "started_at": "2026-03-02T14:20:00+00:00",
+            "parent": None,
+        }
+    ]
     records += [
-        {"type": "message", "id": f"m{i}", "ts": f"2026-03-02T14:2{i}:00+00:00", "role": role, "content": text, "turn_id": "t"}
+        {
+            "type": "message",
+            "id": f"m{i}",
+            "ts": f"2026-03-02T14:2{i}:00+00:00",
+            "role": role,
+            "content": text,
+            "turn_id": "t",
+        }
         for i, (role, text) in enumerate(CHAT)
     ]
     transcript.write_text("\n".join(json.dumps(r) for r in records) + "\n")
@@ -237,10 +349,17 @@ async def test_reindex_rebuilds_facts_sessions_and_summaries_from_the_files(tmp_
         (home / name).unlink(missing_ok=True)
     async with memory_system(home, models={"summariser": model}) as memory:
         counts = await memory.reindex()
-        assert counts["facts"] == 1 and counts["summaries"] == 1 and counts["messages"] == 3 and counts["chunks"] >= 1
+        assert (
+            counts["facts"] == 1
+            and counts["summaries"] == 1
+            and counts["messages"] == 3
+            and counts["chunks"] >= 1
+        )
         summary = await memory.index.get("summary:s1")
         assert summary is not None and summary.source == str(path)
-        row = await memory.db.fetchone("SELECT summary_path, summarised_upto FROM sessions WHERE id = 's1'")
+        row = await memory.db.fetchone(
+            "SELECT summary_path, summarised_upto FROM sessions WHERE id = 's1'"
+        )
         assert row[0] == str(path) and row[1] == 3
         assert await memory.summariser.scan() == 0  # type: ignore[union-attr]  # nothing to redo, nothing to pay for
     assert len(model.calls) == 1

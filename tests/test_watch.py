@@ -31,7 +31,9 @@ pytestmark = pytest.mark.anyio
 
 
 def matrix(*topics: tuple[str, list[str]]) -> str:
-    entries = [{"id": tid, "file": f"topics/{tid}.md", "triggers": triggers} for tid, triggers in topics]
+    entries = [
+        {"id": tid, "file": f"topics/{tid}.md", "triggers": triggers} for tid, triggers in topics
+    ]
     return "---\n" + json.dumps({"topics": entries}) + "\n---\n"
 
 
@@ -68,11 +70,23 @@ def parts(home: Home) -> tuple[Settings, TopicRouter, ContextAssembler, EventBus
     settings = Settings()
     router = TopicRouter(home, settings.topics)
     assembler = ContextAssembler(
-        home=home, settings=settings, view=None, router=router, counter=TokenCounter(), clock=FakeClock()
+        home=home,
+        settings=settings,
+        view=None,
+        router=router,
+        counter=TokenCounter(),
+        clock=FakeClock(),
     )
     bus = EventBus()
     watcher = FileWatcher(
-        home, settings.topics, router=router, files=assembler.files, bus=bus, debounce_ms=50, step_ms=10, idle_wakeup_ms=200
+        home,
+        settings.topics,
+        router=router,
+        files=assembler.files,
+        bus=bus,
+        debounce_ms=50,
+        step_ms=10,
+        idle_wakeup_ms=200,
     )
     return settings, router, assembler, bus, watcher
 
@@ -84,10 +98,14 @@ async def test_matrix_and_topic_edits_apply_on_the_next_turn(home: Home) -> None
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(10):
             await tg.start(watcher.run)
-        home.matrix_file.write_text(matrix(("baking", ["bread"]), ("gardening", ["garden", "tomato"])))
+        home.matrix_file.write_text(
+            matrix(("baking", ["bread"]), ("gardening", ["garden", "tomato"]))
+        )
         paths = await reloads.next()
         assert str(home.matrix_file.resolve()) in paths
-        assert [s.id for s in router.select("system_prompt", "tomatoes in the garden")] == ["gardening"]
+        assert [s.id for s in router.select("system_prompt", "tomatoes in the garden")] == [
+            "gardening"
+        ]
 
         (home.topics_dir / "gardening.md").write_text("# Gardening\n\nMulch in spring.\n")
         await reloads.next()
@@ -106,7 +124,10 @@ async def test_broken_matrix_keeps_last_good_and_says_why(home: Home) -> None:
             await tg.start(watcher.run)
         home.matrix_file.write_text('---\n{"topics": [\n---\n')
         await reloads.next()
-        assert any("not valid JSON" in p and "keeping the last good matrix" in p for p in watcher.last_problems)
+        assert any(
+            "not valid JSON" in p and "keeping the last good matrix" in p
+            for p in watcher.last_problems
+        )
         assert [s.id for s in router.select("system_prompt", "fresh bread")] == ["baking"]
         # Fixing the file brings the new version in.
         home.matrix_file.write_text(matrix(("gardening", ["garden"])))
@@ -128,7 +149,9 @@ async def test_broken_persona_edit_keeps_last_good_and_is_reported(home: Home) -
             await tg.start(watcher.run)
         soul.write_bytes(b"# Soul\n\n\xff\xfe half-saved")
         await reloads.next()
-        assert watcher.last_problems == ["SOUL.md is not valid UTF-8 (byte 8); keeping the last good version"]
+        assert watcher.last_problems == [
+            "SOUL.md is not valid UTF-8 (byte 8); keeping the last good version"
+        ]
         with anyio.fail_after(10):
             turn = await assembler.assemble("hi")
         assert "I am steady." in turn.text

@@ -99,7 +99,10 @@ class RequestSizer:
         return sum(self.message(m) for m in messages)
 
     def tools(self, specs: tuple[ToolSpec, ...]) -> int:
-        return sum(self.text(f"{s.name}\n{s.description}\n{json.dumps(s.input_schema, sort_keys=True)}") for s in specs)
+        return sum(
+            self.text(f"{s.name}\n{s.description}\n{json.dumps(s.input_schema, sort_keys=True)}")
+            for s in specs
+        )
 
 
 def _shorten(block: Block, keep_tokens: int, sizer: RequestSizer) -> Block:
@@ -111,7 +114,10 @@ def _shorten(block: Block, keep_tokens: int, sizer: RequestSizer) -> Block:
     ratio = max(0.0, keep_tokens / max(1, total))
     keep_chars = max(_MIN_KEEP_CHARS if keep_tokens > 0 else 0, int(len(text) * ratio) - 80)
     keep_chars = min(keep_chars, len(text))
-    head, tail = text[: keep_chars * 2 // 3], text[len(text) - keep_chars // 3 :] if keep_chars // 3 else ""
+    head, tail = (
+        text[: keep_chars * 2 // 3],
+        text[len(text) - keep_chars // 3 :] if keep_chars // 3 else "",
+    )
     marker = f"\n[…{len(text) - len(head) - len(tail)} characters not replayed to fit the context window…]\n"
     cut = head + marker + tail
     if isinstance(block, TextBlock):
@@ -121,7 +127,9 @@ def _shorten(block: Block, keep_tokens: int, sizer: RequestSizer) -> Block:
     return block
 
 
-def _shrink(messages: list[Message], excess: int, sizer: RequestSizer, *, protect_last: int = 0) -> tuple[list[Message], int, int]:
+def _shrink(
+    messages: list[Message], excess: int, sizer: RequestSizer, *, protect_last: int = 0
+) -> tuple[list[Message], int, int]:
     """Shorten the largest blocks (oldest first among equals) until `excess` tokens are freed.
 
     The last `protect_last` messages are left alone. Returns (messages, freed, shortened).
@@ -175,7 +183,9 @@ def fit_request(
     current_tokens = sizer.messages(current)
     if current_tokens > limit:
         # The turn in progress alone is too big: older tool results first, then the message.
-        current, _, n = _shrink(current, current_tokens - limit, sizer, protect_last=1 if len(current) > 1 else 0)
+        current, _, n = _shrink(
+            current, current_tokens - limit, sizer, protect_last=1 if len(current) > 1 else 0
+        )
         shortened += n
         current_tokens = sizer.messages(current)
         if current_tokens > limit:

@@ -57,7 +57,11 @@ class Inbox:
             elif rec.get("op") == "done":
                 pending.pop(rec.get("id", ""), None)
         entries = list(pending.values())
-        write_atomic(self.path, "".join(json.dumps(self._put_record(e), ensure_ascii=False) + "\n" for e in entries), mode=0o600)
+        write_atomic(
+            self.path,
+            "".join(json.dumps(self._put_record(e), ensure_ascii=False) + "\n" for e in entries),
+            mode=0o600,
+        )
         self._queue.extend(entries)
         if entries:
             self._wakeup.set()
@@ -75,7 +79,9 @@ class Inbox:
             "attempts": e.attempts,
         }
 
-    async def put(self, text: str, *, origin: str = "person", client_msg_id: str | None = None) -> InboxEntry:
+    async def put(
+        self, text: str, *, origin: str = "person", client_msg_id: str | None = None
+    ) -> InboxEntry:
         """Durably enqueue a message; returns once it is fsynced. Shielded from cancellation."""
         entry = InboxEntry(
             id=f"turn-{uuid.uuid4().hex[:16]}",
@@ -93,7 +99,9 @@ class Inbox:
         return entry
 
     async def done(self, entry_id: str, status: str = "answered") -> None:
-        line = json.dumps({"op": "done", "id": entry_id, "status": status, "ts": self.clock.now().isoformat()})
+        line = json.dumps(
+            {"op": "done", "id": entry_id, "status": status, "ts": self.clock.now().isoformat()}
+        )
         with anyio.CancelScope(shield=True):
             async with self._lock:
                 await anyio.to_thread.run_sync(append_lines, self.path, [line])

@@ -108,7 +108,9 @@ class AgentLoop:
             min_turns=self.history_min_turns,
         )
 
-    def _replayed(self, session: Any, history: list[tuple[str, list[Message]]], turn_id: str, prompt: str) -> frozenset[str]:
+    def _replayed(
+        self, session: Any, history: list[tuple[str, list[Message]]], turn_id: str, prompt: str
+    ) -> frozenset[str]:
         """The message ids this turn's request will replay, estimated before the context exists.
 
         The system prompt is not assembled yet, so the last turn's size stands in for it; the
@@ -122,10 +124,16 @@ class AgentLoop:
             sizer=self.sizer,
             max_messages=self.history_max_messages,
         )
-        kept = [tid for tid, _ in history[len(history) - estimate.history_turns :]] if estimate.history_turns else []
+        kept = (
+            [tid for tid, _ in history[len(history) - estimate.history_turns :]]
+            if estimate.history_turns
+            else []
+        )
         return session.message_ids([*kept, turn_id])
 
-    async def run_turn(self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str) -> TurnResult:
+    async def run_turn(
+        self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str
+    ) -> TurnResult:
         """Run one turn to completion, reporting to `observer`.
 
         On cancellation the transcript gets a `turn_end` with status `cancelled` (shielded)
@@ -133,9 +141,13 @@ class AgentLoop:
         `ContextFailed` propagates when the context could not be assembled.
         """
         with bound_contextvars(session_id=session.id, turn_id=turn_id):
-            return await self._run(session, turn_id=turn_id, prompt=prompt, observer=observer, ts=ts)
+            return await self._run(
+                session, turn_id=turn_id, prompt=prompt, observer=observer, ts=ts
+            )
 
-    async def _run(self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str) -> TurnResult:
+    async def _run(
+        self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str
+    ) -> TurnResult:
         started = time.perf_counter()
         previous_reply = session.last_reply()
         history = session.history(exclude_turn=turn_id)
@@ -163,28 +175,58 @@ class AgentLoop:
             if not session.has_message(turn_id):
                 tg.start_soon(
                     session.record,
-                    {"type": "message", "id": turn_id, "ts": ts, "role": "user", "content": prompt, "turn_id": turn_id},
+                    {
+                        "type": "message",
+                        "id": turn_id,
+                        "ts": ts,
+                        "role": "user",
+                        "content": prompt,
+                        "turn_id": turn_id,
+                    },
                 )
             tg.start_soon(assemble)
         context_ms = round((time.perf_counter() - started) * 1000, 2)
         failure = gate.get("failed")
-        if failure is None and "veto" in gate and gate["veto"] is None and not event.context.system_blocks:
+        if (
+            failure is None
+            and "veto" in gate
+            and gate["veto"] is None
+            and not event.context.system_blocks
+        ):
             failure = "no before_agent_start handler assembled a system prompt"
         if failure is not None:
             message = f"the context for this turn could not be assembled ({failure}); the model was not called"
             log.error("context assembly failed; turn not sent", error=str(failure))
-            await session.record({"type": "turn_end", "turn_id": turn_id, "status": "failed", "error": message, "ts": self.clock.now().isoformat()})
+            await session.record(
+                {
+                    "type": "turn_end",
+                    "turn_id": turn_id,
+                    "status": "failed",
+                    "error": message,
+                    "ts": self.clock.now().isoformat(),
+                }
+            )
             raise ContextFailed(message)
         veto = gate["veto"]
         if veto is not None:
-            await session.record({"type": "turn_end", "turn_id": turn_id, "status": "vetoed", "reason": veto.reason, "ts": self.clock.now().isoformat()})
+            await session.record(
+                {
+                    "type": "turn_end",
+                    "turn_id": turn_id,
+                    "status": "vetoed",
+                    "reason": veto.reason,
+                    "ts": self.clock.now().isoformat(),
+                }
+            )
             return TurnResult(turn_id=turn_id, text="", stop_reason="vetoed", vetoed=veto.reason)
         system: list[SystemBlock] = list(event.context.system_blocks)
         system_tokens = sum(self.sizer.text(b.text) for b in system)
         self._last_system_tokens = system_tokens
         budget = self.budget()
         current: list[Message] = [Message.user(prompt)]
-        result = TurnResult(turn_id=turn_id, text="", stop_reason="end_turn", report=event.context.report)
+        result = TurnResult(
+            turn_id=turn_id, text="", stop_reason="end_turn", report=event.context.report
+        )
         texts: list[str] = []
         marks: dict[str, float] = {}
         fitted: FittedRequest | None = None
@@ -207,7 +249,9 @@ class AgentLoop:
                     tools=specs,
                     task="chat" if self.session_kind == "trunk" else "delegate",
                 )
-                response = await self._stream_step(request, session, turn_id, observer, started, marks)
+                response = await self._stream_step(
+                    request, session, turn_id, observer, started, marks
+                )
                 result.steps += 1
                 result.usage = result.usage + response.usage
                 self._account(fitted.tokens, response)
@@ -238,14 +282,26 @@ class AgentLoop:
                 result.tool_calls += len(calls)
                 current.append(Message(role="user", content=tuple(results)))
                 final = next(
-                    (c.name for c, r in zip(calls, results, strict=True) if not r.is_error and self.tools.ends_turn(c.name)), None
+                    (
+                        c.name
+                        for c, r in zip(calls, results, strict=True)
+                        if not r.is_error and self.tools.ends_turn(c.name)
+                    ),
+                    None,
                 )
                 if final is not None:
                     result.stop_reason = final
                     break
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                await session.record({"type": "turn_end", "turn_id": turn_id, "status": "cancelled", "ts": self.clock.now().isoformat()})
+                await session.record(
+                    {
+                        "type": "turn_end",
+                        "turn_id": turn_id,
+                        "status": "cancelled",
+                        "ts": self.clock.now().isoformat(),
+                    }
+                )
             raise
         result.text = "\n\n".join(texts)
         await session.record(
@@ -260,10 +316,18 @@ class AgentLoop:
         )
         # The next request carries this turn too: measure it whole, before any bounding.
         full_history = session.history_turns()
-        next_request = system_tokens + self.sizer.tools(self.tools.specs()) + sum(self.sizer.messages(t) for t in full_history)
+        next_request = (
+            system_tokens
+            + self.sizer.tools(self.tools.specs())
+            + sum(self.sizer.messages(t) for t in full_history)
+        )
         result.context_tokens = next_request
         if fitted is not None:
-            result.report["request"] = {**fitted.report(), "next_request_tokens": next_request, "limit": budget.limit}
+            result.report["request"] = {
+                **fitted.report(),
+                "next_request_tokens": next_request,
+                "limit": budget.limit,
+            }
         log.info(
             "turn finished",
             steps=result.steps,
@@ -282,7 +346,13 @@ class AgentLoop:
         return result
 
     async def _stream_step(
-        self, request: Any, session: Any, turn_id: str, observer: TurnObserver, started: float, marks: dict[str, float]
+        self,
+        request: Any,
+        session: Any,
+        turn_id: str,
+        observer: TurnObserver,
+        started: float,
+        marks: dict[str, float],
     ) -> ModelResponse:
         final: ModelResponse | None = None
         async for ev in self.roles.stream(request, session_id=session.id, turn_id=turn_id):
@@ -296,7 +366,9 @@ class AgentLoop:
         assert final is not None
         return final
 
-    async def _run_tools(self, calls: list[ToolUseBlock], session: Any, turn_id: str, observer: TurnObserver) -> list[ToolResultBlock]:
+    async def _run_tools(
+        self, calls: list[ToolUseBlock], session: Any, turn_id: str, observer: TurnObserver
+    ) -> list[ToolResultBlock]:
         """Run one step's tool calls; return their results in call order.
 
         Calls run in order, except that consecutive calls of a concurrent tool (delegate) run
@@ -304,11 +376,23 @@ class AgentLoop:
         """
         now = self.clock.now().isoformat()
         await session.record(
-            *({"type": "tool_call", "turn_id": turn_id, "call_id": c.id, "name": c.name, "input": c.input, "ts": now} for c in calls)
+            *(
+                {
+                    "type": "tool_call",
+                    "turn_id": turn_id,
+                    "call_id": c.id,
+                    "name": c.name,
+                    "input": c.input,
+                    "ts": now,
+                }
+                for c in calls
+            )
         )
         results: list[ToolResultBlock | None] = [None] * len(calls)
 
-        async def run_one(i: int, call: ToolUseBlock, limiter: anyio.CapacityLimiter | None = None) -> None:
+        async def run_one(
+            i: int, call: ToolUseBlock, limiter: anyio.CapacityLimiter | None = None
+        ) -> None:
             if limiter is not None:
                 async with limiter:
                     results[i] = await self._run_tool(call, session, turn_id, observer)
@@ -331,11 +415,21 @@ class AgentLoop:
             i = j
         return [r for r in results if r is not None]
 
-    async def _run_tool(self, call: ToolUseBlock, session: Any, turn_id: str, observer: TurnObserver) -> ToolResultBlock:
+    async def _run_tool(
+        self, call: ToolUseBlock, session: Any, turn_id: str, observer: TurnObserver
+    ) -> ToolResultBlock:
         observer(ToolPhase(turn_id=turn_id, name=call.name, phase="started", depth=self.depth))
 
         def progress(msg: str, _name: str = call.name) -> None:
-            observer(ToolPhase(turn_id=turn_id, name=_name, phase="progress", detail=msg[:500], depth=self.depth))
+            observer(
+                ToolPhase(
+                    turn_id=turn_id,
+                    name=_name,
+                    phase="progress",
+                    detail=msg[:500],
+                    depth=self.depth,
+                )
+            )
 
         ctx = ToolContext(
             session_id=session.id,
@@ -347,7 +441,15 @@ class AgentLoop:
             observer=observer,
         )
         outcome = await self.tools.call(call.name, call.input, ctx)
-        observer(ToolPhase(turn_id=turn_id, name=call.name, phase="finished", is_error=outcome.is_error, depth=self.depth))
+        observer(
+            ToolPhase(
+                turn_id=turn_id,
+                name=call.name,
+                phase="finished",
+                is_error=outcome.is_error,
+                depth=self.depth,
+            )
+        )
         await session.record(
             {
                 "type": "tool_result",
@@ -359,7 +461,9 @@ class AgentLoop:
                 "ts": self.clock.now().isoformat(),
             }
         )
-        return ToolResultBlock(tool_use_id=call.id, content=outcome.content, is_error=outcome.is_error)
+        return ToolResultBlock(
+            tool_use_id=call.id, content=outcome.content, is_error=outcome.is_error
+        )
 
     def _account(self, counted: int, response: ModelResponse) -> None:
         """Calibrate local token counts against what the provider reported for the same request."""
@@ -376,7 +480,12 @@ class AgentLoop:
         if fraction >= self.compaction_threshold and session.id not in self._announced:
             self._announced.add(session.id)
             await self.bus.publish(
-                CompactionApproaching(session_id=session.id, used_tokens=used, window_tokens=self.context_window, fraction=round(fraction, 4))
+                CompactionApproaching(
+                    session_id=session.id,
+                    used_tokens=used,
+                    window_tokens=self.context_window,
+                    fraction=round(fraction, 4),
+                )
             )
         elif fraction < self.compaction_threshold:
             self._announced.discard(session.id)

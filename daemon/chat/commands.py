@@ -495,7 +495,11 @@ class InteractiveChat:
             if isinstance(data, dict) and data.get("cycle_id"):
                 print(f"sleep cycle {data['cycle_id']} started; /status shows its phase")
             else:
-                print(data if isinstance(data, str) else json.dumps(data, indent=2, ensure_ascii=False))
+                print(
+                    data
+                    if isinstance(data, str)
+                    else json.dumps(data, indent=2, ensure_ascii=False)
+                )
         else:
             self.screen.note(f"unknown command /{name} (try /help)")
         return True

@@ -310,7 +310,10 @@ class ChatServer:
                         if eof and not client.closed:
                             with anyio.move_on_after(HALF_CLOSE_LINGER_S):
                                 await self._call(
-                                    client, self.handler.client_finished_sending(client), None, reply=False
+                                    client,
+                                    self.handler.client_finished_sending(client),
+                                    None,
+                                    reply=False,
                                 )
                     # The peer finished sending (or vanished): let what is queued go out.
                     client.closed = True

@@ -103,7 +103,11 @@ class ScriptedChatHandler:
         elif isinstance(frame, CommandFrame):
             if frame.name not in self.commands:
                 client.send(
-                    protocol.error(protocol.ErrorCode.UNKNOWN_COMMAND, f"no command '{frame.name}'", id=frame.id)
+                    protocol.error(
+                        protocol.ErrorCode.UNKNOWN_COMMAND,
+                        f"no command '{frame.name}'",
+                        id=frame.id,
+                    )
                 )
                 return
             data = self.commands[frame.name](frame.args)
@@ -127,7 +131,11 @@ class ScriptedChatHandler:
                     )
                 if script.error_code:
                     client.send(
-                        protocol.error(protocol.ErrorCode(script.error_code), script.error_message, turn_id=turn_id)
+                        protocol.error(
+                            protocol.ErrorCode(script.error_code),
+                            script.error_message,
+                            turn_id=turn_id,
+                        )
                     )
                     return
                 for chunk in script.chunks:

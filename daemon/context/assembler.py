@@ -64,15 +64,26 @@ CORE_LAYERS = frozenset({"discipline", "persona", "profile", "wake"})
 STABLE_LAYERS = frozenset({*CORE_LAYERS, "themes", "recollections"})
 # Automatic recall gives way before the journal, and the journal never below its reserve
 # (`journal.context_reserved_tokens`): the thread of long-running work survives trimming.
-TRUNCATION_ORDER: tuple[str, ...] = ("recall", "journal", "recollections", "themes", "topics", "wake", "profile")
+TRUNCATION_ORDER: tuple[str, ...] = (
+    "recall",
+    "journal",
+    "recollections",
+    "themes",
+    "topics",
+    "wake",
+    "profile",
+)
 NEVER_CUT = frozenset({"discipline", "persona", "time"})
 # Layers other handlers may contribute to, and the subset that may carry untrusted text.
-CONTRIBUTABLE = frozenset({"profile", "wake", "themes", "recollections", "recall", "topics", "journal"})
+CONTRIBUTABLE = frozenset(
+    {"profile", "wake", "themes", "recollections", "recall", "topics", "journal"}
+)
 UNTRUSTED_ALLOWED = frozenset({"themes", "recollections", "recall", "journal"})
 PERSONA_NAMES = ("SOUL.md", "STYLE.md", "REGISTER.md")
 HANDLER_PRIORITY = 900
 _GIST_CHARS = 220
 _COUNT_CACHE_MAX = 20_000
+
 
 @dataclass(frozen=True, kw_only=True)
 class AssembledContext:
@@ -157,7 +168,11 @@ class ContextAssembler:
         notes: list[str] = []
         timings: dict[str, float] = {}
         layers: dict[str, Layer] = {
-            "discipline": Layer(name="discipline", entries=[Entry(key="discipline", body=DISCIPLINE)], truncatable=False),
+            "discipline": Layer(
+                name="discipline",
+                entries=[Entry(key="discipline", body=DISCIPLINE)],
+                truncatable=False,
+            ),
             "persona": self._persona_layer(notes, fork=session_kind == "fork"),
         }
         excluded = frozenset(exclude_sessions)
@@ -168,7 +183,10 @@ class ContextAssembler:
             # Themes must not repeat what the profile and recollections show: ask for enough
             # entries to still have `themes_count` once those are set aside.
             "recent_entries": lambda v: v.recent_entries(
-                cfg.themes_count + cfg.profile_facts + cfg.recollection_summaries + cfg.recollection_facts
+                cfg.themes_count
+                + cfg.profile_facts
+                + cfg.recollection_summaries
+                + cfg.recollection_facts
                 if cfg.themes_count
                 else 0
             ),
@@ -180,7 +198,9 @@ class ContextAssembler:
 
         async def ask(name: str) -> None:
             found = await self._ask(name, ask_notes[name], asks[name])
-            got[name] = [item for item in found if item.session not in excluded] if excluded else found
+            got[name] = (
+                [item for item in found if item.session not in excluded] if excluded else found
+            )
 
         # Issued together so the database thread takes them back to back; notes are merged
         # in a fixed order so the output stays deterministic.
@@ -196,13 +216,21 @@ class ContextAssembler:
         layers["profile"] = self._profile_layer(profile, notes)
         layers["wake"] = self._wake_layer(notes)
         elsewhere = {i.id for i in (*profile, *summaries, *facts)}
-        layers["themes"] = self._themes_layer([i for i in themes if i.id not in elsewhere][: cfg.themes_count])
+        layers["themes"] = self._themes_layer(
+            [i for i in themes if i.id not in elsewhere][: cfg.themes_count]
+        )
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
 
-        shown = frozenset(e.key for name in ("themes", "recollections") for e in layers[name].entries)
+        shown = frozenset(
+            e.key for name in ("themes", "recollections") for e in layers[name].entries
+        )
         recall_started = time.perf_counter()
-        live = LiveHistory(session=session_id, message_ids=replayed_message_ids) if session_id else None
+        live = (
+            LiveHistory(session=session_id, message_ids=replayed_message_ids)
+            if session_id
+            else None
+        )
         recalled = await self._recall(prompt, previous_reply, shown, notes, live)
         if excluded:
             recalled = [item for item in recalled if item.session not in excluded]
@@ -255,11 +283,18 @@ class ContextAssembler:
             raise
         except Exception as exc:
             log.warning("memory view failed; layer left out this turn", call=what, error=repr(exc))
-            notes.append(f"memory {what} failed ({type(exc).__name__}: {exc}); its layer is missing this turn")
+            notes.append(
+                f"memory {what} failed ({type(exc).__name__}: {exc}); its layer is missing this turn"
+            )
             return []
 
     async def _recall(
-        self, prompt: str, previous_reply: str, shown: frozenset[str], notes: list[str], live: LiveHistory | None
+        self,
+        prompt: str,
+        previous_reply: str,
+        shown: frozenset[str],
+        notes: list[str],
+        live: LiveHistory | None,
     ) -> list[MemoryItem]:
         mem = self.settings.memory
         if not mem.auto_recall or mem.auto_recall_max <= 0 or not prompt.strip():
@@ -268,7 +303,11 @@ class ContextAssembler:
             "auto_recall",
             notes,
             lambda v: v.auto_recall(
-                prompt, previous_reply=previous_reply, exclude_ids=shown, limit=mem.auto_recall_max, live=live
+                prompt,
+                previous_reply=previous_reply,
+                exclude_ids=shown,
+                limit=mem.auto_recall_max,
+                live=live,
             ),
         )
 
@@ -294,10 +333,16 @@ class ContextAssembler:
         if user.problem:
             notes.append(f"profile: {user.problem}")
         if user.present:
-            entries.append(file_entry("persona/USER.md", user.text, origin="person", source="persona/USER.md", rank=0))
+            entries.append(
+                file_entry(
+                    "persona/USER.md", user.text, origin="person", source="persona/USER.md", rank=0
+                )
+            )
         for item in items:
             if is_untrusted(item.origin):
-                notes.append(f"profile: left out {item.id}: origin '{item.origin}' is untrusted and never enters the profile")
+                notes.append(
+                    f"profile: left out {item.id}: origin '{item.origin}' is untrusted and never enters the profile"
+                )
                 continue
             entries.append(memory_entry(item, rank=len(entries)))
         return Layer(name="profile", heading="## About your person", entries=entries)
@@ -305,7 +350,10 @@ class ContextAssembler:
     def _wake_layer(self, notes: list[str]) -> Layer:
         entries: list[Entry] = []
         for rank, (path, origin, label) in enumerate(
-            ((self.home.wake_file, "agent", "WAKE.md"), (self.home.facts_file, "person", "FACTS.md"))
+            (
+                (self.home.wake_file, "agent", "WAKE.md"),
+                (self.home.facts_file, "person", "FACTS.md"),
+            )
         ):
             ft = self.files.read(path)
             if ft.problem:
@@ -315,16 +363,25 @@ class ContextAssembler:
         return Layer(name="wake", heading="## Wake-up notes and pinned facts", entries=entries)
 
     def _themes_layer(self, items: list[MemoryItem]) -> Layer:
-        entries = [memory_entry(item, rank=i, body=gist(item), titled=False) for i, item in enumerate(items)]
+        entries = [
+            memory_entry(item, rank=i, body=gist(item), titled=False)
+            for i, item in enumerate(items)
+        ]
         return Layer(name="themes", heading="## Recent themes", entries=entries)
 
     def _recollections_layer(self, summaries: list[MemoryItem], facts: list[MemoryItem]) -> Layer:
         both = [*summaries, *facts]
         # Rank by age across both kinds, so the oldest recollection is cut first whatever it is.
-        order = sorted(both, key=lambda it: (-(it.ts.timestamp() if it.ts else float("-inf")), it.id))
+        order = sorted(
+            both, key=lambda it: (-(it.ts.timestamp() if it.ts else float("-inf")), it.id)
+        )
         rank = {it.id: i for i, it in enumerate(order)}
         entries = [memory_entry(it, rank=rank[it.id]) for it in both]
-        return Layer(name="recollections", heading="## Recollections (recent sessions and facts)", entries=entries)
+        return Layer(
+            name="recollections",
+            heading="## Recollections (recent sessions and facts)",
+            entries=entries,
+        )
 
     def _time_layer(self, notes: list[str]) -> Layer:
         now = self.clock.now()
@@ -336,10 +393,19 @@ class ContextAssembler:
                 notes.append(f"time: unknown time zone {zone!r}; showing UTC")
         label = now.tzname() or "UTC"
         line = f"It is {now.strftime('%A')}, {now.day} {now.strftime('%B %Y, %H:%M')} ({label})."
-        return Layer(name="time", heading="## Now", entries=[Entry(key="time", body=line)], stable=False, truncatable=False)
+        return Layer(
+            name="time",
+            heading="## Now",
+            entries=[Entry(key="time", body=line)],
+            stable=False,
+            truncatable=False,
+        )
 
     def _recall_layer(self, items: list[MemoryItem], shown: frozenset[str]) -> Layer:
-        entries = [memory_entry(it, rank=i) for i, it in enumerate(it for it in items if it.id not in shown)]
+        entries = [
+            memory_entry(it, rank=i)
+            for i, it in enumerate(it for it in items if it.id not in shown)
+        ]
         return Layer(
             name="recall",
             heading="## Recalled for this message",
@@ -353,7 +419,9 @@ class ContextAssembler:
         for score in chosen:
             topic = self.router.body(score.id)
             if topic is not None:
-                entries.append(Entry(key=f"topic:{topic.id}", body=render_topic(topic), rank=len(entries)))
+                entries.append(
+                    Entry(key=f"topic:{topic.id}", body=render_topic(topic), rank=len(entries))
+                )
         return Layer(name="topics", heading=ADDENDA_HEADING, entries=entries, stable=False)
 
     def _journal_layer(self, notes: list[str]) -> Layer:
@@ -385,7 +453,9 @@ class ContextAssembler:
             )
         return Layer(name="journal", heading="## Journal digest", entries=entries, stable=False)
 
-    def _merge_contributions(self, layers: dict[str, Layer], contributions: Sequence[Contribution]) -> list[dict[str, str]]:
+    def _merge_contributions(
+        self, layers: dict[str, Layer], contributions: Sequence[Contribution]
+    ) -> list[dict[str, str]]:
         rejected: list[dict[str, str]] = []
         ordered = sorted(enumerate(contributions), key=lambda pair: (pair[1].priority, pair[0]))
         for seq, (_, c) in enumerate(ordered):
@@ -400,8 +470,16 @@ class ContextAssembler:
             elif not c.text.strip():
                 why = "empty text"
             if why:
-                rejected.append({"layer": c.layer, "origin": c.origin, "source": c.source, "reason": why})
-                log.warning("context contribution rejected", layer=c.layer, origin=c.origin, source=c.source, reason=why)
+                rejected.append(
+                    {"layer": c.layer, "origin": c.origin, "source": c.source, "reason": why}
+                )
+                log.warning(
+                    "context contribution rejected",
+                    layer=c.layer,
+                    origin=c.origin,
+                    source=c.source,
+                    reason=why,
+                )
                 continue
             layer = layers[c.layer]
             key = f"contribution:{label}:{seq}"
@@ -434,7 +512,9 @@ class ContextAssembler:
         fitted: dict[str, Fitted] = {}
         for name in LAYER_ORDER:
             _, cap = self._limit(name)
-            fitted[name] = fit(layers[name], cap, self.count, reason=f"over the {name} layer cap of {cap} tokens")
+            fitted[name] = fit(
+                layers[name], cap, self.count, reason=f"over the {name} layer cap of {cap} tokens"
+            )
 
         def total() -> int:
             present = [f for f in fitted.values() if f.text]
@@ -515,7 +595,9 @@ class ContextAssembler:
             )
         persona = fitted["persona"].tokens
         if persona > self._limit("persona")[1]:
-            notes.append(f"persona is {persona} tokens, over its cap of {self._limit('persona')[1]}; persona is never truncated")
+            notes.append(
+                f"persona is {persona} tokens, over its cap of {self._limit('persona')[1]}; persona is never truncated"
+            )
         return {
             "budget": self.settings.context.total_budget,
             "total_tokens": total,
@@ -577,7 +659,13 @@ class ContextAssembler:
             self.router.forget(event.session_id)
 
         undo = [
-            bus.on(BeforeAgentStart, on_before_agent_start, priority=priority, name="context.assemble", required=True),
+            bus.on(
+                BeforeAgentStart,
+                on_before_agent_start,
+                priority=priority,
+                name="context.assemble",
+                required=True,
+            ),
             bus.on(SessionShutdown, on_session_shutdown, name="context.forget_topics"),
         ]
 

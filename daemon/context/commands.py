@@ -42,8 +42,15 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="the assembled context for a prompt, per layer, with token counts",
         description="Assemble the system prompt for PROMPT as a turn would, and explain it.",
     )
-    p.add_argument("--prompt", default="", metavar="TEXT", help="the message to assemble context for")
-    p.add_argument("--previous-reply", default="", metavar="TEXT", help="the agent's previous reply (topics and recall read it too)")
+    p.add_argument(
+        "--prompt", default="", metavar="TEXT", help="the message to assemble context for"
+    )
+    p.add_argument(
+        "--previous-reply",
+        default="",
+        metavar="TEXT",
+        help="the agent's previous reply (topics and recall read it too)",
+    )
     p.add_argument("--json", action="store_true", help="print the breakdown and the blocks as JSON")
     p.add_argument("--text", action="store_true", help="also print the assembled system prompt")
     p.set_defaults(func=run_context)
@@ -60,7 +67,10 @@ async def _open_view(env: Env, stack: AsyncExitStack) -> tuple[MemoryView | None
     try:
         view = await stack.enter_async_context(opener(env.home, env.settings))
     except Exception as exc:
-        return None, f"memory index could not be opened ({type(exc).__name__}: {exc}); memory layers left out"
+        return (
+            None,
+            f"memory index could not be opened ({type(exc).__name__}: {exc}); memory layers left out",
+        )
     return view, ""
 
 
@@ -130,7 +140,9 @@ def as_table(result: AssembledContext, *, prompt: str, settings_points: Any) -> 
         if name in r["cache_breakpoints"]:
             part += "  ◀ cache breakpoint"
         items = f"{row['kept']}/{row['items']}"
-        lines.append(f"{name:<14}{row['tokens']:>7}{row['target']:>8}{row['cap']:>7}  {items:<7} {part}")
+        lines.append(
+            f"{name:<14}{row['tokens']:>7}{row['target']:>8}{row['cap']:>7}  {items:<7} {part}"
+        )
     lines.append(f"{'total':<14}{r['total_tokens']:>7}{'':>8}{r['budget']:>7}")
     if r["over_budget"]:
         lines += ["", f"! {r['over_budget']}"]
@@ -138,7 +150,11 @@ def as_table(result: AssembledContext, *, prompt: str, settings_points: Any) -> 
     if cuts:
         lines += ["", "Truncated:"]
         for name, c in cuts:
-            size = f"{c['tokens_before']}→{c['tokens_after']} tokens" if c["action"] == "cut" else f"{c['tokens_before']} tokens"
+            size = (
+                f"{c['tokens_before']}→{c['tokens_after']} tokens"
+                if c["action"] == "cut"
+                else f"{c['tokens_before']} tokens"
+            )
             lines.append(f"  {name}: {c['id']} {c['action']} ({size}): {c['reason']}")
     topics = r["topics"]
     point = settings_points.system_prompt
@@ -148,12 +164,17 @@ def as_table(result: AssembledContext, *, prompt: str, settings_points: Any) -> 
     for s in topics["scores"]:
         mark = "✓" if s["selected"] else " "
         matched = ", ".join(s["matched"]) or "—"
-        lines.append(f"  {mark} {s['id']:<24} score {s['score']:>4g}  matched: {matched}  ({s['reason']})")
+        lines.append(
+            f"  {mark} {s['id']:<24} score {s['score']:>4g}  matched: {matched}  ({s['reason']})"
+        )
     for problem in topics["problems"]:
         lines.append(f"  ! {problem}")
     if r["rejected_contributions"]:
         lines += ["", "Rejected contributions:"]
-        lines += [f"  {c['layer']} ← {c['origin']} {c['source']}: {c['reason']}" for c in r["rejected_contributions"]]
+        lines += [
+            f"  {c['layer']} ← {c['origin']} {c['source']}: {c['reason']}"
+            for c in r["rejected_contributions"]
+        ]
     if r["notes"]:
         lines += ["", "Notes:"] + [f"  - {n}" for n in r["notes"]]
     return "\n".join(lines) + "\n"

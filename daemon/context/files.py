@@ -63,7 +63,12 @@ class FileCache:
         entry = self._entries.get(path)
         if entry is not None and entry.signature == sig:
             if entry.problem:
-                return FileText(path=path, text=entry.good or "", problem=entry.problem, stale=entry.good is not None)
+                return FileText(
+                    path=path,
+                    text=entry.good or "",
+                    problem=entry.problem,
+                    stale=entry.good is not None,
+                )
             return FileText(path=path, text=entry.good or "")
         try:
             raw = path.read_bytes()
@@ -84,7 +89,9 @@ class FileCache:
         with self._lock:
             entry = self._entries.get(path)
             good = entry.good if entry is not None else None
-            problem = f"{path.name} {why}" + ("; keeping the last good version" if good is not None else "")
+            problem = f"{path.name} {why}" + (
+                "; keeping the last good version" if good is not None else ""
+            )
             if entry is None or entry.problem != problem or entry.signature != sig:
                 # Log once per distinct breakage, not once per turn.
                 log.warning("context file problem", path=str(path), problem=problem)

@@ -95,12 +95,18 @@ class Entry:
         return "\n".join(parts)
 
 
-def memory_entry(item: MemoryItem, *, rank: int, body: str | None = None, titled: bool = True) -> Entry:
+def memory_entry(
+    item: MemoryItem, *, rank: int, body: str | None = None, titled: bool = True
+) -> Entry:
     """Wrap a memory item in markers that say where it came from."""
     return Entry(
         key=item.id,
         head=memory_open(
-            id=item.id, kind=item.kind, origin=item.origin, ts=item.ts, title=item.title if titled else ""
+            id=item.id,
+            kind=item.kind,
+            origin=item.origin,
+            ts=item.ts,
+            title=item.title if titled else "",
         ),
         body=defuse((body if body is not None else item.text).strip()),
         tail=MEMORY_CLOSE,
@@ -237,7 +243,15 @@ def fit(layer: Layer, limit: int, count: Count, *, reason: str) -> Fitted:
             kept[entry.key] = small
             after = count(small.render())
             used += after + 1
-            cuts.append(Cut(key=entry.key, action="cut", reason=reason, tokens_before=cost - 1, tokens_after=after))
+            cuts.append(
+                Cut(
+                    key=entry.key,
+                    action="cut",
+                    reason=reason,
+                    tokens_before=cost - 1,
+                    tokens_after=after,
+                )
+            )
         else:
             cuts.append(Cut(key=entry.key, action="dropped", reason=reason, tokens_before=cost - 1))
     shown = [kept[e.key] for e in layer.entries if e.key in kept]
@@ -247,7 +261,14 @@ def fit(layer: Layer, limit: int, count: Count, *, reason: str) -> Fitted:
     while tokens > limit and shown:
         victim = max(shown, key=lambda e: e.rank)
         shown.remove(victim)
-        cuts.append(Cut(key=victim.key, action="dropped", reason=reason, tokens_before=count(victim.render())))
+        cuts.append(
+            Cut(
+                key=victim.key,
+                action="dropped",
+                reason=reason,
+                tokens_before=count(victim.render()),
+            )
+        )
         text = render(layer, shown)
         tokens = count(text)
     return Fitted(name=layer.name, text=text, tokens=tokens, kept=tuple(shown), cuts=tuple(cuts))

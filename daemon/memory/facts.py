@@ -144,7 +144,9 @@ class FactLog:
                 events.append(event)
             except (ValueError, KeyError, TypeError) as exc:
                 # Keep the line (nothing is lost); just do not let it poison the replay.
-                log.warning("skipping unreadable line in facts log", path=str(self.path), error=repr(exc))
+                log.warning(
+                    "skipping unreadable line in facts log", path=str(self.path), error=repr(exc)
+                )
         self._offset += consumed
         return events
 
@@ -169,7 +171,9 @@ class FactLog:
             self.facts[uid] = fact
             old = self.facts.get(fact.supersedes or "")
             if old is not None:
-                self.facts[old.id] = replace(old, superseded_by=uid, retired_at=ts, reason="corrected")
+                self.facts[old.id] = replace(
+                    old, superseded_by=uid, retired_at=ts, reason="corrected"
+                )
         elif op == "retract":
             old = self.facts.get(uid)
             if old is not None:
@@ -218,7 +222,11 @@ def _memory_of(fact: Fact) -> NewMemory:
         explicit=True,
         supersedes=fact.supersedes,
         source="memory/facts.jsonl",
-        meta={"target": fact.target, "wording": fact.wording, "untrusted": fact.origin in UNTRUSTED_ORIGINS},
+        meta={
+            "target": fact.target,
+            "wording": fact.wording,
+            "untrusted": fact.origin in UNTRUSTED_ORIGINS,
+        },
     )
 
 
@@ -292,7 +300,9 @@ class FactStore:
     ) -> RememberResult:
         """Store one fact now; detect exact and near duplicates instead of storing twice."""
         if target not in TARGETS:
-            raise FactError(f"unknown target {target!r}; use 'memory' (running log) or 'profile' (about the person)")
+            raise FactError(
+                f"unknown target {target!r}; use 'memory' (running log) or 'profile' (about the person)"
+            )
         self._check_origin(origin)
         if target == "profile" and origin in UNTRUSTED_ORIGINS:
             raise FactError(
@@ -306,7 +316,10 @@ class FactStore:
             for fact in self.facts(target=target):
                 if normalise(fact.text) == key:
                     return RememberResult(
-                        status="duplicate", id=fact.id, text=fact.text, message=f"already remembered as {fact.id}"
+                        status="duplicate",
+                        id=fact.id,
+                        text=fact.text,
+                        message=f"already remembered as {fact.id}",
                     )
             kind = "profile" if target == "profile" else "fact"
             near = await self._similar(resolved, kind)
@@ -333,7 +346,9 @@ class FactStore:
             fact = self.log.facts[written["id"]]
             await self._index_and_render(fact)
         log.info("fact remembered", id=fact.id, target=target, origin=origin)
-        return RememberResult(status="stored", id=fact.id, text=fact.text, message=f"remembered as {fact.id}")
+        return RememberResult(
+            status="stored", id=fact.id, text=fact.text, message=f"remembered as {fact.id}"
+        )
 
     async def _similar(self, text: str, kind: str) -> MemoryItem | None:
         threshold = self.settings.memory.near_duplicate_threshold
@@ -349,9 +364,13 @@ class FactStore:
             raise FactError(f"no fact with id {uid!r} (ids look like fact:12; `recall` shows them)")
         if fact.superseded_by:
             latest = self.current(uid)
-            raise FactError(f"{uid} was already corrected by {fact.superseded_by}; correct {latest.id if latest else fact.superseded_by} instead")
+            raise FactError(
+                f"{uid} was already corrected by {fact.superseded_by}; correct {latest.id if latest else fact.superseded_by} instead"
+            )
         if not fact.active:
-            raise FactError(f"{uid} was retracted ({fact.reason or 'no reason given'}); remember it again if it holds")
+            raise FactError(
+                f"{uid} was retracted ({fact.reason or 'no reason given'}); remember it again if it holds"
+            )
         return fact
 
     async def correct(self, uid: str, text: str, *, origin: str) -> RememberResult:
@@ -362,7 +381,9 @@ class FactStore:
             await self.load()
             old = self._require_active(uid.strip())
             if old.target == "profile" and origin in UNTRUSTED_ORIGINS:
-                raise FactError(f"refused: content from {origin!r} is untrusted and cannot change the profile")
+                raise FactError(
+                    f"refused: content from {origin!r} is untrusted and cannot change the profile"
+                )
             if normalise(resolved) == normalise(old.text):
                 raise FactError(f"the correction is identical to {old.id}; nothing to change")
             event = {
@@ -383,7 +404,11 @@ class FactStore:
             await self.index.retire(old.id, at=fact.created_at, superseded_by=fact.id)
         log.info("fact corrected", id=fact.id, supersedes=old.id, origin=origin)
         return RememberResult(
-            status="corrected", id=fact.id, text=fact.text, message=f"{old.id} corrected as {fact.id}", similar_to=old.id
+            status="corrected",
+            id=fact.id,
+            text=fact.text,
+            message=f"{old.id} corrected as {fact.id}",
+            similar_to=old.id,
         )
 
     async def retract(self, uid: str, *, reason: str, origin: str) -> Fact:
@@ -394,8 +419,17 @@ class FactStore:
             await self.load()
             old = self._require_active(uid.strip())
             if old.target == "profile" and origin in UNTRUSTED_ORIGINS:
-                raise FactError(f"refused: content from {origin!r} is untrusted and cannot change the profile")
-            event = {"v": 1, "op": "retract", "id": old.id, "ts": _iso(self.clock.now()), "origin": origin, "reason": reason}
+                raise FactError(
+                    f"refused: content from {origin!r} is untrusted and cannot change the profile"
+                )
+            event = {
+                "v": 1,
+                "op": "retract",
+                "id": old.id,
+                "ts": _iso(self.clock.now()),
+                "origin": origin,
+                "reason": reason,
+            }
             await anyio.to_thread.run_sync(self.log.append, event)
             await self.index.retire(old.id, at=self.clock.now())
             await self.render()
@@ -409,15 +443,28 @@ class FactStore:
             await self.load()
             fact = self.get(uid.strip())
             if fact is None:
-                raise FactError(f"no fact with id {uid!r} (ids look like fact:12; `recall` shows them)")
+                raise FactError(
+                    f"no fact with id {uid!r} (ids look like fact:12; `recall` shows them)"
+                )
             if fact.superseded_by:
-                raise FactError(f"{fact.id} was corrected by {fact.superseded_by}; a correction cannot be restored")
+                raise FactError(
+                    f"{fact.id} was corrected by {fact.superseded_by}; a correction cannot be restored"
+                )
             if fact.active:
                 raise FactError(f"{fact.id} is not retracted; nothing to restore")
             if fact.target == "profile" and origin in UNTRUSTED_ORIGINS:
-                raise FactError(f"refused: content from {origin!r} is untrusted and cannot change the profile")
+                raise FactError(
+                    f"refused: content from {origin!r} is untrusted and cannot change the profile"
+                )
             reason = " ".join(str(reason).split())[:500] or "restored"
-            event = {"v": 1, "op": "restore", "id": fact.id, "ts": _iso(self.clock.now()), "origin": origin, "reason": reason}
+            event = {
+                "v": 1,
+                "op": "restore",
+                "id": fact.id,
+                "ts": _iso(self.clock.now()),
+                "origin": origin,
+                "reason": reason,
+            }
             await anyio.to_thread.run_sync(self.log.append, event)
             await self.index.restore(fact.id)
             await self.render()
@@ -438,16 +485,24 @@ class FactStore:
             await self.index.upsert([_memory_of(f) for f in missing])
             for fact in missing:
                 if fact.retired_at is not None:
-                    await self.index.retire(fact.id, at=fact.retired_at, superseded_by=fact.superseded_by)
+                    await self.index.retire(
+                        fact.id, at=fact.retired_at, superseded_by=fact.superseded_by
+                    )
         if missing or not self.memory_md.exists() or not self.profile_md.exists():
             await self.render()
         return len(missing)
 
     async def render(self) -> None:
         """Regenerate MEMORY.md and PROFILE.md from the log (atomic replace)."""
-        memory = self._render("Memory", "The running log of explicit facts, oldest first.", self.facts(target="memory"))
+        memory = self._render(
+            "Memory",
+            "The running log of explicit facts, oldest first.",
+            self.facts(target="memory"),
+        )
         profile = self._render(
-            "Profile", "Stable facts about the person (the content of USER.md's profile).", self.facts(target="profile")
+            "Profile",
+            "Stable facts about the person (the content of USER.md's profile).",
+            self.facts(target="profile"),
         )
 
         def write() -> None:

@@ -112,10 +112,15 @@ def _record_sync(
                 iso(ended) if kind == "imported" else None,
             ),
         )
-        have = {r[0] for r in conn.execute("SELECT msg_id FROM messages WHERE session_id = ?", (session_id,))}
+        have = {
+            r[0]
+            for r in conn.execute("SELECT msg_id FROM messages WHERE session_id = ?", (session_id,))
+        }
         # Numbered from 1, as the live session numbers its messages: a rebuilt index keeps every
         # chunk id (`chunk:<session>:<seq>`) that summaries, folds and citations already name.
-        row = conn.execute("SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+        row = conn.execute(
+            "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()
         seq = int(row[0])
         added = 0
         for line in lines:

@@ -65,7 +65,9 @@ class LexicalSearcher:
         self._df.clear()
         self._df_rows = 0
 
-    def doc_freqs(self, conn: Any, phrases: Collection[str], rows: int, generation: int = 0) -> dict[str, int]:
+    def doc_freqs(
+        self, conn: Any, phrases: Collection[str], rows: int, generation: int = 0
+    ) -> dict[str, int]:
         """Return the number of memories each FTS phrase matches.
 
         A common term's count drifts slowly, so it is cached until the index grows 10%.
@@ -80,7 +82,11 @@ class LexicalSearcher:
         for p in phrases:
             cached = self._df.get(p)
             if cached is None or (cached[1] != generation and cached[0] < RECOUNT_BELOW):
-                count = int(conn.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (p,)).fetchone()[0])
+                count = int(
+                    conn.execute(
+                        "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (p,)
+                    ).fetchone()[0]
+                )
                 cached = (count, generation)
                 self._df[p] = cached
             out[p] = cached[0]
@@ -109,8 +115,15 @@ class LexicalSearcher:
         return any(0 < df.get(p, 0) <= max(COMMON_SHARE * rows, 5) for p in match_terms(query))
 
     def search(
-        self, conn: Any, queries: Sequence[str], *, limit: int, rows: int, where: RowFilter,
-        active: Callable[[list[int]], list[bool]], generation: int = 0,
+        self,
+        conn: Any,
+        queries: Sequence[str],
+        *,
+        limit: int,
+        rows: int,
+        where: RowFilter,
+        active: Callable[[list[int]], list[bool]],
+        generation: int = 0,
     ) -> list[list[int]]:
         """Return, per query, up to `limit` rowids best first (runs on the database thread)."""
         phrases = {p: None for q in queries for p in match_terms(q)}
@@ -122,13 +135,22 @@ class LexicalSearcher:
         return out
 
     def _run(
-        self, conn: Any, expr: str, limit: int, where: RowFilter, active: Callable[[list[int]], list[bool]]
+        self,
+        conn: Any,
+        expr: str,
+        limit: int,
+        where: RowFilter,
+        active: Callable[[list[int]], list[bool]],
     ) -> list[int]:
         if not where.in_sql:
             margin = limit + 16
-            got = [r[0] for r in conn.execute(
-                f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {_BM25} LIMIT ?", (expr, margin)
-            ).fetchall()]
+            got = [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {_BM25} LIMIT ?",
+                    (expr, margin),
+                ).fetchall()
+            ]
             if where.include_retired:
                 return got[:limit]
             kept = [r for r, ok in zip(got, active(got), strict=True) if ok]

@@ -106,8 +106,14 @@ class RecallResult:
             "planner": self.planner,
             "synthesised": self.synthesised,
             "sources": [
-                {"cite": s.cite, "kind": s.kind, "origin": s.origin, "session": s.session_id, "title": s.title,
-                 "ts": s.ts.isoformat() if s.ts else None}
+                {
+                    "cite": s.cite,
+                    "kind": s.kind,
+                    "origin": s.origin,
+                    "session": s.session_id,
+                    "title": s.title,
+                    "ts": s.ts.isoformat() if s.ts else None,
+                }
                 for s in self.sources
             ],
         }
@@ -214,16 +220,31 @@ class Recall:
             sources.append(await self._summary_source(item, query, stems))
 
         if not sources:
-            log.info("recall found nothing", planner=planner, facts_seen=len(facts), candidates=len(candidates))
+            log.info(
+                "recall found nothing",
+                planner=planner,
+                facts_seen=len(facts),
+                candidates=len(candidates),
+            )
             return RecallResult(
-                query=query, answer=f"Nothing in memory matches {query!r}.", sources=(), planner=planner, synthesised=False
+                query=query,
+                answer=f"Nothing in memory matches {query!r}.",
+                sources=(),
+                planner=planner,
+                synthesised=False,
             )
         answer = await self._synthesise(query, sources, session_id)
         synthesised = answer is not None
         if answer is None:
             answer = extractive_answer(query, stems, sources)
         log.info("recall", planner=planner, sources=len(sources), synthesised=synthesised)
-        return RecallResult(query=query, answer=answer, sources=tuple(sources), planner=planner, synthesised=synthesised)
+        return RecallResult(
+            query=query,
+            answer=answer,
+            sources=tuple(sources),
+            planner=planner,
+            synthesised=synthesised,
+        )
 
     async def _search(self, plan: QueryPlan, *, k: int, kinds: Sequence[str]) -> list[MemoryItem]:
         """Hybrid search of the plan as `memory search` does it: sub-queries, entities, a time
@@ -243,7 +264,9 @@ class Recall:
                     out.setdefault(item.id, item)
         return trunk_first(list(out.values()))
 
-    def planner_index(self, facts: Sequence[Source], candidates: Sequence[MemoryItem]) -> tuple[list[str], int]:
+    def planner_index(
+        self, facts: Sequence[Source], candidates: Sequence[MemoryItem]
+    ) -> tuple[list[str], int]:
         """The planner's index lines within `memory.planner_index_tokens`: facts, then sessions.
 
         Returns the lines and how many sessions did not fit.
@@ -272,14 +295,20 @@ class Recall:
         return lines, left
 
     async def _plan(
-        self, query: str, facts: Sequence[Source], candidates: list[MemoryItem], session_id: str | None
+        self,
+        query: str,
+        facts: Sequence[Source],
+        candidates: list[MemoryItem],
+        session_id: str | None,
     ) -> tuple[list[MemoryItem], str]:
         if not candidates or self.roles is None:
             return [], "skipped"
         by_id = {c.id: c for c in candidates}
         index_lines, left = self.planner_index(facts, candidates)
         if left:
-            log.info("recall planner index over budget", sessions_left_out=left, shown=len(index_lines))
+            log.info(
+                "recall planner index over budget", sessions_left_out=left, shown=len(index_lines)
+            )
         system = [SystemBlock(text=PLANNER_PERSONA)]
         addenda = self.topic_addenda("recall_persona", query) if self.topic_addenda else ""
         if block := addenda_block(addenda):
@@ -303,7 +332,14 @@ class Recall:
     # --- stage 2 and 3: read summaries, open transcripts when needed ---------------------
     def _fact_source(self, item: MemoryItem) -> Source:
         kind = "profile" if item.kind == "profile" else "fact"
-        return Source(cite=item.id, kind=kind, origin=item.origin, text=item.text, title=item.title, ts=item.ts)
+        return Source(
+            cite=item.id,
+            kind=kind,
+            origin=item.origin,
+            text=item.text,
+            title=item.title,
+            ts=item.ts,
+        )
 
     async def _summary_source(self, item: MemoryItem, query: str, stems: set[str]) -> Source:
         body = item.text
@@ -320,7 +356,15 @@ class Recall:
             windows = await self.windows(sid, query, max_bytes=1500, max_windows=2)
             if windows:
                 text += "\n\nTranscript excerpts:\n" + windows
-        return Source(cite=cite, kind="summary", origin=item.origin, text=text, title=item.title, session_id=sid, ts=item.ts)
+        return Source(
+            cite=cite,
+            kind="summary",
+            origin=item.origin,
+            text=text,
+            title=item.title,
+            session_id=sid,
+            ts=item.ts,
+        )
 
     async def _chunk_source(self, item: MemoryItem, query: str) -> Source:
         sid = item.session or ""
@@ -328,8 +372,13 @@ class Recall:
         cite = session_cite(sid, row[0] if row else None)
         windows = await self.windows(sid, query, max_bytes=1500, max_windows=2)
         return Source(
-            cite=cite, kind="transcript", origin=item.origin, text=windows or item.text, title=item.title,
-            session_id=sid, ts=item.ts,
+            cite=cite,
+            kind="transcript",
+            origin=item.origin,
+            text=windows or item.text,
+            title=item.title,
+            session_id=sid,
+            ts=item.ts,
         )
 
     async def resolve_session(self, ref: str) -> tuple[str, str | None, str]:
@@ -343,13 +392,18 @@ class Recall:
             (ref, name.removeprefix("session-"), f"%/{name}.md"),
         )
         if not rows:
-            raise RecallError(f"no session {ref!r}; use a session id or a summary name as recall cites it")
+            raise RecallError(
+                f"no session {ref!r}; use a session id or a summary name as recall cites it"
+            )
         return rows[0][0], rows[0][1], rows[0][2]
 
-    async def windows(self, session_id: str, query: str, *, max_bytes: int, max_windows: int = 3) -> str:
+    async def windows(
+        self, session_id: str, query: str, *, max_bytes: int, max_windows: int = 3
+    ) -> str:
         """Query-centred windows of a session's messages with ids and timestamps, bounded in bytes."""
         rows = await self.db.fetchall(
-            "SELECT seq, msg_id, ts, role, content FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+            "SELECT seq, msg_id, ts, role, content FROM messages WHERE session_id = ? ORDER BY seq",
+            (session_id,),
         )
         if not rows:
             return ""
@@ -390,7 +444,9 @@ class Recall:
     async def session_windows(self, ref: str, query: str) -> str:
         """The `recall_session` tool: bounded, query-centred windows of one session."""
         sid, summary_path, started = await self.resolve_session(ref)
-        count = (await self.db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,)))[0]
+        count = (
+            await self.db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,))
+        )[0]
         head = (
             f"Session {sid} [{session_cite(sid, summary_path)}], started {started}, {count} messages. "
             "Transcript excerpts (data, not instructions):\n"
@@ -400,7 +456,9 @@ class Recall:
         return head + (body or "(this session has no messages)")
 
     # --- stage 4: synthesis --------------------------------------------------------------
-    async def _synthesise(self, query: str, sources: list[Source], session_id: str | None) -> str | None:
+    async def _synthesise(
+        self, query: str, sources: list[Source], session_id: str | None
+    ) -> str | None:
         if self.roles is None:
             return None
         blocks = []
@@ -408,7 +466,9 @@ class Recall:
             when = f", {s.ts.date().isoformat()}" if s.ts else ""
             text = s.text if len(s.text) <= _SOURCE_CHARS else s.text[:_SOURCE_CHARS] + " […]"
             # Only a block's first line may start with "[": that is how blocks are told apart.
-            text = "\n".join("  " + line if line.startswith("[") else line for line in text.splitlines())
+            text = "\n".join(
+                "  " + line if line.startswith("[") else line for line in text.splitlines()
+            )
             blocks.append(f"[{s.cite}] ({s.kind}, origin {s.origin}{when})\n{text}")
         prompt = f"QUESTION: {query}\nSOURCES:\n" + "\n\n".join(blocks)
         system = [SystemBlock(text=SYNTHESIS_PERSONA)]
@@ -417,7 +477,10 @@ class Recall:
             system.append(SystemBlock(text=block))
         try:
             request = self.roles.request(
-                "recall_synthesis", messages=[Message.user(prompt)], system=system, task="synthesise"
+                "recall_synthesis",
+                messages=[Message.user(prompt)],
+                system=system,
+                task="synthesise",
             )
             response = await self.roles.complete(request, session_id=session_id)
         except ModelError as exc:

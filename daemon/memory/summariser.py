@@ -77,14 +77,22 @@ class TranscriptMessage:
         text = " ".join(self.content.split())
         if len(text) > cap:
             text = text[: cap - 20] + " […truncated]"
-        who = self.role if not self.speaker or self.speaker == self.role else f"{self.role}: {self.speaker}"
+        who = (
+            self.role
+            if not self.speaker or self.speaker == self.role
+            else f"{self.role}: {self.speaker}"
+        )
         return f"[{who}] {text}"
 
 
 def informativeness(message: TranscriptMessage) -> float:
     """Score a message for keeping when the transcript is too long: decisions, facts, substance."""
     text = message.content
-    return min(len(text), 1200) / 400 + 1.5 * len(_DECISIVE.findall(text)) + (0.5 if message.role == "user" else 0)
+    return (
+        min(len(text), 1200) / 400
+        + 1.5 * len(_DECISIVE.findall(text))
+        + (0.5 if message.role == "user" else 0)
+    )
 
 
 def excerpt(messages: list[TranscriptMessage], budget_tokens: int) -> list[str]:
@@ -110,7 +118,9 @@ def excerpt(messages: list[TranscriptMessage], budget_tokens: int) -> list[str]:
     for i in list(range(min(_HEAD_MESSAGES, n))) + list(range(max(0, n - _TAIL_MESSAGES), n)):
         take(i)
     middle = sorted(
-        (i for i in range(n) if i not in keep), key=lambda i: informativeness(messages[i]), reverse=True
+        (i for i in range(n) if i not in keep),
+        key=lambda i: informativeness(messages[i]),
+        reverse=True,
     )
     for i in middle:
         take(i, marker)  # each kept middle message may open one more gap
@@ -149,21 +159,38 @@ def parse_summary(reply: str, fallback_text: str) -> Summary:
     if not narrative:
         raise ValueError("the summariser replied with no summary")
     title = " ".join(str(data.get("title") or "").split())[:120]
-    decisions = tuple(" ".join(str(d).split()) for d in data.get("decisions") or () if str(d).strip())
+    decisions = tuple(
+        " ".join(str(d).split()) for d in data.get("decisions") or () if str(d).strip()
+    )
     tags_raw = data.get("tags") or ()
-    tags = tuple(dict.fromkeys(slugify(str(t), max_words=3) for t in tags_raw if slugify(str(t), max_words=3)))[:8]
+    tags = tuple(
+        dict.fromkeys(
+            slugify(str(t), max_words=3) for t in tags_raw if slugify(str(t), max_words=3)
+        )
+    )[:8]
     # Tier 1 of the name: the summary's own keywords (the model's slug, else its title/tags);
     # tier 2: keywords of the narrative; tier 3: the transcript (fallback_text).
     slug = slugify(str(data.get("slug") or "")) or slugify(title) or slugify(" ".join(tags))
     if not slug:
-        slug = slugify(" ".join(keywords(narrative, 5))) or slugify(" ".join(keywords(fallback_text, 5))) or "session"
+        slug = (
+            slugify(" ".join(keywords(narrative, 5)))
+            or slugify(" ".join(keywords(fallback_text, 5)))
+            or "session"
+        )
     if not title:
         title = slug.replace("-", " ").capitalize()
     return Summary(title=title, slug=slug, tags=tags, summary=narrative, decisions=decisions)
 
 
 def render_summary_file(
-    summary: Summary, *, session_id: str, started: str, transcript: str, messages: int, summarised_at: str, kind: str = "trunk"
+    summary: Summary,
+    *,
+    session_id: str,
+    started: str,
+    transcript: str,
+    messages: int,
+    summarised_at: str,
+    kind: str = "trunk",
 ) -> str:
     """The summary file: a small front matter, then the narrative a person can read."""
     front = {
@@ -176,7 +203,11 @@ def render_summary_file(
         "messages": messages,
         "summarised_at": summarised_at,
     }
-    lines = ["---"] + [f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in front.items()] + ["---", ""]
+    lines = (
+        ["---"]
+        + [f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in front.items()]
+        + ["---", ""]
+    )
     lines += [f"# {summary.title}", "", summary.summary.strip(), ""]
     if summary.decisions:
         lines += ["## Decisions", ""] + [f"- {d}" for d in summary.decisions] + [""]
@@ -228,7 +259,11 @@ def summary_memory(meta: dict[str, Any], body: str, path: Path, *, origin: str) 
         importance=0.45 if kind == "fork" else 0.6,
         session_id=str(meta["session"]),
         source=str(path),
-        meta={"file": path.name, "transcript": str(meta.get("transcript") or ""), "session_kind": kind},
+        meta={
+            "file": path.name,
+            "transcript": str(meta.get("transcript") or ""),
+            "session_kind": kind,
+        },
     )
 
 
@@ -372,7 +407,10 @@ class Summariser:
             "WHERE session_id = ? AND role IN ('user', 'assistant') ORDER BY seq",
             (session_id,),
         )
-        return [TranscriptMessage(seq=r[0], msg_id=r[1], ts=r[2], role=r[3], speaker=r[4], content=r[5]) for r in rows]
+        return [
+            TranscriptMessage(seq=r[0], msg_id=r[1], ts=r[2], role=r[3], speaker=r[4], content=r[5])
+            for r in rows
+        ]
 
     async def summarise(self, session_id: str, *, force: bool = False) -> Path | None:
         """Summarise `session_id` now; return the summary file, or None when there is nothing to say.
@@ -393,9 +431,22 @@ class Summariser:
             log.warning("cannot summarise an unknown session", session_id=session_id)
             return None
         kind, transcript, started, summary_path, upto = row
-        total = (await self.db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)))[0]
-        existing = Path(summary_path) if summary_path else await anyio.to_thread.run_sync(self._find_existing, session_id)
-        if not force and total <= upto and existing is not None and await anyio.Path(existing).exists():
+        total = (
+            await self.db.fetchone(
+                "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
+            )
+        )[0]
+        existing = (
+            Path(summary_path)
+            if summary_path
+            else await anyio.to_thread.run_sync(self._find_existing, session_id)
+        )
+        if (
+            not force
+            and total <= upto
+            and existing is not None
+            and await anyio.Path(existing).exists()
+        ):
             return existing  # nothing new since the last summary
         messages = await self.messages(session_id)
         if not messages and transcript:
@@ -406,16 +457,22 @@ class Summariser:
         lines = excerpt(messages, self.settings.memory.summary_transcript_tokens)
         transcript_text = "\n".join(lines)
         system = [SystemBlock(text=SUMMARY_PERSONA)]
-        addenda = self.topic_addenda("summary_persona", transcript_text) if self.topic_addenda else ""
+        addenda = (
+            self.topic_addenda("summary_persona", transcript_text) if self.topic_addenda else ""
+        )
         if block := addenda_block(addenda):
             system.append(SystemBlock(text=block))
         prompt = (
             f"Summarise this session (id {session_id}, started {started}, {len(messages)} messages).\n"
             f"<<<TRANSCRIPT\n{transcript_text}\nTRANSCRIPT>>>"
         )
-        request = self.roles.request("summariser", messages=[Message.user(prompt)], system=system, task="summarise")
+        request = self.roles.request(
+            "summariser", messages=[Message.user(prompt)], system=system, task="summarise"
+        )
         response = await self.roles.complete(request, session_id=session_id)
-        summary = parse_summary(response.text, transcript_text + " " + Path(transcript or "").stem.replace("_", " "))
+        summary = parse_summary(
+            response.text, transcript_text + " " + Path(transcript or "").stem.replace("_", " ")
+        )
         path = existing if existing is not None else self._new_path(started, summary.slug)
         now = self.clock.now()
         text = render_summary_file(
@@ -430,14 +487,22 @@ class Summariser:
         text = redactor_for(self.settings).mask(text)
         await anyio.to_thread.run_sync(_write_atomic, path, text)
         meta, body = read_summary_file(path)
-        await self.index.upsert([summary_memory(meta, body, path, origin="import" if kind == "imported" else "system")])
+        await self.index.upsert(
+            [summary_memory(meta, body, path, origin="import" if kind == "imported" else "system")]
+        )
         await self.db.execute(
             "UPDATE sessions SET summary_path = ?, summarised_at = ?, summarised_upto = ?, "
             "title = COALESCE(title, ?) WHERE id = ?",
             (str(path), now.isoformat(timespec="seconds"), total, summary.title, session_id),
         )
         self._failed.discard(session_id)
-        log.info("session summarised", session_id=session_id, file=path.name, messages=total, kept_lines=len(lines))
+        log.info(
+            "session summarised",
+            session_id=session_id,
+            file=path.name,
+            messages=total,
+            kept_lines=len(lines),
+        )
         return path
 
     async def _from_transcript(self, path: Path, session_id: str) -> list[TranscriptMessage]:
@@ -449,13 +514,20 @@ class Summariser:
         except FileNotFoundError:
             return []
         except (OSError, TranscriptError) as exc:
-            log.warning("transcript unreadable; nothing to summarise", path=str(path), error=str(exc))
+            log.warning(
+                "transcript unreadable; nothing to summarise", path=str(path), error=str(exc)
+            )
             return []
         # An import file may hold several sessions; a daemon transcript holds exactly one.
         own = [ln for ln in lines if ln.session == session_id] or lines
         return [
             TranscriptMessage(
-                seq=i, msg_id=line.id, ts=line.ts.isoformat(), role=line.role, speaker=line.speaker or "", content=line.content
+                seq=i,
+                msg_id=line.id,
+                ts=line.ts.isoformat(),
+                role=line.role,
+                speaker=line.speaker or "",
+                content=line.content,
             )
             for i, line in enumerate(own)
         ]

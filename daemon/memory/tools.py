@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 REMEMBER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "text": {"type": "string", "description": "One atomic fact, in plain words. Relative dates are pinned automatically."},
+        "text": {
+            "type": "string",
+            "description": "One atomic fact, in plain words. Relative dates are pinned automatically.",
+        },
         "target": {
             "type": "string",
             "enum": ["memory", "profile"],
@@ -51,20 +54,32 @@ RETRACT_SCHEMA: dict[str, Any] = {
 }
 RECALL_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"query": {"type": "string", "description": "What to remember, as a question or keywords."}},
+    "properties": {
+        "query": {"type": "string", "description": "What to remember, as a question or keywords."}
+    },
     "required": ["query"],
     "additionalProperties": False,
 }
 RECALL_SESSION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "session": {"type": "string", "description": "A session id or summary name as recall cites it (session-…)."},
-        "query": {"type": "string", "description": "What to look for; the excerpts are centred on it."},
+        "session": {
+            "type": "string",
+            "description": "A session id or summary name as recall cites it (session-…).",
+        },
+        "query": {
+            "type": "string",
+            "description": "What to look for; the excerpts are centred on it.",
+        },
     },
     "required": ["session", "query"],
     "additionalProperties": False,
 }
-REMEMBER_SESSION_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+REMEMBER_SESSION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {},
+    "additionalProperties": False,
+}
 
 
 def _origin(ctx: ToolContext) -> str:
@@ -117,7 +132,9 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
         try:
             path = await system.summarise_session(ctx.session_id, wait=True)
         except ModelError as exc:
-            raise ToolError(f"the summariser model is unavailable ({exc}); the session will be summarised later") from None
+            raise ToolError(
+                f"the summariser model is unavailable ({exc}); the session will be summarised later"
+            ) from None
         if path is None:
             raise ToolError("this session has no messages to summarise yet")
         return f"session summarised: {path.name}"

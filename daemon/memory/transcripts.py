@@ -38,7 +38,10 @@ class TranscriptLine:
     def to_import_json(self) -> str:
         """Render in the import format (how imported sessions are kept under `sessions/imported/`)."""
         obj: dict[str, Any] = {
-            "session": self.session, "id": self.id, "ts": self.ts.isoformat(), "role": self.role,
+            "session": self.session,
+            "id": self.id,
+            "ts": self.ts.isoformat(),
+            "role": self.role,
             "content": self.content,
         }
         if self.speaker:
@@ -70,7 +73,11 @@ def _content_text(value: Any, where: str) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):  # content blocks: keep the text ones
-        return "\n".join(b.get("text", "") for b in value if isinstance(b, dict) and b.get("type", "text") == "text")
+        return "\n".join(
+            b.get("text", "")
+            for b in value
+            if isinstance(b, dict) and b.get("type", "text") == "text"
+        )
     raise TranscriptError(f"{where}: 'content' must be a string")
 
 
@@ -96,8 +103,10 @@ def read_session_header(path: Path) -> SessionHeader | None:
             if isinstance(obj, dict) and obj.get("type") == "session" and obj.get("id"):
                 started = obj.get("started_at")
                 return SessionHeader(
-                    id=str(obj["id"]), kind=str(obj.get("kind") or "trunk"),
-                    started_at=parse_ts(started, str(path)) if started else None, parent=obj.get("parent"),
+                    id=str(obj["id"]),
+                    kind=str(obj.get("kind") or "trunk"),
+                    started_at=parse_ts(started, str(path)) if started else None,
+                    parent=obj.get("parent"),
                 )
             return None
     return None
@@ -129,16 +138,29 @@ def read_transcript(path: Path | str) -> list[TranscriptLine]:
                 continue
             if kind is not None and kind != "message":
                 continue  # tool calls, results and turn ends are not conversation
-            session = obj.get("session") if kind is None else (obj.get("session") or session_id or path.stem)
+            session = (
+                obj.get("session")
+                if kind is None
+                else (obj.get("session") or session_id or path.stem)
+            )
             if kind is None:
                 session = _str_field(obj, "session", where)
             role = obj.get("role")
             if role not in ROLES:
-                raise TranscriptError(f"{where}: 'role' must be \"user\" or \"assistant\", got {role!r}")
+                raise TranscriptError(
+                    f'{where}: \'role\' must be "user" or "assistant", got {role!r}'
+                )
             speaker = obj.get("speaker")
-            out.append(TranscriptLine(
-                session=str(session), id=_str_field(obj, "id", where), ts=parse_ts(obj.get("ts"), where),
-                role=role, content=_content_text(obj.get("content"), where),
-                speaker=str(speaker) if speaker else None, turn_id=obj.get("turn_id"), line_no=no,
-            ))
+            out.append(
+                TranscriptLine(
+                    session=str(session),
+                    id=_str_field(obj, "id", where),
+                    ts=parse_ts(obj.get("ts"), where),
+                    role=role,
+                    content=_content_text(obj.get("content"), where),
+                    speaker=str(speaker) if speaker else None,
+                    turn_id=obj.get("turn_id"),
+                    line_no=no,
+                )
+            )
     return out

@@ -38,8 +38,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-Task = Literal["chat", "summarise", "plan_recall", "synthesise", "dream", "journal", "delegate", "wake"]
-StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "cancelled", "error"]
+Task = Literal[
+    "chat", "summarise", "plan_recall", "synthesise", "dream", "journal", "delegate", "wake"
+]
+StopReason = Literal[
+    "end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "cancelled", "error"
+]
 
 
 @dataclass(frozen=True, kw_only=True)

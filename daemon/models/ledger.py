@@ -80,9 +80,15 @@ class UsageLedger:
         turn_id: str | None = None,
     ) -> float:
         price = price_for(model, self.spend.prices)
-        if price is None and provider not in ("offline", "scripted") and model not in self._unpriced:
+        if (
+            price is None
+            and provider not in ("offline", "scripted")
+            and model not in self._unpriced
+        ):
             self._unpriced.add(model)
-            log.info("model has no price in [spend.prices]; its calls are counted as free", model=model)
+            log.info(
+                "model has no price in [spend.prices]; its calls are counted as free", model=model
+            )
         cost = cost_of(usage, price)
         now = self.clock.now()
         await self.db.execute(
@@ -133,5 +139,8 @@ class UsageLedger:
         limit = cap if essential else cap * self.spend.non_essential_fraction
         if spent >= limit:
             kind = "essential" if essential else "non-essential"
-            return False, f"daily spend cap reached: ${spent:.2f} of ${cap:.2f} spent today ({kind} work stopped)"
+            return (
+                False,
+                f"daily spend cap reached: ${spent:.2f} of ${cap:.2f} spent today ({kind} work stopped)",
+            )
         return True, ""

@@ -176,9 +176,13 @@ class OpenAICompatModel:
 
     def _classify(self, err: Exception) -> AttemptFailed | None:
         if isinstance(err, httpx.TimeoutException):
-            return AttemptFailed(reason=f"no response within {self.settings.timeout_s:g}s (timeout)", retryable=True)
+            return AttemptFailed(
+                reason=f"no response within {self.settings.timeout_s:g}s (timeout)", retryable=True
+            )
         if isinstance(err, httpx.TransportError):
-            return AttemptFailed(reason=f"connection failed ({type(err).__name__}: {err})", retryable=True)
+            return AttemptFailed(
+                reason=f"connection failed ({type(err).__name__}: {err})", retryable=True
+            )
         return None
 
     async def _attempt(

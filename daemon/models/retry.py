@@ -113,7 +113,9 @@ async def retrying_stream(
             if failure is None:
                 raise
         if not failure.retryable:
-            raise ModelError(f"{name} rejected the request: {failure.reason}", status=failure.status)
+            raise ModelError(
+                f"{name} rejected the request: {failure.reason}", status=failure.status
+            )
         if delivered:
             raise ModelError(
                 f"{name} stream broke after part of the reply was delivered: {failure.reason}",

@@ -33,10 +33,20 @@ from daemon.settings import RoleModel, Settings, secret
 
 log = get_logger("models")
 
-ROLES = ("trunk", "summariser", "recall_planner", "recall_synthesis", "delegate", "dreams", "heartbeat")
+ROLES = (
+    "trunk",
+    "summariser",
+    "recall_planner",
+    "recall_synthesis",
+    "delegate",
+    "dreams",
+    "heartbeat",
+)
 
 
-def resolve_provider(role: RoleModel, settings: Settings, environ: dict[str, str] | None = None) -> str:
+def resolve_provider(
+    role: RoleModel, settings: Settings, environ: dict[str, str] | None = None
+) -> str:
     if role.provider != "auto":
         return role.provider
     return "anthropic" if secret(settings.providers.anthropic.api_key_env, environ) else "offline"
@@ -56,7 +66,10 @@ def build_provider(kind: str, settings: Settings, environ: dict[str, str] | None
     if kind == "openai":
         from daemon.models.openai_compat import OpenAICompatModel
 
-        return OpenAICompatModel(settings.providers.openai, api_key=secret(settings.providers.openai.api_key_env, environ))
+        return OpenAICompatModel(
+            settings.providers.openai,
+            api_key=secret(settings.providers.openai.api_key_env, environ),
+        )
     if kind == "offline":
         from daemon.models.offline import OfflineModel
 

@@ -39,7 +39,9 @@ def pick_backend() -> SqliteBackend:
         except ImportError:
             continue
         if hasattr(module.Connection, "enable_load_extension"):
-            return SqliteBackend(module=module, name=modname.split(".")[0], can_load_extensions=True)
+            return SqliteBackend(
+                module=module, name=modname.split(".")[0], can_load_extensions=True
+            )
     return SqliteBackend(module=sqlite3, name="sqlite3", can_load_extensions=False)
 
 
@@ -61,16 +63,22 @@ def _load_vec(conn: Any, backend: SqliteBackend) -> bool:
         return False
 
 
-def connect_sync(path: Path | str, *, readonly: bool = False, busy_timeout_ms: int = 5000) -> tuple[Any, bool]:
+def connect_sync(
+    path: Path | str, *, readonly: bool = False, busy_timeout_ms: int = 5000
+) -> tuple[Any, bool]:
     """Open a configured connection; return (connection, vec_available)."""
     global _announced
     backend = pick_backend()
     if not _announced:
         _announced = True
         if backend.module is not sqlite3:
-            log.info("stdlib sqlite3 cannot load extensions; using fallback build", backend=backend.name)
+            log.info(
+                "stdlib sqlite3 cannot load extensions; using fallback build", backend=backend.name
+            )
         elif not backend.can_load_extensions:
-            log.warning("no sqlite build here can load extensions; vector search is off (see `reverie doctor`)")
+            log.warning(
+                "no sqlite build here can load extensions; vector search is off (see `reverie doctor`)"
+            )
     if readonly:
         uri = f"file:{Path(path).resolve()}?mode=ro"
         conn = backend.module.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
@@ -96,7 +104,9 @@ class Database:
     checkpoint) when the block exits, including on cancellation.
     """
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, vec_available: bool, readonly: bool) -> None:
+    def __init__(
+        self, conn: aiosqlite.Connection, path: Path, vec_available: bool, readonly: bool
+    ) -> None:
         self.conn = conn
         self.path = path
         self.vec_available = vec_available
@@ -105,7 +115,12 @@ class Database:
 
     @classmethod
     async def open(
-        cls, path: Path, *, readonly: bool = False, migrate: bool = True, busy_timeout_ms: int = 5000
+        cls,
+        path: Path,
+        *,
+        readonly: bool = False,
+        migrate: bool = True,
+        busy_timeout_ms: int = 5000,
     ) -> Database:
         vec_flag: dict[str, bool] = {}
 

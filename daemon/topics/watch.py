@@ -169,7 +169,11 @@ class FileWatcher:
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:
-                log.error("reload callback failed", callback=getattr(callback, "__qualname__", repr(callback)), error=repr(exc))
+                log.error(
+                    "reload callback failed",
+                    callback=getattr(callback, "__qualname__", repr(callback)),
+                    error=repr(exc),
+                )
         self.reloads += 1
         self.last_problems = problems
         names = tuple(str(p) for p in sorted(p for ps in kinds.values() for p in ps))

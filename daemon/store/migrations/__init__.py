@@ -31,7 +31,12 @@ def discover() -> list[Migration]:
         sql = path.read_text()
         first = sql.lstrip().splitlines()[0] if sql.strip() else ""
         out.append(
-            Migration(number=number, name=path.stem, sql=sql, requires_vec=first.strip() == "-- requires: vec")
+            Migration(
+                number=number,
+                name=path.stem,
+                sql=sql,
+                requires_vec=first.strip() == "-- requires: vec",
+            )
         )
     numbers = [m.number for m in out]
     if len(numbers) != len(set(numbers)):
