@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -106,3 +107,46 @@ async def add_session(
                 content,
             ),
         )
+
+
+# A short two-person dialogue in the import format (`memory import`).
+DIALOGUE_LINES = [
+    {
+        "session": "conv-1",
+        "id": "D1:1",
+        "ts": "2023-05-08T13:56:00",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "I went to the LGBTQ support group yesterday and it was so powerful.",
+    },
+    {
+        "session": "conv-1",
+        "id": "D1:2",
+        "ts": "2023-05-08T13:57:00",
+        "role": "assistant",
+        "speaker": "Melanie",
+        "content": "That's wonderful, Caroline! How did it feel?",
+    },
+    {
+        "session": "conv-1",
+        "id": "D1:3",
+        "ts": "2023-05-08T13:58:00",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "I'm thinking about a career in counseling after hearing those stories.",
+    },
+    {
+        "session": "conv-2",
+        "id": "D2:1",
+        "ts": "2023-06-10T10:00:00Z",
+        "role": "user",
+        "speaker": "Melanie",
+        "content": "I painted a sunrise over the lake with my kids last weekend.",
+    },
+]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, str]]) -> Path:
+    """Write `rows` as one JSON object per line (the import format); return `path`."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -16,40 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.harness import REPO, DaemonProcess, daemon_env
+from tests.memory_support import DIALOGUE_LINES, write_jsonl
 
 LINES = [
-    {
-        "session": "conv-1",
-        "id": "D1:1",
-        "ts": "2023-05-08T13:56:00",
-        "role": "user",
-        "speaker": "Caroline",
-        "content": "I went to the LGBTQ support group yesterday and it was so powerful.",
-    },
-    {
-        "session": "conv-1",
-        "id": "D1:2",
-        "ts": "2023-05-08T13:57:00",
-        "role": "assistant",
-        "speaker": "Melanie",
-        "content": "That's wonderful, Caroline! How did it feel?",
-    },
-    {
-        "session": "conv-1",
-        "id": "D1:3",
-        "ts": "2023-05-08T13:58:00",
-        "role": "user",
-        "speaker": "Caroline",
-        "content": "I'm thinking about a career in counseling after hearing those stories.",
-    },
-    {
-        "session": "conv-2",
-        "id": "D2:1",
-        "ts": "2023-06-10T10:00:00Z",
-        "role": "user",
-        "speaker": "Melanie",
-        "content": "I painted a sunrise over the lake with my kids last weekend.",
-    },
+    *DIALOGUE_LINES,
     {
         "session": "conv-2",
         "id": "D2:2",
@@ -98,9 +68,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def _write(path: Path, rows: list[dict[str, str]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+_write = write_jsonl
 
 
 @pytest.fixture
