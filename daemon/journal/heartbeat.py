@@ -69,7 +69,7 @@ from daemon.models import offline_journal
 from daemon.models.base import Message, ModelError, SystemBlock, Usage
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
-from daemon.redact import Redactor
+from daemon.redact import redactor_for
 from daemon.scheduler import local_zone
 from daemon.settings import Settings
 from daemon.store.db import Database
@@ -132,7 +132,7 @@ class JournalHeartbeat:
         self.index = index
         self.zone = local_zone(settings.scheduler.timezone)
         self.store = JournalStore(home.journal_dir, self.zone)
-        self.redactor = Redactor(defaults=self.cfg.redact_defaults, extra=self.cfg.redact_patterns)
+        self.redactor = redactor_for(settings)
         self.last_tick: Tick | None = None
         self.last_entry: JournalEntry | None = None
         self.model_calls = 0
