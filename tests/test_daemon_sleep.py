@@ -316,3 +316,29 @@ def test_a_message_sent_with_the_sleep_command_is_answered_before_sleeping(
         ]
     finally:
         assert d.stop() == 0
+
+
+def test_the_sleep_cycle_archives_old_fork_transcripts(tmp_path: Path) -> None:
+    import anyio
+
+    from daemon.paths import Home
+    from daemon.store.db import Database
+    from tests.test_delegate_retention import _fork
+
+    home = Home(tmp_path / "home")
+    home.ensure()
+
+    async def prepare() -> Path:
+        async with await Database.open(home.db_file) as db:
+            return await _fork(db, home, "fork-old", age_days=60, kilobytes=2)
+
+    old = anyio.run(prepare)
+    d = DaemonProcess(home=home.root, env=daemon_env()).start()
+    try:
+        with Client(d.socket_path) as c:
+            c.hello()
+            done = c.command("sleep", {"wait": True})
+            assert done["type"] == "result", done
+    finally:
+        assert d.stop() == 0
+    assert not old.exists() and (home.forks_dir / "archive" / "fork-old.jsonl.gz").exists()
