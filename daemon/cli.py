@@ -77,6 +77,14 @@ def _run(func: Any, args: argparse.Namespace) -> int:
     return int(result or 0)
 
 
+def _reader_gone() -> int:
+    """Exit quietly once stdout's reader has gone: stdout now points at /dev/null, so the flush
+    at interpreter exit does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 0
+
+
 def _blas_threads() -> None:
     """Give numpy's BLAS half the usable cores (at least one) unless the environment says otherwise.
 
@@ -121,7 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return 0
+        return _reader_gone()
+    except BaseExceptionGroup as group:
+        # A reader that stopped early (`reverie chat -m … | head -1`) is not an error to report,
+        # also when the write failed inside a task group.
+        pipe, rest = group.split(BrokenPipeError)
+        if pipe is None or rest is not None:
+            raise
+        return _reader_gone()
 
 
 if __name__ == "__main__":

@@ -280,3 +280,31 @@ def test_remember_and_recall_socket_commands(daemon: DaemonProcess) -> None:
         bad = c.command("remember", {"text": "  "})
         assert bad["type"] == "error" and bad["code"] == "bad_args"
     assert daemon.stop() == 0
+
+
+def test_chat_into_a_reader_that_went_away_exits_quietly(daemon: DaemonProcess) -> None:
+    daemon.start()
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `reverie chat -m … | head -1` once head has exited
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "daemon.cli",
+                "chat",
+                "-m",
+                "hello there",
+                "--home",
+                str(daemon.home),
+            ],
+            cwd=REPO,
+            env=daemon.env,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-800:]
