@@ -469,6 +469,118 @@ INFERENCES = [
         "Honestly the big parties drain me, I'd rather stay in with a book and tea.",
         "Is {who} an introvert or an extrovert?",
     ),
+    # Work, tastes, means and plans, said in passing; asked as a judgement about the person.
+    (
+        "I teach maths to fourteen-year-olds, and marking their tests eats all my weekends.",
+        "What might {who} do for a living?",
+    ),
+    (
+        "I spend my days drawing floor plans and arguing with builders about load-bearing walls.",
+        "What might {who} do for a living?",
+    ),
+    (
+        "I've been vegetarian for ten years now, I can't even stand the smell of bacon.",
+        "Would {who} like a steakhouse for a birthday dinner?",
+    ),
+    (
+        "Our flat is tiny and the landlord doesn't allow any animals, not even a goldfish.",
+        "Is {who} likely to adopt a dog soon?",
+    ),
+    (
+        "Every spare penny goes to the mortgage and the car loan, we haven't eaten out in months.",
+        "Is {who} likely to book a luxury cruise this year?",
+    ),
+    (
+        "I get seasick just looking at boats, even the short ferry ride made me ill.",
+        "Would {who} enjoy a sailing trip?",
+    ),
+    (
+        "I've read every Agatha Christie novel at least twice, whodunits are my comfort reading.",
+        "What kind of book would make a good present for {who}?",
+    ),
+    (
+        "I grew up on a farm and I still wake up at five every morning without an alarm.",
+        "Is {who} an early riser?",
+    ),
+    (
+        "I'm terrified of heights, I couldn't even climb the church tower on holiday.",
+        "Would {who} enjoy skydiving?",
+    ),
+    (
+        "I hum show tunes all day, and I've seen Les Misérables on stage four times.",
+        "Would {who} like tickets to a musical?",
+    ),
+    (
+        "I volunteer at the crisis hotline and read every psychology book I can find, "
+        "I'd love to make it my job one day.",
+        "What field might {who} study if they went back to school?",
+    ),
+    (
+        "We both sneeze the moment we walk into a house with a cat, the allergy is that bad.",
+        "Would {who} want to look after a friend's kitten for a week?",
+    ),
+]
+# Joined multi-hop: two facts said in different sessions (the first in the first half of the
+# history, the second in the second half); the question needs both, and its words touch each
+# only in part. Both are evidence. The other friend says a near-miss on the first one's topic.
+# (first fact, second fact, question, near-miss, values for {x})
+JOINS: list[tuple[str, str, str, str, list[str]]] = [
+    (
+        "My sister finally found a flat in {x}, she loves the neighbourhood.",
+        "Booked my flights to visit my sister for her birthday, I can't wait to see her new place!",
+        "Which city is {who} flying to for their sister's birthday?",
+        "My cousin keeps saying I should visit {x} sometime.",
+        ["Lisbon", "Edinburgh", "Montreal", "Seattle", "Dublin"],
+    ),
+    (
+        "My knee has been bad since I fell on the {x}, the doctor says no more running for now.",
+        "I've started swimming laps before work instead, it's so much gentler on my joints.",
+        "What exercise did {who} switch to after hurting their knee?",
+        "My coworker fell on the {x} last winter, he was on crutches for weeks.",
+        ["ski slope", "icy stairs", "hiking trail", "basketball court"],
+    ),
+    (
+        "My daughter says she'll be a {x} when she grows up, she practises on her stuffed animals.",
+        "My son announced at dinner that he's going to build rockets, he's seven!",
+        "What do {who}'s kids want to be when they grow up?",
+        "When I was little I wanted to be a {x}, now look at me.",
+        ["vet", "doctor", "dentist", "nurse"],
+    ),
+    (
+        "We're putting money aside every month for a trip to {x}, I've dreamed of it since I was a kid.",
+        "The plane tickets are bought! We leave in three weeks and I'm already packing in my head.",
+        "Where is {who} going on the trip they saved up for?",
+        "My boss just came back from {x}, she said it was too crowded.",
+        ["Japan", "Peru", "Iceland", "Kenya", "New Zealand"],
+    ),
+    (
+        "My grandmother turns ninety this spring, the whole family is planning a surprise for her.",
+        "The party was perfect, Grandma danced with every one of the great-grandkids.",
+        "How did {who}'s grandmother's ninetieth birthday go?",
+        "My neighbour's grandfather just turned a hundred, there was cake out on the {x}.",
+        ["street", "porch", "lawn"],
+    ),
+    (
+        "I've started reading with kids at the {x} library on Wednesdays, as a volunteer tutor.",
+        "One of my little readers got through a whole chapter book on his own today, I nearly cried.",
+        "Where does {who} help the boy who finished a chapter book?",
+        "The {x} library is closing for renovation next month.",
+        ["Riverside", "Oakwood", "Maplewood", "Hillcrest"],
+    ),
+    (
+        "My partner got offered a job in {x}, we have to decide by the end of the month.",
+        "We said yes! The movers come in the autumn, the kids are nervous but excited.",
+        "Which city is {who}'s family moving to?",
+        "A friend of mine moved to {x} last year and hated the winters.",
+        ["Denver", "Toronto", "Melbourne", "Austin", "Oslo"],
+    ),
+    (
+        "My dad and I bought an old {x} together, she needs a lot of work but she's ours.",
+        "We finally got her on the water, and the sails we stitched ourselves held up!",
+        "Did {who} and their dad get the boat they bought working?",
+        "There's an old {x} for sale at the marina, nobody wants it.",
+        ["sailboat", "wooden dinghy", "fishing boat"],
+    ),
 ]
 
 
@@ -479,10 +591,12 @@ def generate_dialogue(seed: int = 3, *, sessions: int = 28, turns: int = 22) -> 
     each friend with different details, and the other friend says a near-miss on the same
     topic elsewhere, so speaker names and details must both match. Question kinds:
     `single-hop`, `temporal` (asks "when"; answered by the session's date), `dated` (names a
-    month), `multi-hop` (evidence in two sessions; recalled when either is in the top k),
-    `bridge` (multi-hop through an entity: only the second fact is evidence, and it shares
-    the bridge, not the question's words) and `inference` (the answer follows from a
-    statement phrased entirely differently).
+    month), `multi-hop` (evidence in two sessions: an aggregate, "what instruments does X
+    play?", or a join whose answer needs both facts, "which city is X's family moving to?";
+    recalled when either is in the top k, complete when both are), `bridge` (multi-hop
+    through an entity: only the second fact is evidence, and it shares the bridge, not the
+    question's words) and `inference` (open-domain: the answer follows from what the person
+    said about their work, tastes, means or plans, phrased entirely differently).
     """
     rng = random.Random(seed)
     a, b = rng.choice(FRIENDS)
@@ -526,6 +640,14 @@ def generate_dialogue(seed: int = 3, *, sessions: int = 28, turns: int = 22) -> 
         who = (a, b)[m % 2]
         put(who, said, f"i{m}")
         questions.append((asked.format(who=who), [f"i{m}"], "inference"))
+    for m, (first, second, asked, near, values) in enumerate(JOINS):
+        who = (a, b)[m % 2]
+        other = b if who == a else a
+        x, y = rng.sample(values, 2)
+        put(who, first.format(x=x), f"j{m}a", 0, sessions // 2)
+        put(who, second, f"j{m}b", sessions // 2, sessions)
+        put(other, near.format(x=y), None)
+        questions.append((asked.format(who=who), [f"j{m}a", f"j{m}b"], "multi-hop"))
 
     data = Dataset()
     ids: dict[str, str] = {}

