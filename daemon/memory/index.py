@@ -164,6 +164,21 @@ def _upsert_sync(
     return gen
 
 
+def descending(scored: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The same order, each score capped by the one above it, so scores never rise down a list.
+
+    The plan's search places some results by rule (the time window first, the first hop's best
+    hits before the second hop's); a result's own fused score may be higher than that of the
+    one placed above it. The score shown is then the one its place allows.
+    """
+    out: list[tuple[int, float]] = []
+    cap = float("inf")
+    for rowid, score in scored:
+        cap = min(cap, score)
+        out.append((rowid, cap))
+    return out
+
+
 def _row_to_item(row: Any, score: float = 0.0) -> MemoryItem:
     meta = json.loads(row["meta"] or "{}")
     meta.update(
@@ -859,10 +874,12 @@ class MemoryIndex:
         rest = await self._by_facets(plan, [(r, s) for r, s in pool if r not in kept], chains)
         base = (first + rest)[:k]
         if len(windows) == 1:
-            return await self._hydrate(base)
+            return await self._hydrate(descending(base))
         inside = self._combine(ranked[1], k)
         seen = {r for r, _ in inside}
-        return await self._hydrate((inside + [(r, s) for r, s in base if r not in seen])[:k])
+        return await self._hydrate(
+            descending((inside + [(r, s) for r, s in base if r not in seen])[:k])
+        )
 
     async def similar(
         self, text: str, kinds: Collection[str], threshold: float
