@@ -754,7 +754,10 @@ class MemoryIndex:
                 total[rid] = total.get(rid, 0.0) + weight / (RRF_K + rank + 1)
         return sorted(total.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
 
-    async def _hydrate(self, scored: list[tuple[int, float]]) -> list[MemoryItem]:
+    async def _hydrate(
+        self, scored: list[tuple[int, float]], meta: dict[int, dict[str, object]] | None = None
+    ) -> list[MemoryItem]:
+        """Load the rows in order with their scores; `meta` adds to chosen items' meta."""
         if not scored:
             return []
         rows = await self.db.fetchall(
@@ -762,7 +765,10 @@ class MemoryIndex:
             [r for r, _ in scored],
         )
         by_id = {r["rid"]: r for r in rows}
-        return [_row_to_item(by_id[r], s) for r, s in scored if r in by_id]
+        items = [(r, _row_to_item(by_id[r], s)) for r, s in scored if r in by_id]
+        for r, item in items:
+            item.meta.update((meta or {}).get(r, {}))
+        return [item for _, item in items]
 
     async def search(
         self,
@@ -864,21 +870,27 @@ class MemoryIndex:
         weights = [1.0] + [0.5] * (len(ranked[0]) - 1)
         first = self._combine(ranked[0], HOP_SEEDS, weights)
         chains: dict[str, str] = {}
+        # Items a bridge name found say so (meta "via"): recall keeps them although they may
+        # share no word with the question.
+        via: dict[int, dict[str, object]] = {}
         if self.hops > 1 and mode != "vector":
             hop, chains = await self._second_hop(plan, first, windows[0])
             ranked[0] = [*ranked[0], *hop]
             weights += [HOP_WEIGHT] * len(hop)
+            for name, scores in zip(chains, hop, strict=True):
+                for rowid in scores:
+                    via.setdefault(rowid, {"via": name})
         # The first hop's best hits keep their places; what the second hop found ranks after.
         kept = {r for r, _ in first}
         pool = self._combine(ranked[0], max(k, FACET_POOL) + len(first), weights)
         rest = await self._by_facets(plan, [(r, s) for r, s in pool if r not in kept], chains)
         base = (first + rest)[:k]
         if len(windows) == 1:
-            return await self._hydrate(descending(base))
+            return await self._hydrate(descending(base), via)
         inside = self._combine(ranked[1], k)
         seen = {r for r, _ in inside}
         return await self._hydrate(
-            descending((inside + [(r, s) for r, s in base if r not in seen])[:k])
+            descending((inside + [(r, s) for r, s in base if r not in seen])[:k]), via
         )
 
     async def similar(

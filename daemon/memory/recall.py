@@ -207,7 +207,10 @@ class Recall:
         picked, planner = await self._plan(query, sources, candidates, session_id)
         if not picked:
             found = await self._search(plan, k=10, kinds=["summary", "chunk"])
-            relevant = [i for i in found if coverage(stems, i.title + " " + i.text) > 0]
+            # What the second hop found through a name may share no word with the question.
+            relevant = [
+                i for i in found if i.meta.get("via") or coverage(stems, i.title + " " + i.text) > 0
+            ]
             picked = trunk_first([i for i in relevant if i.kind == "summary"])[:_MAX_SUMMARIES]
             chunk_sessions = [i for i in relevant if i.kind == "chunk" and i.session]
             seen = {i.session for i in picked}
@@ -370,7 +373,9 @@ class Recall:
         sid = item.session or ""
         row = await self.db.fetchone("SELECT summary_path FROM sessions WHERE id = ?", (sid,))
         cite = session_cite(sid, row[0] if row else None)
-        windows = await self.windows(sid, query, max_bytes=1500, max_windows=2)
+        windows = await self.windows(
+            sid, query, max_bytes=1500, max_windows=2, around=item.message_ids
+        )
         return Source(
             cite=cite,
             kind="transcript",
@@ -398,9 +403,19 @@ class Recall:
         return rows[0][0], rows[0][1], rows[0][2]
 
     async def windows(
-        self, session_id: str, query: str, *, max_bytes: int, max_windows: int = 3
+        self,
+        session_id: str,
+        query: str,
+        *,
+        max_bytes: int,
+        max_windows: int = 3,
+        around: Sequence[str] = (),
     ) -> str:
-        """Query-centred windows of a session's messages with ids and timestamps, bounded in bytes."""
+        """Query-centred windows of a session's messages with ids and timestamps, bounded in bytes.
+
+        `around` names messages (a search hit's) that are centred first, whatever they share
+        with the query.
+        """
         rows = await self.db.fetchall(
             "SELECT seq, msg_id, ts, role, content FROM messages WHERE session_id = ? ORDER BY seq",
             (session_id,),
@@ -413,6 +428,8 @@ class Recall:
             have = {stem(w) for w in content_words(row[4])}
             scores.append((len(stems & have), i))
         ranked = [i for score, i in sorted(scores, key=lambda s: (-s[0], s[1])) if score > 0]
+        hit = [i for i, row in enumerate(rows) if row[1] in set(around)]
+        ranked = [*hit[len(hit) // 2 :][:1], *ranked]
         centres: list[int] = []
         for i in ranked:
             if len(centres) >= max_windows:
