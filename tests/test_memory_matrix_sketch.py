@@ -175,3 +175,18 @@ async def test_only_the_long_lived_index_sketches(tmp_path: Path) -> None:
                 db, TableEmbedder(), MemorySettings(), FakeClock(T0), background=background
             )
             assert index.matrix.sketch is expected
+
+
+async def test_the_sketch_starts_once_the_index_is_large_enough(
+    tmp_path: Path, table: TableEmbedder
+) -> None:
+    """Below `sketch_min_rows` search is exact; the sketch is built when the index grows past it."""
+    async with index_over(tmp_path / "reverie.db", table, sketch=True) as index:
+        index.matrix.sketch_min_rows = 4000
+        await index.upsert([fact(i, f"memory number {i}") for i in range(3000)])
+        await index.flush()
+        assert not index.matrix.sketching and not index.matrix.sketch_ready
+        await index.upsert([fact(i, f"memory number {i}") for i in range(3000, 5000)])
+        await index.flush()  # the arrays now hold more room than rows
+        assert index.matrix.sketching and index.matrix.sketch_ready
+        assert "fact:4321" in (await vector_hits(index, "memory number 4321"))[:3]

@@ -436,7 +436,8 @@ class VectorMatrix:
         if self.sketching and self._bits is None:
             bits = np.zeros((-(-self.dim // 64), len(self._rowids)), dtype=np.uint64)
             for i in range(0, self._n, 65_536):
-                bits[:, i : i + 65_536] = sign_bits(self._vecs[i : min(i + 65_536, self._n)]).T
+                end = min(i + 65_536, self._n)
+                bits[:, i:end] = sign_bits(self._vecs[i:end]).T
             self._bits = bits
 
     def ranked(
