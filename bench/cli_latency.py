@@ -4,8 +4,9 @@
     nice -n 10 .venv/bin/python -m bench.cli_latency --sizes 100000         # the slow, optional 100k run
     nice -n 10 .venv/bin/python -m bench.cli_latency --embedders hash --import-turns 4000
 
-Every figure is the wall time of a real `python -m daemon.cli memory search QUERY --json`
-subprocess, process start included. *Cold*: no daemon runs, the CLI opens the database,
+Every figure is the wall time of a real `reverie memory search QUERY --json` subprocess (the
+installed program beside the interpreter; `python -m daemon.cli` without one), process start
+and exit included. *Cold*: no daemon runs, the CLI opens the database,
 loads the persisted vector matrix and (for a vector query) the embedding model itself.
 *Warm*: a daemon runs on the home and the CLI forwards the command over the socket (after one
 warm-up search that lets the daemon load its model). *Import*: `memory import` of a synthetic
@@ -114,13 +115,17 @@ async def build_home(root: Path, size: int, embedders: list[str]) -> dict[str, A
     return out
 
 
+def reverie() -> list[str]:
+    """The installed `reverie` program beside this interpreter (what people run), else `-m`."""
+    script = Path(sys.executable).with_name("reverie")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "daemon.cli"]
+
+
 def cli_search(home: Path, query: str, env: dict[str, str], *extra: str) -> tuple[float, str]:
     t = time.perf_counter()
     r = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "daemon.cli",
+            *reverie(),
             "memory",
             "search",
             query,
@@ -302,9 +307,7 @@ def measure_import(root: Path, turns: int, choice: str) -> dict[str, Any]:
     t = time.perf_counter()
     r = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "daemon.cli",
+            *reverie(),
             "memory",
             "import",
             str(src),

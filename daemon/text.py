@@ -7,6 +7,8 @@ so "dreams" meets "dream" and "booked" meets "booking" wherever a match is decid
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 STOP_WORDS: frozenset[str] = frozenset(
     """
     a about above after again against agent all also am an and any anything are aren't as
@@ -57,8 +59,12 @@ _UNINFLECTED = frozenset(
 )
 
 
+@lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
-    """Fold common English inflections so 'dreams', 'dreaming' and 'dreamed' meet 'dream'."""
+    """Fold common English inflections so 'dreams', 'dreaming' and 'dreamed' meet 'dream'.
+
+    Cached: search re-stems the words of every candidate it re-ranks, and words repeat.
+    """
     if word.endswith("'s"):
         word = word[:-2]
     if not word.isalpha() or len(word) <= 3 or word in _UNINFLECTED:

@@ -239,6 +239,8 @@ class MemoryIndex:
         self.settings = settings
         self.clock = clock
         self.matrix = VectorMatrix(model=embedder.name, dim=embedder.dim)
+        # The daemon's index lives long enough for the sign-bit sketch to pay for itself.
+        self.matrix.sketch = background
         self._stack: AsyncExitStack | None = None
         self._wake = anyio.Event()
         self._embed_lock = anyio.Lock()
@@ -458,6 +460,9 @@ class MemoryIndex:
                 await self._load_matrix()
             else:
                 await self.db.run(self.matrix.refresh)
+            if self.matrix.sketching and not self.matrix.sketch_ready:
+                # Built under the refresh lock, so no refresh changes vectors meanwhile.
+                await anyio.to_thread.run_sync(self.matrix.prepare_sketch)
         if self.persist and self.matrix.rows_since_save >= self.persist_rows:
             if self._tg is not None:
                 # The daemon: the search that noticed goes on; the file is written behind it.
@@ -613,23 +618,17 @@ class MemoryIndex:
             ]
 
         def vector_work(qv: np.ndarray) -> list[list[list[int]]]:
-            sims = self.matrix.similarities(qv)
-            out = []
-            for w in windows:
-                mask = self.matrix.mask(
+            masks = [
+                self.matrix.mask(
                     kinds=w.kinds,
                     include_retired=w.include_retired,
                     after=w.after,
                     before=w.before,
                     need_vector=True,
                 )
-                out.append(
-                    [
-                        [r for r, _ in self.matrix.top(sims[:, qi], mask, limit)]
-                        for qi in range(sims.shape[1])
-                    ]
-                )
-            return out
+                for w in windows
+            ]
+            return self.matrix.ranked(qv, masks, limit)
 
         found: dict[str, Any] = {}
 
