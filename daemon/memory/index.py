@@ -30,7 +30,7 @@ from daemon.memory.api import Kind, MemoryItem, Origin
 from daemon.memory.embedders import Embedder
 from daemon.memory.lexical import LexicalSearcher, RowFilter
 from daemon.memory.matrix import StaleMatrix, VectorMatrix, index_state, matrix_path
-from daemon.memory.query import QueryPlan, bridge_entities, match_terms, terms
+from daemon.memory.query import QueryPlan, bridge_entities, match_terms, terms, words
 from daemon.memory.text import stem
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
@@ -52,6 +52,11 @@ CANDIDATES = 60
 HOP_SEEDS = 3
 HOP_QUERIES = 3
 HOP_WEIGHT = 1.0
+# What a question asks about a person, searched among the memories that name them. It is
+# weighted above the full question, whose vector the name pulls towards every line naming the
+# person (measured on both recall sets: 1.0 → 3.0 helped, nothing fell; see the README).
+ABOUT_POOL = 200
+ABOUT_WEIGHT = 3.0
 # Facet coverage: the share of the question's words an item has boosts its fused score.
 FACET_WEIGHT = 0.3
 FACET_POOL = 30
@@ -712,6 +717,55 @@ class MemoryIndex:
             key=lambda rs: (-rs[1], -rs[0]),
         )
 
+    async def _about(self, plan: QueryPlan, where: RowFilter) -> list[dict[int, float]]:
+        """Rankings for what the question asks about someone, among the memories naming them.
+
+        "What might Priya do for a living?": the question said of "they", by vector, over the
+        `ABOUT_POOL` nearest memories, keeping those that name the person (FTS). Her own
+        words about her work ("I teach maths to fourteen-year-olds") share nothing with the
+        question, and the name in its vector pulls towards every line that mentions her.
+        """
+        if not plan.about or self.embedder.dim == 0 or not self.matrix.vector_count:
+            return []
+        vectors = await self.query_vectors([q for _, q in plan.about])
+        if vectors is None:
+            return []
+        mask = self.matrix.mask(
+            kinds=where.kinds,
+            include_retired=where.include_retired,
+            after=where.after,
+            before=where.before,
+            need_vector=True,
+        )
+        near = await anyio.to_thread.run_sync(
+            lambda: self.matrix.ranked(vectors, [mask], ABOUT_POOL)[0]
+        )
+
+        def naming(conn: Any) -> list[list[int]]:
+            out = []
+            for (name, _), rowids in zip(plan.about, near, strict=True):
+                phrase = '"' + " ".join(w.replace('"', "") for w in words(name)) + '"'
+                found = (
+                    {
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? "
+                            f"AND rowid IN ({','.join('?' * len(rowids))})",
+                            (phrase, *rowids),
+                        )
+                    }
+                    if rowids
+                    else set()
+                )
+                out.append([r for r in rowids if r in found])
+            return out
+
+        kept = await self.db.run(naming)
+        return [
+            {r: self._vector_weight / (RRF_K + rank + 1) for rank, r in enumerate(rows)}
+            for rows in kept
+        ]
+
     async def _second_hop(
         self, plan: QueryPlan, first: list[tuple[int, float]], where: RowFilter
     ) -> tuple[list[dict[int, float]], dict[str, str]]:
@@ -867,6 +921,10 @@ class MemoryIndex:
             queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=windows
         )
         weights = [1.0] + [0.5] * (len(ranked[0]) - 1)
+        if mode != "lexical":
+            focus = await self._about(plan, windows[0])
+            ranked[0] = [*ranked[0], *focus]
+            weights += [ABOUT_WEIGHT] * len(focus)
         first = self._combine(ranked[0], HOP_SEEDS, weights)
         chains: dict[str, str] = {}
         # Items a bridge name found say so (meta "via"): recall keeps them although they may

@@ -124,6 +124,9 @@ class QueryPlan:
     after: datetime | None = None
     before: datetime | None = None
     anchor: TimeAnchor | None = None
+    # (entity, the question with the entity said as "they"): what is asked about someone,
+    # searched among the memories that name them.
+    about: tuple[tuple[str, str], ...] = ()
 
     def all_queries(self) -> list[str]:
         """The full text, the sub-queries and the entities, deduplicated, in that order."""
@@ -133,6 +136,10 @@ class QueryPlan:
             if key and key.lower() not in {s.lower() for s in seen}:
                 seen[key] = None
         return list(seen)
+
+    def vector_queries(self) -> list[str]:
+        """Every text the plan's search may embed: `all_queries` and the `about` questions."""
+        return list(dict.fromkeys([*self.all_queries(), *(q for _, q in self.about)]))
 
 
 def entities(text: str) -> list[str]:
@@ -155,6 +162,8 @@ def entities(text: str) -> list[str]:
     return list(found)
 
 
+# Entities a question is searched "about" (each costs a query vector and a matrix pass).
+ABOUT_ENTITIES = 2
 _SPEAKER_PREFIX = re.compile(r"(?m)^[^\n:()]{1,60}?(?:\s*\([^)\n]{1,40}\))?:\s+")
 _SENTENCE_START = re.compile(r"(?:^|[.!?…]\s+|[\"“(]\s*)$")
 _WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
@@ -252,6 +261,21 @@ def time_window(
     return None, None, None
 
 
+def about(text: str, entity: str) -> str | None:
+    """`text` with `entity` said as "they" ("their" for "X's"); None when nothing else is asked.
+
+    "Would Priya enjoy skydiving?" asks about Priya: the memories that name her hold the
+    answer, and among them the name is no evidence, while it pulls a question's vector
+    towards every line that merely mentions her.
+    """
+    pattern = re.compile(rf"(?<!\w){re.escape(entity)}(?:['’]s\b)?(?!\w)")
+    if not pattern.search(text):
+        return None
+    rest = pattern.sub(lambda m: "their" if m.group(0) != entity else "they", text)
+    rest = " ".join(rest.split())
+    return rest if terms(rest) else None
+
+
 def decompose(message: str, *, now: datetime | None = None, max_queries: int = 4) -> QueryPlan:
     """Split `message` into at most `max_queries` short searches plus entities and time bounds."""
     text = message.strip()
@@ -267,11 +291,14 @@ def decompose(message: str, *, now: datetime | None = None, max_queries: int = 4
         # One long clause: search it in overlapping runs of content words as well.
         clauses = [" ".join(all_terms[i : i + 4]) for i in range(0, len(all_terms) - 2, 3)]
     after, before, anchor = time_window(text, now or datetime.now(UTC))
+    found = entities(text)[:6]
+    focus = [(e, q) for e in found if e[:1].isupper() and (q := about(text, e))]
     return QueryPlan(
         text=text,
         queries=tuple(q for q in clauses[:max_queries] if q != " ".join(all_terms)),
-        entities=tuple(entities(text)[:6]),
+        entities=tuple(found),
         after=after,
         before=before,
         anchor=anchor,
+        about=tuple(focus[:ABOUT_ENTITIES]),
     )
