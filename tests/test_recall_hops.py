@@ -15,10 +15,10 @@ from daemon.clock import FakeClock
 from daemon.memory.embedders import MiniLMEmbedder, minilm_available
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex
-from daemon.memory.query import decompose
+from daemon.memory.query import decompose, terms
 from daemon.memory.system import MemorySystem
 from daemon.paths import Home
-from daemon.settings import MemorySettings
+from daemon.settings import MemorySettings, Settings
 from daemon.store.db import Database
 from daemon.testing import ScriptedModel
 from tests.memory_support import NOW, add_session, memory_system, write_jsonl
@@ -191,6 +191,9 @@ async def test_a_question_about_a_person_is_asked_of_the_memories_naming_them(
     assert not any(TEACHER in i.text for i in plain)
 
 
+WEATHER = ["grey", "wet", "cold", "windy", "foggy", "mild", "sunny", "humid", "dry", "stormy"]
+
+
 def test_the_about_question_says_the_person_as_they() -> None:
     plan = decompose("What do Priya's kids want to be when they grow up?", now=NOW)
     assert plan.about == (("Priya", "What do their kids want to be when they grow up?"),)
@@ -200,3 +203,27 @@ def test_the_about_question_says_the_person_as_they() -> None:
     assert [e for e, _ in both.about] == ["Ada", "Tomas"]
     assert both.about[0][1] == "Would they and Tomas enjoy Lisbon in May?"
     assert set(both.vector_queries()) >= {q for _, q in both.about} | set(both.all_queries())
+
+
+@pytest.mark.anyio
+async def test_facets_count_a_word_by_how_rare_it_is_in_memory(tmp_path: Path) -> None:
+    """A speaker's name is on most memories: covering it says little, covering "hobby" much."""
+    lines = [("user", "My friend Clara took up a new hobby, sailing on the lake.")]
+    lines += [("user", f"Priya here, the weather is {w} again today.") for w in WEATHER]
+    lines += [("user", "Priya here, I pick up the kids at five every day.")]
+    config = Settings.model_validate({"memory": {"chunk_messages": 1}})
+    async with memory_system(tmp_path, config=config) as memory:
+        await add_session(memory.db, "s", lines)
+        await memory.index_session("s")
+        index = memory.index
+        await index.refresh()
+        rows = {r[1]: r[0] for r in await memory.db.fetchall("SELECT rowid, text FROM memories")}
+        friend = next(r for t, r in rows.items() if "Clara" in t)
+        kids = next(r for t, r in rows.items() if "kids" in t)
+        assert friend < kids  # on a tie the newer row would come first
+        plan = decompose("What hobby did Priya's friend pick up?", now=NOW)
+        with anyio.fail_after(10):
+            weights = await index._facet_weights(terms(plan.text))
+            order = await index._by_facets(plan, [(kids, 0.02), (friend, 0.02)])
+    assert weights["priya"] < weights["hobby"]
+    assert [r for r, _ in order] == [friend, kids]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
@@ -693,7 +694,8 @@ class MemoryIndex:
         bridge name to the first-hop text it came from: an item naming the bridge covers
         what that text covers ("Tomas" stands for "my brother … medical school").
         """
-        facets = {stem(w) for w in terms(plan.text)}
+        asked = terms(plan.text)
+        facets = {stem(w) for w in asked}
         if FACET_WEIGHT <= 0 or len(facets) < 2 or not scored:
             return scored
         rows = await self.db.fetchall(
@@ -701,9 +703,11 @@ class MemoryIndex:
             [r for r, _ in scored],
         )
         texts = {r[0]: f"{r[1]} {r[2]}" for r in rows}
+        weight = await self._facet_weights(asked)
+        total = sum(weight.values())
 
         def share(text: str) -> float:
-            return len(facets & {stem(w) for w in terms(text)}) / len(facets)
+            return sum(weight[f] for f in facets & {stem(w) for w in terms(text)}) / total
 
         links = [(name.lower(), share(seed)) for name, seed in (chains or {}).items()]
 
@@ -716,6 +720,25 @@ class MemoryIndex:
             ((r, s * (1.0 + FACET_WEIGHT * covered(r))) for r, s in scored),
             key=lambda rs: (-rs[1], -rs[0]),
         )
+
+    async def _facet_weights(self, asked: Sequence[str]) -> dict[str, float]:
+        """Each question word's stem weighted by its IDF in memory.
+
+        A name on half the memories (a speaker's) covers little; a word few memories use
+        ("brother", "hobby") says the item speaks of what was asked.
+        """
+        rows = len(self.matrix)
+        phrases = {w: '"' + w.replace('"', "") + '"' for w in asked}
+
+        def count(conn: Any) -> dict[str, int]:
+            return self.lexical.doc_freqs(conn, phrases.values(), rows, self.matrix.generation)
+
+        df = await self.db.run(count)
+        weight: dict[str, float] = {}
+        for w, phrase in phrases.items():
+            idf = math.log(1.0 + (rows + 1.0) / (1.0 + df.get(phrase, 0)))
+            weight[stem(w)] = max(weight.get(stem(w), 0.0), idf)
+        return weight
 
     async def _about(self, plan: QueryPlan, where: RowFilter) -> list[dict[int, float]]:
         """Rankings for what the question asks about someone, among the memories naming them.
