@@ -97,12 +97,10 @@ def _tokenizer() -> Check:
 
 def _embedder(settings: Settings) -> Check:
     """The embedder the daemon will actually use (the same choice as `build_embedder`)."""
-    from daemon.memory.embedders import local_available, minilm_available
+    from daemon.memory.embedders import local_available, minilm_available, resolve_choice
 
     configured = settings.memory.embedder
-    choice = configured
-    if choice == "auto":
-        choice = "local" if local_available() else "minilm" if minilm_available() else "none"
+    choice = resolve_choice(configured)
     how = f"memory.embedder = {configured!r}" + (f" → {choice}" if configured == "auto" else "")
     if choice == "none":
         return Check(

@@ -24,6 +24,10 @@ from daemon.log import get_logger
 
 log = get_logger("durable")
 
+# (file, line number) of unreadable lines already reported: files are append-only, so a torn
+# line stays where it is, and a file read on every turn must not warn on every turn.
+_REPORTED: set[tuple[str, int]] = set()
+
 
 def append_lines(path: Path, lines: Iterable[str], *, mode: int = 0o600) -> None:
     """Append whole lines to `path` (created with `mode`) and fsync."""
@@ -77,7 +81,7 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file, skipping torn or corrupt lines (logged); [] when it does not exist."""
+    """Read a JSONL file, skipping torn or corrupt lines (logged once each); [] when it does not exist."""
     out: list[dict[str, Any]] = []
     try:
         raw = path.read_bytes()
@@ -89,7 +93,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         try:
             obj = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("skipping an unreadable line", path=str(path), line=n)
+            if (str(path), n) not in _REPORTED:
+                _REPORTED.add((str(path), n))
+                log.warning("skipping an unreadable line", path=str(path), line=n)
             continue
         if isinstance(obj, dict):
             out.append(obj)

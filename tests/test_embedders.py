@@ -15,9 +15,11 @@ from daemon.memory.embedders import (
     EmbedderError,
     HashEmbedder,
     LocalEmbedder,
+    MiniLMEmbedder,
     NoEmbedder,
     build_embedder,
     local_available,
+    minilm_available,
 )
 from daemon.settings import MemorySettings
 
@@ -127,7 +129,9 @@ def test_build_embedder_choices() -> None:
     with pytest.raises(EmbedderError, match="api_embed_url"):
         build_embedder(MemorySettings(embedder="api"))
     auto = build_embedder(MemorySettings(embedder="auto"))
-    assert auto.name == ("all-MiniLM-L6-v2" if local_available() else "none")
+    assert auto.name == ("all-MiniLM-L6-v2" if minilm_available() else "none")
+    # The numpy encoder, also where torch is installed (no 12 s torch import for a command).
+    assert isinstance(auto, MiniLMEmbedder) == minilm_available()
 
 
 def test_local_embedder_threads_default_to_half_the_cores() -> None:

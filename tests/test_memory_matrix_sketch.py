@@ -55,11 +55,11 @@ def fact(i: int, text: str, kind: str = "fact") -> NewMemory:
 
 @asynccontextmanager
 async def index_over(
-    db_file: Path, embedder: TableEmbedder, *, sketch: bool
+    db_file: Path, embedder: TableEmbedder, *, sketch: bool, background: bool = False
 ) -> AsyncIterator[MemoryIndex]:
     async with await Database.open(db_file) as db:
         index = MemoryIndex(
-            db, embedder, MemorySettings(), FakeClock(T0), background=False, persist=False
+            db, embedder, MemorySettings(), FakeClock(T0), background=background, persist=False
         )
         index.matrix.sketch = sketch
         index.matrix.sketch_min_rows = 0
@@ -167,14 +167,25 @@ async def test_filters_hold_in_the_sketched_path(tmp_path: Path, table: TableEmb
         assert (await vector_hits(index, "find me", kinds=["fact"]))[0] == "fact:90002"
 
 
-async def test_only_the_long_lived_index_sketches(tmp_path: Path) -> None:
-    """The daemon's index (background work) sketches; a one-shot command's scores exactly."""
-    async with await Database.open(tmp_path / "reverie.db") as db:
-        for background, expected in ((True, True), (False, False)):
-            index = MemoryIndex(
-                db, TableEmbedder(), MemorySettings(), FakeClock(T0), background=background
-            )
-            assert index.matrix.sketch is expected
+async def test_the_daemon_and_a_one_shot_command_return_the_same_hits(
+    tmp_path: Path, table: TableEmbedder
+) -> None:
+    """Both sketch; the daemon's index builds it before its first search, a command's index on
+    its first vector query (a lexical search never pays for it)."""
+    db_file = await seeded(tmp_path, table)
+    rng = np.random.default_rng(4)
+    for j in range(12):
+        table.put(f"probe {j}", rng.normal(size=DIM))
+    async with index_over(db_file, table, sketch=True, background=True) as daemon_index:
+        await daemon_index.refresh()
+        assert daemon_index.matrix.sketch_ready
+        daemon_hits = [await vector_hits(daemon_index, f"probe {j}") for j in range(12)]
+    async with index_over(db_file, table, sketch=True) as command_index:
+        await command_index.search("memory number 5", k=5, mode="lexical")
+        assert command_index.matrix.sketching and not command_index.matrix.sketch_ready
+        command_hits = [await vector_hits(command_index, f"probe {j}") for j in range(12)]
+        assert command_index.matrix.sketch_ready
+    assert command_hits == daemon_hits
 
 
 async def test_the_sketch_starts_once_the_index_is_large_enough(
@@ -188,5 +199,6 @@ async def test_the_sketch_starts_once_the_index_is_large_enough(
         assert not index.matrix.sketching and not index.matrix.sketch_ready
         await index.upsert([fact(i, f"memory number {i}") for i in range(3000, 5000)])
         await index.flush()  # the arrays now hold more room than rows
-        assert index.matrix.sketching and index.matrix.sketch_ready
+        assert index.matrix.sketching
         assert "fact:4321" in (await vector_hits(index, "memory number 4321"))[:3]
+        assert index.matrix.sketch_ready

@@ -15,7 +15,7 @@ from daemon.bus import EventBus
 from daemon.events import ConfigReloaded
 from daemon.memory.index import NewMemory
 from daemon.models.anthropic import AnthropicModel
-from daemon.models.base import ModelRequest, Usage
+from daemon.models.base import ModelRequest, SpendCapReached, Usage
 from daemon.models.offline import OfflineModel
 from daemon.models.offline_dreams import dream
 from daemon.settings import AnthropicSettings, TopicsSettings
@@ -217,8 +217,11 @@ async def test_the_spend_cap_stops_the_dream_before_the_call(tmp_path: Path) -> 
                 role="trunk", provider="anthropic", model="claude-sonnet-4-5",
                 usage=Usage(input_tokens=3_000_000, output_tokens=0), session_id=None, turn_id=None,
             )  # fmt: skip
-            report = await DreamsPhase().run(rig.context(since=START - timedelta(hours=1)))
-            assert report.changed.startswith("skipped:") and "cap" in report.changed
+            # Not a finished phase: the cycle records it as skipped, so the next dream's
+            # `since` reaches back over this night's material.
+            with pytest.raises(SpendCapReached):
+                await DreamsPhase().run(rig.context(since=START - timedelta(hours=1)))
+            assert list(rig.home.dreams_dir.glob("dream-*.md")) == []
 
 
 def guarded_script(rig: SleepRig) -> Any:

@@ -245,8 +245,6 @@ class MemoryIndex:
         self.settings = settings
         self.clock = clock
         self.matrix = VectorMatrix(model=embedder.name, dim=embedder.dim)
-        # The daemon's index lives long enough for the sign-bit sketch to pay for itself.
-        self.matrix.sketch = background
         self._stack: AsyncExitStack | None = None
         self._wake = anyio.Event()
         self._embed_lock = anyio.Lock()
@@ -466,8 +464,10 @@ class MemoryIndex:
                 await self._load_matrix()
             else:
                 await self.db.run(self.matrix.refresh)
-            if self.matrix.sketching and not self.matrix.sketch_ready:
-                # Built under the refresh lock, so no refresh changes vectors meanwhile.
+            if self.background and self.matrix.sketching and not self.matrix.sketch_ready:
+                # The daemon builds the sign-bit sketch before its first search, under the
+                # refresh lock (no refresh changes vectors meanwhile); a one-shot command
+                # builds it on its first vector query only (a lexical one never needs it).
                 await anyio.to_thread.run_sync(self.matrix.prepare_sketch)
         if self.persist and self.matrix.rows_since_save >= self.persist_rows:
             if self._tg is not None:

@@ -30,7 +30,7 @@ KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3, "month": 4, "jo
 # Up to this many query vectors are scored one matrix-vector product each (see `similarities`).
 GEMV_QUERIES = 3
 
-# The sign-bit sketch (`ranked`): from this many vectors on, a matrix with `sketch` on picks
+# The sign-bit sketch (`ranked`): from this many vectors on, a matrix (`sketch` on) picks
 # candidates by Hamming distance of the vectors' sign bits (48 bytes a row for 384-d, against
 # 1,536 for the floats) and scores only those exactly. At least SKETCH_MIN_CANDIDATES, or
 # SKETCH_OVERSAMPLE times what is asked for, are scored.
@@ -138,9 +138,9 @@ class VectorMatrix:
         self.dim = dim
         self.saved_generation = -1
         self.rows_since_save = 0
-        # Long-lived processes (the daemon) turn the sign-bit sketch on; a one-shot command
-        # would spend more building it than one exact pass costs.
-        self.sketch = False
+        # Every process sketches the same way, so the daemon and a one-shot command return the
+        # same hits; the daemon builds the sketch at start, a command on its first vector query.
+        self.sketch = True
         self.sketch_min_rows = SKETCH_MIN_ROWS
         self._reset()
 

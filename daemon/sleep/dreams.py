@@ -28,7 +28,7 @@ from daemon.log import get_logger
 from daemon.memory.index import iso
 from daemon.memory.summariser import read_summary_file
 from daemon.memory.text import parse_json_reply
-from daemon.models.base import Message, SpendCapReached, SystemBlock
+from daemon.models.base import Message, SystemBlock
 from daemon.redact import redactor_for
 from daemon.sleep.phases import PhaseContext, PhaseReport
 from daemon.sleep.revisions import Material, Proposal, Revision, RevisionStore
@@ -156,14 +156,9 @@ class DreamsPhase:
         await anyio.to_thread.run_sync(router.reload)
         topics = router.topics
         shown = [s.id for s in router.score("system_prompt", "\n".join(rendered))][:_TOPICS_SHOWN]
-        try:
-            await ctx.models.check_cap("dreams")
-        except SpendCapReached as exc:
-            return PhaseReport(
-                phase=self.name,
-                changed=f"skipped: {exc}",
-                details={"material": len(material.origins), "revisions": []},
-            )
+        # Raises SpendCapReached: the cycle records the phase as skipped, not done, so the
+        # next night's dream reaches back over this material instead of losing it.
+        await ctx.models.check_cap("dreams")
         prompt = self._prompt(ctx, rendered, topics, shown)
         request = ctx.models.request(
             "dreams",
