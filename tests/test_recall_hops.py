@@ -203,6 +203,9 @@ def test_the_about_question_says_the_person_as_they() -> None:
     assert [e for e, _ in both.about] == ["Ada", "Tomas"]
     assert both.about[0][1] == "Would they and Tomas enjoy Lisbon in May?"
     assert set(both.vector_queries()) >= {q for _, q in both.about} | set(both.all_queries())
+    # A place is not asked about, and the time window carries the event, not the question.
+    moved = decompose("What did Priya join after moving to Leeds?", now=NOW)
+    assert moved.anchor is not None and moved.about == (("Priya", "What did they join?"),)
 
 
 @pytest.mark.anyio
@@ -227,3 +230,56 @@ async def test_facets_count_a_word_by_how_rare_it_is_in_memory(tmp_path: Path) -
             order = await index._by_facets(plan, [(kids, 0.02), (friend, 0.02)])
     assert weights["priya"] < weights["hobby"]
     assert [r for r, _ in order] == [friend, kids]
+
+
+@pytest.mark.anyio
+async def test_after_an_event_the_event_itself_comes_second(tmp_path: Path) -> None:
+    """ "What did I join after moving to Ashford?" joins the move to what followed it: the best
+    hit after the move, then the move, then the rest."""
+    said = [
+        ("2025-03-01T09:00:00+00:00", "I joined the rowing club down by the canal."),
+        ("2025-06-01T09:00:00+00:00", "We finally moved to Ashford! Boxes everywhere."),
+        ("2025-09-01T09:00:00+00:00", "I joined a choir that sings on Thursdays."),
+        ("2025-10-01T09:00:00+00:00", "The choir's concert is in December, I sing alto."),
+    ]
+    async with memory_system(tmp_path) as memory:
+        for i, (ts, text) in enumerate(said):
+            await add_session(memory.db, f"s{i}", [("user", text)], started=ts)
+            await memory.db.execute(
+                "UPDATE messages SET ts = ? WHERE session_id = ?", (ts, f"s{i}")
+            )
+            await memory.index_session(f"s{i}")
+        await memory.index.flush()
+        with anyio.fail_after(10):
+            after = await memory.index.search_plan(
+                decompose("What did I join after moving to Ashford?", now=NOW), k=4
+            )
+    texts = [i.text for i in after]
+    assert "choir that sings" in texts[0] and "moved to Ashford" in texts[1]
+    assert "rowing club" in texts[-1]
+
+
+@pytest.mark.anyio
+@needs_minilm
+async def test_inside_a_time_window_the_person_is_still_asked_about(tmp_path: Path) -> None:
+    """After the event that bounds the search, the question about Priya is asked of the lines
+    naming her, as it is over the whole history."""
+    lines = list(PERSON_LINES)
+    lines[10] = ("Priya", "We finally moved to Leeds, boxes everywhere but the view is worth it.")
+    src = write_jsonl(tmp_path / "d.jsonl", _dialogue(lines))
+    home = Home(tmp_path / "home")
+    home.ensure()
+    plan = decompose("What might Priya do for a living after moving to Leeds?", now=NOW)
+    assert plan.anchor is not None and plan.about
+    async with await Database.open(home.db_file) as db:
+        index = MemoryIndex(
+            db, MiniLMEmbedder(), MemorySettings(), FakeClock(NOW), background=False
+        )
+        async with index:
+            with anyio.fail_after(60):
+                await import_file(src, home=home, index=index)
+                await index.flush()
+                found = await index.search_plan(plan, k=5)
+    texts = [i.text for i in found]
+    assert "moved to Leeds" in texts[1]  # the event, second
+    assert any(TEACHER in t for t in texts)

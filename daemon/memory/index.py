@@ -740,8 +740,11 @@ class MemoryIndex:
             weight[stem(w)] = max(weight.get(stem(w), 0.0), idf)
         return weight
 
-    async def _about(self, plan: QueryPlan, where: RowFilter) -> list[dict[int, float]]:
-        """Rankings for what the question asks about someone, among the memories naming them.
+    async def _about(
+        self, plan: QueryPlan, windows: Sequence[RowFilter]
+    ) -> list[list[dict[int, float]]]:
+        """Per window, rankings for what the question asks about someone, among the memories
+        naming them.
 
         "What might Priya do for a living?": the question said of "they", by vector, over the
         `ABOUT_POOL` nearest memories, keeping those that name the person (FTS). Her own
@@ -749,44 +752,54 @@ class MemoryIndex:
         question, and the name in its vector pulls towards every line that mentions her.
         """
         if not plan.about or self.embedder.dim == 0 or not self.matrix.vector_count:
-            return []
+            return [[] for _ in windows]
         vectors = await self.query_vectors([q for _, q in plan.about])
         if vectors is None:
-            return []
-        mask = self.matrix.mask(
-            kinds=where.kinds,
-            include_retired=where.include_retired,
-            after=where.after,
-            before=where.before,
-            need_vector=True,
-        )
+            return [[] for _ in windows]
+        masks = [
+            self.matrix.mask(
+                kinds=w.kinds,
+                include_retired=w.include_retired,
+                after=w.after,
+                before=w.before,
+                need_vector=True,
+            )
+            for w in windows
+        ]
         near = await anyio.to_thread.run_sync(
-            lambda: self.matrix.ranked(vectors, [mask], ABOUT_POOL)[0]
+            lambda: self.matrix.ranked(vectors, masks, ABOUT_POOL)
         )
+        phrases = [
+            '"' + " ".join(w.replace('"', "") for w in words(e)) + '"' for e, _ in plan.about
+        ]
 
-        def naming(conn: Any) -> list[list[int]]:
+        def naming(conn: Any) -> list[list[list[int]]]:
             out = []
-            for (name, _), rowids in zip(plan.about, near, strict=True):
-                phrase = '"' + " ".join(w.replace('"', "") for w in words(name)) + '"'
-                found = (
-                    {
-                        r[0]
-                        for r in conn.execute(
-                            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? "
-                            f"AND rowid IN ({','.join('?' * len(rowids))})",
-                            (phrase, *rowids),
-                        )
-                    }
-                    if rowids
-                    else set()
-                )
-                out.append([r for r in rowids if r in found])
+            for per_query in near:
+                kept = []
+                for phrase, rowids in zip(phrases, per_query, strict=True):
+                    found = (
+                        {
+                            r[0]
+                            for r in conn.execute(
+                                "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? "
+                                f"AND rowid IN ({','.join('?' * len(rowids))})",
+                                (phrase, *rowids),
+                            )
+                        }
+                        if rowids
+                        else set()
+                    )
+                    kept.append([r for r in rowids if r in found])
+                out.append(kept)
             return out
 
-        kept = await self.db.run(naming)
         return [
-            {r: self._vector_weight / (RRF_K + rank + 1) for rank, r in enumerate(rows)}
-            for rows in kept
+            [
+                {r: self._vector_weight / (RRF_K + rank + 1) for rank, r in enumerate(rows)}
+                for rows in per_query
+            ]
+            for per_query in await self.db.run(naming)
         ]
 
     async def _second_hop(
@@ -926,10 +939,15 @@ class MemoryIndex:
         if not queries or k <= 0:
             return []
         after, before = plan.after, plan.before
+        event: int | None = None
         if plan.anchor is not None:
             hits = await self.search(plan.anchor.text, k=3, kinds=kinds, mode=mode)
             if hits and hits[0].ts is not None:
                 pivot = hits[0].ts
+                row = await self.db.fetchone(
+                    "SELECT rowid FROM memories WHERE uid = ?", (hits[0].id,)
+                )
+                event = int(row[0]) if row else None
                 # Strictly after: the anchoring event itself is not what happened after it.
                 after, before = (
                     (pivot + timedelta(seconds=1), None)
@@ -943,11 +961,12 @@ class MemoryIndex:
         ranked = await self._rank_queries(
             queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=windows
         )
-        weights = [1.0] + [0.5] * (len(ranked[0]) - 1)
+        window_weights = [[1.0] + [0.5] * (len(r) - 1) for r in ranked]
         if mode != "lexical":
-            focus = await self._about(plan, windows[0])
-            ranked[0] = [*ranked[0], *focus]
-            weights += [ABOUT_WEIGHT] * len(focus)
+            for wi, focus in enumerate(await self._about(plan, windows)):
+                ranked[wi] = [*ranked[wi], *focus]
+                window_weights[wi] += [ABOUT_WEIGHT] * len(focus)
+        weights = window_weights[0]
         first = self._combine(ranked[0], HOP_SEEDS, weights)
         chains: dict[str, str] = {}
         # Items a bridge name found say so (meta "via"): recall keeps them although they may
@@ -967,7 +986,10 @@ class MemoryIndex:
         base = (first + rest)[:k]
         if len(windows) == 1:
             return await self._hydrate(descending(base), via)
-        inside = self._combine(ranked[1], k)
+        inside = self._combine(ranked[1], k, window_weights[1])
+        if event is not None:
+            # "What did X do after Y?" joins Y to what followed: the event itself comes second.
+            inside = [*inside[:1], (event, inside[0][1] if inside else 0.0), *inside[1:]]
         seen = {r for r, _ in inside}
         return await self._hydrate(
             descending((inside + [(r, s) for r, s in base if r not in seen])[:k]), via

@@ -276,6 +276,14 @@ def about(text: str, entity: str) -> str | None:
     return rest if terms(rest) else None
 
 
+def placed(text: str, entity: str) -> bool:
+    """Say whether `text` names `entity` as a place ("moving to Leeds", "in Lisbon")."""
+    return (
+        re.search(rf"\b(?:to|in|at|from|near|into)\s+{re.escape(entity)}\b", text, re.IGNORECASE)
+        is not None
+    )
+
+
 def decompose(message: str, *, now: datetime | None = None, max_queries: int = 4) -> QueryPlan:
     """Split `message` into at most `max_queries` short searches plus entities and time bounds."""
     text = message.strip()
@@ -292,7 +300,18 @@ def decompose(message: str, *, now: datetime | None = None, max_queries: int = 4
         clauses = [" ".join(all_terms[i : i + 4]) for i in range(0, len(all_terms) - 2, 3)]
     after, before, anchor = time_window(text, now or datetime.now(UTC))
     found = entities(text)[:6]
-    focus = [(e, q) for e in found if e[:1].isupper() and (q := about(text, e))]
+    # The time window carries "after moving to Leeds"; in the about question it is noise.
+    asked = text
+    if anchor is not None:
+        asked = re.sub(
+            rf"\s*\b{anchor.relation}\s+(?:\w+\s+)?{re.escape(anchor.text)}",
+            "",
+            text,
+            flags=re.IGNORECASE,
+        )
+    focus = [
+        (e, q) for e in found if e[:1].isupper() and not placed(text, e) and (q := about(asked, e))
+    ]
     return QueryPlan(
         text=text,
         queries=tuple(q for q in clauses[:max_queries] if q != " ".join(all_terms)),
