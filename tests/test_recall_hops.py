@@ -283,3 +283,27 @@ async def test_inside_a_time_window_the_person_is_still_asked_about(tmp_path: Pa
     texts = [i.text for i in found]
     assert "moved to Leeds" in texts[1]  # the event, second
     assert any(TEACHER in t for t in texts)
+
+
+@pytest.mark.anyio
+async def test_a_line_said_on_many_days_is_shown_once(tmp_path: Path) -> None:
+    said = [("user", "We had friends over for dinner, so nice to catch up.")] * 6
+    said += [("user", "My best friend Clara is learning to sail, she loves it.")]
+    async with memory_system(
+        tmp_path, config=Settings.model_validate({"memory": {"chunk_messages": 1}})
+    ) as memory:
+        for i, line in enumerate(said):
+            ts = f"2026-01-{10 + i:02d}T09:00:00+00:00"
+            await add_session(memory.db, f"s{i}", [line], started=ts)
+            await memory.db.execute(
+                "UPDATE messages SET ts = ? WHERE session_id = ?", (ts, f"s{i}")
+            )
+            await memory.index_session(f"s{i}")
+        await memory.index.flush()
+        with anyio.fail_after(10):
+            found = await memory.index.search_plan(
+                decompose("Which friends did I have over for dinner?", now=NOW), k=3
+            )
+    texts = [i.text for i in found]
+    assert sum("friends over for dinner" in t for t in texts) == 1
+    assert any("Clara" in t for t in texts) and len(texts) == 2

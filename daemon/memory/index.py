@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AsyncExitStack
@@ -168,6 +169,10 @@ def _upsert_sync(
             (new, at, gen, old, new),
         )
     return gen
+
+
+# "Maya (8 May 2023): " -> "Maya: ": the same words from the same speaker on another day.
+_UNDATED = re.compile(r"(?m)^([^\n:()]{1,60}?)\s*\([^)\n]{1,40}\):")
 
 
 def descending(scored: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -721,6 +726,29 @@ class MemoryIndex:
             key=lambda rs: (-rs[1], -rs[0]),
         )
 
+    async def _distinct(self, scored: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+        """The first `k` results, each text once: a line someone says often ("we had friends
+        over for dinner") is shown at its best place, not at every date it was said."""
+        if len(scored) <= 1:
+            return scored[:k]
+        rows = await self.db.fetchall(
+            f"SELECT rowid, text FROM memories WHERE rowid IN ({','.join('?' * len(scored))})",
+            [r for r, _ in scored],
+        )
+        said = {r[0]: _UNDATED.sub(r"\1:", r[1]).strip() for r in rows}
+        seen: set[str] = set()
+        out: list[tuple[int, float]] = []
+        for rowid, score in scored:
+            text = said.get(rowid)
+            if text is not None and text in seen:
+                continue
+            if text is not None:
+                seen.add(text)
+            out.append((rowid, score))
+            if len(out) == k:
+                break
+        return out
+
     async def _facet_weights(self, asked: Sequence[str]) -> dict[str, float]:
         """Each question word's stem weighted by its IDF in memory.
 
@@ -981,12 +1009,13 @@ class MemoryIndex:
                     via.setdefault(rowid, {"via": name})
         # The first hop's best hits keep their places; what the second hop found ranks after.
         kept = {r for r, _ in first}
-        pool = self._combine(ranked[0], max(k, FACET_POOL) + len(first), weights)
+        # Room for the repeated lines `_distinct` drops.
+        pool = self._combine(ranked[0], 2 * max(k, FACET_POOL) + len(first), weights)
         rest = await self._by_facets(plan, [(r, s) for r, s in pool if r not in kept], chains)
-        base = (first + rest)[:k]
+        base = await self._distinct(first + rest, k)
         if len(windows) == 1:
             return await self._hydrate(descending(base), via)
-        inside = self._combine(ranked[1], k, window_weights[1])
+        inside = await self._distinct(self._combine(ranked[1], 2 * k, window_weights[1]), k)
         if event is not None:
             # "What did X do after Y?" joins Y to what followed: the event itself comes second.
             inside = [*inside[:1], (event, inside[0][1] if inside else 0.0), *inside[1:]]
