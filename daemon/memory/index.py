@@ -11,6 +11,7 @@ batches; until vectors exist, search works lexically.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -173,6 +174,18 @@ def _upsert_sync(
 
 # "Maya (8 May 2023): " -> "Maya: ": the same words from the same speaker on another day.
 _UNDATED = re.compile(r"(?m)^([^\n:()]{1,60}?)\s*\([^)\n]{1,40}\):")
+
+
+@functools.lru_cache(maxsize=8192)
+def undated(text: str) -> str:
+    """A memory's text with its speaker labels' dates left out ("Maya (8 May 2023): " -> "Maya: ")."""
+    return _UNDATED.sub(r"\1:", text).strip()
+
+
+@functools.lru_cache(maxsize=8192)
+def stems_of(text: str) -> frozenset[str]:
+    """The stems of a memory's content words (cached: the same memories are re-ranked often)."""
+    return frozenset(stem(w) for w in terms(text))
 
 
 def descending(scored: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -712,7 +725,7 @@ class MemoryIndex:
         total = sum(weight.values())
 
         def share(text: str) -> float:
-            return sum(weight[f] for f in facets & {stem(w) for w in terms(text)}) / total
+            return sum(weight[f] for f in facets & stems_of(text)) / total
 
         links = [(name.lower(), share(seed)) for name, seed in (chains or {}).items()]
 
@@ -735,7 +748,7 @@ class MemoryIndex:
             f"SELECT rowid, text FROM memories WHERE rowid IN ({','.join('?' * len(scored))})",
             [r for r, _ in scored],
         )
-        said = {r[0]: _UNDATED.sub(r"\1:", r[1]).strip() for r in rows}
+        said = {r[0]: undated(r[1]) for r in rows}
         seen: set[str] = set()
         out: list[tuple[int, float]] = []
         for rowid, score in scored:
