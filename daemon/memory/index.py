@@ -972,9 +972,12 @@ class MemoryIndex:
     ) -> list[MemoryItem]:
         """Search a decomposed query: its time window is a preference, not a wall.
 
-        Results inside the window (or before/after the remembered anchor, e.g. "my trip")
-        come first; the rest of the ranking fills up to `k`, so a mis-resolved time word
-        never empties the answer.
+        Results inside the window (or before/after the remembered anchor, e.g. "my trip",
+        whose own memory comes second) come first; the rest of the ranking fills up to `k`,
+        so a mis-resolved time word never empties the answer. Each query is fused with the
+        plan's about questions (a named person's memories, see `_about`) and, with two hops,
+        the names the first hop's best hits mention (`_second_hop`); below those best hits,
+        facet coverage re-ranks; each line appears once; scores never rise down the list.
         """
         queries = [q for q in dict.fromkeys(q.strip() for q in plan.all_queries()) if q]
         if not queries or k <= 0:
@@ -1028,14 +1031,15 @@ class MemoryIndex:
         base = await self._distinct(first + rest, k)
         if len(windows) == 1:
             return await self._hydrate(descending(base), via)
-        inside = await self._distinct(self._combine(ranked[1], 2 * k, window_weights[1]), k)
+        inside = [
+            (r, s) for r, s in self._combine(ranked[1], 2 * k, window_weights[1]) if r != event
+        ]
         if event is not None:
             # "What did X do after Y?" joins Y to what followed: the event itself comes second.
             inside = [*inside[:1], (event, inside[0][1] if inside else 0.0), *inside[1:]]
         seen = {r for r, _ in inside}
-        return await self._hydrate(
-            descending((inside + [(r, s) for r, s in base if r not in seen])[:k]), via
-        )
+        merged = await self._distinct(inside + [(r, s) for r, s in base if r not in seen], k)
+        return await self._hydrate(descending(merged), via)
 
     async def similar(
         self, text: str, kinds: Collection[str], threshold: float
