@@ -98,7 +98,11 @@ async def test_dialogue_minilm_hybrid_meets_target(tmp_path: Path) -> None:
     with anyio.fail_after(120):
         res = await evaluate(generate_dialogue(3), embedder, ["hybrid"], [10], workdir=tmp_path)
     # Measured 0.62 (numpy MiniLM, same vectors) with 16 inference and 10 multi-hop questions
-    # before questions about a person were asked of the memories naming them; 0.80 after
-    # (inference 0.19 -> 0.62, multi-hop 0.80 -> 0.90).
-    assert res["hybrid"]["recall@10"] >= 0.75
-    assert res["hybrid"]["by_kind"]["inference"]["recall@10"] >= 0.55
+    # before questions about a person were asked of the memories naming them; 0.93 with that,
+    # the event second, IDF facets and each line once (inference 0.19 -> 0.75, multi-hop
+    # 0.80 -> 1.00, both facts of a join 0.50 -> 0.90).
+    by_kind = res["hybrid"]["by_kind"]
+    assert res["hybrid"]["recall@10"] >= 0.85
+    assert by_kind["inference"]["recall@10"] >= 0.65
+    assert by_kind["multi-hop"]["recall@10"] >= 0.9
+    assert by_kind["multi-hop"]["complete@10"] >= 0.8
