@@ -499,7 +499,8 @@ async def test_cancelling_the_trunk_turn_cancels_its_forks(tmp_path: Path) -> No
     assert [row.status for row in rows] == ["cancelled", "cancelled"]
     assert sorted(shutdowns) == sorted(row.id for row in rows)
     for recs in records:
-        assert recs[-1]["type"] == "turn_end" and recs[-1]["status"] == "cancelled"
+        assert recs[-2]["type"] == "turn_end" and recs[-2]["status"] == "cancelled"
+        assert recs[-1]["type"] == "fork_end" and recs[-1]["status"] == "cancelled"
     assert r.delegator.running == 0
 
 

@@ -77,6 +77,8 @@ class ForkRun:
     # The sessions above it, trunk first: their memories stay out of its context.
     ancestors: tuple[str, ...]
     tokens: int = 0
+    # When its lineage row says it started (the transcript's header repeats it).
+    started_at: str = ""
 
 
 class Delegator:
@@ -252,7 +254,14 @@ class Delegator:
             )
             raise ToolError(f"the fork was not started: vetoed by {veto.by}: {veto.reason}")
         ancestors = (*parent.ancestors, parent.id) if parent is not None else (ctx.session_id,)
-        run = ForkRun(id=fork_id, depth=depth, task=task, tree=tree, ancestors=ancestors)
+        run = ForkRun(
+            id=fork_id,
+            depth=depth,
+            task=task,
+            tree=tree,
+            ancestors=ancestors,
+            started_at=now.isoformat(),
+        )
         # The row exists before the transcript: a crash from here on is found at the next start.
         await self.lineage.start(**common)  # type: ignore[arg-type]
         # Every fork the trunk's live session has spawned (this turn's siblings, earlier trees):
@@ -349,6 +358,7 @@ class Delegator:
                 "parent_turn": parent_turn,
                 "parent_call": ctx.call_id,
                 "root": tree.root_session_id,
+                "forked_at": run.started_at,
             },
         )
         parent_observer(
@@ -472,12 +482,25 @@ class Delegator:
     ) -> None:
         """Record how the fork ended, end its session (its own summary), tell the parent. Shielded by callers."""
         now = self.clock.now()
+        summary = outcome.text[:4000] if outcome.status in ("complete", "incomplete") else None
+        # The transcript says how it ended too, so `memory reindex` can rebuild the lineage row.
+        await session.record(
+            {
+                "type": "fork_end",
+                "status": outcome.status,
+                "outcome": outcome.outcome,
+                "summary": summary,
+                "reason": outcome.reason,
+                "tokens": run.tokens,
+                "ts": now.isoformat(),
+            }
+        )
         await self.lineage.finish(
             run.id,
             status=outcome.status,
             ended_at=now,
             outcome=outcome.outcome,
-            summary=outcome.text[:4000] if outcome.status in ("complete", "incomplete") else None,
+            summary=summary,
             stop_reason=outcome.reason,
             tokens=run.tokens,
         )
