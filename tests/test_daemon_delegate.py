@@ -96,6 +96,8 @@ def test_the_trunk_delegates_and_the_forks_result_comes_back(tmp_path: Path) -> 
             ),
             # The fork takes a moment: the person writes again meanwhile.
             Planned(
+                # The fork thinks aloud before it reports: shown live, a line at a time.
+                text="Reading the spring notes first.\nThree entries mention herons.",
                 tool_calls=(
                     (
                         "task_complete",
@@ -106,6 +108,7 @@ def test_the_trunk_delegates_and_the_forks_result_comes_back(tmp_path: Path) -> 
                     ),
                 ),
                 delay_s=1.5,
+                chunk_delay_s=0.02,
             ),
         )
         d.start()
@@ -153,6 +156,23 @@ def test_the_trunk_delegates_and_the_forks_result_comes_back(tmp_path: Path) -> 
     ]
     assert finished and finished[0]["fork_id"] == started["fork_id"] and finished[0]["depth"] == 1
     assert finished[0]["detail"].startswith("complete:")
+    # What the fork said, live, as progress under the waiting turn, before it finished.
+    said = [
+        f
+        for f in everything
+        if f["type"] == "tool" and f.get("name") == "fork" and f.get("phase") == "progress"
+    ]
+    assert [f["detail"] for f in said] == [
+        "Reading the spring notes first.",
+        "Three entries mention herons.",
+    ]
+    assert all(f["turn_id"] == first["turn_id"] and f["depth"] == 1 for f in said)
+    reported = next(
+        f
+        for f in everything
+        if f["type"] == "tool" and f.get("name") == "task_complete" and f.get("phase") == "started"
+    )
+    assert everything.index(said[-1]) < everything.index(reported)
     # The fork's request: framing and brief, the persona and NEUROLOGY, none of the trunk's words.
     forks = _fork_requests(fake)
     assert len(forks) == 1

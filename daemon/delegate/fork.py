@@ -28,7 +28,7 @@ import anyio
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.transcript import Transcript
-from daemon.agent.turns import ToolPhase, TurnEvent
+from daemon.agent.turns import Delta, ToolPhase, TurnEvent
 from daemon.bus import EventBus, HookFailed
 from daemon.clock import Clock
 from daemon.delegate.brief import ForkOutcome, brief_prompt, partial_output
@@ -79,6 +79,35 @@ class ForkRun:
     tokens: int = 0
     # When its lineage row says it started (the transcript's header repeats it).
     started_at: str = ""
+
+
+class SpokenLines:
+    """A fork's streamed text cut into whole lines, each shown as one progress frame.
+
+    A line longer than `width` is cut at its last space before it (or at `width`).
+    """
+
+    def __init__(self, width: int = 200) -> None:
+        self.width = width
+        self._buf = ""
+
+    def feed(self, text: str) -> list[str]:
+        self._buf += text
+        out: list[str] = []
+        while True:
+            cut = self._buf.find("\n")
+            if cut < 0 and len(self._buf) <= self.width:
+                return out
+            if cut < 0 or cut > self.width:
+                space = self._buf.rfind(" ", 0, self.width + 1)
+                cut = space if space > 0 else self.width
+            line, self._buf = self._buf[:cut].strip(), self._buf[cut:].lstrip(" \n")
+            if line:
+                out.append(line)
+
+    def flush(self) -> list[str]:
+        rest, self._buf = self._buf.strip(), ""
+        return [rest] if rest else []
 
 
 class Delegator:
@@ -314,13 +343,33 @@ class Delegator:
         def alive() -> None:
             scope.deadline = min(tree.deadline, anyio.current_time() + cfg.inactivity_timeout_s)
 
+        spoken = SpokenLines()
+
+        def say(lines: list[str]) -> None:
+            for line in lines:
+                parent_observer(
+                    ToolPhase(
+                        turn_id=parent_turn,
+                        name="fork",
+                        phase="progress",
+                        depth=run.depth,
+                        fork_id=run.id,
+                        detail=line,
+                    )
+                )
+
         def relay(event: TurnEvent) -> None:
             alive()
             if isinstance(event, ToolPhase):
+                if event.depth == run.depth and event.phase == "started":
+                    say(spoken.flush())  # what it said before calling the tool
                 # Shown under the turn the person is waiting on, tagged with the fork it came from.
                 parent_observer(
                     dataclasses.replace(event, turn_id=parent_turn, fork_id=event.fork_id or run.id)
                 )
+            elif isinstance(event, Delta):
+                # Its own words, live, a line at a time (as `progress` tool frames).
+                say(spoken.feed(event.text))
 
         def charge(usage: Usage) -> str | None:
             run.tokens += usage.prompt_tokens + usage.output_tokens
@@ -416,6 +465,7 @@ class Delegator:
             raise
         except (ContextFailed, ModelError) as exc:
             error = str(exc)
+        say(spoken.flush())
         if scope.cancelled_caught:
             ceiling = anyio.current_time() >= tree.deadline
             reason = (
