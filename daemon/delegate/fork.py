@@ -28,7 +28,7 @@ import anyio
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.transcript import Transcript
-from daemon.agent.turns import Delta, ToolPhase, TurnEvent
+from daemon.agent.turns import Delta, Phase, ToolPhase, TurnEvent
 from daemon.bus import EventBus, HookFailed
 from daemon.clock import Clock
 from daemon.delegate.brief import ForkOutcome, brief_prompt, partial_output
@@ -345,18 +345,22 @@ class Delegator:
 
         spoken = SpokenLines()
 
+        def shown(phase: Phase, detail: str) -> None:
+            """A `fork` tool frame under the turn the person is waiting on."""
+            parent_observer(
+                ToolPhase(
+                    turn_id=parent_turn,
+                    name="fork",
+                    phase=phase,
+                    depth=run.depth,
+                    fork_id=run.id,
+                    detail=detail,
+                )
+            )
+
         def say(lines: list[str]) -> None:
             for line in lines:
-                parent_observer(
-                    ToolPhase(
-                        turn_id=parent_turn,
-                        name="fork",
-                        phase="progress",
-                        depth=run.depth,
-                        fork_id=run.id,
-                        detail=line,
-                    )
-                )
+                shown("progress", line)
 
         def relay(event: TurnEvent) -> None:
             alive()
@@ -410,16 +414,7 @@ class Delegator:
                 "forked_at": run.started_at,
             },
         )
-        parent_observer(
-            ToolPhase(
-                turn_id=parent_turn,
-                name="fork",
-                phase="started",
-                depth=run.depth,
-                fork_id=run.id,
-                detail=run.task[:200],
-            )
-        )
+        shown("started", run.task[:200])
         log.info(
             "fork started",
             fork_id=run.id,
