@@ -5,8 +5,8 @@
 For each size a synthetic transcript is imported through the real importer (every message a
 chunk, plus windows), vectors are computed with a 384-d hashing embedder (the dimension of
 MiniLM, so the matrix is the real size), then queries are timed: lexical, vector and hybrid
-with a precomputed query vector, and — when the packaged MiniLM is installed — hybrid
-including embedding the query with it. Prints a table; writes JSON to `bench/results/`.
+with a precomputed query vector, and — when the packaged MiniLM weights are installed — hybrid
+including embedding the query with the numpy MiniLM (the default embedder). Prints a table; writes JSON to `bench/results/`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import anyio
 import numpy as np
 
 from daemon.clock import FakeClock
-from daemon.memory.embedders import HashEmbedder, LocalEmbedder, local_available
+from daemon.memory.embedders import HashEmbedder, MiniLMEmbedder, minilm_available
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex
 from daemon.paths import Home
@@ -73,7 +73,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(
-    size: int, workdir: Path, queries: int, minilm: LocalEmbedder | None
+    size: int, workdir: Path, queries: int, minilm: MiniLMEmbedder | None
 ) -> dict[str, Any]:
     # Each message yields itself plus (with chunk_messages=6, stride 3) a third of a window.
     messages = int(size * 3 / 4)
@@ -131,7 +131,7 @@ async def measure(
 
 
 async def minilm_throughput(n: int = 512) -> float:
-    emb = LocalEmbedder()
+    emb = MiniLMEmbedder()
     texts = [f"message number {i} about the weather, work and a trip to Lisbon" for i in range(n)]
     await emb.embed(texts[:8])  # load the model
     t = time.perf_counter()
@@ -146,7 +146,7 @@ def main() -> None:
     p.add_argument("--no-minilm", action="store_true")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
-    minilm = LocalEmbedder() if local_available() and not a.no_minilm else None
+    minilm = MiniLMEmbedder() if minilm_available() and not a.no_minilm else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         if minilm is not None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import Client, DaemonProcess, daemon_env
+from tests.harness import REPO, Client, DaemonProcess, daemon_env
 
 CONFIG = """
 [providers.anthropic]
@@ -94,6 +96,8 @@ def test_the_trunk_delegates_and_the_forks_result_comes_back(tmp_path: Path) -> 
             ),
             # The fork takes a moment: the person writes again meanwhile.
             Planned(
+                # The fork thinks aloud before it reports: shown live, a line at a time.
+                text="Reading the spring notes first.\nThree entries mention herons.",
                 tool_calls=(
                     (
                         "task_complete",
@@ -104,6 +108,7 @@ def test_the_trunk_delegates_and_the_forks_result_comes_back(tmp_path: Path) -> 
                     ),
                 ),
                 delay_s=1.5,
+                chunk_delay_s=0.02,
             ),
         )
         d.start()
@@ -151,6 +156,23 @@ def test_the_trunk_delegates_and_the_forks_result_comes_back(tmp_path: Path) -> 
     ]
     assert finished and finished[0]["fork_id"] == started["fork_id"] and finished[0]["depth"] == 1
     assert finished[0]["detail"].startswith("complete:")
+    # What the fork said, live, as progress under the waiting turn, before it finished.
+    said = [
+        f
+        for f in everything
+        if f["type"] == "tool" and f.get("name") == "fork" and f.get("phase") == "progress"
+    ]
+    assert [f["detail"] for f in said] == [
+        "Reading the spring notes first.",
+        "Three entries mention herons.",
+    ]
+    assert all(f["turn_id"] == first["turn_id"] and f["depth"] == 1 for f in said)
+    reported = next(
+        f
+        for f in everything
+        if f["type"] == "tool" and f.get("name") == "task_complete" and f.get("phase") == "started"
+    )
+    assert everything.index(said[-1]) < everything.index(reported)
     # The fork's request: framing and brief, the persona and NEUROLOGY, none of the trunk's words.
     forks = _fork_requests(fake)
     assert len(forks) == 1
@@ -265,6 +287,19 @@ def test_with_no_key_the_offline_model_delegates_and_the_fork_reports_from_memor
     assert ("recall", "started", 1) in phases and ("task_complete", "finished", 1) in phases
     rows = _forks(d.home)
     assert [(r["status"], r["outcome"]) for r in rows] == [("complete", "partial")]
+    # The database lost, `memory reindex` brings the lineage back from the fork transcripts.
+    for f in d.home.glob("reverie.db*"):
+        f.unlink()
+    r = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "memory", "reindex", "--home", str(d.home)],
+        cwd=REPO,
+        env=daemon_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and "forks=1" in r.stdout, r.stdout + r.stderr
+    assert _forks(d.home) == rows
 
 
 def test_stopping_the_daemon_mid_fork_cancels_it_cleanly(tmp_path: Path) -> None:
@@ -303,4 +338,6 @@ def test_stopping_the_daemon_mid_fork_cancels_it_cleanly(tmp_path: Path) -> None
     records = [
         json.loads(line) for line in Path(rows[0]["transcript_path"]).read_text().splitlines()
     ]
-    assert records[-1]["type"] == "turn_end" and records[-1]["status"] == "cancelled"
+    assert records[-2]["type"] == "turn_end" and records[-2]["status"] == "cancelled"
+    # The transcript records how the fork ended (what `memory reindex` rebuilds the row from).
+    assert records[-1]["type"] == "fork_end" and records[-1]["status"] == "cancelled"

@@ -499,7 +499,8 @@ async def test_cancelling_the_trunk_turn_cancels_its_forks(tmp_path: Path) -> No
     assert [row.status for row in rows] == ["cancelled", "cancelled"]
     assert sorted(shutdowns) == sorted(row.id for row in rows)
     for recs in records:
-        assert recs[-1]["type"] == "turn_end" and recs[-1]["status"] == "cancelled"
+        assert recs[-2]["type"] == "turn_end" and recs[-2]["status"] == "cancelled"
+        assert recs[-1]["type"] == "fork_end" and recs[-1]["status"] == "cancelled"
     assert r.delegator.running == 0
 
 
@@ -785,3 +786,17 @@ async def test_a_forks_brief_is_indexed_as_the_agents_words_never_the_persons(
     assert "person" not in {o for o, _ in origins}
     # The trunk's own user turns are still the person's.
     assert "person" in {o for (o,) in trunk}
+
+
+def test_a_forks_streamed_text_is_cut_into_whole_lines() -> None:
+    from daemon.delegate.fork import SpokenLines
+
+    lines = SpokenLines(width=20)
+    assert lines.feed("Reading the ") == []
+    assert lines.feed("notes.\n\nFound") == ["Reading the notes."]
+    assert lines.feed(" three herons by the old boathouse today") == [
+        "Found three herons",
+        "by the old boathouse",
+    ]
+    assert lines.feed("x" * 45) == ["today" + "x" * 15, "x" * 20]
+    assert lines.flush() == ["x" * 10] and lines.flush() == []

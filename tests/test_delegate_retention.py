@@ -108,3 +108,42 @@ async def test_prune_deletes_but_keeps_the_lineage(tmp_path: Path) -> None:
     assert line.startswith("fork retention: pruned 1 fork transcript(s)")
     assert not old.exists() and new.exists() and not (home.forks_dir / "archive").exists()
     assert rows["fork-old"].retained == "pruned" and rows["fork-old"].status == "complete"
+
+
+async def test_a_lost_database_gets_the_lineage_back_from_live_and_archived_transcripts(
+    tmp_path: Path,
+) -> None:
+    """`memory reindex` after the database is gone: a row per fork transcript left on disk."""
+    home = Home(tmp_path / "home")
+    home.ensure()
+    header = (
+        '{"type":"session","id":"%s","kind":"fork","started_at":"2026-05-01T10:00:01+00:00",'
+        '"parent":"trunk-1","depth":%d,"task":"%s","parent_turn":"t1","parent_call":"c1",'
+        '"root":"trunk-1","forked_at":"2026-05-01T10:00:00+00:00"}'
+    )
+    ended = '{"type":"fork_end","status":"complete","outcome":"success","summary":"done it","reason":null,"tokens":42,"ts":"2026-05-01T10:05:00+00:00"}'
+    append_lines(home.forks_dir / "fork-a.jsonl", [header % ("fork-a", 1, "count herons"), ended])
+    # A fork the daemon died in: no end recorded, and a torn last line.
+    crashed = home.forks_dir / "fork-b.jsonl"
+    append_lines(crashed, [header % ("fork-b", 2, "sub-task")])
+    with crashed.open("a") as fh:
+        fh.write('{"type":"message","ro')
+    archive = home.forks_dir / "archive"
+    archive.mkdir()
+    with gzip.open(archive / "fork-c.jsonl.gz", "wt") as fh:
+        fh.write(header % ("fork-c", 1, "old task") + "\n" + ended + "\n")
+    async with await Database.open(home.db_file) as db:
+        lineage = ForkLineage(db)
+        assert await lineage.rebuild(home.forks_dir) == 3
+        assert await lineage.rebuild(home.forks_dir) == 0  # rows already there are kept
+        rows = {r.id: r for r in await lineage.all()}
+    a, b, c = rows["fork-a"], rows["fork-b"], rows["fork-c"]
+    assert (a.status, a.outcome, a.summary, a.tokens, a.depth, a.task) == (
+        "complete", "success", "done it", 42, 1, "count herons",
+    )  # fmt: skip
+    assert (a.parent_session_id, a.parent_turn_id, a.parent_call_id, a.root_session_id) == (
+        "trunk-1", "t1", "c1", "trunk-1",
+    )  # fmt: skip
+    assert a.started_at == "2026-05-01T10:00:00+00:00" and a.retained is None and a.reported
+    assert b.status == "failed" and "no end" in (b.stop_reason or "") and b.depth == 2
+    assert c.retained == "archived" and c.transcript_path.endswith("fork-c.jsonl.gz")

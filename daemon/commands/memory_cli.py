@@ -211,6 +211,9 @@ async def _reindex(args: argparse.Namespace) -> int:
             from daemon.journal.heartbeat import reindex_journal
 
             counts["journal"] = await reindex_journal(env.home, env.settings, system.index)
+            from daemon.delegate.lineage import ForkLineage
+
+            counts["forks"] = await ForkLineage(db).rebuild(env.home.forks_dir)
             try:
                 await system.index.flush()
             except EmbedderError as exc:

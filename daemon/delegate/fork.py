@@ -28,7 +28,7 @@ import anyio
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.transcript import Transcript
-from daemon.agent.turns import ToolPhase, TurnEvent
+from daemon.agent.turns import Delta, Phase, ToolPhase, TurnEvent
 from daemon.bus import EventBus, HookFailed
 from daemon.clock import Clock
 from daemon.delegate.brief import ForkOutcome, brief_prompt, partial_output
@@ -77,6 +77,37 @@ class ForkRun:
     # The sessions above it, trunk first: their memories stay out of its context.
     ancestors: tuple[str, ...]
     tokens: int = 0
+    # When its lineage row says it started (the transcript's header repeats it).
+    started_at: str = ""
+
+
+class SpokenLines:
+    """A fork's streamed text cut into whole lines, each shown as one progress frame.
+
+    A line longer than `width` is cut at its last space before it (or at `width`).
+    """
+
+    def __init__(self, width: int = 200) -> None:
+        self.width = width
+        self._buf = ""
+
+    def feed(self, text: str) -> list[str]:
+        self._buf += text
+        out: list[str] = []
+        while True:
+            cut = self._buf.find("\n")
+            if cut < 0 and len(self._buf) <= self.width:
+                return out
+            if cut < 0 or cut > self.width:
+                space = self._buf.rfind(" ", 0, self.width + 1)
+                cut = space if space > 0 else self.width
+            line, self._buf = self._buf[:cut].strip(), self._buf[cut:].lstrip(" \n")
+            if line:
+                out.append(line)
+
+    def flush(self) -> list[str]:
+        rest, self._buf = self._buf.strip(), ""
+        return [rest] if rest else []
 
 
 class Delegator:
@@ -252,7 +283,14 @@ class Delegator:
             )
             raise ToolError(f"the fork was not started: vetoed by {veto.by}: {veto.reason}")
         ancestors = (*parent.ancestors, parent.id) if parent is not None else (ctx.session_id,)
-        run = ForkRun(id=fork_id, depth=depth, task=task, tree=tree, ancestors=ancestors)
+        run = ForkRun(
+            id=fork_id,
+            depth=depth,
+            task=task,
+            tree=tree,
+            ancestors=ancestors,
+            started_at=now.isoformat(),
+        )
         # The row exists before the transcript: a crash from here on is found at the next start.
         await self.lineage.start(**common)  # type: ignore[arg-type]
         # Every fork the trunk's live session has spawned (this turn's siblings, earlier trees):
@@ -305,13 +343,37 @@ class Delegator:
         def alive() -> None:
             scope.deadline = min(tree.deadline, anyio.current_time() + cfg.inactivity_timeout_s)
 
+        spoken = SpokenLines()
+
+        def shown(phase: Phase, detail: str) -> None:
+            """A `fork` tool frame under the turn the person is waiting on."""
+            parent_observer(
+                ToolPhase(
+                    turn_id=parent_turn,
+                    name="fork",
+                    phase=phase,
+                    depth=run.depth,
+                    fork_id=run.id,
+                    detail=detail,
+                )
+            )
+
+        def say(lines: list[str]) -> None:
+            for line in lines:
+                shown("progress", line)
+
         def relay(event: TurnEvent) -> None:
             alive()
             if isinstance(event, ToolPhase):
+                if event.depth == run.depth and event.phase == "started":
+                    say(spoken.flush())  # what it said before calling the tool
                 # Shown under the turn the person is waiting on, tagged with the fork it came from.
                 parent_observer(
                     dataclasses.replace(event, turn_id=parent_turn, fork_id=event.fork_id or run.id)
                 )
+            elif isinstance(event, Delta):
+                # Its own words, live, a line at a time (as `progress` tool frames).
+                say(spoken.feed(event.text))
 
         def charge(usage: Usage) -> str | None:
             run.tokens += usage.prompt_tokens + usage.output_tokens
@@ -349,18 +411,10 @@ class Delegator:
                 "parent_turn": parent_turn,
                 "parent_call": ctx.call_id,
                 "root": tree.root_session_id,
+                "forked_at": run.started_at,
             },
         )
-        parent_observer(
-            ToolPhase(
-                turn_id=parent_turn,
-                name="fork",
-                phase="started",
-                depth=run.depth,
-                fork_id=run.id,
-                detail=run.task[:200],
-            )
-        )
+        shown("started", run.task[:200])
         log.info(
             "fork started",
             fork_id=run.id,
@@ -406,6 +460,7 @@ class Delegator:
             raise
         except (ContextFailed, ModelError) as exc:
             error = str(exc)
+        say(spoken.flush())
         if scope.cancelled_caught:
             ceiling = anyio.current_time() >= tree.deadline
             reason = (
@@ -472,12 +527,25 @@ class Delegator:
     ) -> None:
         """Record how the fork ended, end its session (its own summary), tell the parent. Shielded by callers."""
         now = self.clock.now()
+        summary = outcome.text[:4000] if outcome.status in ("complete", "incomplete") else None
+        # The transcript says how it ended too, so `memory reindex` can rebuild the lineage row.
+        await session.record(
+            {
+                "type": "fork_end",
+                "status": outcome.status,
+                "outcome": outcome.outcome,
+                "summary": summary,
+                "reason": outcome.reason,
+                "tokens": run.tokens,
+                "ts": now.isoformat(),
+            }
+        )
         await self.lineage.finish(
             run.id,
             status=outcome.status,
             ended_at=now,
             outcome=outcome.outcome,
-            summary=outcome.text[:4000] if outcome.status in ("complete", "incomplete") else None,
+            summary=summary,
             stop_reason=outcome.reason,
             tokens=run.tokens,
         )

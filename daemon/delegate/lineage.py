@@ -8,11 +8,19 @@ then returns the failure instead of a silent retry).
 
 from __future__ import annotations
 
+import gzip
+import json
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import anyio
+
 from daemon.store.db import Database
+
+# Why a row rebuilt from a transcript without a `fork_end` record says it ended.
+NO_END_RECORDED = "its transcript records no end (the daemon stopped while it ran)"
 
 # How a fork ended. `complete`: it called task_complete; `incomplete`: it stopped answering
 # without it; `stopped`: a limit (inactivity, tree ceiling, token budget) ended it; `cancelled`:
@@ -173,3 +181,76 @@ class ForkLineage:
     async def count_running(self) -> int:
         row = await self.db.fetchone("SELECT COUNT(*) FROM forks WHERE status = 'running'")
         return int(row[0]) if row else 0
+
+    async def rebuild(self, forks_dir: Path) -> int:
+        """Restore the rows a rebuilt database lacks from the fork transcripts; return how many.
+
+        Live transcripts (`*.jsonl`) and archived ones (`archive/*.jsonl.gz`) are read; a pruned
+        fork has no transcript left and no row comes back. Rows already present are kept.
+        """
+        paths = await anyio.to_thread.run_sync(fork_transcripts, forks_dir)
+        before = await self.db.fetchone("SELECT COUNT(*) FROM forks")
+        for path in paths:
+            row = await anyio.to_thread.run_sync(row_from_transcript, path)
+            if row is not None:
+                await self.db.execute(
+                    f"INSERT OR IGNORE INTO forks({_COLUMNS}) VALUES ({','.join('?' * 17)})", row
+                )
+        after = await self.db.fetchone("SELECT COUNT(*) FROM forks")
+        return int(after[0]) - int(before[0])
+
+
+def fork_transcripts(forks_dir: Path) -> list[Path]:
+    """Live (`*.jsonl`) and archived (`archive/*.jsonl.gz`) fork transcripts, in a stable order."""
+    return sorted(forks_dir.glob("*.jsonl")) + sorted(forks_dir.glob("archive/*.jsonl.gz"))
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    out: list[dict[str, Any]] = []
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def row_from_transcript(path: Path) -> tuple[Any, ...] | None:
+    """The `forks` row (in `_COLUMNS` order) a fork transcript describes, or None.
+
+    The header line names the fork, its parent, root, depth and task; the `fork_end` record
+    written when it ended gives status, outcome, summary and tokens. A transcript without
+    one is a fork the daemon stopped in the middle of: failed, as `recover` would mark it.
+    """
+    try:
+        records = _records(path)
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile):
+        return None
+    head = records[0] if records else {}
+    if head.get("type") != "session" or head.get("kind") != "fork" or not head.get("id"):
+        return None
+    end = next((r for r in reversed(records) if r.get("type") == "fork_end"), None)
+    parent = str(head.get("parent") or "")
+    return (
+        str(head["id"]),
+        parent,
+        str(head.get("parent_turn") or ""),
+        head.get("parent_call"),
+        str(head.get("root") or parent),
+        int(head.get("depth") or 1),
+        str(head.get("task") or ""),
+        str(end.get("status") or "failed") if end else "failed",
+        end.get("outcome") if end else None,
+        end.get("summary") if end else None,
+        end.get("reason") if end else NO_END_RECORDED,
+        int(end.get("tokens") or 0) if end else 0,
+        str(path),
+        str(head.get("forked_at") or head.get("started_at") or ""),
+        end.get("ts") if end else None,
+        1,  # history: nobody is waiting to be told
+        "archived" if path.suffix == ".gz" else None,
+    )

@@ -176,30 +176,42 @@ class WordPiece:
 _GELU_C = np.float32(math.sqrt(2.0 / math.pi))
 
 
+_SIGMOID_A = np.float32(-2.0) * _GELU_C * np.float32(0.044715)
+_SIGMOID_B = np.float32(-2.0) * _GELU_C
+
+
 def _gelu(x: np.ndarray) -> np.ndarray:
     """GELU, tanh form, computed in place (`x` is a fresh temporary).
 
     BERT's GELU is the erf form; the tanh form differs by < 1e-3 per activation and the
     sentence vectors by < 1e-5 in cosine (the parity test's bound), at a third of the cost.
+    It is evaluated as x·σ(2z) — the same function as 0.5·x·(1 + tanh z) — because one exp
+    costs less than one tanh and the form takes two fewer passes over the array.
     """
     inner = x * x
-    inner *= np.float32(0.044715)
+    inner *= _SIGMOID_A
+    inner += _SIGMOID_B
+    inner *= x  # -2z
+    with np.errstate(over="ignore"):  # exp(+large) = inf gives x / inf = 0, as it should
+        np.exp(inner, out=inner)
     inner += np.float32(1.0)
-    inner *= x
-    inner *= _GELU_C
-    np.tanh(inner, out=inner)
-    inner += np.float32(1.0)
-    x *= np.float32(0.5)
-    x *= inner
+    x /= inner
     return x
 
 
 def _layer_norm(
     x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-12
 ) -> np.ndarray:
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+    """Layer normalisation over the last axis, in place (`x` is a fresh temporary)."""
+    x -= x.mean(-1, keepdims=True)
+    var = np.einsum("...i,...i->...", x, x)[..., None]
+    var /= np.float32(x.shape[-1])
+    var += np.float32(eps)
+    np.sqrt(var, out=var)
+    x /= var
+    x *= gamma
+    x += beta
+    return x
 
 
 class _Layer:
@@ -238,21 +250,28 @@ class _Layer:
         # `x` is (batch × length, hidden): the dense products are single 2-D GEMMs.
         rows, hidden = x.shape
         length, size = rows // batch, hidden // heads
-        qkv = (
-            (x @ self.qkv_w + self.qkv_b)
-            .reshape(batch, length, 3, heads, size)
-            .transpose(2, 0, 3, 1, 4)
-        )
+        # Products then in-place bias adds: one temporary per step, not two.
+        qkv = x @ self.qkv_w
+        qkv += self.qkv_b
+        qkv = qkv.reshape(batch, length, 3, heads, size).transpose(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        scores = np.matmul(q, k.transpose(0, 1, 3, 2)) * np.float32(1.0 / math.sqrt(size)) + bias
+        scores = np.matmul(q, k.transpose(0, 1, 3, 2))
+        scores *= np.float32(1.0 / math.sqrt(size))
+        scores += bias
         scores -= scores.max(-1, keepdims=True)
         np.exp(scores, out=scores)
         scores /= scores.sum(-1, keepdims=True)
         context = np.matmul(scores, v).transpose(0, 2, 1, 3).reshape(rows, hidden)
-        x = _layer_norm(context @ self.out_w + self.out_b + x, *self.ln1)
-        return _layer_norm(
-            _gelu(x @ self.mid_w + self.mid_b) @ self.ffn_w + self.ffn_b + x, *self.ln2
-        )
+        attended = context @ self.out_w
+        attended += self.out_b
+        attended += x
+        x = _layer_norm(attended, *self.ln1)
+        mid = x @ self.mid_w
+        mid += self.mid_b
+        out = _gelu(mid) @ self.ffn_w
+        out += self.ffn_b
+        out += x
+        return _layer_norm(out, *self.ln2)
 
 
 class MiniLM:
