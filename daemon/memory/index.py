@@ -788,7 +788,7 @@ class MemoryIndex:
         naming them.
 
         "What might Priya do for a living?": the question said of "they", by vector, over the
-        `ABOUT_POOL` nearest memories, keeping those that name the person (FTS). Her own
+        `ABOUT_POOL` nearest memories, keeping those whose text names the person. Her own
         words about her work ("I teach maths to fourteen-year-olds") share nothing with the
         question, and the name in its vector pulls towards every line that mentions her.
         """
@@ -810,37 +810,37 @@ class MemoryIndex:
         near = await anyio.to_thread.run_sync(
             lambda: self.matrix.ranked(vectors, masks, ABOUT_POOL)
         )
-        phrases = [
-            '"' + " ".join(w.replace('"', "") for w in words(e)) + '"' for e, _ in plan.about
+        # Checked on the candidates' text (bounded), not by an FTS match of a name that may
+        # be on half the index.
+        names = [
+            re.compile(
+                r"(?<!\w)" + r"\W+".join(map(re.escape, words(e))) + r"(?!\w)", re.IGNORECASE
+            )
+            for e, _ in plan.about
         ]
-
-        def naming(conn: Any) -> list[list[list[int]]]:
-            out = []
-            for per_query in near:
-                kept = []
-                for phrase, rowids in zip(phrases, per_query, strict=True):
-                    found = (
-                        {
-                            r[0]
-                            for r in conn.execute(
-                                "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? "
-                                f"AND rowid IN ({','.join('?' * len(rowids))})",
-                                (phrase, *rowids),
-                            )
-                        }
-                        if rowids
-                        else set()
-                    )
-                    kept.append([r for r in rowids if r in found])
-                out.append(kept)
-            return out
-
+        candidates = sorted({r for per_query in near for rowids in per_query for r in rowids})
+        found = (
+            await self.db.fetchall(
+                f"SELECT rowid, text FROM memories WHERE rowid IN ({','.join('?' * len(candidates))})",
+                candidates,
+            )
+            if candidates
+            else []
+        )
+        texts = {r[0]: r[1] for r in found}
+        kept = [
+            [
+                [r for r in rowids if name.search(texts.get(r, ""))]
+                for name, rowids in zip(names, per_query, strict=True)
+            ]
+            for per_query in near
+        ]
         return [
             [
                 {r: self._vector_weight / (RRF_K + rank + 1) for rank, r in enumerate(rows)}
                 for rows in per_query
             ]
-            for per_query in await self.db.run(naming)
+            for per_query in kept
         ]
 
     async def _second_hop(
