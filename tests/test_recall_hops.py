@@ -110,29 +110,33 @@ async def test_recall_fallback_keeps_what_the_second_hop_found_through_a_name(
     """No summary to plan over: recall searches, and the answer shares only "Tomas" with its
     first hop; it reaches the synthesiser, centred on the message that was found."""
     synthesis = ScriptedModel(lambda req: "He finds the anatomy exams hard [session-later].")
-    async with memory_system(tmp_path, models={"recall_synthesis": synthesis}) as memory:
-        await _hop_history(memory)
-        with anyio.fail_after(20):
-            result = await memory.recall_result("How is my brother getting on at medical school?")
-    assert result.planner == "skipped" and result.synthesised
-    assert "later" in {s.session_id for s in result.sources}
-    [prompt] = [c.messages[-1].text for c in synthesis.calls]
-    assert "Tomas already complains about the anatomy exams" in prompt
-    assert "Tomas just got into medical school" in prompt
+    with anyio.fail_after(60):
+        async with memory_system(tmp_path, models={"recall_synthesis": synthesis}) as memory:
+            await _hop_history(memory)
+            with anyio.fail_after(20):
+                result = await memory.recall_result(
+                    "How is my brother getting on at medical school?"
+                )
+        assert result.planner == "skipped" and result.synthesised
+        assert "later" in {s.session_id for s in result.sources}
+        [prompt] = [c.messages[-1].text for c in synthesis.calls]
+        assert "Tomas already complains about the anatomy exams" in prompt
+        assert "Tomas just got into medical school" in prompt
 
 
 @pytest.mark.anyio
 async def test_second_hop_results_say_which_name_led_to_them(tmp_path: Path) -> None:
-    async with memory_system(tmp_path) as memory:
-        await _hop_history(memory)
-        plan = decompose("How is my brother getting on at medical school?", now=NOW)
-        with anyio.fail_after(10):
-            found = await memory.index.search_plan(plan, k=8)
-    via = [(i.text, i.meta.get("via")) for i in found]
-    assert any("anatomy exams" in t and v == "Tomas" for t, v in via)
-    # A bridge is a name the first hop's best hits mention; what it found names it too.
-    assert all(str(v) in t for t, v in via if v)
-    assert any(v is None for t, v in via)
+    with anyio.fail_after(60):
+        async with memory_system(tmp_path) as memory:
+            await _hop_history(memory)
+            plan = decompose("How is my brother getting on at medical school?", now=NOW)
+            with anyio.fail_after(10):
+                found = await memory.index.search_plan(plan, k=8)
+        via = [(i.text, i.meta.get("via")) for i in found]
+        assert any("anatomy exams" in t and v == "Tomas" for t, v in via)
+        # A bridge is a name the first hop's best hits mention; what it found names it too.
+        assert all(str(v) in t for t, v in via if v)
+        assert any(v is None for t, v in via)
 
 
 def _dialogue(lines: list[tuple[str, str]]) -> list[dict[str, str]]:
@@ -216,21 +220,24 @@ async def test_facets_count_a_word_by_how_rare_it_is_in_memory(tmp_path: Path) -
     lines += [("user", f"Priya here, the weather is {w} again today.") for w in WEATHER]
     lines += [("user", "Priya here, I pick up the kids at five every day.")]
     config = Settings.model_validate({"memory": {"chunk_messages": 1}})
-    async with memory_system(tmp_path, config=config) as memory:
-        await add_session(memory.db, "s", lines)
-        await memory.index_session("s")
-        index = memory.index
-        await index.refresh()
-        rows = {r[1]: r[0] for r in await memory.db.fetchall("SELECT rowid, text FROM memories")}
-        friend = next(r for t, r in rows.items() if "Clara" in t)
-        kids = next(r for t, r in rows.items() if "kids" in t)
-        assert friend < kids  # on a tie the newer row would come first
-        plan = decompose("What hobby did Priya's friend pick up?", now=NOW)
-        with anyio.fail_after(10):
-            weights = await index._facet_weights(terms(plan.text))
-            order = await index._by_facets(plan, [(kids, 0.02), (friend, 0.02)])
-    assert weights["priya"] < weights["hobby"]
-    assert [r for r, _ in order] == [friend, kids]
+    with anyio.fail_after(60):
+        async with memory_system(tmp_path, config=config) as memory:
+            await add_session(memory.db, "s", lines)
+            await memory.index_session("s")
+            index = memory.index
+            await index.refresh()
+            rows = {
+                r[1]: r[0] for r in await memory.db.fetchall("SELECT rowid, text FROM memories")
+            }
+            friend = next(r for t, r in rows.items() if "Clara" in t)
+            kids = next(r for t, r in rows.items() if "kids" in t)
+            assert friend < kids  # on a tie the newer row would come first
+            plan = decompose("What hobby did Priya's friend pick up?", now=NOW)
+            with anyio.fail_after(10):
+                weights = await index._facet_weights(terms(plan.text))
+                order = await index._by_facets(plan, [(kids, 0.02), (friend, 0.02)])
+        assert weights["priya"] < weights["hobby"]
+        assert [r for r, _ in order] == [friend, kids]
 
 
 @pytest.mark.anyio
@@ -243,21 +250,22 @@ async def test_after_an_event_the_event_itself_comes_second(tmp_path: Path) -> N
         ("2025-09-01T09:00:00+00:00", "I joined a choir that sings on Thursdays."),
         ("2025-10-01T09:00:00+00:00", "The choir's concert is in December, I sing alto."),
     ]
-    async with memory_system(tmp_path) as memory:
-        for i, (ts, text) in enumerate(said):
-            await add_session(memory.db, f"s{i}", [("user", text)], started=ts)
-            await memory.db.execute(
-                "UPDATE messages SET ts = ? WHERE session_id = ?", (ts, f"s{i}")
-            )
-            await memory.index_session(f"s{i}")
-        await memory.index.flush()
-        with anyio.fail_after(10):
-            after = await memory.index.search_plan(
-                decompose("What did I join after moving to Ashford?", now=NOW), k=4
-            )
-    texts = [i.text for i in after]
-    assert "choir that sings" in texts[0] and "moved to Ashford" in texts[1]
-    assert "rowing club" in texts[-1]
+    with anyio.fail_after(60):
+        async with memory_system(tmp_path) as memory:
+            for i, (ts, text) in enumerate(said):
+                await add_session(memory.db, f"s{i}", [("user", text)], started=ts)
+                await memory.db.execute(
+                    "UPDATE messages SET ts = ? WHERE session_id = ?", (ts, f"s{i}")
+                )
+                await memory.index_session(f"s{i}")
+            await memory.index.flush()
+            with anyio.fail_after(10):
+                after = await memory.index.search_plan(
+                    decompose("What did I join after moving to Ashford?", now=NOW), k=4
+                )
+        texts = [i.text for i in after]
+        assert "choir that sings" in texts[0] and "moved to Ashford" in texts[1]
+        assert "rowing club" in texts[-1]
 
 
 @pytest.mark.anyio
@@ -290,24 +298,25 @@ async def test_inside_a_time_window_the_person_is_still_asked_about(tmp_path: Pa
 async def test_a_line_said_on_many_days_is_shown_once(tmp_path: Path) -> None:
     said = [("user", "We had friends over for dinner, so nice to catch up.")] * 6
     said += [("user", "My best friend Clara is learning to sail, she loves it.")]
-    async with memory_system(
-        tmp_path, config=Settings.model_validate({"memory": {"chunk_messages": 1}})
-    ) as memory:
-        for i, line in enumerate(said):
-            ts = f"2026-01-{10 + i:02d}T09:00:00+00:00"
-            await add_session(memory.db, f"s{i}", [line], started=ts)
-            await memory.db.execute(
-                "UPDATE messages SET ts = ? WHERE session_id = ?", (ts, f"s{i}")
-            )
-            await memory.index_session(f"s{i}")
-        await memory.index.flush()
-        with anyio.fail_after(10):
-            found = await memory.index.search_plan(
-                decompose("Which friends did I have over for dinner?", now=NOW), k=3
-            )
-    texts = [i.text for i in found]
-    assert sum("friends over for dinner" in t for t in texts) == 1
-    assert any("Clara" in t for t in texts) and len(texts) == 2
+    with anyio.fail_after(60):
+        async with memory_system(
+            tmp_path, config=Settings.model_validate({"memory": {"chunk_messages": 1}})
+        ) as memory:
+            for i, line in enumerate(said):
+                ts = f"2026-01-{10 + i:02d}T09:00:00+00:00"
+                await add_session(memory.db, f"s{i}", [line], started=ts)
+                await memory.db.execute(
+                    "UPDATE messages SET ts = ? WHERE session_id = ?", (ts, f"s{i}")
+                )
+                await memory.index_session(f"s{i}")
+            await memory.index.flush()
+            with anyio.fail_after(10):
+                found = await memory.index.search_plan(
+                    decompose("Which friends did I have over for dinner?", now=NOW), k=3
+                )
+        texts = [i.text for i in found]
+        assert sum("friends over for dinner" in t for t in texts) == 1
+        assert any("Clara" in t for t in texts) and len(texts) == 2
 
 
 @pytest.mark.anyio
@@ -315,10 +324,13 @@ async def test_without_a_model_the_extractive_answer_quotes_what_the_second_hop_
     tmp_path: Path,
 ) -> None:
     models = {"recall_synthesis": raising(ModelUnavailable("provider down"))}
-    async with memory_system(tmp_path, models=models) as memory:
-        await _hop_history(memory)
-        with anyio.fail_after(20):
-            result = await memory.recall_result("How is my brother getting on at medical school?")
-    assert not result.synthesised
-    later = next(line for line in result.answer.splitlines() if "[session-later]" in line)
-    assert "Tomas already complains about the anatomy exams" in later
+    with anyio.fail_after(60):
+        async with memory_system(tmp_path, models=models) as memory:
+            await _hop_history(memory)
+            with anyio.fail_after(20):
+                result = await memory.recall_result(
+                    "How is my brother getting on at medical school?"
+                )
+        assert not result.synthesised
+        later = next(line for line in result.answer.splitlines() if "[session-later]" in line)
+        assert "Tomas already complains about the anatomy exams" in later
