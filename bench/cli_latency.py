@@ -25,6 +25,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import socket
 import statistics
@@ -310,6 +311,7 @@ def measure_import(root: Path, turns: int, choice: str) -> dict[str, Any]:
     if not src.exists():
         write_dialogue(src, turns)
     home = root / f"import-{choice}-{turns}"
+    shutil.rmtree(home, ignore_errors=True)  # a fresh home every time (a kept one has it all)
     t = time.perf_counter()
     r = subprocess.run(
         [

@@ -38,6 +38,7 @@ from daemon.memory.embedders import (
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex, SearchMode
 from daemon.memory.query import decompose
+from daemon.memory.view import IndexMemoryView
 from daemon.paths import Home
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
@@ -112,6 +113,22 @@ async def evaluate(
                 }
                 out[mode]["ms_per_query"] = 1000 * (time.perf_counter() - started) / n
                 out[mode]["import_turns_per_s"] = len(data.lines) / import_s
+            # What one turn shows the model: automatic recall's items (at most 6, within
+            # `memory.auto_recall_tokens`) for the question sent as a message.
+            view = IndexMemoryView(index, index.settings)
+            auto: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            started = time.perf_counter()
+            for q in data.questions:
+                shown = await view.auto_recall(str(q["question"]), limit=6)
+                hit = bool({m for r in shown for m in r.message_ids} & set(q["evidence"]))  # type: ignore[arg-type]
+                for kind in ("all", str(q["kind"])):
+                    auto[kind][0] += hit
+                    auto[kind][1] += 1
+            for mode in out:
+                out[mode]["auto_recall"] = {k: h / n for k, (h, n) in auto.items()}
+                out[mode]["auto_recall_ms"] = (
+                    1000 * (time.perf_counter() - started) / len(data.questions)
+                )
     return out
 
 
@@ -205,6 +222,21 @@ def markdown(rows: list[dict[str, Any]], ks: list[int], n_questions: int, n_mess
             cells.append(" / ".join(f"{m.get(name, 0):.2f}" for name in names))
         lines.append(
             f"| {kind} | {rows[0]['kind_counts'].get(kind, 0)} | " + " | ".join(cells) + " |"
+        )
+    lines += [
+        "",
+        "Automatic recall (what one turn shows the model for the question: at most 6 items within "
+        "`memory.auto_recall_tokens`), evidence shown:",
+        "",
+        "| embedder | all | " + " | ".join(kinds) + " | ms/turn |",
+        "|" + "---|" * (len(kinds) + 3),
+    ]
+    for r in {r["embedder"]: r for r in rows}.values():
+        a = r["auto_recall"]
+        lines.append(
+            f"| {r['embedder']} | {a['all']:.2f} | "
+            + " | ".join(f"{a.get(kind, 0):.2f}" for kind in kinds)
+            + f" | {r['auto_recall_ms']:.1f} |"
         )
     return "\n".join(lines)
 

@@ -23,6 +23,8 @@ from daemon.agent.turns import TurnDone, TurnEvent
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
+from daemon.events import BeforeAgentStart
+from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.index import MemoryIndex, NewMemory
 from daemon.memory.query import decompose
@@ -165,6 +167,8 @@ async def test_automatic_recall_never_brings_back_the_live_conversation(
         )
         await memory.index_session("older")
         assembler(memory, home).register(bus)
+        starts: list[BeforeAgentStart] = []
+        bus.on(BeforeAgentStart, starts.append)
         roles = ModelRoles(memory.settings, None, overrides={"trunk": ScriptedModel(reply)})
         loop = AgentLoop(
             roles=roles,
@@ -195,6 +199,9 @@ async def test_automatic_recall_never_brings_back_the_live_conversation(
             "SELECT uid FROM memories WHERE session_id = ? AND kind = 'chunk'", (live,)
         )
     assert len(live_chunks) >= 4  # the first two turns were indexed: there was something to exclude
+    # The message being answered is in the request: it counts as replayed even before its
+    # transcript record (written while the context is assembled) exists.
+    assert len(starts) == 3 and all(e.turn_id in e.replayed_message_ids for e in starts)
     recalled = system_text(requests[-1]).split("## Recalled for this message", 1)[1]
     ids = re.findall(r'<memory id="([^"]+)"', recalled)
     assert any(i.startswith("chunk:older:") for i in ids)
@@ -480,3 +487,19 @@ async def test_before_or_after_an_event_bounds_the_search_by_that_events_date(
             )
     assert "rowing club" in before[0].text
     assert "choir" in after[0].text
+
+
+def test_the_live_history_shows_replayed_messages_and_windows_that_touch_them() -> None:
+    live = LiveHistory(session="s", message_ids=frozenset({"m3", "m4"}))
+
+    def item(session: str, *ids: str) -> MemoryItem:
+        return MemoryItem(
+            id="x", kind="chunk", text="", origin="agent", session=session, message_ids=ids
+        )
+
+    assert live.shows(item("s", "m3"))
+    assert not live.shows(item("s", "m1"))  # a message that fell out of the replay
+    assert live.shows(item("s", "m1", "m2", "m3"))  # a window reaching into the live moment
+    assert not live.shows(item("s", "m1", "m2"))
+    assert not live.shows(item("other", "m3"))
+    assert not live.shows(item("s"))  # no messages named (a summary)

@@ -334,3 +334,20 @@ async def test_without_a_model_the_extractive_answer_quotes_what_the_second_hop_
         assert not result.synthesised
         later = next(line for line in result.answer.splitlines() if "[session-later]" in line)
         assert "Tomas already complains about the anatomy exams" in later
+
+
+@pytest.mark.anyio
+async def test_automatic_recall_brings_what_the_second_hop_found(tmp_path: Path) -> None:
+    """Every turn searches as `memory search` does: the answer that shares only "Tomas" with
+    the message's first hop is among what the model is shown, though it has no word in common
+    with the message itself."""
+    with anyio.fail_after(60):
+        async with memory_system(tmp_path) as memory:
+            await _hop_history(memory)
+            with anyio.fail_after(10):
+                shown = await memory.view.auto_recall(
+                    "How is my brother getting on at medical school?", limit=6
+                )
+        texts = [i.text for i in shown]
+        assert any("anatomy exams" in t for t in texts), texts
+        assert any("got into medical school" in t for t in texts), texts

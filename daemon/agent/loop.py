@@ -129,7 +129,9 @@ class AgentLoop:
             if estimate.history_turns
             else []
         )
-        return session.message_ids([*kept, turn_id])
+        # The current message is in the request whether or not its transcript record (written
+        # while the context is assembled, and indexed as it lands) exists yet: its id is the turn's.
+        return session.message_ids([*kept, turn_id]) | {turn_id}
 
     async def run_turn(
         self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str

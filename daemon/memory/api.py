@@ -42,13 +42,13 @@ class LiveHistory:
     message_ids: frozenset[str]
 
     def shows(self, item: MemoryItem) -> bool:
-        """True when every message `item` came from is in the replayed history."""
-        return (
-            bool(self.session)
-            and item.session == self.session
-            and bool(item.message_ids)
-            and all(m in self.message_ids for m in item.message_ids)
-        )
+        """True when the model already sees `item`: a message of the replayed history, or a
+        window of messages any of which is replayed (the window repeats the live moment; its
+        messages outside the replay are recalled one by one)."""
+        if not (self.session and item.session == self.session and item.message_ids):
+            return False
+        replayed = [m in self.message_ids for m in item.message_ids]
+        return all(replayed) if len(replayed) == 1 else any(replayed)
 
 
 @runtime_checkable

@@ -969,6 +969,7 @@ class MemoryIndex:
         mode: SearchMode = "hybrid",
         kinds: Collection[str] | None = None,
         include_retired: bool = False,
+        vector_queries: int | None = None,
     ) -> list[MemoryItem]:
         """Search a decomposed query: its time window is a preference, not a wall.
 
@@ -978,6 +979,8 @@ class MemoryIndex:
         plan's about questions (a named person's memories, see `_about`) and, with two hops,
         the names the first hop's best hits mention (`_second_hop`); below those best hits,
         facet coverage re-ranks; each line appears once; scores never rise down the list.
+        `vector_queries=n`: only the plan's first n queries get a vector pass (and an encode);
+        the rest are searched by BM25 alone (automatic recall, which runs every turn).
         """
         queries = [q for q in dict.fromkeys(q.strip() for q in plan.all_queries()) if q]
         if not queries or k <= 0:
@@ -1003,7 +1006,11 @@ class MemoryIndex:
         if after is not None or before is not None:
             windows.append(self._where(kinds, include_retired, after, before))
         ranked = await self._rank_queries(
-            queries, limit=max(CANDIDATES, 3 * k), mode=mode, windows=windows
+            queries,
+            limit=max(CANDIDATES, 3 * k),
+            mode=mode,
+            windows=windows,
+            vector_queries=vector_queries,
         )
         window_weights = [[1.0] + [0.5] * (len(r) - 1) for r in ranked]
         if mode != "lexical":

@@ -1,11 +1,14 @@
 """`MemoryView` over the index: what the context layers read every turn, incl. automatic recall.
 
 Automatic recall runs before every turn, so it makes no model call: the message (and a
-little of the previous reply, for follow-ups like "and what about her sister?") becomes a few
-sub-queries through `index.search_many`; the results are deduplicated, kept only above a
-relevance floor — they must share a content word with the message, so "make me a sandwich"
-brings back nothing about sandwiches it never heard of — ranked with explicit facts first
-among near-equals, and cut to a token budget.
+little of the previous reply, for follow-ups like "and what about her sister?") is decomposed
+into a few sub-queries and its names, and searched as `memory search` searches
+(`index.search_plan`: time bounds, the questions about a named person, the second hop
+through the names the best hits mention, facet coverage, each line once), with one vector
+pass for the message itself. The results are kept only above a relevance floor — they must
+share a content word with the message, or have been found through a name — so "make me a
+sandwich" brings back nothing about sandwiches it never heard of; they are ranked with
+explicit facts first among near-equals and cut to a token budget.
 """
 
 from __future__ import annotations
@@ -80,22 +83,24 @@ class IndexMemoryView:
         prompt = " ".join(prompt.split())
         if not prompt:
             return []
-        plan = decompose(prompt)
-        queries = [plan.text, *plan.queries]
+        plan = decompose(prompt, now=self.index.clock.now())
+        queries = list(plan.queries)
         wanted = _stems(prompt)
         follow_up = [w for w in content_words(previous_reply) if len(w) > 3][:_PREVIOUS_REPLY_TERMS]
         if follow_up and len(content_words(prompt)) < 6:
             # A short follow-up ("when is it?") leans on what was just said.
-            queries.insert(1, prompt + " " + " ".join(follow_up))
+            queries.insert(0, prompt + " " + " ".join(follow_up))
             wanted |= _stems(" ".join(follow_up))
         # Every turn pays for this search: the message itself and its two best sub-queries
-        # (each extra one costs a BM25 pass and a pass over the vectors at 100k memories).
-        # Names, places and project-like tokens are looked up on their own, after the cap:
-        # they are the surest signal in a message and cost one BM25 pass each.
+        # (each extra one costs a BM25 pass), one vector pass (the message's). Names, places
+        # and project-like tokens are looked up on their own, after the cap: they are the
+        # surest signal in a message and cost one BM25 pass each.
         names = [e for e in plan.entities if e.lower() != plan.text.lower()][:_AUTO_RECALL_ENTITIES]
-        queries = [*queries[:_AUTO_RECALL_QUERIES], *names]
-        found = await self.index.search_many(
-            queries,
+        plan = replace(
+            plan, queries=tuple(queries[: _AUTO_RECALL_QUERIES - 1]), entities=tuple(names)
+        )
+        found = await self.index.search_plan(
+            plan,
             k=max(12, limit * 3),
             kinds=["fact", "profile", "summary", "chunk"],
             vector_queries=1,
@@ -110,8 +115,9 @@ class IndexMemoryView:
                 or (live is not None and live.shows(item))
             ):
                 continue
-            if not wanted or not (
-                wanted & _stems(" ".join((item.title, item.text, " ".join(item.tags))))
+            if not item.meta.get("via") and (
+                not wanted
+                or not (wanted & _stems(" ".join((item.title, item.text, " ".join(item.tags)))))
             ):
                 continue  # the relevance floor: nothing in common with what was asked
             key = " ".join(item.text.lower().split())[:300]
