@@ -37,6 +37,8 @@ GEMV_QUERIES = 3
 SKETCH_MIN_ROWS = 32_768
 SKETCH_MIN_CANDIDATES = 2_048
 SKETCH_OVERSAMPLE = 40
+# ... but no more than this many (a pool of 200 asks for 8,000: 12 MB of floats to gather).
+SKETCH_MAX_CANDIDATES = 4_096
 _POPCOUNT = hasattr(np, "bitwise_count")  # numpy >= 2.0
 
 MAGIC = b"RVMATRIX"
@@ -464,7 +466,7 @@ class VectorMatrix:
         assert self._bits is not None
         n = self._n
         bits, vecs = self._bits[:, :n], self._vecs[:n]
-        want = max(SKETCH_MIN_CANDIDATES, SKETCH_OVERSAMPLE * limit)
+        want = max(SKETCH_MIN_CANDIDATES, min(SKETCH_MAX_CANDIDATES, SKETCH_OVERSAMPLE * limit))
         far = np.uint16(64 * bits.shape[0] + 1)
         out: list[list[list[int]]] = [[] for _ in masks]
         word = np.empty(n, dtype=np.uint64)

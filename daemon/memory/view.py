@@ -3,9 +3,10 @@
 Automatic recall runs before every turn, so it makes no model call: the message (and a
 little of the previous reply, for follow-ups like "and what about her sister?") is decomposed
 into a few sub-queries and its names, and searched as `memory search` searches
-(`index.search_plan`: time bounds, the questions about a named person, the second hop
-through the names the best hits mention, facet coverage, each line once), with one vector
-pass for the message itself. The results are kept only above a relevance floor — they must
+(`index.search_plan`: the questions about a named person, the second hop through the names
+the best hits mention, facet coverage, each line once), with one vector pass for the message
+itself; time words are not turned into a second, time-bounded search (that would double the
+BM25 work every turn). The results are kept only above a relevance floor — they must
 share a content word with the message, or have been found through a name — so "make me a
 sandwich" brings back nothing about sandwiches it never heard of; they are ranked with
 explicit facts first among near-equals and cut to a token budget.
@@ -83,7 +84,7 @@ class IndexMemoryView:
         prompt = " ".join(prompt.split())
         if not prompt:
             return []
-        plan = decompose(prompt, now=self.index.clock.now())
+        plan = decompose(prompt)
         queries = list(plan.queries)
         wanted = _stems(prompt)
         follow_up = [w for w in content_words(previous_reply) if len(w) > 3][:_PREVIOUS_REPLY_TERMS]
