@@ -83,7 +83,14 @@ async def evaluate(
                 )
                 started = time.perf_counter()
                 for q, plan in zip(data.questions, plans, strict=True):
-                    results = await index.search_plan(plan, k=max(max(ks), BUDGET_K), mode=mode)
+                    # As `memory search` runs it (daemon/commands/ops.py): in hybrid mode only
+                    # the question itself gets a vector pass.
+                    results = await index.search_plan(
+                        plan,
+                        k=max(max(ks), BUDGET_K),
+                        mode=mode,
+                        vector_queries=1 if mode == "hybrid" else None,
+                    )
                     evidence = set(q["evidence"])  # type: ignore[arg-type]
                     measures = {
                         f"recall@{k}": bool(

@@ -202,3 +202,35 @@ async def test_the_sketch_starts_once_the_index_is_large_enough(
         assert index.matrix.sketching
         assert "fact:4321" in (await vector_hits(index, "memory number 4321"))[:3]
         assert index.matrix.sketch_ready
+
+
+async def test_a_hybrid_memory_search_encodes_the_question_alone(tmp_path: Path) -> None:
+    """`memory search` (hybrid): one vector pass, the question's; its sub-queries are BM25's."""
+    from daemon.commands.ops import search_batch
+    from daemon.memory.embedders import HashEmbedder
+
+    class Counting(HashEmbedder):
+        def __init__(self) -> None:
+            super().__init__(64)
+            self.seen: list[str] = []
+
+        async def embed(self, texts: Sequence[str]) -> np.ndarray:
+            self.seen.extend(texts)
+            return await super().embed(texts)
+
+    emb = Counting()
+    async with await Database.open(tmp_path / "reverie.db") as db:
+        index = MemoryIndex(
+            db, emb, MemorySettings(), FakeClock(T0), background=False, persist=False
+        )
+        async with index:
+            await index.upsert([fact(i, f"the boiler and the garden, note {i}") for i in range(20)])
+            await index.flush()
+            question = "what did the plumber say about the boiler and when is the garden party"
+            emb.seen.clear()
+            [hybrid] = await search_batch(index, [question], now=T0, mode="hybrid")
+            assert emb.seen == [question] and hybrid
+            emb.seen.clear()
+            await search_batch(index, [question], now=T0, mode="vector")
+            # Every sub-query gets a pass (the question's vector is cached from the first call).
+            assert emb.seen and question not in emb.seen
