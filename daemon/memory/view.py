@@ -107,6 +107,15 @@ class IndexMemoryView:
             vector_queries=1,
         )
 
+        def relevant(item: MemoryItem) -> bool:
+            text = " ".join((item.title, item.text, " ".join(item.tags)))
+            return bool(wanted and wanted & _stems(text))
+
+        # The relevance floor: a memory shares a word with what was asked, or was found through
+        # a name that a memory sharing one mentions (the second hop's chain: "my brother" →
+        # "Tomas got into medical school" → "Tomas complains about the exams"). A name from a
+        # hit that shares nothing leads nowhere: "make me a sandwich" brings back nothing.
+        chained = " ".join(i.text for i in found if relevant(i)).lower()
         out: list[MemoryItem] = []
         seen_text: set[str] = set()
         for item in found:
@@ -116,11 +125,9 @@ class IndexMemoryView:
                 or (live is not None and live.shows(item))
             ):
                 continue
-            if not item.meta.get("via") and (
-                not wanted
-                or not (wanted & _stems(" ".join((item.title, item.text, " ".join(item.tags)))))
-            ):
-                continue  # the relevance floor: nothing in common with what was asked
+            via = str(item.meta.get("via") or "").lower()
+            if not (relevant(item) or (via and via in chained)):
+                continue
             key = " ".join(item.text.lower().split())[:300]
             if key in seen_text:
                 continue
