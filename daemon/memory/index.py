@@ -590,6 +590,19 @@ class MemoryIndex:
             before=before,
         )
 
+    def _vector_masks(self, windows: Sequence[RowFilter]) -> list[np.ndarray]:
+        """Per window, the rows a vector search may return (with a vector, passing its filters)."""
+        return [
+            self.matrix.mask(
+                kinds=w.kinds,
+                include_retired=w.include_retired,
+                after=w.after,
+                before=w.before,
+                need_vector=True,
+            )
+            for w in windows
+        ]
+
     async def _rank_queries(
         self,
         queries: Sequence[str],
@@ -642,17 +655,7 @@ class MemoryIndex:
             ]
 
         def vector_work(qv: np.ndarray) -> list[list[list[int]]]:
-            masks = [
-                self.matrix.mask(
-                    kinds=w.kinds,
-                    include_retired=w.include_retired,
-                    after=w.after,
-                    before=w.before,
-                    need_vector=True,
-                )
-                for w in windows
-            ]
-            return self.matrix.ranked(qv, masks, limit)
+            return self.matrix.ranked(qv, self._vector_masks(windows), limit)
 
         found: dict[str, Any] = {}
 
@@ -797,16 +800,7 @@ class MemoryIndex:
         vectors = await self.query_vectors([q for _, q in plan.about])
         if vectors is None:
             return [[] for _ in windows]
-        masks = [
-            self.matrix.mask(
-                kinds=w.kinds,
-                include_retired=w.include_retired,
-                after=w.after,
-                before=w.before,
-                need_vector=True,
-            )
-            for w in windows
-        ]
+        masks = self._vector_masks(windows)
         near = await anyio.to_thread.run_sync(
             lambda: self.matrix.ranked(vectors, masks, ABOUT_POOL)
         )
