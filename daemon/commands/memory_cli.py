@@ -14,8 +14,8 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from daemon.cli_support import CommandError, Env, print_err, resolve_env
 from daemon.clock import SystemClock
@@ -27,6 +27,9 @@ from daemon.memory.embedders import Embedder, EmbedderError, NoEmbedder, build_e
 from daemon.memory.index import MemoryIndex
 from daemon.memory.transcripts import TranscriptError
 from daemon.store.db import Database
+
+if TYPE_CHECKING:
+    from daemon.memory.system import MemorySystem
 
 __all__ = ["add_commands", "open_index"]
 
@@ -85,18 +88,21 @@ def _embedder(env: Env, mode: str = "hybrid") -> Embedder:
         raise CommandError(str(exc)) from None
 
 
+async def _open_db(env: Env) -> Database:
+    try:
+        return await Database.open(
+            env.home.db_file, busy_timeout_ms=env.settings.store.busy_timeout_ms
+        )
+    except Exception as exc:
+        raise CommandError(f"cannot open the memory database {env.home.db_file}: {exc}") from None
+
+
 @asynccontextmanager
 async def open_index(
     env: Env, *, mode: str = "hybrid", background: bool = False
 ) -> AsyncIterator[MemoryIndex]:
     """Open the home's database and a memory index over it (no background task by default)."""
-    try:
-        db = await Database.open(
-            env.home.db_file, busy_timeout_ms=env.settings.store.busy_timeout_ms
-        )
-    except Exception as exc:
-        raise CommandError(f"cannot open the index database {env.home.db_file}: {exc}") from None
-    async with db:
+    async with await _open_db(env) as db:
         embedder = _embedder(env, mode)
         index = MemoryIndex(db, embedder, env.settings.memory, SystemClock(), background=background)
         async with index:
@@ -141,26 +147,42 @@ async def _import(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _summarise(env: Env, session_ids: tuple[str, ...], progress: ops.Progress) -> int:
+@asynccontextmanager
+async def open_memory(env: Env, *, models: bool) -> AsyncIterator[MemorySystem]:
+    """The home's memory system for one command: no background work, no event bus.
+
+    Model roles (and the spend ledger) only with `models`: `memory reindex` builds none, so
+    it cannot call a model.
+    """
     from daemon.memory.system import MemorySystem
     from daemon.models.ledger import UsageLedger
     from daemon.models.roles import ModelRoles
 
-    async with (
-        await Database.open(env.home.db_file) as db,
-        ModelRoles(env.settings, UsageLedger(db, env.settings.spend)) as roles,
-    ):
+    clock = SystemClock()
+    async with await _open_db(env) as db, AsyncExitStack() as stack:
+        roles = (
+            await stack.enter_async_context(
+                ModelRoles(env.settings, UsageLedger(db, env.settings.spend, clock))
+            )
+            if models
+            else None
+        )
         system = MemorySystem(
             home=env.home,
             db=db,
             settings=env.settings,
             roles=roles,
             bus=None,
-            clock=SystemClock(),
+            clock=clock,
             background=False,
         )
         async with system:
-            return await ops.summarise_sessions(system, session_ids, progress)
+            yield system
+
+
+async def _summarise(env: Env, session_ids: tuple[str, ...], progress: ops.Progress) -> int:
+    async with open_memory(env, models=True) as system:
+        return await ops.summarise_sessions(system, session_ids, progress)
 
 
 async def _search(args: argparse.Namespace) -> int:
@@ -189,36 +211,21 @@ async def _search(args: argparse.Namespace) -> int:
 
 async def _reindex(args: argparse.Namespace) -> int:
     """Rebuild the index from the files with no model: no roles, no summariser, no background work."""
-    from daemon.memory.system import MemorySystem
+    from daemon.delegate.lineage import ForkLineage
+    from daemon.journal.heartbeat import reindex_journal
 
     env = resolve_env(args)
     _quiet_logs(env)
     started = time.perf_counter()
-    async with await Database.open(
-        env.home.db_file, busy_timeout_ms=env.settings.store.busy_timeout_ms
-    ) as db:
-        system = MemorySystem(
-            home=env.home,
-            db=db,
-            settings=env.settings,
-            roles=None,
-            bus=None,
-            clock=SystemClock(),
-            background=False,
-        )
-        async with system:
-            counts = await system.reindex()
-            from daemon.journal.heartbeat import reindex_journal
-
-            counts["journal"] = await reindex_journal(env.home, env.settings, system.index)
-            from daemon.delegate.lineage import ForkLineage
-
-            counts["forks"] = await ForkLineage(db).rebuild(env.home.forks_dir)
-            try:
-                await system.index.flush()
-            except EmbedderError as exc:
-                counts["embed_failed"] = 1
-                print_err(f"embedding failed ({exc}); the daemon will embed in the background")
+    async with open_memory(env, models=False) as system:
+        counts = await system.reindex()
+        counts["journal"] = await reindex_journal(env.home, env.settings, system.index)
+        counts["forks"] = await ForkLineage(system.db).rebuild(env.home.forks_dir)
+        try:
+            await system.index.flush()
+        except EmbedderError as exc:
+            counts["embed_failed"] = 1
+            print_err(f"embedding failed ({exc}); the daemon will embed in the background")
     shown = ", ".join(f"{k}={v}" for k, v in counts.items())
     print(f"reindexed from {env.home.root}: {shown}; {time.perf_counter() - started:.1f}s")
     return 0

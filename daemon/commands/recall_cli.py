@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-from daemon.cli_support import CommandError, Env, resolve_env
-from daemon.clock import SystemClock
+from daemon.cli_support import CommandError, resolve_env
 from daemon.commands import args as spec
 from daemon.commands import ops, render
-from daemon.store.db import Database
+from daemon.commands.memory_cli import open_memory
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -43,36 +40,6 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     recall.set_defaults(func=_recall)
 
 
-@asynccontextmanager
-async def _memory(env: Env) -> AsyncIterator[Any]:
-    from daemon.memory.system import MemorySystem
-    from daemon.models.ledger import UsageLedger
-    from daemon.models.roles import ModelRoles
-
-    try:
-        db = await Database.open(
-            env.home.db_file, busy_timeout_ms=env.settings.store.busy_timeout_ms
-        )
-    except Exception as exc:
-        raise CommandError(f"cannot open the memory database {env.home.db_file}: {exc}") from None
-    try:
-        clock = SystemClock()
-        async with ModelRoles(env.settings, UsageLedger(db, env.settings.spend, clock)) as roles:
-            system = MemorySystem(
-                home=env.home,
-                db=db,
-                settings=env.settings,
-                roles=roles,
-                bus=None,
-                clock=clock,
-                background=False,
-            )
-            async with system:
-                yield system
-    finally:
-        await db.close()
-
-
 async def _remember(args: argparse.Namespace) -> int:
     from daemon.memory.facts import FactError
 
@@ -81,7 +48,7 @@ async def _remember(args: argparse.Namespace) -> int:
     except spec.UsageError as exc:
         raise CommandError(str(exc)) from None
     env = resolve_env(args)
-    async with _memory(env) as memory:
+    async with open_memory(env, models=True) as memory:
         try:
             out = await ops.remember(memory, request)
         except FactError as exc:
@@ -99,7 +66,7 @@ async def _recall(args: argparse.Namespace) -> int:
     except spec.UsageError as exc:
         raise CommandError(str(exc)) from None
     env = resolve_env(args)
-    async with _memory(env) as memory:
+    async with open_memory(env, models=True) as memory:
         try:
             data = await ops.recall(memory, query)
         except RecallError as exc:
