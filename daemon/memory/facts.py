@@ -284,6 +284,14 @@ class FactStore:
         if origin not in ORIGINS:
             raise FactError(f"unknown origin {origin!r}; expected one of {', '.join(ORIGINS)}")
 
+    @staticmethod
+    def _check_profile_change(fact: Fact, origin: str) -> None:
+        """Untrusted text never corrects, retracts or restores a profile fact."""
+        if fact.target == "profile" and origin in UNTRUSTED_ORIGINS:
+            raise FactError(
+                f"refused: content from {origin!r} is untrusted and cannot change the profile"
+            )
+
     def _prepare(self, text: str) -> tuple[str, str]:
         wording = " ".join(str(text).split())
         if not wording:
@@ -380,10 +388,7 @@ class FactStore:
         async with self._lock:
             await self.load()
             old = self._require_active(uid.strip())
-            if old.target == "profile" and origin in UNTRUSTED_ORIGINS:
-                raise FactError(
-                    f"refused: content from {origin!r} is untrusted and cannot change the profile"
-                )
+            self._check_profile_change(old, origin)
             if normalise(resolved) == normalise(old.text):
                 raise FactError(f"the correction is identical to {old.id}; nothing to change")
             event = {
@@ -418,10 +423,7 @@ class FactStore:
         async with self._lock:
             await self.load()
             old = self._require_active(uid.strip())
-            if old.target == "profile" and origin in UNTRUSTED_ORIGINS:
-                raise FactError(
-                    f"refused: content from {origin!r} is untrusted and cannot change the profile"
-                )
+            self._check_profile_change(old, origin)
             event = {
                 "v": 1,
                 "op": "retract",
@@ -452,10 +454,7 @@ class FactStore:
                 )
             if fact.active:
                 raise FactError(f"{fact.id} is not retracted; nothing to restore")
-            if fact.target == "profile" and origin in UNTRUSTED_ORIGINS:
-                raise FactError(
-                    f"refused: content from {origin!r} is untrusted and cannot change the profile"
-                )
+            self._check_profile_change(fact, origin)
             reason = " ".join(str(reason).split())[:500] or "restored"
             event = {
                 "v": 1,
