@@ -705,8 +705,26 @@ class MemoryIndex:
                 )
         return fused
 
+    async def _texts(
+        self, rowids: Collection[int], known: dict[int, tuple[str, str]] | None = None
+    ) -> dict[int, tuple[str, str]]:
+        """(title, text) by rowid; `known` holds what this search already read and is filled in."""
+        known = {} if known is None else known
+        missing = [r for r in rowids if r not in known]
+        if missing:
+            rows = await self.db.fetchall(
+                f"SELECT rowid, title, text FROM memories WHERE rowid IN ({','.join('?' * len(missing))})",
+                missing,
+            )
+            known.update((r[0], (r[1] or "", r[2] or "")) for r in rows)
+        return known
+
     async def _by_facets(
-        self, plan: QueryPlan, scored: list[tuple[int, float]], chains: dict[str, str] | None = None
+        self,
+        plan: QueryPlan,
+        scored: list[tuple[int, float]],
+        chains: dict[str, str] | None = None,
+        known: dict[int, tuple[str, str]] | None = None,
     ) -> list[tuple[int, float]]:
         """Re-rank so that items covering more of the question's words rise among near-equals.
 
@@ -719,11 +737,8 @@ class MemoryIndex:
         facets = {stem(w) for w in asked}
         if FACET_WEIGHT <= 0 or len(facets) < 2 or not scored:
             return scored
-        rows = await self.db.fetchall(
-            f"SELECT rowid, title, text FROM memories WHERE rowid IN ({','.join('?' * len(scored))})",
-            [r for r, _ in scored],
-        )
-        texts = {r[0]: f"{r[1]} {r[2]}" for r in rows}
+        found = await self._texts([r for r, _ in scored], known)
+        texts = {r: f"{title} {text}" for r, (title, text) in found.items()}
         weight = await self._facet_weights(asked)
         total = sum(weight.values())
 
@@ -742,16 +757,18 @@ class MemoryIndex:
             key=lambda rs: (-rs[1], -rs[0]),
         )
 
-    async def _distinct(self, scored: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+    async def _distinct(
+        self,
+        scored: list[tuple[int, float]],
+        k: int,
+        known: dict[int, tuple[str, str]] | None = None,
+    ) -> list[tuple[int, float]]:
         """The first `k` results, each text once: a line someone says often ("we had friends
         over for dinner") is shown at its best place, not at every date it was said."""
         if len(scored) <= 1:
             return scored[:k]
-        rows = await self.db.fetchall(
-            f"SELECT rowid, text FROM memories WHERE rowid IN ({','.join('?' * len(scored))})",
-            [r for r, _ in scored],
-        )
-        said = {r[0]: undated(r[1]) for r in rows}
+        found = await self._texts([r for r, _ in scored], known)
+        said = {r: undated(text) for r, (_, text) in found.items()}
         seen: set[str] = set()
         out: list[tuple[int, float]] = []
         for rowid, score in scored:
@@ -813,15 +830,7 @@ class MemoryIndex:
             for e, _ in plan.about
         ]
         candidates = sorted({r for per_query in near for rowids in per_query for r in rowids})
-        found = (
-            await self.db.fetchall(
-                f"SELECT rowid, text FROM memories WHERE rowid IN ({','.join('?' * len(candidates))})",
-                candidates,
-            )
-            if candidates
-            else []
-        )
-        texts = {r[0]: r[1] for r in found}
+        texts = {r: text for r, (_, text) in (await self._texts(candidates)).items()}
         kept = [
             [
                 [r for r in rowids if name.search(texts.get(r, ""))]
@@ -1028,8 +1037,11 @@ class MemoryIndex:
         kept = {r for r, _ in first}
         # Room for the repeated lines `_distinct` drops.
         pool = self._combine(ranked[0], 2 * max(k, FACET_POOL) + len(first), weights)
-        rest = await self._by_facets(plan, [(r, s) for r, s in pool if r not in kept], chains)
-        base = await self._distinct(first + rest, k)
+        known: dict[int, tuple[str, str]] = {}  # memories' text, read once for this search
+        rest = await self._by_facets(
+            plan, [(r, s) for r, s in pool if r not in kept], chains, known
+        )
+        base = await self._distinct(first + rest, k, known)
         if len(windows) == 1:
             return await self._hydrate(descending(base), via)
         inside = [
@@ -1039,7 +1051,7 @@ class MemoryIndex:
             # "What did X do after Y?" joins Y to what followed: the event itself comes second.
             inside = [*inside[:1], (event, inside[0][1] if inside else 0.0), *inside[1:]]
         seen = {r for r, _ in inside}
-        merged = await self._distinct(inside + [(r, s) for r, s in base if r not in seen], k)
+        merged = await self._distinct(inside + [(r, s) for r, s in base if r not in seen], k, known)
         return await self._hydrate(descending(merged), via)
 
     async def similar(
