@@ -11,7 +11,7 @@ from typing import Any
 
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
-from daemon.memory.embedders import HashEmbedder
+from daemon.memory.embedders import Embedder, HashEmbedder
 from daemon.memory.system import MemorySystem
 from daemon.models.base import Model, ModelRequest
 from daemon.models.ledger import UsageLedger
@@ -55,6 +55,7 @@ async def memory_system(
     bus: EventBus | None = None,
     background: bool = True,
     topic_addenda: Callable[[str, str], str] | None = None,
+    embedder: Embedder | None = None,
 ) -> AsyncIterator[MemorySystem]:
     home = Home(root)
     home.ensure()
@@ -75,7 +76,7 @@ async def memory_system(
                 clock=clk,
                 topic_addenda=topic_addenda,
                 background=background,
-                embedder=HashEmbedder(),
+                embedder=embedder if embedder is not None else HashEmbedder(),
             )
             async with system:
                 yield system
