@@ -7,10 +7,9 @@ and refuse bad ones with the same message and exit code.
 
 from __future__ import annotations
 
-import argparse
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
     from pathlib import Path
     from typing import Any
 
@@ -34,85 +33,158 @@ class UsageError(Exception):
     """A command line that is well-formed but wrong; the message is the one line shown."""
 
 
+# Each command's arguments as data: `(flags, argparse keywords)` in order. The full CLI and the
+# forwarder's argparse fallback build parsers from them (`add_arguments`); the forwarder's quick
+# parser (`daemon.commands.forward`) reads them directly, so there is one definition of each.
+# `group` names a mutually exclusive group (not an argparse keyword).
+if TYPE_CHECKING:
+    Spec = tuple[tuple[tuple[str, ...], dict[str, Any]], ...]
+
+IMPORT: Spec = (
+    (("file",), {"help": 'JSONL: {"session","id","ts","role","content","speaker"?} per line'}),
+    (
+        ("--summarise",),
+        {
+            "action": "store_true",
+            "help": "also summarise each imported session (calls the summariser model)",
+        },
+    ),
+    (
+        ("--no-embed",),
+        {"action": "store_true", "help": "leave embedding to the daemon's background task"},
+    ),
+    (
+        ("--json",),
+        {
+            "action": "store_true",
+            "help": "print the counts as JSON (progress as JSON lines on stderr)",
+        },
+    ),
+    (
+        ("--no-progress",),
+        {"action": "store_true", "help": "no progress bar, even on a terminal"},
+    ),
+)
+
+SEARCH: Spec = (
+    (("query",), {"nargs": "?", "help": "what to search for"}),
+    (("--k",), {"type": int, "default": 10, "help": "how many results (default 10)"}),
+    (
+        ("--json",),
+        {"action": "store_true", "help": "print a JSON array (one per line with --batch)"},
+    ),
+    (("--mode",), {"choices": MODES, "default": "hybrid"}),
+    (
+        ("--batch",),
+        {"metavar": "FILE", "help": "one query per line; one result array per line, in order"},
+    ),
+    (
+        ("--kind",),
+        {"action": "append", "choices": KINDS, "help": "only these kinds (repeatable)"},
+    ),
+    (
+        ("--include-retired",),
+        {"action": "store_true", "help": "include superseded or retracted memories"},
+    ),
+    (
+        ("--raw",),
+        {
+            "action": "store_true",
+            "help": "search the text as given (no decomposition, no time words)",
+        },
+    ),
+)
+
+REMEMBER: Spec = (
+    (
+        ("text",),
+        {
+            "nargs": "?",
+            "metavar": "TEXT",
+            "help": "the fact (or the corrected text with --correct)",
+        },
+    ),
+    (
+        ("--target",),
+        {
+            "choices": ("memory", "profile"),
+            "default": "memory",
+            "help": "memory: the running log (default); profile: a stable fact about you",
+        },
+    ),
+    (
+        ("--tag",),
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "TAG",
+            "help": "a keyword (repeatable)",
+        },
+    ),
+    (
+        ("--correct",),
+        {
+            "group": "action",
+            "metavar": "ID",
+            "help": "supersede fact ID (e.g. fact:12) with TEXT",
+        },
+    ),
+    (
+        ("--retract",),
+        {"group": "action", "metavar": "ID", "help": "withdraw fact ID; it stays in history"},
+    ),
+    (
+        ("--restore",),
+        {
+            "group": "action",
+            "metavar": "ID",
+            "help": "undo the retraction of fact ID (e.g. one sleep retired as stale)",
+        },
+    ),
+    (("--reason",), {"default": "", "help": "why a retracted fact no longer holds"}),
+    (("--json",), {"action": "store_true", "help": "print the result as JSON"}),
+)
+
+RECALL: Spec = (
+    (("query",), {"metavar": "QUERY", "help": "a question or keywords"}),
+    (
+        ("--json",),
+        {
+            "action": "store_true",
+            "help": "print the answer, planner outcome and sources as JSON",
+        },
+    ),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser, spec: Spec) -> None:
+    """Add `spec`'s arguments to `parser` (its mutually exclusive groups included)."""
+    groups: dict[str, Any] = {}
+    for flags, keywords in spec:
+        kw = dict(keywords)
+        group = kw.pop("group", None)
+        target = parser
+        if group is not None:
+            if group not in groups:
+                groups[group] = parser.add_mutually_exclusive_group()
+            target = groups[group]
+        target.add_argument(*flags, **kw)
+
+
 def add_import_args(imp: argparse.ArgumentParser) -> None:
-    imp.add_argument(
-        "file", help='JSONL: {"session","id","ts","role","content","speaker"?} per line'
-    )
-    imp.add_argument(
-        "--summarise",
-        action="store_true",
-        help="also summarise each imported session (calls the summariser model)",
-    )
-    imp.add_argument(
-        "--no-embed", action="store_true", help="leave embedding to the daemon's background task"
-    )
-    imp.add_argument(
-        "--json",
-        action="store_true",
-        help="print the counts as JSON (progress as JSON lines on stderr)",
-    )
-    imp.add_argument(
-        "--no-progress", action="store_true", help="no progress bar, even on a terminal"
-    )
+    add_arguments(imp, IMPORT)
 
 
 def add_search_args(search: argparse.ArgumentParser) -> None:
-    search.add_argument("query", nargs="?", help="what to search for")
-    search.add_argument("--k", type=int, default=10, help="how many results (default 10)")
-    search.add_argument(
-        "--json", action="store_true", help="print a JSON array (one per line with --batch)"
-    )
-    search.add_argument("--mode", choices=MODES, default="hybrid")
-    search.add_argument(
-        "--batch",
-        metavar="FILE",
-        help="one query per line; one result array per line, in order",
-    )
-    search.add_argument(
-        "--kind", action="append", choices=KINDS, help="only these kinds (repeatable)"
-    )
-    search.add_argument(
-        "--include-retired", action="store_true", help="include superseded or retracted memories"
-    )
-    search.add_argument(
-        "--raw",
-        action="store_true",
-        help="search the text as given (no decomposition, no time words)",
-    )
+    add_arguments(search, SEARCH)
 
 
 def add_remember_args(remember: argparse.ArgumentParser) -> None:
-    remember.add_argument(
-        "text", nargs="?", metavar="TEXT", help="the fact (or the corrected text with --correct)"
-    )
-    remember.add_argument(
-        "--target",
-        choices=("memory", "profile"),
-        default="memory",
-        help="memory: the running log (default); profile: a stable fact about you",
-    )
-    remember.add_argument(
-        "--tag", action="append", default=[], metavar="TAG", help="a keyword (repeatable)"
-    )
-    action = remember.add_mutually_exclusive_group()
-    action.add_argument(
-        "--correct", metavar="ID", help="supersede fact ID (e.g. fact:12) with TEXT"
-    )
-    action.add_argument("--retract", metavar="ID", help="withdraw fact ID; it stays in history")
-    action.add_argument(
-        "--restore",
-        metavar="ID",
-        help="undo the retraction of fact ID (e.g. one sleep retired as stale)",
-    )
-    remember.add_argument("--reason", default="", help="why a retracted fact no longer holds")
-    remember.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_arguments(remember, REMEMBER)
 
 
 def add_recall_args(recall: argparse.ArgumentParser) -> None:
-    recall.add_argument("query", metavar="QUERY", help="a question or keywords")
-    recall.add_argument(
-        "--json", action="store_true", help="print the answer, planner outcome and sources as JSON"
-    )
+    add_arguments(recall, RECALL)
 
 
 # --- checks and requests, shared by both paths --------------------------------------------
