@@ -138,6 +138,45 @@ async def test_filters_kinds_time_and_recent(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_wide_kinds_filter_is_checked_on_the_best_hits_as_sql_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Automatic recall's kinds (all but month and journal) let most rows through: the best
+    full-text hits are filtered by what the matrix knows of each row instead of a SQL join.
+    What comes back is what the join returns: no other kind, nothing retired."""
+    from daemon.memory import lexical
+
+    chunks = [
+        NewMemory(
+            uid=f"chunk:c{i}",
+            kind="chunk",
+            text=f"note {i}: the garden tomatoes " + "and the weather " * (i % 7),
+            origin="person",
+            created_at=T0 + timedelta(days=i),
+        )
+        for i in range(40)
+    ]
+    strongest = "garden tomatoes garden tomatoes in the garden"
+    others = [
+        NewMemory(uid="journal:j1", kind="journal", text=strongest, origin="agent", created_at=T0),
+        fact(90, strongest, days=1),
+    ]
+    wide = ["fact", "profile", "summary", "chunk"]
+    with anyio.fail_after(30):
+        async with opened(tmp_path / "db.sqlite", NoEmbedder()) as index:
+            await index.upsert([*chunks, *others])
+            await index.retire("fact:90", at=T0 + timedelta(days=2))
+            assert index.matrix.kind_share(wide) >= lexical.WIDE_SHARE
+            fast = [h.id for h in await index.search("garden tomatoes", k=50, kinds=wide)]
+            monkeypatch.setattr(lexical, "WIDE_SHARE", 2.0)  # every filter joined in SQL
+            joined = [h.id for h in await index.search("garden tomatoes", k=50, kinds=wide)]
+            assert "journal:j1" not in fast and "fact:90" not in fast
+            assert sorted(fast) == sorted(joined) and len(fast) == 40
+            with_old = await index.search("garden tomatoes", k=50, kinds=wide, include_retired=True)
+            assert "fact:90" in [h.id for h in with_old]
+
+
+@pytest.mark.anyio
 async def test_explicit_facts_are_surfaced_first(tmp_path: Path) -> None:
     with anyio.fail_after(20):
         async with opened(tmp_path / "db.sqlite", NoEmbedder()) as index:

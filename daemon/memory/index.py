@@ -648,7 +648,7 @@ class MemoryIndex:
                     limit=limit,
                     rows=rows,
                     where=w,
-                    active=self.matrix.active,
+                    rows_in=self.matrix,
                     generation=self.matrix.generation,
                 )
                 for w in windows
@@ -1069,7 +1069,7 @@ class MemoryIndex:
         rows = len(self.matrix)
         [rowids] = await self.db.run(
             lambda conn: self.lexical.search(
-                conn, [text], limit=20, rows=rows, where=where, active=self.matrix.active
+                conn, [text], limit=20, rows=rows, where=where, rows_in=self.matrix
             )
         )
         if self.embedder.dim > 0:

@@ -13,10 +13,10 @@ after the LIMIT. All of it runs on the database thread, several queries per hop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from daemon.memory.query import match_terms
 
@@ -28,6 +28,9 @@ COMMON_SHARE = 0.05
 # Document frequencies below this are re-counted after every write (cheap for rare terms).
 RECOUNT_BELOW = 500
 _BM25 = "bm25(memories_fts, 2.0, 1.0, 1.0)"
+# A filter letting at least this share of rows through is checked on the best full-text hits
+# in Python (`RowCheck`) rather than joined in SQL.
+WIDE_SHARE = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +52,14 @@ def _iso(dt: datetime) -> str:
     from daemon.memory.index import iso
 
     return iso(dt)
+
+
+class RowCheck(Protocol):
+    """What the vector matrix knows of every row: whether it passes a filter, kinds' shares."""
+
+    def allowed(self, rowids: list[int], where: RowFilter) -> list[bool]: ...
+
+    def kind_share(self, kinds: Collection[str]) -> float: ...
 
 
 class LexicalSearcher:
@@ -122,7 +133,7 @@ class LexicalSearcher:
         limit: int,
         rows: int,
         where: RowFilter,
-        active: Callable[[list[int]], list[bool]],
+        rows_in: RowCheck,
         generation: int = 0,
     ) -> list[list[int]]:
         """Return, per query, up to `limit` rowids best first (runs on the database thread)."""
@@ -131,18 +142,24 @@ class LexicalSearcher:
         out: list[list[int]] = []
         for q in queries:
             expr = self.match(match_terms(q), df)
-            out.append(self._run(conn, expr, limit, where, active) if expr else [])
+            out.append(self._run(conn, expr, limit, where, rows_in) if expr else [])
         return out
 
     def _run(
-        self,
-        conn: Any,
-        expr: str,
-        limit: int,
-        where: RowFilter,
-        active: Callable[[list[int]], list[bool]],
+        self, conn: Any, expr: str, limit: int, where: RowFilter, rows_in: RowCheck
     ) -> list[int]:
-        if not where.in_sql:
+        """BM25 over the full-text index alone, filtered by `rows_in`, when the filter lets most
+        rows through; else (or when too few of the best pass) joined with `memories` in SQL.
+
+        Joining every match with its row costs ~2x a plain full-text ranking; automatic recall,
+        whose kinds filter leaves out only month and journal entries, runs it every turn.
+        """
+        wide = (
+            where.after is None
+            and where.before is None
+            and (not where.kinds or rows_in.kind_share(where.kinds) >= WIDE_SHARE)
+        )
+        if wide:
             margin = limit + 16
             got = [
                 r[0]
@@ -151,9 +168,9 @@ class LexicalSearcher:
                     (expr, margin),
                 ).fetchall()
             ]
-            if where.include_retired:
+            if where.include_retired and not where.kinds:
                 return got[:limit]
-            kept = [r for r, ok in zip(got, active(got), strict=True) if ok]
+            kept = [r for r, ok in zip(got, rows_in.allowed(got, where), strict=True) if ok]
             if len(kept) >= limit or len(got) < margin:
                 return kept[:limit]
         return self._joined(conn, expr, limit, where)

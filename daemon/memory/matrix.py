@@ -21,9 +21,12 @@ import re
 from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from daemon.memory.lexical import RowFilter
 
 KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3, "month": 4, "journal": 5}
 
@@ -162,6 +165,8 @@ class VectorMatrix:
         # Sign bits of `_vecs`, one row of 64-bit words per 64 dimensions (each a contiguous
         # run over all rows); built by `prepare_sketch`, kept in step by `_place` and `_grow`.
         self._bits: np.ndarray | None = None
+        # Rows per kind code, keyed by (generation, rows): `kind_share`.
+        self._kind_counts: tuple[tuple[int, int], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self._n
@@ -533,14 +538,36 @@ class VectorMatrix:
         )
         return self.top(sims, mask, limit)
 
-    def active(self, rowids: list[int]) -> list[bool]:
-        """Say, per rowid, whether it is loaded and not retired."""
+    def allowed(self, rowids: list[int], where: RowFilter) -> list[bool]:
+        """Say, per rowid, whether it is loaded and passes `where` (kinds, retired, time)."""
         if not rowids:
             return []
         pos = self._find(np.asarray(rowids, dtype=np.int64))
         ok = pos >= 0
-        ok[ok] = ~self._retired[pos[ok]]
+        at = pos[ok]
+        keep = np.ones(len(at), dtype=bool)
+        if where.kinds:
+            keep &= np.isin(self._kind[at], [KIND_CODES.get(k, 8) for k in where.kinds])
+        if not where.include_retired:
+            keep &= ~self._retired[at]
+        if where.after is not None:
+            keep &= self._ts[at] >= where.after.timestamp()
+        if where.before is not None:
+            keep &= self._ts[at] < where.before.timestamp()
+        ok[ok] = keep
         return ok.tolist()
+
+    def kind_share(self, kinds: Collection[str]) -> float:
+        """The share of loaded rows whose kind is one of `kinds` (counts cached per generation)."""
+        n = self._n
+        if n == 0:
+            return 1.0
+        key = (self.generation, n)
+        if self._kind_counts is None or self._kind_counts[0] != key:
+            self._kind_counts = (key, np.bincount(self._kind[:n].astype(np.int64), minlength=10))
+        counts = self._kind_counts[1]
+        codes = {KIND_CODES.get(k, 8) for k in kinds}
+        return float(sum(int(counts[c]) for c in codes)) / n
 
     def attributes(self, rowids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (time, explicit, importance) arrays for rowids (zeros for rows not loaded yet)."""
