@@ -57,15 +57,19 @@ QUERIES = [
 ENV = {"REVERIE_EMBEDDER": "hash"}
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args],
+        [sys.executable, *args],
         cwd=REPO,
         env=env or daemon_env(ENV),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return _python("-m", "daemon.cli", *args, env=env)
 
 
 _write = write_jsonl
@@ -201,52 +205,30 @@ def test_forwarding_imports_nothing_heavy(tmp_path: Path, daemon: DaemonProcess)
         " 'daemon.memory.index', 'argparse', 'json', 're', 'typing') if m in sys.modules)\n"
         "print('HEAVY', heavy, 'CODE', code, file=sys.stderr)\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO,
-        env=daemon_env(ENV),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _python("-c", probe)
     assert "HEAVY [] CODE 0" in r.stderr, r.stderr
     assert "D2:1" in r.stdout
     # The installed `reverie` launcher (scripts/setup.sh installs a pip whose launcher does
     # not import `re`) adds nothing heavy either.
     launcher = Path(sys.executable).with_name("reverie")
     if launcher.exists():
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-X",
-                "importtime",
-                str(launcher),
-                "memory",
-                "search",
-                "sunrise",
-                "--home",
-                str(home),
-                "--json",
-            ],
-            cwd=REPO,
-            env=daemon_env(ENV),
-            capture_output=True,
-            text=True,
-            timeout=60,
+        r = _python(
+            "-X",
+            "importtime",
+            str(launcher),
+            "memory",
+            "search",
+            "sunrise",
+            "--home",
+            str(home),
+            "--json",
         )
         assert r.returncode == 0 and "D2:1" in r.stdout, r.stderr
         imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()}
         assert not imported & {"re", "json", "argparse", "typing", "numpy"}, sorted(imported)
     assert daemon.stop() == 0
     # With no daemon the same call takes the direct path (and imports what it needs).
-    r = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO,
-        env=daemon_env(ENV),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _python("-c", probe)
     assert "CODE 0" in r.stderr and "'numpy'" in r.stderr and "D2:1" in r.stdout, r.stderr
 
 
