@@ -16,6 +16,37 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
+def run_python(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """This interpreter as a subprocess in the repository (the daemon's test environment)."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env or daemon_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`reverie ARGS` as a subprocess."""
+    return run_python("-m", "daemon.cli", *args, env=env, timeout=timeout)
+
+
+def wait_until(pred: Any, timeout: float, what: str) -> None:
+    """Poll `pred` every 50 ms until it is true; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         k: v

@@ -90,8 +90,11 @@ async def add_session(
     started: str = "2026-03-02T14:20:00+00:00",
     kind: str = "trunk",
     first_seq: int = 0,
+    ts: str | None = None,
 ) -> None:
-    """Insert a session row (once) and its messages, as the trunk or the importer would."""
+    """Insert a session row (once) and its messages, as the trunk or the importer would.
+
+    The messages are stamped `ts` when given, else a minute apart on 2 March 2026."""
     await db.execute(
         "INSERT OR IGNORE INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)",
         (session_id, kind, f"/home/sessions/trunk/{session_id}.jsonl", started),
@@ -103,7 +106,7 @@ async def add_session(
                 session_id,
                 f"{session_id}-m{i}",
                 i,
-                f"2026-03-02T14:{20 + i % 40:02d}:00+00:00",
+                ts or f"2026-03-02T14:{20 + i % 40:02d}:00+00:00",
                 role,
                 content,
             ),

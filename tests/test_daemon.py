@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO, Client, DaemonProcess, daemon_env
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli
 
 
 @pytest.fixture
@@ -23,19 +23,6 @@ def daemon(tmp_path: Path):
     if d.proc is not None and d.proc.poll() is None:
         d.proc.kill()
         d.wait(10)
-
-
-def _cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args],
-        cwd=REPO,
-        env=env or daemon_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _transcript_records(home: Path) -> list[dict]:
@@ -172,7 +159,7 @@ def test_a_client_that_never_reads_does_not_block_others(daemon: DaemonProcess) 
 
 def test_second_daemon_on_the_same_home_is_refused(daemon: DaemonProcess) -> None:
     daemon.start()
-    result = _cli("run", "--home", str(daemon.home), timeout=30)
+    result = run_cli("run", "--home", str(daemon.home), timeout=30)
     assert result.returncode != 0
     assert "already running" in result.stderr
     assert "Traceback" not in result.stderr
@@ -190,9 +177,9 @@ def test_second_daemon_on_the_same_home_is_refused(daemon: DaemonProcess) -> Non
 )
 def test_bad_config_is_one_clear_line(tmp_path: Path, toml: str, needle: str) -> None:
     home = tmp_path / "home"
-    assert _cli("init", str(home)).returncode == 0
+    assert run_cli("init", str(home)).returncode == 0
     (home / "reverie.toml").write_text(toml)
-    result = _cli("run", "--home", str(home), timeout=30)
+    result = run_cli("run", "--home", str(home), timeout=30)
     assert result.returncode == 2
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, result.stderr
@@ -203,19 +190,19 @@ def test_bad_config_is_one_clear_line(tmp_path: Path, toml: str, needle: str) ->
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can read files whatever their mode")
 def test_unreadable_persona_is_one_clear_line(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    _cli("init", str(home))
+    run_cli("init", str(home))
     soul = home / "persona" / "SOUL.md"
     soul.chmod(0)
-    result = _cli("run", "--home", str(home), timeout=30)
+    result = run_cli("run", "--home", str(home), timeout=30)
     assert result.returncode == 2
     assert "SOUL.md" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_undecodable_persona_is_one_clear_line(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    _cli("init", str(home))
+    run_cli("init", str(home))
     (home / "persona" / "SOUL.md").write_bytes(b"\xff\xfe\xfa not utf-8")
-    result = _cli("run", "--home", str(home), timeout=30)
+    result = run_cli("run", "--home", str(home), timeout=30)
     assert result.returncode == 2
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "SOUL.md" in lines[0]
@@ -223,22 +210,22 @@ def test_undecodable_persona_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_chat_cli_one_shot_and_status(daemon: DaemonProcess) -> None:
     daemon.start()
-    result = _cli("chat", "--home", str(daemon.home), "-m", "hello from a script")
+    result = run_cli("chat", "--home", str(daemon.home), "-m", "hello from a script")
     assert result.returncode == 0, result.stderr
     assert "offline" in result.stdout.lower()
-    status = _cli("status", "--home", str(daemon.home), "--json")
+    status = run_cli("status", "--home", str(daemon.home), "--json")
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
     assert data["running"] is True and data["state"] == "awake"
     assert data["trunk"]["messages"] >= 2
     assert data["spend"]["calls"] >= 1
     assert daemon.stop() == 0
-    offline = json.loads(_cli("status", "--home", str(daemon.home), "--json").stdout)
+    offline = json.loads(run_cli("status", "--home", str(daemon.home), "--json").stdout)
     assert offline["running"] is False and offline["trunk"]["messages"] >= 2
 
 
 def test_chat_cli_fails_cleanly_without_a_daemon(tmp_path: Path) -> None:
-    result = _cli("chat", "--home", str(tmp_path / "nohome"), "-m", "anyone?")
+    result = run_cli("chat", "--home", str(tmp_path / "nohome"), "-m", "anyone?")
     assert result.returncode != 0
     assert "not running" in result.stderr
     assert "Traceback" not in result.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
-from tests.harness import Client, DaemonProcess, daemon_env
+from tests.harness import Client, DaemonProcess, daemon_env, wait_until
 
 FAST_RETRIES = """
 [providers.anthropic]
@@ -50,15 +50,6 @@ def _records(home: Path) -> list[dict]:
     return out
 
 
-def _wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _trunk_requests(fake: FakeAnthropic) -> list:
     return [r for r in fake.message_requests if r.body.get("tools")]
 
@@ -77,7 +68,7 @@ def test_sigkill_mid_turn_then_restart_answers_every_acknowledged_message(
             c.send({"type": "message", "text": "second: and the shed"})
             second = c.recv_until(lambda f: f["type"] == "accepted")[-1]
             assert second["queued"] == 1
-            _wait(lambda: len(_trunk_requests(fake)) >= 1, 20, "the trunk's model request")
+            wait_until(lambda: len(_trunk_requests(fake)) >= 1, 20, "the trunk's model request")
         d.kill()
     finally:
         if d.proc and d.proc.poll() is None:
@@ -96,7 +87,7 @@ def test_sigkill_mid_turn_then_restart_answers_every_acknowledged_message(
                 if r.get("type") == "turn_end" and r.get("status") == "answered"
             }
 
-        _wait(
+        wait_until(
             lambda: {first["turn_id"], second["turn_id"]} <= answered(),
             30,
             "both turns answered after restart",

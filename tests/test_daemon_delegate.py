@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import REPO, Client, DaemonProcess, daemon_env
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, wait_until
 
 CONFIG = """
 [providers.anthropic]
@@ -37,15 +37,6 @@ provider = "offline"
 FRAMING = "You are in focused task mode. Your objective is: "
 # Words only the person's message to the trunk contains.
 TRUNK_WORDS = ("Quillfeather", "marmalade-tinted")
-
-
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _home(tmp_path: Path) -> Path:
@@ -216,7 +207,9 @@ def test_a_crash_in_the_middle_of_a_fork_ends_in_a_clear_failure_after_restart(
                 c.hello()
                 c.send({"type": "message", "text": "Please sort my photo archive."})
                 accepted = c.recv_until(lambda f: f["type"] == "accepted")[-1]
-                _wait(lambda: len(_fork_requests(fake)) >= 2, 30, "the fork's second model call")
+                wait_until(
+                    lambda: len(_fork_requests(fake)) >= 2, 30, "the fork's second model call"
+                )
             d.kill()
         finally:
             if d.proc and d.proc.poll() is None:
@@ -236,7 +229,7 @@ def test_a_crash_in_the_middle_of_a_fork_ends_in_a_clear_failure_after_restart(
                     for r in _trunk_records(home)
                 )
 
-            _wait(answered, 30, "the interrupted turn answered after the restart")
+            wait_until(answered, 30, "the interrupted turn answered after the restart")
             after = fake.message_requests[before:]
         finally:
             d.stop()
@@ -325,7 +318,7 @@ def test_stopping_the_daemon_mid_fork_cancels_it_cleanly(tmp_path: Path) -> None
                         and f.get("phase") == "started"
                     )
                 )
-                _wait(lambda: len(_fork_requests(fake)) == 1, 30, "the fork at the model")
+                wait_until(lambda: len(_fork_requests(fake)) == 1, 30, "the fork at the model")
             started = time.monotonic()
             assert d.stop() == 0
             took = time.monotonic() - started

@@ -6,16 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
-from tests.harness import REPO, Client, DaemonProcess, daemon_env
+from tests.harness import Client, DaemonProcess, daemon_env, run_cli, wait_until
 
 
 @pytest.fixture
@@ -25,26 +22,6 @@ def daemon(tmp_path: Path):
     if d.proc is not None and d.proc.poll() is None:
         d.proc.kill()
         d.wait(10)
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args],
-        cwd=REPO,
-        env=env or daemon_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _records(home: Path) -> list[dict[str, Any]]:
@@ -97,13 +74,13 @@ def test_switch_command_summarises_the_old_session_and_status_tells_the_truth(
         )
     # The after-turn indexing made the turn searchable without a restart.
     hits = json.loads(
-        _cli("memory", "search", "Bartholomew-9", "--json", "--home", str(daemon.home))
+        run_cli("memory", "search", "Bartholomew-9", "--json", "--home", str(daemon.home))
         .stdout.strip()
         .splitlines()[-1]
     )
     assert any(accepted["turn_id"] in h["message_ids"] for h in hits), hits
     # session_before_switch made the summariser write the outgoing session's summary.
-    _wait(
+    wait_until(
         lambda: any(
             old in p.read_text() for p in (daemon.home / "memory" / "sessions").glob("session-*.md")
         ),
@@ -112,7 +89,7 @@ def test_switch_command_summarises_the_old_session_and_status_tells_the_truth(
     )
     header = next(r for r in _records(daemon.home) if r.get("type") == "session" and r["id"] == new)
     assert header["continues"] == old and header["reason"] == "fresh start"
-    text = _cli("status", "--home", str(daemon.home)).stdout
+    text = run_cli("status", "--home", str(daemon.home)).stdout
     assert (
         "lexical only" in text
         and "heartbeat:    last none yet, next " in text
@@ -152,7 +129,7 @@ def test_a_crash_between_hold_and_switch_loses_nothing(tmp_path: Path) -> None:
                 admin.hello()
                 c.send({"type": "message", "text": "first: a long job"})
                 first = c.recv_until(lambda f: f["type"] == "accepted")[-1]
-                _wait(
+                wait_until(
                     lambda: any(r.body.get("tools") for r in fake.message_requests),
                     20,
                     "the first turn at the model",
@@ -161,7 +138,7 @@ def test_a_crash_between_hold_and_switch_loses_nothing(tmp_path: Path) -> None:
                 admin.send(
                     {"type": "command", "name": "switch", "args": {"reason": "night"}, "id": "sw"}
                 )
-                _wait(lambda: _kv(home, "trunk_switch") is not None, 10, "the switch intent")
+                wait_until(lambda: _kv(home, "trunk_switch") is not None, 10, "the switch intent")
                 # Held: a message is still accepted (on disk) while the first turn runs.
                 c.send({"type": "message", "text": "second: during the hold"})
                 second = c.recv_until(lambda f: f["type"] == "accepted")[-1]
@@ -182,7 +159,7 @@ def test_a_crash_between_hold_and_switch_loses_nothing(tmp_path: Path) -> None:
                     if r.get("type") == "turn_end" and r.get("status") == "answered"
                 }
 
-            _wait(
+            wait_until(
                 lambda: {first["turn_id"], second["turn_id"]} <= set(answered()),
                 30,
                 "both answered after restart",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
-from tests.harness import REPO, Client, DaemonProcess, daemon_env
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
 
 
 def _config(retry_s: float) -> str:
@@ -35,14 +35,7 @@ def _cli(
     env: dict[str, str], *args: str, timeout: float = 30
 ) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    done = run_cli(*args, env=env, timeout=timeout)
     return done, time.monotonic() - started
 
 
@@ -54,15 +47,6 @@ def _answered(home: Path) -> dict[str, int]:
             if rec.get("type") == "turn_end" and rec.get("status") == "answered":
                 counts[rec["turn_id"]] = counts.get(rec["turn_id"], 0) + 1
     return counts
-
-
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _start(
@@ -139,7 +123,7 @@ def test_every_chat_client_is_told_at_once_status_says_why_and_nothing_is_lost(
         fake.outage(None)
         d.start()
         try:
-            _wait(
+            wait_until(
                 lambda: len(_answered(home)) == 4,
                 30,
                 "all four messages answered after the restart",
@@ -166,7 +150,7 @@ def test_a_listening_client_gets_its_reply_once_the_api_is_back(tmp_path: Path) 
                         lambda f, t=turn: f.get("turn_id") == t and f["type"] in ("error", "done")
                     )[-1]
                     assert told["type"] == "error" and told["code"] == "model_unavailable", told
-                _wait(
+                wait_until(
                     lambda: json.loads(
                         _cli(env, "--home", str(d.home), "status", "--json")[0].stdout
                     )["trunk"]["waiting_for_model"],
@@ -264,7 +248,9 @@ def test_a_message_sent_once_the_api_is_back_is_not_held_behind_a_long_backoff(
                 c.send({"type": "message", "text": "one: during the outage"})
                 first = c.recv_until(lambda f: f["type"] == "accepted")[-1]["turn_id"]
                 # The backoff doubles: 0.25, 0.5, 1, 2, 4, then 8 s to the next try.
-                _wait(lambda: (waiting() or {}).get("attempts", 0) >= 6, 30, "six failed tries")
+                wait_until(
+                    lambda: (waiting() or {}).get("attempts", 0) >= 6, 30, "six failed tries"
+                )
                 next_retry = datetime.fromisoformat(str((waiting() or {})["next_retry"]))
                 assert (next_retry - datetime.now(UTC)).total_seconds() > 3
                 fake.outage(None)

@@ -7,8 +7,6 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
-from tests.harness import REPO, Client, DaemonProcess, daemon_env
+from tests.harness import Client, DaemonProcess, daemon_env, run_cli, wait_until
 
 CONFIG = """
 [providers.anthropic]
@@ -64,15 +62,6 @@ class RoutedFake(FakeAnthropic):
 def fake():
     with RoutedFake() as server:
         yield server
-
-
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _rows(home: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -124,7 +113,7 @@ def test_sleep_through_the_socket_survives_a_stop_mid_cycle_and_resumes_after_re
             started = c.command("sleep")
             assert started["type"] == "result" and started["data"]["started"], started
             cycle_id = started["data"]["cycle_id"]
-            _wait(lambda: _weave_requests(fake), 20, "the wake-up letter's model call")
+            wait_until(lambda: _weave_requests(fake), 20, "the wake-up letter's model call")
             status = c.command("status")["data"]
             assert (
                 status["state"] == "asleep"
@@ -160,7 +149,7 @@ def test_sleep_through_the_socket_survives_a_stop_mid_cycle_and_resumes_after_re
     fake.route("Write WAKE.md", Planned.reply(LETTER))
     d.start()
     try:
-        _wait(
+        wait_until(
             lambda: (
                 _rows(home, "SELECT status FROM sleep_cycles WHERE id = ?", (cycle_id,))
                 == [("done",)]
@@ -190,7 +179,7 @@ def test_sleep_through_the_socket_survives_a_stop_mid_cycle_and_resumes_after_re
         assert (home / "WAKE.md").read_text() == LETTER
         assert len(_weave_requests(fake)) == 2
         # The message that waited is answered once, in the new session; nothing is left pending.
-        _wait(
+        wait_until(
             lambda: any(
                 r.get("type") == "turn_end" and r.get("turn_id") == waiting["turn_id"]
                 for r in _records(home)
@@ -217,14 +206,7 @@ def test_sleep_through_the_socket_survives_a_stop_mid_cycle_and_resumes_after_re
 
 
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args, "--home", str(home)],
-        cwd=REPO,
-        env=daemon_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(*args, "--home", str(home), timeout=120)
 
 
 def test_reverie_sleep_wait_and_status_from_the_command_line(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import REPO, Client, DaemonProcess, daemon_env
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
 
 
 @pytest.fixture
@@ -24,31 +23,11 @@ def daemon(tmp_path: Path):
         d.wait(10)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args],
-        cwd=REPO,
-        env=daemon_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def _entries(home: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for path in sorted((home / "journal").glob("*.jsonl")):
         out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return out
-
-
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _configure(home: Path, heartbeat_minutes: float) -> None:
@@ -66,7 +45,7 @@ def test_chat_heartbeat_restart_and_the_digest_is_in_the_next_sessions_context(
         c.hello()
         _, frames = c.chat("Remember that the kiln Bartholomew-9 is glazed in cobalt blue.")
         assert frames[-1]["type"] == "done"
-        _wait(
+        wait_until(
             lambda: any(e["trigger"] == "heartbeat" for e in _entries(home)),
             20,
             "a heartbeat entry",
@@ -94,13 +73,13 @@ def test_chat_heartbeat_restart_and_the_digest_is_in_the_next_sessions_context(
         assert bad["type"] == "error" and bad["code"] == "bad_args"
         assert c.command("status")["data"]["spend"]["calls"] == calls
     assert daemon.stop() == 0
-    text = _cli("status", "--home", str(home)).stdout
+    text = run_cli("status", "--home", str(home)).stdout
     assert "heartbeat" in text
 
     # Restart with a slow heartbeat: the shutdown entry comes from session_shutdown, not a tick.
     _configure(home, 60)
     context = json.loads(
-        _cli("context", "--home", str(home), "--prompt", "what next?", "--json").stdout
+        run_cli("context", "--home", str(home), "--prompt", "what next?", "--json").stdout
     )
     journal_block = next(b for b in context["blocks"] if b["layer"] == "journal")
     assert "Bartholomew-9" in journal_block["text"] and 'kind="journal"' in journal_block["text"]
@@ -121,16 +100,16 @@ def test_chat_heartbeat_restart_and_the_digest_is_in_the_next_sessions_context(
     digest = next((home / "journal").glob("*.md")).read_text()
     assert digest.index("firing schedule") < digest.index("Bartholomew-9")  # newest first
     hits = json.loads(
-        _cli("memory", "search", "firing schedule", "--json", "--home", str(home))
+        run_cli("memory", "search", "firing schedule", "--json", "--home", str(home))
         .stdout.strip()
         .splitlines()[-1]
     )
     assert any(h["kind"] == "journal" and "firing schedule" in h["text"] for h in hits), hits
     # The index is rebuilt from the files, journal entries included.
-    reindexed = _cli("memory", "reindex", "--home", str(home))
+    reindexed = run_cli("memory", "reindex", "--home", str(home))
     assert reindexed.returncode == 0 and "journal=2" in reindexed.stdout, reindexed.stderr
     hits = json.loads(
-        _cli(
+        run_cli(
             "memory", "search", "Bartholomew-9", "--kind", "journal", "--json", "--home", str(home)
         )
         .stdout.strip()
@@ -200,7 +179,7 @@ def test_status_never_claims_a_heartbeat_that_failed(daemon: DaemonProcess) -> N
         c.hello()
         _, frames = c.chat("Something happened worth a journal entry.")
         assert frames[-1]["type"] == "done"
-        _wait(
+        wait_until(
             lambda: c.command("status")["data"]["jobs"]["heartbeat"].get("last_status") == "failed",
             20,
             "a failed heartbeat",
@@ -211,12 +190,12 @@ def test_status_never_claims_a_heartbeat_that_failed(daemon: DaemonProcess) -> N
         # Put it right: the next heartbeat writes the entry it could not write before.
         (home / "journal").unlink()
         (home / "journal").mkdir()
-        _wait(
+        wait_until(
             lambda: any(True for _ in (home / "journal").glob("*.jsonl")),
             20,
             "the entry after the repair",
         )
-        _wait(
+        wait_until(
             lambda: c.command("status")["data"]["last_heartbeat"] is not None,
             20,
             "a heartbeat that did its check",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO, DaemonProcess, daemon_env
+from tests.harness import DaemonProcess, daemon_env, run_python
 from tests.memory_support import DIALOGUE_LINES, write_jsonl
 
 LINES = [
@@ -58,14 +58,7 @@ ENV = {"REVERIE_EMBEDDER": "hash"}
 
 
 def _python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=REPO,
-        env=env or daemon_env(ENV),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python(*args, env=env or daemon_env(ENV), timeout=120)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -27,6 +27,12 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out.out, out.err
 
 
+def _import_lines(capsys: pytest.CaptureFixture[str], tmp_path: Path, home: Path) -> None:
+    """Import LINES into `home` through the CLI."""
+    src = str(_write(tmp_path / "c.jsonl", LINES))
+    assert _run(capsys, "memory", "import", src, "--home", str(home))[0] == 0
+
+
 def test_import_is_idempotent_and_search_json_traces_to_messages(
     tmp_path: Path, home_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -86,14 +92,7 @@ def test_import_is_idempotent_and_search_json_traces_to_messages(
 def test_batch_search_prints_one_array_per_line_in_order(
     tmp_path: Path, home_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run(
-        capsys,
-        "memory",
-        "import",
-        str(_write(tmp_path / "c.jsonl", LINES)),
-        "--home",
-        str(home_dir),
-    )
+    _import_lines(capsys, tmp_path, home_dir)
     queries = tmp_path / "q.txt"
     queries.write_text("what did Melanie paint?\n\ncareer in counseling\n")
     code, out, _ = _run(
@@ -142,14 +141,7 @@ def test_bad_import_file_is_one_line_error_and_writes_nothing(
 def test_reindex_rebuilds_from_files_and_stats_reports(
     tmp_path: Path, home_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run(
-        capsys,
-        "memory",
-        "import",
-        str(_write(tmp_path / "c.jsonl", LINES)),
-        "--home",
-        str(home_dir),
-    )
+    _import_lines(capsys, tmp_path, home_dir)
     for suffix in ("", "-wal", "-shm"):
         Path(str(home_dir / "reverie.db") + suffix).unlink(missing_ok=True)
     code, out, _ = _run(

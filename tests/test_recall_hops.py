@@ -253,10 +253,7 @@ async def test_after_an_event_the_event_itself_comes_second(tmp_path: Path) -> N
     with anyio.fail_after(60):
         async with memory_system(tmp_path) as memory:
             for i, (ts, text) in enumerate(said):
-                await add_session(memory.db, f"s{i}", [("user", text)], started=ts)
-                await memory.db.execute(
-                    "UPDATE messages SET ts = ? WHERE session_id = ?", (ts, f"s{i}")
-                )
+                await add_session(memory.db, f"s{i}", [("user", text)], started=ts, ts=ts)
                 await memory.index_session(f"s{i}")
             await memory.index.flush()
             with anyio.fail_after(10):
@@ -304,10 +301,7 @@ async def test_a_line_said_on_many_days_is_shown_once(tmp_path: Path) -> None:
         ) as memory:
             for i, line in enumerate(said):
                 ts = f"2026-01-{10 + i:02d}T09:00:00+00:00"
-                await add_session(memory.db, f"s{i}", [line], started=ts)
-                await memory.db.execute(
-                    "UPDATE messages SET ts = ? WHERE session_id = ?", (ts, f"s{i}")
-                )
+                await add_session(memory.db, f"s{i}", [line], started=ts, ts=ts)
                 await memory.index_session(f"s{i}")
             await memory.index.flush()
             with anyio.fail_after(10):

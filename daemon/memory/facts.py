@@ -419,24 +419,28 @@ class FactStore:
     async def retract(self, uid: str, *, reason: str, origin: str) -> Fact:
         """Retire fact `uid` with `reason`; it stays searchable as history."""
         self._check_origin(origin)
-        reason = " ".join(str(reason).split())[:500] or "retracted"
         async with self._lock:
             await self.load()
             old = self._require_active(uid.strip())
             self._check_profile_change(old, origin)
-            event = {
-                "v": 1,
-                "op": "retract",
-                "id": old.id,
-                "ts": _iso(self.clock.now()),
-                "origin": origin,
-                "reason": reason,
-            }
-            await anyio.to_thread.run_sync(self.log.append, event)
+            await self._log_status("retract", old.id, origin, reason)
             await self.index.retire(old.id, at=self.clock.now())
             await self.render()
         log.info("fact retracted", id=old.id, origin=origin)
         return self.log.facts[old.id]
+
+    async def _log_status(self, op: str, fact_id: str, origin: str, reason: str) -> None:
+        """Append a `retract` or `restore` event; the reason is squeezed to one line (≤ 500 chars)."""
+        event = {
+            "v": 1,
+            "op": op,
+            "id": fact_id,
+            "ts": _iso(self.clock.now()),
+            "origin": origin,
+            "reason": " ".join(str(reason).split())[:500]
+            or {"retract": "retracted", "restore": "restored"}[op],
+        }
+        await anyio.to_thread.run_sync(self.log.append, event)
 
     async def restore(self, uid: str, *, origin: str, reason: str = "restored") -> Fact:
         """Undo the retraction of fact `uid` (an append-only `restore` event); it is active again."""
@@ -455,16 +459,7 @@ class FactStore:
             if fact.active:
                 raise FactError(f"{fact.id} is not retracted; nothing to restore")
             self._check_profile_change(fact, origin)
-            reason = " ".join(str(reason).split())[:500] or "restored"
-            event = {
-                "v": 1,
-                "op": "restore",
-                "id": fact.id,
-                "ts": _iso(self.clock.now()),
-                "origin": origin,
-                "reason": reason,
-            }
-            await anyio.to_thread.run_sync(self.log.append, event)
+            await self._log_status("restore", fact.id, origin, reason)
             await self.index.restore(fact.id)
             await self.render()
         log.info("fact restored", id=fact.id, origin=origin)
