@@ -177,6 +177,26 @@ async def test_the_log_is_the_truth_a_lost_index_is_rebuilt_and_torn_lines_are_s
     )  # on its own line, not glued to the torn one
 
 
+async def test_a_restore_is_in_the_log_and_survives_a_lost_database(tmp_path: Path) -> None:
+    async with memory_system(tmp_path) as memory:
+        await memory.remember("Ada's birthday is on 12 May")
+        await memory.retract("fact:1", reason="  not\nsure ", origin="person")
+        restored = await memory.facts.restore("fact:1", origin="person", reason="")
+        assert restored.active
+        with pytest.raises(FactError, match="not retracted"):
+            await memory.facts.restore("fact:1", origin="person")
+    events = log_events(tmp_path)
+    assert [(e["op"], e.get("reason")) for e in events[1:]] == [
+        ("retract", "not sure"),
+        ("restore", "restored"),
+    ]
+    for name in ("reverie.db", "reverie.db-wal", "reverie.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    async with memory_system(tmp_path) as memory:
+        item = await memory.index.get("fact:1")
+        assert item is not None and not item.meta.get("retired_at")
+
+
 def test_two_writers_allocate_distinct_ids(tmp_path: Path) -> None:
     path = tmp_path / "facts.jsonl"
     a, b = FactLog(path), FactLog(path)
