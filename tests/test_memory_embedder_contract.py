@@ -9,6 +9,7 @@ import pytest
 
 from daemon.clock import FakeClock
 from daemon.memory.embedders import Embedder, HashEmbedder, NoEmbedder
+from daemon.memory.query import decompose
 from daemon.memory.system import MemorySystem
 from daemon.models.ledger import UsageLedger
 from daemon.models.offline import OfflineModel
@@ -135,7 +136,7 @@ async def test_a_word_first_seen_in_a_new_fact_is_searchable_at_once(
                     assert not await system.index.search(word, k=3, mode="lexical")
                     result = await system.remember(text, target="memory", origin="person")
                     assert result.status == "stored", result
-                    hits = await system.index.search_many(
-                        [f"what about {word}", "memories"], k=3, mode="lexical"
+                    hits = await system.index.search_plan(
+                        decompose(f"what about {word} in my memories"), k=3, mode="lexical"
                     )
                     assert hits and word in hits[0].text

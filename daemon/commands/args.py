@@ -171,22 +171,6 @@ def add_arguments(parser: argparse.ArgumentParser, spec: Spec) -> None:
         target.add_argument(*flags, **kw)
 
 
-def add_import_args(imp: argparse.ArgumentParser) -> None:
-    add_arguments(imp, IMPORT)
-
-
-def add_search_args(search: argparse.ArgumentParser) -> None:
-    add_arguments(search, SEARCH)
-
-
-def add_remember_args(remember: argparse.ArgumentParser) -> None:
-    add_arguments(remember, REMEMBER)
-
-
-def add_recall_args(recall: argparse.ArgumentParser) -> None:
-    add_arguments(recall, RECALL)
-
-
 # --- checks and requests, shared by both paths --------------------------------------------
 
 

@@ -46,13 +46,13 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="import transcripts (JSONL); no LLM call unless --summarise",
     )
-    spec.add_import_args(imp)
+    spec.add_arguments(imp, spec.IMPORT)
     imp.set_defaults(func=_import)
 
     search = sub.add_parser(
         "search", parents=[common], help="raw retrieval, no LLM: ranked memories with sources"
     )
-    spec.add_search_args(search)
+    spec.add_arguments(search, spec.SEARCH)
     search.set_defaults(func=_search)
 
     reindex = sub.add_parser(

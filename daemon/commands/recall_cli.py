@@ -30,13 +30,13 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         epilog=spec.REMEMBER_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    spec.add_remember_args(remember)
+    spec.add_arguments(remember, spec.REMEMBER)
     remember.set_defaults(func=_remember)
 
     recall = subparsers.add_parser(
         "recall", parents=[common], help="answer from memory with citations (the recall tool)"
     )
-    spec.add_recall_args(recall)
+    spec.add_arguments(recall, spec.RECALL)
     recall.set_defaults(func=_recall)
 
 

@@ -817,9 +817,9 @@ class MemoryIndex:
         vectors = await self.query_vectors([q for _, q in plan.about])
         if vectors is None:
             return [[] for _ in windows]
-        masks = self._vector_masks(windows)
+        # Masks and ranking in the worker thread: at 100k rows neither belongs on the event loop.
         near = await anyio.to_thread.run_sync(
-            lambda: self.matrix.ranked(vectors, masks, ABOUT_POOL)
+            lambda: self.matrix.ranked(vectors, self._vector_masks(windows), ABOUT_POOL)
         )
         # Checked on the candidates' text (bounded), not by an FTS match of a name that may
         # be on half the index.
@@ -934,35 +934,6 @@ class MemoryIndex:
             query_vector=query_vector,
         )
         return await self._hydrate(self._combine([fused], k))
-
-    async def search_many(
-        self, queries: Sequence[str], *, k: int = 10, **kw: Any
-    ) -> list[MemoryItem]:
-        """Search several sub-queries, fuse their rankings (first query weighted most), dedupe.
-
-        Query vectors are embedded in one batch; a sub-query made only of words most
-        memories contain is skipped. Keyword arguments are those of `search`, plus
-        `vector_queries=n`: only the first n queries get a vector pass (each pass reads the
-        whole vector matrix), the others are searched by BM25 alone.
-        """
-        queries = [q for q in dict.fromkeys(q.strip() for q in queries) if q]
-        if not queries or k <= 0:
-            return []
-        mode = kw.get("mode", "hybrid")
-        if mode not in ("hybrid", "lexical", "vector"):
-            raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
-        await self.refresh()
-        where = self._where(
-            kw.get("kinds"), kw.get("include_retired", False), kw.get("after"), kw.get("before")
-        )
-        [ranked] = await self._rank_queries(
-            queries,
-            limit=max(CANDIDATES, 3 * k),
-            mode=mode,
-            windows=[where],
-            vector_queries=kw.get("vector_queries"),
-        )
-        return await self._hydrate(self._combine(ranked, k))
 
     async def search_plan(
         self,
