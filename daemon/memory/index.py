@@ -802,7 +802,10 @@ class MemoryIndex:
         return weight
 
     async def _about(
-        self, plan: QueryPlan, windows: Sequence[RowFilter]
+        self,
+        plan: QueryPlan,
+        windows: Sequence[RowFilter],
+        known: dict[int, tuple[str, str]] | None = None,
     ) -> list[list[dict[int, float]]]:
         """Per window, rankings for what the question asks about someone, among the memories
         naming them.
@@ -830,7 +833,7 @@ class MemoryIndex:
             for e, _ in plan.about
         ]
         candidates = sorted({r for per_query in near for rowids in per_query for r in rowids})
-        texts = {r: text for r, (_, text) in (await self._texts(candidates)).items()}
+        texts = {r: text for r, (_, text) in (await self._texts(candidates, known)).items()}
         kept = [
             [
                 [r for r in rowids if name.search(texts.get(r, ""))]
@@ -987,8 +990,9 @@ class MemoryIndex:
             vector_queries=vector_queries,
         )
         window_weights = [[1.0] + [0.5] * (len(r) - 1) for r in ranked]
+        known: dict[int, tuple[str, str]] = {}  # memories' text, read once for this search
         if mode != "lexical":
-            for wi, focus in enumerate(await self._about(plan, windows)):
+            for wi, focus in enumerate(await self._about(plan, windows, known)):
                 ranked[wi] = [*ranked[wi], *focus]
                 window_weights[wi] += [ABOUT_WEIGHT] * len(focus)
         weights = window_weights[0]
@@ -1008,7 +1012,6 @@ class MemoryIndex:
         kept = {r for r, _ in first}
         # Room for the repeated lines `_distinct` drops.
         pool = self._combine(ranked[0], 2 * max(k, FACET_POOL) + len(first), weights)
-        known: dict[int, tuple[str, str]] = {}  # memories' text, read once for this search
         rest = await self._by_facets(
             plan, [(r, s) for r, s in pool if r not in kept], chains, known
         )

@@ -42,11 +42,6 @@ class RowFilter:
     after: datetime | None = None
     before: datetime | None = None
 
-    @property
-    def in_sql(self) -> bool:
-        """Whether the filter needs the `memories` columns (anything beyond the retired flag)."""
-        return bool(self.kinds) or self.after is not None or self.before is not None
-
 
 def _iso(dt: datetime) -> str:
     from daemon.memory.index import iso

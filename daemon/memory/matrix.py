@@ -405,15 +405,27 @@ class VectorMatrix:
     ) -> np.ndarray:
         n = self._n
         mask = self._has_vec[:n].copy() if need_vector else np.ones(n, dtype=bool)
+        return self._keep(mask, slice(0, n), kinds, include_retired, after, before)
+
+    def _keep(
+        self,
+        keep: np.ndarray,
+        at: slice | np.ndarray,
+        kinds: Collection[str] | None,
+        include_retired: bool,
+        after: datetime | None,
+        before: datetime | None,
+    ) -> np.ndarray:
+        """Narrow `keep` (one flag per row position in `at`) to the rows passing the filters."""
         if kinds:
-            mask &= np.isin(self._kind[:n], [KIND_CODES.get(k, 8) for k in kinds])
+            keep &= np.isin(self._kind[at], [KIND_CODES.get(k, 8) for k in kinds])
         if not include_retired:
-            mask &= ~self._retired[:n]
+            keep &= ~self._retired[at]
         if after is not None:
-            mask &= self._ts[:n] >= after.timestamp()
+            keep &= self._ts[at] >= after.timestamp()
         if before is not None:
-            mask &= self._ts[:n] < before.timestamp()
-        return mask
+            keep &= self._ts[at] < before.timestamp()
+        return keep
 
     def similarities(self, queries: np.ndarray) -> np.ndarray:
         """Return the (rows, queries) cosine matrix: one pass over the vectors for all queries."""
@@ -545,16 +557,14 @@ class VectorMatrix:
         pos = self._find(np.asarray(rowids, dtype=np.int64))
         ok = pos >= 0
         at = pos[ok]
-        keep = np.ones(len(at), dtype=bool)
-        if where.kinds:
-            keep &= np.isin(self._kind[at], [KIND_CODES.get(k, 8) for k in where.kinds])
-        if not where.include_retired:
-            keep &= ~self._retired[at]
-        if where.after is not None:
-            keep &= self._ts[at] >= where.after.timestamp()
-        if where.before is not None:
-            keep &= self._ts[at] < where.before.timestamp()
-        ok[ok] = keep
+        ok[ok] = self._keep(
+            np.ones(len(at), dtype=bool),
+            at,
+            where.kinds,
+            where.include_retired,
+            where.after,
+            where.before,
+        )
         return ok.tolist()
 
     def kind_share(self, kinds: Collection[str]) -> float:
