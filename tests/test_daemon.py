@@ -187,12 +187,18 @@ def test_bad_config_is_one_clear_line(tmp_path: Path, toml: str, needle: str) ->
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read files whatever their mode")
-def test_unreadable_persona_is_one_clear_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["directory", "mode 0"])
+def test_unreadable_persona_is_one_clear_line(tmp_path: Path, how: str) -> None:
     home = tmp_path / "home"
     run_cli("init", str(home))
     soul = home / "persona" / "SOUL.md"
-    soul.chmod(0)
+    if how == "mode 0":
+        if os.geteuid() == 0:
+            pytest.skip("root can read files whatever their mode")
+        soul.chmod(0)
+    else:  # a directory in its place: unreadable for root too, so this case runs everywhere
+        soul.unlink()
+        soul.mkdir()
     result = run_cli("run", "--home", str(home), timeout=30)
     assert result.returncode == 2
     assert "SOUL.md" in result.stderr and "Traceback" not in result.stderr

@@ -204,21 +204,21 @@ def test_forwarding_imports_nothing_heavy(tmp_path: Path, daemon: DaemonProcess)
     # The installed `reverie` launcher (scripts/setup.sh installs a pip whose launcher does
     # not import `re`) adds nothing heavy either.
     launcher = Path(sys.executable).with_name("reverie")
-    if launcher.exists():
-        r = _python(
-            "-X",
-            "importtime",
-            str(launcher),
-            "memory",
-            "search",
-            "sunrise",
-            "--home",
-            str(home),
-            "--json",
-        )
-        assert r.returncode == 0 and "D2:1" in r.stdout, r.stderr
-        imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()}
-        assert not imported & {"re", "json", "argparse", "typing", "numpy"}, sorted(imported)
+    assert launcher.exists(), "scripts/setup.sh installs the `reverie` launcher"
+    r = _python(
+        "-X",
+        "importtime",
+        str(launcher),
+        "memory",
+        "search",
+        "sunrise",
+        "--home",
+        str(home),
+        "--json",
+    )
+    assert r.returncode == 0 and "D2:1" in r.stdout, r.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()}
+    assert not imported & {"re", "json", "argparse", "typing", "numpy"}, sorted(imported)
     assert daemon.stop() == 0
     # With no daemon the same call takes the direct path (and imports what it needs).
     r = _python("-c", probe)

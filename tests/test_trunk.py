@@ -238,7 +238,7 @@ class _Flaky:
         return None
 
 
-async def test_trunk_keeps_a_message_queued_through_an_outage_and_cancel_works(
+async def test_trunk_keeps_a_message_queued_through_an_outage_and_tells_it_once(
     tmp_path: Path,
 ) -> None:
     home = Home(tmp_path / "home")
