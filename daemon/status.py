@@ -197,7 +197,7 @@ def render(status: dict[str, Any]) -> str:
             lines.append(f"model:        {trunk.get('provider')}:{trunk.get('model')}")
         waiting = trunk.get("waiting_for_model")
         if waiting:
-            retry = f" · next try {waiting['next_retry']}" if waiting.get("next_retry") else ""
+            retry = f" · next try {waiting['next_retry']}"
             tries, kept = waiting["attempts"], waiting["queued"]
             lines.append(
                 f"model down:   unreachable since {waiting['since']} ({tries} attempt{'' if tries == 1 else 's'}; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,30 @@ async def test_trunk_keeps_a_message_queued_through_an_outage_and_tells_it_once(
         assert frames[-1]["turn_id"] == accepted.turn_id
         assert len(shutdowns) == 1
         assert Inbox(home.inbox_file).load() == []
+
+
+async def test_the_backoff_follows_the_outage_attempts_that_status_shows(tmp_path: Path) -> None:
+    """The delay doubles with the outage's own attempt count (what status reports), whatever
+    happened to the turns in between, and starts again once the model is reached."""
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = load_settings(None)
+    clock = FakeClock()
+    async with await Database.open(home.db_file) as db:
+        roles = ModelRoles(settings, None, overrides={"trunk": _Flaky(down=0)})  # type: ignore[dict-item]
+        loop = AgentLoop(
+            roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter()
+        )
+        async with Trunk(
+            home=home, db=db, loop=loop, clock=clock, retry_base_s=2.0, retry_max_s=10.0
+        ) as trunk:
+            delays = [trunk._model_unreachable("down") for _ in range(4)]
+            assert delays == [2.0, 4.0, 8.0, 10.0]
+            waiting = trunk.waiting_for_model
+            assert waiting is not None and waiting.attempts == 4
+            assert waiting.next_retry == clock.now() + timedelta(seconds=10)
+            trunk._model_reached()
+            assert trunk._model_unreachable("down again") == 2.0
 
 
 async def test_every_listener_on_a_queued_turn_hears_of_the_outage_and_is_answered_after(

@@ -69,7 +69,7 @@ class WaitingForModel:
     error: str
     attempts: int
     last_attempt: datetime
-    next_retry: datetime | None = None
+    next_retry: datetime
 
     def describe(self, *, queued: int) -> dict[str, Any]:
         return {
@@ -77,7 +77,7 @@ class WaitingForModel:
             "error": self.error,
             "attempts": self.attempts,
             "last_attempt": self.last_attempt.isoformat(),
-            "next_retry": self.next_retry.isoformat() if self.next_retry else None,
+            "next_retry": self.next_retry.isoformat(),
             "queued": queued,
         }
 
@@ -133,9 +133,9 @@ class Trunk:
         self.waiting_for_model: WaitingForModel | None = None
         # Turns whose listener has been told about the current outage (told once each).
         self._told_waiting: set[str] = set()
-        # Set by a message arriving during an outage: try the model now rather than at the
-        # end of a backoff that may have grown to minutes.
-        self._retry_now = anyio.Event()
+        # The backoff being slept out: a message arriving during an outage cancels it, to try
+        # the model now rather than at the end of a backoff that may have grown to minutes.
+        self._backoff: anyio.CancelScope | None = None
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
@@ -409,9 +409,7 @@ class Trunk:
         pending = [e.id for e in self.inbox.pending()]
         ahead = pending.index(turn_id) if turn_id in pending else 0
         place = f"; {ahead} message{'s' if ahead != 1 else ''} ahead of it" if ahead else ""
-        if waiting.next_retry is None:
-            retry = ""
-        elif waiting.next_retry <= self.clock.now():
+        if waiting.next_retry <= self.clock.now():
             retry = "; trying it again now"
         else:
             retry = f"; next try at {waiting.next_retry:%H:%M:%S %Z}"
@@ -426,9 +424,12 @@ class Trunk:
         for entry in self.inbox.pending():
             self.tell_if_waiting(entry.id)
 
-    def _model_unreachable(self, error: str, retry_in_s: float) -> None:
+    def _model_unreachable(self, error: str) -> float:
+        """Record a failed attempt; return the backoff before the next (doubling per attempt)."""
         now = self.clock.now()
         previous = self.waiting_for_model
+        attempts = previous.attempts + 1 if previous is not None else 1
+        retry_in_s = min(self.retry_max_s, self.retry_base_s * (2 ** (attempts - 1)))
         next_retry = now + timedelta(seconds=retry_in_s)
         if previous is None:
             self.waiting_for_model = WaitingForModel(
@@ -448,35 +449,26 @@ class Trunk:
                 next_retry=next_retry,
             )
         self._tell_all_waiting()
+        return retry_in_s
 
     def _retry_early(self) -> None:
         """Cut the backoff short for a new message, at most once per `retry_base_s`."""
         waiting = self.waiting_for_model
-        if waiting is None or self._retry_now.is_set():
+        if waiting is None or self._backoff is None or self._backoff.cancel_called:
             return
         now = self.clock.now()
         if (now - waiting.last_attempt).total_seconds() < self.retry_base_s:
             return
-        if waiting.next_retry is not None and waiting.next_retry <= now:
+        if waiting.next_retry <= now:
             return
         self.waiting_for_model = replace(waiting, next_retry=now)
-        self._retry_now.set()
+        self._backoff.cancel()
 
     async def _wait_to_retry(self, delay: float) -> None:
         """Sleep out the backoff, or less when `_retry_early` asks (cancellable)."""
-        self._retry_now = anyio.Event()
-        async with anyio.create_task_group() as waiting:
-
-            async def backoff() -> None:
-                await self.clock.sleep(delay)
-                waiting.cancel_scope.cancel()
-
-            async def early() -> None:
-                await self._retry_now.wait()
-                waiting.cancel_scope.cancel()
-
-            waiting.start_soon(backoff, name="trunk-retry-backoff")
-            waiting.start_soon(early, name="trunk-retry-early")
+        with anyio.CancelScope() as self._backoff:
+            await self.clock.sleep(delay)
+        self._backoff = None
 
     def _model_reached(self) -> None:
         if self.waiting_for_model is not None:
@@ -498,7 +490,6 @@ class Trunk:
         async with anyio.create_task_group() as background:
             self._background = background
             task_status.started()
-            attempt = 0
             while True:
                 entry = await self.inbox.next()
                 if self._holds:
@@ -507,14 +498,13 @@ class Trunk:
                     continue
                 unreachable = await self._answer(entry)
                 if unreachable is None:
-                    attempt = 0
                     continue
-                attempt += 1
-                delay = min(self.retry_max_s, self.retry_base_s * (2 ** (attempt - 1)))
+                # The backoff follows the outage's own attempt count, so a turn cancelled during
+                # it does not restart the doubling while status still counts on.
+                delay = self._model_unreachable(unreachable)
                 log.warning(
                     "model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay
                 )
-                self._model_unreachable(unreachable, delay)
                 await self._wait_to_retry(delay)
 
     async def _after_turn(self, session_id: str) -> None:
