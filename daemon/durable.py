@@ -82,11 +82,16 @@ def _fsync_dir(directory: Path) -> None:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Read a JSONL file, skipping torn or corrupt lines (logged once each); [] when it does not exist."""
-    out: list[dict[str, Any]] = []
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return out
+        return []
+    return parse_jsonl(raw, path)
+
+
+def parse_jsonl(raw: bytes, path: Path) -> list[dict[str, Any]]:
+    """The objects of JSONL bytes read from `path`, skipping torn or corrupt lines (logged once each)."""
+    out: list[dict[str, Any]] = []
     for n, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
             continue

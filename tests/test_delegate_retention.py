@@ -122,7 +122,10 @@ async def test_a_lost_database_gets_the_lineage_back_from_live_and_archived_tran
         '"root":"trunk-1","forked_at":"2026-05-01T10:00:00+00:00"}'
     )
     ended = '{"type":"fork_end","status":"complete","outcome":"success","summary":"done it","reason":null,"tokens":42,"ts":"2026-05-01T10:05:00+00:00"}'
-    append_lines(home.forks_dir / "fork-a.jsonl", [header % ("fork-a", 1, "count herons"), ended])
+    # A line that is not UTF-8 between the two costs that line, not the fork's row.
+    (home.forks_dir / "fork-a.jsonl").write_bytes(
+        (header % ("fork-a", 1, "count herons")).encode() + b"\n\xff\xfe\n" + ended.encode() + b"\n"
+    )
     # A fork the daemon died in: no end recorded, and a torn last line.
     crashed = home.forks_dir / "fork-b.jsonl"
     append_lines(crashed, [header % ("fork-b", 2, "sub-task")])

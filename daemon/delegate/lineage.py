@@ -9,7 +9,6 @@ then returns the failure instead of a silent retry).
 from __future__ import annotations
 
 import gzip
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from daemon.durable import parse_jsonl
 from daemon.store.db import Database
 
 # Why a row rebuilt from a transcript without a `fork_end` record says it ended.
@@ -188,16 +188,22 @@ class ForkLineage:
         Live transcripts (`*.jsonl`) and archived ones (`archive/*.jsonl.gz`) are read; a pruned
         fork has no transcript left and no row comes back. Rows already present are kept.
         """
-        paths = await anyio.to_thread.run_sync(fork_transcripts, forks_dir)
-        before = await self.db.fetchone("SELECT COUNT(*) FROM forks")
-        for path in paths:
-            row = await anyio.to_thread.run_sync(row_from_transcript, path)
-            if row is not None:
-                await self.db.execute(
-                    f"INSERT OR IGNORE INTO forks({_COLUMNS}) VALUES ({','.join('?' * 17)})", row
+
+        def read() -> list[tuple[Any, ...]]:
+            rows = (row_from_transcript(p) for p in fork_transcripts(forks_dir))
+            return [row for row in rows if row is not None]
+
+        rows = await anyio.to_thread.run_sync(read)
+        marks = ",".join("?" * len(_COLUMNS.split(",")))
+
+        def insert(conn: Any) -> int:
+            with conn:  # one transaction for all the rows
+                cur = conn.executemany(
+                    f"INSERT OR IGNORE INTO forks({_COLUMNS}) VALUES ({marks})", rows
                 )
-        after = await self.db.fetchone("SELECT COUNT(*) FROM forks")
-        return int(after[0]) - int(before[0])
+                return int(cur.rowcount)
+
+        return int(await self.db.run(insert)) if rows else 0
 
 
 def fork_transcripts(forks_dir: Path) -> list[Path]:
@@ -206,17 +212,8 @@ def fork_transcripts(forks_dir: Path) -> list[Path]:
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    out: list[dict[str, Any]] = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
+    raw = path.read_bytes()
+    return parse_jsonl(gzip.decompress(raw) if path.suffix == ".gz" else raw, path)
 
 
 def row_from_transcript(path: Path) -> tuple[Any, ...] | None:
@@ -228,7 +225,7 @@ def row_from_transcript(path: Path) -> tuple[Any, ...] | None:
     """
     try:
         records = _records(path)
-    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile):
+    except (OSError, EOFError, gzip.BadGzipFile):
         return None
     head = records[0] if records else {}
     if head.get("type") != "session" or head.get("kind") != "fork" or not head.get("id"):
