@@ -73,15 +73,8 @@ async def search_batch(
     plans = [decompose(q, now=now) for q in queries]
     vector_queries = 1 if mode == "hybrid" else None
     if mode != "lexical" and index.embedder.dim > 0 and index.matrix.vector_count > 0:
-
-        def encoded(p: Any) -> list[str]:
-            if raw:
-                return [p.text]
-            if vector_queries == 1:
-                return [*p.all_queries()[:1], *(q for _, q in p.about)]
-            return list(p.vector_queries())
-
-        await index.query_vectors([q for p in plans for q in encoded(p) if q])
+        texts = [[p.text] if raw else p.vector_queries(vector_queries) for p in plans]
+        await index.query_vectors([q for t in texts for q in t if q])
     out: list[list[dict[str, Any]]] = []
     for query, plan in zip(queries, plans, strict=True):
         results: list[MemoryItem]

@@ -965,7 +965,7 @@ class MemoryIndex:
         after, before = plan.after, plan.before
         event: int | None = None
         if plan.anchor is not None:
-            hits = await self.search(plan.anchor.text, k=3, kinds=kinds, mode=mode)
+            hits = await self.search(plan.anchor.text, k=1, kinds=kinds, mode=mode)
             if hits and hits[0].ts is not None:
                 pivot = hits[0].ts
                 row = await self.db.fetchone(

@@ -137,9 +137,11 @@ class QueryPlan:
                 seen[key] = None
         return list(seen)
 
-    def vector_queries(self) -> list[str]:
-        """Every text the plan's search may embed: `all_queries` and the `about` questions."""
-        return list(dict.fromkeys([*self.all_queries(), *(q for _, q in self.about)]))
+    def vector_queries(self, first: int | None = None) -> list[str]:
+        """Every text the plan's search may embed: `all_queries` (only the `first` n when the
+        search gives only those a vector pass, as `search_plan(vector_queries=n)` does) and the
+        `about` questions."""
+        return list(dict.fromkeys([*self.all_queries()[:first], *(q for _, q in self.about)]))
 
 
 def entities(text: str) -> list[str]:
