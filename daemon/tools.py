@@ -51,6 +51,11 @@ class Tool:
     concurrent: bool = False
     # A successful call ends the turn: the loop asks the model for nothing more (task_complete).
     ends_turn: bool = False
+    # Whose text the output brings into the turn, so what the model stores after reading it
+    # carries that origin: "tool" (outside text: files, pages, a fork's findings — the default
+    # for any tool that does not say), "agent" (the agent's own memory), None (only a receipt
+    # of the call itself).
+    output_origin: str | None = "tool"
 
     @property
     def spec(self) -> ToolSpec:

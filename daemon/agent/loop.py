@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from daemon.agent.budget import FittedRequest, RequestBudget, RequestSizer, fit_request
+from daemon.agent.provenance import turn_origin
 from daemon.agent.turns import Delta, ToolPhase, TurnObserver
 from daemon.bus import EventBus, HookFailed
 from daemon.clock import Clock
@@ -244,6 +245,7 @@ class AgentLoop:
                     sizer=self.sizer,
                     max_messages=self.history_max_messages,
                 )
+                origin = self._origin(fitted.messages, len(current), event)
                 request = self.roles.request(
                     self.role,
                     messages=fitted.messages,
@@ -280,7 +282,7 @@ class AgentLoop:
                     break
                 if not calls:
                     break
-                results = await self._run_tools(calls, session, turn_id, observer)
+                results = await self._run_tools(calls, session, turn_id, observer, origin=origin)
                 result.tool_calls += len(calls)
                 current.append(Message(role="user", content=tuple(results)))
                 final = next(
@@ -368,8 +370,25 @@ class AgentLoop:
         assert final is not None
         return final
 
+    def _origin(self, messages: list[Message], current: int, event: BeforeAgentStart) -> str:
+        """Whose word the tool calls answering this request act on (`provenance.turn_origin`)."""
+        cut = len(messages) - current
+        return turn_origin(
+            session_kind=self.session_kind,
+            history=messages[:cut],
+            current=messages[cut:],
+            shown_origins=event.context.report.get("memory_origins", ()),
+            output_origin=lambda name: t.output_origin if (t := self.tools.get(name)) else "tool",
+        )
+
     async def _run_tools(
-        self, calls: list[ToolUseBlock], session: Any, turn_id: str, observer: TurnObserver
+        self,
+        calls: list[ToolUseBlock],
+        session: Any,
+        turn_id: str,
+        observer: TurnObserver,
+        *,
+        origin: str,
     ) -> list[ToolResultBlock]:
         """Run one step's tool calls; return their results in call order.
 
@@ -397,9 +416,9 @@ class AgentLoop:
         ) -> None:
             if limiter is not None:
                 async with limiter:
-                    results[i] = await self._run_tool(call, session, turn_id, observer)
+                    results[i] = await self._run_tool(call, session, turn_id, observer, origin)
             else:
-                results[i] = await self._run_tool(call, session, turn_id, observer)
+                results[i] = await self._run_tool(call, session, turn_id, observer, origin)
 
         i = 0
         while i < len(calls):
@@ -418,7 +437,7 @@ class AgentLoop:
         return [r for r in results if r is not None]
 
     async def _run_tool(
-        self, call: ToolUseBlock, session: Any, turn_id: str, observer: TurnObserver
+        self, call: ToolUseBlock, session: Any, turn_id: str, observer: TurnObserver, origin: str
     ) -> ToolResultBlock:
         observer(ToolPhase(turn_id=turn_id, name=call.name, phase="started", depth=self.depth))
 
@@ -441,6 +460,7 @@ class AgentLoop:
             call_id=call.id,
             progress=progress,
             observer=observer,
+            extras={"origin": origin},
         )
         outcome = await self.tools.call(call.name, call.input, ctx)
         observer(

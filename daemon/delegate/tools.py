@@ -97,6 +97,8 @@ def delegate_tool(handler: DelegateHandler, *, timeout_s: float) -> Tool:
         handler=run,
         timeout_s=timeout_s,
         concurrent=True,
+        # A fork's findings carry whatever it read (files, pages): outside text to the parent.
+        output_origin="tool",
         # The fork's own result is already bounded; the parent must see its end marker.
         max_output_chars=16_000,
     )
@@ -121,4 +123,5 @@ def task_complete_tool(completion: Completion) -> Tool:
         handler=run,
         timeout_s=5.0,
         ends_turn=True,
+        output_origin=None,
     )

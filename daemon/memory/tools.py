@@ -1,8 +1,12 @@
 """The memory tools the model calls: remember, correct, retract, recall, recall_session, remember_session.
 
-What the trunk's model remembers has origin `agent`; a delegate fork's model too. The
-person's own `remember` (CLI, socket command) goes through `MemorySystem.remember` with
-origin `person`. Refusals and bad ids come back as tool errors the model can read.
+What the model stores carries the origin the agent loop gives the call (`extras["origin"]`,
+see `daemon.agent.provenance`): `person` in a trunk turn that read nothing but the person's
+message, `agent` or `tool` once it read memory or outside text, `agent` in a fork; `agent`
+when no loop says. The person's own `remember` (CLI, socket command) goes through
+`MemorySystem.remember` with origin `person`. Refusals and bad ids come back as tool errors
+the model can read. The write tools' output is a receipt (no text from elsewhere); recall's is
+the agent's own memory.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ REMEMBER_SESSION_SCHEMA: dict[str, Any] = {
 
 
 def _origin(ctx: ToolContext) -> str:
-    # Whatever the model decides to store is the agent's word, never the person's.
+    # Without a loop vouching for the turn, what the model stores is the agent's word.
     return str(ctx.extras.get("origin", "agent"))
 
 
@@ -146,6 +150,7 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             "Use it when the person asks you to remember something or states a lasting fact about themselves.",
             input_schema=REMEMBER_SCHEMA,
             handler=remember,
+            output_origin=None,
             timeout_s=30.0,
         ),
         Tool(
@@ -153,6 +158,7 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             description="Replace a remembered fact with a corrected one; the old one is kept as history.",
             input_schema=CORRECT_SCHEMA,
             handler=correct,
+            output_origin=None,
             timeout_s=30.0,
         ),
         Tool(
@@ -160,6 +166,7 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             description="Withdraw a remembered fact that no longer holds; it stays in history.",
             input_schema=RETRACT_SCHEMA,
             handler=retract,
+            output_origin=None,
             timeout_s=30.0,
         ),
         Tool(
@@ -167,6 +174,7 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             description="Search memory (facts, past session summaries, transcripts) and answer with citations.",
             input_schema=RECALL_SCHEMA,
             handler=recall,
+            output_origin="agent",
             timeout_s=90.0,
         ),
         Tool(
@@ -174,6 +182,7 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             description="Read excerpts of one past session's transcript around a query, with message ids and times.",
             input_schema=RECALL_SESSION_SCHEMA,
             handler=recall_session,
+            output_origin="agent",
             timeout_s=30.0,
         ),
         Tool(
@@ -181,6 +190,7 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             description="Summarise the current session into memory now; returns the summary's file name.",
             input_schema=REMEMBER_SESSION_SCHEMA,
             handler=remember_session,
+            output_origin=None,
             timeout_s=110.0,
         ),
     ]
