@@ -130,7 +130,8 @@ def command_reference() -> str:
         out += [f"### `reverie {words}`", ""]
         about = parser.description or summary
         if about:
-            out += [_cell(about[:1].upper() + about[1:]), ""]
+            about = _cell(about[:1].upper() + about[1:])
+            out += [about if about.endswith(".") else about + ".", ""]
         options = _options(parser)
         if options:
             out += ["| argument | meaning |", "|---|---|"]
