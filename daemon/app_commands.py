@@ -8,8 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.cli_support import CommandError, resolve_env
-from daemon.paths import PERSONA_FILES, Home
+from daemon.cli_support import (
+    CommandError,
+    cannot_create,
+    environment_failure,
+    is_database_error,
+    resolve_env,
+    single_cause,
+    unwritable,
+)
+from daemon.paths import PERSONA_FILES, Home, persona_problem
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -53,24 +61,12 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def check_persona(home: Home) -> None:
-    """Refuse to start with an unreadable or undecodable persona file (one clear line)."""
+    """Refuse to start with a persona file that cannot be read as text (one clear line)."""
     for name in PERSONA_FILES:
         path = home.persona_dir / name
-        if not path.exists():
-            continue
-        try:
-            path.read_text(encoding="utf-8")
-        except PermissionError:
-            raise CommandError(
-                f"persona file {path} is not readable (permission denied); fix its permissions",
-                code=2,
-            ) from None
-        except UnicodeDecodeError:
-            raise CommandError(f"persona file {path} is not valid UTF-8 text", code=2) from None
-        except IsADirectoryError:
-            raise CommandError(
-                f"persona file {path} is a directory, expected a markdown file", code=2
-            ) from None
+        problem = persona_problem(path)
+        if problem is not None:
+            raise CommandError(f"persona file {path} {problem}", code=2)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -82,11 +78,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     configure(env.settings.log.level, env.settings.log.format)
     check_persona(env.home)
+    reason = unwritable(env.home.root)
+    if reason is not None:
+        raise CommandError(
+            f"cannot run: {reason}; the daemon keeps its lock, transcripts and memory there"
+        )
     daemon = Daemon(env.home, env.settings)
     try:
         return anyio.run(daemon.run)
     except BaseException as exc:
-        root = _single_cause(exc)
+        root = single_cause(exc)
         if isinstance(root, HomeLocked):
             raise CommandError(str(root)) from None
         if isinstance(root, OSError) and root.errno == 28:
@@ -95,16 +96,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             ) from None
         from daemon.chat.server import ChatServerError
 
-        if isinstance(root, (ChatServerError, PermissionError)):
+        if isinstance(root, ChatServerError):
             raise CommandError(f"cannot run: {root}") from None
+        if isinstance(root, OSError):
+            raise CommandError(f"cannot run: {environment_failure(root, env.home.root)}") from None
         raise
-
-
-def _single_cause(exc: BaseException) -> BaseException:
-    """Unwrap exception groups holding exactly one exception (task groups wrap errors)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _socket(env: Any) -> Path:
@@ -118,14 +114,23 @@ async def cmd_status(args: argparse.Namespace) -> int:
 
     env = resolve_env(args)
     sock = _socket(env)
-    data: dict[str, Any]
+    data: dict[str, Any] | None = None
     if sock.exists():
         try:
             data = await command(sock, "status", timeout=10.0)
         except ChatError:
+            pass
+    if data is None:
+        try:
             data = await status_mod.offline_status(env.home, env.settings)
-    else:
-        data = await status_mod.offline_status(env.home, env.settings)
+        except Exception as exc:
+            if not (isinstance(exc, OSError) or is_database_error(exc)):
+                raise
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            reason = unwritable(env.home.root)
+            raise CommandError(
+                f"cannot read {env.home.db_file}: {why}" + (f" ({reason})" if reason else "")
+            ) from None
     if args.json:
         print(json.dumps(data, indent=2, default=str))
     else:
@@ -165,7 +170,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         created = env.home.ensure()
         env.home.root.chmod(0o700)
     except OSError as exc:
-        raise CommandError(f"cannot create home {env.home.root}: {exc.strerror or exc}") from None
+        raise CommandError(cannot_create(env.home, exc)) from None
     verb = "created" if created else "already exists; missing default files were added"
     print(f"home {env.home.root} {verb}")
     print(f"  config:   {env.home.config_file}")

@@ -147,8 +147,25 @@ def main(argv: list[str] | None = None) -> int:
         # also when the write failed inside a task group.
         pipe, rest = group.split(BrokenPipeError)
         if pipe is None or rest is not None:
-            raise
+            return _environment_failure(group, args)
         return _reader_gone()
+    except Exception as exc:
+        return _environment_failure(exc, args)
+
+
+def _environment_failure(exc: BaseException, args: argparse.Namespace) -> int:
+    """Report a file or database the command could not use in one line; re-raise anything else."""
+    from pathlib import Path
+
+    from daemon.cli_support import environment_failure, print_err
+    from daemon.paths import default_home
+
+    home = Path(args.home).expanduser() if getattr(args, "home", None) else default_home()
+    line = environment_failure(exc, home)
+    if line is None:
+        raise exc
+    print_err(line)
+    return 1
 
 
 if __name__ == "__main__":

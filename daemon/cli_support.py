@@ -7,6 +7,7 @@ line on stderr and a non-zero exit — never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +40,67 @@ def resolve_env(args: Any, *, create: bool = True) -> Env:
         try:
             home.ensure()
         except OSError as exc:
-            raise CommandError(f"cannot create home {home.root}: {exc.strerror or exc}") from None
+            raise CommandError(cannot_create(home, exc)) from None
     cfg = Path(args.config).expanduser() if getattr(args, "config", None) else None
     try:
         settings = load_settings(home.root, cfg)
     except ConfigError as exc:
         raise CommandError(str(exc), code=2) from None
     return Env(home=home, settings=settings, config_file=cfg)
+
+
+def cannot_create(home: Home, exc: OSError) -> str:
+    """One line for a home that cannot be created or completed, naming the path that failed."""
+    where = f"{exc.filename}: " if exc.filename and Path(exc.filename) != home.root else ""
+    return f"cannot create home {home.root}: {where}{exc.strerror or exc}"
+
+
+def unwritable(root: Path) -> str | None:
+    """Say why the home at `root` cannot be written (a read-only mount, permissions), or None."""
+    try:
+        flags = os.statvfs(root).f_flag
+    except OSError:
+        return None
+    if flags & os.ST_RDONLY:
+        return f"the home {root} is on a read-only file system"
+    if not os.access(root, os.W_OK):
+        return f"the home {root} is not writable by uid {os.geteuid()}"
+    return None
+
+
+def single_cause(exc: BaseException) -> BaseException:
+    """Unwrap exception groups holding exactly one exception (task groups wrap errors)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def environment_failure(exc: BaseException, home: Path | None) -> str | None:
+    """One line for a failure of the machine rather than of the program, or None.
+
+    A file that cannot be written or read, or a database that cannot be opened, is something
+    the person can fix: it gets a sentence (with the home's state when that explains it), not
+    a traceback. Anything else is a bug and keeps its traceback.
+    """
+    cause = single_cause(exc)
+    if isinstance(cause, OSError):
+        what = cause.strerror or str(cause)
+        line = f"{what}: {cause.filename}" if cause.filename else what
+    elif is_database_error(cause):
+        line = f"database error: {cause}"
+    else:
+        return None
+    reason = unwritable(home) if home is not None else None
+    return f"{line} ({reason})" if reason else line
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """Whether `exc` comes from SQLite (whichever build the store uses)."""
+    import sqlite3
+
+    from daemon.store.db import pick_backend
+
+    return isinstance(exc, (sqlite3.Error, pick_backend().module.Error))
 
 
 def print_err(message: str) -> None:

@@ -7,7 +7,7 @@ import socket
 import stat
 from dataclasses import dataclass
 
-from daemon.paths import PERSONA_FILES, Home
+from daemon.paths import PERSONA_FILES, Home, persona_problem
 from daemon.settings import Settings, secret
 
 
@@ -243,19 +243,23 @@ def _home(home: Home) -> list[Check]:
         )
     else:
         out.append(Check(name="home", status="ok", detail=f"{home.root} (mode {mode:o})"))
-    unreadable = [
+    problems = [
+        f"{n} {problem}"
+        for n in PERSONA_FILES
+        if (problem := persona_problem(home.persona_dir / n)) is not None
+    ]
+    missing = [
         n
         for n in PERSONA_FILES
-        if (home.persona_dir / n).exists() and not os.access(home.persona_dir / n, os.R_OK)
+        if not (home.persona_dir / n).exists() and not (home.persona_dir / n).is_symlink()
     ]
-    missing = [n for n in PERSONA_FILES if not (home.persona_dir / n).exists()]
-    if unreadable:
+    if problems:
         out.append(
             Check(
                 name="persona",
                 status="fail",
-                detail=f"unreadable: {', '.join(unreadable)}",
-                fix=f"chmod u+r {home.persona_dir}/*",
+                detail="; ".join(problems),
+                fix=f"the daemon refuses to start until each file in {home.persona_dir} reads as text",
             )
         )
     elif missing:

@@ -7,6 +7,7 @@ index database — lives under it, so several homes can sit side by side.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from dataclasses import dataclass
@@ -129,7 +130,9 @@ class Home:
     def ensure(self) -> bool:
         """Create the home with the shipped defaults if it is new; return True when created.
 
-        Existing files are never overwritten, so a person's edits survive upgrades.
+        Existing files are never overwritten, so a person's edits survive upgrades; a symlink
+        counts as existing even when it leads nowhere (writing through it would create a file
+        wherever it points), and `persona_problem` names what is wrong with it.
         """
         created = not self.config_file.exists()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -165,12 +168,52 @@ class Home:
                 "# Pinned facts\n\n(Slow-changing facts that are always in context. Edit freely.)\n",
             ),
         ):
-            if not path.exists():
+            if not _present(path):
                 path.write_text(text)
         return created
 
 
+def _present(path: Path) -> bool:
+    return path.is_symlink() or path.exists()
+
+
 def _copy_missing(src: Path, dst: Path) -> None:
-    if src.exists() and not dst.exists():
+    if src.exists() and not _present(dst):
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def persona_problem(path: Path) -> str | None:
+    """Say what keeps a persona file from being read as text, or None when it reads (or is absent).
+
+    The sentence follows the file's path: "… is a directory, expected a markdown file".
+    """
+    try:
+        path.stat()
+    except FileNotFoundError:
+        if not path.is_symlink():
+            return None
+        return f"is a symlink to {_link_target(path)}, which does not exist; fix or remove the link"
+    except OSError as exc:
+        if path.is_symlink():
+            why = "loops back on itself" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+            return f"is a symlink to {_link_target(path)} that cannot be followed ({why})"
+        return f"cannot be read ({exc.strerror or exc})"
+    try:
+        path.read_text(encoding="utf-8")
+    except PermissionError:
+        return "is not readable (permission denied); fix its permissions"
+    except UnicodeDecodeError:
+        return "is not valid UTF-8 text"
+    except IsADirectoryError:
+        return "is a directory, expected a markdown file"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None
