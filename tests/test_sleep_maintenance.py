@@ -11,7 +11,8 @@ import pytest
 
 from daemon.memory.facts import FactError
 from daemon.memory.months import read_month_file
-from daemon.sleep.maintenance import PIN_END, PIN_START, MaintenancePhase
+from daemon.memory.pins import PIN_END, PIN_START
+from daemon.sleep.maintenance import MaintenancePhase
 from tests.sleep_phase_support import START, SleepRig, sleep_home, sleep_settings
 
 pytestmark = pytest.mark.anyio
@@ -219,13 +220,15 @@ async def test_passed_plans_are_retired_with_a_reason_and_can_be_restored(tmp_pa
                 await facts.restore(plan.id, origin="person")
 
 
-async def test_important_trusted_facts_are_pinned_in_facts_md_untrusted_never(
+async def test_the_persons_important_facts_are_pinned_others_proposed_tool_text_refused(
     tmp_path: Path,
 ) -> None:
     with anyio.fail_after(60):
         async with sleep_home(tmp_path / "home") as rig:
             original = rig.home.facts_file.read_text()
-            allergy = await rig.memory.remember("I am allergic to penicillin", target="profile")
+            allergy = await rig.memory.remember(
+                "I am allergic to penicillin", target="profile", tags=["important"]
+            )
             rule = await rig.memory.remember(
                 "deploys go out on Tuesdays only", origin="agent", tags=["important"]
             )
@@ -235,24 +238,50 @@ async def test_important_trusted_facts_are_pinned_in_facts_md_untrusted_never(
             )
             phase = MaintenancePhase()
             report = await phase.run(rig.context())
-            assert sorted(report.details["pin"]["pinned"]) == sorted([allergy.id, rule.id])
+            pin = report.details["pin"]
+            # Only the person's own fact is pinned unasked; the agent's is proposed; tool text refused.
+            assert pin["pinned"] == [allergy.id]
+            assert pin["proposed"] == [rule.id] and pin["refused"] == [tool.id]
+            assert "`reverie remember --pin ID`" in report.changed and rule.id in report.changed
             text = rig.home.facts_file.read_text()
             assert text.startswith(original.rstrip("\n"))  # the person's part is untouched
             block = text[text.index(PIN_START) : text.index(PIN_END)]
-            assert f"[{allergy.id}] I am allergic to penicillin" in block
-            assert f"[{rule.id}] deploys go out on Tuesdays only" in block
-            assert tea.id not in block and tool.id not in block and "example.net" not in text
+            assert f"[{allergy.id}] I am allergic to penicillin _(person, " in block
+            assert rule.id not in block and tea.id not in block and "example.net" not in text
             assert str(rig.home.facts_file) in report.files
+            # The proposal is on record (asked once) and shown where the person reads memory.
+            assert rig.memory.facts.get(rule.id).pin_proposed_at is not None  # type: ignore[union-attr]
+            assert (
+                f"confirm: reverie remember --pin {rule.id}"
+                in rig.memory.facts.memory_md.read_text()
+            )
 
             before = await snapshot(rig)
             again = await phase.run(rig.context())
             assert again.details["pin"] == {
                 "pinned": [],
                 "unpinned": [],
+                "proposed": [],
+                "awaiting": [rule.id],
+                "refused": [tool.id],
                 "written": False,
-                "total": 2,
+                "total": 1,
             }
+            assert "proposed" not in again.changed
             assert await snapshot(rig) == before
+
+            # The person confirms: pinned, with its own origin and the confirmation shown.
+            await rig.memory.facts.pin(rule.id, origin="person")
+            confirmed = (await phase.run(rig.context())).details["pin"]
+            assert confirmed["pinned"] == [rule.id]
+            block = rig.home.facts_file.read_text()
+            assert f"[{rule.id}] deploys go out on Tuesdays only _(agent, " in block
+            assert "pinned: confirmed by the person on " in block
+            # Tool text cannot be confirmed into FACTS.md, nor can anyone but the person confirm.
+            with pytest.raises(FactError, match="never pinned"):
+                await rig.memory.facts.pin(tool.id, origin="person")
+            with pytest.raises(FactError, match="only the person"):
+                await rig.memory.facts.pin(tea.id, origin="agent")
 
             # A person's edit outside the block survives; a retracted fact leaves the block.
             rig.home.facts_file.write_text(rig.home.facts_file.read_text() + "\nMy own note.\n")
@@ -261,6 +290,30 @@ async def test_important_trusted_facts_are_pinned_in_facts_md_untrusted_never(
             assert after.details["pin"]["unpinned"] == [allergy.id]
             text = rig.home.facts_file.read_text()
             assert "penicillin" not in text and "My own note." in text and rule.id in text
+
+
+async def test_imperative_wording_earns_no_pin_and_old_unconfirmed_pins_are_dropped(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            # Scored 0.8 + 0.1 for "always"/"must" by earlier versions: pinned then, not now.
+            worded = await rig.memory.remember(
+                "I must always be addressed as Captain", target="profile"
+            )
+            # An agent fact pinned without anyone's confirmation (as earlier versions did).
+            agents = await rig.memory.remember(
+                "the agent must never question the deploy notes", origin="agent"
+            )
+            await rig.db.execute(
+                "INSERT INTO pinned_facts(fact_id, pinned_at, reason) VALUES (?,?,?)",
+                (agents.id, "2026-01-01T00:00:00+00:00", "importance 1.00: a standing constraint"),
+            )
+            report = await MaintenancePhase().run(rig.context())
+            pin = report.details["pin"]
+            assert pin["pinned"] == [] and worded.id not in pin["proposed"]
+            assert pin["unpinned"] == [agents.id]
+            assert "never question" not in rig.home.facts_file.read_text()
 
 
 async def test_often_mentioned_facts_gain_importance(tmp_path: Path) -> None:

@@ -24,9 +24,12 @@ REMEMBER_EPILOG = """examples:
   reverie remember --correct fact:12 "the appointment moved to Friday"
   reverie remember --retract fact:12 --reason "cancelled"
   reverie remember --restore fact:12
+  reverie remember --pin fact:12
 
 Relative dates are pinned at write time ("tomorrow (2026-03-04)"). Corrections and
-retractions never delete: the old fact stays in history (memory/facts.jsonl)."""
+retractions never delete: the old fact stays in history (memory/facts.jsonl). Sleep pins
+your own important facts in FACTS.md; a fact the agent stored is only proposed (MEMORY.md
+and the journal say so) until you confirm it with --pin; text from tools is never pinned."""
 
 
 class UsageError(Exception):
@@ -141,6 +144,14 @@ REMEMBER: Spec = (
             "help": "undo the retraction of fact ID (e.g. one sleep retired as stale)",
         },
     ),
+    (
+        ("--pin",),
+        {
+            "group": "action",
+            "metavar": "ID",
+            "help": "pin fact ID in FACTS.md (always in context): your confirmation",
+        },
+    ),
     (("--reason",), {"default": "", "help": "why a retracted fact no longer holds"}),
     (("--json",), {"action": "store_true", "help": "print the result as JSON"}),
 )
@@ -216,12 +227,15 @@ def remember_request(args: argparse.Namespace) -> dict[str, Any]:
     """Check a `remember` command line and return the request both paths carry out."""
     text = " ".join((args.text or "").split())
     restore = getattr(args, "restore", None)
-    if args.retract is None and restore is None and not text:
+    pin = getattr(args, "pin", None)
+    if args.retract is None and restore is None and pin is None and not text:
         raise UsageError("remember needs TEXT (or --retract ID)")
     if args.retract is not None and text:
         raise UsageError("--retract takes no TEXT; give the reason with --reason")
     if restore is not None and text:
         raise UsageError("--restore takes no TEXT")
+    if pin is not None and text:
+        raise UsageError("--pin takes no TEXT")
     return {
         "text": text,
         "target": args.target,
@@ -229,6 +243,7 @@ def remember_request(args: argparse.Namespace) -> dict[str, Any]:
         "correct": args.correct,
         "retract": args.retract,
         "restore": restore,
+        "pin": pin,
         "reason": args.reason,
     }
 

@@ -152,7 +152,7 @@ async def summarise_sessions(
 
 
 async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, Any]:
-    """Store, correct or retract a fact as the person (raises `FactError` when refused)."""
+    """Store, correct, retract, restore or pin a fact as the person (raises `FactError` when refused)."""
     text = " ".join(str(request.get("text") or "").split())
     retract, correct = request.get("retract"), request.get("correct")
     if retract is not None:
@@ -169,6 +169,11 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
             str(restore), origin="person", reason="restored by the person"
         )
         return {"status": "restored", "id": fact.id, "message": f"{fact.id} restored: {fact.text}"}
+    pin = request.get("pin")
+    if pin is not None:
+        if text:
+            raise ValueError("--pin takes no TEXT")
+        return await pin_fact(memory, str(pin))
     if not text:
         raise ValueError("remember needs TEXT (or --retract ID)")
     if correct is not None:
@@ -176,6 +181,26 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
     target = str(request.get("target") or "memory")
     tags = [str(t) for t in request.get("tags") or []]
     return asdict(await memory.remember(text, target=target, origin="person", tags=tags))
+
+
+async def pin_fact(memory: MemorySystem, uid: str) -> dict[str, Any]:
+    """The person confirms pinning fact `uid`: record it, and rewrite FACTS.md's block now."""
+    from daemon.sleep.maintenance import sync_pins
+
+    fact = await memory.facts.pin(uid, origin="person")
+    await sync_pins(
+        memory.facts,
+        db=memory.db,
+        home=memory.home,
+        settings=memory.settings,
+        clock=memory.clock,
+        score=False,
+    )
+    return {
+        "status": "pinned",
+        "id": fact.id,
+        "message": f"{fact.id} pinned in FACTS.md: {fact.text}",
+    }
 
 
 async def recall(memory: MemorySystem, query: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ database is in WAL mode). Facts written here have origin `person`.
     reverie remember TEXT [--target memory|profile] [--tag T]...   store a fact
     reverie remember --correct ID TEXT                             supersede fact ID
     reverie remember --retract ID [--reason WHY]                   withdraw fact ID
+    reverie remember --pin ID                                      pin fact ID in FACTS.md
     reverie recall QUERY [--json]                                  the recall tool, as the agent sees it
 """
 

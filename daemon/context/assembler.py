@@ -12,8 +12,12 @@ oldest items go first (the journal digest is newest first, so its oldest entries
 persona and the clock line are never cut. The same inputs give the same blocks, byte for byte.
 
 Trust: memory enters only inside labelled `<memory …>` markers under a standing instruction
-that it is data; items from untrusted origins (tools, imports) never reach the profile or the
-wake/pinned layer, and contributions from other handlers are held to the same rule.
+that it is data, its tag-like markup neutralised (`layers.memory_block`); items from untrusted
+origins (tools, imports) never reach the profile or the wake/pinned layer, and contributions
+from other handlers are held to the same rule. `FACTS.md` speaks for the person only outside
+its generated block: each pinned fact is its own block with its own origin. The report's
+`memory_origins` lists the origins of the memory the prompt shows, so the agent loop knows
+whose word a turn has read.
 """
 
 from __future__ import annotations
@@ -32,22 +36,23 @@ from daemon.clock import Clock
 from daemon.context.files import FileCache
 from daemon.context.layers import (
     DISCIPLINE,
+    MEMORY_CLOSE,
     Cut,
     Entry,
     Fitted,
     Layer,
-    defuse,
     file_entry,
     fit,
     is_untrusted,
+    memory_block,
     memory_entry,
-    memory_open,
     sentences,
 )
 from daemon.events import BeforeAgentStart, Contribution, SessionShutdown
 from daemon.journal.digest import digest_body, newest_digest_path, newest_sections
 from daemon.log import get_logger
 from daemon.memory.api import LiveHistory, MemoryItem, MemoryView
+from daemon.memory.pins import CONFIRMED, split_facts_file
 from daemon.models.base import SystemBlock
 from daemon.paths import Home
 from daemon.settings import Settings
@@ -349,18 +354,57 @@ class ContextAssembler:
 
     def _wake_layer(self, notes: list[str]) -> Layer:
         entries: list[Entry] = []
-        for rank, (path, origin, label) in enumerate(
-            (
-                (self.home.wake_file, "agent", "WAKE.md"),
-                (self.home.facts_file, "person", "FACTS.md"),
+        wake = self.files.read(self.home.wake_file)
+        if wake.problem:
+            notes.append(f"wake: {wake.problem}")
+        if wake.present:
+            entries.append(
+                file_entry("WAKE.md", wake.text, origin="agent", source="WAKE.md", rank=0)
             )
-        ):
-            ft = self.files.read(path)
-            if ft.problem:
-                notes.append(f"wake: {ft.problem}")
-            if ft.present:
-                entries.append(file_entry(label, ft.text, origin=origin, source=label, rank=rank))
+        facts = self.files.read(self.home.facts_file)
+        if facts.problem:
+            notes.append(f"wake: {facts.problem}")
+        if facts.present:
+            entries.extend(self._pinned_entries(facts.text, rank=len(entries)))
         return Layer(name="wake", heading="## Wake-up notes and pinned facts", entries=entries)
+
+    @staticmethod
+    def _pinned_entries(text: str, *, rank: int) -> list[Entry]:
+        """`FACTS.md` as blocks: the person's own text, then each pinned fact with its origin."""
+        parts = split_facts_file(text)
+        entries: list[Entry] = []
+        if parts.own:
+            entries.append(
+                file_entry("FACTS.md", parts.own, origin="person", source="FACTS.md", rank=rank)
+            )
+        for line in parts.pinned:
+            confirmed = line.why.startswith(CONFIRMED)
+            entries.append(
+                memory_block(
+                    f"FACTS.md:{line.id}",
+                    line.text,
+                    id=line.id,
+                    kind="pinned",
+                    origin=line.origin,
+                    ts=datetime(line.day.year, line.day.month, line.day.day, tzinfo=UTC),
+                    source="FACTS.md",
+                    title=CONFIRMED if confirmed else "pinned by sleep: the person's own fact",
+                    rank=rank + len(entries),
+                )
+            )
+        if parts.unvouched:
+            # Edited inside the generated block: whose word it is cannot be told, so not theirs.
+            entries.append(
+                memory_block(
+                    "FACTS.md:unvouched",
+                    parts.unvouched,
+                    origin="agent",
+                    source="FACTS.md",
+                    title="edited inside the generated block",
+                    rank=rank + len(entries),
+                )
+            )
+        return entries
 
     def _themes_layer(self, items: list[MemoryItem]) -> Layer:
         entries = [
@@ -436,19 +480,15 @@ class ContextAssembler:
         entries = []
         if body:
             entries.append(
-                Entry(
-                    key=f"journal:{day.isoformat()}",
-                    head=memory_open(
-                        kind="journal",
-                        origin="agent",
-                        ts=datetime(day.year, day.month, day.day, tzinfo=UTC),
-                        source=f"journal/{path.name}",
-                        title=f"Journal digest {day.isoformat()} (newest first)",
-                    ),
-                    body=defuse(body),
-                    tail="</memory>",
-                    rank=0,
+                memory_block(
+                    f"journal:{day.isoformat()}",
+                    body,
+                    kind="journal",
                     origin="agent",
+                    ts=datetime(day.year, day.month, day.day, tzinfo=UTC),
+                    source=f"journal/{path.name}",
+                    title=f"Journal digest {day.isoformat()} (newest first)",
+                    rank=0,
                 )
             )
         return Layer(name="journal", heading="## Journal digest", entries=entries, stable=False)
@@ -487,13 +527,8 @@ class ContextAssembler:
             if c.layer == "topics":
                 entry = Entry(key=key, body=c.text.strip(), rank=rank, origin=c.origin)
             else:
-                entry = Entry(
-                    key=key,
-                    head=memory_open(origin=c.origin, source=c.source, ts=c.ts),
-                    body=defuse(c.text.strip()),
-                    tail="</memory>",
-                    rank=rank,
-                    origin=c.origin,
+                entry = memory_block(
+                    key, c.text, origin=c.origin, source=c.source, ts=c.ts, rank=rank
                 )
             layer.entries.append(entry)
         return rejected
@@ -615,6 +650,9 @@ class ContextAssembler:
                 "problems": list(self.router.problems),
             },
             "rejected_contributions": rejected,
+            "memory_origins": sorted(
+                {e.origin for f in fitted.values() for e in f.kept if e.tail == MEMORY_CLOSE}
+            ),
             "notes": notes,
         }
 

@@ -1,9 +1,11 @@
 """Layers of the system prompt: how items are labelled, wrapped, rendered and cut to fit.
 
 A layer is a heading, an optional preamble and a list of entries. Every entry built from
-memory (or from a handler's contribution) is wrapped in a `<memory …>` marker naming its id,
-kind, origin and date, and untrusted origins are marked `trust="untrusted"`; text inside can
-never forge a marker because marker-like sequences in it are defused.
+memory (or from a handler's contribution) goes through `memory_block`: wrapped in a
+`<memory …>` marker naming its id, kind, origin and date, untrusted origins marked
+`trust="untrusted"`, and every tag-like sequence in its text neutralised (`neutralise`), so
+stored text can neither close the block nor pose as any other markup (`<system>`,
+`<tool_result>`, `<|im_start|>`…).
 
 Fitting is deterministic: entries are kept in rank order (rank 0 = survives longest, i.e.
 the most recent), the first entry that does not fit is cut at a sentence boundary with a
@@ -23,7 +25,11 @@ from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 Count = Callable[[str], int]
 
 CUT_MARKER = "[… cut here to fit the context budget; recall the full text if needed]"
-_MARKER_LIKE = re.compile(r"<(/?)(memory)", re.IGNORECASE)
+# A `<` that opens something a reader could take for markup: a tag or closing tag, a comment
+# or declaration, a processing instruction, a chat-template token (`<|im_start|>`).
+_TAG_OPEN = re.compile(r"<(?=[/!?|]|[^\W\d_])")
+# What stands in for it: reads as an angle bracket, parses as nothing.
+LOOKALIKE_LT = "\u2039"
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|\n\s*")
 _ATTR_BAD = re.compile(r'["<>\n\r]')
 
@@ -35,9 +41,9 @@ DISCIPLINE = """## Memory discipline
 - A block ending in "[… cut here" was shortened to fit; recall it if the rest matters."""
 
 
-def defuse(text: str) -> str:
-    """Neutralise marker-like sequences so stored text cannot open or close a memory block."""
-    return _MARKER_LIKE.sub(lambda m: "‹" + m.group(1) + m.group(2), text)
+def neutralise(text: str) -> str:
+    """Replace the `<` of every tag-like sequence with a look-alike; the text stays readable."""
+    return _TAG_OPEN.sub(LOOKALIKE_LT, text)
 
 
 def _attr(value: str) -> str:
@@ -95,36 +101,51 @@ class Entry:
         return "\n".join(parts)
 
 
+def memory_block(
+    key: str,
+    text: str,
+    *,
+    origin: str,
+    rank: int,
+    id: str = "",
+    kind: str = "",
+    ts: datetime | None = None,
+    source: str = "",
+    title: str = "",
+) -> Entry:
+    """One memory block: the labelled marker, the neutralised text, the closing marker.
+
+    Every piece of memory in the prompt is built here, so none escapes neutralisation.
+    """
+    return Entry(
+        key=key,
+        head=memory_open(id=id, kind=kind, origin=origin, ts=ts, source=source, title=title),
+        body=neutralise(text.strip()),
+        tail=MEMORY_CLOSE,
+        rank=rank,
+        origin=origin,
+    )
+
+
 def memory_entry(
     item: MemoryItem, *, rank: int, body: str | None = None, titled: bool = True
 ) -> Entry:
     """Wrap a memory item in markers that say where it came from."""
-    return Entry(
-        key=item.id,
-        head=memory_open(
-            id=item.id,
-            kind=item.kind,
-            origin=item.origin,
-            ts=item.ts,
-            title=item.title if titled else "",
-        ),
-        body=defuse((body if body is not None else item.text).strip()),
-        tail=MEMORY_CLOSE,
-        rank=rank,
+    return memory_block(
+        item.id,
+        body if body is not None else item.text,
+        id=item.id,
+        kind=item.kind,
         origin=item.origin,
+        ts=item.ts,
+        title=item.title if titled else "",
+        rank=rank,
     )
 
 
 def file_entry(key: str, text: str, *, origin: str, source: str, rank: int) -> Entry:
     """Wrap a context file (USER.md, WAKE.md, FACTS.md) in a labelled memory marker."""
-    return Entry(
-        key=key,
-        head=memory_open(origin=origin, source=source),
-        body=defuse(text.strip()),
-        tail=MEMORY_CLOSE,
-        rank=rank,
-        origin=origin,
-    )
+    return memory_block(key, text, origin=origin, source=source, rank=rank)
 
 
 @dataclass(kw_only=True)

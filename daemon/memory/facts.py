@@ -6,6 +6,11 @@ are derived from it and can be rebuilt at any time. A correction links the new f
 one it supersedes; a retraction retires a fact with a reason. Neither deletes anything, so
 history stays searchable.
 
+Every event carries the origin of the text it came from (`ORIGINS`): `person` for the
+person's own word (the CLI, or a turn that read nothing else), `agent`, `tool`, `system`,
+`import`. Pinning into `FACTS.md` follows it: sleep proposes (`propose_pin`, origin system)
+a fact that is not the person's own word, and only the person's `pin` event confirms it.
+
 Several processes may write (the daemon and `reverie remember`): ids are allocated and lines
 appended under an exclusive `flock` after reading whatever another process appended.
 """
@@ -75,6 +80,8 @@ class Fact:
     retired_at: datetime | None = None
     reason: str = ""
     restored_at: datetime | None = None  # when a retraction was last undone
+    pin_proposed_at: datetime | None = None  # sleep asked the person to confirm pinning it
+    pin_confirmed_at: datetime | None = None  # the person confirmed pinning it
 
     @property
     def active(self) -> bool:
@@ -178,6 +185,15 @@ class FactLog:
             old = self.facts.get(uid)
             if old is not None:
                 self.facts[uid] = replace(old, retired_at=ts, reason=str(event.get("reason", "")))
+        elif op in ("pin", "propose_pin"):
+            old = self.facts.get(uid)
+            # Only the person's own pin event confirms; anything else calling itself a pin is
+            # at most a proposal.
+            confirmed = op == "pin" and event.get("origin") == "person"
+            if old is not None and confirmed:
+                self.facts[uid] = replace(old, pin_confirmed_at=ts)
+            elif old is not None:
+                self.facts[uid] = replace(old, pin_proposed_at=ts)
         elif op == "restore":
             # Undo a retraction (e.g. one made by sleep maintenance); a correction stays undone only by another correction.
             old = self.facts.get(uid)
@@ -430,7 +446,7 @@ class FactStore:
         return self.log.facts[old.id]
 
     async def _log_status(self, op: str, fact_id: str, origin: str, reason: str) -> None:
-        """Append a `retract` or `restore` event; the reason is squeezed to one line (≤ 500 chars)."""
+        """Append a status event (retract, restore, pin, propose_pin); the reason is one line (≤ 500 chars)."""
         event = {
             "v": 1,
             "op": op,
@@ -438,7 +454,7 @@ class FactStore:
             "ts": _iso(self.clock.now()),
             "origin": origin,
             "reason": " ".join(str(reason).split())[:500]
-            or {"retract": "retracted", "restore": "restored"}[op],
+            or {"retract": "retracted", "restore": "restored"}.get(op, op),
         }
         await anyio.to_thread.run_sync(self.log.append, event)
 
@@ -464,6 +480,41 @@ class FactStore:
             await self.render()
         log.info("fact restored", id=fact.id, origin=origin)
         return self.log.facts[fact.id]
+
+    async def pin(self, uid: str, *, origin: str) -> Fact:
+        """Record the person's confirmation that fact `uid` may be pinned in FACTS.md.
+
+        Only the person confirms, and never a fact from tool output or an import: whose word
+        that is cannot be vouched for (the person can state it themselves with `remember`).
+        """
+        self._check_origin(origin)
+        if origin != "person":
+            raise FactError(f"only the person can confirm a pin, not origin {origin!r}")
+        async with self._lock:
+            await self.load()
+            fact = self._require_active(uid.strip())
+            if fact.origin in UNTRUSTED_ORIGINS:
+                raise FactError(
+                    f"refused: {fact.id} came from {fact.origin!r} text, which is never pinned; "
+                    "if it holds, say it yourself: reverie remember TEXT"
+                )
+            if fact.pin_confirmed_at is None:
+                await self._log_status("pin", fact.id, origin, "pin confirmed by the person")
+                await self.render()
+        log.info("fact pin confirmed", id=fact.id)
+        return self.log.facts[fact.id]
+
+    async def propose_pin(self, uid: str, *, reason: str) -> bool:
+        """Ask the person to confirm pinning active fact `uid`; False when already asked (or gone)."""
+        async with self._lock:
+            await self.load()
+            fact = self.get(uid)
+            if fact is None or not fact.active or fact.pin_proposed_at is not None:
+                return False
+            await self._log_status("propose_pin", fact.id, "system", reason)
+            await self.render()
+        log.info("fact proposed for pinning", id=fact.id, reason=reason)
+        return True
 
     async def _index_and_render(self, fact: Fact) -> None:
         await self.index.upsert([_memory_of(fact)])
@@ -519,5 +570,10 @@ class FactStore:
             day = fact.created_at.astimezone(self.tz).date().isoformat()
             extra = f"; tags: {', '.join(fact.tags)}" if fact.tags else ""
             fix = f"; corrects {fact.supersedes}" if fact.supersedes else ""
-            lines.append(f"- [{fact.id}] {day} — {fact.text} _({fact.origin}{extra}{fix})_")
+            pin = ""
+            if fact.pin_confirmed_at is not None:
+                pin = "; you confirmed pinning it"
+            elif fact.pin_proposed_at is not None:
+                pin = f"; proposed for pinning — confirm: reverie remember --pin {fact.id}"
+            lines.append(f"- [{fact.id}] {day} — {fact.text} _({fact.origin}{extra}{fix}{pin})_")
         return "\n".join(lines) + "\n"
