@@ -173,3 +173,54 @@ async def test_line_reader_over_a_real_socket_pair() -> None:
     assert isinstance(got[1], Oversized)
     assert got[2] == b"{}"  # the unterminated tail at end of stream
     assert got[3] is None
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        (b'{"type":"command","name":"remember","args":{"text":7}}', "'text' must be a string"),
+        (b'{"type":"command","name":"remember","args":{"tags":"a"}}', "an array of strings"),
+        (b'{"type":"command","name":"sleep","args":{"wait":"yes"}}', "'wait' must be a boolean"),
+        (b'{"type":"command","name":"journal","args":{"tail":true}}', "must be an integer"),
+        (b'{"type":"command","name":"journal","args":{"tail":"5"}}', "must be an integer"),
+        (
+            b'{"type":"command","name":"memory_search","args":{"queries":["a",1]}}',
+            "'queries' must be an array of strings, got an array",
+        ),
+        (b'{"type":"command","name":"recall","args":{"query":["x"]}}', "got an array"),
+        (b'{"type":"command","name":" switch ","args":{"reason":{}}}', "switch: 'reason'"),
+    ],
+)
+def test_a_known_commands_argument_of_the_wrong_type_is_refused(line: bytes, fragment: str) -> None:
+    code, message = _code(line)
+    assert code == "bad_args"
+    assert fragment in message
+
+
+def test_command_arguments_keep_nulls_unknown_names_and_unknown_commands() -> None:
+    frame = parse_client_frame(
+        b'{"type":"command","name":"remember","id":"r",'
+        b'"args":{"text":"tea","correct":null,"tags":[],"later":1}}'
+    )
+    assert frame == CommandFrame(
+        name="remember", args={"text": "tea", "correct": None, "tags": [], "later": 1}, id="r"
+    )
+    # A command the protocol does not describe is the handler's to answer.
+    assert parse_client_frame(b'{"type":"command","name":"x","args":{"text":7}}') == CommandFrame(
+        name="x", args={"text": 7}
+    )
+
+
+def test_a_refused_argument_names_the_frame_it_came_in() -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse_client_frame(b'{"type":"command","name":"recall","id":"q1","args":{"query":1}}')
+    assert info.value.to_frame()["id"] == "q1"
+
+
+@pytest.mark.parametrize(("files", "fragment"), [("1", "a string"), (2, "got 2"), (-1, "got -1")])
+def test_a_command_passes_at_most_one_file(files: object, fragment: str) -> None:
+    line = json.dumps({"type": "command", "name": "memory_import", "files": files}).encode()
+    code, message = _code(line)
+    assert code == "bad_frame" and "'files'" in message and fragment in message
+    ok = parse_client_frame(b'{"type":"command","name":"memory_import","files":1}')
+    assert ok == CommandFrame(name="memory_import", files=1)

@@ -21,7 +21,7 @@ import pytest
 
 from daemon.chat import protocol
 from daemon.chat.protocol import ClientFrame, CommandFrame, LineReader, MessageFrame
-from daemon.chat.server import ChatServer, ChatServerError, ClientHandle
+from daemon.chat.server import ChatServer, ChatServerError, ClientHandle, take_passed_file
 from daemon.chat.stream import UnixConnection, connect_unix
 from daemon.chat.testing import ScriptedChatHandler, ScriptedTurn
 
@@ -348,6 +348,73 @@ async def test_stopping_the_server_closes_clients_and_unlinks_the_socket(sock: P
             assert server.clients == 0
 
 
+async def test_a_passed_file_reaches_the_command_and_one_left_unclaimed_is_closed(
+    sock: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "notes.jsonl"
+    source.write_text("what the client may read\n")
+
+    def read_passed(args: dict[str, Any]) -> dict[str, Any]:
+        fd = take_passed_file()
+        assert fd is not None
+        try:
+            return {"text": os.pread(fd, 1024, 0).decode()}
+        finally:
+            os.close(fd)
+
+    def still_open() -> bool:
+        links = []
+        for entry in Path("/proc/self/fd").iterdir():
+            try:
+                links.append(os.readlink(entry))
+            except OSError:
+                continue
+        return str(source) in links
+
+    commands = {"read": read_passed, "ping": lambda args: {"pong": True}}
+    with anyio.fail_after(5):
+        async with scripted(sock, commands=commands), Raw.connect(sock) as raw:
+            await raw.frame()
+            for name in ("read", "ping"):
+                fd = os.open(source, os.O_RDONLY)
+                frame = {"type": "command", "name": name, "id": name, "files": 1}
+                socket.send_fds(raw.stream.raw_socket, [json.dumps(frame).encode() + b"\n"], [fd])
+                os.close(fd)
+                reply = await raw.frame()
+                assert (reply["type"], reply["id"]) == ("result", name)
+                if name == "read":
+                    assert reply["data"] == {"text": "what the client may read\n"}
+            # `ping` did not claim its file: the server closed it once the frame was handled.
+            assert not still_open()
+
+
+async def test_a_frame_that_declares_a_file_it_did_not_pass_is_refused(sock: Path) -> None:
+    with anyio.fail_after(5):
+        async with scripted(sock) as (_, handler), Raw.connect(sock) as raw:
+            await raw.frame()
+            await raw.send(b'{"type":"command","name":"ping","id":"p","files":1}\n')
+            err = await raw.frame()
+            assert (err["type"], err["code"], err["id"]) == ("error", "bad_frame", "p")
+            assert "none came with it" in err["message"]
+            await raw.send(b'{"type":"command","name":"ping","id":"p2"}\n')
+            assert (await raw.frame())["id"] == "p2"
+            assert len(handler.seen.frames) == 1
+
+
+async def test_a_wrongly_typed_argument_is_refused_before_the_command_runs(sock: Path) -> None:
+    stored: list[Any] = []
+    commands = {"remember": lambda args: stored.append(args["text"]) or {"ok": True}}
+    with anyio.fail_after(5):
+        async with scripted(sock, commands=commands), Raw.connect(sock) as raw:
+            await raw.frame()
+            await raw.send(b'{"type":"command","name":"remember","id":"r","args":{"text":7}}\n')
+            err = await raw.frame()
+            assert (err["type"], err["code"], err["id"]) == ("error", "bad_args", "r")
+            await raw.send(b'{"type":"command","name":"remember","id":"r2","args":{"text":"7"}}\n')
+            assert (await raw.frame())["id"] == "r2"
+    assert stored == ["7"]
+
+
 _PEER = """
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -407,5 +474,45 @@ async def test_peer_uid_is_checked(allowed: bool) -> None:
             assert frame["type"] == "hello"
         else:
             assert (frame["type"], frame["code"]) == ("error", "forbidden")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# Writes before it reads, and again once the server had time to answer and close.
+_EAGER_PEER = """
+import json, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.settimeout(5)
+s.sendall(b'{"type":"message","text":"hello"}\\n')
+time.sleep(0.3)
+s.sendall(b'{"type":"message","text":"anyone there?"}\\n')
+s.shutdown(socket.SHUT_WR)
+data = b""
+while chunk := s.recv(4096):
+    data += chunk
+print(data.decode().strip())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as a second uid")
+@pytest.mark.skipif(PEER_PYTHON is None, reason="no Python interpreter the nobody user may run")
+async def test_a_refused_peer_that_writes_first_still_reads_why() -> None:
+    assert PEER_PYTHON is not None
+    base = Path(tempfile.mkdtemp(prefix="reverie-peer-"))
+    try:
+        base.chmod(0o711)
+        path = base / "run" / "r.sock"
+        with anyio.fail_after(15):
+            async with scripted(path, allow_uids=()):
+                path.parent.chmod(0o711)
+                path.chmod(0o666)
+                proc = await anyio.run_process(
+                    [PEER_PYTHON, "-c", _EAGER_PEER, str(path)], user=NOBODY, check=False
+                )
+        # No reset, no broken pipe: the refusal arrives and the connection ends cleanly.
+        assert proc.returncode == 0, proc.stderr.decode()
+        frame = json.loads(proc.stdout)
+        assert (frame["type"], frame["code"]) == ("error", "forbidden")
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -2,7 +2,8 @@
 
 Client → daemon frames are parsed into frozen dataclasses (`MessageFrame`, `CommandFrame`,
 `CancelFrame`); anything else raises `ProtocolError` with the code the server puts in its
-`error` frame. Daemon → client frames are plain dicts built by the small constructors below,
+`error` frame. A command's arguments are checked against `COMMAND_ARGS` the same way, so a
+wrong type is refused on the wire (`bad_args`) instead of being coerced by the command. Daemon → client frames are plain dicts built by the small constructors below,
 so the wire format lives in one place. `LineBuffer` splits a byte stream into lines while
 enforcing the frame size limit: an oversized line is reported once and the rest of it is
 discarded, so one bad frame never costs the connection.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import enum
 import json
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
@@ -62,6 +64,8 @@ CANCELLED: Final = ErrorCode.CANCELLED
 INTERNAL: Final = ErrorCode.INTERNAL
 NOT_READY: Final = ErrorCode.NOT_READY
 
+BAD_ARGS: Final = ErrorCode.BAD_ARGS
+
 CLIENT_TYPES: Final = ("message", "command", "cancel")
 ToolPhase: TypeAlias = Literal["started", "finished", "progress"]
 
@@ -94,11 +98,16 @@ class MessageFrame:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommandFrame:
-    """A command for the daemon itself (`status`, `sleep`, …); the handler validates `name`."""
+    """A command for the daemon itself (`status`, `sleep`, …); the handler validates `name`.
+
+    `files` counts the open files the client passed with the frame (`SCM_RIGHTS`): the
+    server hands them to the command, which reads what the client could open.
+    """
 
     name: str
     args: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    files: int = 0
     type: Literal["command"] = "command"
 
 
@@ -111,6 +120,48 @@ class CancelFrame:
 
 
 ClientFrame: TypeAlias = MessageFrame | CommandFrame | CancelFrame
+
+# The JSON an argument may hold: "strings" is an array of strings.
+ArgKind: TypeAlias = Literal["string", "boolean", "integer", "strings"]
+
+# Each daemon command's arguments and their types. `null` counts as absent; arguments not named
+# here are ignored (as unknown frame fields are), and commands not named here are the handler's
+# to refuse. Which arguments a command requires is the command's own check.
+COMMAND_ARGS: Final[Mapping[str, Mapping[str, ArgKind]]] = {
+    "status": {},
+    "ping": {},
+    "sleep": {"wait": "boolean"},
+    "switch": {"reason": "string"},
+    "journal": {"tail": "integer", "day": "string"},
+    "memory_search": {
+        "queries": "strings",
+        "k": "integer",
+        "mode": "string",
+        "kinds": "strings",
+        "include_retired": "boolean",
+        "raw": "boolean",
+    },
+    "memory_import": {"name": "string", "summarise": "boolean", "no_embed": "boolean"},
+    "remember": {
+        "text": "string",
+        "target": "string",
+        "tags": "strings",
+        "correct": "string",
+        "retract": "string",
+        "restore": "string",
+        "reason": "string",
+    },
+    "recall": {"query": "string"},
+}
+# Open files one command frame may pass.
+MAX_FILES_PER_FRAME: Final = 1
+
+_KIND_NAMES: Final[Mapping[ArgKind, str]] = {
+    "string": "a string",
+    "boolean": "a boolean",
+    "integer": "an integer",
+    "strings": "an array of strings",
+}
 
 
 def _describe_json(value: Any) -> str:
@@ -134,6 +185,31 @@ def _optional_str(obj: dict[str, Any], key: str, frame_id: str | None) -> str | 
     raise ProtocolError(
         BAD_FRAME, f"'{key}' must be a string, got {_describe_json(value)}", id=frame_id
     )
+
+
+def _fits(value: Any, kind: ArgKind) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def check_command_args(name: str, args: dict[str, Any], frame_id: str | None = None) -> None:
+    """Refuse a known command's argument of the wrong type with `ProtocolError(bad_args)`."""
+    spec = COMMAND_ARGS.get(name)
+    if spec is None:
+        return
+    for key, kind in spec.items():
+        value = args.get(key)
+        if value is not None and not _fits(value, kind):
+            raise ProtocolError(
+                BAD_ARGS,
+                f"{name}: '{key}' must be {_KIND_NAMES[kind]}, got {_describe_json(value)}",
+                id=frame_id,
+            )
 
 
 def parse_client_frame(line: bytes) -> ClientFrame:
@@ -198,7 +274,16 @@ def parse_client_frame(line: bytes) -> ClientFrame:
                 f"a command's 'args' must be an object, got {_describe_json(args)}",
                 id=frame_id,
             )
-        return CommandFrame(name=name.strip(), args=args, id=frame_id)
+        files = obj.get("files", 0)
+        if type(files) is not int or not 0 <= files <= MAX_FILES_PER_FRAME:
+            shown = str(files) if type(files) is int else _describe_json(files)
+            raise ProtocolError(
+                BAD_FRAME,
+                f"a command's 'files' must be a count from 0 to {MAX_FILES_PER_FRAME}, got {shown}",
+                id=frame_id,
+            )
+        check_command_args(name.strip(), args, frame_id)
+        return CommandFrame(name=name.strip(), args=args, id=frame_id, files=files)
     if kind == "cancel":
         return CancelFrame(turn_id=_optional_str(obj, "turn_id", frame_id))
     shown = kind if len(kind) <= 40 else kind[:40] + "…"

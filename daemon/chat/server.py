@@ -4,6 +4,10 @@ The server owns the socket file and the connections; what the frames *mean* belo
 `ChatHandler` (the daemon's orchestrator). Each connection runs a reader (frames → handler,
 in order) and a writer fed by a bounded queue, so `ClientHandle.send` never blocks: a client
 that stops reading fills its queue and is disconnected instead of stalling the trunk.
+
+A command frame may come with open files the client passed (`SCM_RIGHTS`); while its handler
+runs, `take_passed_file()` hands them over, so the daemon reads what the client could open
+and never opens a path a client names with the daemon's own rights.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import stat
 import struct
 import uuid
 from collections.abc import Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,7 +27,7 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from daemon.chat import protocol
-from daemon.chat.protocol import ClientFrame, Oversized, ProtocolError
+from daemon.chat.protocol import ClientFrame, CommandFrame, Oversized, ProtocolError
 from daemon.chat.stream import UnixConnection, UnixListener, connect_unix
 from daemon.log import get_logger
 
@@ -37,8 +42,24 @@ DISCONNECT_TIMEOUT_S = 5.0
 # How long a half-closed client is kept for the replies to what it already sent.
 HALF_CLOSE_LINGER_S = 900.0
 LIVE_PROBE_TIMEOUT_S = 2.0
+# How long a refused peer's input is read (and discarded) after its `forbidden` frame.
+REFUSAL_LINGER_S = 2.0
 # Frames already queued are written together up to this size.
 WRITE_BATCH_BYTES = 256 * 1024
+
+
+# The open files passed with the command frame being handled, not yet claimed.
+_passed_files: ContextVar[list[int] | None] = ContextVar("chat_passed_files", default=None)
+
+
+def take_passed_file() -> int | None:
+    """Claim the next open file the client passed with the command being handled, or None.
+
+    The caller owns the descriptor and closes it; files a handler leaves unclaimed are closed
+    once its frame has been handled.
+    """
+    files = _passed_files.get()
+    return files.pop(0) if files else None
 
 
 class ChatServerError(Exception):
@@ -286,13 +307,7 @@ class ChatServer:
                 log.warning("chat peer credentials unavailable", error=str(exc))
                 return
             if uid not in self._allowed:
-                log.warning("chat client refused", uid=uid, pid=pid)
-                frame = protocol.error(protocol.FORBIDDEN, f"uid {uid} may not talk to this daemon")
-                with anyio.move_on_after(1.0):
-                    try:
-                        await stream.send(protocol.encode(frame))
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        pass
+                await _refuse(stream, uid, pid)
                 return
             client = ClientHandle(uid=uid, pid=pid, queue_frames=self.queue_frames)
             self._clients[client.id] = client
@@ -362,9 +377,29 @@ class ChatServer:
             except ProtocolError as exc:
                 client.send(exc.to_frame())
                 continue
-            await self._call(
-                client, self.handler.handle_frame(client, frame), getattr(frame, "id", None)
-            )
+            files: list[int] = []
+            if isinstance(frame, CommandFrame) and frame.files:
+                taken = stream.take_fds(frame.files)
+                if taken is None:
+                    client.send(
+                        protocol.error(
+                            protocol.BAD_FRAME,
+                            f"the command declares {frame.files} open file(s) "
+                            "but none came with it",
+                            id=frame.id,
+                        )
+                    )
+                    continue
+                files = taken
+            token = _passed_files.set(files)
+            try:
+                await self._call(
+                    client, self.handler.handle_frame(client, frame), getattr(frame, "id", None)
+                )
+            finally:
+                _passed_files.reset(token)
+                for fd in files:
+                    os.close(fd)
 
     async def _call(
         self, client: ClientHandle, call: Any, frame_id: str | None, *, reply: bool = True
@@ -386,6 +421,30 @@ class ChatServer:
                 )
             return False
         return True
+
+
+async def _refuse(stream: UnixConnection, uid: int, pid: int) -> None:
+    """Tell a peer it may not talk to this daemon, in a way it gets to read.
+
+    Closing a socket with unread input makes the peer's next read fail with a reset, and a
+    write after the close fails outright, so a peer that wrote first would never see the
+    `forbidden` frame: stop writing, then read and discard its input until it closes (bounded).
+    """
+    log.warning("chat client refused", uid=uid, pid=pid)
+    frame = protocol.error(protocol.FORBIDDEN, f"uid {uid} may not talk to this daemon")
+    with anyio.move_on_after(REFUSAL_LINGER_S):
+        try:
+            await stream.send(protocol.encode(frame))
+            await stream.send_eof()
+            while True:
+                await stream.receive()
+        except (
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            OSError,
+        ):
+            pass
 
 
 def _peer_credentials(stream: UnixConnection) -> tuple[int, int]:

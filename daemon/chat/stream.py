@@ -6,12 +6,18 @@ callback; when a pending read is cancelled in the same loop iteration as the pee
 asyncio logs `InvalidStateError` (agronholm/anyio#1267 is the `aclose` variant). The
 readiness waits used here tolerate that race, and the rest is a dozen lines of plain
 non-blocking socket calls.
+
+A server-side connection also receives open files a client passes with `SCM_RIGHTS`
+(`received_fds`), so a client can hand the daemon a file it may read instead of a path the
+daemon would open with its own rights.
 """
 
 from __future__ import annotations
 
+import array
 import os
 import socket
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,14 +26,29 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import ByteStream, SocketAttribute
 
+from daemon.log import get_logger
+
+log = get_logger("reverie.chat")
+
+# Open files a peer may have passed and not yet had claimed; more are closed on arrival, so a
+# peer cannot make the daemon hold descriptors without bound.
+MAX_PENDING_FDS = 4
+_FD_SIZE = array.array("i").itemsize
+
 
 class UnixConnection(ByteStream):
-    """One connected Unix stream socket; the stream owns (and closes) the socket."""
+    """One connected Unix stream socket; the stream owns (and closes) the socket.
 
-    def __init__(self, sock: socket.socket) -> None:
+    With `accept_fds`, descriptors passed with `SCM_RIGHTS` are kept in `received_fds`, in
+    arrival order, until `take_fds` claims them; the connection closes any left unclaimed.
+    """
+
+    def __init__(self, sock: socket.socket, *, accept_fds: bool = False) -> None:
         sock.setblocking(False)
         self._sock = sock
         self._closed = False
+        self._accept_fds = accept_fds
+        self.received_fds: deque[int] = deque()
 
     @property
     def raw_socket(self) -> socket.socket:
@@ -44,7 +65,7 @@ class UnixConnection(ByteStream):
             if self._closed:
                 raise anyio.ClosedResourceError
             try:
-                data = self._sock.recv(max_bytes)
+                data = self._recvmsg(max_bytes) if self._accept_fds else self._sock.recv(max_bytes)
             except BlockingIOError:
                 await anyio.wait_readable(self._sock)
                 continue
@@ -54,6 +75,33 @@ class UnixConnection(ByteStream):
                 raise anyio.EndOfStream
             await anyio.lowlevel.cancel_shielded_checkpoint()
             return data
+
+    def _recvmsg(self, max_bytes: int) -> bytes:
+        # The kernel never joins bytes that carry descriptors to bytes before them, so a file
+        # arrives no later than the first byte of the frame it was sent with.
+        space = socket.CMSG_SPACE(MAX_PENDING_FDS * _FD_SIZE)
+        data, ancillary, flags, _ = self._sock.recvmsg(max_bytes, space, socket.MSG_CMSG_CLOEXEC)
+        for level, kind, payload in ancillary:
+            if level != socket.SOL_SOCKET or kind != socket.SCM_RIGHTS:
+                continue
+            fds = array.array("i")
+            fds.frombytes(payload[: len(payload) - len(payload) % _FD_SIZE])
+            for fd in fds:
+                if len(self.received_fds) < MAX_PENDING_FDS:
+                    self.received_fds.append(fd)
+                else:
+                    os.close(fd)
+                    log.warning("chat peer passed more open files than it claimed; closed one")
+        if flags & socket.MSG_CTRUNC:
+            # The kernel closed what did not fit; the frame that wanted them will say so.
+            log.warning("chat peer passed more open files at once than are accepted")
+        return data
+
+    def take_fds(self, count: int) -> list[int] | None:
+        """Claim the `count` oldest passed descriptors (the caller closes them), or None if fewer arrived."""
+        if count > len(self.received_fds):
+            return None
+        return [self.received_fds.popleft() for _ in range(count)]
 
     async def send(self, item: bytes) -> None:
         """Send all of `item`, waiting while the peer's buffer is full (cancellable)."""
@@ -83,6 +131,8 @@ class UnixConnection(ByteStream):
             self._closed = True
             anyio.notify_closing(self._sock)
             self._sock.close()
+            while self.received_fds:
+                os.close(self.received_fds.popleft())
         await anyio.lowlevel.checkpoint()
 
 
@@ -132,14 +182,17 @@ class UnixListener:
         return cls(sock)
 
     async def accept(self) -> UnixConnection:
-        """Wait for the next client (cancellable); raise `OSError` on accept failures."""
+        """Wait for the next client (cancellable); raise `OSError` on accept failures.
+
+        The connection accepts files its client passes (`UnixConnection.received_fds`).
+        """
         while True:
             try:
                 conn, _ = self._sock.accept()
             except BlockingIOError:
                 await anyio.wait_readable(self._sock)
                 continue
-            return UnixConnection(conn)
+            return UnixConnection(conn, accept_fds=True)
 
     def close(self) -> None:
         anyio.notify_closing(self._sock)

@@ -6,7 +6,8 @@ embedding model and the vector matrix are warm), the reply is printed exactly as
 path prints it, and the exit code is returned. Otherwise — another command, `--help`, no
 socket, a daemon too old to know the command — it returns None and the CLI runs the command
 itself over the database. A refusal by the daemon prints `reverie: <why>` and exits 1, as the
-direct path does.
+direct path does. `memory import` opens the file here, with the person's rights, and passes it
+open with the command (`SCM_RIGHTS`); the daemon never opens a path a client names.
 """
 
 from __future__ import annotations
@@ -297,14 +298,29 @@ class DaemonLink:
         return frame
 
     def command(
-        self, name: str, args: dict[str, Any], *, timeout: float | None, on_progress: Any = None
+        self,
+        name: str,
+        args: dict[str, Any],
+        *,
+        timeout: float | None,
+        on_progress: Any = None,
+        file: int | None = None,
     ) -> dict[str, Any]:
-        """Send a command; return its `result` or `error` frame (progress frames go to `on_progress`)."""
+        """Send a command; return its `result` or `error` frame (progress frames go to `on_progress`).
+
+        `file`, an open descriptor, goes with the frame for the daemon to read.
+        """
         cid = f"cli-{next(self._ids)}"
         self.sock.settimeout(timeout)
-        self.sock.sendall(
-            (wire.dumps({"type": "command", "name": name, "args": args, "id": cid}) + "\n").encode()
-        )
+        frame: dict[str, Any] = {"type": "command", "name": name, "args": args, "id": cid}
+        if file is None:
+            self.sock.sendall((wire.dumps(frame) + "\n").encode())
+        else:
+            frame["files"] = 1
+            data = (wire.dumps(frame) + "\n").encode()
+            passed = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, file.to_bytes(4, sys.byteorder))]
+            sent = self.sock.sendmsg([data], passed)
+            self.sock.sendall(data[sent:])
         while True:
             frame = self.recv()
             if frame.get("id") != cid:
@@ -344,15 +360,21 @@ def _search(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
 
 def _import(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
     path = spec.import_file(args)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise spec.UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from None
     progress = render.ImportProgress(as_json=args.json, enabled=not args.no_progress)
     request = {
-        "path": str(path),
+        "name": os.path.basename(path),
         "summarise": bool(args.summarise),
         "no_embed": bool(args.no_embed),
     }
     try:
-        counts = _answer(link.command("memory_import", request, timeout=None, on_progress=progress))
+        frame = link.command("memory_import", request, timeout=None, on_progress=progress, file=fd)
+        counts = _answer(frame)
     finally:
+        os.close(fd)
         progress.close()
     render.import_counts(counts, as_json=args.json, out=out)
     return 0

@@ -5,10 +5,17 @@ a daemon runs (see `daemon.commands.forward`): the embedding model is loaded and
 matrix is in memory, so a search costs the search. The work is `daemon.commands.ops`, the
 same the CLI runs on its own when no daemon listens. A refusal (a bad line in an import, an
 unknown fact id) raises `ValueError`, which the gateway answers as `bad_args` with the message.
+
+`memory_import` takes the file itself, passed open with the command (`SCM_RIGHTS`), never a
+path: the daemon reads what its client could open, so a client (another uid in
+`chat.allow_uids`) cannot make the daemon open files only the daemon may read.
 """
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from daemon.agent.gateway import command_progress
+from daemon.chat.server import take_passed_file
 from daemon.clock import Clock
 from daemon.commands import ops
 from daemon.commands.args import BATCH_QUERIES
@@ -30,6 +38,36 @@ if TYPE_CHECKING:
 log = get_logger("commands")
 
 Command = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+COPY_CHUNK_BYTES = 1 << 20
+NO_FILE = (
+    "memory_import needs the file itself, passed open with the command (SCM_RIGHTS, "
+    "'files': 1); the daemon does not open paths for its clients. "
+    "`reverie memory import FILE` does this"
+)
+
+
+def _import_name(raw: Any) -> str:
+    """The passed file's name as the import reports it: a bare file name, never a path."""
+    name = os.path.basename(raw) if isinstance(raw, str) else ""
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:  # a lone surrogate from the wire
+        size = 0
+    if name in (".", "..") or not 0 < size <= 255 or not name.isprintable():
+        return "import.jsonl"
+    return name
+
+
+def _copy_passed(fd: int, target: Path) -> None:
+    """Copy the passed file to `target` from its start, whatever the client did with its offset."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise ValueError("memory_import needs a regular file")
+    offset = 0
+    with target.open("wb") as out:
+        while chunk := os.pread(fd, COPY_CHUNK_BYTES, offset):
+            out.write(chunk)
+            offset += len(chunk)
 
 
 def memory_commands(memory: MemorySystem, clock: Clock) -> dict[str, Command]:
@@ -55,22 +93,39 @@ def memory_commands(memory: MemorySystem, clock: Clock) -> dict[str, Command]:
         return {"results": results}
 
     async def memory_import(args: dict[str, Any]) -> dict[str, Any]:
-        raw = args.get("path")
-        if not isinstance(raw, str) or not raw:
-            raise ValueError("memory_import needs 'path': the JSONL file to import")
-        path = Path(raw)
-        if not path.is_absolute():
-            raise ValueError(
-                "memory_import needs an absolute 'path' (the daemon's directory is not yours)"
-            )
-        if not await anyio.Path(path).is_file():
-            raise ValueError(f"no such file: {path}")
+        fd = take_passed_file()
+        if fd is None:
+            raise ValueError(NO_FILE)
+        name = _import_name(args.get("name"))
+        try:
+            # A private snapshot: the import reads a file that cannot change under it, by the
+            # name the person gave it (errors and session names use it).
+            memory.home.cache_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="import-", dir=memory.home.cache_dir) as tmp:
+                copy = Path(tmp) / name
+                try:
+                    await anyio.to_thread.run_sync(_copy_passed, fd, copy)
+                except OSError as exc:
+                    raise ValueError(f"cannot import {name}: {exc.strerror or exc}") from None
+                os.close(fd)
+                fd = -1
+                counts = await _import(copy, args)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        log.info(
+            "memory import done",
+            file=name,
+            **{k: v for k, v in counts.items() if k != "embeddings"},
+        )
+        return counts
 
+    async def _import(path: Path, args: dict[str, Any]) -> dict[str, Any]:
         async def summarise(ids: tuple[str, ...]) -> int:
             return await ops.summarise_sessions(memory, ids, command_progress)
 
         try:
-            counts = await ops.import_transcripts(
+            return await ops.import_transcripts(
                 path,
                 home=memory.home,
                 index=memory.index,
@@ -81,15 +136,7 @@ def memory_commands(memory: MemorySystem, clock: Clock) -> dict[str, Command]:
         except TranscriptError as exc:
             raise ValueError(f"import stopped, nothing written: {exc}") from None
         except UnicodeDecodeError:
-            raise ValueError(f"{path} is not UTF-8 text") from None
-        except PermissionError as exc:
-            raise ValueError(f"the daemon cannot read {path}: {exc.strerror or exc}") from None
-        log.info(
-            "memory import done",
-            path=str(path),
-            **{k: v for k, v in counts.items() if k != "embeddings"},
-        )
-        return counts
+            raise ValueError(f"{path.name} is not UTF-8 text") from None
 
     async def remember(args: dict[str, Any]) -> dict[str, Any]:
         try:
