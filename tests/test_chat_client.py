@@ -18,6 +18,7 @@ import structlog
 import daemon.cli
 from daemon.chat import protocol
 from daemon.chat.client import ChatClient, ChatError, command, send_message
+from daemon.chat.commands import EXIT_SAVED
 from daemon.chat.server import ChatServer
 from daemon.chat.stream import UnixListener
 from daemon.chat.testing import ScriptedChatHandler, ScriptedTurn
@@ -272,6 +273,57 @@ async def test_chat_m_error_frame_is_one_line_and_nonzero(
     assert code == 1
     assert out == ""
     assert err == "reverie: today's spend cap is reached (spend_cap)\n"
+
+
+async def test_chat_m_whose_daemon_dies_after_accepting_says_the_message_is_saved(
+    sock: Path, cli_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slow = ScriptedTurn(chunks=("The ", "reply ", "never ", "ends"), pause_s=0.2)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            codes: list[int] = []
+
+            async def chat() -> None:
+                codes.append(await run_cli(["chat", "--home", str(cli_env), "-m", "hi"]))
+
+            async with daemon_at(sock, turn=slow) as handler:
+                tg.start_soon(chat)
+                while not handler.seen.frames:
+                    await handler.frame_arrived.wait()
+                await anyio.sleep(0.3)  # the reply has begun
+            # The daemon is gone mid-reply.
+    out, err = capsys.readouterr()
+    assert codes == [EXIT_SAVED]
+    assert out.startswith("The ")
+    line = err.strip()
+    assert "\n" not in line
+    assert "your message was saved and will be answered when the daemon is back" in line
+
+
+async def test_chat_m_whose_daemon_dies_before_accepting_says_it_may_be_lost(
+    tmp_path: Path, cli_env: Path, sock: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    listener = UnixListener.bind(sock, mode=0o600)
+
+    async def greet_then_vanish() -> None:
+        conn = await listener.accept()
+        async with conn:
+            await conn.send(
+                protocol.encode(protocol.hello(version="t", state="awake", session_id="s"))
+            )
+            await conn.receive()  # the message arrives; the daemon dies before saving it
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(greet_then_vanish)
+                code = await run_cli(["chat", "--home", str(cli_env), "-m", "hi"])
+    finally:
+        listener.close()
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "before confirming your message; it may not have been saved" in err
 
 
 async def test_chat_m_without_a_daemon(

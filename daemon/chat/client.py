@@ -36,6 +36,21 @@ class ChatError(Exception):
         return self.frame.get("code") if self.frame else None
 
 
+class MessageSaved(ChatError):
+    """The connection ended after the daemon had saved the message: it will still be answered.
+
+    The daemon acknowledges a message (`accepted`) only once it is on disk, and a restarted
+    daemon answers every message it acknowledged.
+    """
+
+    def __init__(self, turn_id: str) -> None:
+        super().__init__(
+            "the daemon stopped before its reply was complete; your message was saved "
+            f"and will be answered when the daemon is back (turn {turn_id})"
+        )
+        self.turn_id = turn_id
+
+
 def not_running(path: Path) -> ChatError:
     return ChatError(
         f"the daemon is not running (no socket at {path}); start it with `reverie run`"
@@ -172,14 +187,22 @@ class ChatClient:
         Every frame received meanwhile goes to `on_frame` (accepted, deltas, tool, state,
         done). Raises `ChatError` on an `error` frame for this message or turn, or when
         the turn does not finish within `timeout` seconds (the turn keeps running in the
-        daemon; send a `cancel` to stop it).
+        daemon; send a `cancel` to stop it). When the daemon goes away after accepting the
+        message the error is `MessageSaved`; before, a `ChatError` saying it may be lost.
         """
         message_id = new_id()
         await self.send({"type": "message", "text": text, "id": message_id})
         turn_id: str | None = None
         with anyio.move_on_after(timeout) as scope:
             while True:
-                frame = await self.receive()
+                frame = await self._next(None)
+                if frame is None:
+                    if turn_id is not None:
+                        raise MessageSaved(turn_id)
+                    raise ChatError(
+                        "the daemon closed the connection before confirming your message; "
+                        "it may not have been saved"
+                    )
                 kind = frame.get("type")
                 if kind == "accepted" and frame.get("id") == message_id and turn_id is None:
                     turn_id = str(frame.get("turn_id"))

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import anyio
 from anyio.from_thread import start_blocking_portal
 
-from daemon.chat.client import ChatClient, ChatError, new_id
+from daemon.chat.client import ChatClient, ChatError, MessageSaved, new_id
 from daemon.cli_support import CommandError, Env, print_err, resolve_env
 from daemon.systemd import unit_socket_paths
 
@@ -34,6 +34,11 @@ HELP = """commands:
   /quit           leave (Ctrl-D works too)
   //text          send a message that starts with '/'
 Ctrl-C during a reply cancels the turn; at an empty prompt it leaves."""
+
+
+# `chat -m` exit status when the daemon went away after saving the message (EX_TEMPFAIL): the
+# reply is owed, not lost, so a script should not send the message again.
+EXIT_SAVED = 75
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -176,6 +181,8 @@ async def send_one(path: Path, text: str, *, timeout: float) -> int:  # noqa: AS
         out.flush()
     if interrupted.is_set() and not done and failure is None:
         raise CommandError("interrupted", code=130)
+    if isinstance(failure, MessageSaved):
+        raise CommandError(failure.message, code=EXIT_SAVED)
     if failure is not None:
         raise CommandError(failure.message, code=130 if failure.code == "cancelled" else 1)
     return 130 if done.get("stop_reason") == "cancelled" else 0
@@ -245,7 +252,9 @@ class ChatSession:
             self.lost = exc.message
         self.screen.note(self.lost)
         if self._turn_end is not None:
-            self._turn_outcome = {"type": "error", "code": "lost", "message": self.lost}
+            # An accepted message is on disk: the person hears it is owed a reply, not lost.
+            lost = MessageSaved(self._turn_id).message if self._turn_id else self.lost
+            self._turn_outcome = {"type": "error", "code": "lost", "message": lost}
             self._turn_end.set()
         for event, box in self._commands.values():
             box.append({"type": "error", "code": "lost", "message": self.lost})
