@@ -273,7 +273,8 @@ async def importance(db: Database, fact: Fact) -> Importance:
 
     Wording earns nothing: "always" or "must" in a fact is exactly what a page that talks the
     agent into `remember` would write. Tags count (on the person's own facts the person set
-    them), and so do mentions in other sessions' trusted chunks.
+    them), and so do mentions in other sessions. Only the person's own facts are pinned on
+    this score alone, so neither can lift text from elsewhere into FACTS.md.
     """
     row = await db.fetchone("SELECT importance FROM memories WHERE uid = ?", (fact.id,))
     score = float(row[0]) if row else (0.8 if fact.target == "profile" else 0.7)
@@ -289,22 +290,16 @@ async def importance(db: Database, fact: Fact) -> Importance:
 
 
 async def _mentions(db: Database, fact: Fact) -> int:
-    """How many sessions talk about the fact (lexically) besides the one it was told in.
-
-    Only chunks of trusted origin count: a page read again and again must not lift a fact.
-    """
+    """How many sessions talk about the fact (lexically) besides the one it was told in."""
     wanted = set(terms(fact.text))
     expr = fts_match(fact.text)
     if len(wanted) < 2 or expr is None:
         return 0
-    untrusted = sorted(UNTRUSTED_ORIGINS)
     # Straight to FTS5 (no fusion, no hydration): this runs for every unpinned fact each night.
     rows = await db.fetchall(
         "SELECT m.session_id, m.text FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
-        "WHERE memories_fts MATCH ? AND m.kind = 'chunk' "
-        f"AND m.origin NOT IN ({','.join('?' * len(untrusted))}) "
-        "ORDER BY bm25(memories_fts) LIMIT 30",
-        (expr, *untrusted),
+        "WHERE memories_fts MATCH ? AND m.kind = 'chunk' ORDER BY bm25(memories_fts) LIMIT 30",
+        (expr,),
     )
     sessions = {
         row[0]
