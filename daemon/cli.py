@@ -159,8 +159,20 @@ def _environment_failure(exc: BaseException, args: argparse.Namespace) -> int:
 
     from daemon.cli_support import environment_failure, print_err
     from daemon.paths import default_home
+    from daemon.store.errors import free_bytes, storage_failure
 
     home = Path(args.home).expanduser() if getattr(args, "home", None) else default_home()
+    full = storage_failure(exc)
+    if full is not None:
+        # Temporary by nature (EX_TEMPFAIL): under systemd the daemon is started again and
+        # answers what it had accepted once space is back.
+        free = free_bytes(home)
+        room = f", {free:,} bytes free" if free is not None else ""
+        print_err(
+            f"storage in {home} refuses writes ({full}{room}); free some space and try again"
+            " — messages already accepted are kept and answered then"
+        )
+        return 75
     line = environment_failure(exc, home)
     if line is None:
         raise exc

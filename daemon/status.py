@@ -13,6 +13,7 @@ from daemon.scheduler import local_zone, persisted_jobs
 from daemon.settings import Settings
 from daemon.sleep.cycle import planned_nightly, sleep_status
 from daemon.store.db import Database
+from daemon.store.errors import free_bytes
 
 
 async def _last_turn(db: Database) -> dict[str, Any] | None:
@@ -105,6 +106,13 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             "waiting_for_model": (
                 trunk.waiting_for_model.describe(queued=len(trunk.inbox.pending()))
                 if trunk and trunk.waiting_for_model
+                else None
+            ),
+            "storage_down": (
+                trunk.storage_down.describe(
+                    queued=len(trunk.inbox.pending()), free=free_bytes(daemon.home.root)
+                )
+                if trunk and trunk.storage_down
                 else None
             ),
             "provider": daemon.roles.provider_kind("trunk") if daemon.roles else None,
@@ -205,6 +213,18 @@ def render(status: dict[str, Any]) -> str:
             )
             lines.append(
                 f"              {kept} message{'' if kept == 1 else 's'} kept, answered when it is back{retry}"
+            )
+        storage = trunk.get("storage_down")
+        if storage:
+            free = storage.get("free_bytes")
+            room = f"; {free:,} bytes free" if isinstance(free, int) else ""
+            lines.append(
+                f"storage:      refusing writes since {storage['since']} ({storage['error']}{room})"
+            )
+            kept = storage["queued"]
+            lines.append(
+                f"              {kept} message{'' if kept == 1 else 's'} kept, answered when space is back;"
+                " new messages refused"
             )
         if trunk.get("busy") or trunk.get("queued") or trunk.get("held"):
             if trunk.get("current_turn"):

@@ -38,6 +38,8 @@ class Reply:
     usage: Usage | None = None
     # Seconds before the first event: a slow (or hung) model, for timeouts and cancellation.
     wait_s: float = 0.0
+    # Raised after the text's deltas instead of completing: a provider that breaks mid-stream.
+    error: Exception | None = None
 
 
 Script = Callable[[ModelRequest], Reply | str]
@@ -81,6 +83,8 @@ class ScriptedModel:
                     await anyio.lowlevel.checkpoint()
                 yield TextDelta(text=piece)
             blocks.append(TextBlock(text=reply.text))
+        if reply.error is not None:
+            raise reply.error
         for name, args in reply.tool_calls:
             call_id = f"toolu_scripted_{next(self._ids)}"
             yield ToolCallStarted(id=call_id, name=name)

@@ -451,3 +451,21 @@ async def test_fake_runs_as_a_subprocess_for_daemon_tests(fake_process: str) -> 
         "ping from a daemon",
     ]
     assert bad.status_code == 400
+
+
+@pytest.mark.anyio
+async def test_an_event_that_is_not_json_is_retried_like_an_outage(fake: FakeAnthropic) -> None:
+    fake.enqueue(Planned.malformed(after_deltas=0), Planned.reply("clean second attempt"))
+    async with AnthropicModel(settings_for(fake, max_retries=1), "sk-test") as model:
+        _, response = await collect(model, chat())
+    assert response.text == "clean second attempt"
+    assert len(fake.message_requests) == 2
+
+
+@pytest.mark.anyio
+async def test_garbage_on_every_attempt_makes_the_api_unavailable(fake: FakeAnthropic) -> None:
+    fake.outage(Planned.malformed(after_deltas=0))
+    async with AnthropicModel(settings_for(fake, max_retries=1), "sk-test") as model:
+        with anyio.fail_after(10), pytest.raises(ModelUnavailable, match="unreadable response"):
+            await collect(model, chat())
+    assert len(fake.message_requests) == 2

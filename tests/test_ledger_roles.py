@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing
 from pathlib import Path
@@ -13,6 +14,7 @@ from daemon.clock import FakeClock
 from daemon.models.anthropic import AnthropicModel
 from daemon.models.base import (
     Message,
+    ModelError,
     ModelRequest,
     SpendCapReached,
     StreamEvent,
@@ -272,3 +274,30 @@ async def test_roles_close_the_provider_stream_when_the_caller_stops_early() -> 
                 async for _ in events:
                     break
     assert probe.closed_streams == 1
+
+
+@pytest.mark.anyio
+async def test_anything_a_provider_raises_reaches_the_caller_as_a_retryable_model_error() -> None:
+    """A provider's own bug or an unreadable response must never be its caller's crash."""
+    scripted = ScriptedModel([Reply(text="half a", error=KeyError("content_block"))])
+    async with ModelRoles(Settings(), None, overrides={"trunk": scripted}, environ={}) as roles:
+        seen: list[str] = []
+        with anyio.fail_after(5), pytest.raises(ModelError) as caught:
+            async for event in roles.stream(roles.request("trunk", messages=[Message.user("hi")])):
+                if isinstance(event, TextDelta):
+                    seen.append(event.text)
+    assert seen == ["half ", "a"]
+    assert caught.value.retryable
+    assert "KeyError" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_a_full_disk_under_a_provider_is_not_called_a_model_error() -> None:
+    """Storage refusing a write is the home's problem: the caller keeps the work, not retries."""
+    full = OSError(errno.ENOSPC, "No space left on device")
+    scripted = ScriptedModel([Reply(text="x", error=full)])
+    async with ModelRoles(Settings(), None, overrides={"trunk": scripted}, environ={}) as roles:
+        with anyio.fail_after(5), pytest.raises(OSError) as caught:
+            async for _ in roles.stream(roles.request("trunk", messages=[Message.user("hi")])):
+                pass
+    assert caught.value.errno == errno.ENOSPC

@@ -20,7 +20,14 @@ from daemon.bus import EventBus, Veto
 from daemon.clock import FakeClock
 from daemon.durable import append_lines, read_jsonl
 from daemon.events import BeforeAgentStart, CompactionApproaching, SessionShutdown
-from daemon.models.base import ModelRequest, ModelUnavailable, SystemBlock, ToolResultBlock
+from daemon.models.base import (
+    ModelRequest,
+    ModelUnavailable,
+    SystemBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
@@ -426,3 +433,137 @@ def test_atomic_write_replaces_whole_and_leaves_no_temp_file(tmp_path: Path) -> 
     write_atomic(path, "second version\n")
     assert path.read_text() == "second version\n"
     assert sorted(p.name for p in path.parent.iterdir()) == ["WAKE.md"]
+
+
+async def test_a_reply_that_breaks_after_a_tool_step_resumes_without_running_the_tool_again(
+    tmp_path: Path,
+) -> None:
+    """The stream breaks mid-reply after a tool ran: the message is kept (never failed), the
+    retry goes on after the finished tool step, and the reply is delivered once."""
+    ran: list[dict[str, Any]] = []
+
+    async def water(ctx: ToolContext, args: dict[str, Any]) -> str:
+        ran.append(args)
+        return "watered"
+
+    tools = ToolRegistry()
+    tools.register(
+        Tool(
+            name="water",
+            description="water a plant",
+            input_schema={"type": "object", "properties": {"plant": {"type": "string"}}},
+            handler=water,
+        )
+    )
+    model = ScriptedModel(
+        script=[
+            Reply(text="On it.", tool_calls=(("water", {"plant": "fern"}),)),
+            Reply(text="The fern is", error=ConnectionResetError("stream cut")),
+            Reply(text="The fern is watered."),
+            Reply(text="Nothing else."),
+        ]
+    )
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = load_settings(None)
+    clock = FakeClock()
+    async with await Database.open(home.db_file) as db:
+        roles = ModelRoles(settings, None, overrides={"trunk": model})
+        bus = EventBus()
+        static_context(bus)
+        loop = AgentLoop(roles=roles, tools=tools, bus=bus, clock=clock, counter=TokenCounter())
+        frames: list[dict[str, Any]] = []
+        async with Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01) as trunk:
+            async with anyio.create_task_group() as tg:
+                await tg.start(trunk.serve)
+                with anyio.fail_after(10):
+                    await trunk.submit(
+                        "water the fern", observer=lambda e: frames.append(turn_frame(e))
+                    )
+                    while not any(f["type"] == "done" for f in frames):
+                        await anyio.sleep(0.01)
+                    await trunk.submit(
+                        "anything else?", observer=lambda e: frames.append(turn_frame(e))
+                    )
+                    while sum(f["type"] == "done" for f in frames) < 2:
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+            session = trunk.session
+            assert session is not None
+            history = session.history_turns()
+    assert ran == [{"plant": "fern"}]
+    errors = [f for f in frames if f["type"] == "error"]
+    assert [e["code"] for e in errors] == ["model_unavailable"] and "saved" in errors[0]["message"]
+    done = [f for f in frames if f["type"] == "done"]
+    assert done[0]["text"] == "On it.\n\nThe fern is watered."
+    # The retried request carried the finished tool step, not a second call of the tool.
+    retry = model.calls[2]
+    assert [m.role for m in retry.messages][-3:] == ["user", "assistant", "user"]
+    assert any(isinstance(b, ToolResultBlock) for b in retry.messages[-1].content)
+    # History replays the first turn whole and valid: one call, one result, roles alternate.
+    first = history[0]
+    assert [m.role for m in first] == ["user", "assistant", "user", "assistant"]
+    assert Inbox(home.inbox_file).load() == []
+
+
+async def test_a_finished_turn_replays_its_last_attempt_only(tmp_path: Path) -> None:
+    """A tool call whose result never landed (a crash mid-tool) and the step taken again after
+    it: history shows the step once, every call with its result, roles alternating."""
+    async with await Database.open(tmp_path / "db.sqlite") as db:
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="trunk-x", kind="trunk", now=FakeClock().now()
+        )
+        t = "turn-1"
+        await session.record(
+            {"type": "message", "id": t, "ts": "t", "role": "user", "content": "go", "turn_id": t},
+            {
+                "type": "message",
+                "id": f"{t}-a0",
+                "ts": "t",
+                "role": "assistant",
+                "content": "first try",
+                "turn_id": t,
+                "has_tool_calls": True,
+            },
+            {"type": "tool_call", "turn_id": t, "call_id": "c1", "name": "water", "input": {}},
+        )
+        assert session.finished_steps(t) == []
+        await session.record(
+            {
+                "type": "message",
+                "id": f"{t}-a0",
+                "ts": "t",
+                "role": "assistant",
+                "content": "second try",
+                "turn_id": t,
+                "has_tool_calls": True,
+            },
+            {"type": "tool_call", "turn_id": t, "call_id": "c2", "name": "water", "input": {}},
+            {
+                "type": "tool_result",
+                "turn_id": t,
+                "call_id": "c2",
+                "name": "water",
+                "content": "ok",
+                "is_error": False,
+            },
+        )
+        assert len(session.finished_steps(t)) == 2
+        await session.record(
+            {
+                "type": "message",
+                "id": f"{t}-a1",
+                "ts": "t",
+                "role": "assistant",
+                "content": "done",
+                "turn_id": t,
+                "has_tool_calls": False,
+            },
+            {"type": "turn_end", "turn_id": t, "status": "answered"},
+        )
+        [(_, messages)] = session.history()
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    calls = [b for m in messages for b in m.content if isinstance(b, ToolUseBlock)]
+    assert [c.id for c in calls] == ["c2"]
+    texts = [b.text for m in messages for b in m.content if isinstance(b, TextBlock)]
+    assert texts == ["go", "second try", "done"]

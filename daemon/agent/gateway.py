@@ -20,6 +20,7 @@ from daemon.chat import protocol
 from daemon.chat.protocol import ErrorCode
 from daemon.lifecycle import StateChange
 from daemon.log import get_logger
+from daemon.store.errors import storage_failure
 
 log = get_logger("gateway")
 
@@ -153,6 +154,12 @@ class ChatGateway:
             if not text.strip():
                 client.send(protocol.error(ErrorCode.BAD_FRAME, "message text is empty", id=cid))
                 return
+            refusal = self.trunk.refusal()
+            if refusal is not None:
+                client.send(
+                    protocol.error(ErrorCode.STORAGE, f"message NOT saved: {refusal}", id=cid)
+                )
+                return
             try:
                 accepted = await self.trunk.submit(
                     text, observer=self._observer_for(client), client_msg_id=cid
@@ -160,7 +167,7 @@ class ChatGateway:
             except OSError as exc:
                 # Not on disk means not acknowledged: the client still holds the message.
                 log.error("could not persist an incoming message", error=repr(exc))
-                reason = "the disk is full" if exc.errno == 28 else (exc.strerror or str(exc))
+                reason = storage_failure(exc) or exc.strerror or str(exc)
                 client.send(
                     protocol.error(
                         ErrorCode.STORAGE,

@@ -29,8 +29,10 @@ from daemon.log import bound_contextvars, get_logger
 from daemon.models.base import (
     Completed,
     Message,
+    ModelError,
     ModelResponse,
     SystemBlock,
+    TextBlock,
     TextDelta,
     ToolCallStarted,
     ToolResultBlock,
@@ -89,6 +91,9 @@ class AgentLoop:
     stop_check: Callable[[Usage], str | None] | None = None
     _announced: set[str] = field(default_factory=set)
     _sizer: RequestSizer | None = None
+    # Whether the last turn was cancelled (a timeout, say) while a model call was streaming or
+    # waiting for its first byte: then the time went to the model's silence, not the turn's work.
+    cut_in_model_call: bool = False
     # The last system prompt's size: the estimate of the next one before it is assembled.
     _last_system_tokens: int = 0
 
@@ -143,6 +148,7 @@ class AgentLoop:
         and the cancellation propagates. Model errors propagate after being recorded;
         `ContextFailed` propagates when the context could not be assembled.
         """
+        self.cut_in_model_call = False
         with bound_contextvars(session_id=session.id, turn_id=turn_id):
             return await self._run(
                 session, turn_id=turn_id, prompt=prompt, observer=observer, ts=ts
@@ -226,15 +232,26 @@ class AgentLoop:
         system_tokens = sum(self.sizer.text(b.text) for b in system)
         self._last_system_tokens = system_tokens
         budget = self.budget()
-        current: list[Message] = [Message.user(prompt)]
+        # A turn tried before (the reply broke off, the daemon restarted) goes on after the
+        # tool steps it finished, so no tool runs twice for one message.
+        resumed = session.finished_steps(turn_id)
+        if resumed:
+            log.info("resuming a turn after its finished tool steps", steps=len(resumed) // 2)
+        current: list[Message] = [Message.user(prompt), *resumed]
         result = TurnResult(
             turn_id=turn_id, text="", stop_reason="end_turn", report=event.context.report
         )
-        texts: list[str] = []
+        texts: list[str] = [
+            b.text
+            for m in resumed
+            if m.role == "assistant"
+            for b in m.content
+            if isinstance(b, TextBlock) and b.text
+        ]
         marks: dict[str, float] = {}
         fitted: FittedRequest | None = None
         try:
-            for step in range(self.max_tool_steps + 1):
+            for step in range(len(resumed) // 2, self.max_tool_steps + 1):
                 offer_tools = step < self.max_tool_steps
                 specs = self.tools.specs() if offer_tools else ()
                 fitted = fit_request(
@@ -359,15 +376,22 @@ class AgentLoop:
         marks: dict[str, float],
     ) -> ModelResponse:
         final: ModelResponse | None = None
-        async for ev in self.roles.stream(request, session_id=session.id, turn_id=turn_id):
-            if isinstance(ev, TextDelta):
-                marks.setdefault("first_delta_ms", round((time.perf_counter() - started) * 1000, 2))
-                observer(Delta(turn_id=turn_id, text=ev.text))
-            elif isinstance(ev, ToolCallStarted):
-                pass  # announced when it runs, with its arguments validated
-            elif isinstance(ev, Completed):
-                final = ev.response
-        assert final is not None
+        try:
+            async for ev in self.roles.stream(request, session_id=session.id, turn_id=turn_id):
+                if isinstance(ev, TextDelta):
+                    marks.setdefault(
+                        "first_delta_ms", round((time.perf_counter() - started) * 1000, 2)
+                    )
+                    observer(Delta(turn_id=turn_id, text=ev.text))
+                elif isinstance(ev, ToolCallStarted):
+                    pass  # announced when it runs, with its arguments validated
+                elif isinstance(ev, Completed):
+                    final = ev.response
+        except anyio.get_cancelled_exc_class():
+            self.cut_in_model_call = True
+            raise
+        if final is None:
+            raise ModelError("the model's stream ended without a whole reply", retryable=True)
         return final
 
     def _origin(self, messages: list[Message], current: int, event: BeforeAgentStart) -> str:

@@ -150,6 +150,30 @@ class Session:
                 return str(rec.get("status"))
         return None
 
+    def finished_steps(self, turn_id: str) -> list[Message]:
+        """The whole tool steps an unfinished turn took: (assistant call, its results) pairs.
+
+        A turn tried again (a reply broke off, a restart) resumes after these instead of
+        running their tools a second time; a step whose results are not all on disk is not
+        whole and is taken again.
+        """
+        recs = [
+            r
+            for r in self._records
+            if r.get("turn_id") == turn_id
+            and r.get("type") in ("message", "tool_call", "tool_result")
+        ]
+        messages = _turn_messages(_last_attempt(recs))
+        body = messages[1:] if messages and messages[0].role == "user" else messages
+        steps: list[Message] = []
+        for call, results in zip(body[::2], body[1::2], strict=False):
+            asked = {b.id for b in call.content if isinstance(b, ToolUseBlock)}
+            answered = {b.tool_use_id for b in results.content if isinstance(b, ToolResultBlock)}
+            if call.role != "assistant" or results.role != "user" or not asked or asked != answered:
+                break
+            steps += [call, results]
+        return steps
+
     def message_count(self) -> int:
         return len(self._message_ids)
 
@@ -198,7 +222,7 @@ class Session:
         out: list[tuple[str, list[Message]]] = []
         for tid, recs in turns:
             if tid in finished:
-                messages = _turn_messages(recs)
+                messages = _turn_messages(_last_attempt(recs))
             else:
                 messages = [
                     m
@@ -216,6 +240,25 @@ class Session:
             ):
                 out.append((tid, messages))
         return out
+
+
+def _last_attempt(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A turn's records as its last attempt left them.
+
+    A step taken again after a retry writes its message id a second time (the later record
+    stands), and a tool call whose result never landed was taken again or abandoned: the
+    API refuses a call without its result, so it is left out.
+    """
+    calls = {r.get("call_id") for r in recs if r.get("type") == "tool_call"}
+    results = {r.get("call_id") for r in recs if r.get("type") == "tool_result"}
+    whole = calls & results
+    last = {r.get("id"): i for i, r in enumerate(recs) if r.get("type") == "message"}
+    return [
+        r
+        for i, r in enumerate(recs)
+        if (r.get("type") != "message" or last[r.get("id")] == i)
+        and (r.get("type") not in ("tool_call", "tool_result") or r.get("call_id") in whole)
+    ]
 
 
 def _turn_messages(recs: list[dict[str, Any]]) -> list[Message]:

@@ -40,6 +40,7 @@ from daemon.log import get_logger
 from daemon.models.base import ModelError, ModelUnavailable, SpendCapReached
 from daemon.paths import Home
 from daemon.store.db import Database
+from daemon.store.errors import free_bytes, storage_failure
 
 log = get_logger("trunk")
 
@@ -80,6 +81,36 @@ class WaitingForModel:
             "next_retry": self.next_retry.isoformat(),
             "queued": queued,
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageDown:
+    """The home's storage refuses writes (disk full, read-only): new messages are refused and
+    the kept ones are retried until a turn gets through."""
+
+    since: datetime
+    error: str
+    attempts: int
+    next_retry: datetime
+
+    def describe(self, *, queued: int, free: int | None) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat(),
+            "error": self.error,
+            "attempts": self.attempts,
+            "next_retry": self.next_retry.isoformat(),
+            "queued": queued,
+            "free_bytes": free,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kept:
+    """Why a turn did not finish and its message stays queued: the model gave no whole reply
+    (`storage` False) or the home's storage refused a write (`storage` True)."""
+
+    reason: str
+    storage: bool = False
 
 
 class SwitchVetoed(Exception):
@@ -136,6 +167,9 @@ class Trunk:
         # The backoff being slept out: a message arriving during an outage cancels it, to try
         # the model now rather than at the end of a backoff that may have grown to minutes.
         self._backoff: anyio.CancelScope | None = None
+        # Set while the home's storage refuses writes; cleared by the next turn that lands.
+        self.storage_down: StorageDown | None = None
+        self._told_storage: set[str] = set()
 
     async def __aenter__(self) -> Trunk:
         row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
@@ -222,10 +256,16 @@ class Trunk:
             return
         self._shutdown_fired.add(session.id)
         with anyio.CancelScope(shield=True):
-            await self.db.execute(
-                "UPDATE sessions SET ended_at = ? WHERE id = ?",
-                (self.clock.now().isoformat(), session.id),
-            )
+            try:
+                await self.db.execute(
+                    "UPDATE sessions SET ended_at = ? WHERE id = ?",
+                    (self.clock.now().isoformat(), session.id),
+                )
+            except Exception as exc:
+                # An index note (rebuilt from the transcript): never worth a failed shutdown.
+                if storage_failure(exc) is None:
+                    raise
+                log.warning("session end not indexed", session=session.id, error=repr(exc))
             await self.loop.bus.publish(
                 SessionShutdown(
                     session_id=session.id, transcript_path=str(session.path), reason=reason
@@ -377,6 +417,7 @@ class Trunk:
             )
             self._observers.pop(turn_id, None)
             self._told_waiting.discard(turn_id)
+            self._told_storage.discard(turn_id)
             return True
         return False
 
@@ -414,7 +455,7 @@ class Trunk:
         else:
             retry = f"; next try at {waiting.next_retry:%H:%M:%S %Z}"
         return (
-            f"the model is unreachable ({waiting.error}) since {waiting.since:%H:%M:%S %Z}, "
+            f"the model is not answering ({waiting.error}) since {waiting.since:%H:%M:%S %Z}, "
             f"{waiting.attempts} attempt{'s' if waiting.attempts != 1 else ''} so far — your message is saved "
             f"and will be answered when the model is back{place}{retry}"
         )
@@ -450,6 +491,60 @@ class Trunk:
             )
         self._tell_all_waiting()
         return retry_in_s
+
+    def _storage_refused(self, error: str) -> float:
+        """Record a turn stopped by storage; tell every queued listener once; return the wait."""
+        now = self.clock.now()
+        previous = self.storage_down
+        attempts = previous.attempts + 1 if previous is not None else 1
+        # Space comes back when a person frees it: look again often, whatever the model backoff.
+        retry_in_s = min(self.retry_max_s, 30.0, self.retry_base_s * (2 ** (attempts - 1)))
+        self.storage_down = StorageDown(
+            since=previous.since if previous is not None else now,
+            error=error,
+            attempts=attempts,
+            next_retry=now + timedelta(seconds=retry_in_s),
+        )
+        if previous is None:
+            log.error(
+                "storage refuses writes; new messages are refused, kept ones wait",
+                error=error,
+                free_bytes=free_bytes(self.home.root),
+            )
+        for entry in self.inbox.pending():
+            if entry.id in self._observers and entry.id not in self._told_storage:
+                self._told_storage.add(entry.id)
+                self._report(
+                    TurnFailed(
+                        turn_id=entry.id,
+                        code=ErrorCode.STORAGE,
+                        message=(
+                            f"storage refuses writes ({error}) — your message is saved and will "
+                            "be answered when space is back"
+                        ),
+                    )
+                )
+        return retry_in_s
+
+    def refusal(self) -> str | None:
+        """Why a new message cannot be taken now (storage refuses writes), or None."""
+        down = self.storage_down
+        if down is None:
+            return None
+        return (
+            f"storage refuses writes since {down.since:%H:%M:%S %Z} ({down.error}); "
+            "not taking new messages until space is back — nothing already accepted is lost"
+        )
+
+    def _storage_back(self) -> None:
+        if self.storage_down is not None:
+            log.info(
+                "storage accepts writes again; answering kept messages",
+                since=self.storage_down.since.isoformat(),
+                attempts=self.storage_down.attempts,
+            )
+        self.storage_down = None
+        self._told_storage.clear()
 
     def _retry_early(self) -> None:
         """Cut the backoff short for a new message, at most once per `retry_base_s`."""
@@ -496,14 +591,21 @@ class Trunk:
                     # Checked with no await since the head was taken: a hold is never overtaken.
                     await self._released.wait()
                     continue
-                unreachable = await self._answer(entry)
-                if unreachable is None:
+                kept = await self._answer(entry)
+                if kept is None:
                     continue
                 # The backoff follows the outage's own attempt count, so a turn cancelled during
                 # it does not restart the doubling while status still counts on.
-                delay = self._model_unreachable(unreachable)
+                if kept.storage:
+                    delay = self._storage_refused(kept.reason)
+                else:
+                    delay = self._model_unreachable(kept.reason)
                 log.warning(
-                    "model unavailable; message stays queued", turn_id=entry.id, retry_in_s=delay
+                    "turn kept for a retry",
+                    turn_id=entry.id,
+                    reason=kept.reason,
+                    storage=kept.storage,
+                    retry_in_s=delay,
                 )
                 await self._wait_to_retry(delay)
 
@@ -516,8 +618,14 @@ class Trunk:
             except Exception as exc:
                 log.warning("after-turn hook failed", error=repr(exc))
 
-    async def _answer(self, entry: InboxEntry) -> str | None:
-        """Run one queued message; return why, when the model was unreachable and it must be retried."""
+    async def _answer(self, entry: InboxEntry) -> Kept | None:
+        """Run one queued message; return why, when it must stay queued and be tried again.
+
+        Kept (never failed): the model unreachable, a reply that broke off or stalled past the
+        turn timeout, a provider that raised, storage that refused a write. Failed, with the
+        person told and a log line: a request the model rejected, the spend cap, the context,
+        a turn timeout outside a model call, a bug.
+        """
         assert self.session is not None
         session = self.session
         ended = session.turn_ended(entry.id)
@@ -535,7 +643,7 @@ class Trunk:
         self._idle = anyio.Event()
         result: TurnResult | None = None
         error: tuple[ErrorCode, str] | None = None
-        unreachable: str | None = None
+        kept: Kept | None = None
         try:
             with scope:
                 with anyio.fail_after(self.turn_timeout_s):
@@ -547,18 +655,33 @@ class Trunk:
                         ts=entry.ts.isoformat(),
                     )
         except TimeoutError:
-            error = (
-                ErrorCode.TIMEOUT,
-                f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped",
-            )
+            if self.loop.cut_in_model_call:
+                kept = Kept(
+                    reason=f"no whole reply within the {self.turn_timeout_s:.0f}s turn limit"
+                )
+            else:
+                error = (
+                    ErrorCode.TIMEOUT,
+                    f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped",
+                )
         except ContextFailed as exc:
             error = (ErrorCode.CONTEXT_FAILED, str(exc))
         except SpendCapReached as exc:
             error = (ErrorCode.SPEND_CAP, str(exc))
         except ModelUnavailable as exc:
-            unreachable = str(exc) or type(exc).__name__
+            kept = Kept(reason=str(exc) or type(exc).__name__)
         except ModelError as exc:
-            error = (ErrorCode.MODEL_ERROR, str(exc))
+            if exc.retryable:
+                kept = Kept(reason=str(exc))
+            else:
+                error = (ErrorCode.MODEL_ERROR, str(exc))
+        except Exception as exc:
+            storage = storage_failure(exc)
+            if storage is not None:
+                kept = Kept(reason=storage, storage=True)
+            else:
+                log.exception("turn stopped by an internal error", turn_id=entry.id)
+                error = (ErrorCode.INTERNAL, f"an internal error stopped this turn ({exc!r})")
         finally:
             self._current = None
             self._idle.set()
@@ -570,24 +693,25 @@ class Trunk:
                 TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled")
             )
             return None
-        if unreachable is not None:
-            return (
-                unreachable  # `serve` tells every listener waiting on a queued turn, then backs off
-            )
+        if kept is not None:
+            return kept  # `serve` tells every listener waiting on a queued turn, then backs off
+        self._storage_back()
         if error is None or error[0] is ErrorCode.MODEL_ERROR:
             self._model_reached()  # the model answered (even with an error): it is reachable
         if error is not None:
+            log.warning("turn failed", turn_id=entry.id, code=str(error[0]), error=error[1])
             failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
             observer = self._observers.get(entry.id, ignore)
             if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
-                await session.record(
+                await self._record_quietly(
+                    session,
                     {
                         "type": "turn_end",
                         "turn_id": entry.id,
                         "status": "failed",
                         "error": error[1],
                         "ts": self.clock.now().isoformat(),
-                    }
+                    },
                 )
             await self._finish(entry, "failed")
             observer(failed)
@@ -610,25 +734,50 @@ class Trunk:
         self.last_result = result
         self.turns_answered += 1
         if result.report:
-            await self.db.execute(
-                "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
-                (
-                    entry.id,
-                    session.id,
-                    self.clock.now().isoformat(),
-                    int(result.report.get("total_tokens", 0)),
-                    json.dumps(result.report),
-                ),
-            )
+            try:
+                await self.db.execute(
+                    "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
+                    (
+                        entry.id,
+                        session.id,
+                        self.clock.now().isoformat(),
+                        int(result.report.get("total_tokens", 0)),
+                        json.dumps(result.report),
+                    ),
+                )
+            except Exception as exc:
+                # An explanation of the turn, not the turn: the reply stands without it.
+                if storage_failure(exc) is None:
+                    raise
+                log.warning("turn report not stored", turn_id=entry.id, error=repr(exc))
         if self._background is not None:
             self._background.start_soon(self._after_turn, session.id)
         else:
             await self._after_turn(session.id)
         return None
 
+    async def _record_quietly(self, session: Session, record: dict[str, Any]) -> None:
+        """Record a turn's failure; storage refusing it costs the note, not the daemon."""
+        try:
+            await session.record(record)
+        except Exception as exc:
+            if storage_failure(exc) is None:
+                raise
+            log.warning("turn end not recorded", turn_id=record.get("turn_id"), error=repr(exc))
+
     async def _finish(self, entry: InboxEntry, status: str) -> None:
-        """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told)."""
-        await self.inbox.done(entry.id, status)
+        """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told).
+
+        When storage refuses the `done` record the turn's own end in the transcript still
+        stands, and a restart reads it there rather than answering the message twice.
+        """
+        try:
+            await self.inbox.done(entry.id, status)
+        except Exception as exc:
+            if storage_failure(exc) is None:
+                raise
+            log.warning("inbox could not record a finished turn", turn_id=entry.id, error=repr(exc))
         self.inbox.pop(entry.id)
         self._observers.pop(entry.id, None)
         self._told_waiting.discard(entry.id)
+        self._told_storage.discard(entry.id)

@@ -93,7 +93,8 @@ async def retrying_stream(
 ) -> AsyncGenerator[T, None]:
     """Yield one attempt's events, retrying failures that happen before anything was yielded.
 
-    `classify` turns an exception into an `AttemptFailed` (None: not ours, re-raise it).
+    `classify` turns an exception into an `AttemptFailed`; one it does not know (None) is an
+    unreadable response, retried like an outage.
     Raises `ModelUnavailable` after `attempts` failed, `ModelError(retryable=True)` when a
     stream broke after events reached the caller (restarting would repeat them), and
     `ModelError(retryable=False)` for rejected requests. Cancellation closes the attempt's
@@ -111,7 +112,18 @@ async def retrying_stream(
         except Exception as err:
             failure = err if isinstance(err, AttemptFailed) else classify(err)
             if failure is None:
-                raise
+                # Not a failure the provider knows (an event that is not JSON, a response the
+                # SDK cannot read): still this attempt's failure, never the caller's crash.
+                log.warning(
+                    "model stream could not be read",
+                    provider=name,
+                    error=f"{type(err).__name__}: {err}",
+                    exc_info=err,
+                    **log_fields,
+                )
+                failure = AttemptFailed(
+                    reason=f"unreadable response ({type(err).__name__}: {err})", retryable=True
+                )
         if not failure.retryable:
             raise ModelError(
                 f"{name} rejected the request: {failure.reason}", status=failure.status

@@ -30,6 +30,7 @@ from daemon.models.base import (
 )
 from daemon.models.ledger import UsageLedger
 from daemon.settings import RoleModel, Settings, secret
+from daemon.store.errors import storage_failure
 
 log = get_logger("models")
 
@@ -179,7 +180,28 @@ class ModelRoles:
         model = self.model_for(request.role)
         events = model.stream(request)
         try:
-            async for event in events:
+            while True:
+                try:
+                    event = await anext(events)
+                except StopAsyncIteration:
+                    break
+                except ModelError:
+                    raise
+                except Exception as exc:
+                    if storage_failure(exc) is not None:
+                        raise  # the home's disk, not the model: the caller keeps the work
+                    # A provider must never take its caller down: whatever it raised ends
+                    # this call as a model error that may be retried.
+                    log.error(
+                        "model provider failed",
+                        role=request.role,
+                        provider=model.provider,
+                        error=f"{type(exc).__name__}: {exc}",
+                        exc_info=exc,
+                    )
+                    raise ModelError(
+                        f"{model.provider} failed ({type(exc).__name__}: {exc})", retryable=True
+                    ) from exc
                 if isinstance(event, Completed) and self.ledger is not None:
                     await self.ledger.record(
                         role=request.role,

@@ -9,7 +9,7 @@ interrupted. A fake in another process is scripted over HTTP: ``POST /_fake/enqu
 a JSON list of `Planned` fields (or strings), ``GET /_fake/requests`` for what it received.
 
 Responses come from a queue of `Planned` entries (text, tool calls, usage, HTTP errors,
-overload, a dropped connection, a delay); `outage(plan)` answers every request with one
+overload, a dropped connection, an event that is not JSON, a stream that stalls, a delay); `outage(plan)` answers every request with one
 error until it is lifted. With the queue empty it echoes the last user
 message, deterministically. Every request it receives is kept in `.requests`.
 
@@ -63,6 +63,11 @@ class Planned:
     drop_after_deltas: int | None = None
     # Send an `error` event mid-stream after this many text deltas.
     stream_error_after_deltas: int | None = None
+    # Send an event whose data is not JSON (`data: {not json!!`) after this many text deltas.
+    malformed_after_deltas: int | None = None
+    # Stop sending after this many text deltas and hold the connection open, silent, until
+    # the fake stops (a hung API: only the client's read timeout ends the wait).
+    stall_after_deltas: int | None = None
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0
 
@@ -126,6 +131,18 @@ class Planned:
     @classmethod
     def delayed(cls, seconds: float, text: str = "late reply") -> Planned:
         return cls(text=text, delay_s=seconds)
+
+    @classmethod
+    def malformed(
+        cls, *, after_deltas: int = 0, text: str = "this reply turns to garbage midway"
+    ) -> Planned:
+        return cls(text=text, malformed_after_deltas=after_deltas)
+
+    @classmethod
+    def stalled(
+        cls, *, after_deltas: int = 0, text: str = "this reply stops and never ends"
+    ) -> Planned:
+        return cls(text=text, stall_after_deltas=after_deltas)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,6 +288,15 @@ class _Handler(BaseHTTPRequestHandler):
             if plan.drop_after_deltas is not None and deltas >= plan.drop_after_deltas:
                 self.wfile.flush()
                 self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return True
+            if plan.malformed_after_deltas is not None and deltas >= plan.malformed_after_deltas:
+                self._chunk(b"event: content_block_delta\ndata: {not json!!\n\n")
+                self._chunk(b"")
+                return True
+            if plan.stall_after_deltas is not None and deltas >= plan.stall_after_deltas:
+                self.wfile.flush()
+                fake._stopping.wait()
                 self.close_connection = True
                 return True
             if (

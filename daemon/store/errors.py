@@ -1,0 +1,49 @@
+"""Which failures mean the home's storage refuses writes: a full disk, a quota, a read-only mount.
+
+Such a failure is nobody's bug and passes once space is back, so the daemon keeps what it has
+and waits instead of failing the work (or dying). The same condition reaches us as an `OSError`
+from a file write and as an error from whichever SQLite build the store runs on (the stdlib's or
+sqlean's, which share no exception classes), so both are recognised here, in one place.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+
+# errno values of "no room" or "no writing" (ENOSPC: no space; EDQUOT: over quota; EROFS:
+# read-only filesystem; EFBIG: file too large for the filesystem or its limit).
+_OS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+# SQLite's primary result codes: SQLITE_READONLY (8), SQLITE_IOERR (10), SQLITE_FULL (13).
+_SQLITE_CODES = {8: "read-only", 10: "I/O error", 13: "disk full"}
+_SQLITE_WORDS = ("database or disk is full", "disk i/o error", "attempt to write a readonly")
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """Say why `exc` means storage refuses writes (for a person to read), else None.
+
+    An exception group counts when every exception in it does (a task group that met the
+    same full disk in two writers); one unrelated error in it makes it not ours.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        reasons = [storage_failure(e) for e in exc.exceptions]
+        return reasons[0] if reasons and all(reasons) else None
+    if isinstance(exc, OSError) and exc.errno in _OS_ERRNOS:
+        return exc.strerror or str(exc)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and (code & 0xFF) in _SQLITE_CODES:
+        return f"the database cannot write ({_SQLITE_CODES[code & 0xFF]}: {exc})"
+    if type(exc).__name__ in ("OperationalError", "DatabaseError"):
+        text = str(exc).lower()
+        if any(word in text for word in _SQLITE_WORDS):
+            return f"the database cannot write ({exc})"
+    return None
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes free to an unprivileged writer on the filesystem holding `path` (None: unknown)."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
