@@ -567,3 +567,24 @@ async def test_a_finished_turn_replays_its_last_attempt_only(tmp_path: Path) -> 
     assert [c.id for c in calls] == ["c2"]
     texts = [b.text for m in messages for b in m.content if isinstance(b, TextBlock)]
     assert texts == ["go", "second try", "done"]
+
+
+async def test_a_full_disk_refuses_new_messages_only_while_a_kept_one_waits(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    clock = FakeClock()
+    async with await Database.open(home.db_file) as db:
+        roles = ModelRoles(load_settings(None), None, overrides={"trunk": ScriptedModel([])})
+        loop = AgentLoop(
+            roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter()
+        )
+        async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
+            kept = await trunk.submit("call the plumber")
+            trunk._storage_refused("No space left on device")
+            refusal = trunk.refusal()
+            assert refusal is not None and "No space left on device" in refusal
+            # The person cancels the kept message: nothing is left to retry the disk with, so
+            # the next message is let through to try its own write.
+            assert await trunk.cancel(kept.turn_id)
+            assert trunk.refusal() is None
+            assert trunk.storage_down is None

@@ -531,6 +531,11 @@ class Trunk:
         down = self.storage_down
         if down is None:
             return None
+        if not self.inbox.pending():
+            # No kept message is left to try the disk again (the person cancelled it): let the
+            # next message's own write be the test, refused there if the disk is still full.
+            self.storage_down = None
+            return None
         return (
             f"storage refuses writes since {down.since:%H:%M:%S %Z} ({down.error}); "
             "not taking new messages until space is back — nothing already accepted is lost"
