@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,9 @@ POINTS: tuple[str, ...] = ("system_prompt", "recall_persona", "summary_persona")
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?[+#]*")
-_KNOWN_KEYS = frozenset({"id", "file", "triggers", "priority", "scope", "title", "description"})
+_KNOWN_KEYS = frozenset(
+    {"id", "file", "triggers", "ambiguous", "priority", "scope", "title", "description"}
+)
 MAX_PRIORITY = 10.0
 
 
@@ -104,6 +106,14 @@ class Trigger:
     text: str
     tokens: frozenset[str]
     words: tuple[frozenset[str], ...] = ()  # per position, the forms that word may take
+    # Set for a word everyday talk also uses in another sense ("code" of a locker): the cues
+    # that say the topic's sense is meant. See `ambiguous`.
+    senses: tuple[Trigger, ...] | None = None
+
+    @property
+    def ambiguous(self) -> bool:
+        """True when the trigger counts only with support: a sense cue or another trigger."""
+        return self.senses is not None
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -174,8 +184,28 @@ def _parse_scope(raw: Any, where: str) -> frozenset[str]:
     return frozenset(POINTS) if "all" in values else frozenset(values)
 
 
-def _parse_triggers(raw: Any, where: str) -> tuple[Trigger, ...]:
-    if not isinstance(raw, list) or not raw:
+def _mark_ambiguous(triggers: tuple[Trigger, ...], raw: Any, where: str) -> tuple[Trigger, ...]:
+    """Attach each ambiguous trigger's sense cues: {"code": ["program", "compile"], ...}."""
+    if not isinstance(raw, dict):
+        raise ValueError(
+            f"{where}: 'ambiguous' must map a trigger to its sense cues, "
+            'e.g. {"code": ["program", "compile"]}'
+        )
+    by_text = {t.text.lower(): t for t in triggers}
+    out = {t.text: t for t in triggers}
+    for word, cues in raw.items():
+        trigger = by_text.get(str(word).strip().lower())
+        if trigger is None:
+            raise ValueError(f"{where}: ambiguous word {word!r} is not one of the topic's triggers")
+        if not isinstance(cues, list):
+            raise ValueError(f"{where}: the sense cues of {word!r} must be a list of keywords")
+        senses = _parse_triggers(cues, f"{where}: sense cues of {word!r}", empty_ok=True)
+        out[trigger.text] = replace(trigger, senses=senses)
+    return tuple(out.values())
+
+
+def _parse_triggers(raw: Any, where: str, *, empty_ok: bool = False) -> tuple[Trigger, ...]:
+    if not isinstance(raw, list) or not (raw or empty_ok):
         raise ValueError(f"{where}: 'triggers' must be a non-empty list of keywords")
     seen: set[tuple[str, ...]] = set()
     triggers: list[Trigger] = []
@@ -228,10 +258,11 @@ def _parse_topic(raw: Any, index: int, base: Path, where: str) -> TopicSpec:
             f"{here}: 'priority' must be a number from 0 to {MAX_PRIORITY:g} (got {priority!r})"
         )
     title = raw.get("title", "")
+    triggers = _parse_triggers(raw.get("triggers"), here)
     return TopicSpec(
         id=topic_id,
         file=_resolve_file(raw.get("file"), base, here),
-        triggers=_parse_triggers(raw.get("triggers"), here),
+        triggers=_mark_ambiguous(triggers, raw.get("ambiguous", {}), here),
         priority=float(priority),
         scope=_parse_scope(raw.get("scope", "all"), here),
         title=title if isinstance(title, str) else "",

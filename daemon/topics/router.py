@@ -1,7 +1,10 @@
 """The topic router: load 'how to think about this domain' only when the conversation touches it.
 
 Score = trigger overlap + priority × 0.5, where overlap counts the distinct triggers found
-in the query as phrases (their words in order, each in an inflected form; see `matrix`). **A topic with zero overlap is never selected**, whatever
+in the query as phrases (their words in order, each in an inflected form; see `matrix`).
+A trigger the matrix lists as ambiguous ("code": a program's, or a locker's) counts only
+with support — one of its sense cues, or a second trigger of the same topic — so one
+everyday word never loads a domain on its own. **A topic with zero overlap is never selected**, whatever
 its priority: with the default thresholds (min 1) a priority of 2 alone would otherwise pass
 and every high-priority topic would load on every turn, sandwiches included. Priority boosts
 a real match and breaks ties; it never stands in for one.
@@ -31,6 +34,7 @@ from daemon.topics.matrix import (
     Matrix,
     MatrixError,
     TopicSpec,
+    Trigger,
     phrase_words,
     read_matrix,
     topic_body,
@@ -200,7 +204,10 @@ class TopicRouter:
         for topic in self.topics:
             if point not in topic.spec.scope:
                 continue
-            matched = tuple(t.text for t in topic.spec.triggers if t.matches(words, present))
+            hits = [t for t in topic.spec.triggers if t.matches(words, present)]
+            if len(hits) == 1 and not _meant(hits[0], words, present):
+                continue
+            matched = tuple(t.text for t in hits)
             if not matched:
                 continue
             overlap = len(matched)
@@ -318,6 +325,17 @@ class TopicRouter:
 def render_topic(topic: Topic) -> str:
     """One topic's addendum: its title as a sub-heading, then its body."""
     return f"### {topic.title}\n\n{topic.body}"
+
+
+def _meant(trigger: Trigger, words: list[str], present: frozenset[str]) -> bool:
+    """Say whether a lone trigger is meant in the topic's sense.
+
+    An ambiguous word ("code" of a locker, "bug" that bit someone) counts alone only next to
+    one of its sense cues; with a second trigger of the same topic it is supported anyway.
+    """
+    if trigger.senses is None:
+        return True
+    return any(cue.matches(words, present) for cue in trigger.senses)
 
 
 def _with(score: TopicScore, **changes: object) -> TopicScore:
