@@ -228,3 +228,18 @@ def test_a_full_disk_keeps_the_daemon_up_refuses_new_work_and_answers_the_kept_m
                 d.stop()
     finally:
         subprocess.run(["umount", "-l", str(home)], check=False)
+
+
+def test_a_turn_that_fails_says_so_in_the_log(tmp_path: Path) -> None:
+    """A rejected request fails the turn (retrying cannot fix it), with its own log line."""
+    with FakeAnthropic() as fake:
+        d = _start(tmp_path, fake)
+        try:
+            fake.enqueue(Planned.error(400, "prompt is malformed"))
+            sent = run_cli("--home", str(d.home), "chat", "-m", "the kiln", env=d.env)
+            assert sent.returncode == 1 and "model_error" in sent.stderr, sent.stderr
+            failed = [e for e in d.log_events() if e.get("event") == "turn failed"]
+            assert [e.get("code") for e in failed] == ["model_error"], d.logs()
+            assert "prompt is malformed" in str(failed[0].get("error"))
+        finally:
+            d.stop()
