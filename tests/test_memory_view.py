@@ -118,3 +118,31 @@ async def test_open_view_reads_a_home_without_models(tmp_path: Path) -> None:
             "Prefers short answers in the morning"
         ]
         assert (await view.auto_recall("Ada in Lisbon"))[0].id == "fact:1"
+
+
+async def test_auto_recall_shows_each_message_line_once_across_chunks_and_windows(
+    tmp_path: Path,
+) -> None:
+    # A message is its own chunk and sits in two overlapping windows: before, the line about
+    # Mo appeared three times in one turn's recall and was paid for three times.
+    async with memory_system(tmp_path) as memory:
+        await add_session(
+            memory.db,
+            "s1",
+            [
+                ("user", "Good morning."),
+                ("assistant", "Morning! What's on today?"),
+                ("user", "Remember that my partner Mo is allergic to shellfish."),
+                ("assistant", "Noted: Mo and shellfish do not mix."),
+                ("user", "We are cooking paella for Mo's birthday on Friday."),
+                ("assistant", "Then a paella without prawns or mussels."),
+            ],
+        )
+        await memory.index_session("s1")
+        await memory.index.flush()
+        with anyio.fail_after(5):
+            items = await memory.view.auto_recall("What is Mo allergic to?", limit=6)
+        lines = [line for i in items if i.kind == "chunk" for line in i.text.splitlines()]
+        assert any("allergic to shellfish" in line for line in lines)
+        assert len(lines) == len(set(lines)), lines
+        assert sum("allergic to shellfish" in line for line in lines) == 1

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from daemon.text import STOP_WORDS as EVERYDAY_STOP_WORDS
+from daemon.text import stem
+
 STOP_WORDS: frozenset[str] = frozenset(
     """a about above after again against all also am an and any are aren as at be because been
     before being below between both but by can could couldn did didn do does doesn doing don down
@@ -82,6 +85,23 @@ def terms(text: str) -> list[str]:
         if len(w) > 1 and w not in STOP_WORDS and w not in seen:
             seen[w] = None
     return list(seen)
+
+
+def asked_stems(text: str) -> frozenset[str]:
+    """Return the stems of what a question asks about, for deciding what answers it.
+
+    The words memory search looks for (`terms`): a two-letter name such as "Jo" stays, and
+    so does a capitalised one, while the asking itself ("recall", "remember", "tell") goes,
+    along with the everyday stop words and bare numbers.
+    """
+    return frozenset(
+        stem(w) for w in terms(text) if w not in EVERYDAY_STOP_WORDS and not w.isdigit()
+    )
+
+
+def mentioned_stems(text: str) -> frozenset[str]:
+    """Return the stems of every word of `text` that `asked_stems` could ask for."""
+    return frozenset(stem(w.removesuffix("'s")) for w in words(text) if len(w) > 1)
 
 
 def match_terms(text: str) -> list[str]:

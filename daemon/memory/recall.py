@@ -27,9 +27,9 @@ from daemon.clock import Clock, SystemClock
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
 from daemon.memory.index import MemoryIndex
-from daemon.memory.query import QueryPlan, decompose
+from daemon.memory.query import QueryPlan, asked_stems, decompose, mentioned_stems
 from daemon.memory.summariser import read_summary_file
-from daemon.memory.text import addenda_block, content_words, parse_json_reply, stem
+from daemon.memory.text import addenda_block, parse_json_reply
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.roles import ModelRoles
 from daemon.settings import Settings
@@ -133,15 +133,15 @@ def clip_bytes(text: str, max_bytes: int) -> str:
 
 
 def query_stems(query: str) -> set[str]:
-    return {stem(w) for w in content_words(query)}
+    """What the question asks about, as memory search reads it (a name of two letters kept)."""
+    return set(asked_stems(query))
 
 
 def coverage(stems: set[str], text: str) -> float:
     """Share of the question's content words that `text` mentions."""
     if not stems:
         return 1.0
-    have = {stem(w) for w in content_words(text)}
-    return len(stems & have) / len(stems)
+    return len(stems & mentioned_stems(text)) / len(stems)
 
 
 def trunk_first(items: list[MemoryItem]) -> list[MemoryItem]:
@@ -427,8 +427,7 @@ class Recall:
         stems = query_stems(query)
         scores = []
         for i, row in enumerate(rows):
-            have = {stem(w) for w in content_words(row[4])}
-            scores.append((len(stems & have), i))
+            scores.append((len(stems & mentioned_stems(row[4])), i))
         ranked = [i for score, i in sorted(scores, key=lambda s: (-s[0], s[1])) if score > 0]
         hit = [i for i, row in enumerate(rows) if row[1] in set(around)]
         ranked = [*hit[len(hit) // 2 :][:1], *ranked]

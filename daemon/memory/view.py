@@ -20,8 +20,8 @@ from functools import lru_cache
 
 from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.index import MemoryIndex
-from daemon.memory.query import decompose
-from daemon.memory.text import content_words, stem
+from daemon.memory.query import asked_stems, decompose, mentioned_stems
+from daemon.memory.text import content_words
 from daemon.settings import MemorySettings
 from daemon.tokens import count_tokens
 
@@ -35,7 +35,7 @@ _AUTO_RECALL_ENTITIES = 4
 @lru_cache(maxsize=4096)
 def _stems(text: str) -> frozenset[str]:
     # Cached: the same memories come back turn after turn, and stemming long chunks adds up.
-    return frozenset(stem(w) for w in content_words(text) if len(w) > 2)
+    return mentioned_stems(text)
 
 
 class IndexMemoryView:
@@ -87,12 +87,12 @@ class IndexMemoryView:
             return []
         plan = decompose(prompt)
         queries = list(plan.queries)
-        wanted = _stems(prompt)
+        wanted = asked_stems(prompt)
         follow_up = [w for w in content_words(previous_reply) if len(w) > 3][:_PREVIOUS_REPLY_TERMS]
         if follow_up and len(content_words(prompt)) < 6:
             # A short follow-up ("when is it?") leans on what was just said.
             queries.insert(0, prompt + " " + " ".join(follow_up))
-            wanted |= _stems(" ".join(follow_up))
+            wanted |= asked_stems(" ".join(follow_up))
         # Every turn pays for this search: the message itself and its two best sub-queries
         # (each extra one costs a BM25 pass), one vector pass (the message's). Names, places
         # and project-like tokens are looked up on their own, after the cap: they are the
@@ -143,10 +143,15 @@ class IndexMemoryView:
         item_cap = min(_ITEM_TOKEN_CAP, budget // max(1, min(self.settings.auto_recall_min, limit)))
         chosen: list[MemoryItem] = []
         used = 0
+        # A message is its own chunk and sits in the windows that overlap it: each line is
+        # shown once, by the best-ranked memory that holds it, and paid for once.
+        shown_lines: set[str] = set()
         for item in out:
             if len(chosen) >= limit:
                 break
-            text = item.text
+            text = _unshown(item.text, shown_lines) if item.kind == "chunk" else item.text
+            if not text:
+                continue
             cost = count_tokens(text)
             if cost > item_cap:
                 text = _clip_tokens(text, item_cap)
@@ -155,7 +160,20 @@ class IndexMemoryView:
                 continue
             chosen.append(item if text == item.text else replace(item, text=text))
             used += cost
+            if item.kind == "chunk":
+                shown_lines.update(_line_key(line) for line in text.splitlines())
         return chosen
+
+
+def _line_key(line: str) -> str:
+    return " ".join(line.split()).lower()
+
+
+def _unshown(text: str, shown: set[str]) -> str:
+    """The lines of a chunk not already shown this turn ("" when every one was)."""
+    return "\n".join(
+        line for line in text.splitlines() if line.strip() and _line_key(line) not in shown
+    )
 
 
 def _rank(item: MemoryItem) -> tuple[float, bool]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from daemon.memory.query import asked_stems, mentioned_stems
 from daemon.models import offline_delegate, offline_dreams, offline_journal
 from daemon.models.base import (
     Block,
@@ -336,14 +337,15 @@ def summarise(message_text: str) -> dict[str, Any]:
 def plan_recall(message_text: str) -> list[str]:
     """Ids of index lines sharing content words with the query: best overlap first, at most 5."""
     query = _section(message_text, "QUERY:", "\nINDEX:")
-    wanted = stems(query)
+    # Read as memory search reads it: "Jo" is asked about, "recall" is not.
+    wanted = asked_stems(query)
     ranked: list[tuple[int, int, str]] = []
     for position, line in enumerate(_section(message_text, "\nINDEX:", None).splitlines()):
         parts = [p.strip() for p in line.split("|", 2)]
         if len(parts) < 2 or not parts[0]:
             continue
-        slug_words = stems(parts[1].replace("-", " ").replace("_", " "))
-        snippet_words = stems(parts[2]) if len(parts) > 2 else set()
+        slug_words = mentioned_stems(parts[1].replace("-", " ").replace("_", " "))
+        snippet_words = mentioned_stems(parts[2]) if len(parts) > 2 else frozenset()
         overlap = 2 * len(wanted & slug_words) + len(wanted & (snippet_words - slug_words))
         if overlap:
             ranked.append((-overlap, position, parts[0]))
@@ -353,7 +355,7 @@ def plan_recall(message_text: str) -> list[str]:
 def synthesise(message_text: str) -> str:
     """An extractive, cited answer from the `synthesise` sources."""
     question = _section(message_text, "QUESTION:", "\nSOURCES:")
-    wanted = stems(question)
+    wanted = asked_stems(question)
     sources = _section(message_text, "\nSOURCES:", None)
     blocks = re.split(r"(?m)^(?=\[[^\]\n]+\])", sources)
     scored: list[tuple[int, int, str, str]] = []
@@ -364,7 +366,7 @@ def synthesise(message_text: str) -> str:
             continue
         cite = head["cite"]
         for sentence in sentences(block[head.end() :]):
-            overlap = len(wanted & stems(sentence))
+            overlap = len(wanted & mentioned_stems(sentence))
             key = sentence.lower()
             if overlap and key not in seen:
                 seen.add(key)
