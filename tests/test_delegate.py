@@ -25,7 +25,7 @@ from daemon.clock import FakeClock
 from daemon.context.assembler import ContextAssembler
 from daemon.delegate.fork import Delegator
 from daemon.delegate.lineage import ForkLineage
-from daemon.events import BeforeFork, ForkFinished, JournalNote, SessionShutdown
+from daemon.events import BeforeFork, JournalNote, SessionShutdown
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.system import MemorySystem
 from daemon.models.base import ModelRequest, ToolResultBlock, Usage
@@ -158,12 +158,7 @@ async def rig(
                 clock=clock,
                 embedder=HashEmbedder(),
             )
-            async with memory, bus:
-                bus.on(
-                    ForkFinished,
-                    lambda e: memory.index_session(e.fork_session_id),
-                    name="memory.index_fork",
-                )
+            async with memory:
                 assembler = ContextAssembler(
                     home=home,
                     settings=settings,
@@ -185,6 +180,7 @@ async def rig(
                     counter=counter,
                     settings=settings,
                     base_tools=tools,
+                    after_fork=[memory.index_session],
                 ) as delegator:
                     for tool in delegator.tools_for(0):
                         tools.register(tool)
@@ -722,30 +718,29 @@ async def test_only_the_trunk_announces_compaction(tmp_path: Path) -> None:
             bus = EventBus()
             static_context(bus)
             bus.on(CompactionApproaching, lambda e: announced.append(e.session_id))
-            async with bus:
-                for kind, role in (("trunk", "trunk"), ("fork", "delegate")):
-                    # A threshold every request crosses: only the trunk's wind-down may start from it.
-                    loop = AgentLoop(
-                        roles=roles,
-                        tools=ToolRegistry(),
-                        bus=bus,
-                        clock=clock,
-                        counter=TokenCounter(),
-                        role=role,
-                        session_kind=kind,
-                        compaction_threshold=0.000001,
+            for kind, role in (("trunk", "trunk"), ("fork", "delegate")):
+                # A threshold every request crosses: only the trunk's wind-down may start from it.
+                loop = AgentLoop(
+                    roles=roles,
+                    tools=ToolRegistry(),
+                    bus=bus,
+                    clock=clock,
+                    counter=TokenCounter(),
+                    role=role,
+                    session_kind=kind,
+                    compaction_threshold=0.000001,
+                )
+                session = await Session.open(
+                    db=db, directory=tmp_path, session_id=f"{kind}-1", kind=kind, now=NOW
+                )
+                with anyio.fail_after(10):
+                    await loop.run_turn(
+                        session,
+                        turn_id=f"{kind}-t",
+                        prompt="hello",
+                        observer=lambda _e: None,
+                        ts=NOW.isoformat(),
                     )
-                    session = await Session.open(
-                        db=db, directory=tmp_path, session_id=f"{kind}-1", kind=kind, now=NOW
-                    )
-                    with anyio.fail_after(10):
-                        await loop.run_turn(
-                            session,
-                            turn_id=f"{kind}-t",
-                            prompt="hello",
-                            observer=lambda _e: None,
-                            ts=NOW.isoformat(),
-                        )
     assert announced == ["trunk-1"]
 
 
