@@ -12,12 +12,12 @@ from daemon.cli_support import (
     CommandError,
     cannot_create,
     environment_failure,
-    is_database_error,
     resolve_env,
     single_cause,
     unwritable,
 )
 from daemon.paths import PERSONA_FILES, Home, persona_problem
+from daemon.store.errors import is_database_error
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from daemon.paths import Home, default_home
 from daemon.settings import ConfigError, Settings, load_settings
+from daemon.store.errors import is_database_error
 
 
 class CommandError(Exception):
@@ -92,15 +93,6 @@ def environment_failure(exc: BaseException, home: Path | None) -> str | None:
         return None
     reason = unwritable(home) if home is not None else None
     return f"{line} ({reason})" if reason else line
-
-
-def is_database_error(exc: BaseException) -> bool:
-    """Whether `exc` comes from SQLite (whichever build the store uses)."""
-    import sqlite3
-
-    from daemon.store.db import pick_backend
-
-    return isinstance(exc, (sqlite3.Error, pick_backend().module.Error))
 
 
 def print_err(message: str) -> None:

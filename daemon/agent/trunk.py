@@ -40,11 +40,14 @@ from daemon.log import get_logger
 from daemon.models.base import ModelError, ModelUnavailable, SpendCapReached
 from daemon.paths import Home
 from daemon.store.db import Database
-from daemon.store.errors import free_bytes, storage_failure
+from daemon.store.errors import free_bytes, storage_failure, unless_storage_refuses
 
 log = get_logger("trunk")
 
 TRUNK_KEY = "trunk_session"
+# Space comes back when a person frees it: a kept turn tries the disk again this often at
+# most, however long the model's backoff has grown.
+STORAGE_RETRY_MAX_S = 30.0
 SWITCH_KEY = "trunk_switch"
 
 
@@ -256,16 +259,12 @@ class Trunk:
             return
         self._shutdown_fired.add(session.id)
         with anyio.CancelScope(shield=True):
-            try:
+            # An index note (rebuilt from the transcript): never worth a failed shutdown.
+            with unless_storage_refuses(log, "session end not indexed", session=session.id):
                 await self.db.execute(
                     "UPDATE sessions SET ended_at = ? WHERE id = ?",
                     (self.clock.now().isoformat(), session.id),
                 )
-            except Exception as exc:
-                # An index note (rebuilt from the transcript): never worth a failed shutdown.
-                if storage_failure(exc) is None:
-                    raise
-                log.warning("session end not indexed", session=session.id, error=repr(exc))
             await self.loop.bus.publish(
                 SessionShutdown(
                     session_id=session.id, transcript_path=str(session.path), reason=reason
@@ -465,12 +464,17 @@ class Trunk:
         for entry in self.inbox.pending():
             self.tell_if_waiting(entry.id)
 
+    def _backoff_s(self, attempts: int, ceiling: float | None = None) -> float:
+        """The wait after failed attempt `attempts` of a kept turn: doubling, up to a ceiling."""
+        top = self.retry_max_s if ceiling is None else min(self.retry_max_s, ceiling)
+        return min(top, self.retry_base_s * (2 ** (attempts - 1)))
+
     def _model_unreachable(self, error: str) -> float:
         """Record a failed attempt; return the backoff before the next (doubling per attempt)."""
         now = self.clock.now()
         previous = self.waiting_for_model
         attempts = previous.attempts + 1 if previous is not None else 1
-        retry_in_s = min(self.retry_max_s, self.retry_base_s * (2 ** (attempts - 1)))
+        retry_in_s = self._backoff_s(attempts)
         next_retry = now + timedelta(seconds=retry_in_s)
         if previous is None:
             self.waiting_for_model = WaitingForModel(
@@ -497,8 +501,7 @@ class Trunk:
         now = self.clock.now()
         previous = self.storage_down
         attempts = previous.attempts + 1 if previous is not None else 1
-        # Space comes back when a person frees it: look again often, whatever the model backoff.
-        retry_in_s = min(self.retry_max_s, 30.0, self.retry_base_s * (2 ** (attempts - 1)))
+        retry_in_s = self._backoff_s(attempts, ceiling=STORAGE_RETRY_MAX_S)
         self.storage_down = StorageDown(
             since=previous.since if previous is not None else now,
             error=error,
@@ -708,16 +711,16 @@ class Trunk:
             failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
             observer = self._observers.get(entry.id, ignore)
             if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
-                await self._record_quietly(
-                    session,
-                    {
-                        "type": "turn_end",
-                        "turn_id": entry.id,
-                        "status": "failed",
-                        "error": error[1],
-                        "ts": self.clock.now().isoformat(),
-                    },
-                )
+                with unless_storage_refuses(log, "turn end not recorded", turn_id=entry.id):
+                    await session.record(
+                        {
+                            "type": "turn_end",
+                            "turn_id": entry.id,
+                            "status": "failed",
+                            "error": error[1],
+                            "ts": self.clock.now().isoformat(),
+                        }
+                    )
             await self._finish(entry, "failed")
             observer(failed)
             return None
@@ -739,7 +742,8 @@ class Trunk:
         self.last_result = result
         self.turns_answered += 1
         if result.report:
-            try:
+            # An explanation of the turn, not the turn: the reply stands without it.
+            with unless_storage_refuses(log, "turn report not stored", turn_id=entry.id):
                 await self.db.execute(
                     "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
                     (
@@ -750,25 +754,11 @@ class Trunk:
                         json.dumps(result.report),
                     ),
                 )
-            except Exception as exc:
-                # An explanation of the turn, not the turn: the reply stands without it.
-                if storage_failure(exc) is None:
-                    raise
-                log.warning("turn report not stored", turn_id=entry.id, error=repr(exc))
         if self._background is not None:
             self._background.start_soon(self._after_turn, session.id)
         else:
             await self._after_turn(session.id)
         return None
-
-    async def _record_quietly(self, session: Session, record: dict[str, Any]) -> None:
-        """Record a turn's failure; storage refusing it costs the note, not the daemon."""
-        try:
-            await session.record(record)
-        except Exception as exc:
-            if storage_failure(exc) is None:
-                raise
-            log.warning("turn end not recorded", turn_id=record.get("turn_id"), error=repr(exc))
 
     async def _finish(self, entry: InboxEntry, status: str) -> None:
         """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told).
@@ -776,12 +766,10 @@ class Trunk:
         When storage refuses the `done` record the turn's own end in the transcript still
         stands, and a restart reads it there rather than answering the message twice.
         """
-        try:
+        with unless_storage_refuses(
+            log, "inbox could not record a finished turn", turn_id=entry.id
+        ):
             await self.inbox.done(entry.id, status)
-        except Exception as exc:
-            if storage_failure(exc) is None:
-                raise
-            log.warning("inbox could not record a finished turn", turn_id=entry.id, error=repr(exc))
         self.inbox.pop(entry.id)
         self._observers.pop(entry.id, None)
         self._told_waiting.discard(entry.id)

@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import errno
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 # errno values of "no room" or "no writing" (ENOSPC: no space; EDQUOT: over quota; EROFS:
 # read-only filesystem; EFBIG: file too large for the filesystem or its limit).
 _OS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 # SQLite's primary result codes: SQLITE_READONLY (8), SQLITE_IOERR (10), SQLITE_FULL (13).
 _SQLITE_CODES = {8: "read-only", 10: "I/O error", 13: "disk full"}
-_SQLITE_WORDS = ("database or disk is full", "disk i/o error", "attempt to write a readonly")
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """Whether `exc` comes from SQLite (whichever build the store uses)."""
+    import sqlite3
+
+    from daemon.store.db import pick_backend
+
+    return isinstance(exc, (sqlite3.Error, pick_backend().module.Error))
 
 
 def storage_failure(exc: BaseException) -> str | None:
@@ -31,14 +42,27 @@ def storage_failure(exc: BaseException) -> str | None:
         return reasons[0] if reasons and all(reasons) else None
     if isinstance(exc, OSError) and exc.errno in _OS_ERRNOS:
         return exc.strerror or str(exc)
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int) and (code & 0xFF) in _SQLITE_CODES:
-        return f"the database cannot write ({_SQLITE_CODES[code & 0xFF]}: {exc})"
-    if type(exc).__name__ in ("OperationalError", "DatabaseError"):
-        text = str(exc).lower()
-        if any(word in text for word in _SQLITE_WORDS):
-            return f"the database cannot write ({exc})"
+    if is_database_error(exc):
+        # Both builds carry SQLite's own result code; the extended codes keep it in the low byte.
+        code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(code, int) and (code & 0xFF) in _SQLITE_CODES:
+            return f"the database cannot write ({_SQLITE_CODES[code & 0xFF]}: {exc})"
     return None
+
+
+@contextmanager
+def unless_storage_refuses(log: Any, event: str, **fields: Any) -> Iterator[None]:
+    """Run a write that can be done without: storage refusing it is logged, not raised.
+
+    For notes an index or a log keeps beside the truth (a session's end time, a turn report),
+    so a full disk costs the note, never the turn or the shutdown. Anything else propagates.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if storage_failure(exc) is None:
+            raise
+        log.warning(event, error=repr(exc), **fields)
 
 
 def free_bytes(path: Path) -> int | None:
