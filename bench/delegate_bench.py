@@ -39,6 +39,7 @@ from daemon.clock import SystemClock  # noqa: E402
 from daemon.context.assembler import ContextAssembler  # noqa: E402
 from daemon.delegate.fork import Delegator  # noqa: E402
 from daemon.delegate.lineage import ForkLineage  # noqa: E402
+from daemon.events import ForkFinished  # noqa: E402
 from daemon.memory.system import MemorySystem  # noqa: E402
 from daemon.models.base import ModelRequest, ToolResultBlock  # noqa: E402
 from daemon.models.ledger import UsageLedger  # noqa: E402
@@ -136,9 +137,17 @@ async def run(mode: str, *, spawns: int, pages: int, page_chars: int) -> dict[st
                 settings, UsageLedger(db, settings.spend, clock), overrides=overrides
             ) as roles:  # type: ignore[arg-type]
                 bus = EventBus()
-                async with MemorySystem(
-                    home=home, db=db, settings=settings, roles=roles, bus=bus, clock=clock
-                ) as memory:
+                async with (
+                    MemorySystem(
+                        home=home, db=db, settings=settings, roles=roles, bus=bus, clock=clock
+                    ) as memory,
+                    bus,
+                ):
+                    bus.on(
+                        ForkFinished,
+                        lambda e: memory.index_session(e.fork_session_id),
+                        name="memory.index_fork",
+                    )
                     ContextAssembler(
                         home=home,
                         settings=settings,
@@ -176,7 +185,6 @@ async def run(mode: str, *, spawns: int, pages: int, page_chars: int) -> dict[st
                         counter=counter,
                         settings=settings,
                         base_tools=tools,
-                        after_fork=[memory.index_session],
                     ) as delegator:
                         for tool in delegator.tools_for(0):
                             tools.register(tool)

@@ -1,10 +1,11 @@
 """The orchestrator: wires the services together and runs them. No feature logic here.
 
-Start-up order: home lock → database → ledger, model roles, bus → topic router, memory,
+Start-up order: home lock → database → bus → ledger, model roles → topic router, memory,
 journal heartbeat, context assembler → tools → trunk → chat server (READY=1 once it listens) → scheduler,
 file watcher, watchdog. Shutdown (SIGTERM/SIGINT): STOPPING=1, let the running turn finish
-within half the grace period, then cancel it; the trunk fires `session_shutdown`; memory
-waits for its summaries within the budget; the store checkpoints and closes; exit 0. A
+within half the grace period, then cancel it; the trunk fires `session_shutdown` and waits
+for its handlers, and the bus finishes the observers still in flight, within the other half;
+memory waits for its summaries within the budget; the store checkpoints and closes; exit 0. A
 second signal exits at once (everything acknowledged is already on disk).
 """
 
@@ -26,7 +27,13 @@ from daemon.agent.loop import AgentLoop
 from daemon.agent.trunk import SwitchVetoed, Trunk
 from daemon.bus import EventBus
 from daemon.clock import Clock, SystemClock
-from daemon.events import Heartbeat
+from daemon.events import (
+    ForkFinished,
+    Heartbeat,
+    SleepHousekeeping,
+    StateChanged,
+    TurnFinished,
+)
 from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import get_logger
 from daemon.models.base import Model
@@ -89,8 +96,8 @@ class Daemon:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.model_overrides = model_overrides or {}
-        self.lifecycle = Lifecycle(self.clock)
-        self.bus = EventBus()
+        self.bus = EventBus("daemon-bus")
+        self.lifecycle = Lifecycle(self.clock, self.bus)
         self.started_at = self.clock.now()
         self.db: Database | None = None
         self.ledger: UsageLedger | None = None
@@ -149,6 +156,8 @@ class Daemon:
                 self.home.db_file, busy_timeout_ms=s.store.busy_timeout_ms
             )
             stack.push_async_callback(self.db.close)
+            # Entered before every service that publishes or listens, so it outlives them all.
+            await stack.enter_async_context(self.bus)
             if not self.db.vec_available:
                 log.warning(
                     "sqlite-vec is not available; vector search is off (run `reverie doctor`)"
@@ -168,6 +177,22 @@ class Daemon:
                     bus=self.bus,
                     clock=self.clock,
                     topic_addenda=self.router.addenda,
+                )
+            )
+            memory = self.memory
+            # Each finished turn and fork is indexed for recall, beside whatever comes next.
+            stack.callback(
+                self.bus.on(
+                    TurnFinished,
+                    lambda e: memory.index_session(e.session_id),
+                    name="memory.index_turn",
+                )
+            )
+            stack.callback(
+                self.bus.on(
+                    ForkFinished,
+                    lambda e: memory.index_session(e.fork_session_id),
+                    name="memory.index_fork",
                 )
             )
             # Entered before the trunk, so it is still there when the trunk's session ends.
@@ -195,6 +220,10 @@ class Daemon:
             tools = ToolRegistry(s.agent.tool_output_max_chars)
             for tool in self.memory.tools():
                 tools.register(tool)
+            # Fork transcripts are kept within their retention limits during sleep's maintenance.
+            stack.callback(
+                self.bus.on(SleepHousekeeping, self._fork_retention, name="delegate.fork_retention")
+            )
             self.delegator = await stack.enter_async_context(
                 Delegator(
                     home=self.home,
@@ -205,7 +234,6 @@ class Daemon:
                     counter=counter,
                     settings=s,
                     base_tools=tools,
-                    after_fork=[self.memory.index_session],
                 )
             )
             for tool in self.delegator.tools_for(0):
@@ -233,7 +261,6 @@ class Daemon:
                     turn_timeout_s=s.agent.turn_timeout_s,
                     retry_base_s=s.agent.unavailable_retry_s,
                     retry_max_s=s.agent.unavailable_retry_max_s,
-                    after_turn=[self.memory.index_session],
                 )
             )
             # Entered before the trunk serves: an interrupted cycle holds it before any answer.
@@ -249,13 +276,12 @@ class Daemon:
                     trunk=self.trunk,
                     lifecycle=self.lifecycle,
                     phases=[
-                        MaintenancePhase(housekeeping=[self._fork_retention]),
+                        MaintenancePhase(),
                         DreamsPhase(),
                         WakeUp(self.trunk),
                     ],
                 )
             )
-            self.trunk.after_turn.append(self.sleep_cycle.wind_down.after_turn)
             gateway = ChatGateway(
                 self.trunk,
                 state=lambda: self.state,
@@ -263,7 +289,6 @@ class Daemon:
                     self.trunk.session.id if self.trunk and self.trunk.session else ""
                 ),
             )
-            gateway.on_message.append(self.sleep_cycle.message_arrived)
             self._register_commands(gateway)
             self.scheduler = await stack.enter_async_context(
                 Scheduler(clock=self.clock, db=self.db, timezone=s.scheduler.timezone)
@@ -286,8 +311,10 @@ class Daemon:
                 allow_uids=s.chat.allow_uids,
             )
             server = self.server
-            self.lifecycle.subscribe(
-                lambda change: server.broadcast(state_frame(change, phase=self.lifecycle.phase))
+            self.bus.on(
+                StateChanged,
+                lambda change: server.broadcast(state_frame(change)),
+                name="chat.state_frame",
             )
             watcher = (
                 FileWatcher(
@@ -332,6 +359,8 @@ class Daemon:
                 tg.cancel_scope.cancel()
             with anyio.CancelScope(shield=True), anyio.move_on_after(s.agent.shutdown_grace_s / 2):
                 await self.trunk.shutdown("shutdown")
+                # While every service is still up: what they were told last is done, not lost.
+                await self.bus.drain()
         log.info("daemon stopped")
         return 0
 
@@ -339,6 +368,8 @@ class Daemon:
         assert self.trunk is not None
         with anyio.move_on_after(budget):
             await self.trunk.wait_idle()
+            # While the server still serves: every client hears `stopping`, the last turn is indexed.
+            await self.bus.drain()
         if self.trunk.busy:
             log.info(
                 "cancelling the turn in progress for shutdown", turn_id=self.trunk.current_turn
@@ -358,13 +389,14 @@ class Daemon:
                     )
                     os._exit(1)
 
-    async def _fork_retention(self, ctx: Any) -> str:
+    async def _fork_retention(self, event: SleepHousekeeping) -> str:
         from daemon.delegate.retention import apply_fork_retention
 
-        return await apply_fork_retention(ctx.home, ctx.db, ctx.settings, ctx.clock)
+        assert self.db is not None
+        return await apply_fork_retention(self.home, self.db, self.settings, self.clock)
 
     async def _heartbeat(self) -> str:
-        failed = await self.bus.publish(Heartbeat(at=self.clock.now()))
+        failed = await self.bus.deliver(Heartbeat(at=self.clock.now()))
         if failed:
             # Recorded as a failed run: status never claims a heartbeat that did not do its check.
             raise RuntimeError(

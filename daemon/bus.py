@@ -1,14 +1,21 @@
-"""The event bus: features register handlers on hooks; the agent loop only fires events.
+"""The event bus: the daemon's one hook system. Features register handlers; publishers fire events.
 
-The bus imports no feature. Handlers run in a deterministic order (priority, then
-registration order). Gates (`emit_gate`) run sequentially and stop at the first veto; a
-failing or timed-out gate handler is logged and skipped, never a veto by accident.
-Observers (`publish`) run sequentially too, each isolated: an exception or a timeout is
-logged and the next handler still runs. Cancellation of the caller is always re-raised.
+The bus imports no feature. Handlers are ordered by priority, then registration order.
 
-A gate handler registered with `required=True` is one the gated action cannot do without
-(the context assembler on `before_agent_start`): its failure or timeout raises `HookFailed`
-from `emit_gate`, so the action fails visibly instead of going ahead without it.
+Gates (`gather`, or `emit_gate` when only a veto matters) run their handlers one after
+another in the publisher's task and stop at the first veto. A handler contributes by returning
+a value, which `gather` hands back in handler order, rather than by changing the event. A
+failing or timed-out gate handler is logged and skipped, never a veto by accident. A gate
+handler registered with `required=True` is one the gated action cannot do without (the context
+assembler on `before_agent_start`): its failure or timeout raises `HookFailed`, so the action
+fails visibly instead of going ahead without it.
+
+Observers (`publish`) are delivered in the task group the bus owns, each handler in a task of
+its own under its own timeout, so a slow observer never delays the publisher; an exception or
+a timeout is logged and the other handlers are not affected. A hook whose outcome matters to
+its publisher (`HookSpec.wait`), or a publish with `wait=True` (the daemon's last
+`session_shutdown`), is delivered the same way but awaited. `drain()` waits until nothing is
+in flight. Cancellation of a caller is always re-raised.
 """
 
 from __future__ import annotations
@@ -20,13 +27,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
+from anyio.abc import TaskGroup
 
-from daemon.events import HOOKS, Event, HookKind
+from daemon.events import HOOKS, Event, HookKind, HookSpec
 from daemon.log import get_logger
 
 log = get_logger("bus")
 
 E = TypeVar("E", bound=Event)
+T = TypeVar("T")
 Handler = Callable[[Any], Awaitable[Any] | Any]
 
 
@@ -38,6 +47,26 @@ class Veto:
     by: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Contributed:
+    """What one gate handler returned, with the handler's name (for labels and reports)."""
+
+    handler: str
+    value: Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gathered:
+    """A gate's outcome: the veto that stopped it (if any) and the contributions before it."""
+
+    veto: Veto | None
+    contributions: tuple[Contributed, ...] = ()
+
+    def of(self, kind: type[T]) -> list[tuple[str, T]]:
+        """The contributions that are a `kind`, as (handler, value), in handler order."""
+        return [(c.handler, c.value) for c in self.contributions if isinstance(c.value, kind)]
+
+
 class HookFailed(RuntimeError):
     """A required gate handler failed or timed out; what the gate announces must not go ahead."""
 
@@ -46,6 +75,10 @@ class HookFailed(RuntimeError):
         self.hook = hook
         self.handler = handler
         self.reason = reason
+
+
+class BusNotRunning(RuntimeError):
+    """An observer event was published with handlers to deliver it to, outside `async with bus`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,11 +93,38 @@ class _Subscription:
 
 
 class EventBus:
-    """Typed publish/subscribe with per-hook error policy and per-handler timeouts."""
+    """Typed publish/subscribe with per-hook error policy and per-handler timeouts.
 
-    def __init__(self) -> None:
+    An async context manager with one owner (the daemon's exit stack): observers are
+    delivered in its task group, so they can only be published while it is entered. Leaving
+    it waits for the handlers still in flight (each bounded by its timeout).
+    """
+
+    def __init__(self, name: str = "event-bus") -> None:
+        self.name = name
         self._subs: dict[type[Event], list[_Subscription]] = {}
         self._seq = itertools.count()
+        self._tg: TaskGroup | None = None
+        self._in_flight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def __aenter__(self) -> EventBus:
+        if self._tg is not None:
+            raise RuntimeError(f"{self.name} is already running; it has one owner")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        tg, self._tg = self._tg, None
+        assert tg is not None
+        return await tg.__aexit__(*exc)
+
+    @property
+    def running(self) -> bool:
+        return self._tg is not None
 
     def on(
         self,
@@ -124,6 +184,7 @@ class EventBus:
                 "priority": s.priority,
                 "timeout_s": s.timeout_s,
                 "required": s.required,
+                "awaited": spec.wait,
             }
             for s in self._subs.get(event_type, [])
         ]
@@ -162,29 +223,105 @@ class EventBus:
                 raise HookFailed(hook, sub.name, f"{type(exc).__name__}: {exc}") from exc
         return False, None
 
+    async def gather(self, event: Event) -> Gathered:
+        """Run a gate hook's handlers in order; return the first veto and what each returned.
+
+        A handler contributes by returning a value (anything but None or a `Veto`), never by
+        changing the event. Stops at the first veto. Raises `HookFailed` when a required
+        handler fails or times out.
+        """
+        spec = HOOKS[type(event)]
+        if spec.kind is not HookKind.GATE:
+            raise TypeError(f"{spec.name} is an observer hook; use publish()")
+        contributions: list[Contributed] = []
+        for sub in list(self._subs.get(type(event), [])):
+            ok, result = await self._call(sub, event)
+            if not ok or result is None:
+                continue
+            if isinstance(result, Veto):
+                veto = result if result.by else Veto(reason=result.reason, by=sub.name)
+                log.info("hook vetoed", hook=spec.name, handler=sub.name, reason=veto.reason)
+                return Gathered(veto=veto, contributions=tuple(contributions))
+            contributions.append(Contributed(handler=sub.name, value=result))
+        return Gathered(veto=None, contributions=tuple(contributions))
+
     async def emit_gate(self, event: Event) -> Veto | None:
         """Run a gate hook's handlers in order; return the first veto, or None.
 
         Raises `HookFailed` when a required handler fails or times out.
         """
-        spec = HOOKS[type(event)]
-        if spec.kind is not HookKind.GATE:
-            raise TypeError(f"{spec.name} is an observer hook; use publish()")
-        for sub in list(self._subs.get(type(event), [])):
-            ok, result = await self._call(sub, event)
-            if ok and isinstance(result, Veto):
-                veto = result if result.by else Veto(reason=result.reason, by=sub.name)
-                log.info("hook vetoed", hook=spec.name, handler=sub.name, reason=veto.reason)
-                return veto
-        return None
+        return (await self.gather(event)).veto
 
-    async def publish(self, event: Event) -> int:
-        """Deliver an observer event to every handler in isolation; return how many failed."""
+    def _observer(self, event: Event) -> HookSpec:
         spec = HOOKS[type(event)]
         if spec.kind is not HookKind.OBSERVER:
             raise TypeError(f"{spec.name} is a gate hook; use emit_gate()")
+        return spec
+
+    async def publish(self, event: Event, *, wait: bool | None = None) -> None:
+        """Deliver an observer event to every handler, each isolated under its own timeout.
+
+        Returns once the handlers are started, or, when the hook's policy (or `wait=True`)
+        says the publisher waits, once every handler has finished or timed out; call it in a
+        shielded scope for delivery that must survive the caller's cancellation.
+        """
+        spec = self._observer(event)
+        if spec.wait if wait is None else wait:
+            await self.deliver(event)
+        else:
+            self.publish_nowait(event)
+
+    def publish_nowait(self, event: Event) -> None:
+        """Start every handler of an observer event in the bus's task group and return at once.
+
+        For publishers that cannot await (a state change); a hook whose publisher must wait
+        (`HookSpec.wait`) is refused. Raises `BusNotRunning` when there are handlers and the
+        bus is not entered.
+        """
+        spec = self._observer(event)
+        if spec.wait:
+            raise TypeError(f"{spec.name} is delivered to its publisher's wait; use publish()")
+        subs = list(self._subs.get(type(event), []))
+        if not subs:
+            return
+        if self._tg is None:
+            raise BusNotRunning(
+                f"{self.name} is not running: enter it (`async with bus`) before publishing {spec.name}"
+            )
+        for sub in subs:
+            if self._in_flight == 0:
+                self._idle = anyio.Event()
+            self._in_flight += 1
+            self._tg.start_soon(self._deliver_one, sub, event, name=f"{spec.name}:{sub.name}")
+
+    async def _deliver_one(self, sub: _Subscription, event: Event) -> None:
+        try:
+            await self._call(sub, event)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def deliver(self, event: Event) -> int:
+        """Run every handler of an observer event side by side and wait; return how many failed.
+
+        Each handler is isolated under its own timeout, so this returns within the longest of
+        them. Cancellation of the caller cancels the handlers and is re-raised.
+        """
+        spec = self._observer(event)
         failed = 0
-        for sub in list(self._subs.get(type(event), [])):
+
+        async def one(sub: _Subscription) -> None:
+            nonlocal failed
             ok, _ = await self._call(sub, event)
             failed += not ok
+
+        async with anyio.create_task_group() as tg:
+            for sub in list(self._subs.get(type(event), [])):
+                tg.start_soon(one, sub, name=f"{spec.name}:{sub.name}")
         return failed
+
+    async def drain(self) -> None:
+        """Return once no handler started by `publish` is still running (new ones included)."""
+        while self._in_flight:
+            await self._idle.wait()

@@ -1,9 +1,10 @@
 """The daemon's events: frozen, keyword-only, one class per hook.
 
 A hook's error policy and timeout are part of its definition (`HOOKS`): *gates* run their
-handlers in order and any handler may veto (or contribute to the event's collector);
-*observers* run every handler in isolation — one failing or slow handler is logged and the
-rest still run.
+handlers in order and any handler may veto or contribute (by returning a value);
+*observers* run every handler in isolation in the bus's own task group — one failing or slow
+handler is logged and the rest still run, and the publisher does not wait for them unless the
+hook says it does (`HookSpec.wait`).
 """
 
 from __future__ import annotations
@@ -89,20 +90,17 @@ class SessionBeforeSwitch(Event):
     reason: str = "switch"
 
 
-@dataclass(kw_only=True)
-class ForkBrief:
-    """What `before_fork` handlers add to a fork's brief (each addition is one labelled note)."""
+@dataclass(frozen=True, kw_only=True)
+class ForkNote:
+    """What a `before_fork` handler returns to add a labelled note to the fork's brief."""
 
-    additions: list[tuple[str, str]] = field(default_factory=list)
-
-    def add(self, text: str, *, source: str) -> None:
-        if text.strip():
-            self.additions.append((source, text.strip()))
+    text: str
+    source: str = ""  # the handler's name when empty
 
 
 @dataclass(frozen=True, kw_only=True)
 class BeforeFork(Event):
-    """A delegate sub-agent session is about to be spawned (gate: may veto or add to the brief)."""
+    """A delegate sub-agent session is about to be spawned (gate: may veto, or return a `ForkNote`)."""
 
     parent_session_id: str
     parent_transcript_path: str
@@ -110,7 +108,6 @@ class BeforeFork(Event):
     task: str
     depth: int
     context: str = ""
-    brief: ForkBrief = field(default_factory=ForkBrief)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,11 +166,63 @@ class ConfigReloaded(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SleepHousekeeping(Event):
+    """Sleep maintenance asks other systems for their upkeep (gate: each returns one line of what it changed)."""
+
+    cycle_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnFinished(Event):
+    """A trunk turn was answered and its end is on disk (memory indexes it; the wind-down may start sleep)."""
+
+    session_id: str
+    turn_id: str
+    stop_reason: str
+    context_tokens: int = 0
+    vetoed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkFinished(Event):
+    """A delegate fork ended (complete, failed or cancelled) and its transcript is closed."""
+
+    fork_session_id: str
+    parent_session_id: str
+    status: str
+    depth: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageAccepted(Event):
+    """A person's message was saved to the inbox and acknowledged (a sleeping agent wakes early)."""
+
+    turn_id: str
+    queued: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateChanged(Event):
+    """The daemon's state changed (`starting → awake ⇄ winding-down → asleep → awake → stopping`)."""
+
+    previous: str
+    state: str
+    at: datetime
+    detail: str = ""
+    phase: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class HookSpec:
     name: str
     event_type: type[Event]
     kind: HookKind
     timeout_s: float
+    # Observers only: the publisher waits for every handler, because what they do must be
+    # done before it goes on (a journal entry before the session it reads is put to sleep; a
+    # heartbeat whose failures the scheduler records).
+    wait: bool = False
 
 
 HOOKS: dict[type[Event], HookSpec] = {
@@ -205,18 +254,51 @@ HOOKS: dict[type[Event], HookSpec] = {
             timeout_s=5.0,
         ),
         HookSpec(
-            name="sleep_started", event_type=SleepStarted, kind=HookKind.OBSERVER, timeout_s=5.0
+            name="sleep_started",
+            event_type=SleepStarted,
+            kind=HookKind.OBSERVER,
+            timeout_s=5.0,
+            wait=True,
         ),
         HookSpec(
             name="sleep_finished", event_type=SleepFinished, kind=HookKind.OBSERVER, timeout_s=5.0
         ),
         HookSpec(name="woke", event_type=Woke, kind=HookKind.OBSERVER, timeout_s=5.0),
-        HookSpec(name="heartbeat", event_type=Heartbeat, kind=HookKind.OBSERVER, timeout_s=30.0),
+        HookSpec(
+            name="heartbeat",
+            event_type=Heartbeat,
+            kind=HookKind.OBSERVER,
+            timeout_s=30.0,
+            wait=True,
+        ),
         HookSpec(
             name="journal_note", event_type=JournalNote, kind=HookKind.OBSERVER, timeout_s=5.0
         ),
         HookSpec(
             name="config_reloaded", event_type=ConfigReloaded, kind=HookKind.OBSERVER, timeout_s=5.0
+        ),
+        # Upkeep that deletes or rewrites files (a fork transcript's retention) on a quiet night.
+        HookSpec(
+            name="sleep_housekeeping",
+            event_type=SleepHousekeeping,
+            kind=HookKind.GATE,
+            timeout_s=120.0,
+        ),
+        # Indexing a turn or a fork embeds its chunks: a model call, bounded but not short.
+        HookSpec(
+            name="turn_finished", event_type=TurnFinished, kind=HookKind.OBSERVER, timeout_s=120.0
+        ),
+        HookSpec(
+            name="fork_finished", event_type=ForkFinished, kind=HookKind.OBSERVER, timeout_s=120.0
+        ),
+        HookSpec(
+            name="message_accepted",
+            event_type=MessageAccepted,
+            kind=HookKind.OBSERVER,
+            timeout_s=5.0,
+        ),
+        HookSpec(
+            name="state_changed", event_type=StateChanged, kind=HookKind.OBSERVER, timeout_s=5.0
         ),
     )
 }

@@ -3,22 +3,24 @@
 Only legal transitions are accepted; an illegal one raises `IllegalTransition` saying what
 the state is and what it may become, so a caller that races another (a `reverie sleep`
 while a cycle is already running) fails with an actionable message instead of corrupting
-the state. Every change is delivered to the listeners (the chat server broadcasts it as a
-`state` frame); a failing listener is logged and the others still hear of it.
+the state. Every change is published on the bus as `StateChanged` (the chat server
+broadcasts it as a `state` frame), delivered like any observer: a failing handler is logged
+and the others still hear of it, and none of them delays the transition.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from daemon.clock import Clock
+from daemon.events import StateChanged
 from daemon.log import get_logger
+
+if TYPE_CHECKING:
+    from daemon.bus import EventBus
 
 log = get_logger("lifecycle")
 
@@ -62,73 +64,46 @@ class IllegalTransition(RuntimeError):
         self.target = target
 
 
-@dataclass(frozen=True, kw_only=True)
-class StateChange:
-    """One transition, as listeners receive it."""
-
-    previous: DaemonState
-    state: DaemonState
-    at: datetime
-    detail: str = ""
-
-
-Listener = Callable[[StateChange], Any]
-
-
 class Lifecycle:
     """Holds the daemon state; `transition()` is the only way to change it."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, bus: EventBus | None = None) -> None:
         self.clock = clock
+        self.bus = bus
         self._state = DaemonState.STARTING
         self.since = clock.now()
         self.detail = ""
         self.phase: str | None = None
-        self._listeners: list[Listener] = []
         self._changed = anyio.Event()
 
     @property
     def state(self) -> DaemonState:
         return self._state
 
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call `listener(change)` on every transition; return a function that unsubscribes."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
-
     def can(self, target: DaemonState) -> bool:
         return target in _LEGAL[self._state]
 
-    def transition(self, target: DaemonState, *, detail: str = "") -> StateChange:
-        """Move to `target` or raise `IllegalTransition`; listeners hear of it synchronously."""
+    def transition(self, target: DaemonState, *, detail: str = "") -> StateChanged:
+        """Move to `target` or raise `IllegalTransition`; publish `StateChanged` without waiting."""
         if target not in _LEGAL[self._state]:
             raise IllegalTransition(self._state, target)
-        change = StateChange(previous=self._state, state=target, at=self.clock.now(), detail=detail)
+        previous = self._state
+        if target is not DaemonState.ASLEEP:
+            self.phase = None
+        change = StateChanged(
+            previous=previous, state=target, at=self.clock.now(), detail=detail, phase=self.phase
+        )
         self._state = target
         self.since = change.at
         self.detail = detail
-        if target is not DaemonState.ASLEEP:
-            self.phase = None
         log.info(
             "state changed",
-            previous=change.previous.value,
+            previous=previous.value,
             state=target.value,
             detail=detail or None,
         )
-        for listener in list(self._listeners):
-            try:
-                listener(change)
-            except Exception as exc:
-                log.error(
-                    "state listener failed",
-                    listener=getattr(listener, "__qualname__", repr(listener)),
-                    error=repr(exc),
-                )
+        if self.bus is not None:
+            self.bus.publish_nowait(change)
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
         return change

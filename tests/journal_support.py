@@ -135,9 +135,12 @@ async def journal_rig(
     async with await Database.open(home.db_file) as db:
         roles = ModelRoles(cfg, None, overrides={"heartbeat": scripted}, environ={})
         async with roles, MemoryIndex(db, NoEmbedder(), cfg.memory, clock) as index:
-            async with JournalHeartbeat(
-                home=home, db=db, settings=cfg, roles=roles, clock=clock, index=index
-            ) as journal:
+            async with (
+                JournalHeartbeat(
+                    home=home, db=db, settings=cfg, roles=roles, clock=clock, index=index
+                ) as journal,
+                bus,
+            ):
                 if register:
                     journal.register(bus)
                 yield Rig(

@@ -127,7 +127,7 @@ async def sleep_home(
                 background=False,
                 embedder=HashEmbedder(),
             )
-            async with system:
+            async with system, bus:
                 yield SleepRig(
                     home=home, db=db, settings=cfg, clock=clock, roles=roles, memory=system, bus=bus
                 )

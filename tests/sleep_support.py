@@ -25,8 +25,17 @@ from daemon.agent.turns import TurnDone, TurnEvent, TurnFailed
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import ContextAssembler
-from daemon.events import Event, JournalNote, SleepFinished, SleepStarted, Woke
-from daemon.lifecycle import DaemonState, Lifecycle, StateChange
+from daemon.events import (
+    Event,
+    JournalNote,
+    MessageAccepted,
+    SleepFinished,
+    SleepStarted,
+    StateChanged,
+    TurnFinished,
+    Woke,
+)
+from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.system import MemorySystem
 from daemon.models.base import Model
@@ -63,14 +72,14 @@ class Rig:
     lifecycle: Lifecycle
     cycle: SleepCycle
     events: list[Event] = field(default_factory=list)
-    changes: list[StateChange] = field(default_factory=list)
+    changes: list[StateChanged] = field(default_factory=list)
     turn_events: list[TurnEvent] = field(default_factory=list)
     tg: TaskGroup | None = None
 
     async def say(self, text: str, *, wait: bool = True) -> str:
         """Send a person's message (as the gateway does) and, with `wait`, wait for its answer."""
         accepted = await self.trunk.submit(text, observer=self.turn_events.append)
-        self.cycle.message_arrived()
+        await self.bus.publish(MessageAccepted(turn_id=accepted.turn_id, queued=accepted.queued))
         if wait:
             await self.answered(accepted.turn_id)
         return accepted.turn_id
@@ -121,6 +130,7 @@ async def rig(
     async with AsyncExitStack() as stack:
         db = await Database.open(home.db_file)
         stack.push_async_callback(db.close)
+        await stack.enter_async_context(bus)
         roles = await stack.enter_async_context(
             ModelRoles(cfg, UsageLedger(db, cfg.spend, clk), overrides=models or {})
         )
@@ -160,10 +170,16 @@ async def rig(
                 loop=loop,
                 clock=clk,
                 retry_base_s=0.01,
-                after_turn=[memory.index_session],
             )
         )
-        lifecycle = Lifecycle(clk)
+        stack.callback(
+            bus.on(
+                TurnFinished,
+                lambda e: memory.index_session(e.session_id),
+                name="memory.index_turn",
+            )
+        )
+        lifecycle = Lifecycle(clk, bus)
         cycle = await stack.enter_async_context(
             SleepCycle(
                 home=home,
@@ -178,7 +194,6 @@ async def rig(
                 phases=list(phases(trunk)) if phases else [WakeUp(trunk)],
             )
         )
-        trunk.after_turn.append(cycle.wind_down.after_turn)
         r = Rig(
             home=home,
             settings=cfg,
@@ -192,7 +207,7 @@ async def rig(
             cycle=cycle,
             events=events,
         )
-        lifecycle.subscribe(r.changes.append)
+        bus.on(StateChanged, r.changes.append, name="test.record.state")
         async with anyio.create_task_group() as tg:
             r.tg = tg
             await tg.start(trunk.serve)

@@ -25,7 +25,7 @@ from daemon.clock import FakeClock
 from daemon.context.assembler import ContextAssembler
 from daemon.delegate.fork import Delegator
 from daemon.delegate.lineage import ForkLineage
-from daemon.events import BeforeFork, JournalNote, SessionShutdown
+from daemon.events import BeforeFork, ForkFinished, ForkNote, JournalNote, SessionShutdown
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.system import MemorySystem
 from daemon.models.base import ModelRequest, ToolResultBlock, Usage
@@ -158,7 +158,12 @@ async def rig(
                 clock=clock,
                 embedder=HashEmbedder(),
             )
-            async with memory:
+            async with memory, bus:
+                bus.on(
+                    ForkFinished,
+                    lambda e: memory.index_session(e.fork_session_id),
+                    name="memory.index_fork",
+                )
                 assembler = ContextAssembler(
                     home=home,
                     settings=settings,
@@ -180,7 +185,6 @@ async def rig(
                     counter=counter,
                     settings=settings,
                     base_tools=tools,
-                    after_fork=[memory.index_session],
                 ) as delegator:
                     for tool in delegator.tools_for(0):
                         tools.register(tool)
@@ -513,20 +517,23 @@ async def test_before_fork_can_add_to_the_brief_or_veto(tmp_path: Path) -> None:
     play.forks["allowed task"] = deque([complete("fine")])
     async with rig(tmp_path, play) as r:
 
-        def gate(event: BeforeFork) -> Veto | None:
+        def gate(event: BeforeFork) -> Veto | ForkNote:
             if "forbidden" in event.task:
                 return Veto(reason="not tonight")
-            event.brief.add("The person is travelling this week.", source="test.travel")
-            return None
+            return ForkNote(text="The person is travelling this week.", source="test.travel")
+
+        # Named after the handler when the note names no source; blank notes add nothing.
+        r.bus.on(BeforeFork, lambda e: ForkNote(text="Mind the budget."), name="test.budget")
+        r.bus.on(BeforeFork, lambda e: ForkNote(text="  "), name="test.blank")
 
         r.bus.on(BeforeFork, gate, name="test.gate")
         result = await r.turn("go")
         rows = {row.task: row for row in await ForkLineage(r.db).all()}
     brief = play.of("allowed task")[0].messages[0].text
     assert (
-        "## Notes added before this fork started\n- [test.travel] The person is travelling this week."
-        in brief
-    )
+        "## Notes added before this fork started\n- [test.budget] Mind the budget.\n"
+        "- [test.travel] The person is travelling this week."
+    ) in brief and "[test.blank]" not in brief
     assert rows["forbidden task"].status == "vetoed"
     assert "vetoed by test.gate: not tonight" in result.text
 
@@ -718,29 +725,30 @@ async def test_only_the_trunk_announces_compaction(tmp_path: Path) -> None:
             bus = EventBus()
             static_context(bus)
             bus.on(CompactionApproaching, lambda e: announced.append(e.session_id))
-            for kind, role in (("trunk", "trunk"), ("fork", "delegate")):
-                # A threshold every request crosses: only the trunk's wind-down may start from it.
-                loop = AgentLoop(
-                    roles=roles,
-                    tools=ToolRegistry(),
-                    bus=bus,
-                    clock=clock,
-                    counter=TokenCounter(),
-                    role=role,
-                    session_kind=kind,
-                    compaction_threshold=0.000001,
-                )
-                session = await Session.open(
-                    db=db, directory=tmp_path, session_id=f"{kind}-1", kind=kind, now=NOW
-                )
-                with anyio.fail_after(10):
-                    await loop.run_turn(
-                        session,
-                        turn_id=f"{kind}-t",
-                        prompt="hello",
-                        observer=lambda _e: None,
-                        ts=NOW.isoformat(),
+            async with bus:
+                for kind, role in (("trunk", "trunk"), ("fork", "delegate")):
+                    # A threshold every request crosses: only the trunk's wind-down may start from it.
+                    loop = AgentLoop(
+                        roles=roles,
+                        tools=ToolRegistry(),
+                        bus=bus,
+                        clock=clock,
+                        counter=TokenCounter(),
+                        role=role,
+                        session_kind=kind,
+                        compaction_threshold=0.000001,
                     )
+                    session = await Session.open(
+                        db=db, directory=tmp_path, session_id=f"{kind}-1", kind=kind, now=NOW
+                    )
+                    with anyio.fail_after(10):
+                        await loop.run_turn(
+                            session,
+                            turn_id=f"{kind}-t",
+                            prompt="hello",
+                            observer=lambda _e: None,
+                            ts=NOW.isoformat(),
+                        )
     assert announced == ["trunk-1"]
 
 

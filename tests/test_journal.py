@@ -119,8 +119,8 @@ async def test_threshold_sleep_and_shutdown_triggers_fire_once_each(tmp_path: Pa
                         fraction=0.85,
                     )
                 )
-                while not rig.lines():  # written in the background: the turn is not held up
-                    await anyio.sleep(0.01)
+                # Delivered by the bus beside the turn that crossed the mark.
+                await rig.bus.drain()
                 await rig.bus.publish(
                     CompactionApproaching(
                         session_id="trunk-1",
@@ -129,7 +129,7 @@ async def test_threshold_sleep_and_shutdown_triggers_fire_once_each(tmp_path: Pa
                         fraction=0.86,
                     )
                 )
-                await anyio.sleep(0.05)
+                await rig.bus.drain()
             assert [e["trigger"] for e in rig.lines()] == ["compaction"]
 
             await rig.say("Before bed: the schema change is half done.")
@@ -142,10 +142,12 @@ async def test_threshold_sleep_and_shutdown_triggers_fire_once_each(tmp_path: Pa
             path = str((await rig.session()).path)
             with anyio.fail_after(10):
                 await rig.bus.publish(
-                    SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown")
+                    SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown"),
+                    wait=True,
                 )
                 await rig.bus.publish(
-                    SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown")
+                    SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown"),
+                    wait=True,
                 )
                 await rig.journal.tick()
             entries = rig.lines()
@@ -165,8 +167,7 @@ async def test_a_switch_writes_the_outgoing_session_in_the_background(tmp_path: 
                         session_id="trunk-1", transcript_path=path, reason="switch: fresh start"
                     )
                 )
-                while not rig.lines():
-                    await anyio.sleep(0.01)
+                await rig.bus.drain()
             assert (
                 rig.lines()[0]["trigger"] == "shutdown" and rig.lines()[0]["session"] == "trunk-1"
             )
@@ -219,7 +220,8 @@ async def test_at_shutdown_a_slow_model_is_cut_off_by_the_deadline(tmp_path: Pat
             path = str((await rig.session()).path)
             with anyio.fail_after(5):
                 await rig.bus.publish(
-                    SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown")
+                    SessionShutdown(session_id="trunk-1", transcript_path=path, reason="shutdown"),
+                    wait=True,
                 )
             (entry,) = rig.lines()
             assert entry["trigger"] == "shutdown" and entry["source"] == "extractive"
@@ -296,6 +298,7 @@ async def test_journal_notes_are_entries_without_a_model_call(tmp_path: Path) ->
                         files_touched=("memory/monthly/2026-02.md",),
                     )
                 )
+                await rig.bus.drain()
             (entry,) = rig.lines()
             assert (
                 entry["trigger"] == "note"
@@ -416,7 +419,7 @@ async def test_a_fork_session_ending_writes_no_entry_of_its_own(tmp_path: Path) 
                     )
                 )
                 await rig.journal.tick()
-                await anyio.sleep(0.05)
+                await rig.bus.drain()
             assert (
                 rig.lines() == [] and rig.model.calls == []
             )  # the fork tree reports with a journal_note

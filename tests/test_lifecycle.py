@@ -21,8 +21,8 @@ from daemon.bus import EventBus, Veto
 from daemon.chat.protocol import ErrorCode
 from daemon.clock import FakeClock
 from daemon.context.assembler import ContextAssembler
-from daemon.events import SessionBeforeSwitch, SessionShutdown
-from daemon.lifecycle import DaemonState, IllegalTransition, Lifecycle, StateChange
+from daemon.events import SessionBeforeSwitch, SessionShutdown, StateChanged
+from daemon.lifecycle import DaemonState, IllegalTransition, Lifecycle
 from daemon.models.base import ModelRequest
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
@@ -39,31 +39,34 @@ pytestmark = pytest.mark.anyio
 # -- the state machine -----------------------------------------------------------------------
 
 
-def test_only_legal_transitions_are_accepted_and_listeners_hear_each() -> None:
-    life = Lifecycle(FakeClock())
-    heard: list[StateChange] = []
-    life.subscribe(heard.append)
-    assert life.state is DaemonState.STARTING
-    with pytest.raises(
-        IllegalTransition,
-        match=r"cannot go from starting to asleep; .* may become: awake, stopping",
-    ):
-        life.transition(DaemonState.ASLEEP)
-    life.transition(DaemonState.AWAKE)
-    with pytest.raises(IllegalTransition):
-        life.transition(DaemonState.ASLEEP)  # never straight to sleep: wind down first
-    life.transition(DaemonState.WINDING_DOWN, detail="context at 81%")
-    life.transition(DaemonState.AWAKE, detail="a message arrived")
-    life.transition(DaemonState.WINDING_DOWN)
-    life.transition(DaemonState.ASLEEP)
-    life.set_phase("dreams")
-    assert life.snapshot()["phase"] == "dreams"
-    life.transition(DaemonState.AWAKE)
-    assert life.phase is None
-    life.transition(DaemonState.STOPPING)
-    with pytest.raises(IllegalTransition, match="nothing"):
+async def test_only_legal_transitions_are_accepted_and_the_bus_hears_each() -> None:
+    heard: list[StateChanged] = []
+    async with EventBus() as bus:
+        life = Lifecycle(FakeClock(), bus)
+        bus.on(StateChanged, heard.append, name="test.heard")
+        assert life.state is DaemonState.STARTING
+        with pytest.raises(
+            IllegalTransition,
+            match=r"cannot go from starting to asleep; .* may become: awake, stopping",
+        ):
+            life.transition(DaemonState.ASLEEP)
         life.transition(DaemonState.AWAKE)
-    assert [(c.previous.value, c.state.value) for c in heard] == [
+        with pytest.raises(IllegalTransition):
+            life.transition(DaemonState.ASLEEP)  # never straight to sleep: wind down first
+        life.transition(DaemonState.WINDING_DOWN, detail="context at 81%")
+        life.transition(DaemonState.AWAKE, detail="a message arrived")
+        life.transition(DaemonState.WINDING_DOWN)
+        life.transition(DaemonState.ASLEEP)
+        life.set_phase("dreams")
+        assert life.snapshot()["phase"] == "dreams"
+        life.transition(DaemonState.AWAKE)
+        assert life.phase is None
+        life.transition(DaemonState.STOPPING)
+        with pytest.raises(IllegalTransition, match="nothing"):
+            life.transition(DaemonState.AWAKE)
+        with anyio.fail_after(5):
+            await bus.drain()
+    assert [(str(c.previous), str(c.state)) for c in heard] == [
         ("starting", "awake"),
         ("awake", "winding-down"),
         ("winding-down", "awake"),
@@ -75,17 +78,31 @@ def test_only_legal_transitions_are_accepted_and_listeners_hear_each() -> None:
     assert heard[1].detail == "context at 81%"
 
 
-def test_a_failing_listener_does_not_stop_the_others() -> None:
-    life = Lifecycle(FakeClock())
+async def test_a_failing_or_slow_state_handler_neither_stops_the_others_nor_the_transition() -> (
+    None
+):
     heard: list[str] = []
+    stuck = anyio.Event()
 
-    def broken(_c: StateChange) -> None:
-        raise RuntimeError("listener bug")
+    def broken(_c: StateChanged) -> None:
+        raise RuntimeError("handler bug")
 
-    life.subscribe(broken)
-    life.subscribe(lambda c: heard.append(c.state.value))
-    life.transition(DaemonState.AWAKE)
-    assert heard == ["awake"] and life.state is DaemonState.AWAKE
+    async def slow(_c: StateChanged) -> None:
+        await stuck.wait()
+
+    async with EventBus() as bus:
+        life = Lifecycle(FakeClock(), bus)
+        bus.on(StateChanged, broken, name="test.broken")
+        bus.on(StateChanged, slow, name="test.slow")
+        bus.on(StateChanged, lambda c: heard.append(str(c.state)), name="test.heard")
+        life.transition(DaemonState.AWAKE)
+        life.transition(DaemonState.WINDING_DOWN)
+        assert life.state is DaemonState.WINDING_DOWN
+        with anyio.fail_after(5):
+            await anyio.wait_all_tasks_blocked()
+            assert heard == ["awake", "winding-down"]
+            stuck.set()
+            await bus.drain()
 
 
 def test_turn_events_become_protocol_frames() -> None:
@@ -165,7 +182,7 @@ async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_p
     bus.on(SessionBeforeSwitch, switching.append)
     bus.on(SessionShutdown, ended.append)
     events: list[TurnEvent] = []
-    async with await Database.open(home.db_file) as db:
+    async with await Database.open(home.db_file) as db, bus:
         loop = AgentLoop(
             roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
         )
@@ -231,7 +248,7 @@ async def test_a_vetoed_switch_leaves_the_trunk_where_it_was(tmp_path: Path) -> 
     bus = EventBus()
     static_context(bus)
     bus.on(SessionBeforeSwitch, lambda e: Veto(reason="mid-thought"))
-    async with await Database.open(home.db_file) as db:
+    async with await Database.open(home.db_file) as db, bus:
         loop = AgentLoop(
             roles=_roles(ScriptedModel(script=["hi"])),
             tools=ToolRegistry(),
@@ -255,7 +272,7 @@ async def test_a_switch_interrupted_by_a_crash_is_finished_at_the_next_start(
     clock = FakeClock()
     bus = EventBus()
     static_context(bus)
-    async with await Database.open(home.db_file) as db:
+    async with await Database.open(home.db_file) as db, bus:
         loop = AgentLoop(
             roles=_roles(ScriptedModel(script=lambda r: "ok")),
             tools=ToolRegistry(),
@@ -325,7 +342,7 @@ async def test_a_history_far_larger_than_the_window_never_makes_an_oversized_req
     model = ScriptedModel(script=script)
     bus = EventBus()
     static_context(bus, "You are a test agent. " * 20)
-    async with await Database.open(tmp_path / "db.sqlite") as db:
+    async with await Database.open(tmp_path / "db.sqlite") as db, bus:
         loop = AgentLoop(
             roles=_roles(model),
             tools=tools,
@@ -382,7 +399,7 @@ async def test_compaction_approaching_fires_from_the_measured_next_request(tmp_p
     from daemon.models.base import Usage
 
     model = ScriptedModel(script=lambda r: Reply(text="fine", usage=Usage()))
-    async with await Database.open(tmp_path / "db.sqlite") as db:
+    async with await Database.open(tmp_path / "db.sqlite") as db, bus:
         loop = AgentLoop(
             roles=_roles(model),
             tools=ToolRegistry(),
@@ -439,7 +456,7 @@ async def test_a_failing_assembler_fails_the_turn_visibly(tmp_path: Path) -> Non
     )
     model = ScriptedModel(script=["should never be asked"])
     events: list[TurnEvent] = []
-    async with await Database.open(home.db_file) as db:
+    async with await Database.open(home.db_file) as db, bus:
         loop = AgentLoop(
             roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
         )
@@ -466,11 +483,12 @@ async def test_a_failing_assembler_fails_the_turn_visibly(tmp_path: Path) -> Non
 
 async def test_no_context_at_all_is_a_failure_not_a_bare_prompt(tmp_path: Path) -> None:
     model = ScriptedModel(script=["never"])
-    async with await Database.open(tmp_path / "db.sqlite") as db:
+    bus = EventBus()
+    async with await Database.open(tmp_path / "db.sqlite") as db, bus:
         loop = AgentLoop(
             roles=_roles(model),
             tools=ToolRegistry(),
-            bus=EventBus(),
+            bus=bus,
             clock=FakeClock(),
             counter=TokenCounter(),
         )
@@ -489,7 +507,7 @@ async def test_a_turn_finished_just_before_a_crash_is_not_answered_again(tmp_pat
     bus = EventBus()
     static_context(bus)
     model = ScriptedModel(script=lambda r: "answer")
-    async with await Database.open(home.db_file) as db:
+    async with await Database.open(home.db_file) as db, bus:
         loop = AgentLoop(
             roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
         )

@@ -23,7 +23,7 @@ from daemon.agent.turns import TurnDone, TurnEvent
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
-from daemon.events import BeforeAgentStart
+from daemon.events import BeforeAgentStart, TurnFinished
 from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.embedders import HashEmbedder, NoEmbedder
 from daemon.memory.index import MemoryIndex, NewMemory
@@ -178,9 +178,8 @@ async def test_automatic_recall_never_brings_back_the_live_conversation(
             counter=TokenCounter(),
             history_max_messages=history_max_messages,
         )
-        async with Trunk(
-            home=home, db=memory.db, loop=loop, clock=clock, after_turn=[memory.index_session]
-        ) as trunk:
+        bus.on(TurnFinished, lambda e: memory.index_session(e.session_id), name="memory.index_turn")
+        async with bus, Trunk(home=home, db=memory.db, loop=loop, clock=clock) as trunk:
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 for text in (
@@ -193,6 +192,7 @@ async def test_automatic_recall_never_brings_back_the_live_conversation(
                     with anyio.fail_after(10):
                         while not any(isinstance(e, TurnDone) for e in done):
                             await anyio.sleep(0.01)
+                        await bus.drain()  # the turn is indexed before the next one
                 live = trunk.session.id  # type: ignore[union-attr]
                 tg.cancel_scope.cancel()
         live_chunks = await memory.db.fetchall(

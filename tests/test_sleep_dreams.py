@@ -369,7 +369,7 @@ async def test_the_topic_watcher_reloads_the_router_after_a_revision(tmp_path: P
                 step_ms=10,
                 idle_wakeup_ms=200,
             )
-            async with anyio.create_task_group() as tg:
+            async with bus, anyio.create_task_group() as tg:
                 await tg.start(watcher.run)
                 await DreamsPhase().run(rig.context(since=START - timedelta(hours=1)))
                 await reloaded.wait()

@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.events import SleepHousekeeping
 from daemon.memory.facts import FactError
 from daemon.memory.months import read_month_file
 from daemon.memory.pins import PIN_END, PIN_START
@@ -353,3 +354,30 @@ async def test_vacuum_only_when_pages_are_free(tmp_path: Path) -> None:
             assert compact["vacuumed"] is True and compact["pages_after"] < compact["pages_before"]
             assert "vacuumed" in report.changed
             assert (await phase.run(rig.context())).details["compact"]["vacuumed"] is False
+
+
+async def test_other_systems_upkeep_is_reported_and_a_failing_one_does_not_fail_the_phase(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            asked: list[SleepHousekeeping] = []
+
+            def retention(event: SleepHousekeeping) -> str:
+                asked.append(event)
+                return "removed 2 fork transcripts past their retention"
+
+            def broken(event: SleepHousekeeping) -> str:
+                raise OSError("disk went away")
+
+            rig.bus.on(SleepHousekeeping, broken, name="test.broken", priority=10)
+            rig.bus.on(SleepHousekeeping, retention, name="test.retention", priority=20)
+            rig.bus.on(SleepHousekeeping, lambda e: "", name="test.idle", priority=30)
+            ctx = rig.context(cycle_id="cycle-upkeep")
+            report = await MaintenancePhase().run(ctx)
+            assert [e.cycle_id for e in asked] == ["cycle-upkeep"]
+            assert report.details["housekeeping"] == [
+                "removed 2 fork transcripts past their retention",
+                "",
+            ]
+            assert "removed 2 fork transcripts past their retention" in report.changed

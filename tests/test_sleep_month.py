@@ -146,7 +146,8 @@ async def test_a_simulated_month_of_days_and_nights(tmp_path: Path) -> None:
                     dreams.gates[day] = anyio.Event()
                     cycle = await r.cycle.start("nightly")
                     cycles_seen.append(cycle.id)
-                    await wait_until(lambda: r.lifecycle.phase == "dreams", "dreaming")
+                    # Dreaming once the phase itself runs: its attempt is on record by then.
+                    await wait_until(lambda c=cycle.id: c in dreams.started, "dreaming")
                     assert r.lifecycle.state is DaemonState.ASLEEP
                 if day == CRASH_NIGHT:
                     day += 1

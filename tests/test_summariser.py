@@ -202,7 +202,7 @@ async def test_events_queue_summaries_and_exit_waits_for_them(tmp_path: Path) ->
         await add_session(
             memory.db, "trunk-2", [("user", "Fork me a research task about kelp forests.")]
         )
-        assert await bus.publish(SessionShutdown(session_id="trunk-1", transcript_path="/x")) == 0
+        assert await bus.deliver(SessionShutdown(session_id="trunk-1", transcript_path="/x")) == 0
         veto = await bus.emit_gate(
             BeforeFork(
                 parent_session_id="trunk-2",
@@ -225,9 +225,10 @@ async def test_shutdown_budget_is_bounded_and_the_unfinished_summary_survives(
     config = settings(agent=AgentSettings(shutdown_grace_s=2.5))
     bus = EventBus()
     started = time.monotonic()
-    async with memory_system(
-        tmp_path, models={"summariser": slow}, bus=bus, config=config
-    ) as memory:
+    async with (
+        memory_system(tmp_path, models={"summariser": slow}, bus=bus, config=config) as memory,
+        bus,
+    ):
         await add_session(memory.db, "s1", CHAT)
         await bus.publish(SessionShutdown(session_id="s1", transcript_path="/x"))
         await anyio.sleep(0.05)

@@ -128,7 +128,7 @@ async def test_loop_runs_tools_and_history_replays_them(tmp_path: Path) -> None:
         ]
     )
     _, db, _, roles, loop = await _env(tmp_path, model, tools=tools)
-    async with db, roles:
+    async with db, roles, loop.bus:
         session = await Session.open(
             db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now()
         )
@@ -187,7 +187,7 @@ async def test_context_from_gate_handlers_reaches_the_model_and_veto_stops(tmp_p
     bus.on(BeforeAgentStart, contribute)
     model = ScriptedModel(script=["hi"])
     _, db, _, roles, loop = await _env(tmp_path, model, bus=bus)
-    async with db, roles:
+    async with db, roles, loop.bus:
         session = await Session.open(
             db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now()
         )
@@ -211,7 +211,7 @@ async def test_compaction_approaching_is_published_once(tmp_path: Path) -> None:
     _, db, _, roles, loop = await _env(tmp_path, model, bus=bus)
     loop.context_window = 200
     loop.compaction_threshold = 0.5
-    async with db, roles:
+    async with db, roles, loop.bus:
         session = await Session.open(
             db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now()
         )
@@ -266,7 +266,10 @@ async def test_trunk_keeps_a_message_queued_through_an_outage_and_tells_it_once(
             roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
         )
         frames: list[dict[str, Any]] = []
-        async with Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01) as trunk:
+        async with (
+            loop.bus,
+            Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01) as trunk,
+        ):
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 with anyio.fail_after(10):
@@ -299,9 +302,12 @@ async def test_the_backoff_follows_the_outage_attempts_that_status_shows(tmp_pat
         loop = AgentLoop(
             roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter()
         )
-        async with Trunk(
-            home=home, db=db, loop=loop, clock=clock, retry_base_s=2.0, retry_max_s=10.0
-        ) as trunk:
+        async with (
+            loop.bus,
+            Trunk(
+                home=home, db=db, loop=loop, clock=clock, retry_base_s=2.0, retry_max_s=10.0
+            ) as trunk,
+        ):
             delays = [trunk._model_unreachable("down") for _ in range(4)]
             assert delays == [2.0, 4.0, 8.0, 10.0]
             waiting = trunk.waiting_for_model
@@ -327,9 +333,12 @@ async def test_every_listener_on_a_queued_turn_hears_of_the_outage_and_is_answer
             roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
         )
         frames: list[dict[str, Any]] = []
-        async with Trunk(
-            home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01, retry_max_s=0.01
-        ) as trunk:
+        async with (
+            loop.bus,
+            Trunk(
+                home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01, retry_max_s=0.01
+            ) as trunk,
+        ):
             # Queued behind the first before the model is known to be down: told when it is.
             a = await trunk.submit("first", observer=lambda e: frames.append(turn_frame(e)))
             b = await trunk.submit("second", observer=lambda e: frames.append(turn_frame(e)))
@@ -398,7 +407,7 @@ async def test_cancel_stops_a_running_turn(tmp_path: Path) -> None:
             roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
         )
         frames: list[dict[str, Any]] = []
-        async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
+        async with loop.bus, Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 with anyio.fail_after(10):
@@ -473,7 +482,10 @@ async def test_a_reply_that_breaks_after_a_tool_step_resumes_without_running_the
         static_context(bus)
         loop = AgentLoop(roles=roles, tools=tools, bus=bus, clock=clock, counter=TokenCounter())
         frames: list[dict[str, Any]] = []
-        async with Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01) as trunk:
+        async with (
+            loop.bus,
+            Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01) as trunk,
+        ):
             async with anyio.create_task_group() as tg:
                 await tg.start(trunk.serve)
                 with anyio.fail_after(10):
@@ -578,7 +590,7 @@ async def test_a_full_disk_refuses_new_messages_only_while_a_kept_one_waits(tmp_
         loop = AgentLoop(
             roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter()
         )
-        async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
+        async with loop.bus, Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
             kept = await trunk.submit("call the plumber")
             trunk._storage_refused("No space left on device")
             refusal = trunk.refusal()

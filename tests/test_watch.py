@@ -95,7 +95,7 @@ async def test_matrix_and_topic_edits_apply_on_the_next_turn(home: Home) -> None
     _, router, assembler, bus, watcher = parts(home)
     reloads = Reloads(bus)
     assert router.select("system_prompt", "tomatoes in the garden") == []
-    async with anyio.create_task_group() as tg:
+    async with bus, anyio.create_task_group() as tg:
         with anyio.fail_after(10):
             await tg.start(watcher.run)
         home.matrix_file.write_text(
@@ -119,7 +119,7 @@ async def test_broken_matrix_keeps_last_good_and_says_why(home: Home) -> None:
     _, router, _, bus, watcher = parts(home)
     reloads = Reloads(bus)
     router.reload()
-    async with anyio.create_task_group() as tg:
+    async with bus, anyio.create_task_group() as tg:
         with anyio.fail_after(10):
             await tg.start(watcher.run)
         home.matrix_file.write_text('---\n{"topics": [\n---\n')
@@ -144,7 +144,7 @@ async def test_broken_persona_edit_keeps_last_good_and_is_reported(home: Home) -
     soul.write_text("# Soul\n\nI am steady.\n")
     with anyio.fail_after(10):
         await assembler.assemble("hi")
-    async with anyio.create_task_group() as tg:
+    async with bus, anyio.create_task_group() as tg:
         with anyio.fail_after(10):
             await tg.start(watcher.run)
         soul.write_bytes(b"# Soul\n\n\xff\xfe half-saved")
@@ -167,7 +167,7 @@ async def test_broken_persona_edit_keeps_last_good_and_is_reported(home: Home) -
 async def test_unrelated_files_are_ignored_and_cancel_is_prompt(home: Home) -> None:
     _, _, _, bus, watcher = parts(home)
     reloads = Reloads(bus)
-    async with anyio.create_task_group() as tg:
+    async with bus, anyio.create_task_group() as tg:
         with anyio.fail_after(10):
             await tg.start(watcher.run)
         (home.root / "reverie.db-wal").write_bytes(b"x")

@@ -18,7 +18,7 @@ from daemon.agent.trunk import Trunk
 from daemon.agent.turns import Delta, ToolPhase, TurnDone, TurnEvent, TurnFailed, TurnObserver
 from daemon.chat import protocol
 from daemon.chat.protocol import ErrorCode
-from daemon.lifecycle import StateChange
+from daemon.events import MessageAccepted, StateChanged
 from daemon.log import get_logger
 from daemon.store.errors import storage_failure
 
@@ -82,9 +82,9 @@ def turn_frame(event: TurnEvent) -> dict[str, Any]:
     raise TypeError(f"not a turn event: {event!r}")
 
 
-def state_frame(change: StateChange, *, phase: str | None = None) -> dict[str, Any]:
+def state_frame(change: StateChanged) -> dict[str, Any]:
     return protocol.state(
-        change.state.value, previous=change.previous.value, detail=change.detail, phase=phase
+        str(change.state), previous=str(change.previous), detail=change.detail, phase=change.phase
     )
 
 
@@ -98,8 +98,6 @@ class ChatGateway:
         self._state = state
         self._session_id = session_id
         self.commands: dict[str, Command] = {}
-        # Called after each accepted message (the sleep cycle wakes early on one).
-        self.on_message: list[Callable[[], None]] = []
         self._client_observers: dict[str, TurnObserver] = {}
         # Turns each client is still waiting on, so a half-closed client gets its replies.
         self._outstanding: dict[str, set[str]] = {}
@@ -180,8 +178,9 @@ class ChatGateway:
             client.send(protocol.accepted(turn_id=accepted.turn_id, id=cid, queued=accepted.queued))
             # While the model is down the person hears so now, not after the outage ends.
             self.trunk.tell_if_waiting(accepted.turn_id)
-            for hook in self.on_message:
-                hook()
+            await self.trunk.loop.bus.publish(
+                MessageAccepted(turn_id=accepted.turn_id, queued=accepted.queued)
+            )
         elif kind == "cancel":
             turn_id = _get(frame, "turn_id")
             if not await self.trunk.cancel(turn_id):

@@ -21,13 +21,12 @@ always answered in the new session.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from daemon.agent.inbox import Inbox, InboxEntry
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
@@ -35,7 +34,7 @@ from daemon.agent.session import Session, new_session_id
 from daemon.agent.turns import TurnDone, TurnEvent, TurnFailed, TurnObserver, ignore
 from daemon.chat.protocol import ErrorCode
 from daemon.clock import Clock
-from daemon.events import SessionBeforeSwitch, SessionShutdown
+from daemon.events import SessionBeforeSwitch, SessionShutdown, TurnFinished
 from daemon.log import get_logger
 from daemon.models.base import ModelError, ModelUnavailable, SpendCapReached
 from daemon.paths import Home
@@ -137,7 +136,6 @@ class Trunk:
         turn_timeout_s: float = 600.0,
         retry_base_s: float = 5.0,
         retry_max_s: float = 300.0,
-        after_turn: list[Callable[[str], Awaitable[Any]]] | None = None,
     ) -> None:
         self.home = home
         self.db = db
@@ -146,7 +144,6 @@ class Trunk:
         self.turn_timeout_s = turn_timeout_s
         self.retry_base_s = retry_base_s
         self.retry_max_s = retry_max_s
-        self.after_turn = after_turn if after_turn is not None else []
         self.inbox = Inbox(home.inbox_file, clock)
         self.session: Session | None = None
         self._observers: dict[str, TurnObserver] = {}
@@ -162,7 +159,6 @@ class Trunk:
         self._released.set()
         self._switch_lock = anyio.Lock()
         self._last_veto = ""
-        self._background: TaskGroup | None = None
         # Set while the model stays unreachable; cleared by the next turn that reaches it.
         self.waiting_for_model: WaitingForModel | None = None
         # Turns whose listener has been told about the current outage (told once each).
@@ -249,7 +245,11 @@ class Trunk:
     # -- ending a session --------------------------------------------------------------------
 
     async def shutdown(self, reason: str) -> None:
-        """Fire `session_shutdown` for the current session once (shielded; handlers bounded)."""
+        """Fire `session_shutdown` for the current session once (shielded; handlers bounded).
+
+        With `reason="shutdown"` (the daemon stopping) this returns once every handler has
+        finished or timed out; otherwise the bus delivers it without holding the caller.
+        """
         if self.session is None:
             return
         await self._end_session(self.session, reason)
@@ -265,10 +265,13 @@ class Trunk:
                     "UPDATE sessions SET ended_at = ? WHERE id = ?",
                     (self.clock.now().isoformat(), session.id),
                 )
+            # The daemon's last one is awaited: its handlers (the journal's entry, memory's
+            # summary) finish before the process exits. A switch's runs beside the new session.
             await self.loop.bus.publish(
                 SessionShutdown(
                     session_id=session.id, transcript_path=str(session.path), reason=reason
-                )
+                ),
+                wait=reason == "shutdown",
             )
 
     # -- hold, release, switch ---------------------------------------------------------------
@@ -587,44 +590,33 @@ class Trunk:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Answer inbox messages forever. Cancellation stops after the current turn's cleanup.
 
-        After-turn work (indexing the turn for memory) runs beside the next turn, in this
-        service's own task group, so a message sent right after a reply does not wait for it.
+        Each answered turn is published as `TurnFinished`; the bus delivers it beside the next
+        turn (indexing it for memory), so a message sent right after a reply does not wait.
         """
-        async with anyio.create_task_group() as background:
-            self._background = background
-            task_status.started()
-            while True:
-                entry = await self.inbox.next()
-                if self._holds:
-                    # Checked with no await since the head was taken: a hold is never overtaken.
-                    await self._released.wait()
-                    continue
-                kept = await self._answer(entry)
-                if kept is None:
-                    continue
-                # The backoff follows the outage's own attempt count, so a turn cancelled during
-                # it does not restart the doubling while status still counts on.
-                if kept.storage:
-                    delay = self._storage_refused(kept.reason)
-                else:
-                    delay = self._model_unreachable(kept.reason)
-                log.warning(
-                    "turn kept for a retry",
-                    turn_id=entry.id,
-                    reason=kept.reason,
-                    storage=kept.storage,
-                    retry_in_s=delay,
-                )
-                await self._wait_to_retry(delay)
-
-    async def _after_turn(self, session_id: str) -> None:
-        for hook in self.after_turn:
-            try:
-                await hook(session_id)
-            except anyio.get_cancelled_exc_class():
-                raise
-            except Exception as exc:
-                log.warning("after-turn hook failed", error=repr(exc))
+        task_status.started()
+        while True:
+            entry = await self.inbox.next()
+            if self._holds:
+                # Checked with no await since the head was taken: a hold is never overtaken.
+                await self._released.wait()
+                continue
+            kept = await self._answer(entry)
+            if kept is None:
+                continue
+            # The backoff follows the outage's own attempt count, so a turn cancelled during
+            # it does not restart the doubling while status still counts on.
+            if kept.storage:
+                delay = self._storage_refused(kept.reason)
+            else:
+                delay = self._model_unreachable(kept.reason)
+            log.warning(
+                "turn kept for a retry",
+                turn_id=entry.id,
+                reason=kept.reason,
+                storage=kept.storage,
+                retry_in_s=delay,
+            )
+            await self._wait_to_retry(delay)
 
     async def _answer(self, entry: InboxEntry) -> Kept | None:
         """Run one queued message; return why, when it must stay queued and be tried again.
@@ -754,10 +746,16 @@ class Trunk:
                         json.dumps(result.report),
                     ),
                 )
-        if self._background is not None:
-            self._background.start_soon(self._after_turn, session.id)
-        else:
-            await self._after_turn(session.id)
+        # Delivered beside the next turn, so a message sent right after a reply does not wait.
+        await self.loop.bus.publish(
+            TurnFinished(
+                session_id=session.id,
+                turn_id=entry.id,
+                stop_reason=result.stop_reason,
+                context_tokens=result.context_tokens,
+                vetoed=bool(result.vetoed),
+            )
+        )
         return None
 
     async def _finish(self, entry: InboxEntry, status: str) -> None:

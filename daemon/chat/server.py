@@ -151,6 +151,22 @@ class ClientHandle:
         if self._scope is not None:
             self._scope.cancel()
 
+    async def _flush_on_stop(self, stream: UnixConnection, unsent: bytes) -> None:
+        """The server is stopping: what was queued before (the `stopping` frame) still goes out.
+
+        A dropped client's frames are discarded instead; a peer that does not read costs at
+        most `FLUSH_TIMEOUT_S`.
+        """
+        with anyio.CancelScope(shield=True), anyio.move_on_after(FLUSH_TIMEOUT_S):
+            if unsent:
+                await stream.send(unsent)
+            while True:
+                try:
+                    data = self._inbox.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    return
+                await stream.send(self._batch(data))
+
     def _batch(self, first: bytes) -> bytes:
         """Join frames already waiting, so a burst of deltas costs one system call."""
         parts = [first]
@@ -167,8 +183,18 @@ class ClientHandle:
     async def _write_loop(self, stream: UnixConnection) -> None:
         try:
             async with self._inbox:
-                async for data in self._inbox:
-                    await stream.send(self._batch(data))
+                batch = b""
+                try:
+                    async for data in self._inbox:
+                        batch = self._batch(data)
+                        # Cancelled here, nothing of the batch went out and all of it may still.
+                        await anyio.lowlevel.checkpoint_if_cancelled()
+                        unsent, batch = batch, b""
+                        await stream.send(unsent)
+                except anyio.get_cancelled_exc_class():
+                    if not self.closed:
+                        await self._flush_on_stop(stream, batch)
+                    raise
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             # The peer vanished; the reader notices too, and the connection winds down.
             self.closed = True

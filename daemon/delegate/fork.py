@@ -18,7 +18,6 @@ reported to its parent turn's next `delegate` call.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from daemon.clock import Clock
 from daemon.delegate.brief import ForkOutcome, brief_prompt, partial_output
 from daemon.delegate.lineage import ForkLineage, ForkRow
 from daemon.delegate.tools import Completion, delegate_tool, task_complete_tool
-from daemon.events import BeforeFork, JournalNote, SessionShutdown
+from daemon.events import BeforeFork, ForkFinished, ForkNote, JournalNote, SessionShutdown
 from daemon.log import get_logger
 from daemon.models.base import ModelError, Usage
 from daemon.models.roles import ModelRoles
@@ -129,7 +128,6 @@ class Delegator:
         counter: TokenCounter,
         settings: Settings,
         base_tools: ToolRegistry,
-        after_fork: list[Callable[[str], Awaitable[Any]]] | None = None,
     ) -> None:
         self.home = home
         self.db = db
@@ -140,7 +138,6 @@ class Delegator:
         self.settings = settings
         self.cfg = settings.delegate
         self.base_tools = base_tools
-        self.after_fork = after_fork if after_fork is not None else []
         self.lineage = ForkLineage(db)
         self._running: dict[str, ForkRun] = {}
         self.forks_started = 0
@@ -269,13 +266,14 @@ class Delegator:
             started_at=now,
         )
         try:
-            veto = await self.bus.emit_gate(event)
+            gathered = await self.bus.gather(event)
         except HookFailed as exc:
             await self.lineage.start(**common, status="failed")  # type: ignore[arg-type]
             await self.lineage.finish(
                 fork_id, status="failed", ended_at=now, stop_reason=str(exc)[:500]
             )
             raise ToolError(f"the fork was not started: {exc}") from None
+        veto = gathered.veto
         if veto is not None:
             await self.lineage.start(**common, status="vetoed")  # type: ignore[arg-type]
             await self.lineage.finish(
@@ -307,7 +305,11 @@ class Delegator:
             context=context,
             depth=depth,
             max_depth=self.cfg.max_depth,
-            additions=event.brief.additions,
+            additions=[
+                (note.source or handler, note.text.strip())
+                for handler, note in gathered.of(ForkNote)
+                if note.text.strip()
+            ],
         )
         try:
             outcome = await self._run(run, ctx, prompt, exclude=(*ancestors, *others))
@@ -552,14 +554,14 @@ class Delegator:
         await self.db.execute(
             "UPDATE sessions SET ended_at = ? WHERE id = ?", (now.isoformat(), run.id)
         )
-        # Shielded by the caller: bounded, and shorter when the fork was cancelled (shutdown).
-        budget = 2.0 if outcome.status == "cancelled" else 10.0
-        for hook in self.after_fork:
-            try:
-                with anyio.fail_after(budget):
-                    await hook(run.id)
-            except Exception as exc:
-                log.warning("after-fork hook failed", fork_id=run.id, error=repr(exc))
+        await self.bus.publish(
+            ForkFinished(
+                fork_session_id=run.id,
+                parent_session_id=ctx.session_id,
+                status=outcome.status,
+                depth=run.depth,
+            )
+        )
         # The fork's own summary (tagged as a fork by its session kind) is written from here.
         await self.bus.publish(
             SessionShutdown(

@@ -4,11 +4,12 @@
 the bus. It writes an entry for a trunk session when:
 
 - the heartbeat job ticks (`heartbeat`, every `journal.heartbeat_minutes`),
-- the trunk's context crosses the compaction mark (`compaction_approaching`; written in the
-  background so the turn that crossed it is not delayed),
+- the trunk's context crosses the compaction mark (`compaction_approaching`; the bus
+  delivers it beside the turn that crossed it, which does not wait),
 - a sleep cycle starts (`sleep_started`; the cycle awaits it, so the entry comes first),
-- a session ends (`session_shutdown`; at daemon shutdown the model gets
-  `journal.shutdown_model_s`, then the extractive entry is written instead),
+- a session ends (`session_shutdown`; the model gets `journal.shutdown_model_s`, then the
+  extractive entry is written instead; at daemon shutdown the trunk awaits it, after a
+  switch it runs beside the new session),
 
 but only when the session's transcript grew past the journal's cursor with a message or a
 tool call: an idle daemon writes nothing and calls no model. Only trunk sessions are
@@ -34,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 
 from daemon.bus import EventBus
 from daemon.clock import Clock
@@ -139,10 +139,6 @@ class JournalHeartbeat:
         self._lock = anyio.Lock()
         self._day_counts: dict[date, int] = {}
         self._cap_logged: set[date] = set()
-        self._tg: TaskGroup | None = None
-        self._pending = 0
-        self._drained = anyio.Event()
-        self._drained.set()
         self._undo: list[Callable[[], None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -150,23 +146,13 @@ class JournalHeartbeat:
     async def __aenter__(self) -> JournalHeartbeat:
         await self._repair_cursors()
         self.last_entry = await anyio.to_thread.run_sync(self.store.last)
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        """Unregister, give background entries the shutdown budget, then cancel what is left."""
+        """Unregister from the bus (entries it is still delivering are bounded by their hook's timeout)."""
         for undo in self._undo:
             undo()
         self._undo.clear()
-        tg, self._tg = self._tg, None
-        if tg is None:
-            return
-        # Entries in the background may finish (a shutdown entry's model deadline bounds it).
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.cfg.shutdown_model_s + 1.0):
-            await self._drained.wait()
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
 
     def register(self, bus: EventBus) -> None:
         """Subscribe to the heartbeat, the lifecycle seams and `journal_note`."""
@@ -174,7 +160,11 @@ class JournalHeartbeat:
         self._undo += [
             bus.on(Heartbeat, self._on_heartbeat, name="journal.heartbeat", priority=500),
             bus.on(
-                CompactionApproaching, self._on_compaction, name="journal.compaction", priority=500
+                CompactionApproaching,
+                self._on_compaction,
+                name="journal.compaction",
+                priority=500,
+                timeout_s=_TICK_MODEL_S + 2.0,
             ),
             bus.on(
                 SleepStarted,
@@ -198,47 +188,14 @@ class JournalHeartbeat:
     async def _on_heartbeat(self, event: Heartbeat) -> None:
         await self.tick()
 
-    def _on_compaction(self, event: CompactionApproaching) -> None:
-        self._background(event.session_id, "compaction")
+    async def _on_compaction(self, event: CompactionApproaching) -> None:
+        await self.record(event.session_id, "compaction", deadline_s=_TICK_MODEL_S)
 
     async def _on_sleep(self, event: SleepStarted) -> None:
         await self.record(event.session_id, "sleep", deadline_s=self.cfg.shutdown_model_s)
 
     async def _on_shutdown(self, event: SessionShutdown) -> None:
-        if event.reason == "shutdown":
-            await self.record(event.session_id, "shutdown", deadline_s=self.cfg.shutdown_model_s)
-        else:  # a session switch: the new session is already answering; do not hold it up
-            self._background(event.session_id, "shutdown")
-
-    def _background(self, session_id: str, trigger: str) -> None:
-        if self._tg is None:
-            return
-        self._pending += 1
-        if self._pending == 1:
-            self._drained = anyio.Event()
-        self._tg.start_soon(self._record_quietly, session_id, trigger, name=f"journal-{trigger}")
-
-    async def _record_quietly(self, session_id: str, trigger: str) -> None:
-        try:
-            await self.record(
-                session_id,
-                trigger,
-                deadline_s=self.cfg.shutdown_model_s if trigger == "shutdown" else None,
-            )
-        except anyio.get_cancelled_exc_class():
-            raise
-        except Exception as exc:
-            log.error(
-                "journal entry failed",
-                session=session_id,
-                trigger=trigger,
-                error=repr(exc),
-                exc_info=True,
-            )
-        finally:
-            self._pending -= 1
-            if self._pending == 0:
-                self._drained.set()
+        await self.record(event.session_id, "shutdown", deadline_s=self.cfg.shutdown_model_s)
 
     # -- the heartbeat -----------------------------------------------------------------------
 

@@ -41,8 +41,10 @@ from daemon.events import (
     BeforeAgentStart,
     CompactionApproaching,
     JournalNote,
+    MessageAccepted,
     SleepFinished,
     SleepStarted,
+    TurnFinished,
     Woke,
 )
 from daemon.lifecycle import DaemonState, Lifecycle
@@ -184,9 +186,12 @@ class SleepCycle:
         self._release()
 
     def register(self, bus: EventBus) -> None:
-        """The wind-down on `compaction_approaching`; the notes appended after the assembled context."""
+        """The wind-down on `compaction_approaching` and `turn_finished`; an early wake on
+        `message_accepted`; the notes appended after the assembled context."""
         self._unsubscribe += [
             bus.on(CompactionApproaching, self.wind_down.on_compaction, name="sleep.wind_down"),
+            bus.on(TurnFinished, self.wind_down.on_turn_finished, name="sleep.wind_down_turn_end"),
+            bus.on(MessageAccepted, self.message_arrived, name="sleep.wake_early"),
             bus.on(
                 BeforeAgentStart,
                 self.wind_down.on_before_agent_start,
@@ -309,7 +314,7 @@ class SleepCycle:
             if self.running is None:
                 self._move(DaemonState.AWAKE, f"wind-down called off: {exc}")
 
-    def message_arrived(self) -> None:
+    def message_arrived(self, event: MessageAccepted) -> None:
         """A person's message was accepted: once the trunk is held, it wakes the agent early.
 
         A message accepted before the cycle asked for the hold (during the wind-down's first

@@ -20,19 +20,23 @@ nothing), none calling a model:
   append-only `retract` event, with a reason, so `FactStore.restore` undoes it; a restored
   fact is never retired again.
 - **compact**: the WAL is checkpointed; `VACUUM` runs only when enough pages are free.
+
+Between retire and compact, other systems do their upkeep on `sleep_housekeeping` (fork
+transcript retention): each handler returns one line of what it changed ("" when nothing),
+is safe to run again after a crash, and a failing one is logged without failing the phase.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
 
+from daemon.events import SleepHousekeeping
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.memory.facts import Fact, local_timezone
@@ -72,25 +76,18 @@ class Importance:
     why: tuple[str, ...]
 
 
-# One line saying what it changed ("" when nothing); safe to run again after a crash.
-Housekeeping = Callable[[PhaseContext], Awaitable[str]]
-
-
 class MaintenancePhase:
     """Fold, pin, retire, compact (see the module docstring); optional, no model calls."""
 
     name = "maintenance"
     optional = True
 
-    def __init__(self, housekeeping: Sequence[Housekeeping] = ()) -> None:
-        # Other systems' upkeep run in this phase (the app wires fork transcript retention).
-        self.housekeeping = list(housekeeping)
-
     async def run(self, ctx: PhaseContext) -> PhaseReport:
         folded = await fold_months(ctx)
         retired = await retire_stale(ctx)
         pinned = await pin_facts(ctx)
-        kept = [await step(ctx) for step in self.housekeeping]
+        upkeep = await ctx.bus.gather(SleepHousekeeping(cycle_id=ctx.cycle_id, at=ctx.clock.now()))
+        kept = [line for _handler, line in upkeep.of(str)]
         compacted = await compact(ctx)
         parts = []
         if folded["sources"]:

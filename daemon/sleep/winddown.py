@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daemon.events import BeforeAgentStart, CompactionApproaching
+from daemon.events import BeforeAgentStart, CompactionApproaching, TurnFinished
 from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import get_logger
 from daemon.models.base import SystemBlock
@@ -97,21 +97,15 @@ class WindDown:
         percent = round(p.fraction * 100)
         event.context.system_blocks.append(SystemBlock(text=TIRED_NOTE.format(percent=percent)))
 
-    async def after_turn(self, session_id: str) -> None:
-        """The trunk's after-turn hook: start the cycle when the noted turn ended well, or anyway past the limits."""
+    async def on_turn_finished(self, event: TurnFinished) -> None:
+        """On `turn_finished`: start the cycle when the noted turn ended well, or anyway past the limits."""
         p = self.pending
-        result = self.trunk.last_result
-        if (
-            p is None
-            or session_id != p.session_id
-            or result is None
-            or result.turn_id not in p.noted
-        ):
+        if p is None or event.session_id != p.session_id or event.turn_id not in p.noted:
             return
         p.turns += 1
         window = self.trunk.loop.context_window
-        fraction = result.context_tokens / window if window else 0.0
-        finished = result.stop_reason == "end_turn"
+        fraction = event.context_tokens / window if window else 0.0
+        finished = event.stop_reason == "end_turn"
         if (
             finished
             or fraction >= self.settings.sleep.hard_threshold
@@ -119,8 +113,8 @@ class WindDown:
         ):
             log.info(
                 "wind-down: starting the sleep cycle at the end of the turn",
-                turn_id=result.turn_id,
-                stop_reason=result.stop_reason,
+                turn_id=event.turn_id,
+                stop_reason=event.stop_reason,
                 fraction=round(fraction, 4),
                 turns_since_note=p.turns,
             )
