@@ -87,7 +87,11 @@ def test_a_broken_stream_keeps_the_daemon_up_and_the_message_is_answered_once(
             # The person hears the message is kept, not that it failed.
             assert sent.returncode == 1, (sent.stdout, sent.stderr)
             assert "model_unavailable" in sent.stderr and "saved" in sent.stderr, sent.stderr
-            wait_until(lambda: _answered(d.home), 20, f"{what}: the kept message answered")
+            wait_until(
+                lambda: _answered(d.home) and not _inbox_pending(d.home),
+                20,
+                f"{what}: the kept message answered",
+            )
             assert list(_answered(d.home).values()) == [1]
             assert not _inbox_pending(d.home)
             assert not [e for e in _turn_ends(d.home) if e.get("status") == "failed"]
@@ -113,7 +117,11 @@ def test_a_hung_api_past_the_turn_timeout_keeps_the_message_until_it_answers(
             )
             assert sent.returncode == 1, (sent.stdout, sent.stderr)
             assert "saved" in sent.stderr, sent.stderr
-            wait_until(lambda: _answered(d.home), 20, "the kept message answered")
+            wait_until(
+                lambda: _answered(d.home) and not _inbox_pending(d.home),
+                20,
+                "the kept message answered",
+            )
             assert list(_answered(d.home).values()) == [1]
             assert not _inbox_pending(d.home)
             assert d.proc is not None and d.proc.poll() is None
@@ -136,7 +144,11 @@ def test_a_stream_that_is_not_json_at_start_up_does_not_crash_loop(tmp_path: Pat
             status = run_cli("--home", str(d.home), "status", "--json", env=d.env)
             assert status.returncode == 0, status.stderr
             fake.outage(None)
-            wait_until(lambda: _answered(d.home), 20, "answered once the API heals")
+            wait_until(
+                lambda: _answered(d.home) and not _inbox_pending(d.home),
+                20,
+                "answered once the API heals",
+            )
             assert list(_answered(d.home).values()) == [1]
         finally:
             d.stop()
@@ -217,7 +229,11 @@ def test_a_full_disk_keeps_the_daemon_up_refuses_new_work_and_answers_the_kept_m
                 assert "Traceback" not in d.logs().split(said[0])[-1]
                 filler.unlink()
                 d.start()
-                wait_until(lambda: len(_answered(home)) >= 2, 20, "the kept message answered")
+                wait_until(
+                    lambda: len(_answered(home)) >= 2 and not _inbox_pending(home),
+                    20,
+                    "the kept message answered",
+                )
                 answered = _answered(home)
                 assert sorted(answered.values()) == [1, 1], answered
                 assert not _inbox_pending(home)
