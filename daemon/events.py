@@ -10,6 +10,7 @@ hook says it does (`HookSpec.wait`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,9 +26,13 @@ class Event:
     """Base class of all events."""
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Contribution:
-    """A piece of context a handler adds to a named layer of the system prompt."""
+    """What a `before_agent_start` handler returns to add a piece to a named layer of the prompt.
+
+    The composer (the context assembler) merges every contribution of the turn into its
+    layers, ordered by `priority`, then by the order the handlers ran.
+    """
 
     layer: str
     text: str
@@ -37,26 +42,43 @@ class Contribution:
     priority: int = 100
 
 
-@dataclass(kw_only=True)
-class TurnContext:
-    """What `before_agent_start` handlers build together for one turn.
+@dataclass(frozen=True, kw_only=True)
+class SystemNote:
+    """What a `before_agent_start` handler returns to add a block after the composed prompt."""
 
-    Handlers append `contributions`; the context assembler (itself a handler) turns them and
-    its own layers into `system_blocks`, and records the per-layer breakdown in `report`.
+    text: str
+    cache_breakpoint: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnContext:
+    """One turn's composed system prompt: its blocks, the per-layer report, the active topics."""
+
+    system_blocks: tuple[Any, ...]
+    report: Mapping[str, Any] = field(default_factory=dict)
+    active_topics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Composer:
+    """What the one composing `before_agent_start` handler returns (the context assembler).
+
+    The handler does its slow work (memory, recall, files) under the hook's timeout and
+    returns this; once every handler has run, the agent loop calls `compose` with all the
+    turn's `Contribution`s (so a contribution counts whichever handler ran first).
+    `compose` is pure and quick; an exception from it fails the turn.
     """
 
-    contributions: list[Contribution] = field(default_factory=list)
-    system_blocks: list[Any] = field(default_factory=list)
-    report: dict[str, Any] = field(default_factory=dict)
-    active_topics: list[str] = field(default_factory=list)
-
-    def contribute(self, layer: str, text: str, **kwargs: Any) -> None:
-        self.contributions.append(Contribution(layer=layer, text=text, **kwargs))
+    compose: Callable[[tuple[Contribution, ...]], TurnContext]
 
 
 @dataclass(frozen=True, kw_only=True)
 class BeforeAgentStart(Event):
-    """A turn is about to reach the model (gate: contribute context, or veto the turn)."""
+    """A turn is about to reach the model (gate: may veto, or return what it adds to the context).
+
+    A handler returns a `Contribution` (a piece of a layer), a `SystemNote` (a block after
+    the prompt) or — the context assembler alone — the `Composer` that builds the prompt.
+    """
 
     session_id: str
     turn_id: str
@@ -69,7 +91,6 @@ class BeforeAgentStart(Event):
     # Sessions whose memories must not enter this turn's context (a fork's ancestors and the
     # forks running beside it: a fork sees its brief, never the trunk's live conversation).
     exclude_sessions: tuple[str, ...] = ()
-    context: TurnContext = field(default_factory=TurnContext)
 
 
 @dataclass(frozen=True, kw_only=True)

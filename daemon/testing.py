@@ -121,10 +121,9 @@ def static_context(bus: Any, text: str = "You are a test agent.") -> Any:
     For tests of the loop, trunk and forks without the whole context assembler; returns the
     unsubscribe function.
     """
-    from daemon.events import BeforeAgentStart
-    from daemon.models.base import SystemBlock
+    from daemon.events import BeforeAgentStart, SystemNote
 
-    def provide(event: BeforeAgentStart) -> None:
-        event.context.system_blocks.append(SystemBlock(text=text, cache_breakpoint=True))
+    def provide(event: BeforeAgentStart) -> SystemNote:
+        return SystemNote(text=text, cache_breakpoint=True)
 
     return bus.on(BeforeAgentStart, provide, name="testing.static_context", required=True)

@@ -9,10 +9,12 @@ from daemon.bus import BusNotRunning, EventBus, Veto
 from daemon.events import (
     BeforeAgentStart,
     BeforeFork,
+    Contribution,
     ForkNote,
     Heartbeat,
     SessionShutdown,
     SleepStarted,
+    SystemNote,
 )
 
 pytestmark = pytest.mark.anyio
@@ -40,12 +42,18 @@ async def test_gate_runs_in_priority_order_and_stops_at_veto() -> None:
     assert result is not None and result.reason == "no" and result.by == "veto"
 
 
-async def test_gate_handlers_contribute_context() -> None:
+async def test_gate_handlers_contribute_context_by_returning_it() -> None:
     bus = EventBus()
-    bus.on(BeforeAgentStart, lambda e: e.context.contribute("recall", "a memory", origin="person"))
-    event = BeforeAgentStart(session_id="s", turn_id="t", prompt="hi")
-    assert await bus.emit_gate(event) is None
-    assert [c.text for c in event.context.contributions] == ["a memory"]
+    bus.on(
+        BeforeAgentStart,
+        lambda e: Contribution(layer="recall", text="a memory", origin="person"),
+        name="recall",
+    )
+    bus.on(BeforeAgentStart, lambda e: SystemNote(text="a note"), name="note")
+    gathered = await bus.gather(BeforeAgentStart(session_id="s", turn_id="t", prompt="hi"))
+    assert gathered.veto is None
+    assert [(h, c.text) for h, c in gathered.of(Contribution)] == [("recall", "a memory")]
+    assert [(h, n.text) for h, n in gathered.of(SystemNote)] == [("note", "a note")]
 
 
 async def test_a_slow_observer_never_delays_the_publisher() -> None:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from daemon.agent.loop import compose_context
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import (
@@ -496,36 +497,51 @@ async def test_persona_edits_apply_next_turn_and_broken_edits_keep_last_good(
 
 
 @pytest.mark.anyio
-async def test_registered_handler_fills_the_turn_context(tmp_path: Path) -> None:
+async def test_registered_handler_composes_the_turn_context_from_returned_contributions(
+    tmp_path: Path,
+) -> None:
     home = build_home(tmp_path / "home")
     assembler = make(home)
     bus = EventBus()
     assembler.register(bus)
     bus.on(
         BeforeAgentStart,
-        lambda e: e.context.contribute(
-            "recall", "Calendar: bake sale on Saturday.", origin="tool", source="calendar"
+        lambda e: Contribution(
+            layer="recall",
+            text="Calendar: bake sale on Saturday.",
+            origin="tool",
+            source="calendar",
         ),
         priority=100,
         name="calendar",
     )
-    assert bus.handlers(BeforeAgentStart) == ["calendar", "context.assemble"]
+    # A contribution counts whichever handler ran first: this one runs after the assembler.
+    bus.on(
+        BeforeAgentStart,
+        lambda e: Contribution(layer="journal", text="Late note: oven fixed.", source="late"),
+        priority=990,
+        name="late",
+    )
+    assert bus.handlers(BeforeAgentStart) == ["calendar", "context.assemble", "late"]
     event = BeforeAgentStart(session_id="s9", turn_id="t1", prompt=PROMPT, previous_reply=REPLY)
     with anyio.fail_after(10):
-        assert await bus.emit_gate(event) is None
-    assert event.context.system_blocks and event.context.system_blocks[-1].text
-    assert "Calendar: bake sale on Saturday." in "\n".join(
-        b.text for b in event.context.system_blocks
-    )
-    assert event.context.active_topics == ["debugging", "baking"]
-    assert event.context.report["total_tokens"] > 0
-    assert event.context.report["timings_ms"]["assemble_ms"] > 0
-    assert [row["name"] for row in event.context.report["layers"]] == list(LAYER_ORDER)
+        gathered = await bus.gather(event)
+    assert gathered.veto is None
+    context = compose_context(gathered)
+    assert context.system_blocks and context.system_blocks[-1].text
+    prompt_text = "\n".join(b.text for b in context.system_blocks)
+    assert "Calendar: bake sale on Saturday." in prompt_text
+    assert "Late note: oven fixed." in prompt_text
+    assert context.active_topics == ("debugging", "baking")
+    assert context.report["total_tokens"] > 0
+    assert context.report["timings_ms"]["assemble_ms"] > 0
+    assert [row["name"] for row in context.report["layers"]] == list(LAYER_ORDER)
     # The next turn in the same session keeps the topics a little longer.
     event2 = BeforeAgentStart(session_id="s9", turn_id="t2", prompt="ok, what next?")
     with anyio.fail_after(10):
-        await bus.emit_gate(event2)
-    assert event2.context.active_topics == ["debugging", "baking"]
+        context2 = compose_context(await bus.gather(event2))
+    assert context2.active_topics == ("debugging", "baking")
+    assert "Calendar: bake sale on Saturday." in "\n".join(b.text for b in context2.system_blocks)
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,10 @@ from daemon.agent.trunk import Trunk
 from daemon.bus import EventBus, Veto
 from daemon.clock import FakeClock
 from daemon.durable import append_lines, read_jsonl
-from daemon.events import BeforeAgentStart, CompactionApproaching, SessionShutdown
+from daemon.events import BeforeAgentStart, CompactionApproaching, SessionShutdown, SystemNote
 from daemon.models.base import (
     ModelRequest,
     ModelUnavailable,
-    SystemBlock,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -178,11 +177,10 @@ async def test_loop_runs_tools_and_history_replays_them(tmp_path: Path) -> None:
 async def test_context_from_gate_handlers_reaches_the_model_and_veto_stops(tmp_path: Path) -> None:
     bus = EventBus()
 
-    def contribute(event: BeforeAgentStart) -> Veto | None:
+    def contribute(event: BeforeAgentStart) -> Veto | SystemNote:
         if "forbidden" in event.prompt:
             return Veto(reason="not today")
-        event.context.system_blocks.append(SystemBlock(text="PERSONA", cache_breakpoint=True))
-        return None
+        return SystemNote(text="PERSONA", cache_breakpoint=True)
 
     bus.on(BeforeAgentStart, contribute)
     model = ScriptedModel(script=["hi"])

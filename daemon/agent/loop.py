@@ -22,9 +22,16 @@ import anyio
 from daemon.agent.budget import FittedRequest, RequestBudget, RequestSizer, fit_request
 from daemon.agent.provenance import turn_origin
 from daemon.agent.turns import Delta, ToolPhase, TurnObserver
-from daemon.bus import EventBus, HookFailed
+from daemon.bus import EventBus, Gathered, HookFailed
 from daemon.clock import Clock
-from daemon.events import BeforeAgentStart, CompactionApproaching
+from daemon.events import (
+    BeforeAgentStart,
+    CompactionApproaching,
+    Composer,
+    Contribution,
+    SystemNote,
+    TurnContext,
+)
 from daemon.log import bound_contextvars, get_logger
 from daemon.models.base import (
     Completed,
@@ -62,6 +69,33 @@ class TurnResult:
     context_tokens: int = 0
     report: dict[str, Any] = field(default_factory=dict)
     vetoed: str | None = None
+
+
+def compose_context(gathered: Gathered) -> TurnContext:
+    """The turn's prompt from what the `before_agent_start` handlers returned.
+
+    The first `Composer` (the context assembler) builds the prompt from every `Contribution`,
+    in handler order; each `SystemNote` follows it, in handler order. A second composer is a
+    wiring mistake: it is logged and left out. Raises what the composer raises.
+    """
+    composers = gathered.of(Composer)
+    for handler, _ in composers[1:]:
+        log.warning("a second context composer is left out", handler=handler)
+    contributions = tuple(c for _, c in gathered.of(Contribution))
+    composed = (
+        composers[0][1].compose(contributions) if composers else TurnContext(system_blocks=())
+    )
+    notes = tuple(
+        SystemBlock(text=n.text, cache_breakpoint=n.cache_breakpoint)
+        for _, n in gathered.of(SystemNote)
+    )
+    if not notes:
+        return composed
+    return TurnContext(
+        system_blocks=(*composed.system_blocks, *notes),
+        report=composed.report,
+        active_topics=composed.active_topics,
+    )
 
 
 @dataclass(kw_only=True)
@@ -174,7 +208,7 @@ class AgentLoop:
 
         async def assemble() -> None:
             try:
-                gate["veto"] = await self.bus.emit_gate(event)
+                gate["gathered"] = await self.bus.gather(event)
             except HookFailed as exc:
                 gate["failed"] = exc
 
@@ -194,15 +228,18 @@ class AgentLoop:
                     },
                 )
             tg.start_soon(assemble)
+        failure: Any = gate.get("failed")
+        gathered: Gathered | None = gate.get("gathered")
+        context = TurnContext(system_blocks=())
+        if failure is None and gathered is not None and gathered.veto is None:
+            try:
+                context = compose_context(gathered)
+            except Exception as exc:
+                failure = f"composing the prompt failed: {type(exc).__name__}: {exc}"
+            else:
+                if not context.system_blocks:
+                    failure = "no before_agent_start handler assembled a system prompt"
         context_ms = round((time.perf_counter() - started) * 1000, 2)
-        failure = gate.get("failed")
-        if (
-            failure is None
-            and "veto" in gate
-            and gate["veto"] is None
-            and not event.context.system_blocks
-        ):
-            failure = "no before_agent_start handler assembled a system prompt"
         if failure is not None:
             message = f"the context for this turn could not be assembled ({failure}); the model was not called"
             log.error("context assembly failed; turn not sent", error=str(failure))
@@ -216,7 +253,8 @@ class AgentLoop:
                 }
             )
             raise ContextFailed(message)
-        veto = gate["veto"]
+        assert gathered is not None
+        veto = gathered.veto
         if veto is not None:
             await session.record(
                 {
@@ -228,7 +266,7 @@ class AgentLoop:
                 }
             )
             return TurnResult(turn_id=turn_id, text="", stop_reason="vetoed", vetoed=veto.reason)
-        system: list[SystemBlock] = list(event.context.system_blocks)
+        system: list[SystemBlock] = list(context.system_blocks)
         system_tokens = sum(self.sizer.text(b.text) for b in system)
         self._last_system_tokens = system_tokens
         budget = self.budget()
@@ -239,7 +277,7 @@ class AgentLoop:
             log.info("resuming a turn after its finished tool steps", steps=len(resumed) // 2)
         current: list[Message] = [Message.user(prompt), *resumed]
         result = TurnResult(
-            turn_id=turn_id, text="", stop_reason="end_turn", report=event.context.report
+            turn_id=turn_id, text="", stop_reason="end_turn", report=dict(context.report)
         )
         texts: list[str] = [
             b.text
@@ -262,7 +300,7 @@ class AgentLoop:
                     sizer=self.sizer,
                     max_messages=self.history_max_messages,
                 )
-                origin = self._origin(fitted.messages, len(current), event)
+                origin = self._origin(fitted.messages, len(current), context)
                 request = self.roles.request(
                     self.role,
                     messages=fitted.messages,
@@ -394,14 +432,14 @@ class AgentLoop:
             raise ModelError("the model's stream ended without a whole reply", retryable=True)
         return final
 
-    def _origin(self, messages: list[Message], current: int, event: BeforeAgentStart) -> str:
+    def _origin(self, messages: list[Message], current: int, context: TurnContext) -> str:
         """Whose word the tool calls answering this request act on (`provenance.turn_origin`)."""
         cut = len(messages) - current
         return turn_origin(
             session_kind=self.session_kind,
             history=messages[:cut],
             current=messages[cut:],
-            shown_origins=event.context.report.get("memory_origins", ()),
+            shown_origins=context.report.get("memory_origins", ()),
             output_origin=lambda name: t.output_origin if (t := self.tools.get(name)) else "tool",
         )
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -48,7 +48,7 @@ from daemon.context.layers import (
     memory_entry,
     sentences,
 )
-from daemon.events import BeforeAgentStart, Contribution, SessionShutdown
+from daemon.events import BeforeAgentStart, Composer, Contribution, SessionShutdown, TurnContext
 from daemon.journal.digest import digest_body, newest_digest_path, newest_sections
 from daemon.log import get_logger
 from daemon.memory.api import LiveHistory, MemoryItem, MemoryView
@@ -103,6 +103,18 @@ class AssembledContext:
     @property
     def text(self) -> str:
         return "\n\n".join(b.text for b in self.blocks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Draft:
+    """A turn's layers as read, before other handlers' contributions and the fit to budget."""
+
+    started: float
+    layers: dict[str, Layer]
+    notes: list[str]
+    timings: dict[str, float]
+    scores: list[TopicScore]
+    query: str
 
 
 class ContextAssembler:
@@ -168,6 +180,27 @@ class ContextAssembler:
         cancellation nothing is recorded and the cancellation propagates; time limits are
         the caller's (the bus runs this under the hook's timeout).
         """
+        draft = await self._draft(
+            prompt,
+            previous_reply=previous_reply,
+            session_id=session_id,
+            replayed_message_ids=replayed_message_ids,
+            session_kind=session_kind,
+            exclude_sessions=exclude_sessions,
+        )
+        return self._compose(draft, contributions)
+
+    async def _draft(
+        self,
+        prompt: str,
+        *,
+        previous_reply: str,
+        session_id: str,
+        replayed_message_ids: frozenset[str],
+        session_kind: str,
+        exclude_sessions: Sequence[str],
+    ) -> _Draft:
+        """Gather every layer of the prompt (the memory, file and topic reads) before the fit."""
         started = time.perf_counter()
         cfg = self.settings.context
         notes: list[str] = []
@@ -247,21 +280,38 @@ class ContextAssembler:
         chosen = [s for s in scores if s.selected]
         layers["topics"] = self._topics_layer(chosen)
         layers["journal"] = self._journal_layer(notes)
+        return _Draft(
+            started=started,
+            layers=layers,
+            notes=notes,
+            timings=timings,
+            scores=scores,
+            query=query,
+        )
 
+    def _compose(self, draft: _Draft, contributions: Sequence[Contribution]) -> AssembledContext:
+        """Merge `contributions` into the draft's layers, fit them to the budget, and report."""
+        # A copy: contributions are merged into this composition only, never into the draft.
+        layers = {
+            name: replace(layer, entries=list(layer.entries))
+            for name, layer in draft.layers.items()
+        }
+        notes = list(draft.notes)
+        timings = dict(draft.timings)
         rejected = self._merge_contributions(layers, contributions)
         fitted, over = self._fit(layers)
         blocks, breakpoints = self._blocks(fitted)
         total = sum(self.count(b.text) for b in blocks) + max(0, len(blocks) - 1)
-        timings["assemble_ms"] = (time.perf_counter() - started) * 1000
-
+        timings["assemble_ms"] = (time.perf_counter() - draft.started) * 1000
+        chosen = [s for s in draft.scores if s.selected]
         report = self._report(
             layers=layers,
             fitted=fitted,
             total=total,
             over=over,
             breakpoints=breakpoints,
-            scores=scores,
-            query=query,
+            scores=draft.scores,
+            query=draft.query,
             notes=notes,
             rejected=rejected,
         )
@@ -659,39 +709,46 @@ class ContextAssembler:
     # -- the hook --------------------------------------------------------------------------
 
     def register(self, bus: EventBus, *, priority: int = HANDLER_PRIORITY) -> Callable[[], None]:
-        """Assemble on `before_agent_start`, after other contributors (default priority 900).
+        """Compose each turn's prompt on `before_agent_start` (default priority 900).
 
-        The handler is *required*: if assembly fails or times out, the gate fails and the
-        turn fails visibly — it never goes to the model without persona and memory. The
-        turn's breakdown goes into `event.context.report` (with `timings_ms`), which the
-        trunk records per turn for `reverie status`. A session that ends (`session_shutdown`,
+        The handler is *required*: if gathering the layers fails or times out, the gate fails
+        and the turn fails visibly — it never goes to the model without persona and memory.
+        It returns the turn's `Composer`: the loop hands it every `Contribution` the turn's
+        handlers returned, and gets the blocks and the per-layer breakdown (with
+        `timings_ms`), which the trunk records per turn for `reverie status`. A session that ends (`session_shutdown`,
         also after a switch) has its topic persistence forgotten. Returns a function that
         unsubscribes both.
         """
 
-        async def on_before_agent_start(event: BeforeAgentStart) -> None:
-            result = await self.assemble(
+        async def on_before_agent_start(event: BeforeAgentStart) -> Composer:
+            draft = await self._draft(
                 event.prompt,
                 previous_reply=event.previous_reply,
                 session_id=event.session_id,
-                contributions=list(event.context.contributions),
                 replayed_message_ids=event.replayed_message_ids,
                 session_kind=event.session_kind,
                 exclude_sessions=event.exclude_sessions,
             )
-            event.context.system_blocks[:] = result.blocks
-            event.context.report.clear()
-            event.context.report.update(result.report)
-            event.context.report["timings_ms"] = {k: round(v, 3) for k, v in result.timings.items()}
-            event.context.active_topics[:] = result.active_topics
-            log.info(
-                "context assembled",
-                total_tokens=result.total_tokens,
-                budget=result.report["budget"],
-                topics=result.active_topics,
-                cut=sum(len(row["truncated"]) for row in result.report["layers"]),
-                ms=round(result.timings.get("assemble_ms", 0.0), 2),
-            )
+
+            def compose(contributions: tuple[Contribution, ...]) -> TurnContext:
+                result = self._compose(draft, contributions)
+                report = dict(result.report)
+                report["timings_ms"] = {k: round(v, 3) for k, v in result.timings.items()}
+                log.info(
+                    "context assembled",
+                    total_tokens=result.total_tokens,
+                    budget=result.report["budget"],
+                    topics=result.active_topics,
+                    cut=sum(len(row["truncated"]) for row in result.report["layers"]),
+                    ms=round(result.timings.get("assemble_ms", 0.0), 2),
+                )
+                return TurnContext(
+                    system_blocks=tuple(result.blocks),
+                    report=report,
+                    active_topics=tuple(result.active_topics),
+                )
+
+            return Composer(compose=compose)
 
         def on_session_shutdown(event: SessionShutdown) -> None:
             self.router.forget(event.session_id)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from daemon.durable import write_atomic
-from daemon.events import BeforeAgentStart
+from daemon.events import BeforeAgentStart, SystemNote
 from daemon.journal.digest import digest_body, latest_digest
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
@@ -300,15 +300,15 @@ class WakeNote:
         self.session_id = session_id
         self.text = INIT_NOTE.format(reason=reason, early=early)
 
-    def on_before_agent_start(self, event: BeforeAgentStart) -> None:
+    def on_before_agent_start(self, event: BeforeAgentStart) -> SystemNote | None:
         if (
             self.session_id is None
             or event.session_kind != "trunk"
             or event.session_id != self.session_id
         ):
-            return
+            return None
         if event.previous_reply:
             # The woken session has its first reply: the note has done its work.
             self.session_id = None
-            return
-        event.context.system_blocks.append(SystemBlock(text=self.text))
+            return None
+        return SystemNote(text=self.text)

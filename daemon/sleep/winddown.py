@@ -14,10 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daemon.events import BeforeAgentStart, CompactionApproaching, TurnFinished
+from daemon.events import BeforeAgentStart, CompactionApproaching, SystemNote, TurnFinished
 from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import get_logger
-from daemon.models.base import SystemBlock
 from daemon.settings import Settings
 
 if TYPE_CHECKING:
@@ -89,13 +88,13 @@ class WindDown:
             )
             await self._trigger()
 
-    def on_before_agent_start(self, event: BeforeAgentStart) -> None:
+    def on_before_agent_start(self, event: BeforeAgentStart) -> SystemNote | None:
         p = self.pending
         if p is None or event.session_kind != "trunk" or event.session_id != p.session_id:
-            return
+            return None
         p.noted.add(event.turn_id)
         percent = round(p.fraction * 100)
-        event.context.system_blocks.append(SystemBlock(text=TIRED_NOTE.format(percent=percent)))
+        return SystemNote(text=TIRED_NOTE.format(percent=percent))
 
     async def on_turn_finished(self, event: TurnFinished) -> None:
         """On `turn_finished`: start the cycle when the noted turn ended well, or anyway past the limits."""
