@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -105,6 +106,8 @@ class EventBus:
         self._subs: dict[type[Event], list[_Subscription]] = {}
         self._seq = itertools.count()
         self._tg: TaskGroup | None = None
+        # Holds the task group between __aenter__ and __aexit__ (entered with `async with`).
+        self._owner: AsyncExitStack | None = None
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -112,15 +115,15 @@ class EventBus:
     async def __aenter__(self) -> EventBus:
         if self._tg is not None:
             raise RuntimeError(f"{self.name} is already running; it has one owner")
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        async with AsyncExitStack() as stack:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._owner = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc: Any) -> bool | None:
-        tg, self._tg = self._tg, None
-        assert tg is not None
-        return await tg.__aexit__(*exc)
+        owner, self._owner, self._tg = self._owner, None, None
+        assert owner is not None
+        return await owner.__aexit__(*exc)
 
     @property
     def running(self) -> bool:

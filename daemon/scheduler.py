@@ -212,7 +212,7 @@ class Scheduler:
         job.last_run = now
         job.runs += 1
         await self._persist(job)
-        self._tg.start_soon(self._execute, job)
+        self._tg.start_soon(self._execute, job, name=f"job:{job.name}")
 
     async def _execute(self, job: _Job) -> None:
         started = time.perf_counter()

@@ -1,30 +1,30 @@
-"""An in-process daemon core for the sleep tests: real store, memory, context, trunk and cycle.
+"""An in-process daemon for the sleep tests: every service, built by the daemon's own
+composition root (`daemon.services.open_services`), without the socket.
 
-The parts are the real ones, wired as `app.py` wires them, on a `FakeClock` (so a month of
-nights runs in seconds) with model roles overridable by scripted models. `Rig.run()` serves
-the trunk and the cycle in a task group; cancelling it is how a test stops (or "crashes")
-the daemon: nothing is finished on the way out except what the real services finish.
+It runs on a `FakeClock` (so a month of nights runs in seconds) with model roles overridable
+by scripted models, a hashing embedder and the sleep phases a test chooses. `rig()` serves
+the trunk and the cycle (not the scheduled jobs: the tests start cycles themselves); leaving
+or cancelling it is how a test stops (or "crashes") the daemon: nothing is finished on the
+way out except what the real services finish.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 
-from daemon.agent.loop import AgentLoop
 from daemon.agent.trunk import Trunk
 from daemon.agent.turns import TurnDone, TurnEvent, TurnFailed
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
-from daemon.context.assembler import ContextAssembler
 from daemon.events import (
     Event,
     JournalNote,
@@ -32,24 +32,20 @@ from daemon.events import (
     SleepFinished,
     SleepStarted,
     StateChanged,
-    TurnFinished,
     Woke,
 )
-from daemon.lifecycle import DaemonState, Lifecycle
+from daemon.lifecycle import Lifecycle
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.system import MemorySystem
 from daemon.models.base import Model
-from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.services import Services, open_services
 from daemon.settings import SchedulerSettings, Settings, SleepSettings
 from daemon.sleep.cycle import SleepCycle
 from daemon.sleep.phases import Phase
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
-from daemon.tokens import default_counter
-from daemon.tools import ToolRegistry
-from daemon.topics.router import TopicRouter
 
 # Monday 2 March 2026, 09:00 UTC.
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -71,10 +67,10 @@ class Rig:
     trunk: Trunk
     lifecycle: Lifecycle
     cycle: SleepCycle
+    services: Services
     events: list[Event] = field(default_factory=list)
     changes: list[StateChanged] = field(default_factory=list)
     turn_events: list[TurnEvent] = field(default_factory=list)
-    tg: TaskGroup | None = None
 
     async def say(self, text: str, *, wait: bool = True) -> str:
         """Send a person's message (as the gateway does) and, with `wait`, wait for its answer."""
@@ -122,97 +118,46 @@ async def rig(
     home = Home(root)
     home.ensure()
     cfg = settings or sleep_settings()
+    # A model outage is retried at once, not after the daemon's five seconds.
+    agent = cfg.agent.model_copy(update={"unavailable_retry_s": 0.01})
+    models_cfg = cfg.models
+    if context_window is not None:
+        trunk_cfg = cfg.models.trunk.model_copy(update={"context_window": context_window})
+        models_cfg = cfg.models.model_copy(update={"trunk": trunk_cfg})
+    cfg = cfg.model_copy(update={"agent": agent, "models": models_cfg})
     clk = clock or FakeClock(START)
     bus = EventBus()
     events: list[Event] = []
     for kind in (SleepStarted, SleepFinished, Woke, JournalNote):
         bus.on(kind, events.append, name=f"test.record.{kind.__name__}")
-    async with AsyncExitStack() as stack:
-        db = await Database.open(home.db_file)
-        stack.push_async_callback(db.close)
-        await stack.enter_async_context(bus)
-        roles = await stack.enter_async_context(
-            ModelRoles(cfg, UsageLedger(db, cfg.spend, clk), overrides=models or {})
-        )
-        router = TopicRouter(home, cfg.topics)
-        memory = await stack.enter_async_context(
-            MemorySystem(
-                home=home,
-                db=db,
-                settings=cfg,
-                roles=roles,
-                bus=bus,
-                clock=clk,
-                topic_addenda=router.addenda,
-                embedder=HashEmbedder(),
-            )
-        )
-        counter = default_counter()
-        ContextAssembler(
-            home=home, settings=cfg, view=memory.view, router=router, counter=counter, clock=clk
-        ).register(bus)
-        tools = ToolRegistry(cfg.agent.tool_output_max_chars)
-        for tool in memory.tools():
-            tools.register(tool)
-        loop = AgentLoop(
-            roles=roles,
-            tools=tools,
-            bus=bus,
-            clock=clk,
-            counter=counter,
-            compaction_threshold=cfg.agent.compaction_threshold,
-            context_window=context_window or cfg.models.trunk.context_window,
-        )
-        trunk = await stack.enter_async_context(
-            Trunk(
-                home=home,
-                db=db,
-                loop=loop,
-                clock=clk,
-                retry_base_s=0.01,
-            )
-        )
-        stack.callback(
-            bus.on(
-                TurnFinished,
-                lambda e: memory.index_session(e.session_id),
-                name="memory.index_turn",
-            )
-        )
-        lifecycle = Lifecycle(clk, bus)
-        cycle = await stack.enter_async_context(
-            SleepCycle(
-                home=home,
-                settings=cfg,
-                db=db,
-                models=roles,
-                bus=bus,
-                clock=clk,
-                memory=memory,
-                trunk=trunk,
-                lifecycle=lifecycle,
-                phases=list(phases(trunk)) if phases else [WakeUp(trunk)],
-            )
-        )
+    async with open_services(
+        home,
+        cfg,
+        clk,
+        models=models,
+        embedder=HashEmbedder(),
+        phases=phases or (lambda trunk: [WakeUp(trunk)]),
+        bus=bus,
+        watch_files=False,
+    ) as services:
         r = Rig(
             home=home,
             settings=cfg,
             clock=clk,
-            db=db,
-            roles=roles,
+            db=services.db,
+            roles=services.roles,
             bus=bus,
-            memory=memory,
-            trunk=trunk,
-            lifecycle=lifecycle,
-            cycle=cycle,
+            memory=services.memory,
+            trunk=services.trunk,
+            lifecycle=services.lifecycle,
+            cycle=services.sleep_cycle,
+            services=services,
             events=events,
         )
         bus.on(StateChanged, r.changes.append, name="test.record.state")
         async with anyio.create_task_group() as tg:
-            r.tg = tg
-            await tg.start(trunk.serve)
-            await tg.start(cycle.serve)
-            lifecycle.transition(DaemonState.AWAKE, detail="ready")
+            # The tests move the clock across nights and start cycles themselves: no jobs.
+            await tg.start(partial(services.serve, jobs=False), name="services")
             yield r
             tg.cancel_scope.cancel()
 

@@ -4,6 +4,9 @@ the window, and a context that cannot fail silently."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,21 +14,24 @@ import anyio
 import pytest
 
 from daemon.agent.budget import RequestBudget, RequestSizer
-from daemon.agent.gateway import turn_frame
+from daemon.agent.gateway import CommandBusy, turn_frame
 from daemon.agent.inbox import Inbox
 from daemon.agent.loop import AgentLoop, ContextFailed
 from daemon.agent.session import Session
-from daemon.agent.trunk import SWITCH_KEY, SwitchVetoed, Trunk
+from daemon.agent.trunk import SWITCH_KEY, Trunk
 from daemon.agent.turns import Delta, ToolPhase, TurnDone, TurnEvent, TurnFailed
+from daemon.app import register_commands
 from daemon.bus import EventBus, Veto
 from daemon.chat.protocol import ErrorCode
 from daemon.clock import FakeClock
 from daemon.context.assembler import ContextAssembler
 from daemon.events import SessionBeforeSwitch, SessionShutdown, StateChanged
 from daemon.lifecycle import DaemonState, IllegalTransition, Lifecycle
+from daemon.memory.embedders import HashEmbedder
 from daemon.models.base import ModelRequest
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.services import Services, open_services
 from daemon.settings import load_settings
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel, static_context
@@ -166,58 +172,71 @@ def _records(home: Home) -> list[dict[str, Any]]:
     return out
 
 
-async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_path: Path) -> None:
-    home = Home(tmp_path / "home")
+@asynccontextmanager
+async def _daemon(root: Path, model: ScriptedModel, bus: EventBus) -> AsyncIterator[Services]:
+    """The daemon's services as `app.py` builds them, serving (without the socket or jobs)."""
+    home = Home(root)
     home.ensure()
-    clock = FakeClock()
+    settings = load_settings(home.root)
+    async with open_services(
+        home,
+        settings,
+        FakeClock(),
+        models={"trunk": model},
+        embedder=HashEmbedder(),
+        bus=bus,
+        watch_files=False,
+    ) as services:
+        register_commands(services)
+        async with anyio.create_task_group() as tg:
+            await tg.start(partial(services.serve, jobs=False), name="services")
+            yield services
+            tg.cancel_scope.cancel()
+
+
+async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_path: Path) -> None:
     model = ScriptedModel(
         script=lambda req: Reply(text=f"re: {req.messages[-1].content[0].text}"),
         delay_s=0.01,
         chunk_words=1,
     )
     bus = EventBus()
-    static_context(bus)
     switching: list[SessionBeforeSwitch] = []
     ended: list[SessionShutdown] = []
     bus.on(SessionBeforeSwitch, switching.append)
     bus.on(SessionShutdown, ended.append)
     events: list[TurnEvent] = []
-    async with await Database.open(home.db_file) as db, bus:
-        loop = AgentLoop(
-            roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
-        )
-        async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
-            old_id = trunk.session.id  # type: ignore[union-attr]
-            async with anyio.create_task_group() as tg:
-                await tg.start(trunk.serve)
-                first = await trunk.submit("one two three four five six", observer=events.append)
-                await _wait(
-                    lambda: any(isinstance(e, Delta) for e in events), "the first turn streaming"
-                )
-                result: dict[str, Any] = {}
+    async with _daemon(tmp_path / "home", model, bus) as services:
+        home, db, trunk = services.home, services.db, services.trunk
+        switch = services.gateway.commands["switch"]
+        old_id = trunk.session.id  # type: ignore[union-attr]
+        async with anyio.create_task_group() as tg:
+            first = await trunk.submit("one two three four five six", observer=events.append)
+            await _wait(
+                lambda: any(isinstance(e, Delta) for e in events), "the first turn streaming"
+            )
+            result: dict[str, Any] = {}
 
-                async def do_switch() -> None:
-                    result["switched"] = await trunk.switch("test under load")
+            async def do_switch() -> None:
+                result["switched"] = await switch({"reason": "test under load"})
 
-                tg.start_soon(do_switch)
-                await _wait(lambda: trunk.held, "the hold")
-                during = [
-                    await trunk.submit(f"during {i}", observer=events.append) for i in range(3)
-                ]
-                await _wait(lambda: "switched" in result, "the switch")
-                after = await trunk.submit("after", observer=events.append)
-                done_ids = {first.turn_id, after.turn_id, *(d.turn_id for d in during)}
-                await _wait(
-                    lambda: done_ids <= {e.turn_id for e in events if isinstance(e, TurnDone)},
-                    "every answer",
-                )
-                new_id = trunk.session.id  # type: ignore[union-attr]
-                tg.cancel_scope.cancel()
+            tg.start_soon(do_switch, name="switch")
+            await _wait(lambda: trunk.held, "the hold")
+            during = [await trunk.submit(f"during {i}", observer=events.append) for i in range(3)]
+            await _wait(lambda: "switched" in result, "the switch")
+            after = await trunk.submit("after", observer=events.append)
+            done_ids = {first.turn_id, after.turn_id, *(d.turn_id for d in during)}
+            await _wait(
+                lambda: done_ids <= {e.turn_id for e in events if isinstance(e, TurnDone)},
+                "every answer",
+            )
+            new_id = trunk.session.id  # type: ignore[union-attr]
         row = await db.fetchone(
             "SELECT previous_id, switch_reason FROM sessions WHERE id = ?", (new_id,)
         )
         kv = await db.fetchone("SELECT value FROM kv WHERE key = ?", (SWITCH_KEY,))
-    assert new_id != old_id and result["switched"].previous_id == old_id
+    assert new_id != old_id and result["switched"]["previous_id"] == old_id
+    assert result["switched"]["session_id"] == new_id
     assert tuple(row) == (old_id, "test under load") and kv is None
     assert [s.session_id for s in switching] == [old_id]
     assert old_id in [e.session_id for e in ended]
@@ -242,26 +261,22 @@ async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_p
 
 
 async def test_a_vetoed_switch_leaves_the_trunk_where_it_was(tmp_path: Path) -> None:
-    home = Home(tmp_path / "home")
-    home.ensure()
-    clock = FakeClock()
     bus = EventBus()
-    static_context(bus)
     bus.on(SessionBeforeSwitch, lambda e: Veto(reason="mid-thought"))
-    async with await Database.open(home.db_file) as db, bus:
-        loop = AgentLoop(
-            roles=_roles(ScriptedModel(script=["hi"])),
-            tools=ToolRegistry(),
-            bus=bus,
-            clock=clock,
-            counter=TokenCounter(),
+    async with _daemon(tmp_path / "home", ScriptedModel(script=["hi"]), bus) as services:
+        trunk = services.trunk
+        before = trunk.session.id  # type: ignore[union-attr]
+        with pytest.raises(CommandBusy, match="mid-thought"):
+            await services.gateway.commands["switch"]({"reason": "try"})
+        assert trunk.session.id == before and not trunk.held  # type: ignore[union-attr]
+        assert (
+            await services.db.fetchone("SELECT value FROM kv WHERE key = ?", (SWITCH_KEY,)) is None
         )
-        async with Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
-            before = trunk.session.id  # type: ignore[union-attr]
-            with pytest.raises(SwitchVetoed, match="mid-thought"):
-                await trunk.switch("try")
-            assert trunk.session.id == before and not trunk.held  # type: ignore[union-attr]
-        assert await db.fetchone("SELECT value FROM kv WHERE key = ?", (SWITCH_KEY,)) is None
+        # Only an awake daemon switches: a wind-down is already on its way to a new session.
+        services.lifecycle.transition(DaemonState.WINDING_DOWN, detail="test")
+        with pytest.raises(CommandBusy, match="winding-down; a session switch needs it awake"):
+            await services.gateway.commands["switch"]({})
+        assert trunk.session.id == before  # type: ignore[union-attr]
 
 
 async def test_a_switch_interrupted_by_a_crash_is_finished_at_the_next_start(

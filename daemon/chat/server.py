@@ -277,7 +277,7 @@ class ChatServer:
                 log.warning("chat accept failed", error=str(exc))
                 await anyio.sleep(0.5)
                 continue
-            tg.start_soon(self._serve_client, stream)
+            tg.start_soon(self._serve_client, stream, name="chat-client")
 
     async def _prepare_path(self) -> None:
         path = self.path
@@ -342,7 +342,9 @@ class ChatServer:
             try:
                 async with anyio.create_task_group() as tg:
                     client._scope = tg.cancel_scope
-                    tg.start_soon(client._write_loop, stream)
+                    tg.start_soon(
+                        client._write_loop, stream, name=f"chat-client-writer:{client.id}"
+                    )
                     announced = True
                     if await self._call(client, self.handler.client_connected(client), None):
                         eof = await self._read_loop(client, stream)

@@ -99,7 +99,7 @@ class ScriptedChatHandler:
             turn_id = "t-" + uuid.uuid4().hex[:8]
             client.send(protocol.accepted(turn_id=turn_id, id=frame.id, queued=len(self._turns)))
             assert self._tg is not None, "use ScriptedChatHandler as an async context manager"
-            self._tg.start_soon(self._run_turn, client, turn_id)
+            self._tg.start_soon(self._run_turn, client, turn_id, name=f"scripted-turn:{turn_id}")
         elif isinstance(frame, CommandFrame):
             if frame.name not in self.commands:
                 client.send(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from daemon.agent.gateway import CommandBusy
+from daemon.agent.trunk import SwitchVetoed
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.events import (
@@ -287,6 +289,40 @@ class SleepCycle:
                 f"sleep cycle {cycle_id} did not finish (the daemon is stopping); it resumes at the next start"
             )
         return self.last
+
+    # -- the person's commands ----------------------------------------------------------------
+
+    async def sleep_command(self, args: dict[str, Any]) -> dict[str, Any]:
+        """`sleep`: start a cycle now; with `wait`, answer with its outcome once it is done."""
+        try:
+            record = await self.start("manual")
+            if args.get("wait"):
+                return dict((await self.wait(record.id)).to_json())
+        except SleepBusy as exc:
+            raise CommandBusy(str(exc)) from None
+        return {
+            "cycle_id": record.id,
+            "reason": record.reason,
+            "started": True,
+            "session_id": record.session_id,
+        }
+
+    async def switch_command(self, args: dict[str, Any]) -> dict[str, Any]:
+        """`switch`: move the trunk to a fresh session, only while awake.
+
+        A wind-down or a sleep is itself on its way to a new session (the wake-up's), so a
+        person's switch then is refused rather than raced against it.
+        """
+        if self.lifecycle.state is not DaemonState.AWAKE:
+            raise CommandBusy(
+                f"the daemon is {self.lifecycle.state.value}; a session switch needs it awake"
+            )
+        reason = str(args.get("reason") or "requested by the person").strip()[:200]
+        try:
+            done = await self.trunk.switch(reason)
+        except SwitchVetoed as exc:
+            raise CommandBusy(str(exc)) from None
+        return asdict(done)
 
     async def nightly(self) -> str:
         """The scheduled job: a cycle unless one ran recently or one is running."""

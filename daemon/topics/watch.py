@@ -110,7 +110,7 @@ class FileWatcher:
             d.mkdir(parents=True, exist_ok=True)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._stop_on_cancel, stop)
+            tg.start_soon(self._stop_on_cancel, stop, name="topic-watcher-stop")
             changes = aclosing(
                 awatch(
                     *self.watched_dirs(),

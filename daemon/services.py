@@ -1,0 +1,345 @@
+"""The composition root: the one place the daemon's services are built and wired together.
+
+`open_services` enters every service on one exit stack, in dependency order, and yields
+them as `Services`; leaving it closes them in reverse. The daemon (`app.py`) and the tests
+build through it alike, so what a test runs is wired as the daemon wires it; a test passes
+scripted models, an embedder or its own sleep phases, never its own wiring.
+
+Order: database → bus → ledger, model roles → topic router, memory → journal → context
+assembler → tools → delegator → trunk → sleep cycle → chat gateway → scheduler (and its jobs)
+→ file watcher. The bus is entered before every service that publishes or listens, so it
+outlives them all; the journal before the trunk, so it still hears the trunk's session end;
+the sleep cycle after the trunk is entered and before it serves, so an interrupted cycle
+holds it before it answers anything.
+
+`Services.serve` runs what runs in the background (trunk, sleep cycle, scheduler, file
+watcher), each a named task, and marks the daemon awake once they are up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+import anyio
+from anyio.abc import TaskStatus
+
+from daemon.agent.gateway import ChatGateway
+from daemon.agent.loop import AgentLoop
+from daemon.agent.trunk import Trunk
+from daemon.bus import EventBus
+from daemon.clock import Clock
+from daemon.context.assembler import ContextAssembler
+from daemon.delegate.fork import Delegator
+from daemon.events import ForkFinished, Heartbeat, SleepHousekeeping, TurnFinished
+from daemon.journal import JournalHeartbeat
+from daemon.lifecycle import DaemonState, Lifecycle
+from daemon.log import get_logger
+from daemon.memory.embedders import Embedder
+from daemon.memory.system import MemorySystem
+from daemon.models.base import Model
+from daemon.models.ledger import UsageLedger
+from daemon.models.roles import ModelRoles
+from daemon.paths import Home
+from daemon.scheduler import Scheduler
+from daemon.settings import Settings
+from daemon.sleep.cycle import SleepCycle
+from daemon.sleep.dreams import DreamsPhase
+from daemon.sleep.maintenance import MaintenancePhase
+from daemon.sleep.phases import Phase
+from daemon.sleep.wake import WakeUp
+from daemon.store.db import Database
+from daemon.tokens import TokenCounter, default_counter
+from daemon.tools import ToolRegistry
+from daemon.topics.router import TopicRouter
+from daemon.topics.watch import FileWatcher
+
+log = get_logger("services")
+
+SleepPhases = Callable[[Trunk], Sequence[Phase]]
+
+
+def nightly_phases(trunk: Trunk) -> list[Phase]:
+    """The daemon's sleep: maintenance, then dreams, then the wake-up into a new session."""
+    return [MaintenancePhase(), DreamsPhase(), WakeUp(trunk)]
+
+
+@dataclass(kw_only=True, eq=False)
+class Services:
+    """The running daemon's services, entered and wired (what `status` reads, too)."""
+
+    home: Home
+    settings: Settings
+    clock: Clock
+    started_at: datetime
+    bus: EventBus
+    lifecycle: Lifecycle
+    db: Database
+    ledger: UsageLedger
+    roles: ModelRoles
+    counter: TokenCounter
+    router: TopicRouter
+    memory: MemorySystem
+    journal: JournalHeartbeat
+    assembler: ContextAssembler
+    tools: ToolRegistry
+    delegator: Delegator
+    trunk: Trunk
+    sleep_cycle: SleepCycle
+    gateway: ChatGateway
+    scheduler: Scheduler
+    watcher: FileWatcher | None
+
+    @property
+    def state(self) -> str:
+        return self.lifecycle.state.value
+
+    async def serve(
+        self,
+        *,
+        jobs: bool = True,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve the trunk, the sleep cycle, the scheduler and the file watcher until cancelled.
+
+        Reports started (and the daemon awake) once the trunk, the cycle and the scheduler
+        run; live reload is not needed to answer, so the watcher does not hold it. `jobs=False`
+        leaves the scheduled jobs unrun: a test that moves a fake clock across nights drives
+        its cycles (and any scheduler) itself.
+        """
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.trunk.serve, name="trunk")
+            await tg.start(self.sleep_cycle.serve, name="sleep-cycle")
+            if jobs:
+                await tg.start(self.scheduler.run, name="scheduler")
+            if self.watcher is not None:
+                tg.start_soon(self.watcher.run, name="topic-watcher")
+            self.lifecycle.transition(DaemonState.AWAKE, detail="ready")
+            task_status.started()
+
+    async def heartbeat(self) -> str:
+        """The scheduled heartbeat: every handler's check, side by side; the journal's result."""
+        failed = await self.bus.deliver(Heartbeat(at=self.clock.now()))
+        if failed:
+            # Recorded as a failed run: status never claims a heartbeat that did not do its check.
+            raise RuntimeError(
+                f"{failed} of {len(self.bus.handlers(Heartbeat))} heartbeat handler(s) failed"
+            )
+        tick = self.journal.last_tick
+        return (
+            tick.describe() if tick is not None else f"handlers={len(self.bus.handlers(Heartbeat))}"
+        )
+
+    async def checkpoint(self) -> str:
+        """The scheduled WAL checkpoint."""
+        busy, log_frames, done = await self.db.checkpoint()
+        return f"busy={busy} wal_frames={log_frames} checkpointed={done}"
+
+    async def fork_retention(self, event: SleepHousekeeping) -> str | None:
+        """Sleep maintenance's upkeep of fork transcripts within their retention limits.
+
+        Contributes its line only when it archived or pruned something: a contribution is a
+        change in the maintenance report, and an idle night writes no journal note (retention
+        logs its line either way).
+        """
+        from daemon.delegate.lineage import ForkLineage
+        from daemon.delegate.retention import apply_fork_retention
+
+        lineage = ForkLineage(self.db)
+        before = sum(row.retained is not None for row in await lineage.all())
+        line = await apply_fork_retention(self.home, self.db, self.settings, self.clock)
+        after = sum(row.retained is not None for row in await lineage.all())
+        return line if after > before else None
+
+
+@asynccontextmanager
+async def open_services(
+    home: Home,
+    settings: Settings,
+    clock: Clock,
+    *,
+    models: dict[str, Model] | None = None,
+    embedder: Embedder | None = None,
+    phases: SleepPhases = nightly_phases,
+    bus: EventBus | None = None,
+    watch_files: bool | None = None,
+) -> AsyncIterator[Services]:
+    """Build and enter every service; yield them wired; close them in reverse on the way out.
+
+    `models` overrides model roles or providers (scripted models in tests), `embedder` the
+    memory's embedder, `phases` the sleep cycle's steps; `bus` is a bus the caller made to
+    listen on before anything publishes (entered here all the same); `watch_files` overrides
+    `topics.watch`.
+    """
+    s = settings
+    started_at = clock.now()
+    bus = bus if bus is not None else EventBus("daemon-bus")
+    lifecycle = Lifecycle(clock, bus)
+    async with AsyncExitStack() as stack:
+        db = await Database.open(home.db_file, busy_timeout_ms=s.store.busy_timeout_ms)
+        stack.push_async_callback(db.close)
+        await stack.enter_async_context(bus)
+        if not db.vec_available:
+            log.warning("sqlite-vec is not available; vector search is off (run `reverie doctor`)")
+        ledger = UsageLedger(db, s.spend, clock)
+        roles = await stack.enter_async_context(ModelRoles(s, ledger, overrides=models or {}))
+        counter = default_counter()
+        router = TopicRouter(home, s.topics)
+        memory = await stack.enter_async_context(
+            MemorySystem(
+                home=home,
+                db=db,
+                settings=s,
+                roles=roles,
+                bus=bus,
+                clock=clock,
+                topic_addenda=router.addenda,
+                embedder=embedder,
+            )
+        )
+        # Each finished turn and fork is indexed for recall, beside whatever comes next.
+        stack.callback(
+            bus.on(
+                TurnFinished, lambda e: memory.index_session(e.session_id), name="memory.index_turn"
+            )
+        )
+        stack.callback(
+            bus.on(
+                ForkFinished,
+                lambda e: memory.index_session(e.fork_session_id),
+                name="memory.index_fork",
+            )
+        )
+        journal = await stack.enter_async_context(
+            JournalHeartbeat(
+                home=home, db=db, settings=s, roles=roles, clock=clock, index=memory.index
+            )
+        )
+        journal.register(bus)
+        assembler = ContextAssembler(
+            home=home,
+            settings=s,
+            view=memory.view,
+            router=router,
+            counter=counter,
+            clock=clock,
+        )
+        # Required: a turn never reaches the model without its context (it fails visibly).
+        stack.callback(assembler.register(bus))
+        tools = ToolRegistry(s.agent.tool_output_max_chars)
+        for tool in memory.tools():
+            tools.register(tool)
+        delegator = await stack.enter_async_context(
+            Delegator(
+                home=home,
+                db=db,
+                roles=roles,
+                bus=bus,
+                clock=clock,
+                counter=counter,
+                settings=s,
+                base_tools=tools,
+            )
+        )
+        for tool in delegator.tools_for(0):
+            tools.register(tool)
+        loop = AgentLoop(
+            roles=roles,
+            tools=tools,
+            bus=bus,
+            clock=clock,
+            counter=counter,
+            max_tool_steps=s.agent.max_tool_steps,
+            history_max_messages=s.agent.history_max_messages,
+            history_min_turns=s.agent.history_min_turns,
+            compaction_threshold=s.agent.compaction_threshold,
+            context_window=s.models.trunk.context_window,
+            max_parallel_tools=s.delegate.max_parallel,
+        )
+        trunk = await stack.enter_async_context(
+            Trunk(
+                home=home,
+                db=db,
+                loop=loop,
+                clock=clock,
+                turn_timeout_s=s.agent.turn_timeout_s,
+                retry_base_s=s.agent.unavailable_retry_s,
+                retry_max_s=s.agent.unavailable_retry_max_s,
+            )
+        )
+        sleep_cycle = await stack.enter_async_context(
+            SleepCycle(
+                home=home,
+                settings=s,
+                db=db,
+                models=roles,
+                bus=bus,
+                clock=clock,
+                memory=memory,
+                trunk=trunk,
+                lifecycle=lifecycle,
+                phases=list(phases(trunk)),
+            )
+        )
+        gateway = ChatGateway(
+            trunk,
+            state=lambda: lifecycle.state.value,
+            session_id=lambda: trunk.session.id if trunk.session else "",
+        )
+        scheduler = await stack.enter_async_context(
+            Scheduler(clock=clock, db=db, timezone=s.scheduler.timezone)
+        )
+        watch = s.topics.watch if watch_files is None else watch_files
+        watcher = (
+            FileWatcher(
+                home,
+                s.topics,
+                router=router,
+                files=assembler.files,
+                bus=bus,
+                # An idle daemon should cost ~nothing: wake rarely when no file changes.
+                step_ms=200,
+                idle_wakeup_ms=60_000,
+            )
+            if watch
+            else None
+        )
+        services = Services(
+            home=home,
+            settings=s,
+            clock=clock,
+            started_at=started_at,
+            bus=bus,
+            lifecycle=lifecycle,
+            db=db,
+            ledger=ledger,
+            roles=roles,
+            counter=counter,
+            router=router,
+            memory=memory,
+            journal=journal,
+            assembler=assembler,
+            tools=tools,
+            delegator=delegator,
+            trunk=trunk,
+            sleep_cycle=sleep_cycle,
+            gateway=gateway,
+            scheduler=scheduler,
+            watcher=watcher,
+        )
+        # Fork transcripts are kept within their retention limits during sleep's maintenance.
+        stack.callback(
+            bus.on(SleepHousekeeping, services.fork_retention, name="delegate.fork_retention")
+        )
+        sleep_cycle.schedule(scheduler)
+        if bus.handlers(Heartbeat):
+            # Only when something keeps a record on it: a heartbeat that does nothing is not one.
+            scheduler.add_interval(
+                "heartbeat", services.heartbeat, seconds=s.journal.heartbeat_minutes * 60
+            )
+        scheduler.add_interval(
+            "checkpoint", services.checkpoint, seconds=s.store.checkpoint_interval_s
+        )
+        yield services
