@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.agent.records import parse_records
 from daemon.agent.session import Session
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
@@ -91,23 +92,27 @@ class Rig:
         n = next(self._ids)
         ts = self.clock.now().isoformat()
         await session.record(
-            {
-                "type": "message",
-                "id": f"m{n}u",
-                "ts": ts,
-                "role": "user",
-                "content": user,
-                "turn_id": f"t{n}",
-            },
-            {
-                "type": "message",
-                "id": f"m{n}a",
-                "ts": ts,
-                "role": "assistant",
-                "content": reply,
-                "turn_id": f"t{n}",
-            },
-            {"type": "turn_end", "turn_id": f"t{n}", "status": "answered", "ts": ts},
+            *parse_records(
+                [
+                    {
+                        "type": "message",
+                        "id": f"m{n}u",
+                        "ts": ts,
+                        "role": "user",
+                        "content": user,
+                        "turn_id": f"t{n}",
+                    },
+                    {
+                        "type": "message",
+                        "id": f"m{n}a",
+                        "ts": ts,
+                        "role": "assistant",
+                        "content": reply,
+                        "turn_id": f"t{n}",
+                    },
+                    {"type": "turn_end", "turn_id": f"t{n}", "status": "answered", "ts": ts},
+                ]
+            )
         )
 
     def lines(self) -> list[dict[str, Any]]:

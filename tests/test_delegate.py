@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from daemon.agent.loop import AgentLoop, TurnResult
+from daemon.agent.records import MessageRecord, SessionStart
 from daemon.agent.session import Session
 from daemon.agent.transcript import Transcript
 from daemon.agent.turns import ToolPhase, TurnEvent
@@ -613,15 +614,14 @@ async def test_a_fork_interrupted_by_a_crash_is_reported_failed_to_its_parent_tu
             started_at=NOW,
         )
     await Transcript(path=home.forks_dir / "fork-crashed.jsonl", session_id="fork-crashed").append(
-        {"type": "session", "id": "fork-crashed", "kind": "fork", "started_at": NOW.isoformat()},
-        {
-            "type": "message",
-            "id": "fork-crashed-t1-a0",
-            "role": "assistant",
-            "content": "Indexed 40 of 90 photos.",
-            "turn_id": "fork-crashed-t1",
-            "ts": NOW.isoformat(),
-        },
+        SessionStart(id="fork-crashed", kind="fork", started_at=NOW.isoformat()),
+        MessageRecord(
+            id="fork-crashed-t1-a0",
+            role="assistant",
+            content="Indexed 40 of 90 photos.",
+            turn_id="fork-crashed-t1",
+            ts=NOW.isoformat(),
+        ),
     )
     play = Play()
     play.trunk += [Reply(tool_calls=(delegate("index the photos"),)), echo_result("")]

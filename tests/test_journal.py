@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.agent.records import parse_records
 from daemon.events import (
     CompactionApproaching,
     Heartbeat,
@@ -403,14 +404,18 @@ async def test_a_fork_session_ending_writes_no_entry_of_its_own(tmp_path: Path) 
                 parent_id="trunk-1",
             )
             await fork.record(
-                {
-                    "type": "message",
-                    "id": "f1",
-                    "ts": rig.clock.now().isoformat(),
-                    "role": "user",
-                    "content": "Research kilns.",
-                    "turn_id": "ft1",
-                }
+                *parse_records(
+                    [
+                        {
+                            "type": "message",
+                            "id": "f1",
+                            "ts": rig.clock.now().isoformat(),
+                            "role": "user",
+                            "content": "Research kilns.",
+                            "turn_id": "ft1",
+                        }
+                    ]
+                )
             )
             with anyio.fail_after(10):
                 await rig.bus.publish(

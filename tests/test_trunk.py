@@ -13,6 +13,7 @@ import pytest
 from daemon.agent.gateway import turn_frame
 from daemon.agent.inbox import Inbox
 from daemon.agent.loop import AgentLoop
+from daemon.agent.records import MessageRecord, parse_records
 from daemon.agent.session import Session
 from daemon.agent.transcript import Transcript
 from daemon.agent.trunk import Trunk
@@ -63,10 +64,10 @@ async def test_inbox_survives_restart_and_keeps_order(tmp_path: Path) -> None:
 async def test_transcript_append_is_durable_and_torn_lines_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     t = Transcript(path=path, session_id="s")
-    await t.append({"type": "message", "id": "1"})
+    await t.append(MessageRecord(id="1", ts="t", role="user", content="a"))
     with open(path, "ab") as fh:
         fh.write(b'{"type": "mess')  # crash mid-write
-    await t.append({"type": "message", "id": "2"})
+    await t.append(MessageRecord(id="2", ts="t", role="user", content="b"))
     assert [r["id"] for r in t.records()] == ["1", "2"]
     append_lines(path, ['{"type":"message","id":"3"}'])
     assert [r["id"] for r in read_jsonl(path)] == ["1", "2", "3"]
@@ -525,51 +526,82 @@ async def test_a_finished_turn_replays_its_last_attempt_only(tmp_path: Path) -> 
         )
         t = "turn-1"
         await session.record(
-            {"type": "message", "id": t, "ts": "t", "role": "user", "content": "go", "turn_id": t},
-            {
-                "type": "message",
-                "id": f"{t}-a0",
-                "ts": "t",
-                "role": "assistant",
-                "content": "first try",
-                "turn_id": t,
-                "has_tool_calls": True,
-            },
-            {"type": "tool_call", "turn_id": t, "call_id": "c1", "name": "water", "input": {}},
+            *parse_records(
+                [
+                    {
+                        "type": "message",
+                        "id": t,
+                        "ts": "t",
+                        "role": "user",
+                        "content": "go",
+                        "turn_id": t,
+                    },
+                    {
+                        "type": "message",
+                        "id": f"{t}-a0",
+                        "ts": "t",
+                        "role": "assistant",
+                        "content": "first try",
+                        "turn_id": t,
+                        "has_tool_calls": True,
+                    },
+                    {
+                        "type": "tool_call",
+                        "turn_id": t,
+                        "call_id": "c1",
+                        "name": "water",
+                        "input": {},
+                    },
+                ]
+            )
         )
         assert session.finished_steps(t) == []
         await session.record(
-            {
-                "type": "message",
-                "id": f"{t}-a0",
-                "ts": "t",
-                "role": "assistant",
-                "content": "second try",
-                "turn_id": t,
-                "has_tool_calls": True,
-            },
-            {"type": "tool_call", "turn_id": t, "call_id": "c2", "name": "water", "input": {}},
-            {
-                "type": "tool_result",
-                "turn_id": t,
-                "call_id": "c2",
-                "name": "water",
-                "content": "ok",
-                "is_error": False,
-            },
+            *parse_records(
+                [
+                    {
+                        "type": "message",
+                        "id": f"{t}-a0",
+                        "ts": "t",
+                        "role": "assistant",
+                        "content": "second try",
+                        "turn_id": t,
+                        "has_tool_calls": True,
+                    },
+                    {
+                        "type": "tool_call",
+                        "turn_id": t,
+                        "call_id": "c2",
+                        "name": "water",
+                        "input": {},
+                    },
+                    {
+                        "type": "tool_result",
+                        "turn_id": t,
+                        "call_id": "c2",
+                        "name": "water",
+                        "content": "ok",
+                        "is_error": False,
+                    },
+                ]
+            )
         )
         assert len(session.finished_steps(t)) == 2
         await session.record(
-            {
-                "type": "message",
-                "id": f"{t}-a1",
-                "ts": "t",
-                "role": "assistant",
-                "content": "done",
-                "turn_id": t,
-                "has_tool_calls": False,
-            },
-            {"type": "turn_end", "turn_id": t, "status": "answered"},
+            *parse_records(
+                [
+                    {
+                        "type": "message",
+                        "id": f"{t}-a1",
+                        "ts": "t",
+                        "role": "assistant",
+                        "content": "done",
+                        "turn_id": t,
+                        "has_tool_calls": False,
+                    },
+                    {"type": "turn_end", "turn_id": t, "status": "answered"},
+                ]
+            )
         )
         [(_, messages)] = session.history()
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]

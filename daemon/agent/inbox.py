@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio
 
+from daemon.agent.records import TurnStatus
 from daemon.clock import Clock, SystemClock
 from daemon.durable import append_lines, read_jsonl, write_atomic
 
@@ -98,9 +99,14 @@ class Inbox:
                 self._wakeup.set()
         return entry
 
-    async def done(self, entry_id: str, status: str = "answered") -> None:
+    async def done(self, entry_id: str, status: TurnStatus = TurnStatus.ANSWERED) -> None:
         line = json.dumps(
-            {"op": "done", "id": entry_id, "status": status, "ts": self.clock.now().isoformat()}
+            {
+                "op": "done",
+                "id": entry_id,
+                "status": str(status),
+                "ts": self.clock.now().isoformat(),
+            }
         )
         with anyio.CancelScope(shield=True):
             async with self._lock:

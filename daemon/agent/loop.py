@@ -21,6 +21,13 @@ import anyio
 
 from daemon.agent.budget import FittedRequest, RequestBudget, RequestSizer, fit_request
 from daemon.agent.provenance import turn_origin
+from daemon.agent.records import (
+    MessageRecord,
+    ToolCallRecord,
+    ToolResultRecord,
+    TurnEnd,
+    TurnStatus,
+)
 from daemon.agent.turns import Delta, ToolPhase, TurnObserver
 from daemon.bus import EventBus, Gathered, HookFailed
 from daemon.clock import Clock
@@ -218,14 +225,7 @@ class AgentLoop:
             if not session.has_message(turn_id):
                 tg.start_soon(
                     session.record,
-                    {
-                        "type": "message",
-                        "id": turn_id,
-                        "ts": ts,
-                        "role": "user",
-                        "content": prompt,
-                        "turn_id": turn_id,
-                    },
+                    MessageRecord(id=turn_id, ts=ts, role="user", content=prompt, turn_id=turn_id),
                 )
             tg.start_soon(assemble)
         failure: Any = gate.get("failed")
@@ -244,26 +244,24 @@ class AgentLoop:
             message = f"the context for this turn could not be assembled ({failure}); the model was not called"
             log.error("context assembly failed; turn not sent", error=str(failure))
             await session.record(
-                {
-                    "type": "turn_end",
-                    "turn_id": turn_id,
-                    "status": "failed",
-                    "error": message,
-                    "ts": self.clock.now().isoformat(),
-                }
+                TurnEnd(
+                    turn_id=turn_id,
+                    status=TurnStatus.FAILED,
+                    error=message,
+                    ts=self.clock.now().isoformat(),
+                )
             )
             raise ContextFailed(message)
         assert gathered is not None
         veto = gathered.veto
         if veto is not None:
             await session.record(
-                {
-                    "type": "turn_end",
-                    "turn_id": turn_id,
-                    "status": "vetoed",
-                    "reason": veto.reason,
-                    "ts": self.clock.now().isoformat(),
-                }
+                TurnEnd(
+                    turn_id=turn_id,
+                    status=TurnStatus.VETOED,
+                    reason=veto.reason,
+                    ts=self.clock.now().isoformat(),
+                )
             )
             return TurnResult(turn_id=turn_id, text="", stop_reason="vetoed", vetoed=veto.reason)
         system: list[SystemBlock] = list(context.system_blocks)
@@ -318,15 +316,14 @@ class AgentLoop:
                 if response.text:
                     texts.append(response.text)
                     await session.record(
-                        {
-                            "type": "message",
-                            "id": f"{turn_id}-a{step}",
-                            "ts": self.clock.now().isoformat(),
-                            "role": "assistant",
-                            "content": response.text,
-                            "turn_id": turn_id,
-                            "has_tool_calls": bool(calls),
-                        }
+                        MessageRecord(
+                            id=f"{turn_id}-a{step}",
+                            ts=self.clock.now().isoformat(),
+                            role="assistant",
+                            content=response.text,
+                            turn_id=turn_id,
+                            has_tool_calls=bool(calls),
+                        )
                     )
                 current.append(Message(role="assistant", content=response.content))
                 result.stop_reason = response.stop_reason
@@ -354,24 +351,22 @@ class AgentLoop:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await session.record(
-                    {
-                        "type": "turn_end",
-                        "turn_id": turn_id,
-                        "status": "cancelled",
-                        "ts": self.clock.now().isoformat(),
-                    }
+                    TurnEnd(
+                        turn_id=turn_id,
+                        status=TurnStatus.CANCELLED,
+                        ts=self.clock.now().isoformat(),
+                    )
                 )
             raise
         result.text = "\n\n".join(texts)
         await session.record(
-            {
-                "type": "turn_end",
-                "turn_id": turn_id,
-                "status": "answered",
-                "stop_reason": result.stop_reason,
-                "usage": result.usage.__dict__,
-                "ts": self.clock.now().isoformat(),
-            }
+            TurnEnd(
+                turn_id=turn_id,
+                status=TurnStatus.ANSWERED,
+                stop_reason=result.stop_reason,
+                usage=result.usage.__dict__,
+                ts=self.clock.now().isoformat(),
+            )
         )
         # The next request carries this turn too: measure it whole, before any bounding.
         full_history = session.history_turns()
@@ -460,14 +455,7 @@ class AgentLoop:
         now = self.clock.now().isoformat()
         await session.record(
             *(
-                {
-                    "type": "tool_call",
-                    "turn_id": turn_id,
-                    "call_id": c.id,
-                    "name": c.name,
-                    "input": c.input,
-                    "ts": now,
-                }
+                ToolCallRecord(turn_id=turn_id, call_id=c.id, name=c.name, input=c.input, ts=now)
                 for c in calls
             )
         )
@@ -535,15 +523,14 @@ class AgentLoop:
             )
         )
         await session.record(
-            {
-                "type": "tool_result",
-                "turn_id": turn_id,
-                "call_id": call.id,
-                "name": call.name,
-                "content": outcome.content,
-                "is_error": outcome.is_error,
-                "ts": self.clock.now().isoformat(),
-            }
+            ToolResultRecord(
+                turn_id=turn_id,
+                call_id=call.id,
+                name=call.name,
+                content=outcome.content,
+                is_error=outcome.is_error,
+                ts=self.clock.now().isoformat(),
+            )
         )
         return ToolResultBlock(
             tool_use_id=call.id, content=outcome.content, is_error=outcome.is_error

@@ -14,6 +14,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.agent.records import (
+    MessageRecord,
+    Record,
+    SessionStart,
+    ToolCallRecord,
+    ToolResultRecord,
+    TurnEnd,
+    TurnStatus,
+)
 from daemon.agent.transcript import Transcript
 from daemon.models.base import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from daemon.store.db import Database
@@ -36,7 +45,7 @@ class Session:
     started_at: datetime
     parent_id: str | None = None
     _seq: int = 0
-    _records: list[dict[str, Any]] = field(default_factory=list)
+    _records: list[Record] = field(default_factory=list)
     # Kept as records are added, so a turn does not rescan the whole transcript for them.
     _message_ids: set[str] = field(default_factory=set)
     _last_reply: str = ""
@@ -56,10 +65,10 @@ class Session:
         """Open (resume) or create a session and its transcript (`header` adds to a new one's first line)."""
         path = directory / f"{session_id}.jsonl"
         transcript = Transcript(path=path, session_id=session_id)
-        records = transcript.records()
+        records = transcript.read()
         started = now
-        if records and records[0].get("type") == "session":
-            started = datetime.fromisoformat(records[0]["started_at"])
+        if records and isinstance(records[0], SessionStart) and records[0].started_at:
+            started = datetime.fromisoformat(records[0].started_at)
         session = cls(
             id=session_id,
             kind=kind,
@@ -71,14 +80,13 @@ class Session:
         session._records = []
         session._remember(records)
         if not records:
-            first = {
-                "type": "session",
-                "id": session_id,
-                "kind": kind,
-                "started_at": now.isoformat(),
-                "parent": parent_id,
-                **(header or {}),
-            }
+            first = SessionStart(
+                id=session_id,
+                kind=kind,
+                started_at=now.isoformat(),
+                parent=parent_id,
+                extra=header or {},
+            )
             await transcript.append(first)
             session._remember([first])
         await db.execute(
@@ -100,23 +108,23 @@ class Session:
         )
         known = {r[0] for r in rows}
         for rec in self._records:
-            if rec.get("type") == "message" and rec.get("id") not in known:
+            if isinstance(rec, MessageRecord) and rec.id not in known:
                 await self._index_message(rec)
 
-    async def _index_message(self, rec: dict[str, Any]) -> None:
+    async def _index_message(self, rec: MessageRecord) -> None:
         self._seq += 1
         await self.db.execute(
             "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content, turn_id)"
             " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(session_id, msg_id) DO NOTHING",
             (
                 self.id,
-                rec["id"],
+                rec.id,
                 self._seq,
-                rec["ts"],
-                rec["role"],
-                rec.get("speaker"),
-                rec["content"],
-                rec.get("turn_id"),
+                rec.ts,
+                rec.role,
+                rec.speaker,
+                rec.content,
+                rec.turn_id,
             ),
         )
 
@@ -124,30 +132,30 @@ class Session:
     def path(self) -> Path:
         return self.transcript.path
 
-    def _remember(self, records: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> None:
+    def _remember(self, records: list[Record] | tuple[Record, ...]) -> None:
         for rec in records:
             self._records.append(rec)
-            if rec.get("type") == "message":
-                self._message_ids.add(str(rec.get("id")))
-                if rec.get("role") == "assistant":
-                    self._last_reply = str(rec.get("content", ""))
+            if isinstance(rec, MessageRecord):
+                self._message_ids.add(rec.id)
+                if rec.role == "assistant":
+                    self._last_reply = rec.content
 
     def has_message(self, msg_id: str) -> bool:
         return msg_id in self._message_ids
 
-    async def record(self, *records: dict[str, Any]) -> None:
+    async def record(self, *records: Record) -> None:
         """Append records durably, then index the conversation messages among them."""
         await self.transcript.append(*records)
         self._remember(records)
         for rec in records:
-            if rec.get("type") == "message":
+            if isinstance(rec, MessageRecord):
                 await self._index_message(rec)
 
-    def turn_ended(self, turn_id: str) -> str | None:
+    def turn_ended(self, turn_id: str) -> TurnStatus | str | None:
         """The recorded end status of `turn_id` in this session (answered, failed, …), or None."""
         for rec in reversed(self._records):
-            if rec.get("type") == "turn_end" and rec.get("turn_id") == turn_id:
-                return str(rec.get("status"))
+            if isinstance(rec, TurnEnd) and rec.turn_id == turn_id:
+                return rec.status
         return None
 
     def finished_steps(self, turn_id: str) -> list[Message]:
@@ -157,12 +165,7 @@ class Session:
         running their tools a second time; a step whose results are not all on disk is not
         whole and is taken again.
         """
-        recs = [
-            r
-            for r in self._records
-            if r.get("turn_id") == turn_id
-            and r.get("type") in ("message", "tool_call", "tool_result")
-        ]
+        recs = [r for r in self._records if isinstance(r, _STEP) and r.turn_id == turn_id]
         messages = _turn_messages(_last_attempt(recs))
         body = messages[1:] if messages and messages[0].role == "user" else messages
         steps: list[Message] = []
@@ -188,9 +191,9 @@ class Session:
         """The transcript message ids recorded for `turn_ids` (what replaying those turns shows)."""
         wanted = set(turn_ids)
         return frozenset(
-            str(r["id"])
+            r.id
             for r in self._records
-            if r.get("type") == "message" and r.get("turn_id") in wanted and "id" in r
+            if isinstance(r, MessageRecord) and r.turn_id in wanted and r.id
         )
 
     def history(self, *, exclude_turn: str | None = None) -> list[tuple[str, list[Message]]]:
@@ -201,20 +204,16 @@ class Session:
         message, so any suffix of whole turns is a valid history.
         """
         finished = {
-            r.get("turn_id")
+            r.turn_id
             for r in self._records
-            if r.get("type") == "turn_end" and r.get("status") == "answered"
+            if isinstance(r, TurnEnd) and r.status == TurnStatus.ANSWERED
         }
-        turns: list[tuple[str, list[dict[str, Any]]]] = []
-        index: dict[str, list[dict[str, Any]]] = {}
+        turns: list[tuple[str, list[Step]]] = []
+        index: dict[str, list[Step]] = {}
         for rec in self._records:
-            tid = rec.get("turn_id")
-            if (
-                rec.get("type") not in ("message", "tool_call", "tool_result")
-                or not tid
-                or tid == exclude_turn
-            ):
+            if not isinstance(rec, _STEP) or not rec.turn_id or rec.turn_id == exclude_turn:
                 continue
+            tid = rec.turn_id
             if tid not in index:
                 index[tid] = []
                 turns.append((tid, index[tid]))
@@ -227,9 +226,9 @@ class Session:
                 messages = [
                     m
                     for rec in recs
-                    if rec.get("type") == "message" and rec.get("role") == "user"
+                    if isinstance(rec, MessageRecord) and rec.role == "user"
                     for m in (
-                        Message.user(str(rec["content"])),
+                        Message.user(rec.content),
                         Message.assistant("(no reply: this turn was interrupted)"),
                     )
                 ]
@@ -242,26 +241,29 @@ class Session:
         return out
 
 
-def _last_attempt(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+Step = MessageRecord | ToolCallRecord | ToolResultRecord
+_STEP = (MessageRecord, ToolCallRecord, ToolResultRecord)
+
+
+def _last_attempt(recs: list[Step]) -> list[Step]:
     """A turn's records as its last attempt left them.
 
     A step taken again after a retry writes its message id a second time (the later record
     stands), and a tool call whose result never landed was taken again or abandoned: the
     API refuses a call without its result, so it is left out.
     """
-    calls = {r.get("call_id") for r in recs if r.get("type") == "tool_call"}
-    results = {r.get("call_id") for r in recs if r.get("type") == "tool_result"}
+    calls = {r.call_id for r in recs if isinstance(r, ToolCallRecord)}
+    results = {r.call_id for r in recs if isinstance(r, ToolResultRecord)}
     whole = calls & results
-    last = {r.get("id"): i for i, r in enumerate(recs) if r.get("type") == "message"}
+    last = {r.id: i for i, r in enumerate(recs) if isinstance(r, MessageRecord)}
     return [
         r
         for i, r in enumerate(recs)
-        if (r.get("type") != "message" or last[r.get("id")] == i)
-        and (r.get("type") not in ("tool_call", "tool_result") or r.get("call_id") in whole)
+        if (last[r.id] == i if isinstance(r, MessageRecord) else r.call_id in whole)
     ]
 
 
-def _turn_messages(recs: list[dict[str, Any]]) -> list[Message]:
+def _turn_messages(recs: list[Step]) -> list[Message]:
     """Turn a finished turn's records into alternating model messages."""
     out: list[Message] = []
     pending_assistant: list[Block] = []
@@ -280,30 +282,25 @@ def _turn_messages(recs: list[dict[str, Any]]) -> list[Message]:
             pending_results = []
 
     for rec in recs:
-        kind = rec.get("type")
-        if kind == "message" and rec.get("role") == "user":
+        if isinstance(rec, MessageRecord) and rec.role == "user":
             flush_assistant()
             flush_results()
-            out.append(Message.user(str(rec["content"])))
-        elif kind == "message" and rec.get("role") == "assistant":
+            out.append(Message.user(rec.content))
+        elif isinstance(rec, MessageRecord) and rec.role == "assistant":
             flush_results()
-            if rec.get("content"):
-                pending_assistant.append(TextBlock(text=str(rec["content"])))
-            if not rec.get("has_tool_calls"):
+            if rec.content:
+                pending_assistant.append(TextBlock(text=rec.content))
+            if not rec.has_tool_calls:
                 flush_assistant()
-        elif kind == "tool_call":
+        elif isinstance(rec, ToolCallRecord):
             flush_results()
             pending_assistant.append(
-                ToolUseBlock(id=rec["call_id"], name=rec["name"], input=rec.get("input") or {})
+                ToolUseBlock(id=rec.call_id, name=rec.name, input=dict(rec.input))
             )
-        elif kind == "tool_result":
+        elif isinstance(rec, ToolResultRecord):
             flush_assistant()
             pending_results.append(
-                ToolResultBlock(
-                    tool_use_id=rec["call_id"],
-                    content=str(rec.get("content", "")),
-                    is_error=bool(rec.get("is_error")),
-                )
+                ToolResultBlock(tool_use_id=rec.call_id, content=rec.content, is_error=rec.is_error)
             )
     flush_assistant()
     flush_results()

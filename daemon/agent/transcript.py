@@ -1,7 +1,7 @@
 """Append-only JSONL transcripts: the source of truth for every session.
 
 One JSON object per line, with a `type`: `session` (first line), `message`, `tool_call`,
-`tool_result`, `turn_end`. Writes are flushed and fsynced off the event loop, so a line
+`tool_result`, `turn_end`, and a fork's `fork_end` — typed in `records.py`. Writes are flushed and fsynced off the event loop, so a line
 that was acknowledged survives a crash. A torn last line (crash mid-write) is ignored on
 read and the next append starts on a fresh line.
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from daemon.agent.records import Record, parse_records
 from daemon.durable import append_lines, read_jsonl
 
 
@@ -27,9 +28,11 @@ class Transcript:
     session_id: str
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    async def append(self, *records: dict[str, Any]) -> None:
+    async def append(self, *records: Record) -> None:
         """Durably append records (fsync before returning). Shielded from cancellation."""
-        lines = [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records]
+        lines = [
+            json.dumps(r.to_json(), ensure_ascii=False, separators=(",", ":")) for r in records
+        ]
 
         def write() -> None:
             with self._lock:
@@ -39,4 +42,9 @@ class Transcript:
             await anyio.to_thread.run_sync(write)
 
     def records(self) -> list[dict[str, Any]]:
+        """Every line as written (for readers that want the raw objects)."""
         return read_jsonl(self.path)
+
+    def read(self) -> list[Record]:
+        """Every line as its typed record."""
+        return parse_records(self.records())

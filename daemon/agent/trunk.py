@@ -30,6 +30,7 @@ from anyio.abc import TaskStatus
 
 from daemon.agent.inbox import Inbox, InboxEntry
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
+from daemon.agent.records import TurnEnd, TurnStatus
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.turns import TurnDone, TurnEvent, TurnFailed, TurnObserver, ignore
 from daemon.chat.protocol import ErrorCode
@@ -411,7 +412,7 @@ class Trunk:
             self._current[1].cancel()
             return True
         if turn_id and self.inbox.remove(turn_id):
-            await self.inbox.done(turn_id, status="cancelled")
+            await self.inbox.done(turn_id, status=TurnStatus.CANCELLED)
             self._report(
                 TurnFailed(
                     turn_id=turn_id, code=ErrorCode.CANCELLED, message="cancelled before it started"
@@ -629,14 +630,14 @@ class Trunk:
         assert self.session is not None
         session = self.session
         ended = session.turn_ended(entry.id)
-        if ended in ("answered", "failed", "vetoed"):
+        if ended in (TurnStatus.ANSWERED, TurnStatus.FAILED, TurnStatus.VETOED):
             # Finished before a crash that came before the inbox heard of it: never answer twice.
             log.info(
                 "turn already finished before a restart; not answering it again",
                 turn_id=entry.id,
                 status=ended,
             )
-            await self._finish(entry, ended)
+            await self._finish(entry, TurnStatus(ended))
             return None
         scope = anyio.CancelScope()
         self._current = (entry.id, scope)
@@ -688,7 +689,7 @@ class Trunk:
         if scope.cancelled_caught or entry.id in self._cancelled:
             self._cancelled.discard(entry.id)
             observer = self._observers.get(entry.id, ignore)
-            await self._finish(entry, "cancelled")
+            await self._finish(entry, TurnStatus.CANCELLED)
             observer(
                 TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled")
             )
@@ -705,21 +706,20 @@ class Trunk:
             if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
                 with unless_storage_refuses(log, "turn end not recorded", turn_id=entry.id):
                     await session.record(
-                        {
-                            "type": "turn_end",
-                            "turn_id": entry.id,
-                            "status": "failed",
-                            "error": error[1],
-                            "ts": self.clock.now().isoformat(),
-                        }
+                        TurnEnd(
+                            turn_id=entry.id,
+                            status=TurnStatus.FAILED,
+                            error=error[1],
+                            ts=self.clock.now().isoformat(),
+                        )
                     )
-            await self._finish(entry, "failed")
+            await self._finish(entry, TurnStatus.FAILED)
             observer(failed)
             return None
         assert result is not None
         # The inbox hears first, so a listener told "done" never sees the message answered again.
         observer = self._observers.get(entry.id, ignore)
-        await self._finish(entry, "answered")
+        await self._finish(entry, TurnStatus.ANSWERED)
         if result.vetoed:
             observer(TurnFailed(turn_id=entry.id, code=ErrorCode.VETOED, message=result.vetoed))
         else:
@@ -758,7 +758,7 @@ class Trunk:
         )
         return None
 
-    async def _finish(self, entry: InboxEntry, status: str) -> None:
+    async def _finish(self, entry: InboxEntry, status: TurnStatus) -> None:
         """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told).
 
         When storage refuses the `done` record the turn's own end in the transcript still

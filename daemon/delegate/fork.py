@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
+from daemon.agent.records import ForkEnd, MessageRecord, TurnEnd, TurnStatus
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.transcript import Transcript
 from daemon.agent.turns import Delta, Phase, ToolPhase, TurnEvent
@@ -162,13 +163,7 @@ class Delegator:
         now = self.clock.now().isoformat()
         if await anyio.Path(path).exists():
             await Transcript(path=path, session_id=row.id).append(
-                {
-                    "type": "turn_end",
-                    "turn_id": f"{row.id}-t1",
-                    "status": "failed",
-                    "error": INTERRUPTED,
-                    "ts": now,
-                }
+                TurnEnd(turn_id=f"{row.id}-t1", status=TurnStatus.FAILED, error=INTERRUPTED, ts=now)
             )
         await self.db.execute(
             "UPDATE sessions SET ended_at = COALESCE(ended_at, ?) WHERE id = ?", (now, row.id)
@@ -440,12 +435,11 @@ class Delegator:
                 if session.turn_ended(f"{run.id}-t1") is None:
                     # Cancelled before the loop's own record (during context assembly).
                     await session.record(
-                        {
-                            "type": "turn_end",
-                            "turn_id": f"{run.id}-t1",
-                            "status": "cancelled",
-                            "ts": self.clock.now().isoformat(),
-                        }
+                        TurnEnd(
+                            turn_id=f"{run.id}-t1",
+                            status=TurnStatus.CANCELLED,
+                            ts=self.clock.now().isoformat(),
+                        )
                     )
                 await self._finish(
                     run,
@@ -496,14 +490,13 @@ class Delegator:
             )
             # The result as a message of the fork's own: indexed, and what its summary narrates.
             await session.record(
-                {
-                    "type": "message",
-                    "id": f"{run.id}-t1-result",
-                    "ts": self.clock.now().isoformat(),
-                    "role": "assistant",
-                    "content": f"Task complete ({completion.outcome}): {completion.summary}",
-                    "turn_id": f"{run.id}-t1",
-                }
+                MessageRecord(
+                    id=f"{run.id}-t1-result",
+                    ts=self.clock.now().isoformat(),
+                    role="assistant",
+                    content=f"Task complete ({completion.outcome}): {completion.summary}",
+                    turn_id=f"{run.id}-t1",
+                )
             )
         elif result is not None and result.stop_reason == "stopped":
             outcome = ForkOutcome(
@@ -532,15 +525,14 @@ class Delegator:
         summary = outcome.text[:4000] if outcome.status in ("complete", "incomplete") else None
         # The transcript says how it ended too, so `memory reindex` can rebuild the lineage row.
         await session.record(
-            {
-                "type": "fork_end",
-                "status": outcome.status,
-                "outcome": outcome.outcome,
-                "summary": summary,
-                "reason": outcome.reason,
-                "tokens": run.tokens,
-                "ts": now.isoformat(),
-            }
+            ForkEnd(
+                status=outcome.status,
+                outcome=outcome.outcome,
+                summary=summary,
+                reason=outcome.reason,
+                tokens=run.tokens,
+                ts=now.isoformat(),
+            )
         )
         await self.lineage.finish(
             run.id,
