@@ -123,6 +123,24 @@ def test_frame_constructors_omit_absent_optionals() -> None:
     ] == {"input": 3}
 
 
+def test_client_frames_are_built_as_the_daemon_parses_them() -> None:
+    assert protocol.message(text="hi") == {"type": "message", "text": "hi"}
+    assert protocol.command(name="status") == {"type": "command", "name": "status"}
+    assert protocol.cancel() == {"type": "cancel"}
+    built = [
+        protocol.message(text="hello ☃\nthere", id="m1"),
+        protocol.command(name="journal", id="c1", args={"tail": 3}),
+        protocol.command(name="memory_import", id="c2", args={"name": "notes"}, files=1),
+        protocol.cancel(turn_id="t9"),
+    ]
+    assert [parse_client_frame(protocol.encode(frame)) for frame in built] == [
+        MessageFrame(text="hello ☃\nthere", id="m1"),
+        CommandFrame(name="journal", args={"tail": 3}, id="c1"),
+        CommandFrame(name="memory_import", args={"name": "notes"}, id="c2", files=1),
+        CancelFrame(turn_id="t9"),
+    ]
+
+
 def test_line_buffer_splits_across_chunks_and_skips_blank_lines() -> None:
     buf = LineBuffer(100)
     assert buf.feed(b'{"a"') == []

@@ -314,6 +314,33 @@ def decode(line: bytes) -> dict[str, Any]:
     return obj
 
 
+# --- client → daemon frames -------------------------------------------------------------
+# What clients send, built here as the daemon's frames are below, so the keys a client writes
+# and the keys `parse_client_frame` reads are named in one module.
+
+
+def message(*, text: str, id: str | None = None) -> dict[str, Any]:
+    """A message for the agent; `id` comes back on its `accepted` (and on an error about it)."""
+    return _with({"type": "message", "text": text}, id=id)
+
+
+def command(
+    *, name: str, id: str | None = None, args: Mapping[str, Any] | None = None, files: int = 0
+) -> dict[str, Any]:
+    """A command for the daemon; `files` counts the open files sent with it (`SCM_RIGHTS`)."""
+    return _with(
+        {"type": "command", "name": name},
+        id=id,
+        args=dict(args) if args else None,
+        files=files or None,
+    )
+
+
+def cancel(*, turn_id: str | None = None) -> dict[str, Any]:
+    """Cancel the turn named, or the current one."""
+    return _with({"type": "cancel"}, turn_id=turn_id)
+
+
 # --- daemon → client frames -------------------------------------------------------------
 
 
