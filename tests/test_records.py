@@ -32,6 +32,7 @@ from daemon.agent.session import Session
 from daemon.agent.transcript import Transcript
 from daemon.bus import EventBus, Veto
 from daemon.clock import FakeClock
+from daemon.delegate.lineage import ForkStatus, row_from_transcript
 from daemon.events import BeforeAgentStart, SystemNote
 from daemon.models.base import TextBlock, ToolResultBlock, ToolUseBlock
 from daemon.models.ledger import UsageLedger
@@ -203,3 +204,22 @@ async def test_todays_turns_write_the_lines_the_golden_files_hold(tmp_path: Path
     }
     for w in written:
         assert w == golden[w[0]], w
+
+
+def test_the_lineage_row_is_rebuilt_from_a_fork_transcript_written_before() -> None:
+    complete = row_from_transcript(GOLDEN / "fork-complete.jsonl")
+    cancelled = row_from_transcript(GOLDEN / "fork-cancelled.jsonl")
+    assert complete is not None and cancelled is not None
+    fork_id, parent, parent_turn, parent_call, root, depth, task, status = complete[:8]
+    assert (fork_id, parent, root, depth, task) == (
+        "fork-20260303-100000-13bfd3",
+        "fork-20260303-100000-b6b6de",
+        "trunk-1",
+        2,
+        "count the northern farm",
+    )
+    assert (parent_turn, parent_call) == ("fork-20260303-100000-b6b6de-t1", "toolu_scripted_2")
+    assert status == ForkStatus.COMPLETE and complete[8] == "success" and complete[11] == 5304
+    assert cancelled[7] == "cancelled" and cancelled[10] == "the parent's turn was cancelled"
+    assert cancelled[8] is None and cancelled[9] is None and cancelled[14]
+    assert row_from_transcript(GOLDEN / "trunk-tools.jsonl") is None

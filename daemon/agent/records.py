@@ -251,7 +251,7 @@ class ForkEnd:
     def to_json(self) -> dict[str, Any]:
         return {
             "type": RecordType.FORK_END.value,
-            "status": self.status,
+            "status": str(self.status),
             "outcome": self.outcome,
             "summary": self.summary,
             "reason": self.reason,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.delegate.lineage import ForkStatus
+
 FRAMING = "You are in focused task mode. Your objective is: {task}"
 _PARTIAL_CHARS = 6000
 _TOOL_CLIP = 400
@@ -21,7 +23,7 @@ class ForkOutcome:
 
     fork_id: str
     depth: int
-    status: str  # complete | incomplete | stopped | failed
+    status: ForkStatus
     text: str
     outcome: str | None = None
     artifacts: tuple[str, ...] = ()
@@ -33,16 +35,16 @@ class ForkOutcome:
             + (f" · outcome {self.outcome}" if self.outcome else "")
             + "]"
         )
-        if self.status == "complete":
+        if self.status == ForkStatus.COMPLETE:
             body = self.text
             if self.artifacts:
                 body += "\n\nArtifacts:\n" + "\n".join(f"- {a}" for a in self.artifacts)
-        elif self.status == "incomplete":
+        elif self.status == ForkStatus.INCOMPLETE:
             body = (
                 "The fork ended without calling task_complete; its last reply follows (unconfirmed):\n"
                 + (self.text or "(no reply)")
             )
-        elif self.status == "stopped":
+        elif self.status == ForkStatus.STOPPED:
             body = (
                 f"PARTIAL OUTPUT — the fork was stopped: {self.reason}. What it produced before it stopped follows; "
                 "it is incomplete and unverified.\n<<<PARTIAL\n"

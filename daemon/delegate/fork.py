@@ -32,7 +32,7 @@ from daemon.agent.turns import Delta, Phase, ToolPhase, TurnEvent
 from daemon.bus import EventBus, HookFailed
 from daemon.clock import Clock
 from daemon.delegate.brief import ForkOutcome, brief_prompt, partial_output
-from daemon.delegate.lineage import ForkLineage, ForkRow
+from daemon.delegate.lineage import ForkLineage, ForkRow, ForkStatus
 from daemon.delegate.tools import Completion, delegate_tool, task_complete_tool
 from daemon.events import BeforeFork, ForkFinished, ForkNote, JournalNote, SessionShutdown
 from daemon.log import get_logger
@@ -263,16 +263,19 @@ class Delegator:
         try:
             gathered = await self.bus.gather(event)
         except HookFailed as exc:
-            await self.lineage.start(**common, status="failed")  # type: ignore[arg-type]
+            await self.lineage.start(**common, status=ForkStatus.FAILED)  # type: ignore[arg-type]
             await self.lineage.finish(
-                fork_id, status="failed", ended_at=now, stop_reason=str(exc)[:500]
+                fork_id, status=ForkStatus.FAILED, ended_at=now, stop_reason=str(exc)[:500]
             )
             raise ToolError(f"the fork was not started: {exc}") from None
         veto = gathered.veto
         if veto is not None:
-            await self.lineage.start(**common, status="vetoed")  # type: ignore[arg-type]
+            await self.lineage.start(**common, status=ForkStatus.VETOED)  # type: ignore[arg-type]
             await self.lineage.finish(
-                fork_id, status="vetoed", ended_at=now, stop_reason=f"{veto.by}: {veto.reason}"
+                fork_id,
+                status=ForkStatus.VETOED,
+                ended_at=now,
+                stop_reason=f"{veto.by}: {veto.reason}",
             )
             raise ToolError(f"the fork was not started: vetoed by {veto.by}: {veto.reason}")
         ancestors = (*parent.ancestors, parent.id) if parent is not None else (ctx.session_id,)
@@ -314,7 +317,7 @@ class Delegator:
             with anyio.CancelScope(shield=True):
                 await self.lineage.finish(
                     fork_id,
-                    status="failed",
+                    status=ForkStatus.FAILED,
                     ended_at=self.clock.now(),
                     stop_reason=repr(exc)[:500],
                     tokens=run.tokens,
@@ -322,7 +325,7 @@ class Delegator:
             raise ToolError(f"the fork {fork_id} failed to run: {exc}") from None
         finally:
             self._running.pop(fork_id, None)
-        if outcome.status == "failed":
+        if outcome.status == ForkStatus.FAILED:
             raise ToolError(outcome.render())
         return outcome.render()
 
@@ -448,7 +451,7 @@ class Delegator:
                     ForkOutcome(
                         fork_id=run.id,
                         depth=run.depth,
-                        status="cancelled",
+                        status=ForkStatus.CANCELLED,
                         text="",
                         reason="the parent's turn was cancelled",
                     ),
@@ -467,7 +470,7 @@ class Delegator:
             outcome = ForkOutcome(
                 fork_id=run.id,
                 depth=run.depth,
-                status="stopped",
+                status=ForkStatus.STOPPED,
                 text=partial_output(session.transcript.records()),
                 reason=reason,
             )
@@ -475,7 +478,7 @@ class Delegator:
             outcome = ForkOutcome(
                 fork_id=run.id,
                 depth=run.depth,
-                status="failed",
+                status=ForkStatus.FAILED,
                 text=partial_output(session.transcript.records()),
                 reason=error,
             )
@@ -483,7 +486,7 @@ class Delegator:
             outcome = ForkOutcome(
                 fork_id=run.id,
                 depth=run.depth,
-                status="complete",
+                status=ForkStatus.COMPLETE,
                 text=completion.summary,
                 outcome=completion.outcome,
                 artifacts=tuple(completion.artifacts),
@@ -502,7 +505,7 @@ class Delegator:
             outcome = ForkOutcome(
                 fork_id=run.id,
                 depth=run.depth,
-                status="stopped",
+                status=ForkStatus.STOPPED,
                 text=partial_output(session.transcript.records()),
                 reason=str(result.report.get("stopped", "a limit was reached")),
             )
@@ -510,7 +513,7 @@ class Delegator:
             outcome = ForkOutcome(
                 fork_id=run.id,
                 depth=run.depth,
-                status="incomplete",
+                status=ForkStatus.INCOMPLETE,
                 text=result.text.strip() if result else "",
             )
         with anyio.CancelScope(shield=True):
@@ -522,7 +525,11 @@ class Delegator:
     ) -> None:
         """Record how the fork ended, end its session (its own summary), tell the parent. Shielded by callers."""
         now = self.clock.now()
-        summary = outcome.text[:4000] if outcome.status in ("complete", "incomplete") else None
+        summary = (
+            outcome.text[:4000]
+            if outcome.status in (ForkStatus.COMPLETE, ForkStatus.INCOMPLETE)
+            else None
+        )
         # The transcript says how it ended too, so `memory reindex` can rebuild the lineage row.
         await session.record(
             ForkEnd(
@@ -569,7 +576,7 @@ class Delegator:
                 phase="finished",
                 depth=run.depth,
                 fork_id=run.id,
-                is_error=outcome.status != "complete",
+                is_error=outcome.status != ForkStatus.COMPLETE,
                 detail=f"{outcome.status}: {' '.join(outcome.text.split())[:200]}"
                 if outcome.text
                 else outcome.status,
@@ -606,7 +613,7 @@ class Delegator:
             outcome = ForkOutcome(
                 fork_id=row.id,
                 depth=row.depth,
-                status="failed",
+                status=ForkStatus.FAILED,
                 text=partial,
                 reason=f"{INTERRUPTED} (task: {row.task[:200]})",
             )

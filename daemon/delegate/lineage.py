@@ -8,6 +8,7 @@ then returns the failure instead of a silent retry).
 
 from __future__ import annotations
 
+import enum
 import gzip
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,16 +17,30 @@ from typing import Any
 
 import anyio
 
+from daemon.agent.records import ForkEnd, SessionStart, parse_record
 from daemon.durable import parse_jsonl
 from daemon.store.db import Database
 
 # Why a row rebuilt from a transcript without a `fork_end` record says it ended.
 NO_END_RECORDED = "its transcript records no end (the daemon stopped while it ran)"
 
+
 # How a fork ended. `complete`: it called task_complete; `incomplete`: it stopped answering
 # without it; `stopped`: a limit (inactivity, tree ceiling, token budget) ended it; `cancelled`:
 # its parent's turn was cancelled; `failed`: an error, or the daemon stopped while it ran.
-STATUSES = ("running", "complete", "incomplete", "stopped", "cancelled", "failed", "vetoed")
+class ForkStatus(enum.StrEnum):
+    """Where a fork stands: running, or how it ended (the `forks.status` column and `fork_end`)."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    STOPPED = "stopped"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    VETOED = "vetoed"
+
+
+_STATUSES = frozenset(s.value for s in ForkStatus)
 
 _COLUMNS = (
     "id, parent_session_id, parent_turn_id, parent_call_id, root_session_id, depth, task, status, outcome, "
@@ -94,7 +109,7 @@ class ForkLineage:
         task: str,
         transcript_path: str,
         started_at: datetime,
-        status: str = "running",
+        status: ForkStatus = ForkStatus.RUNNING,
     ) -> None:
         await self.db.execute(
             "INSERT INTO forks(id, parent_session_id, parent_turn_id, parent_call_id, root_session_id, depth, task, status,"
@@ -117,15 +132,15 @@ class ForkLineage:
         self,
         fork_id: str,
         *,
-        status: str,
+        status: ForkStatus,
         ended_at: datetime,
         outcome: str | None = None,
         summary: str | None = None,
         stop_reason: str | None = None,
         tokens: int = 0,
     ) -> None:
-        if status not in STATUSES:
-            raise ValueError(f"unknown fork status {status!r}; expected one of {STATUSES}")
+        if status not in _STATUSES:
+            raise ValueError(f"unknown fork status {status!r}; expected one of {sorted(_STATUSES)}")
         await self.db.execute(
             "UPDATE forks SET status = ?, outcome = ?, summary = ?, stop_reason = ?, tokens = ?, ended_at = ? WHERE id = ?",
             (status, outcome, summary, stop_reason, tokens, ended_at.isoformat(), fork_id),
@@ -227,27 +242,28 @@ def row_from_transcript(path: Path) -> tuple[Any, ...] | None:
         records = _records(path)
     except (OSError, EOFError, gzip.BadGzipFile):
         return None
-    head = records[0] if records else {}
-    if head.get("type") != "session" or head.get("kind") != "fork" or not head.get("id"):
+    head = parse_record(records[0]) if records else None
+    if not isinstance(head, SessionStart) or head.kind != "fork" or not head.id:
         return None
-    end = next((r for r in reversed(records) if r.get("type") == "fork_end"), None)
-    parent = str(head.get("parent") or "")
+    end = next((e for r in reversed(records) if isinstance(e := parse_record(r), ForkEnd)), None)
+    extra = head.extra
+    parent = head.parent or ""
     return (
-        str(head["id"]),
+        head.id,
         parent,
-        str(head.get("parent_turn") or ""),
-        head.get("parent_call"),
-        str(head.get("root") or parent),
-        int(head.get("depth") or 1),
-        str(head.get("task") or ""),
-        str(end.get("status") or "failed") if end else "failed",
-        end.get("outcome") if end else None,
-        end.get("summary") if end else None,
-        end.get("reason") if end else NO_END_RECORDED,
-        int(end.get("tokens") or 0) if end else 0,
+        str(extra.get("parent_turn") or ""),
+        extra.get("parent_call"),
+        str(extra.get("root") or parent),
+        int(extra.get("depth") or 1),
+        str(extra.get("task") or ""),
+        (end.status or ForkStatus.FAILED) if end else ForkStatus.FAILED,
+        end.outcome if end else None,
+        end.summary if end else None,
+        end.reason if end else NO_END_RECORDED,
+        end.tokens if end else 0,
         str(path),
-        str(head.get("forked_at") or head.get("started_at") or ""),
-        end.get("ts") if end else None,
+        str(extra.get("forked_at") or head.started_at or ""),
+        (end.ts or None) if end else None,
         1,  # history: nobody is waiting to be told
         "archived" if path.suffix == ".gz" else None,
     )

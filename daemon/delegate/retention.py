@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 
 from daemon.clock import Clock
-from daemon.delegate.lineage import ForkLineage, ForkRow
+from daemon.delegate.lineage import ForkLineage, ForkRow, ForkStatus
 from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.paths import Home
@@ -57,7 +57,7 @@ async def apply_fork_retention(home: Home, db: Database, settings: Settings, clo
     lineage = ForkLineage(db)
     live: list[_Live] = []
     for row in await lineage.all():
-        if row.status == "running" or row.retained is not None:
+        if row.status == ForkStatus.RUNNING or row.retained is not None:
             continue
         path = Path(row.transcript_path)
         if path.parent != home.forks_dir or not await anyio.Path(path).exists():
