@@ -8,8 +8,8 @@ and the brief (plus notes `before_fork` handlers added). The result is what the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from daemon.agent.records import MessageRecord, Record, ToolResultRecord
 from daemon.delegate.lineage import ForkStatus
 
 FRAMING = "You are in focused task mode. Your objective is: {task}"
@@ -87,24 +87,17 @@ def brief_prompt(
     return "\n".join(lines)
 
 
-def partial_output(records: list[dict[str, Any]], limit: int = _PARTIAL_CHARS) -> str:
+def partial_output(records: list[Record], limit: int = _PARTIAL_CHARS) -> str:
     """What a fork produced so far: its replies and tool results, in order, the end kept."""
     parts: list[str] = []
     for rec in records:
-        kind = rec.get("type")
-        if (
-            kind == "message"
-            and rec.get("role") == "assistant"
-            and str(rec.get("content", "")).strip()
-        ):
-            parts.append(str(rec["content"]).strip())
-        elif kind == "tool_result" and rec.get("name") != "task_complete":
-            content = " ".join(str(rec.get("content", "")).split())
+        if isinstance(rec, MessageRecord) and rec.role == "assistant" and rec.content.strip():
+            parts.append(rec.content.strip())
+        elif isinstance(rec, ToolResultRecord) and rec.name != "task_complete":
+            content = " ".join(rec.content.split())
             if len(content) > _TOOL_CLIP:
                 content = content[: _TOOL_CLIP - 1] + "…"
-            parts.append(
-                f"({rec.get('name')} → {'error: ' if rec.get('is_error') else ''}{content})"
-            )
+            parts.append(f"({rec.name} → {'error: ' if rec.is_error else ''}{content})")
     text = "\n".join(parts)
     if len(text) > limit:
         text = "…" + text[-(limit - 1) :]

@@ -471,7 +471,7 @@ class Delegator:
                 fork_id=run.id,
                 depth=run.depth,
                 status=ForkStatus.STOPPED,
-                text=partial_output(session.transcript.records()),
+                text=partial_output(session.transcript.read()),
                 reason=reason,
             )
         elif error is not None:
@@ -479,7 +479,7 @@ class Delegator:
                 fork_id=run.id,
                 depth=run.depth,
                 status=ForkStatus.FAILED,
-                text=partial_output(session.transcript.records()),
+                text=partial_output(session.transcript.read()),
                 reason=error,
             )
         elif completion.called:
@@ -506,7 +506,7 @@ class Delegator:
                 fork_id=run.id,
                 depth=run.depth,
                 status=ForkStatus.STOPPED,
-                text=partial_output(session.transcript.records()),
+                text=partial_output(session.transcript.read()),
                 reason=str(result.report.get("stopped", "a limit was reached")),
             )
         else:
@@ -604,9 +604,7 @@ class Delegator:
         lines = []
         for row in rows:
             partial = (
-                partial_output(
-                    Transcript(path=Path(row.transcript_path), session_id=row.id).records()
-                )
+                partial_output(Transcript(path=Path(row.transcript_path), session_id=row.id).read())
                 if Path(row.transcript_path).exists()
                 else ""
             )
