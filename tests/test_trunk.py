@@ -12,7 +12,7 @@ import pytest
 
 from daemon.agent.gateway import turn_frame
 from daemon.agent.inbox import Inbox
-from daemon.agent.loop import AgentLoop
+from daemon.agent.loop import AgentLoop, ContextFailed
 from daemon.agent.records import MessageRecord, parse_records
 from daemon.agent.session import Session
 from daemon.agent.transcript import Transcript
@@ -20,10 +20,19 @@ from daemon.agent.trunk import Trunk
 from daemon.bus import EventBus, Veto
 from daemon.clock import FakeClock
 from daemon.durable import append_lines, read_jsonl
-from daemon.events import BeforeAgentStart, CompactionApproaching, SessionShutdown, SystemNote
+from daemon.events import (
+    BeforeAgentStart,
+    CompactionApproaching,
+    Composer,
+    Contribution,
+    SessionShutdown,
+    SystemNote,
+    TurnContext,
+)
 from daemon.models.base import (
     ModelRequest,
     ModelUnavailable,
+    SystemBlock,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -173,6 +182,58 @@ async def test_loop_runs_tools_and_history_replays_them(tmp_path: Path) -> None:
             "SELECT role, content FROM messages WHERE session_id='s1' ORDER BY seq"
         )
         assert [r[0] for r in rows] == ["user", "assistant", "assistant", "user", "assistant"]
+
+
+async def test_the_composer_builds_the_prompt_and_notes_follow_it_whatever_the_order(
+    tmp_path: Path,
+) -> None:
+    """Contributions returned before and after the composer all reach it; notes come after
+    the composed prompt; a second composer is left out; a composer that raises fails the turn."""
+    bus = EventBus()
+    seen: list[tuple[str, ...]] = []
+
+    def compose(contributions: tuple[Contribution, ...]) -> TurnContext:
+        seen.append(tuple(c.text for c in contributions))
+        if any(c.text == "explode" for c in contributions):
+            raise RuntimeError("cannot compose that")
+        return TurnContext(
+            system_blocks=(SystemBlock(text="COMPOSED " + " + ".join(seen[-1])),),
+            report={"memory_origins": []},
+        )
+
+    bus.on(BeforeAgentStart, lambda e: SystemNote(text="NOTE EARLY"), priority=10, name="early")
+    bus.on(BeforeAgentStart, lambda e: Contribution(layer="recall", text="a"), priority=20)
+    bus.on(BeforeAgentStart, lambda e: Composer(compose=compose), priority=50, name="composer")
+    bus.on(
+        BeforeAgentStart,
+        lambda e: Composer(compose=lambda c: TurnContext(system_blocks=(SystemBlock(text="X"),))),
+        priority=60,
+        name="second",
+    )
+    bus.on(
+        BeforeAgentStart,
+        lambda e: Contribution(layer="recall", text="explode" if "boom" in e.prompt else "b"),
+        priority=70,
+    )
+    bus.on(BeforeAgentStart, lambda e: SystemNote(text="NOTE LATE"), priority=80, name="late")
+    model = ScriptedModel(script=["hi"])
+    _, db, _, roles, loop = await _env(tmp_path, model, bus=bus)
+    async with db, roles, loop.bus:
+        session = await Session.open(
+            db=db, directory=tmp_path, session_id="s1", kind="trunk", now=FakeClock().now()
+        )
+        with anyio.fail_after(10):
+            await loop.run_turn(
+                session, turn_id="t1", prompt="hello", observer=lambda e: None, ts="x"
+            )
+            with pytest.raises(ContextFailed, match="RuntimeError: cannot compose that"):
+                await loop.run_turn(
+                    session, turn_id="t2", prompt="boom", observer=lambda e: None, ts="x"
+                )
+        assert session.turn_ended("t2") == "failed"
+    [request] = model.calls
+    assert [b.text for b in request.system] == ["COMPOSED a + b", "NOTE EARLY", "NOTE LATE"]
+    assert seen == [("a", "b"), ("a", "explode")]
 
 
 async def test_context_from_gate_handlers_reaches_the_model_and_veto_stops(tmp_path: Path) -> None:
