@@ -34,6 +34,7 @@ from daemon.bus import EventBus, Veto
 from daemon.clock import FakeClock
 from daemon.delegate.lineage import ForkStatus, row_from_transcript
 from daemon.events import BeforeAgentStart, SystemNote
+from daemon.memory.transcripts import read_session_header, read_transcript
 from daemon.models.base import TextBlock, ToolResultBlock, ToolUseBlock
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
@@ -223,3 +224,19 @@ def test_the_lineage_row_is_rebuilt_from_a_fork_transcript_written_before() -> N
     assert cancelled[7] == "cancelled" and cancelled[10] == "the parent's turn was cancelled"
     assert cancelled[8] is None and cancelled[9] is None and cancelled[14]
     assert row_from_transcript(GOLDEN / "trunk-tools.jsonl") is None
+
+
+def test_memory_reads_the_conversation_of_a_transcript_written_before() -> None:
+    header = read_session_header(GOLDEN / "fork-complete.jsonl")
+    assert header is not None
+    assert (header.id, header.kind, header.parent) == (
+        "fork-20260303-100000-13bfd3",
+        "fork",
+        "fork-20260303-100000-b6b6de",
+    )
+    assert header.started_at is not None and header.started_at.year == 2026
+    lines = read_transcript(GOLDEN / "trunk-tools.jsonl")
+    assert [(m.session, m.id, m.role, m.turn_id) for m in lines] == [
+        ("trunk-1", "t1", "user", "t1"),
+        ("trunk-1", "t1-a1", "assistant", "t1"),
+    ]

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.agent.records import RecordType, SessionStart, parse_record
+
 ROLES = frozenset({"user", "assistant"})
 
 
@@ -100,13 +102,15 @@ def read_session_header(path: Path) -> SessionHeader | None:
                 obj = json.loads(raw)
             except json.JSONDecodeError:
                 return None
-            if isinstance(obj, dict) and obj.get("type") == "session" and obj.get("id"):
-                started = obj.get("started_at")
+            record = parse_record(obj) if isinstance(obj, dict) else None
+            if isinstance(record, SessionStart) and record.id:
                 return SessionHeader(
-                    id=str(obj["id"]),
-                    kind=str(obj.get("kind") or "trunk"),
-                    started_at=parse_ts(started, str(path)) if started else None,
-                    parent=obj.get("parent"),
+                    id=record.id,
+                    kind=record.kind or "trunk",
+                    started_at=parse_ts(record.started_at, str(path))
+                    if record.started_at
+                    else None,
+                    parent=record.parent,
                 )
             return None
     return None
@@ -133,10 +137,10 @@ def read_transcript(path: Path | str) -> list[TranscriptLine]:
             if not isinstance(obj, dict):
                 raise TranscriptError(f"{where}: expected a JSON object")
             kind = obj.get("type")
-            if kind == "session":
+            if kind == RecordType.SESSION:
                 session_id = _str_field(obj, "id", where)
                 continue
-            if kind is not None and kind != "message":
+            if kind is not None and kind != RecordType.MESSAGE:
                 continue  # tool calls, results and turn ends are not conversation
             session = (
                 obj.get("session")
