@@ -228,7 +228,7 @@ class AgentLoop:
                     MessageRecord(id=turn_id, ts=ts, role="user", content=prompt, turn_id=turn_id),
                 )
             tg.start_soon(assemble)
-        failure: Any = gate.get("failed")
+        failure: HookFailed | str | None = gate.get("failed")
         gathered: Gathered | None = gate.get("gathered")
         context = TurnContext(system_blocks=())
         if failure is None and gathered is not None and gathered.veto is None:
