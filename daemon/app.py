@@ -22,11 +22,10 @@ import anyio
 
 from daemon import status as status_mod
 from daemon.agent.gateway import state_frame
-from daemon.clock import Clock, SystemClock
+from daemon.clock import SystemClock
 from daemon.events import StateChanged
 from daemon.lifecycle import DaemonState
 from daemon.log import get_logger
-from daemon.models.base import Model
 from daemon.paths import Home
 from daemon.services import Services, open_services
 from daemon.settings import Settings
@@ -69,24 +68,10 @@ class HomeLock:
 class Daemon:
     """Runs the services for one home until asked to stop."""
 
-    def __init__(
-        self,
-        home: Home,
-        settings: Settings,
-        *,
-        clock: Clock | None = None,
-        model_overrides: dict[str, Model] | None = None,
-    ) -> None:
+    def __init__(self, home: Home, settings: Settings) -> None:
         self.home = home
         self.settings = settings
-        self.clock = clock or SystemClock()
-        self.model_overrides = model_overrides or {}
-        self.services: Services | None = None
         self._stop = anyio.Event()
-
-    @property
-    def state(self) -> str:
-        return self.services.state if self.services is not None else DaemonState.STARTING.value
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -113,8 +98,7 @@ class Daemon:
 
         s = self.settings
         notifier = Notifier()
-        async with open_services(self.home, s, self.clock, models=self.model_overrides) as services:
-            self.services = services
+        async with open_services(self.home, s, SystemClock()) as services:
             register_commands(services)
             socket_path = self.home.socket_path(s.chat.socket)
             server = ChatServer(
