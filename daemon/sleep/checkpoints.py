@@ -7,6 +7,7 @@ first one without a `done` (or `skipped`/`deferred`) row and never runs a comple
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,7 +16,19 @@ from typing import Any
 from daemon.sleep.phases import PhaseReport
 from daemon.store.db import Database
 
-FINAL = ("done", "skipped", "deferred")
+
+class PhaseStatus(enum.StrEnum):
+    """How a sleep phase's row stands (the strings are what `sleep_phases.status` holds)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    SKIPPED = "skipped"
+    DEFERRED = "deferred"
+    FAILED = "failed"
+
+
+# A phase in one of these never runs again in its cycle.
+FINAL = frozenset({PhaseStatus.DONE, PhaseStatus.SKIPPED, PhaseStatus.DEFERRED})
 
 
 @dataclass(kw_only=True)
@@ -200,7 +213,7 @@ class Checkpoints:
         error: str | None = None,
     ) -> None:
         if status not in FINAL:
-            raise ValueError(f"a phase ends as one of {FINAL}, not {status!r}")
+            raise ValueError(f"a phase ends as one of {sorted(FINAL)}, not {status!r}")
         await self.db.execute(
             "INSERT INTO sleep_phases(cycle_id, phase, seq, status, attempts, started_at, finished_at, report, error)"
             " VALUES (?,?,?,?,0,?,?,?,?) ON CONFLICT(cycle_id, phase) DO UPDATE SET status = excluded.status,"

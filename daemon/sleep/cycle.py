@@ -55,7 +55,7 @@ from daemon.models.base import ModelError, SpendCapReached
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
-from daemon.sleep.checkpoints import FINAL, Checkpoints, CycleRecord
+from daemon.sleep.checkpoints import FINAL, Checkpoints, CycleRecord, PhaseStatus
 from daemon.sleep.phases import Phase, PhaseContext, PhaseReport
 from daemon.sleep.wake import WakeNote, WakeUp
 from daemon.sleep.winddown import WindDown
@@ -398,7 +398,7 @@ class SleepCycle:
                     await self.checkpoints.finish(
                         record.id,
                         at=self.clock.now(),
-                        status="failed",
+                        status=PhaseStatus.FAILED,
                         new_session_id=None,
                         woke_early=False,
                         deferred=[],
@@ -489,7 +489,7 @@ class SleepCycle:
                 ) or None
                 if earlier_new:
                     outcome.new_session_id = str(earlier_new)
-                if prior.status == "deferred":
+                if prior.status == PhaseStatus.DEFERRED:
                     outcome.deferred.append(phase.name)
                 continue
             self.lifecycle.set_phase(phase.name)
@@ -509,7 +509,7 @@ class SleepCycle:
         await self.checkpoints.finish(
             record.id,
             at=self.clock.now(),
-            status="done",
+            status=PhaseStatus.DONE,
             new_session_id=outcome.new_session_id,
             woke_early=outcome.woke_early,
             deferred=outcome.deferred,
@@ -619,11 +619,16 @@ class SleepCycle:
         attempts: int = 1,
     ) -> None:
         await self.checkpoints.phase_finished(
-            ctx.cycle_id, report.phase, seq, status="done", at=self.clock.now(), report=report
+            ctx.cycle_id,
+            report.phase,
+            seq,
+            status=PhaseStatus.DONE,
+            at=self.clock.now(),
+            report=report,
         )
         ctx.earlier[report.phase] = report
         outcome.steps[report.phase] = {
-            "status": "done",
+            "status": PhaseStatus.DONE,
             "changed": report.changed,
             "report": report.to_json(),
         }
@@ -655,10 +660,10 @@ class SleepCycle:
         outcome: CycleOutcome,
     ) -> None:
         await self.checkpoints.phase_finished(
-            ctx.cycle_id, name, seq, status="skipped", at=self.clock.now(), error=error
+            ctx.cycle_id, name, seq, status=PhaseStatus.SKIPPED, at=self.clock.now(), error=error
         )
         outcome.steps[name] = {
-            "status": "skipped",
+            "status": PhaseStatus.SKIPPED,
             "changed": f"skipped after {attempts} attempt(s): {error}",
         }
         log.warning("sleep phase skipped", phase=name, attempts=attempts, error=error)
@@ -673,10 +678,10 @@ class SleepCycle:
 
     async def _defer(self, ctx: PhaseContext, seq: int, name: str, outcome: CycleOutcome) -> None:
         await self.checkpoints.phase_finished(
-            ctx.cycle_id, name, seq, status="deferred", at=self.clock.now()
+            ctx.cycle_id, name, seq, status=PhaseStatus.DEFERRED, at=self.clock.now()
         )
         outcome.steps[name] = {
-            "status": "deferred",
+            "status": PhaseStatus.DEFERRED,
             "changed": "deferred to the next sleep: a message woke the agent early",
         }
         outcome.deferred.append(name)

@@ -31,7 +31,7 @@ from daemon.memory.text import parse_json_reply
 from daemon.models.base import Message, SystemBlock
 from daemon.redact import redactor_for
 from daemon.sleep.phases import PhaseContext, PhaseReport
-from daemon.sleep.revisions import Material, Proposal, Revision, RevisionStore
+from daemon.sleep.revisions import Material, Proposal, Revision, RevisionStatus, RevisionStore
 from daemon.tokens import count_tokens
 from daemon.topics.router import TopicRouter
 
@@ -179,7 +179,7 @@ class DreamsPhase:
             )  # fmt: skip
             if revision is not None:
                 revisions.append(revision)
-                applied += revision.status == "applied"
+                applied += revision.status == RevisionStatus.APPLIED
         # After a crash the model may not propose again what it already did: settle and report
         # all of this cycle's revisions.
         revisions = await store.settle(ctx.cycle_id)
@@ -286,8 +286,8 @@ class DreamsPhase:
         resumed: bool,
         material: int,
     ) -> PhaseReport:
-        applied = [r.id for r in revisions if r.status == "applied"]
-        rejected = [r.id for r in revisions if r.status == "rejected"]
+        applied = [r.id for r in revisions if r.status == RevisionStatus.APPLIED]
+        rejected = [r.id for r in revisions if r.status == RevisionStatus.REJECTED]
         rel = str(path.relative_to(ctx.home.root))
         changed = f"dream entry {rel}; {len(applied)} revision(s) applied"
         if applied:
@@ -295,7 +295,10 @@ class DreamsPhase:
         if rejected:
             changed += f", {len(rejected)} rejected ({', '.join(rejected)})"
         files = [str(path)] + [
-            str(ctx.home.root / f.path) for r in revisions if r.status == "applied" for f in r.files
+            str(ctx.home.root / f.path)
+            for r in revisions
+            if r.status == RevisionStatus.APPLIED
+            for f in r.files
         ]
         return PhaseReport(
             phase=self.name, changed=changed, files=tuple(dict.fromkeys(files)),

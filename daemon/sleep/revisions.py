@@ -13,6 +13,7 @@ change; nothing here talks to the router.
 from __future__ import annotations
 
 import difflib
+import enum
 import hashlib
 import json
 import re
@@ -36,6 +37,14 @@ log = get_logger("sleep.revisions")
 _SHINGLE = 6  # words: a run this long copied from untrusted memory counts as drawing on it
 _WORD = re.compile(r"[a-z0-9']+")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+class RevisionStatus(enum.StrEnum):
+    """Where a dream revision stands (the strings are what `dream_revisions.status` holds)."""
+
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    REVERTED = "reverted"
 
 
 class RevisionError(Exception):
@@ -72,7 +81,7 @@ class Revision:
     created_at: str
     kind: str
     target: str
-    status: str  # applied | rejected | reverted
+    status: RevisionStatus
     reason: str
     files: tuple[FileChange, ...]
     diff: str
@@ -233,7 +242,7 @@ class RevisionStore:
         )
         return Revision(
             id=row["id"], cycle_id=row["cycle_id"], created_at=row["created_at"], kind=row["kind"],
-            target=row["target"], status=row["status"], reason=row["reason"], files=files, diff=row["diff"],
+            target=row["target"], status=RevisionStatus(row["status"]), reason=row["reason"], files=files, diff=row["diff"],
             sources=tuple(json.loads(row["sources"] or "[]")), reverted_at=row["reverted_at"],
         )  # fmt: skip
 
@@ -261,7 +270,7 @@ class RevisionStore:
         return revisions
 
     async def _settle(self, revision: Revision) -> None:
-        if revision.status == "applied":
+        if revision.status == RevisionStatus.APPLIED:
             await anyio.to_thread.run_sync(self._finish_apply, revision)
         if not await anyio.Path(self._diff_path(revision)).exists():
             await anyio.to_thread.run_sync(self._write_diff, revision)
@@ -364,7 +373,7 @@ class RevisionStore:
                         break
         if problem is None:
             problem = provenance_problem(proposal, changes, material)
-        status = "rejected" if problem else "applied"
+        status = RevisionStatus.REJECTED if problem else RevisionStatus.APPLIED
         reason = problem or proposal.why.strip()[:500]
         revision = Revision(
             id=rev_id, cycle_id=cycle_id, created_at=now.isoformat(timespec="seconds"), kind=proposal.kind,
@@ -380,7 +389,7 @@ class RevisionStore:
                 json.dumps([c.to_json() for c in changes]), revision.diff, json.dumps(list(proposal.sources)),
             ),
         )  # fmt: skip
-        if status == "applied":
+        if status == RevisionStatus.APPLIED:
             await anyio.to_thread.run_sync(self._finish_apply, revision)
             log.info(
                 "dream revision applied",
@@ -432,9 +441,9 @@ class RevisionStore:
             raise RevisionError(
                 f"no dream revision {rev_id.strip()!r}; `reverie dreams` lists them"
             )
-        if revision.status == "reverted":
+        if revision.status == RevisionStatus.REVERTED:
             raise RevisionError(f"{revision.id} was already reverted at {revision.reverted_at}")
-        if revision.status == "rejected":
+        if revision.status == RevisionStatus.REJECTED:
             raise RevisionError(
                 f"{revision.id} was rejected ({revision.reason}); it changed nothing to revert"
             )
@@ -445,7 +454,9 @@ class RevisionStore:
             (at, revision.id),
         )
         log.info("dream revision reverted", id=revision.id, target=revision.target)
-        return Revision(**{**revision.__dict__, "status": "reverted", "reverted_at": at})
+        return Revision(
+            **{**revision.__dict__, "status": RevisionStatus.REVERTED, "reverted_at": at}
+        )
 
     def _restore(self, revision: Revision, force: bool) -> None:
         current = {}
