@@ -95,9 +95,16 @@ def test_unreadable_weights_fail_with_one_clear_line(tmp_path: Path) -> None:
     (model / "config.json").write_text(
         json.dumps({"num_attention_heads": 12, "hidden_size": 384, "num_hidden_layers": 6})
     )
-    (model / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n")
     (model / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
-    with pytest.raises(minilm.MiniLMError, match="unreadable safetensors header"):
+    with pytest.raises(minilm.MiniLMError, match=r"cannot load the MiniLM model from .*header"):
         minilm.load(model)
+    # Good weights beside a broken tokenizer file: named as such, not a traceback.
+    packaged = minilm.packaged_model_dir()
+    if packaged is not None:
+        (model / "model.safetensors").unlink()
+        (model / "model.safetensors").symlink_to(packaged / "model.safetensors")
+        (model / "tokenizer.json").write_text("{not json}")
+        with pytest.raises(minilm.MiniLMError, match="cannot read the tokenizer"):
+            minilm.load(model)
     with pytest.raises(EmbedderError, match="cannot load the MiniLM model"):
         MiniLMEmbedder(path=tmp_path / "missing").embed_sync(["x"])

