@@ -160,7 +160,7 @@ def timed(home: Path, queries: list[str], env: dict[str, str], *extra: str) -> d
 
 def round_trip(home: Path, query: str) -> float:
     """Connect, greet and search through the socket from this process: the daemon's share, in ms."""
-    from daemon.commands.forward import DaemonLink
+    from daemon.cli.forward import DaemonLink
 
     t = time.perf_counter()
     link = DaemonLink.open(home / "run" / "reverie.sock")
@@ -374,7 +374,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results: dict[str, Any] = {"sizes": [], "import": []}
     results["python_start"] = interpreter_start("pass", args.runs)
-    results["forwarder_import"] = interpreter_start("import daemon.commands.forward", args.runs)
+    results["forwarder_import"] = interpreter_start("import daemon.cli.forward", args.runs)
     results["load_average_at_start"] = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cli-latency-") as tmp:
         root = args.workdir or Path(tmp)

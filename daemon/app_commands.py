@@ -11,6 +11,7 @@ from typing import Any
 from daemon.cli_support import (
     CommandError,
     cannot_create,
+    cap_blas_threads,
     environment_failure,
     resolve_env,
     single_cause,
@@ -77,6 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     env = resolve_env(args)
     configure(env.settings.log.level, env.settings.log.format)
+    cap_blas_threads()
     check_persona(env.home)
     reason = unwritable(env.home.root)
     if reason is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from daemon.commands.recall_cli import add_commands
+from daemon.cli.memory import add_commands
 from daemon.memory.dates import resolve_dates
 from daemon.memory.facts import FactError, FactLog
 from daemon.paths import Home

@@ -233,7 +233,7 @@ async def test_recall_cli_answers_from_a_home_with_json(
 ) -> None:
     import argparse
 
-    from daemon.commands.recall_cli import add_commands
+    from daemon.cli.memory import add_commands
 
     with (home_dir / "reverie.toml").open("a") as fh:
         fh.write('\n[memory]\nembedder = "none"\n')

@@ -1,6 +1,6 @@
-"""`reverie memory import | search | reindex | stats` — retrieval from the command line.
+"""`reverie memory import | search | reindex | stats` run over the home's database (parsed in `daemon.cli.memory`).
 
-When a daemon runs, `import` and `search` are answered by it (`daemon.commands.forward`);
+When a daemon runs, `import` and `search` are answered by it (`daemon.cli.forward`);
 these functions are the direct path, used when none listens. They open the home's database
 directly (WAL: safe while the daemon runs) and never call a model, except
 `import --summarise`, which asks the memory system to summarise the imported sessions. Output for machines is JSON (`--json`), one array per query with
@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from daemon.cli_support import CommandError, Env, print_err, resolve_env
 from daemon.clock import SystemClock
@@ -31,43 +31,7 @@ from daemon.store.db import Database
 if TYPE_CHECKING:
     from daemon.memory.system import MemorySystem
 
-__all__ = ["add_commands", "open_index"]
-
-
-def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    memory = subparsers.add_parser(
-        "memory", parents=[common], help="import, search and rebuild the memory index"
-    )
-    sub = memory.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
-    memory.set_defaults(func=lambda args: _usage(memory))
-
-    imp = sub.add_parser(
-        "import",
-        parents=[common],
-        help="import transcripts (JSONL); no LLM call unless --summarise",
-    )
-    spec.add_arguments(imp, spec.IMPORT)
-    imp.set_defaults(func=_import)
-
-    search = sub.add_parser(
-        "search", parents=[common], help="raw retrieval, no LLM: ranked memories with sources"
-    )
-    spec.add_arguments(search, spec.SEARCH)
-    search.set_defaults(func=_search)
-
-    reindex = sub.add_parser(
-        "reindex", parents=[common], help="rebuild the memory index from the files (no model call)"
-    )
-    reindex.set_defaults(func=_reindex)
-
-    stats = sub.add_parser("stats", parents=[common], help="what the memory index holds")
-    stats.add_argument("--json", action="store_true")
-    stats.set_defaults(func=_stats)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
+__all__ = ["import_", "open_index", "reindex", "search", "stats"]
 
 
 def _quiet_logs(env: Env) -> None:
@@ -112,7 +76,7 @@ async def open_index(
             await aclose()
 
 
-async def _import(args: argparse.Namespace) -> int:
+async def import_(args: argparse.Namespace) -> int:
     try:
         path = spec.import_file(args)
     except spec.UsageError as exc:
@@ -185,7 +149,7 @@ async def _summarise(env: Env, session_ids: tuple[str, ...], progress: ops.Progr
         return await ops.summarise_sessions(system, session_ids, progress)
 
 
-async def _search(args: argparse.Namespace) -> int:
+async def search(args: argparse.Namespace) -> int:
     try:
         queries = spec.search_queries(args)
     except spec.UsageError as exc:
@@ -209,7 +173,7 @@ async def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _reindex(args: argparse.Namespace) -> int:
+async def reindex(args: argparse.Namespace) -> int:
     """Rebuild the index from the files with no model: no roles, no summariser, no background work."""
     from daemon.delegate.lineage import ForkLineage
     from daemon.journal.heartbeat import reindex_journal
@@ -231,7 +195,7 @@ async def _reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _stats(args: argparse.Namespace) -> int:
+async def stats(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     _quiet_logs(env)
     async with open_index(env) as index:

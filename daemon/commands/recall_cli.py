@@ -1,6 +1,6 @@
 """`reverie remember` and `reverie recall`: the person's side of explicit memory.
 
-When a daemon runs, both are answered by it over the socket (`daemon.commands.forward`);
+When a daemon runs, both are answered by it over the socket (`daemon.cli.forward`);
 otherwise they open the home directly (the facts log is appended under a file lock and the
 database is in WAL mode). Facts written here have origin `person`.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from daemon.cli_support import CommandError, resolve_env
 from daemon.commands import args as spec
@@ -23,25 +22,7 @@ from daemon.commands import ops, render
 from daemon.commands.memory_cli import open_memory
 
 
-def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    remember = subparsers.add_parser(
-        "remember",
-        parents=[common],
-        help="store an explicit fact (or --correct / --retract one)",
-        epilog=spec.REMEMBER_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    spec.add_arguments(remember, spec.REMEMBER)
-    remember.set_defaults(func=_remember)
-
-    recall = subparsers.add_parser(
-        "recall", parents=[common], help="answer from memory with citations (the recall tool)"
-    )
-    spec.add_arguments(recall, spec.RECALL)
-    recall.set_defaults(func=_recall)
-
-
-async def _remember(args: argparse.Namespace) -> int:
+async def remember(args: argparse.Namespace) -> int:
     from daemon.memory.facts import FactError
 
     try:
@@ -59,7 +40,7 @@ async def _remember(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _recall(args: argparse.Namespace) -> int:
+async def recall(args: argparse.Namespace) -> int:
     from daemon.memory.recall import RecallError
 
     try:

@@ -6,10 +6,9 @@ these functions the same JSON-shaped data, so their output is the same byte for 
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-
-from daemon.commands import wire
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -21,7 +20,7 @@ def search_results(
 ) -> None:
     """Print one query's results: a JSON array, or a readable ranked list."""
     if as_json:
-        out.write(wire.dumps(items, ensure_ascii=False) + "\n")
+        out.write(json.dumps(items, ensure_ascii=False) + "\n")
         if batch:
             out.flush()
         return
@@ -42,7 +41,7 @@ def search_results(
 
 def import_counts(counts: dict[str, Any], *, as_json: bool, out: TextIO) -> None:
     if as_json:
-        out.write(wire.dumps(counts) + "\n")
+        out.write(json.dumps(counts) + "\n")
         return
     out.write(
         f"imported {counts['messages']} messages in {counts['sessions']} sessions "
@@ -53,7 +52,7 @@ def import_counts(counts: dict[str, Any], *, as_json: bool, out: TextIO) -> None
 
 def remember_result(data: dict[str, Any], *, as_json: bool, out: TextIO) -> None:
     if as_json:
-        out.write(wire.dumps(data, ensure_ascii=False) + "\n")
+        out.write(json.dumps(data, ensure_ascii=False) + "\n")
     elif data["status"] in ("stored", "corrected"):
         out.write(f"{data['message']}: {data['text']}\n")
     else:
@@ -63,7 +62,7 @@ def remember_result(data: dict[str, Any], *, as_json: bool, out: TextIO) -> None
 def recall_answer(data: dict[str, Any], *, as_json: bool, out: TextIO) -> None:
     """Print a recall: `data` is the result's JSON with the rendered answer under `text`."""
     if as_json:
-        out.write(wire.dumps(data, ensure_ascii=False) + "\n")
+        out.write(json.dumps(data, ensure_ascii=False) + "\n")
     else:
         out.write(f"{data['text']}\n")
 
@@ -88,7 +87,7 @@ class ImportProgress:
     def __call__(self, event: dict[str, Any]) -> None:
         if self.as_json:
             self.stream.write(
-                wire.dumps(
+                json.dumps(
                     {"progress": event["phase"], "done": event["done"], "total": event["total"]}
                 )
                 + "\n"

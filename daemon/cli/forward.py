@@ -1,9 +1,10 @@
 """Hand `memory search | import`, `remember` and `recall` to the running daemon (standard library only).
 
-`reverie` calls `forward(argv)` before it imports anything heavy. When the command is one of
+`reverie` calls `forward(args)` once argparse has read the command line, before it imports
+anything heavy. When the command is one of
 these four and a daemon listens on the home's socket, the command is sent there (where the
 embedding model and the vector matrix are warm), the reply is printed exactly as the direct
-path prints it, and the exit code is returned. Otherwise — another command, `--help`, no
+path prints it, and the exit code is returned. Otherwise — another command, no
 socket, a daemon too old to know the command — it returns None and the CLI runs the command
 itself over the database. A refusal by the daemon prints `reverie: <why>` and exits 1, as the
 direct path does. `memory import` opens the file here, with the person's rights, and passes it
@@ -14,193 +15,26 @@ from __future__ import annotations
 
 import _socket  # `socket` wraps it in enums and selectors: ~4 ms of a forwarded command
 import itertools
+import json
 import os
 import sys
 
 from daemon.commands import args as spec
-from daemon.commands import render, wire
+from daemon.commands import render
 
 # `typing` and `pathlib` cost ~10 ms of a ~50 ms forwarded command: annotations only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from typing import Any, NoReturn, TextIO
+    from typing import Any, TextIO
 
 CONNECT_TIMEOUT_S = 5.0
 # A search whose daemon must first load the embedding model may take a few seconds.
 SEARCH_TIMEOUT_S = 300.0
 
-# The forwarded commands and their argument definitions.
-COMMANDS: dict[str, Any] = {
-    "memory": {"search": spec.SEARCH, "import": spec.IMPORT},
-    "remember": spec.REMEMBER,
-    "recall": spec.RECALL,
-}
-
-
-class _NotOurs(Exception):
-    """The command line is not one the fast path handles; the full CLI takes it."""
-
 
 class DaemonGone(Exception):
     """The daemon stopped answering mid-command."""
-
-
-def command_word(argv: list[str]) -> str | None:
-    """The subcommand named on the line (skipping `--home X`/`--config X` before it)."""
-    skip = False
-    for token in argv:
-        if skip:
-            skip = False
-        elif token in ("--home", "--config"):
-            skip = True
-        elif not token.startswith("-"):
-            return token
-    return None
-
-
-def _parser(word: str | None) -> argparse.ArgumentParser:
-    """The argparse parser of the one command `word` names (building all four costs ~4 ms).
-
-    Only for command lines the quick parser leaves to it: importing argparse (and `re`, `enum`
-    and `gettext` with it) costs ~5 ms of a forwarded command.
-    """
-    import argparse
-
-    if word not in COMMANDS:
-        raise _NotOurs(f"not a forwarded command: {word}")
-
-    class _Formatter(argparse.HelpFormatter):
-        """A fixed width: the default asks `shutil` for the terminal's; nothing here prints help."""
-
-        def __init__(self, prog: str) -> None:
-            super().__init__(prog, width=100)
-
-    class _Parser(argparse.ArgumentParser):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs.setdefault("formatter_class", _Formatter)
-            super().__init__(*args, **kwargs)
-
-        def error(self, message: str) -> NoReturn:
-            raise _NotOurs(message)
-
-        def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-            raise _NotOurs(message or "")
-
-    parser = _Parser(prog="reverie", add_help=False)
-    common = _Parser(add_help=False)
-    for p in (parser, common):
-        p.add_argument("--home", default=argparse.SUPPRESS)
-        p.add_argument("--config", default=argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    if word == "memory":
-        memory = sub.add_parser("memory", parents=[common], add_help=False)
-        msub = memory.add_subparsers(dest="memory_command", parser_class=_Parser)
-        for name in ("search", "import"):
-            spec.add_arguments(
-                msub.add_parser(name, parents=[common], add_help=False), COMMANDS[word][name]
-            )
-    else:
-        spec.add_arguments(sub.add_parser(word, parents=[common], add_help=False), COMMANDS[word])
-    return parser
-
-
-class _Args:
-    """A parsed command line: what `argparse.Namespace` would hold, as attributes."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)
-
-
-def quick_parse(argv: list[str]) -> dict[str, Any] | None:
-    """Parse a forwarded command line without argparse, or None to leave it to argparse.
-
-    Reads the same argument definitions (`daemon.commands.args`) and accepts only what argparse
-    reads the same way: exact option names (no abbreviations), `--opt VALUE` or `--opt=VALUE`
-    with a value not starting with `-`, positionals not starting with `-`, valid choices and
-    numbers. Anything else (`--`, a prefix, a negative number, an error to report) goes to
-    argparse, so both give the same values and the same errors.
-    """
-    values: dict[str, Any] = {}
-    ready = False  # the command's arguments are known
-    path: list[str] = []
-    options: dict[str, dict[str, Any]] = {}
-    positionals: list[tuple[str, dict[str, Any]]] = []
-    groups: dict[str, str] = {}
-    tokens = iter(argv)
-    for token in tokens:
-        name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-        if name in ("--home", "--config"):
-            value = inline if eq else next(tokens, None)
-            if value is None or value.startswith("-"):
-                return None
-            values[name[2:]] = value
-        elif not token.startswith("-"):
-            if not ready:
-                path.append(token)
-                table = _spec_at(path)
-                if table is None:
-                    return None
-                if isinstance(table, tuple):
-                    ready = True
-                    for flags, keywords in table:
-                        dest = keywords.get("dest") or flags[0].lstrip("-").replace("-", "_")
-                        arg = {**keywords, "dest": dest}
-                        if flags[0].startswith("-"):
-                            options.update({flag: arg for flag in flags})
-                        else:
-                            positionals.append((dest, arg))
-                        unset = False if arg.get("action") == "store_true" else None
-                        default = keywords.get("default", unset)
-                        values[dest] = list(default) if isinstance(default, list) else default
-            elif positionals:
-                values[positionals.pop(0)[0]] = token
-            else:
-                return None  # one positional too many: argparse's error
-        elif ready and name in options:
-            arg = options[name]
-            action = arg.get("action", "store")
-            if action == "store_true":
-                if eq:
-                    return None
-                values[arg["dest"]] = True
-                continue
-            value = inline if eq else next(tokens, None)
-            if value is None or value.startswith("-"):
-                return None
-            if "type" in arg:
-                try:
-                    value = arg["type"](value)
-                except ValueError:
-                    return None
-            if "choices" in arg and value not in arg["choices"]:
-                return None
-            group = arg.get("group")
-            if group is not None:
-                if groups.setdefault(group, arg["dest"]) != arg["dest"]:
-                    return None  # two of a mutually exclusive group
-            if action == "append":
-                values[arg["dest"]] = [*(values[arg["dest"]] or []), value]
-            else:
-                values[arg["dest"]] = value
-        else:
-            return None
-    if not ready or any(arg.get("nargs") != "?" for _, arg in positionals):
-        return None  # no command, or a required positional missing
-    values["command"] = path[0]
-    if path[0] == "memory":
-        values["memory_command"] = path[1]
-    return values
-
-
-def _spec_at(path: list[str]) -> Any:
-    """The argument definitions `path` names, a dict of subcommands, or None."""
-    table: Any = COMMANDS
-    for word in path:
-        if not isinstance(table, dict) or word not in table:
-            return None
-        table = table[word]
-    return table
 
 
 def _home(args: argparse.Namespace) -> str:
@@ -292,7 +126,7 @@ class DaemonLink:
                 raise DaemonGone("the daemon closed the connection before answering")
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        frame = wire.loads(line)
+        frame = json.loads(line)
         if not isinstance(frame, dict):
             raise ValueError("the daemon sent a frame that is not an object")
         return frame
@@ -314,10 +148,10 @@ class DaemonLink:
         self.sock.settimeout(timeout)
         frame: dict[str, Any] = {"type": "command", "name": name, "args": args, "id": cid}
         if file is None:
-            self.sock.sendall((wire.dumps(frame) + "\n").encode())
+            self.sock.sendall((json.dumps(frame) + "\n").encode())
         else:
             frame["files"] = 1
-            data = (wire.dumps(frame) + "\n").encode()
+            data = (json.dumps(frame) + "\n").encode()
             passed = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, file.to_bytes(4, sys.byteorder))]
             sent = self.sock.sendmsg([data], passed)
             self.sock.sendall(data[sent:])
@@ -392,18 +226,8 @@ def _recall(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def forward(argv: list[str], out: TextIO | None = None) -> int | None:
-    """Run a memory command through the running daemon; None when the CLI should run it itself."""
-    if any(a in ("-h", "--help") for a in argv):
-        return None
-    values = quick_parse(argv)
-    if values is not None:
-        args: Any = _Args(values)
-    else:
-        try:
-            args = _parser(command_word(argv)).parse_args(argv)
-        except _NotOurs:
-            return None
+def forward(args: argparse.Namespace, out: TextIO | None = None) -> int | None:
+    """Run a parsed memory command through the running daemon; None when the CLI runs it itself."""
     if args.command == "memory":
         run = {"search": _search, "import": _import}.get(args.memory_command or "")
     else:

@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 COMMAND_MODULES = (
     "daemon.app_commands",
     "daemon.chat.commands",
-    "daemon.commands.memory_cli",
-    "daemon.commands.recall_cli",
+    "daemon.cli.memory",
     "daemon.context.commands",
     "daemon.sleep.dream_commands",
     "daemon.journal.commands",
@@ -30,11 +29,24 @@ COMMAND_MODULES = (
 # Commands whose module is known: only it is imported, so `reverie memory search` on the
 # direct path does not pay for the chat client and the context assembler.
 COMMAND_OWNERS = {
-    "memory": "daemon.commands.memory_cli",
-    "remember": "daemon.commands.recall_cli",
-    "recall": "daemon.commands.recall_cli",
+    "memory": "daemon.cli.memory",
+    "remember": "daemon.cli.memory",
+    "recall": "daemon.cli.memory",
     "journal": "daemon.journal.commands",
 }
+
+
+def command_word(argv: list[str]) -> str | None:
+    """The subcommand named on the line (skipping `--home X`/`--config X` before it)."""
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in ("--home", "--config"):
+            skip = True
+        elif not token.startswith("-"):
+            return token
+    return None
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -54,8 +66,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     common.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS, help=home_help)
     common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=config_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from daemon.commands.forward import command_word
-
     owner = COMMAND_OWNERS.get(command_word(argv) or "") if argv is not None else None
     for name in (owner,) if owner else COMMAND_MODULES:
         module = importlib.import_module(name)
@@ -81,20 +91,6 @@ def _reader_gone() -> int:
     return 0
 
 
-def _blas_threads() -> None:
-    """Give numpy's BLAS half the usable cores (at least one) unless the environment says otherwise.
-
-    Must run before numpy is imported. OpenBLAS's spinning worker threads fight each other and
-    SQLite on a small shared machine: on 2 busy cores one thread embedded 5x more texts a
-    second with the numpy MiniLM (201/s against 41/s) and a query took 15 ms against 280 ms.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max(1, min(4, cores // 2))))
-
-
 def _exit_now(code: int) -> None:
     """End a forwarded command at once: its output is written, nothing else is left to do.
 
@@ -110,12 +106,16 @@ def _exit_now(code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _blas_threads()
+    parser = build_parser(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
     # Memory commands a running daemon can answer go there before anything heavy is imported.
-    from daemon.commands.forward import forward
+    from daemon.cli.forward import forward
 
     try:
-        forwarded = forward(sys.argv[1:] if argv is None else list(argv))
+        forwarded = forward(args)
     except KeyboardInterrupt:
         return 130
     if forwarded is not None:
@@ -124,11 +124,6 @@ def main(argv: list[str] | None = None) -> int:
         return forwarded
     from daemon.cli_support import CommandError, print_err
 
-    parser = build_parser(sys.argv[1:] if argv is None else list(argv))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     # Commands other than `run` keep stdout for their output: log warnings to stderr.
     from daemon.log import configure
 
@@ -178,7 +173,3 @@ def _environment_failure(exc: BaseException, args: argparse.Namespace) -> int:
         raise exc
     print_err(line)
     return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

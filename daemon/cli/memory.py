@@ -1,0 +1,81 @@
+"""`reverie memory …`, `reverie remember` and `reverie recall`: their command lines.
+
+Building these parsers imports only the standard library and the argument definitions
+(`daemon.commands.args`): when a daemon runs, these commands are forwarded to it
+(`daemon.cli.forward`) before anything heavy loads. The direct path — the database, the
+embedding model — is imported only when a command runs without a daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from daemon.commands import args as spec
+
+
+def _direct(module: str, name: str) -> Callable[[argparse.Namespace], Any]:
+    """The command `name` of `module`, imported when it runs (not when the parser is built)."""
+
+    def run(args: argparse.Namespace) -> Any:
+        command = getattr(importlib.import_module(module), name)
+        from daemon.cli_support import cap_blas_threads
+
+        cap_blas_threads()
+        return command(args)
+
+    return run
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    memory = subparsers.add_parser(
+        "memory", parents=[common], help="import, search and rebuild the memory index"
+    )
+    sub = memory.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
+    memory.set_defaults(func=lambda args: _usage(memory))
+
+    imp = sub.add_parser(
+        "import",
+        parents=[common],
+        help="import transcripts (JSONL); no LLM call unless --summarise",
+    )
+    spec.add_arguments(imp, spec.IMPORT)
+    imp.set_defaults(func=_direct("daemon.commands.memory_cli", "import_"))
+
+    search = sub.add_parser(
+        "search", parents=[common], help="raw retrieval, no LLM: ranked memories with sources"
+    )
+    spec.add_arguments(search, spec.SEARCH)
+    search.set_defaults(func=_direct("daemon.commands.memory_cli", "search"))
+
+    reindex = sub.add_parser(
+        "reindex", parents=[common], help="rebuild the memory index from the files (no model call)"
+    )
+    reindex.set_defaults(func=_direct("daemon.commands.memory_cli", "reindex"))
+
+    stats = sub.add_parser("stats", parents=[common], help="what the memory index holds")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(func=_direct("daemon.commands.memory_cli", "stats"))
+
+    remember = subparsers.add_parser(
+        "remember",
+        parents=[common],
+        help="store an explicit fact (or --correct / --retract one)",
+        epilog=spec.REMEMBER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    spec.add_arguments(remember, spec.REMEMBER)
+    remember.set_defaults(func=_direct("daemon.commands.recall_cli", "remember"))
+
+    recall = subparsers.add_parser(
+        "recall", parents=[common], help="answer from memory with citations (the recall tool)"
+    )
+    spec.add_arguments(recall, spec.RECALL)
+    recall.set_defaults(func=_direct("daemon.commands.recall_cli", "recall"))
