@@ -187,7 +187,8 @@ async def index_view(root: Path, settings: Settings, items: list[MemoryItem]) ->
     from contextlib import AsyncExitStack
 
     from daemon.memory.embedders import HashEmbedder
-    from daemon.memory.index import MemoryIndex, NewMemory
+    from daemon.memory.index import MemoryIndex
+    from daemon.memory.rows import NewMemory
     from daemon.memory.view import IndexMemoryView
     from daemon.store.db import Database
 

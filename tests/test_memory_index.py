@@ -12,8 +12,9 @@ import pytest
 
 from daemon.clock import FakeClock
 from daemon.memory.embedders import Embedder, HashEmbedder, NoEmbedder
-from daemon.memory.index import MemoryIndex, NewMemory
+from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose
+from daemon.memory.rows import NewMemory
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
 

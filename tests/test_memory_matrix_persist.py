@@ -18,8 +18,9 @@ import pytest
 
 from daemon.clock import FakeClock
 from daemon.memory.embedders import Embedder, HashEmbedder
-from daemon.memory.index import MemoryIndex, NewMemory
+from daemon.memory.index import MemoryIndex
 from daemon.memory.matrix import MAGIC, StaleMatrix, VectorMatrix, matrix_path
+from daemon.memory.rows import NewMemory
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from daemon.clock import FakeClock
-from daemon.memory.index import MemoryIndex, NewMemory
+from daemon.memory.index import MemoryIndex
+from daemon.memory.rows import NewMemory
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
 

@@ -26,8 +26,9 @@ from daemon.context.assembler import AssembledContext, ContextAssembler
 from daemon.events import BeforeAgentStart, TurnFinished
 from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.embedders import HashEmbedder, NoEmbedder
-from daemon.memory.index import MemoryIndex, NewMemory
+from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose
+from daemon.memory.rows import NewMemory
 from daemon.memory.system import MemorySystem
 from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelRequest
@@ -453,7 +454,7 @@ async def test_items_covering_more_of_the_question_rise_among_near_equals(tmp_pa
             )
         }
         plan = decompose("What did Ada bake for the picnic?", now=NOW)
-        ranked = await memory.index._by_facets(plan, [(rows["a"], 1.0), (rows["b"], 0.9)])
+        ranked = await memory.index.searcher._by_facets(plan, [(rows["a"], 1.0), (rows["b"], 0.9)])
     assert [r for r, _ in ranked] == [
         rows["b"],
         rows["a"],

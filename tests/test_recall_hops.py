@@ -234,8 +234,8 @@ async def test_facets_count_a_word_by_how_rare_it_is_in_memory(tmp_path: Path) -
             assert friend < kids  # on a tie the newer row would come first
             plan = decompose("What hobby did Priya's friend pick up?", now=NOW)
             with anyio.fail_after(10):
-                weights = await index._facet_weights(terms(plan.text))
-                order = await index._by_facets(plan, [(kids, 0.02), (friend, 0.02)])
+                weights = await index.searcher._facet_weights(terms(plan.text))
+                order = await index.searcher._by_facets(plan, [(kids, 0.02), (friend, 0.02)])
         assert weights["priya"] < weights["hobby"]
         assert [r for r, _ in order] == [friend, kids]
 

@@ -13,7 +13,7 @@ import pytest
 
 from daemon.bus import EventBus
 from daemon.events import ConfigReloaded
-from daemon.memory.index import NewMemory
+from daemon.memory.rows import NewMemory
 from daemon.models.anthropic import AnthropicModel
 from daemon.models.base import ModelRequest, SpendCapReached, Usage
 from daemon.models.offline import OfflineModel

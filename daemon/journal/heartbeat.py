@@ -63,7 +63,8 @@ from daemon.journal.entries import (
     fit_draft,
 )
 from daemon.log import get_logger
-from daemon.memory.index import MemoryIndex, NewMemory
+from daemon.memory.index import MemoryIndex
+from daemon.memory.rows import NewMemory
 from daemon.memory.text import parse_json_reply
 from daemon.models import offline_journal
 from daemon.models.base import Message, ModelError, SystemBlock, Usage

@@ -11,9 +11,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from daemon.memory.api import Origin
+from daemon.memory.rows import NewMemory, parse_iso
 
 if TYPE_CHECKING:
-    from daemon.memory.index import MemoryIndex, NewMemory
+    from daemon.memory.index import MemoryIndex
 
 
 def day_label(ts: datetime) -> str:
@@ -22,8 +23,6 @@ def day_label(ts: datetime) -> str:
 
 
 def message_line(row: Any) -> str:
-    from daemon.memory.index import parse_iso
-
     ts = parse_iso(row["ts"])
     who = row["speaker"] or row["role"]
     when = f" ({day_label(ts)})" if ts else ""
@@ -55,8 +54,6 @@ async def _existing(db: Any, uids: list[str]) -> int:
 
 async def chunk_session(index: MemoryIndex, session_id: str) -> int:
     """Chunk the messages of `session_id` not chunked yet; return the number of new chunks."""
-    from daemon.memory.index import NewMemory, parse_iso
-
     db = index.db
     session = await db.fetchone(
         "SELECT kind, transcript_path, title FROM sessions WHERE id = ?", (session_id,)

@@ -25,6 +25,7 @@ import anyio
 import numpy as np
 
 from daemon.log import get_logger
+from daemon.memory.threads import default_threads
 from daemon.settings import MemorySettings, secret
 
 if TYPE_CHECKING:
@@ -167,20 +168,6 @@ def local_available() -> bool:
         importlib.util.find_spec("sentence_transformers") is not None
         and local_model_path() is not None
     )
-
-
-def default_threads() -> int:
-    """Return how many threads torch may use for embedding: half the usable cores, at least one.
-
-    A 6-layer model on one short query gains nothing from intra-op parallelism, and on a
-    small shared machine torch's spinning worker threads fight numpy, SQLite and each other:
-    on 2 busy cores a one-line query took ~500 ms with 2 threads and ~25 ms with 1.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores // 2))
 
 
 # One loaded model per directory for the whole process: loading costs seconds (torch import,

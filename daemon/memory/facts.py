@@ -36,7 +36,8 @@ from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 from daemon.memory.dates import resolve_dates
-from daemon.memory.index import MemoryIndex, NewMemory
+from daemon.memory.index import MemoryIndex
+from daemon.memory.rows import NewMemory
 from daemon.paths import Home
 from daemon.settings import Settings
 

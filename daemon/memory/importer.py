@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 
 from daemon.durable import append_lines
-from daemon.memory.index import MemoryIndex, iso
+from daemon.memory.index import MemoryIndex
+from daemon.memory.rows import iso
 from daemon.memory.transcripts import TranscriptLine, read_session_header, read_transcript
 from daemon.paths import Home
 

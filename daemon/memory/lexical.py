@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from daemon.memory.query import match_terms
+from daemon.memory.rows import iso
 
 # Rows BM25 may be asked to score for one query (a few ms on a busy small machine).
 LEXICAL_BUDGET = 4000
@@ -41,12 +42,6 @@ class RowFilter:
     include_retired: bool = False
     after: datetime | None = None
     before: datetime | None = None
-
-
-def _iso(dt: datetime) -> str:
-    from daemon.memory.index import iso
-
-    return iso(dt)
 
 
 class RowCheck(Protocol):
@@ -179,10 +174,10 @@ class LexicalSearcher:
             clauses.append("m.retired_at IS NULL")
         if where.after is not None:
             clauses.append("coalesce(m.valid_from, m.created_at) >= ?")
-            params.append(_iso(where.after))
+            params.append(iso(where.after))
         if where.before is not None:
             clauses.append("coalesce(m.valid_from, m.created_at) < ?")
-            params.append(_iso(where.before))
+            params.append(iso(where.before))
         sql = (
             "SELECT m.rowid FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
             f"WHERE {' AND '.join(clauses)} ORDER BY {_BM25} LIMIT ?"

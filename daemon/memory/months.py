@@ -21,7 +21,8 @@ from typing import Any
 
 from daemon.durable import write_atomic
 from daemon.memory.api import UNTRUSTED_ORIGINS
-from daemon.memory.index import MemoryIndex, NewMemory, iso, parse_iso
+from daemon.memory.index import MemoryIndex
+from daemon.memory.rows import NewMemory, iso, parse_iso
 
 _GIST_CHARS = 280
 _DECISION_CHARS = 240

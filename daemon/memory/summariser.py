@@ -27,7 +27,8 @@ import anyio
 from daemon.clock import Clock
 from daemon.durable import write_atomic
 from daemon.log import get_logger
-from daemon.memory.index import MemoryIndex, NewMemory
+from daemon.memory.index import MemoryIndex
+from daemon.memory.rows import NewMemory
 from daemon.memory.text import addenda_block, keywords, parse_json_reply, slugify
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.roles import ModelRoles

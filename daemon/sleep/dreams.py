@@ -25,7 +25,7 @@ import anyio
 
 from daemon.durable import write_atomic
 from daemon.log import get_logger
-from daemon.memory.index import iso
+from daemon.memory.rows import iso
 from daemon.memory.summariser import read_summary_file
 from daemon.memory.text import parse_json_reply
 from daemon.models.base import Message, SystemBlock

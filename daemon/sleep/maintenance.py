@@ -40,7 +40,6 @@ from daemon.events import SleepHousekeeping
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.memory.facts import Fact, local_timezone
-from daemon.memory.index import iso, parse_iso
 from daemon.memory.months import (
     FoldSource,
     month_key,
@@ -54,6 +53,7 @@ from daemon.memory.months import (
 )
 from daemon.memory.pins import CONFIRMED, render_pinned, splice_pinned
 from daemon.memory.query import fts_match, terms
+from daemon.memory.rows import iso, parse_iso
 from daemon.sleep.phases import PhaseContext, PhaseReport
 
 if TYPE_CHECKING:

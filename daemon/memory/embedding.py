@@ -1,0 +1,166 @@
+"""The embedding worker: vectors for memories that have none for the current model.
+
+"Missing vector" is read from the database (a memory whose content hash has no row in
+`embeddings` for the model), never remembered, so an import, a model change or a cancelled run
+is picked up by the next pass. A window's vector is the mean of its messages' vectors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import numpy as np
+
+from daemon.log import get_logger
+from daemon.memory.embedders import Embedder
+from daemon.memory.rows import embed_text
+from daemon.memory.writer import next_generation, write
+from daemon.store.db import Database
+
+log = get_logger("memory.index")
+
+EMBED_ROUND = 512
+
+
+class EmbeddingWorker:
+    """Embed pending memories on `flush` or, in the daemon, in the background on each `wake`.
+
+    `refresh` brings the search's matrix up to date once a flush is done.
+    """
+
+    def __init__(
+        self, db: Database, embedder: Embedder, refresh: Callable[[], Awaitable[None]]
+    ) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.refresh = refresh
+        self._wake = anyio.Event()
+        self._embed_lock = anyio.Lock()
+        self.embed_errors = 0
+
+    def wake(self) -> None:
+        """Something was written: look for memories without a vector."""
+        self._wake.set()
+
+    async def flush(self, progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Embed every memory still missing a vector for the current model, then return.
+
+        Raises the embedder's error if it fails (the background task would retry later).
+        Cancellation leaves the rest pending for the background task. `progress` receives
+        `{"phase": "embed", "done": texts, "total": texts}` after each batch.
+        """
+        if self.embedder.dim == 0 or self.db.readonly:
+            return
+        async with self._embed_lock:
+            await self._embed_pending(progress)
+        await self.refresh()
+
+    async def _embed_pending(self, progress: Callable[[dict[str, Any]], None] | None = None) -> int:
+        done, after = 0, 0
+        total = 0
+        if progress is not None:
+            row = await self.db.fetchone(
+                "SELECT count(DISTINCT m.content_hash) FROM memories m "
+                "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? WHERE e.content_hash IS NULL",
+                (self.embedder.name,),
+            )
+            total = int(row[0])
+            progress({"phase": "embed", "done": 0, "total": total})
+        while True:
+            batch = await self.db.fetchall(
+                "SELECT m.rowid, m.content_hash, m.title, m.text, m.meta FROM memories m "
+                "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+                "WHERE m.rowid > ? AND e.content_hash IS NULL ORDER BY m.rowid LIMIT ?",
+                (self.embedder.name, after, EMBED_ROUND),
+            )
+            if not batch:
+                return done
+            after = batch[-1][0]
+            # Windows come last: their vectors are the mean of their messages' vectors.
+            parts = {r[1]: json.loads(r[4] or "{}").get("parts") for r in batch}
+            unique = {r[1]: embed_text(r[2], r[3]) for r in batch if not parts[r[1]]}
+            windows = {
+                r[1]: embed_text(r[2], r[3]) for r in batch if parts[r[1]] and r[1] not in unique
+            }
+            vectors = await self.embedder.embed(list(unique.values()))
+            stored = await self._store_vectors(dict(zip(unique, vectors, strict=True)))
+            pooled, left = await self._pool_windows({h: parts[h] for h in windows})
+            if left:
+                encoded = await self.embedder.embed([windows[h] for h in left])
+                pooled.update(zip(left, encoded, strict=True))
+            stored += await self._store_vectors(pooled)
+            done += stored
+            if progress is not None:
+                progress({"phase": "embed", "done": min(done, total), "total": total})
+
+    async def _store_vectors(self, vectors: dict[str, np.ndarray]) -> int:
+        """Store vectors by content hash (one write, one new generation); return how many."""
+        if not vectors:
+            return 0
+        rows = [
+            (h, self.embedder.name, int(v.shape[0]), np.asarray(v, dtype=np.float32).tobytes())
+            for h, v in vectors.items()
+        ]
+
+        def store(conn: Any) -> None:
+            gen = next_generation(conn)
+            conn.executemany(
+                "INSERT OR REPLACE INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?)",
+                [(*r, gen) for r in rows],
+            )
+
+        await self.db.run(write, store)
+        return len(rows)
+
+    async def _pool_windows(
+        self, windows: dict[str, list[str]]
+    ) -> tuple[dict[str, np.ndarray], list[str]]:
+        """Window vectors as the normalised mean of their messages' stored vectors.
+
+        Returns the pooled vectors and the windows left to encode (a message without a
+        stored vector, e.g. from an index built before windows named their parts).
+        """
+        if not windows:
+            return {}, []
+        uids = sorted({u for part in windows.values() for u in part})
+        found: dict[str, np.ndarray] = {}
+        for i in range(0, len(uids), 500):
+            chunk = uids[i : i + 500]
+            rows = await self.db.fetchall(
+                "SELECT m.uid, e.vector FROM memories m JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+                f"WHERE m.uid IN ({','.join('?' * len(chunk))})",
+                (self.embedder.name, *chunk),
+            )
+            found.update((r[0], np.frombuffer(r[1], dtype=np.float32)) for r in rows)
+        pooled: dict[str, np.ndarray] = {}
+        left: list[str] = []
+        for h, part in windows.items():
+            if part and all(u in found for u in part):
+                mean = np.mean([found[u] for u in part], axis=0)
+                pooled[h] = mean / max(float(np.linalg.norm(mean)), 1e-12)
+            else:
+                left.append(h)
+        return pooled, left
+
+    async def run(self, warm_up: Callable[[], Awaitable[None]]) -> None:
+        """The daemon's background loop: warm up, then embed whatever each wake finds pending."""
+        await warm_up()
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            try:
+                async with self._embed_lock:
+                    n = await self._embed_pending()
+                if n:
+                    log.info("memories embedded", count=n, embedder=self.embedder.name)
+            except Exception as exc:  # a flaky endpoint must not end the daemon; retry later
+                self.embed_errors += 1
+                log.warning(
+                    "embedding failed; will retry", error=repr(exc), embedder=self.embedder.name
+                )
+                with anyio.move_on_after(min(300.0, 5.0 * 2 ** min(self.embed_errors, 6))):
+                    await self._wake.wait()
+                self._wake.set()

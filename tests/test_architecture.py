@@ -1,0 +1,162 @@
+"""The shape of `daemon/`: no import cycles, and no big module without a reason at its top.
+
+Imports are read with `ast`, so a function-level (lazy) import counts like a module-level one:
+hiding an import in a function does not break a cycle, it only delays it. Imports under
+`if TYPE_CHECKING:` are left out: they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "daemon"
+MAX_LINES = 600
+
+# Big modules written before the size rule, each kept whole for the reason given. A module
+# that grows past MAX_LINES gives its reason in a "Size:" line of its docstring instead.
+BIG_MODULES: dict[str, str] = {
+    "daemon/delegate/fork.py": "a delegate fork's whole life, from brief to findings, read in one place",
+    "daemon/sleep/cycle.py": "the nightly sleep's phases and their order, resumable, in one place",
+    "daemon/context/assembler.py": "every context layer and its token budget, assembled in one place",
+    "daemon/agent/trunk.py": "the trunk's turn state machine in one place",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(tree: ast.AST) -> set[str]:
+    """Every module name an import in `tree` may load, at any depth, except TYPE_CHECKING's."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit_one(other)
+                continue
+            visit_one(child)
+
+    def visit_one(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            # `from daemon.memory import index` imports the module daemon.memory.index
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        visit(node)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {
+        name: {m for m in imported(ast.parse(path.read_text())) if m in mods and m != name}
+        for name, path in mods.items()
+    }
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components, iteratively (the import graph is deep enough to matter)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    components.append(sorted(component))
+    return components
+
+
+def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function() -> None:
+    lazy = ast.parse("def f():\n    from daemon.b import x\n")
+    typing_only = ast.parse("if TYPE_CHECKING:\n    from daemon.c import y\n")
+    assert imported(lazy) == {"daemon.b", "daemon.b.x"}
+    assert imported(typing_only) == set()
+    graph = {"daemon.a": {"daemon.b"}, "daemon.b": {"daemon.c"}, "daemon.c": {"daemon.a"}}
+    assert [c for c in strongly_connected(graph) if len(c) > 1] == [
+        ["daemon.a", "daemon.b", "daemon.c"]
+    ]
+
+
+def test_daemon_has_no_import_cycle() -> None:
+    graph = import_graph()
+    assert len(graph) > 50, "the walk found too few modules to mean anything"
+    cycles = [c for c in strongly_connected(graph) if len(c) > 1]
+    described = [
+        " <-> ".join(c) + ": " + "; ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c)
+        for c in cycles
+    ]
+    assert not cycles, "import cycles in daemon/:\n" + "\n".join(described)
+
+
+def size_reason(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return next((line for line in doc.splitlines() if line.startswith("Size:")), "")
+
+
+def test_no_module_is_big_without_a_reason() -> None:
+    unexplained = []
+    for path in modules().values():
+        rel = path.relative_to(ROOT).as_posix()
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LINES and rel not in BIG_MODULES and not size_reason(path):
+            unexplained.append(f"{rel} ({lines} lines)")
+    assert not unexplained, (
+        f"modules over {MAX_LINES} lines without a 'Size:' line in their docstring saying why: "
+        + ", ".join(unexplained)
+    )
+
+
+def test_every_allowed_big_module_is_still_big() -> None:
+    """An allow-list entry whose module shrank or went away is dropped, not kept for later."""
+    for rel in BIG_MODULES:
+        path = ROOT / rel
+        assert path.exists(), f"{rel} is gone: drop it from BIG_MODULES"
+        assert len(path.read_text().splitlines()) > MAX_LINES, (
+            f"{rel} is small now: drop it from BIG_MODULES"
+        )
