@@ -186,10 +186,10 @@ async def index_view(root: Path, settings: Settings, items: list[MemoryItem]) ->
     """Load `items` into a real index; return (view, closer)."""
     from contextlib import AsyncExitStack
 
+    from daemon.memory.auto_recall import IndexMemoryView
     from daemon.memory.embedders import HashEmbedder
     from daemon.memory.index import MemoryIndex
     from daemon.memory.rows import NewMemory
-    from daemon.memory.view import IndexMemoryView
     from daemon.store.db import Database
 
     stack = AsyncExitStack()

@@ -26,6 +26,7 @@ import anyio
 from bench.memory_dataset import Dataset, generate, generate_dialogue
 from daemon.clock import FakeClock
 from daemon.memory.api import MemoryItem
+from daemon.memory.auto_recall import IndexMemoryView
 from daemon.memory.embedders import (
     Embedder,
     HashEmbedder,
@@ -38,7 +39,6 @@ from daemon.memory.embedders import (
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex, SearchMode
 from daemon.memory.query import decompose
-from daemon.memory.view import IndexMemoryView
 from daemon.paths import Home
 from daemon.settings import MemorySettings
 from daemon.store.db import Database

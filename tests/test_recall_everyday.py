@@ -25,12 +25,12 @@ from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
 from daemon.events import BeforeAgentStart, TurnFinished
 from daemon.memory.api import LiveHistory, MemoryItem
+from daemon.memory.auto_recall import IndexMemoryView
 from daemon.memory.embedders import HashEmbedder, NoEmbedder
 from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose
 from daemon.memory.rows import NewMemory
 from daemon.memory.system import MemorySystem
-from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelRequest
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home

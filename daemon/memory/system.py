@@ -18,12 +18,12 @@ from daemon.clock import Clock, SystemClock
 from daemon.events import BeforeFork, SessionBeforeSwitch, SessionShutdown
 from daemon.log import get_logger
 from daemon.memory.api import MemoryView
+from daemon.memory.auto_recall import IndexMemoryView
 from daemon.memory.embedders import Embedder
 from daemon.memory.facts import Fact, FactError, FactStore, RememberResult
 from daemon.memory.index import MemoryIndex
 from daemon.memory.recall import Recall, RecallError, RecallResult
 from daemon.memory.summariser import Summariser, read_summary_file, summary_memory
-from daemon.memory.view import IndexMemoryView
 from daemon.models.base import ModelError
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home

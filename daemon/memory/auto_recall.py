@@ -1,4 +1,4 @@
-"""`MemoryView` over the index: what the context layers read every turn, incl. automatic recall.
+"""Automatic recall: `MemoryView` over the index, what the context layers read every turn.
 
 Automatic recall runs before every turn, so it makes no model call: the message (and a
 little of the previous reply, for follow-ups like "and what about her sister?") is decomposed
