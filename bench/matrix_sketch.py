@@ -10,8 +10,12 @@ the real vectors' uneven spread (MiniLM vectors are far from uniform on the sphe
 what sign bits are sensitive to). Queries are the datasets' questions, encoded by the model,
 never mixtures. For each size: the median time of `VectorMatrix.ranked` for one query
 (limit 60, the index's candidate count) exact and sketched, and how much of the exact top 10
-and top 60 the sketched ranking keeps (ties counted by similarity). Writes JSON to
-`bench/results/matrix_sketch.json`.
+and top 60 the sketched ranking keeps (ties counted by similarity).
+
+The same process also times sqlite-vec's answer to the same question (`--sqlite-vec`, on by
+default when the extension loads): the rows' sign bits in a `vec0` table with a `bit[384]`
+column, its Hamming KNN picking the same number of candidates as the sketch, then the same
+exact numpy rescoring. Writes JSON to `bench/results/matrix_sketch.json`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ import numpy as np
 
 from bench.memory_dataset import generate, generate_dialogue
 from daemon.memory import minilm
-from daemon.memory.matrix import VectorMatrix
+from daemon.memory.matrix import (
+    SKETCH_MAX_CANDIDATES,
+    SKETCH_MIN_CANDIDATES,
+    SKETCH_OVERSAMPLE,
+    VectorMatrix,
+)
+from daemon.store.db import pick_backend
 
 RESULTS = Path(__file__).parent / "results"
 LIMIT = 60
@@ -72,16 +82,52 @@ def matrix_of(vecs: np.ndarray, *, sketch: bool) -> VectorMatrix:
     return m
 
 
+class VecBitKnn:
+    """sqlite-vec as the candidate pass: its bit-vector KNN, then exact numpy rescoring."""
+
+    def __init__(self, vecs: np.ndarray) -> None:
+        import sqlite_vec
+
+        backend = pick_backend()
+        if not backend.can_load_extensions:
+            raise RuntimeError("no sqlite build here can load extensions")
+        self.conn = backend.module.connect(":memory:")
+        self.conn.enable_load_extension(True)
+        sqlite_vec.load(self.conn)
+        self.conn.execute(f"CREATE VIRTUAL TABLE bits USING vec0(sign bit[{vecs.shape[1]}])")
+        packed = np.packbits(vecs > 0, axis=1)
+        self.conn.executemany(
+            "INSERT INTO bits(rowid, sign) VALUES (?, vec_bit(?))",
+            ((i + 1, packed[i].tobytes()) for i in range(len(vecs))),
+        )
+        self.vecs = vecs
+
+    def ranked(self, q: np.ndarray, limit: int) -> list[int]:
+        want = max(SKETCH_MIN_CANDIDATES, min(SKETCH_MAX_CANDIDATES, SKETCH_OVERSAMPLE * limit))
+        rows = self.conn.execute(
+            "SELECT rowid FROM bits WHERE sign MATCH vec_bit(?) AND k = ?",
+            (np.packbits(q > 0).tobytes(), min(want, len(self.vecs))),
+        ).fetchall()
+        idx = np.fromiter((r[0] - 1 for r in rows), dtype=np.int64, count=len(rows))
+        sims = self.vecs[idx] @ q
+        take = min(limit, len(idx))
+        best = np.argpartition(-sims, take - 1)[:take] if take < len(idx) else np.arange(take)
+        best = best[np.argsort(-sims[best], kind="stable")]
+        return [int(i) + 1 for i in idx[best]]
+
+
 def kept(exact: list[int], got: list[int], sims: dict[int, float], k: int) -> float:
     """Share of the exact top k found in the sketched top k (a row tied with the k-th counts)."""
     floor = sims[exact[k - 1]] - 1e-6
     return min(k, sum(1 for r in got[:k] if sims[r] >= floor)) / k
 
 
-def measure(vecs: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
+def measure(vecs: np.ndarray, queries: np.ndarray, *, sqlite_vec: bool) -> dict[str, Any]:
     exact_m, sketch_m = matrix_of(vecs, sketch=False), matrix_of(vecs, sketch=True)
+    vec = VecBitKnn(vecs) if sqlite_vec else None
     mask = np.ones(len(vecs), dtype=bool)
     t_exact, t_sketch, k10, k60 = [], [], [], []
+    t_vec, v10, v60 = [], [], []
     for q in queries:
         t = time.perf_counter()
         [[exact]] = exact_m.ranked(q, [mask], LIMIT)
@@ -92,6 +138,21 @@ def measure(vecs: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
         sims = dict(zip(range(1, len(vecs) + 1), (vecs @ q).tolist(), strict=True))
         k10.append(kept(exact, got, sims, 10))
         k60.append(kept(exact, got, sims, LIMIT))
+        if vec is not None:
+            t = time.perf_counter()
+            found = vec.ranked(q, LIMIT)
+            t_vec.append((time.perf_counter() - t) * 1000)
+            v10.append(kept(exact, found, sims, 10))
+            v60.append(kept(exact, found, sims, LIMIT))
+    sqlite_vec_result = (
+        {
+            "sqlite_vec_ms": round(statistics.median(t_vec), 2),
+            "sqlite_vec_top10_kept": round(float(np.mean(v10)), 4),
+            "sqlite_vec_top60_kept": round(float(np.mean(v60)), 4),
+        }
+        if t_vec
+        else {}
+    )
     return {
         "rows": len(vecs),
         "exact_ms": round(statistics.median(t_exact), 2),
@@ -100,6 +161,7 @@ def measure(vecs: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
         "top10_kept": round(float(np.mean(k10)), 4),
         "top10_worst": round(float(np.min(k10)), 2),
         "top60_kept": round(float(np.mean(k60)), 4),
+        **sqlite_vec_result,
     }
 
 
@@ -107,6 +169,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="20000,50000,100000")
     p.add_argument("--queries", type=int, default=100)
+    p.add_argument(
+        "--sqlite-vec",
+        action=argparse.BooleanOptionalAction,
+        default=pick_backend().can_load_extensions,
+        help="also time sqlite-vec's bit KNN as the candidate pass",
+    )
     args = p.parse_args()
     model = minilm.load()
     texts, questions = corpus()
@@ -120,7 +188,7 @@ def main() -> None:
     out = []
     sizes = [int(s) for s in args.sizes.split(",")]
     for n in [len(base), *sizes]:
-        res = measure(rows(base, n, rng), qv)
+        res = measure(rows(base, n, rng), qv, sqlite_vec=args.sqlite_vec)
         res["real_rows"] = min(n, len(base))
         out.append(res)
         print(json.dumps(res), flush=True)
@@ -135,6 +203,14 @@ def main() -> None:
             f"| {r['rows']:,} | {r['exact_ms']} | {r['sketch_ms']} | {r['ratio']} | "
             f"{r['top10_kept']:.3f} | {r['top10_worst']} | {r['top60_kept']:.3f} |"
         )
+    if args.sqlite_vec:
+        print("\n| rows | numpy sketch ms | sqlite-vec bit KNN ms | top 10 kept | top 60 kept |")
+        print("|---|---|---|---|---|")
+        for r in out:
+            print(
+                f"| {r['rows']:,} | {r['sketch_ms']} | {r['sqlite_vec_ms']} | "
+                f"{r['sqlite_vec_top10_kept']:.3f} | {r['sqlite_vec_top60_kept']:.3f} |"
+            )
 
 
 if __name__ == "__main__":

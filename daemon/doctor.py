@@ -39,7 +39,7 @@ def _sqlite() -> list[Check]:
             Check(
                 name="sqlite",
                 status="warn",
-                detail="no sqlite build here can load extensions: vector search is off, lexical search still works",
+                detail="no sqlite build here can load extensions (sqlite-vec): memory search does not need them",
                 fix="pip install sqlean.py (or pysqlite3-binary), or use a Python built with --enable-loadable-sqlite-extensions",
             )
         )
@@ -71,7 +71,7 @@ def _sqlite() -> list[Check]:
                 Check(
                     name="sqlite-vec",
                     status="warn",
-                    detail="sqlite-vec not loaded: vector search off",
+                    detail="sqlite-vec not loaded (memory search does not use it)",
                     fix="pip install sqlite-vec sqlean.py",
                 )
             )

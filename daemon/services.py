@@ -181,8 +181,6 @@ async def open_services(
         db = await Database.open(home.db_file, busy_timeout_ms=s.store.busy_timeout_ms)
         stack.push_async_callback(db.close)
         await stack.enter_async_context(bus)
-        if not db.vec_available:
-            log.warning("sqlite-vec is not available; vector search is off (run `reverie doctor`)")
         ledger = UsageLedger(db, s.spend, clock)
         roles = await stack.enter_async_context(ModelRoles(s, ledger, overrides=models or {}))
         counter = default_counter()

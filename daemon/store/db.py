@@ -2,8 +2,9 @@
 
 The stdlib `sqlite3` is used when it can load extensions; otherwise a build that can
 (`sqlean`, then `pysqlite3`) is used, with one log line saying so. When no build can load
-sqlite-vec the database still opens and `vec_available` is False: vector search is off and
-lexical search carries recall (`reverie doctor` reports it).
+sqlite-vec the database still opens and `vec_available` is False; only a migration marked
+`-- requires: vec` waits for it (none is). Memory search does not use it: vectors are BLOBs
+searched in numpy, whose sign-bit sketch beat sqlite-vec's bit KNN (docs/memory.md).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _load_vec(conn: Any, backend: SqliteBackend) -> bool:
         conn.enable_load_extension(False)
         return True
     except Exception as exc:  # a missing or broken extension must not stop the daemon
-        log.warning("sqlite-vec could not be loaded; vector search is off", error=repr(exc))
+        log.info("sqlite-vec could not be loaded", error=repr(exc))
         return False
 
 
@@ -76,9 +77,7 @@ def connect_sync(
                 "stdlib sqlite3 cannot load extensions; using fallback build", backend=backend.name
             )
         elif not backend.can_load_extensions:
-            log.warning(
-                "no sqlite build here can load extensions; vector search is off (see `reverie doctor`)"
-            )
+            log.info("no sqlite build here can load extensions (see `reverie doctor`)")
     if readonly:
         uri = f"file:{Path(path).resolve()}?mode=ro"
         conn = backend.module.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
