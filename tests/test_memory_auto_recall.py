@@ -1,4 +1,4 @@
-"""MemoryView over the index: the recollection lists and automatic recall."""
+"""Automatic recall and the recollection lists, over the index (daemon/memory/auto_recall.py)."""
 
 from __future__ import annotations
 
