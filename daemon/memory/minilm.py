@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load_file
+from safetensors import SafetensorError, safe_open
 
 from daemon.memory.threads import default_threads
 
@@ -184,30 +183,44 @@ class MiniLM:
     def __init__(self, path: Path) -> None:
         try:
             config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-            weights = load_file(path / "model.safetensors")
+            weights = safe_open(str(path / "model.safetensors"), framework="numpy")
             self.tokenizer = Tokenizer(path / "tokenizer.json")
         except (OSError, KeyError, json.JSONDecodeError, SafetensorError) as exc:
             raise MiniLMError(f"cannot load the MiniLM model from {path}: {exc}") from None
+        names = set(weights.keys())
         prefix = (
-            "embeddings." if "embeddings.word_embeddings.weight" in weights else "bert.embeddings."
+            "embeddings." if "embeddings.word_embeddings.weight" in names else "bert.embeddings."
         )
         root = prefix.removesuffix("embeddings.")
         self.heads = int(config["num_attention_heads"])
         self.dim = int(config["hidden_size"])
-        self.word = weights[prefix + "word_embeddings.weight"]
-        self.position = np.asarray(weights[prefix + "position_embeddings.weight"], dtype=np.float32)
+        # The word embeddings (half the file) stay in the file: a text reads only its tokens'
+        # rows, so loading neither copies nor keeps 47 MB.
+        self.word = weights.get_slice(prefix + "word_embeddings.weight")
+        tensors = {
+            name: weights.get_tensor(name)
+            for name in names
+            if name != prefix + "word_embeddings.weight"
+        }
+        self.position = np.asarray(tensors[prefix + "position_embeddings.weight"], dtype=np.float32)
         self.token_type = np.asarray(
-            weights[prefix + "token_type_embeddings.weight"][0], dtype=np.float32
+            tensors[prefix + "token_type_embeddings.weight"][0], dtype=np.float32
         )
         self.ln = (
-            np.asarray(weights[prefix + "LayerNorm.weight"], dtype=np.float32),
-            np.asarray(weights[prefix + "LayerNorm.bias"], dtype=np.float32),
+            np.asarray(tensors[prefix + "LayerNorm.weight"], dtype=np.float32),
+            np.asarray(tensors[prefix + "LayerNorm.bias"], dtype=np.float32),
         )
         self.layers = [
-            _Layer(weights, f"{root}encoder.layer.{i}")
+            _Layer(tensors, f"{root}encoder.layer.{i}")
             for i in range(int(config["num_hidden_layers"]))
         ]
         self._lock = threading.Lock()
+
+    def _word_vectors(self, batch: np.ndarray) -> np.ndarray:
+        """The word embedding of every token id in `batch`, each distinct row read once."""
+        ids, where = np.unique(batch, return_inverse=True)
+        rows = np.concatenate([self.word[int(i) : int(i) + 1] for i in ids])
+        return np.asarray(rows, dtype=np.float32)[where.reshape(batch.shape)]
 
     def _forward(self, ids: list[list[int]]) -> np.ndarray:
         length = max(len(i) for i in ids)
@@ -216,11 +229,7 @@ class MiniLM:
         for row, seq in enumerate(ids):
             batch[row, : len(seq)] = seq
             mask[row, : len(seq)] = 1.0
-        x = (
-            np.asarray(self.word[batch], dtype=np.float32)
-            + self.position[:length]
-            + self.token_type
-        )
+        x = self._word_vectors(batch) + self.position[:length] + self.token_type
         x = _layer_norm(x, *self.ln).reshape(len(ids) * length, self.dim)
         bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
         for layer in self.layers:
