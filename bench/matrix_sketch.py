@@ -15,7 +15,10 @@ and top 60 the sketched ranking keeps (ties counted by similarity).
 The same process also times sqlite-vec's answer to the same question (`--sqlite-vec`, on by
 default when the extension loads): the rows' sign bits in a `vec0` table with a `bit[384]`
 column, its Hamming KNN picking the same number of candidates as the sketch, then the same
-exact numpy rescoring. Writes JSON to `bench/results/matrix_sketch.json`.
+exact numpy rescoring; and, for sqlite-vec as the store the matrix is rebuilt from, the time
+to read every vector back from a `vec0` table (`float[384]`) against the plain BLOB table the
+index keeps (`embeddings`), both in one on-disk database. Writes JSON to
+`bench/results/matrix_sketch.json`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -116,6 +120,38 @@ class VecBitKnn:
         return [int(i) + 1 for i in idx[best]]
 
 
+def store_read_ms(vecs: np.ndarray) -> dict[str, float]:
+    """Milliseconds to read every vector back as a matrix: a BLOB table against `vec0`."""
+    import sqlite_vec
+
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = pick_backend().module.connect(str(Path(tmp) / "store.db"))
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        conn.execute("CREATE TABLE blobs(id INTEGER PRIMARY KEY, vector BLOB)")
+        conn.execute(f"CREATE VIRTUAL TABLE floats USING vec0(vector float[{vecs.shape[1]}])")
+        for table in ("blobs(id, vector)", "floats(rowid, vector)"):
+            conn.executemany(
+                f"INSERT INTO {table} VALUES (?, ?)",
+                ((i + 1, vecs[i].tobytes()) for i in range(len(vecs))),
+            )
+        conn.commit()
+        out: dict[str, float] = {}
+        for name, sql in (
+            ("store_blob_ms", "SELECT id, vector FROM blobs"),
+            ("store_vec0_ms", "SELECT rowid, vector FROM floats"),
+        ):
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                got = conn.execute(sql).fetchall()
+                np.frombuffer(b"".join(r[1] for r in got), dtype=np.float32)
+                times.append((time.perf_counter() - t) * 1000)
+            out[name] = round(statistics.median(times), 1)
+        conn.close()
+    return out
+
+
 def kept(exact: list[int], got: list[int], sims: dict[int, float], k: int) -> float:
     """Share of the exact top k found in the sketched top k (a row tied with the k-th counts)."""
     floor = sims[exact[k - 1]] - 1e-6
@@ -149,6 +185,7 @@ def measure(vecs: np.ndarray, queries: np.ndarray, *, sqlite_vec: bool) -> dict[
             "sqlite_vec_ms": round(statistics.median(t_vec), 2),
             "sqlite_vec_top10_kept": round(float(np.mean(v10)), 4),
             "sqlite_vec_top60_kept": round(float(np.mean(v60)), 4),
+            **store_read_ms(vecs),
         }
         if t_vec
         else {}
@@ -204,12 +241,16 @@ def main() -> None:
             f"{r['top10_kept']:.3f} | {r['top10_worst']} | {r['top60_kept']:.3f} |"
         )
     if args.sqlite_vec:
-        print("\n| rows | numpy sketch ms | sqlite-vec bit KNN ms | top 10 kept | top 60 kept |")
-        print("|---|---|---|---|---|")
+        print(
+            "\n| rows | numpy sketch ms | sqlite-vec bit KNN ms | top 10 kept | top 60 kept "
+            "| read back: BLOB ms | read back: vec0 ms |"
+        )
+        print("|---|---|---|---|---|---|---|")
         for r in out:
             print(
                 f"| {r['rows']:,} | {r['sketch_ms']} | {r['sqlite_vec_ms']} | "
-                f"{r['sqlite_vec_top10_kept']:.3f} | {r['sqlite_vec_top60_kept']:.3f} |"
+                f"{r['sqlite_vec_top10_kept']:.3f} | {r['sqlite_vec_top60_kept']:.3f} | "
+                f"{r['store_blob_ms']} | {r['store_vec0_ms']} |"
             )
 
 

@@ -18,15 +18,15 @@ import structlog
 import daemon.cli
 from daemon.chat import protocol
 from daemon.chat.client import ChatClient, ChatError, command, send_message
-from daemon.chat.commands import EXIT_SAVED
 from daemon.chat.server import ChatServer
 from daemon.chat.stream import UnixListener
 from daemon.chat.testing import ScriptedChatHandler, ScriptedTurn
+from daemon.cli.chat import EXIT_SAVED
 
 pytestmark = pytest.mark.anyio
 
 # Only this part's subcommands: the test must not depend on other systems' modules.
-CLI_WRAPPER = "import sys, daemon.cli as c; c.COMMAND_MODULES = ('daemon.chat.commands',); sys.exit(c.main(sys.argv[1:]))"
+CLI_WRAPPER = "import sys, daemon.cli as c; c.COMMAND_MODULES = ('daemon.cli.chat',); sys.exit(c.main(sys.argv[1:]))"
 
 
 @asynccontextmanager
@@ -67,7 +67,7 @@ def quiet_logs() -> Iterator[io.StringIO]:
 def cli_env(
     monkeypatch: pytest.MonkeyPatch, sock: Path, home_dir: Path, quiet_logs: io.StringIO
 ) -> Path:
-    monkeypatch.setattr(daemon.cli, "COMMAND_MODULES", ("daemon.chat.commands",))
+    monkeypatch.setattr(daemon.cli, "COMMAND_MODULES", ("daemon.cli.chat",))
     monkeypatch.delenv("REVERIE_SOCKET", raising=False)
     monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
     # The socket comes from the home's own config: proof that --home is honoured.
@@ -346,7 +346,7 @@ async def test_chat_finds_the_user_units_socket(
     capsys: pytest.CaptureFixture[str],
     quiet_logs: io.StringIO,
 ) -> None:
-    monkeypatch.setattr(daemon.cli, "COMMAND_MODULES", ("daemon.chat.commands",))
+    monkeypatch.setattr(daemon.cli, "COMMAND_MODULES", ("daemon.cli.chat",))
     monkeypatch.delenv("REVERIE_SOCKET", raising=False)
     monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
     runtime = tmp_path / "xdg"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from daemon.chat.commands import EXIT_SAVED
+from daemon.cli.chat import EXIT_SAVED
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import REPO, DaemonProcess, daemon_env, wait_until
 

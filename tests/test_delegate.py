@@ -640,7 +640,7 @@ async def test_a_fork_interrupted_by_a_crash_is_reported_failed_to_its_parent_tu
 def test_the_chat_client_shows_forks_by_depth() -> None:
     import io
 
-    from daemon.chat.commands import Notes
+    from daemon.cli.chat import Notes
 
     notes = Notes(io.StringIO())
     assert notes.describe(

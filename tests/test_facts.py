@@ -268,7 +268,7 @@ async def test_remember_cli_stores_corrects_and_retracts_as_person(
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # log lines go first
     assert out["status"] == "corrected" and out["id"] == "fact:2"
     assert await run("remember", "--retract", "fact:2", "--reason", "moved again") == 0
-    from daemon.cli_support import CommandError
+    from daemon.cli.support import CommandError
 
     with pytest.raises(CommandError, match="no fact with id"):
         await run("remember", "--retract", "fact:9")

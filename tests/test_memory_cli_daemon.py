@@ -197,7 +197,7 @@ def test_forwarding_imports_nothing_heavy(tmp_path: Path, daemon: DaemonProcess)
         " '--kind', 'chunk', '--k', '5'])\n"
         # argparse and json are the parser and the wire (~12 ms, worth one parser): no more.
         "heavy = sorted(m for m in ('numpy', 'anyio', 'pydantic', 'structlog', 'daemon.settings',"
-        " 'daemon.memory.index', 'daemon.cli_support', 'daemon.commands.memory_cli')"
+        " 'daemon.memory.index', 'daemon.cli.support', 'daemon.commands.memory_cli')"
         " if m in sys.modules)\n"
         "print('HEAVY', heavy, 'CODE', code, file=sys.stderr)\n"
     )
@@ -285,7 +285,7 @@ def test_reindex_makes_no_model_call_and_writes_no_summary(tmp_path: Path) -> No
 
 
 def test_forwarding_finds_a_configured_socket(tmp_path: Path) -> None:
-    from daemon.cli.forward import socket_path
+    from daemon.cli.locate import socket_path
 
     home = tmp_path / "home"
     home.mkdir()

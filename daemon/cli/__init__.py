@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 
 # Modules that contribute subcommands through `add_commands(subparsers, common)`.
 COMMAND_MODULES = (
-    "daemon.app_commands",
-    "daemon.chat.commands",
+    "daemon.cli.home",
+    "daemon.cli.chat",
     "daemon.cli.memory",
-    "daemon.context.commands",
-    "daemon.sleep.dream_commands",
+    "daemon.cli.context",
+    "daemon.cli.dreams",
     "daemon.journal.commands",
 )
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:
             _exit_now(forwarded)
         return forwarded
-    from daemon.cli_support import CommandError, print_err
+    from daemon.cli.support import CommandError, print_err
 
     # Commands other than `run` keep stdout for their output: log warnings to stderr.
     from daemon.log import configure
@@ -152,11 +152,11 @@ def _environment_failure(exc: BaseException, args: argparse.Namespace) -> int:
     """Report a file or database the command could not use in one line; re-raise anything else."""
     from pathlib import Path
 
-    from daemon.cli_support import environment_failure, print_err
-    from daemon.paths import default_home
+    from daemon.cli.locate import home_dir
+    from daemon.cli.support import environment_failure, print_err
     from daemon.store.errors import free_bytes, storage_failure
 
-    home = Path(args.home).expanduser() if getattr(args, "home", None) else default_home()
+    home = Path(home_dir(args))
     full = storage_failure(exc)
     if full is not None:
         # Temporary by nature (EX_TEMPFAIL): under systemd the daemon is started again and

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import threading
@@ -23,8 +22,8 @@ import anyio
 from anyio.from_thread import start_blocking_portal
 
 from daemon.chat.client import ChatClient, ChatError, MessageSaved, new_id
-from daemon.cli_support import CommandError, Env, print_err, resolve_env
-from daemon.systemd import unit_socket_paths
+from daemon.cli.locate import socket_for
+from daemon.cli.support import CommandError, print_err, resolve_env
 
 HELP = """commands:
   /status         the daemon's state, session, context use, spend
@@ -61,24 +60,6 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="give up waiting for a reply after this long (default: agent.turn_timeout_s + 30)",
     )
     p.set_defaults(func=run_chat)
-
-
-def socket_for(env: Env, *, announce: bool = True) -> Path:
-    """Resolve the daemon's chat socket for a client.
-
-    The home's own socket first; when it is absent and nothing pins the path, the
-    sockets of the shipped systemd units (a shell does not see the service's
-    `$RUNTIME_DIRECTORY`), saying so on stderr when one is used.
-    """
-    primary = env.home.socket_path(env.settings.chat.socket)
-    if primary.exists() or env.settings.chat.socket or os.environ.get("RUNTIME_DIRECTORY"):
-        return primary
-    for candidate in unit_socket_paths():
-        if candidate.exists():
-            if announce:
-                print_err(f"no daemon socket at {primary}; using the systemd unit's {candidate}")
-            return candidate
-    return primary
 
 
 def run_chat(args: argparse.Namespace) -> Any:

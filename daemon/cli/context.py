@@ -13,7 +13,7 @@ import sys
 from contextlib import AsyncExitStack
 from typing import Any
 
-from daemon.cli_support import CommandError, Env, resolve_env
+from daemon.cli.support import CommandError, Env, resolve_env
 from daemon.clock import SystemClock
 from daemon.context.assembler import LAYER_ORDER, AssembledContext, ContextAssembler
 from daemon.log import configure

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from daemon.cli_support import CommandError, Env, resolve_env
+from daemon.cli.support import CommandError, Env, resolve_env
 from daemon.clock import SystemClock
 from daemon.sleep.revisions import Revision, RevisionError, RevisionStore
 from daemon.store.db import Database

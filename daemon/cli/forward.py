@@ -19,6 +19,7 @@ import json
 import os
 import sys
 
+from daemon.cli.locate import home_dir, socket_path
 from daemon.commands import args as spec
 from daemon.commands import render
 
@@ -35,58 +36,6 @@ SEARCH_TIMEOUT_S = 300.0
 
 class DaemonGone(Exception):
     """The daemon stopped answering mid-command."""
-
-
-def _home(args: argparse.Namespace) -> str:
-    raw = getattr(args, "home", None)
-    env = os.environ
-    if raw:
-        path = os.path.expanduser(raw)
-    elif env.get("REVERIE_HOME"):
-        path = os.path.expanduser(env["REVERIE_HOME"])
-    elif env.get("STATE_DIRECTORY"):
-        path = env["STATE_DIRECTORY"].split(":")[0]
-    else:
-        path = os.path.join(os.getcwd(), "var")
-    return os.path.realpath(path)
-
-
-def socket_path(home: str, config: str | None) -> str | None:
-    """Resolve the socket the way the settings do (home TOML → --config → environment).
-
-    Returns None when a configuration file cannot be read: the full CLI then reports it.
-    """
-    configured: str | None = None
-    for path in (
-        os.path.join(home, "reverie.toml"),
-        os.path.expanduser(config) if config else None,
-    ):
-        if path is None or not os.path.exists(path):
-            continue
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError):
-            return None
-        if not any(
-            "socket" in line and not line.lstrip().startswith("#") for line in text.splitlines()
-        ):
-            continue  # nothing here can set it: spare the TOML parser's import
-        import tomllib
-
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
-            return None
-        chat = data.get("chat")
-        if isinstance(chat, dict) and isinstance(chat.get("socket"), str) and chat["socket"]:
-            configured = chat["socket"]
-    configured = os.environ.get("REVERIE_SOCKET") or configured
-    if configured:
-        return os.path.join(home, os.path.expanduser(configured))  # an absolute path stays as it is
-    if os.environ.get("RUNTIME_DIRECTORY"):
-        return os.path.join(os.environ["RUNTIME_DIRECTORY"].split(":")[0], "reverie.sock")
-    return os.path.join(home, "run", "reverie.sock")
 
 
 class DaemonLink:
@@ -234,7 +183,7 @@ def forward(args: argparse.Namespace, out: TextIO | None = None) -> int | None:
         run = {"remember": _remember, "recall": _recall}.get(args.command or "")
     if run is None:
         return None
-    home = _home(args)
+    home = os.path.realpath(home_dir(args))
     path = socket_path(home, getattr(args, "config", None))
     if path is None or not os.path.exists(path):
         return None

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.cli_support import (
+from daemon.cli.support import (
     CommandError,
     cannot_create,
     cap_blas_threads,

@@ -21,7 +21,7 @@ def _direct(module: str, name: str) -> Callable[[argparse.Namespace], Any]:
 
     def run(args: argparse.Namespace) -> Any:
         command = getattr(importlib.import_module(module), name)
-        from daemon.cli_support import cap_blas_threads
+        from daemon.cli.support import cap_blas_threads
 
         cap_blas_threads()
         return command(args)

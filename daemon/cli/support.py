@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.paths import Home, default_home
+from daemon.cli.locate import home_dir
+from daemon.paths import Home
 from daemon.settings import ConfigError, Settings, load_settings
 from daemon.store.errors import is_database_error
 
@@ -35,8 +36,7 @@ class Env:
 
 def resolve_env(args: Any, *, create: bool = True) -> Env:
     """Resolve `--home`/`REVERIE_HOME` and load settings; create the home when new."""
-    root = Path(args.home).expanduser() if getattr(args, "home", None) else default_home()
-    home = Home(root.resolve())
+    home = Home(Path(home_dir(args)).resolve())
     if create:
         try:
             home.ensure()
@@ -108,7 +108,7 @@ def cap_blas_threads() -> None:
     texts a second with the numpy MiniLM (201/s against 41/s) and a query took 15 ms against
     280 ms. `OPENBLAS_NUM_THREADS`, when set, has the last word.
     """
-    from daemon.memory.embedders import default_threads
     from daemon.memory.minilm import limit_blas_threads
+    from daemon.memory.threads import default_threads
 
     limit_blas_threads(default_threads())

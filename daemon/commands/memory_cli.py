@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
-from daemon.cli_support import CommandError, Env, print_err, resolve_env
+from daemon.cli.support import CommandError, Env, print_err, resolve_env
 from daemon.clock import SystemClock
 from daemon.commands import args as spec
 from daemon.commands import ops, render

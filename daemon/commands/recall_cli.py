@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from daemon.cli_support import CommandError, resolve_env
+from daemon.cli.support import CommandError, resolve_env
 from daemon.commands import args as spec
 from daemon.commands import ops, render
 from daemon.commands.memory_cli import open_memory

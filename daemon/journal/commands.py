@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from daemon.cli_support import CommandError, resolve_env
+from daemon.cli.support import CommandError, resolve_env
 from daemon.journal.entries import JournalEntry, JournalStore
 from daemon.paths import Home
 from daemon.scheduler import local_zone
