@@ -64,7 +64,7 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
 def run_chat(args: argparse.Namespace) -> Any:
     env = resolve_env(args, create=False)
-    path = socket_for(env)
+    path = socket_for(env.home, env.settings.chat.socket)
     timeout = args.timeout if args.timeout is not None else env.settings.agent.turn_timeout_s + 30
     if timeout <= 0:
         raise CommandError("--timeout must be positive", code=2)

@@ -9,13 +9,14 @@ setting without the settings module (a forwarded command cannot afford pydantic)
 from __future__ import annotations
 
 import os
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from daemon.cli.support import Env
+    from daemon.paths import Home
 
 
 def home_dir(args: Any) -> str:
@@ -70,22 +71,24 @@ def socket_path(home: str, config: str | None) -> str | None:
     return os.path.join(home, "run", "reverie.sock")
 
 
-def socket_for(env: Env, *, announce: bool = True) -> Path:
+def socket_for(home: Home, configured: str | None, *, announce: bool = True) -> Path:
     """Resolve the daemon's chat socket for a client.
 
     The home's own socket first; when it is absent and nothing pins the path, the
     sockets of the shipped systemd units (a shell does not see the service's
     `$RUNTIME_DIRECTORY`), saying so on stderr when one is used.
     """
-    from daemon.cli.support import print_err
     from daemon.systemd import unit_socket_paths
 
-    primary = env.home.socket_path(env.settings.chat.socket)
-    if primary.exists() or env.settings.chat.socket or os.environ.get("RUNTIME_DIRECTORY"):
+    primary = home.socket_path(configured)
+    if primary.exists() or configured or os.environ.get("RUNTIME_DIRECTORY"):
         return primary
     for candidate in unit_socket_paths():
         if candidate.exists():
             if announce:
-                print_err(f"no daemon socket at {primary}; using the systemd unit's {candidate}")
+                print(
+                    f"reverie: no daemon socket at {primary}; using the systemd unit's {candidate}",
+                    file=sys.stderr,
+                )
             return candidate
     return primary
