@@ -147,3 +147,26 @@ def test_journal_day_json_and_bad_arguments(
     assert main(["journal", "--home", str(home), "--tail", "0"]) == 2
     assert main(["journal", "--home", str(home), "--day", "2025-12-31"]) == 0
     assert "no journal entries for 2025-12-31" in capsys.readouterr().out
+
+
+def test_a_direct_memory_command_gives_blas_half_the_cores(tmp_path: Path) -> None:
+    """The command that computes caps numpy's BLAS in its own process (the environment does not)."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from daemon.cli import main\n"
+        "from daemon.memory.threads import default_threads\n"
+        f"code = main(['memory', 'stats', '--home', {str(tmp_path / 'home')!r}])\n"
+        "blas = [p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']\n"
+        "print(json.dumps([code, blas, default_threads()]), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    r = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120
+    )
+    code, blas, want = json.loads(r.stderr.strip().splitlines()[-1])
+    assert code == 0 and blas == [want], r.stderr

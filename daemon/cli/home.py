@@ -11,7 +11,6 @@ from typing import Any
 from daemon.cli.support import (
     CommandError,
     cannot_create,
-    cap_blas_threads,
     environment_failure,
     resolve_env,
     single_cause,
@@ -71,6 +70,9 @@ def check_persona(home: Home) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from daemon.memory.minilm import cap_blas_threads
+
+    cap_blas_threads()  # first: numpy's thread pool spins until capped
     import anyio
 
     from daemon.app import Daemon, HomeLocked
@@ -78,7 +80,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     env = resolve_env(args)
     configure(env.settings.log.level, env.settings.log.format)
-    cap_blas_threads()
     check_persona(env.home)
     reason = unwritable(env.home.root)
     if reason is not None:

@@ -20,11 +20,10 @@ def _direct(module: str, name: str) -> Callable[[argparse.Namespace], Any]:
     """The command `name` of `module`, imported when it runs (not when the parser is built)."""
 
     def run(args: argparse.Namespace) -> Any:
-        command = getattr(importlib.import_module(module), name)
-        from daemon.cli.support import cap_blas_threads
+        from daemon.memory.minilm import cap_blas_threads
 
-        cap_blas_threads()
-        return command(args)
+        cap_blas_threads()  # first: numpy's thread pool spins until capped
+        return getattr(importlib.import_module(module), name)(args)
 
     return run
 

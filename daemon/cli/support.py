@@ -97,18 +97,3 @@ def environment_failure(exc: BaseException, home: Path | None) -> str | None:
 
 def print_err(message: str) -> None:
     print(f"reverie: {message}", file=sys.stderr)
-
-
-def cap_blas_threads() -> None:
-    """Give numpy's BLAS half the usable cores (at least one), for a command that computes.
-
-    Called once numpy is loaded, by the commands that use it (the daemon, the direct memory
-    commands): the others never import numpy. OpenBLAS's spinning worker threads fight each
-    other and SQLite on a small shared machine: on 2 busy cores one thread embedded 5x more
-    texts a second with the numpy MiniLM (201/s against 41/s) and a query took 15 ms against
-    280 ms. `OPENBLAS_NUM_THREADS`, when set, has the last word.
-    """
-    from daemon.memory.minilm import limit_blas_threads
-    from daemon.memory.threads import default_threads
-
-    limit_blas_threads(default_threads())

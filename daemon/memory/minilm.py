@@ -272,6 +272,17 @@ def limit_blas_threads(threads: int) -> None:
     threadpool_limits(limits=int(threads), user_api="blas")
 
 
+def cap_blas_threads() -> None:
+    """Give numpy's BLAS half the usable cores (at least one), for a command that computes.
+
+    Called by the commands that use numpy (the daemon, the direct memory commands) as soon as
+    numpy is loaded: OpenBLAS starts its pool with one thread per core at import, and until
+    capped the idle ones spin (~100 ms of CPU in a cold `memory search` on 2 cores). The
+    commands that never compute never import numpy.
+    """
+    limit_blas_threads(default_threads())
+
+
 def load(path: Path | None = None) -> MiniLM:
     """The process-wide `MiniLM` for `path` (default: the packaged model); raise `MiniLMError`."""
     path = path or packaged_model_dir()
