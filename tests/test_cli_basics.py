@@ -170,3 +170,31 @@ def test_a_direct_memory_command_gives_blas_half_the_cores(tmp_path: Path) -> No
     )
     code, blas, want = json.loads(r.stderr.strip().splitlines()[-1])
     assert code == 0 and blas == [want], r.stderr
+
+
+def test_blas_is_sized_before_numpy_starts_its_pool(tmp_path: Path) -> None:
+    """The pool is sized by the environment before numpy loads (a pool shrunk afterwards has
+    already started its spinning threads); a person's own setting wins."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, os, sys\n"
+        "from daemon.cli import main\n"
+        f"code = main(['memory', 'stats', '--home', {str(tmp_path / 'home')!r}])\n"
+        "print(json.dumps([code, os.environ.get('OPENBLAS_NUM_THREADS')]), file=sys.stderr)\n"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    from daemon.memory.threads import default_threads
+
+    for extra, want in (({}, str(default_threads())), ({"OPENBLAS_NUM_THREADS": "3"}, "3")):
+        r = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            env={**base, **extra},
+            timeout=120,
+        )
+        code, seen = json.loads(r.stderr.strip().splitlines()[-1])
+        assert code == 0 and seen == want, r.stderr

@@ -106,6 +106,12 @@ def _exit_now(code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Before numpy can be imported: OpenBLAS sizes its thread pool at import, and a pool that
+    # `cap_blas_threads` (threadpoolctl) shrinks afterwards has already started its spinning
+    # threads (~100 ms of CPU in a cold `memory search` on 2 cores). The environment wins.
+    from daemon.memory.threads import default_threads
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(default_threads()))
     parser = build_parser(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
