@@ -49,7 +49,7 @@ from daemon.paths import Home  # noqa: E402
 from daemon.settings import MemorySettings, Settings  # noqa: E402
 from daemon.testing import Reply, ScriptedModel  # noqa: E402
 from daemon.tokens import TokenCounter  # noqa: E402
-from daemon.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
+from daemon.tools.registry import Tool, ToolContext, ToolRegistry  # noqa: E402
 from daemon.topics.router import TopicRouter  # noqa: E402
 
 WORDS = "tide heron quarry lantern copper meadow kiln orchard ledger harbour cedar falcon".split()

@@ -33,7 +33,7 @@ from daemon.settings import load_settings  # noqa: E402
 from daemon.store.db import Database  # noqa: E402
 from daemon.testing import Reply, ScriptedModel, static_context  # noqa: E402
 from daemon.tokens import TokenCounter  # noqa: E402
-from daemon.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
+from daemon.tools.registry import Tool, ToolContext, ToolRegistry  # noqa: E402
 
 
 async def _noop(_ctx: ToolContext, args: dict[str, object]) -> str:

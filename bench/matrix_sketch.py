@@ -13,7 +13,8 @@ never mixtures. For each size: the median time of `VectorMatrix.ranked` for one 
 and top 60 the sketched ranking keeps (ties counted by similarity).
 
 The same process also times sqlite-vec's answer to the same question (`--sqlite-vec`, on by
-default when the extension loads): the rows' sign bits in a `vec0` table with a `bit[384]`
+default when the extension loads; the daemon does not load it, so install the `bench` extra,
+`pip install -e '.[bench]'`): the rows' sign bits in a `vec0` table with a `bit[384]`
 column, its Hamming KNN picking the same number of candidates as the sketch, then the same
 exact numpy rescoring; and, for sqlite-vec as the store the matrix is rebuilt from, the time
 to read every vector back from a `vec0` table (`float[384]`) against the plain BLOB table the
@@ -41,10 +42,37 @@ from daemon.memory.matrix import (
     SKETCH_OVERSAMPLE,
     VectorMatrix,
 )
-from daemon.store.db import pick_backend
 
 RESULTS = Path(__file__).parent / "results"
 LIMIT = 60
+INSTALL_BENCH = "pip install -e '.[bench]'"
+
+
+def vec_connect(path: str) -> Any:
+    """A SQLite connection with sqlite-vec loaded (the stdlib's when it can load extensions)."""
+    import sqlite3
+
+    import sqlite_vec
+
+    module: Any = sqlite3
+    if not hasattr(sqlite3.Connection, "enable_load_extension"):
+        import sqlean
+
+        module = sqlean
+    conn = module.connect(path)
+    conn.enable_load_extension(True)
+    sqlite_vec.load(conn)
+    conn.enable_load_extension(False)
+    return conn
+
+
+def vec_missing() -> str | None:
+    """Why sqlite-vec cannot be timed here (None: it can)."""
+    try:
+        vec_connect(":memory:").close()
+    except Exception as exc:
+        return f"sqlite-vec cannot load ({exc!r}): {INSTALL_BENCH}"
+    return None
 
 
 def corpus() -> tuple[list[str], list[str]]:
@@ -90,14 +118,7 @@ class VecBitKnn:
     """sqlite-vec as the candidate pass: its bit-vector KNN, then exact numpy rescoring."""
 
     def __init__(self, vecs: np.ndarray) -> None:
-        import sqlite_vec
-
-        backend = pick_backend()
-        if not backend.can_load_extensions:
-            raise RuntimeError("no sqlite build here can load extensions")
-        self.conn = backend.module.connect(":memory:")
-        self.conn.enable_load_extension(True)
-        sqlite_vec.load(self.conn)
+        self.conn = vec_connect(":memory:")
         self.conn.execute(f"CREATE VIRTUAL TABLE bits USING vec0(sign bit[{vecs.shape[1]}])")
         packed = np.packbits(vecs > 0, axis=1)
         self.conn.executemany(
@@ -122,12 +143,8 @@ class VecBitKnn:
 
 def store_read_ms(vecs: np.ndarray) -> dict[str, float]:
     """Milliseconds to read every vector back as a matrix: a BLOB table against `vec0`."""
-    import sqlite_vec
-
     with tempfile.TemporaryDirectory() as tmp:
-        conn = pick_backend().module.connect(str(Path(tmp) / "store.db"))
-        conn.enable_load_extension(True)
-        sqlite_vec.load(conn)
+        conn = vec_connect(str(Path(tmp) / "store.db"))
         conn.execute("CREATE TABLE blobs(id INTEGER PRIMARY KEY, vector BLOB)")
         conn.execute(f"CREATE VIRTUAL TABLE floats USING vec0(vector float[{vecs.shape[1]}])")
         for table in ("blobs(id, vector)", "floats(rowid, vector)"):
@@ -209,10 +226,16 @@ def main() -> None:
     p.add_argument(
         "--sqlite-vec",
         action=argparse.BooleanOptionalAction,
-        default=pick_backend().can_load_extensions,
-        help="also time sqlite-vec's bit KNN as the candidate pass",
+        default=None,
+        help=f"also time sqlite-vec's bit KNN as the candidate pass (needs {INSTALL_BENCH})",
     )
     args = p.parse_args()
+    missing = vec_missing() if args.sqlite_vec is not False else None
+    if missing and args.sqlite_vec:
+        p.error(missing)
+    if missing:
+        print(f"skipping sqlite-vec: {missing}")
+    args.sqlite_vec = args.sqlite_vec is not False and missing is None
     model = minilm.load()
     texts, questions = corpus()
     t = time.perf_counter()

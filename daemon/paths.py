@@ -117,6 +117,11 @@ class Home:
     def cache_dir(self) -> Path:
         return self.root / "cache"
 
+    @property
+    def workspace_dir(self) -> Path:
+        """The work tools' default root: files the agent reads, writes and runs commands in."""
+        return self.root / "workspace"
+
     def socket_path(self, configured: str | None, environ: dict[str, str] | None = None) -> Path:
         """Resolve the chat socket: config, then `$RUNTIME_DIRECTORY`, then `<home>/run/`."""
         env = os.environ if environ is None else environ
@@ -149,6 +154,7 @@ class Home:
             self.summaries_dir,
             self.journal_dir,
             self.dreams_dir,
+            self.workspace_dir,
         ):
             path.mkdir(parents=True, exist_ok=True)
         _copy_missing(src / "reverie.toml", self.config_file)

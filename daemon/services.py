@@ -52,7 +52,8 @@ from daemon.sleep.phases import Phase
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
 from daemon.tokens import TokenCounter, default_counter
-from daemon.tools import ToolRegistry
+from daemon.tools.registry import ToolRegistry
+from daemon.tools.toolbox import work_tools
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
 
@@ -226,9 +227,12 @@ async def open_services(
         )
         # Required: a turn never reaches the model without its context (it fails visibly).
         stack.callback(assembler.register(bus))
-        tools = ToolRegistry(s.agent.tool_output_max_chars)
+        # Every tool once, in one registry; the trunk and the forks are offered subsets of it.
+        everything = ToolRegistry(s.agent.tool_output_max_chars)
         for tool in memory.tools():
-            tools.register(tool)
+            everything.register(tool)
+        for tool in work_tools(home, s):
+            everything.register(tool)
         delegator = await stack.enter_async_context(
             Delegator(
                 home=home,
@@ -238,11 +242,12 @@ async def open_services(
                 clock=clock,
                 counter=counter,
                 settings=s,
-                base_tools=tools,
+                base_tools=everything.subset(s.tools.fork),
             )
         )
         for tool in delegator.tools_for(0):
-            tools.register(tool)
+            everything.register(tool)
+        tools = everything.subset(s.tools.trunk)
         loop = AgentLoop(
             roles=roles,
             tools=tools,

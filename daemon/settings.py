@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from daemon.paths import shipped_dir
 
@@ -324,6 +324,113 @@ class JournalSettings(_Section):
         return value
 
 
+_TRUNK_TOOLS = [
+    "remember",
+    "correct",
+    "retract",
+    "recall",
+    "recall_session",
+    "remember_session",
+    "delegate",
+    "read_file",
+    "list_files",
+    "search_files",
+]
+
+
+class RunSettings(_Section):
+    """The `run` tool: a shell command in the sandbox."""
+
+    # "auto": bubblewrap when installed, else `run` is off unless allow_unsandboxed.
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    # Without a sandbox `run` is off unless this says, explicitly, that it may run bare.
+    allow_unsandboxed: bool = False
+    network: bool = False
+    timeout_s: float = Field(120.0, gt=0)
+    max_timeout_s: float = Field(900.0, gt=0)
+    cpu_seconds: int = Field(300, ge=1)
+    memory_mb: int = Field(2048, ge=64)
+    output_max_chars: int = Field(30_000, ge=256)
+    # Environment variables passed through to the command (never keys or tokens).
+    env: list[str] = Field(default_factory=lambda: ["PATH", "LANG", "LC_ALL", "TERM", "TZ"])
+
+
+class FetchSettings(_Section):
+    """The `fetch_url` tool: public http(s) pages as readable text."""
+
+    timeout_s: float = Field(20.0, gt=0)
+    max_bytes: int = Field(2_000_000, ge=1024)
+    max_chars: int = Field(40_000, ge=256)
+    max_redirects: int = Field(5, ge=0, le=20)
+    # Hosts (names, addresses or CIDR ranges) exempt from the private-address guard.
+    allow_hosts: list[str] = Field(default_factory=list)
+
+
+class ToolsSettings(_Section):
+    """Who is offered which tools (names or globs), and the work tools' limits."""
+
+    # The trunk reads and delegates; forks do the work (a fork never gets more than its
+    # parent allows: a nested fork's set is its parent's set at most).
+    trunk: list[str] = Field(default_factory=lambda: list(_TRUNK_TOOLS))
+    fork: list[str] = Field(default_factory=lambda: ["*"])
+    run: RunSettings = RunSettings()
+    fetch: FetchSettings = FetchSettings()
+
+
+class WorkspaceSettings(_Section):
+    """Where the file tools and `run` may act: <home>/workspace, plus any roots listed."""
+
+    roots: list[str] = Field(default_factory=list)
+    read_max_bytes: int = Field(262_144, ge=1024)
+    write_max_bytes: int = Field(2_000_000, ge=1024)
+
+
+class PermissionRule(_Section):
+    # A tool name or glob ("run", "mcp__github__*").
+    tool: str
+    # A glob matched against the tool's subject (a command, a path, a URL); "*" = any call.
+    match: str = "*"
+    decision: Literal["allow", "ask", "deny"]
+
+
+class PermissionsSettings(_Section):
+    """Per tool allow / ask / deny with argument patterns; deny wins over ask over allow."""
+
+    rules: list[PermissionRule] = Field(default_factory=list)
+    # An `ask` nobody answers within this long is a no.
+    approval_timeout_s: float = Field(120.0, gt=0)
+
+
+class McpServer(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    # Streamable HTTP instead of a command.
+    url: str | None = None
+    enabled: bool = True
+    # The decision for this server's tools when no [[permissions.rules]] entry matches:
+    # a default, and per tool name.
+    permission: Literal["allow", "ask", "deny"] = "ask"
+    tools: dict[str, Literal["allow", "ask", "deny"]] = Field(default_factory=dict)
+    call_timeout_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"MCP server {self.name!r} needs exactly one of command or url")
+        return self
+
+
+class McpSettings(_Section):
+    servers: list[McpServer] = Field(default_factory=list)
+    # A stdio server that dies is restarted after restart_base_s, doubling up to restart_max_s.
+    restart_base_s: float = Field(1.0, gt=0)
+    restart_max_s: float = Field(60.0, gt=0)
+    start_timeout_s: float = Field(20.0, gt=0)
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -343,6 +450,10 @@ class Settings(_Section):
     delegate: DelegateSettings = DelegateSettings()
     sleep: SleepSettings = SleepSettings()
     journal: JournalSettings = JournalSettings()
+    tools: ToolsSettings = ToolsSettings()
+    workspace: WorkspaceSettings = WorkspaceSettings()
+    permissions: PermissionsSettings = PermissionsSettings()
+    mcp: McpSettings = McpSettings()
     log: LogSettings = LogSettings()
 
 

@@ -38,7 +38,7 @@ from daemon.settings import DelegateSettings, SchedulerSettings, Settings
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel
 from daemon.tokens import TokenCounter
-from daemon.tools import ToolRegistry
+from daemon.tools.registry import ToolRegistry
 from daemon.topics.router import TopicRouter
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ from daemon.cli.memory import add_commands
 from daemon.memory.dates import resolve_dates
 from daemon.memory.facts import FactError, FactLog
 from daemon.paths import Home
-from daemon.tools import ToolContext, ToolRegistry
+from daemon.tools.registry import ToolContext, ToolRegistry
 from tests.memory_support import memory_system
 
 pytestmark = pytest.mark.anyio

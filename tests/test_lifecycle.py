@@ -36,7 +36,7 @@ from daemon.settings import load_settings
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel, static_context
 from daemon.tokens import TokenCounter
-from daemon.tools import Tool, ToolContext, ToolRegistry
+from daemon.tools.registry import Tool, ToolContext, ToolRegistry
 from daemon.topics.router import TopicRouter
 
 pytestmark = pytest.mark.anyio

@@ -38,7 +38,7 @@ from daemon.settings import MemorySettings, Settings, TopicsSettings
 from daemon.store.db import Database
 from daemon.testing import ScriptedModel
 from daemon.tokens import TokenCounter, count_tokens
-from daemon.tools import ToolRegistry
+from daemon.tools.registry import ToolRegistry
 from daemon.topics.router import ADDENDA_HEADING, TopicRouter
 from tests.memory_support import NOW, add_session, memory_system
 

@@ -42,7 +42,7 @@ from daemon.settings import load_settings
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel
 from daemon.tokens import TokenCounter
-from daemon.tools import Tool, ToolContext, ToolRegistry
+from daemon.tools.registry import Tool, ToolContext, ToolRegistry
 
 GOLDEN = Path(__file__).parent / "golden" / "transcripts"
 FILES = sorted(GOLDEN.glob("*.jsonl"))

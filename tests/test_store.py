@@ -1,4 +1,4 @@
-"""The SQLite index: migrations from blank and from an older schema, WAL, FTS5, sqlite-vec."""
+"""The SQLite index: migrations from blank and from an older schema, WAL, FTS5."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.store.db import Database, connect_sync, pick_backend
+from daemon.store.db import Database, connect_sync
 from daemon.store.migrations import apply_migrations, discover
 
 pytestmark = pytest.mark.anyio
@@ -16,8 +16,7 @@ async def test_blank_database_gets_every_migration_once(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite"
     async with await Database.open(path) as db:
         names = [r[0] for r in await db.fetchall("SELECT name FROM _migrations ORDER BY name")]
-        expected = [m.name for m in discover() if not m.requires_vec or db.vec_available]
-        assert names == sorted(expected)
+        assert names == sorted(m.name for m in discover())
         mode = (await db.fetchone("PRAGMA journal_mode"))[0]
         assert mode == "wal"
         tables = {
@@ -31,7 +30,7 @@ async def test_blank_database_gets_every_migration_once(tmp_path: Path) -> None:
 
 
 def test_upgrade_from_an_older_schema(tmp_path: Path) -> None:
-    conn, vec = connect_sync(tmp_path / "old.sqlite")
+    conn = connect_sync(tmp_path / "old.sqlite")
     migs = discover()
     # Apply only the first migration by hand, as an older release would have.
     conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
@@ -41,24 +40,17 @@ def test_upgrade_from_an_older_schema(tmp_path: Path) -> None:
         conn.execute(stmt)
     conn.execute("INSERT INTO _migrations VALUES (?, 'then')", (migs[0].name,))
     conn.execute("INSERT INTO kv(key, value, updated_at) VALUES ('k', '\"v\"', 'then')")
-    applied = apply_migrations(conn, vec)
-    assert applied == [m.name for m in migs[1:] if not m.requires_vec or vec]
+    applied = apply_migrations(conn)
+    assert applied == [m.name for m in migs[1:]]
     assert conn.execute("SELECT value FROM kv WHERE key='k'").fetchone()[0] == '"v"'
     conn.close()
 
 
-def test_fts5_and_sqlite_vec_are_loaded() -> None:
-    backend = pick_backend()
-    assert backend.can_load_extensions, "this machine needs sqlean.py or pysqlite3 (see README)"
-    conn, vec = connect_sync(":memory:")
-    assert vec
+def test_fts5_is_available() -> None:
+    conn = connect_sync(":memory:")
     conn.execute("CREATE VIRTUAL TABLE f USING fts5(body)")
     conn.execute("INSERT INTO f VALUES ('the quick brown fox')")
     assert conn.execute("SELECT COUNT(*) FROM f WHERE f MATCH 'quick'").fetchone()[0] == 1
-    conn.execute("CREATE VIRTUAL TABLE v USING vec0(e float[2])")
-    conn.execute("INSERT INTO v(rowid, e) VALUES (1, '[1, 0]'), (2, '[0, 1]')")
-    row = conn.execute("SELECT rowid FROM v WHERE e MATCH '[0.9, 0.1]' AND k = 1").fetchone()
-    assert row[0] == 1
     conn.close()
 
 

@@ -16,7 +16,7 @@ from daemon.models.base import ModelRequest, ModelUnavailable, SpendCapReached
 from daemon.settings import AgentSettings, MemorySettings
 from daemon.testing import ScriptedModel
 from daemon.tokens import count_tokens
-from daemon.tools import ToolContext, ToolRegistry
+from daemon.tools.registry import ToolContext, ToolRegistry
 from tests.memory_support import add_session, memory_system, raising, settings
 
 pytestmark = pytest.mark.anyio

@@ -55,7 +55,7 @@ from daemon.models.base import (
 )
 from daemon.models.roles import ModelRoles
 from daemon.tokens import TokenCounter
-from daemon.tools import ToolContext, ToolRegistry
+from daemon.tools.registry import ToolContext, ToolRegistry
 
 log = get_logger("agent")
 

@@ -42,7 +42,7 @@ from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.store.db import Database
 from daemon.tokens import TokenCounter
-from daemon.tools import Tool, ToolContext, ToolError, ToolRegistry
+from daemon.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 
 log = get_logger("delegate")
 

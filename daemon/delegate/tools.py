@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.tools import Tool, ToolContext, ToolError
+from daemon.tools.registry import Tool, ToolContext, ToolError
 
 OUTCOMES = ("success", "partial", "failed")
 

@@ -29,7 +29,7 @@ from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.store.db import Database
-from daemon.tools import Tool
+from daemon.tools.registry import Tool
 
 __all__ = ["FactError", "MemorySystem", "RecallError", "RememberResult", "TopicAddenda"]
 

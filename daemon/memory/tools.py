@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.memory.facts import FactError
 from daemon.memory.recall import RecallError
 from daemon.models.base import ModelError
-from daemon.tools import Tool, ToolContext, ToolError
+from daemon.tools.registry import Tool, ToolContext, ToolError
 
 if TYPE_CHECKING:
     from daemon.memory.system import MemorySystem

@@ -6,10 +6,11 @@ loop; output is capped so one tool cannot flood the context.
 
 from __future__ import annotations
 
+import fnmatch
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import anyio
 
@@ -37,6 +38,8 @@ class ToolContext:
 
 
 ToolHandler = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
+# What the permission policy may decide for one call.
+Decision = Literal["allow", "ask", "deny"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +59,13 @@ class Tool:
     # for any tool that does not say), "agent" (the agent's own memory), None (only a receipt
     # of the call itself).
     output_origin: str | None = "tool"
+    # The permission policy: the decision when no rule matches, and the argument whose value
+    # rules' patterns are matched against (run → "command", file tools → "path", fetch → "url").
+    permission: Decision = "allow"
+    subject: str | None = None
+    # What the call would do, shown to the person when they are asked (edit_file: its diff).
+    # Raises ToolError when the call could not be done anyway (nothing is asked then).
+    preview: ToolHandler | None = None
 
     @property
     def spec(self) -> ToolSpec:
@@ -140,14 +150,51 @@ def cap_output(text: str, limit: int) -> str:
     return text[:keep] + f"\n…[output truncated: {len(text) - keep} more characters]"
 
 
+class ToolGuard(Protocol):
+    """Decides whether one call may run (the permission policy and the person's approvals)."""
+
+    async def authorize(
+        self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext
+    ) -> str | None:
+        """None when the call may run; otherwise the reason it may not, for the model to read."""
+        ...
+
+
+class ToolSource(Protocol):
+    """Tools that come and go while the daemon runs (an MCP server's, once it has answered)."""
+
+    def tools(self) -> Iterable[Tool]: ...
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether a tool name matches one of `patterns` (names or shell-style globs)."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
 class ToolRegistry:
     """The set of tools one session may call."""
 
-    def __init__(self, default_max_chars: int = 16_000) -> None:
+    def __init__(self, default_max_chars: int = 16_000, *, guard: ToolGuard | None = None) -> None:
         self._tools: dict[str, Tool] = {}
         # Tools deliberately not offered here, with the reason a call to one is refused.
         self._refused: dict[str, str] = {}
+        # Dynamic sources, each with the name patterns this registry offers of it.
+        self._sources: list[tuple[ToolSource, tuple[str, ...]]] = []
         self.default_max_chars = default_max_chars
+        self.guard = guard
+
+    def add_source(self, source: ToolSource, patterns: Iterable[str] = ("*",)) -> None:
+        self._sources.append((source, tuple(patterns)))
+
+    def _all(self) -> dict[str, Tool]:
+        if not self._sources:
+            return self._tools
+        out = dict(self._tools)
+        for source, patterns in self._sources:
+            for tool in source.tools():
+                if tool.name not in out and matches(tool.name, patterns):
+                    out[tool.name] = tool
+        return out
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
@@ -159,27 +206,33 @@ class ToolRegistry:
         self._refused[name] = reason
 
     def names(self) -> list[str]:
-        return sorted(self._tools)
+        return sorted(self._all())
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        return self._all().get(name)
 
     def specs(self) -> tuple[ToolSpec, ...]:
-        return tuple(self._tools[name].spec for name in sorted(self._tools))
+        tools = self._all()
+        return tuple(tools[name].spec for name in sorted(tools))
 
-    def subset(self, names: list[str]) -> ToolRegistry:
-        reg = ToolRegistry(self.default_max_chars)
-        for n in names:
-            if n in self._tools:
-                reg.register(self._tools[n])
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
+        """The tools named in `names` (exact names or globs), sources included, same guard."""
+        patterns = tuple(names)
+        reg = ToolRegistry(self.default_max_chars, guard=self.guard)
+        for n, tool in self._tools.items():
+            if matches(n, patterns):
+                reg.register(tool)
+        for source, own in self._sources:
+            # A name must match both what this registry offered and what the subset asks.
+            reg._sources.append((_Narrowed(source, own), patterns))
         return reg
 
     def is_concurrent(self, name: str) -> bool:
-        tool = self._tools.get(name)
+        tool = self.get(name)
         return tool is not None and tool.concurrent
 
     def ends_turn(self, name: str) -> bool:
-        tool = self._tools.get(name)
+        tool = self.get(name)
         return tool is not None and tool.ends_turn
 
     async def call(self, name: str, arguments: Any, ctx: ToolContext) -> ToolOutcome:
@@ -187,7 +240,7 @@ class ToolRegistry:
 
         Cancellation propagates; a timeout becomes an error outcome.
         """
-        tool = self._tools.get(name)
+        tool = self.get(name)
         if tool is None and name in self._refused:
             return ToolOutcome(content=f"error: {self._refused[name]}", is_error=True)
         if tool is None:
@@ -206,6 +259,10 @@ class ToolRegistry:
             validate(tool.input_schema, arguments)
         except ToolArgumentError as exc:
             return ToolOutcome(content=f"error: invalid arguments for {name}: {exc}", is_error=True)
+        if self.guard is not None:
+            refusal = await self.guard.authorize(tool, arguments, ctx)
+            if refusal is not None:
+                return ToolOutcome(content=f"error: {refusal}", is_error=True)
         limit = tool.max_output_chars or self.default_max_chars
         try:
             with anyio.fail_after(tool.timeout_s):
@@ -222,3 +279,12 @@ class ToolRegistry:
             log.error("tool failed", tool=name, error=repr(exc), exc_info=True)
             return ToolOutcome(content=f"error: {name} failed: {exc}", is_error=True)
         return ToolOutcome(content=cap_output(str(result), limit))
+
+
+@dataclass(frozen=True)
+class _Narrowed:
+    source: ToolSource
+    patterns: tuple[str, ...]
+
+    def tools(self) -> Iterable[Tool]:
+        return (t for t in self.source.tools() if matches(t.name, self.patterns))

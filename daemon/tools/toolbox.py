@@ -1,0 +1,19 @@
+"""What the trunk and the forks are offered: the work tools assembled once, then narrowed.
+
+Every tool is declared in the module of its kind (files, run, fetch, MCP) and registered in
+one registry guarded by the permission policy; the trunk's and the forks' registries are
+subsets of it named by `[tools] trunk` / `fork` (names or globs), so a tool has one
+declaration and one policy wherever it is offered.
+"""
+
+from __future__ import annotations
+
+from daemon.paths import Home
+from daemon.settings import Settings
+from daemon.tools.registry import Tool
+
+
+def work_tools(home: Home, settings: Settings) -> list[Tool]:
+    """The built-in work tools (files, run, fetch_url), configured for this home."""
+    tools: list[Tool] = []
+    return tools
