@@ -19,65 +19,24 @@ class Check:
     fix: str = ""
 
 
-def _sqlite() -> list[Check]:
-    from daemon.store.db import connect_sync, pick_backend
+def _fts5() -> Check:
+    """The stdlib sqlite3 has FTS5, which lexical memory search is built on."""
+    from daemon.store.db import connect_sync
 
-    backend = pick_backend()
-    out: list[Check] = []
-    if backend.name == "sqlite3" and backend.can_load_extensions:
-        out.append(Check(name="sqlite", status="ok", detail="stdlib sqlite3 can load extensions"))
-    elif backend.can_load_extensions:
-        out.append(
-            Check(
-                name="sqlite",
-                status="ok",
-                detail=f"stdlib sqlite3 cannot load extensions; using the '{backend.name}' build instead",
-            )
-        )
-    else:
-        out.append(
-            Check(
-                name="sqlite",
-                status="warn",
-                detail="no sqlite build here can load extensions (sqlite-vec): memory search does not need them",
-                fix="pip install sqlean.py (or pysqlite3-binary), or use a Python built with --enable-loadable-sqlite-extensions",
-            )
-        )
-    conn, vec = connect_sync(":memory:")
+    conn = connect_sync(":memory:")
     try:
-        try:
-            conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-            out.append(
-                Check(
-                    name="fts5",
-                    status="ok",
-                    detail=f"FTS5 available (sqlite {conn.execute('select sqlite_version()').fetchone()[0]})",
-                )
-            )
-        except Exception as exc:
-            out.append(
-                Check(
-                    name="fts5",
-                    status="fail",
-                    detail=f"FTS5 missing: {exc}",
-                    fix="install a sqlite build with FTS5 (sqlean.py has it)",
-                )
-            )
-        if vec:
-            version = conn.execute("select vec_version()").fetchone()[0]
-            out.append(Check(name="sqlite-vec", status="ok", detail=f"sqlite-vec {version} loaded"))
-        else:
-            out.append(
-                Check(
-                    name="sqlite-vec",
-                    status="warn",
-                    detail="sqlite-vec not loaded (memory search does not use it)",
-                    fix="pip install sqlite-vec sqlean.py",
-                )
-            )
+        conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        version = conn.execute("select sqlite_version()").fetchone()[0]
+        return Check(name="fts5", status="ok", detail=f"FTS5 available (sqlite {version})")
+    except Exception as exc:
+        return Check(
+            name="fts5",
+            status="fail",
+            detail=f"FTS5 missing: {exc}",
+            fix="use a Python whose sqlite3 module is built with FTS5 (most distributions' are)",
+        )
     finally:
         conn.close()
-    return out
 
 
 def _tokenizer() -> Check:
@@ -325,7 +284,7 @@ def _socket(home: Home, settings: Settings) -> Check:
 def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks: list[Check] = [Check(name="config", status="ok", detail="configuration is valid")]
     checks.extend(_home(home))
-    checks.extend(_sqlite())
+    checks.append(_fts5())
     checks.append(_tokenizer())
     checks.append(_embedder(settings))
     checks.append(_topics(home))

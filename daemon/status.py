@@ -140,7 +140,6 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         # Vector search needs both an embedder that makes vectors and somewhere to search them.
         "vector_search": bool(embedder is not None and embedder.dim > 0),
         "embedder": embedder.name if embedder is not None else None,
-        "sqlite_vec": db.vec_available,
     }
 
 

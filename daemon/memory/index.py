@@ -171,7 +171,6 @@ class MemoryIndex:
             "db_bytes": int(page[0]) * int(size[0]),
             "matrix_bytes": self.matrix.nbytes,
             "matrix": self.matrix_status,
-            "vec_extension": self.db.vec_available,
         }
 
     # ----- the vector matrix -----------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Storage: the SQLite index (WAL, FTS5, sqlite-vec) and its migrations."""
+"""Storage: the SQLite index (WAL, FTS5) and its migrations."""
 
-from daemon.store.db import Database, connect_sync, pick_backend
+from daemon.store.db import Database, connect_sync
 
-__all__ = ["Database", "connect_sync", "pick_backend"]
+__all__ = ["Database", "connect_sync"]

@@ -1,18 +1,13 @@
-"""The SQLite index: one WAL database per home, FTS5 and sqlite-vec loaded.
+"""The SQLite index: one WAL database per home, with FTS5, on the stdlib `sqlite3`.
 
-The stdlib `sqlite3` is used when it can load extensions; otherwise a build that can
-(`sqlean`, then `pysqlite3`) is used, with one log line saying so. When no build can load
-sqlite-vec the database still opens and `vec_available` is False; only a migration marked
-`-- requires: vec` waits for it (none is). Memory search does not use it: vectors are BLOBs
-searched in numpy, whose sign-bit sketch beat sqlite-vec's bit KNN (docs/memory.md).
+Vectors are BLOBs searched in numpy; no extension is loaded. sqlite-vec was measured for the
+candidate pass and as the vectors' store and lost both (bench/README.md, docs/storage.md).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import aiosqlite
@@ -23,68 +18,16 @@ from daemon.store.migrations import apply_migrations
 log = get_logger("store")
 
 
-@dataclass(frozen=True, slots=True)
-class SqliteBackend:
-    module: ModuleType
-    name: str
-    can_load_extensions: bool
-
-
-def pick_backend() -> SqliteBackend:
-    """Choose the sqlite3-compatible module to use, preferring the stdlib."""
-    if hasattr(sqlite3.Connection, "enable_load_extension"):
-        return SqliteBackend(module=sqlite3, name="sqlite3", can_load_extensions=True)
-    for modname in ("sqlean", "pysqlite3.dbapi2"):
-        try:
-            module = __import__(modname, fromlist=["connect"])
-        except ImportError:
-            continue
-        if hasattr(module.Connection, "enable_load_extension"):
-            return SqliteBackend(
-                module=module, name=modname.split(".")[0], can_load_extensions=True
-            )
-    return SqliteBackend(module=sqlite3, name="sqlite3", can_load_extensions=False)
-
-
-_announced = False
-
-
-def _load_vec(conn: Any, backend: SqliteBackend) -> bool:
-    if not backend.can_load_extensions:
-        return False
-    try:
-        import sqlite_vec
-
-        conn.enable_load_extension(True)
-        sqlite_vec.load(conn)
-        conn.enable_load_extension(False)
-        return True
-    except Exception as exc:  # a missing or broken extension must not stop the daemon
-        log.info("sqlite-vec could not be loaded", error=repr(exc))
-        return False
-
-
 def connect_sync(
     path: Path | str, *, readonly: bool = False, busy_timeout_ms: int = 5000
-) -> tuple[Any, bool]:
-    """Open a configured connection; return (connection, vec_available)."""
-    global _announced
-    backend = pick_backend()
-    if not _announced:
-        _announced = True
-        if backend.module is not sqlite3:
-            log.info(
-                "stdlib sqlite3 cannot load extensions; using fallback build", backend=backend.name
-            )
-        elif not backend.can_load_extensions:
-            log.info("no sqlite build here can load extensions (see `reverie doctor`)")
+) -> sqlite3.Connection:
+    """Open a configured connection (WAL, foreign keys, a busy timeout)."""
     if readonly:
         uri = f"file:{Path(path).resolve()}?mode=ro"
-        conn = backend.module.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
     else:
-        conn = backend.module.connect(str(path), check_same_thread=False, isolation_level=None)
-    conn.row_factory = backend.module.Row
-    vec = _load_vec(conn, backend)
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     conn.execute("PRAGMA foreign_keys=ON")
     if not readonly:
@@ -93,22 +36,19 @@ def connect_sync(
         # Keep the WAL bounded even between explicit checkpoints.
         conn.execute("PRAGMA wal_autocheckpoint=1000")
         conn.execute("PRAGMA journal_size_limit=67108864")
-    return conn, vec
+    return conn
 
 
 class Database:
-    """An async handle on the home's index database (aiosqlite over the chosen backend).
+    """An async handle on the home's index database (aiosqlite over the stdlib `sqlite3`).
 
     Use as `async with Database.open(path) as db:`; the connection is closed (after a
     checkpoint) when the block exits, including on cancellation.
     """
 
-    def __init__(
-        self, conn: aiosqlite.Connection, path: Path, vec_available: bool, readonly: bool
-    ) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: Path, readonly: bool) -> None:
         self.conn = conn
         self.path = path
-        self.vec_available = vec_available
         self.readonly = readonly
         self._closed = False
 
@@ -121,18 +61,14 @@ class Database:
         migrate: bool = True,
         busy_timeout_ms: int = 5000,
     ) -> Database:
-        vec_flag: dict[str, bool] = {}
-
-        def connector() -> Any:
-            conn, vec = connect_sync(path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
-            vec_flag["vec"] = vec
-            return conn
+        def connector() -> sqlite3.Connection:
+            return connect_sync(path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
 
         aconn = aiosqlite.Connection(connector, iter_chunk_size=64)
         await aconn
-        db = cls(aconn, path, vec_flag.get("vec", False), readonly)
+        db = cls(aconn, path, readonly)
         if migrate and not readonly:
-            await aconn._execute(apply_migrations, aconn._conn, db.vec_available)  # type: ignore[attr-defined]
+            await aconn._execute(apply_migrations, aconn._conn)  # type: ignore[attr-defined]
         return db
 
     async def __aenter__(self) -> Database:

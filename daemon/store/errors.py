@@ -2,8 +2,7 @@
 
 Such a failure is nobody's bug and passes once space is back, so the daemon keeps what it has
 and waits instead of failing the work (or dying). The same condition reaches us as an `OSError`
-from a file write and as an error from whichever SQLite build the store runs on (the stdlib's or
-sqlean's, which share no exception classes), so both are recognised here, in one place.
+from a file write and as a `sqlite3` error, so both are recognised here, in one place.
 """
 
 from __future__ import annotations
@@ -23,12 +22,10 @@ _SQLITE_CODES = {8: "read-only", 10: "I/O error", 13: "disk full"}
 
 
 def is_database_error(exc: BaseException) -> bool:
-    """Whether `exc` comes from SQLite (whichever build the store uses)."""
+    """Whether `exc` comes from SQLite."""
     import sqlite3
 
-    from daemon.store.db import pick_backend
-
-    return isinstance(exc, (sqlite3.Error, pick_backend().module.Error))
+    return isinstance(exc, sqlite3.Error)
 
 
 def storage_failure(exc: BaseException) -> str | None:
@@ -43,7 +40,7 @@ def storage_failure(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.errno in _OS_ERRNOS:
         return exc.strerror or str(exc)
     if is_database_error(exc):
-        # Both builds carry SQLite's own result code; the extended codes keep it in the low byte.
+        # The error carries SQLite's own result code; the extended codes keep it in the low byte.
         code = getattr(exc, "sqlite_errorcode", None)
         if isinstance(code, int) and (code & 0xFF) in _SQLITE_CODES:
             return f"the database cannot write ({_SQLITE_CODES[code & 0xFF]}: {exc})"

@@ -1,9 +1,7 @@
 """Append-only, named schema migrations, recorded in the `_migrations` table.
 
 Each migration is a file `NNNN_name.sql` in this folder, applied once, in order, inside a
-transaction. Never edit a migration that has shipped: add a new one. A migration whose
-statements need sqlite-vec is split out by a `-- requires: vec` first line and is applied
-(or re-attempted on a later start) only when the extension is loaded.
+transaction. Never edit a migration that has shipped: add a new one.
 """
 
 from __future__ import annotations
@@ -21,23 +19,13 @@ class Migration:
     number: int
     name: str
     sql: str
-    requires_vec: bool
 
 
 def discover() -> list[Migration]:
     out: list[Migration] = []
     for path in sorted(HERE.glob("[0-9][0-9][0-9][0-9]_*.sql")):
         number = int(path.name[:4])
-        sql = path.read_text()
-        first = sql.lstrip().splitlines()[0] if sql.strip() else ""
-        out.append(
-            Migration(
-                number=number,
-                name=path.stem,
-                sql=sql,
-                requires_vec=first.strip() == "-- requires: vec",
-            )
-        )
+        out.append(Migration(number=number, name=path.stem, sql=path.read_text()))
     numbers = [m.number for m in out]
     if len(numbers) != len(set(numbers)):
         raise RuntimeError(f"duplicate migration numbers in {HERE}: {numbers}")
@@ -51,14 +39,12 @@ def applied(conn: Any) -> set[str]:
     return {row[0] for row in conn.execute("SELECT name FROM _migrations")}
 
 
-def apply_migrations(conn: Any, vec_available: bool) -> list[str]:
+def apply_migrations(conn: Any) -> list[str]:
     """Apply every pending migration in order; return the names applied now."""
     done = applied(conn)
     now: list[str] = []
     for mig in discover():
         if mig.name in done:
-            continue
-        if mig.requires_vec and not vec_available:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
