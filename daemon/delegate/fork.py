@@ -79,6 +79,8 @@ class ForkRun:
     tokens: int = 0
     # When its lineage row says it started (the transcript's header repeats it).
     started_at: str = ""
+    # The tools it was granted (names): its own forks can be granted these at most.
+    granted: tuple[str, ...] = ()
 
 
 class SpokenLines:
@@ -176,8 +178,10 @@ class Delegator:
         return len(self._running)
 
     def delegate_tool(self, parent: ForkRun | None = None) -> Tool:
-        async def handler(ctx: ToolContext, task: str, context: str) -> str:
-            return await self.delegate(ctx, task, context, parent=parent)
+        async def handler(
+            ctx: ToolContext, task: str, context: str, tools: list[str] | None
+        ) -> str:
+            return await self.delegate(ctx, task, context, parent=parent, tools=tools)
 
         # The tree's own ceiling returns partial output first; this only backs it up.
         return delegate_tool(handler, timeout_s=self.cfg.tree_timeout_s + 30.0)
@@ -188,10 +192,26 @@ class Delegator:
             return []
         return [self.delegate_tool(parent)]
 
+    def grantable(self, parent: ForkRun | None) -> tuple[str, ...]:
+        """The tools a session may grant a fork it starts: the forks' set, or its own grant."""
+        if parent is not None:
+            return parent.granted
+        return tuple(n for n in self.base_tools.names() if n not in ("delegate", "task_complete"))
+
+    def _grant(self, parent: ForkRun | None, asked: list[str] | None) -> tuple[str, ...]:
+        grantable = self.grantable(parent)
+        if asked is None:
+            return grantable
+        beyond = [n for n in asked if n not in grantable]
+        if beyond:
+            raise ToolError(
+                f"cannot grant {', '.join(sorted(set(beyond)))}: not a tool you may give a fork "
+                f"(you may grant: {', '.join(grantable) or 'none'})"
+            )
+        return tuple(n for n in grantable if n in asked)
+
     def _fork_registry(self, run: ForkRun, completion: Completion) -> ToolRegistry:
-        registry = self.base_tools.subset(
-            [n for n in self.base_tools.names() if n not in ("delegate", "task_complete")]
-        )
+        registry = self.base_tools.subset(run.granted)
         registry.register(task_complete_tool(completion))
         offered = self.tools_for(run.depth, parent=run)
         for tool in offered:
@@ -208,7 +228,13 @@ class Delegator:
     # -- one fork ------------------------------------------------------------------------
 
     async def delegate(
-        self, ctx: ToolContext, task: str, context: str, *, parent: ForkRun | None = None
+        self,
+        ctx: ToolContext,
+        task: str,
+        context: str,
+        *,
+        parent: ForkRun | None = None,
+        tools: list[str] | None = None,
     ) -> str:
         """Run a fork for `task` and return its digest (raises `ToolError` when it cannot run or failed).
 
@@ -220,6 +246,7 @@ class Delegator:
             raise ToolError(self._refusal(ctx.depth))
         if not task:
             raise ToolError("delegate needs a non-empty task")
+        granted = self._grant(parent, tools)
         interrupted = await self.lineage.unreported(ctx.session_id, ctx.turn_id)
         if interrupted:
             # The same turn is being answered again after a restart: say what happened first.
@@ -286,6 +313,7 @@ class Delegator:
             tree=tree,
             ancestors=ancestors,
             started_at=now.isoformat(),
+            granted=granted,
         )
         # The row exists before the transcript: a crash from here on is found at the next start.
         await self.lineage.start(**common)  # type: ignore[arg-type]

@@ -30,6 +30,14 @@ DELEGATE_SCHEMA: dict[str, Any] = {
             "description": "Everything the fork needs to know: it sees none of this conversation, only this brief "
             "(plus the same memory and tools).",
         },
+        "tools": {
+            "type": "array",
+            "items": {"type": "string"},
+            "maxItems": 64,
+            "description": 'Optional: the only tools the fork may use (names, e.g. ["read_file", '
+            '"search_files"]) — a narrower set for a narrow task. Default: every tool you may grant. '
+            "A fork never gets a tool you cannot grant.",
+        },
     },
     "required": ["task"],
     "additionalProperties": False,
@@ -81,14 +89,20 @@ class Completion:
     called: bool = False
 
 
-DelegateHandler = Callable[[ToolContext, str, str], Awaitable[str]]
+DelegateHandler = Callable[[ToolContext, str, str, "list[str] | None"], Awaitable[str]]
 
 
 def delegate_tool(handler: DelegateHandler, *, timeout_s: float) -> Tool:
-    """The `delegate` tool over `handler(ctx, task, context)` (concurrent: parallel forks)."""
+    """The `delegate` tool over `handler(ctx, task, context, tools)` (concurrent: parallel forks)."""
 
     async def run(ctx: ToolContext, args: dict[str, Any]) -> str:
-        return await handler(ctx, str(args["task"]).strip(), str(args.get("context", "")).strip())
+        tools = args.get("tools")
+        return await handler(
+            ctx,
+            str(args["task"]).strip(),
+            str(args.get("context", "")).strip(),
+            [str(t) for t in tools] if tools is not None else None,
+        )
 
     return Tool(
         name="delegate",
