@@ -8,6 +8,8 @@ declaration and one policy wherever it is offered.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.tools.registry import Tool
@@ -16,4 +18,5 @@ from daemon.tools.registry import Tool
 def work_tools(home: Home, settings: Settings) -> list[Tool]:
     """The built-in work tools (files, run, fetch_url), configured for this home."""
     tools: list[Tool] = []
-    return tools
+    # Everything a work tool returns comes from outside the conversation.
+    return [replace(t, untrusted=True) for t in tools]
