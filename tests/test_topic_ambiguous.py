@@ -38,11 +38,14 @@ OTHER_SENSE = [
     "we ordered a draft beer",
     "he had an identity crisis in his twenties",
     "I need to edit the photos from the party",
+    "what's my code for the gym locker",
 ]
 
 # The same words in their domain sense, with the topic they load.
 DOMAIN_SENSE = [
     ("the code won't compile", "software-engineering"),
+    ("can you look at my code?", "software-engineering"),
+    ("my code doesn't do what I expect", "software-engineering"),
     ("my python script can't import the module", "software-engineering"),
     ("I found a bug in the app", "debugging"),
     ("my code throws an exception when I run it", "debugging"),
