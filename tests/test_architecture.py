@@ -134,6 +134,16 @@ def test_daemon_has_no_import_cycle() -> None:
     assert not cycles, "import cycles in daemon/:\n" + "\n".join(described)
 
 
+def test_only_the_command_line_imports_the_command_line() -> None:
+    """`daemon.cli` is the top layer: the daemon's systems never reach up into it."""
+    upward = {
+        name: sorted(m for m in deps if m == "daemon.cli" or m.startswith("daemon.cli."))
+        for name, deps in import_graph().items()
+        if name != "daemon.cli" and not name.startswith("daemon.cli.")
+    }
+    assert not {k: v for k, v in upward.items() if v}, upward
+
+
 def size_reason(path: Path) -> str:
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
     return next((line for line in doc.splitlines() if line.startswith("Size:")), "")

@@ -753,7 +753,7 @@ async def test_only_the_trunk_announces_compaction(tmp_path: Path) -> None:
 
 
 def test_status_shows_running_forks_and_counts() -> None:
-    from daemon.status import render
+    from daemon.cli.status import render
 
     text = render(
         {

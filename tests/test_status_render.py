@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.status import render
+from daemon.cli.status import render
 
 
 def _trunk(**kw: object) -> dict[str, object]:

@@ -23,7 +23,7 @@ COMMAND_MODULES = (
     "daemon.cli.memory",
     "daemon.cli.context",
     "daemon.cli.dreams",
-    "daemon.journal.commands",
+    "daemon.cli.journal",
 )
 
 # Commands whose module is known: only it is imported, so `reverie memory search` on the
@@ -32,7 +32,7 @@ COMMAND_OWNERS = {
     "memory": "daemon.cli.memory",
     "remember": "daemon.cli.memory",
     "recall": "daemon.cli.memory",
-    "journal": "daemon.journal.commands",
+    "journal": "daemon.cli.journal",
 }
 
 

@@ -476,7 +476,7 @@ class InteractiveChat:
             )
             print(data.get("text", "") if isinstance(data, dict) else data)
         elif name == "status":
-            from daemon.status import render
+            from daemon.cli.status import render
 
             data = portal.call(session.command, name)
             print(render(data) if isinstance(data, dict) else data)

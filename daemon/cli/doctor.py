@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import socket
 import stat
+import sys
 from dataclasses import dataclass
+from typing import Any
 
+from daemon.cli.support import resolve_env
 from daemon.paths import PERSONA_FILES, Home, persona_problem
 from daemon.settings import Settings, secret
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "doctor", parents=[common], help="check the environment and say what is wrong"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_doctor)
 
 
 @dataclass(kw_only=True)
@@ -291,3 +304,23 @@ def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks.append(_api_key(settings))
     checks.append(_socket(home, settings))
     return checks
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    env = resolve_env(args)
+    checks = run_checks(env.home, env.settings)
+    if args.json:
+        print(json.dumps([c.__dict__ for c in checks], indent=2))
+    else:
+        for c in checks:
+            print(f"[{c.status:>4}] {c.name}: {c.detail}")
+            if c.fix and c.status != "ok":
+                print(f"       → {c.fix}")
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        print(
+            f"reverie: {len(failed)} check(s) failed: {', '.join(c.name for c in failed)}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

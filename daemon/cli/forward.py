@@ -19,9 +19,10 @@ import json
 import os
 import sys
 
+import daemon.cli.memory_args as spec
+import daemon.cli.memory_render as render
 from daemon.cli.locate import home_dir, socket_path
-from daemon.commands import args as spec
-from daemon.commands import render
+from daemon.commands import BATCH_QUERIES
 
 # `typing` and `pathlib` cost ~10 ms of a ~50 ms forwarded command: annotations only.
 TYPE_CHECKING = False
@@ -131,8 +132,8 @@ def _search(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
     queries = spec.search_queries(args)
     options = spec.search_options(args)
     batch = args.batch is not None
-    for start in range(0, len(queries), spec.BATCH_QUERIES):
-        part = queries[start : start + spec.BATCH_QUERIES]
+    for start in range(0, len(queries), BATCH_QUERIES):
+        part = queries[start : start + BATCH_QUERIES]
         data = _answer(
             link.command("memory_search", {"queries": part, **options}, timeout=SEARCH_TIMEOUT_S)
         )

@@ -1,13 +1,13 @@
-"""Daemon-level commands: run, status, sleep, init, doctor."""
+"""Daemon-level commands: run, sleep and init (status and doctor have their own modules, listed here in order)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
+import daemon.cli.doctor as doctor
+import daemon.cli.status as status
 from daemon.cli.support import (
     CommandError,
     cannot_create,
@@ -17,7 +17,6 @@ from daemon.cli.support import (
     unwritable,
 )
 from daemon.paths import PERSONA_FILES, Home, persona_problem
-from daemon.store.errors import is_database_error
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -26,11 +25,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser(
-        "status", parents=[common], help="state, trunk session, context use, next sleep, spend"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_status)
+    status.add_commands(sub, common)
 
     p = sub.add_parser("sleep", parents=[common], help="start a sleep cycle now")
     p.add_argument(
@@ -53,11 +48,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser(
-        "doctor", parents=[common], help="check the environment and say what is wrong"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_doctor)
+    doctor.add_commands(sub, common)
 
 
 def check_persona(home: Home) -> None:
@@ -111,36 +102,6 @@ def _socket(env: Any) -> Path:
     return path
 
 
-async def cmd_status(args: argparse.Namespace) -> int:
-    from daemon import status as status_mod
-    from daemon.chat.client import ChatError, command
-
-    env = resolve_env(args)
-    sock = _socket(env)
-    data: dict[str, Any] | None = None
-    if sock.exists():
-        try:
-            data = await command(sock, "status", timeout=10.0)
-        except ChatError:
-            pass
-    if data is None:
-        try:
-            data = await status_mod.offline_status(env.home, env.settings)
-        except Exception as exc:
-            if not (isinstance(exc, OSError) or is_database_error(exc)):
-                raise
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            reason = unwritable(env.home.root)
-            raise CommandError(
-                f"cannot read {env.home.db_file}: {why}" + (f" ({reason})" if reason else "")
-            ) from None
-    if args.json:
-        print(json.dumps(data, indent=2, default=str))
-    else:
-        print(status_mod.render(data))
-    return 0
-
-
 async def cmd_sleep(args: argparse.Namespace) -> int:
     from daemon.chat.client import ChatError, command
 
@@ -180,26 +141,4 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"  persona:  {env.home.persona_dir}/ ({', '.join(PERSONA_FILES)})")
     print(f"  topics:   {env.home.matrix_file} + {env.home.topics_dir}/")
     print(f"start it with: reverie run --home {env.home.root}")
-    return 0
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from daemon.doctor import run_checks
-
-    env = resolve_env(args)
-    checks = run_checks(env.home, env.settings)
-    if args.json:
-        print(json.dumps([c.__dict__ for c in checks], indent=2))
-    else:
-        for c in checks:
-            print(f"[{c.status:>4}] {c.name}: {c.detail}")
-            if c.fix and c.status != "ok":
-                print(f"       → {c.fix}")
-    failed = [c for c in checks if c.status == "fail"]
-    if failed:
-        print(
-            f"reverie: {len(failed)} check(s) failed: {', '.join(c.name for c in failed)}",
-            file=sys.stderr,
-        )
-        return 1
     return 0

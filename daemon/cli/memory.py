@@ -1,7 +1,7 @@
 """`reverie memory …`, `reverie remember` and `reverie recall`: their command lines.
 
 Building these parsers imports only the standard library and the argument definitions
-(`daemon.commands.args`): when a daemon runs, these commands are forwarded to it
+(`daemon.cli.memory_args`): when a daemon runs, these commands are forwarded to it
 (`daemon.cli.forward`) before anything heavy loads. The direct path — the database, the
 embedding model — is imported only when a command runs without a daemon.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from daemon.commands import args as spec
+import daemon.cli.memory_args as spec
 
 # `typing` costs ~2 ms of a forwarded command, which builds this parser: annotations only.
 TYPE_CHECKING = False
@@ -50,22 +50,22 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="import transcripts (JSONL); no LLM call unless --summarise",
     )
     spec.add_arguments(imp, spec.IMPORT)
-    imp.set_defaults(func=_direct("daemon.commands.memory_cli", "import_"))
+    imp.set_defaults(func=_direct("daemon.cli.memory_direct", "import_"))
 
     search = sub.add_parser(
         "search", parents=[common], help="raw retrieval, no LLM: ranked memories with sources"
     )
     spec.add_arguments(search, spec.SEARCH)
-    search.set_defaults(func=_direct("daemon.commands.memory_cli", "search"))
+    search.set_defaults(func=_direct("daemon.cli.memory_direct", "search"))
 
     reindex = sub.add_parser(
         "reindex", parents=[common], help="rebuild the memory index from the files (no model call)"
     )
-    reindex.set_defaults(func=_direct("daemon.commands.memory_cli", "reindex"))
+    reindex.set_defaults(func=_direct("daemon.cli.memory_direct", "reindex"))
 
     stats = sub.add_parser("stats", parents=[common], help="what the memory index holds")
     stats.add_argument("--json", action="store_true")
-    stats.set_defaults(func=_direct("daemon.commands.memory_cli", "stats"))
+    stats.set_defaults(func=_direct("daemon.cli.memory_direct", "stats"))
 
     remember = subparsers.add_parser(
         "remember",
@@ -75,10 +75,10 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     spec.add_arguments(remember, spec.REMEMBER)
-    remember.set_defaults(func=_direct("daemon.commands.recall_cli", "remember"))
+    remember.set_defaults(func=_direct("daemon.cli.memory_direct", "remember"))
 
     recall = subparsers.add_parser(
         "recall", parents=[common], help="answer from memory with citations (the recall tool)"
     )
     spec.add_arguments(recall, spec.RECALL)
-    recall.set_defaults(func=_direct("daemon.commands.recall_cli", "recall"))
+    recall.set_defaults(func=_direct("daemon.cli.memory_direct", "recall"))

@@ -15,8 +15,6 @@ if TYPE_CHECKING:
 
 KINDS = ("fact", "profile", "summary", "chunk", "month", "journal")
 MODES = ("hybrid", "lexical", "vector")
-# Queries sent to the daemon per command frame (and embedded per batch on the direct path).
-BATCH_QUERIES = 256
 
 REMEMBER_EPILOG = """examples:
   reverie remember "my dentist appointment is tomorrow at 10"
@@ -38,7 +36,7 @@ class UsageError(Exception):
 
 # Each command's arguments as data: `(flags, argparse keywords)` in order. The full CLI and the
 # forwarder's argparse fallback build parsers from them (`add_arguments`); the forwarder's quick
-# parser (`daemon.commands.forward`) reads them directly, so there is one definition of each.
+# parser (`daemon.cli.forward`) reads them directly, so there is one definition of each.
 # `group` names a mutually exclusive group (not an argparse keyword).
 if TYPE_CHECKING:
     Spec = tuple[tuple[tuple[str, ...], dict[str, Any]], ...]

@@ -1,7 +1,8 @@
-"""`reverie memory import | search | reindex | stats` run over the home's database (parsed in `daemon.cli.memory`).
+"""`reverie memory import | search | reindex | stats`, `remember` and `recall` run over the home itself.
 
-When a daemon runs, `import` and `search` are answered by it (`daemon.cli.forward`);
-these functions are the direct path, used when none listens. They open the home's database
+Parsed in `daemon.cli.memory`. When a daemon runs, `import`, `search`, `remember` and `recall`
+are answered by it (`daemon.cli.forward`); these functions are the direct path, used when none
+listens. They open the home's database
 directly (WAL: safe while the daemon runs) and never call a model, except
 `import --summarise`, which asks the memory system to summarise the imported sessions. Output for machines is JSON (`--json`), one array per query with
 `--batch`; logs go to stderr so stdout stays parseable.
@@ -17,11 +18,12 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
+import daemon.cli.memory_args as spec
+import daemon.cli.memory_render as render
+from daemon.cli.memory_render import ImportProgress
 from daemon.cli.support import CommandError, Env, print_err, resolve_env
 from daemon.clock import SystemClock
-from daemon.commands import args as spec
-from daemon.commands import ops, render
-from daemon.commands.render import ImportProgress
+from daemon.commands import BATCH_QUERIES, ops
 from daemon.log import configure
 from daemon.memory.embedders import Embedder, EmbedderError, NoEmbedder, build_embedder
 from daemon.memory.index import MemoryIndex
@@ -31,7 +33,7 @@ from daemon.store.db import Database
 if TYPE_CHECKING:
     from daemon.memory.system import MemorySystem
 
-__all__ = ["import_", "open_index", "reindex", "search", "stats"]
+__all__ = ["import_", "open_index", "recall", "reindex", "remember", "search", "stats"]
 
 
 def _quiet_logs(env: Env) -> None:
@@ -159,8 +161,8 @@ async def search(args: argparse.Namespace) -> int:
     options = spec.search_options(args)
     clock = SystemClock()
     async with open_index(env, mode=args.mode) as index:
-        for start in range(0, len(queries), spec.BATCH_QUERIES):
-            part = queries[start : start + spec.BATCH_QUERIES]
+        for start in range(0, len(queries), BATCH_QUERIES):
+            part = queries[start : start + BATCH_QUERIES]
             results = await ops.search_batch(index, part, now=clock.now(), **options)
             for query, items in zip(part, results, strict=True):
                 render.search_results(
@@ -205,4 +207,41 @@ async def stats(args: argparse.Namespace) -> int:
     else:
         for key, value in stats.items():
             print(f"{key}: {value}")
+    return 0
+
+
+async def remember(args: argparse.Namespace) -> int:
+    """Store, correct, retract, restore or pin a fact (facts written here have origin `person`)."""
+    from daemon.memory.facts import FactError
+
+    try:
+        request = spec.remember_request(args)
+    except spec.UsageError as exc:
+        raise CommandError(str(exc)) from None
+    env = resolve_env(args)
+    async with open_memory(env, models=True) as memory:
+        try:
+            out = await ops.remember(memory, request)
+        except FactError as exc:
+            raise CommandError(str(exc)) from None
+        await memory.index.flush()
+    render.remember_result(out, as_json=args.json, out=sys.stdout)
+    return 0
+
+
+async def recall(args: argparse.Namespace) -> int:
+    """Answer from memory the way the recall tool answers the agent."""
+    from daemon.memory.recall import RecallError
+
+    try:
+        query = spec.recall_query(args)
+    except spec.UsageError as exc:
+        raise CommandError(str(exc)) from None
+    env = resolve_env(args)
+    async with open_memory(env, models=True) as memory:
+        try:
+            data = await ops.recall(memory, query)
+        except RecallError as exc:
+            raise CommandError(str(exc)) from None
+    render.recall_answer(data, as_json=args.json, out=sys.stdout)
     return 0

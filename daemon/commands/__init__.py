@@ -1,7 +1,11 @@
-"""The memory commands shared by the CLI's two paths: through the running daemon, or direct.
+"""The memory commands' daemon side, and the work both of their paths share.
 
-`args`, `render` and `forward` import only the standard library, so a `reverie memory search`
-that a running daemon can answer costs a process start and one socket round trip; `ops` holds
-the operations both paths run over a memory system, and `service` exposes them as socket
-commands inside the daemon.
+`ops` holds the operations the CLI's direct path and the daemon both run over a memory system;
+`service` exposes them as socket commands inside the daemon. The command lines, the forwarder
+and the printing are the CLI's (`daemon.cli.memory`, `daemon.cli.forward`). This package
+module itself imports nothing, so the forwarder reads the limit below for a process start's
+price.
 """
+
+# Queries sent to the daemon per command frame (and embedded per batch on the direct path).
+BATCH_QUERIES = 256

@@ -1,7 +1,7 @@
 """The memory commands' work, run the same way by the CLI's direct path and by the daemon.
 
 Each operation takes a memory index (or memory system) and JSON-shaped options and returns
-JSON-shaped data, which `daemon.commands.render` prints. The daemon runs them over its warm
+JSON-shaped data, which `daemon.cli.memory_render` prints. The daemon runs them over its warm
 index; the CLI over one it opens for the command. Same code, same hits.
 """
 

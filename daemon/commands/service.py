@@ -1,7 +1,7 @@
 """The memory commands as socket commands, answered by the running daemon's warm memory.
 
 `reverie memory search | import`, `remember` and `recall` reach these through the socket when
-a daemon runs (see `daemon.commands.forward`): the embedding model is loaded and the vector
+a daemon runs (see `daemon.cli.forward`): the embedding model is loaded and the vector
 matrix is in memory, so a search costs the search. The work is `daemon.commands.ops`, the
 same the CLI runs on its own when no daemon listens. A refusal (a bad line in an import, an
 unknown fact id) raises `ValueError`, which the gateway answers as `bad_args` with the message.
@@ -25,8 +25,7 @@ import anyio
 from daemon.agent.gateway import command_progress
 from daemon.chat.server import take_passed_file
 from daemon.clock import Clock
-from daemon.commands import ops
-from daemon.commands.args import BATCH_QUERIES
+from daemon.commands import BATCH_QUERIES, ops
 from daemon.log import get_logger
 from daemon.memory.facts import FactError
 from daemon.memory.recall import RecallError

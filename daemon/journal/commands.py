@@ -1,4 +1,6 @@
-"""`reverie journal [--tail N] [--day DATE] [--json]` and the `journal` socket command (`/journal`).
+"""The journal as a person reads it: the `journal` socket command (`/journal`) and its text.
+
+`reverie journal` (`daemon.cli.journal`) shows the same entries the same way.
 
 Both read the day files directly (they are append-only and fsynced, so reading while the
 daemon writes is safe); a torn last line is skipped, never shown half.
@@ -6,37 +8,17 @@ daemon writes is safe); a torn last line is skipped, never shown half.
 
 from __future__ import annotations
 
-import argparse
-import json
 from datetime import date, datetime
 from typing import Any
 
 import anyio
 
-from daemon.cli.support import CommandError, resolve_env
 from daemon.journal.entries import JournalEntry, JournalStore
 from daemon.paths import Home
 from daemon.scheduler import local_zone
 from daemon.settings import Settings
 
 _MAX_TAIL = 10_000
-
-
-def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
-        "journal",
-        parents=[common],
-        help="the journal: what the agent worked on, decided and left open",
-        description="Show journal entries (written by the journal heartbeat), oldest first.",
-    )
-    p.add_argument(
-        "--tail", type=int, default=20, metavar="N", help="the last N entries (default 20)"
-    )
-    p.add_argument(
-        "--day", metavar="DATE", help="only this day (YYYY-MM-DD, 'today' or 'yesterday')"
-    )
-    p.add_argument("--json", action="store_true", help="one JSON object per entry, one per line")
-    p.set_defaults(func=run_journal)
 
 
 def parse_day(value: str, today: date) -> date:
@@ -86,28 +68,6 @@ def render_entries(entries: list[JournalEntry], settings: Settings) -> str:
             lines.append(f"    tags: {', '.join(e.tags)}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
-
-
-async def run_journal(args: argparse.Namespace) -> int:
-    env = resolve_env(args)
-    try:
-        entries = await anyio.to_thread.run_sync(
-            lambda: read_entries(env.home, env.settings, tail=args.tail, day=args.day)
-        )
-    except ValueError as exc:
-        raise CommandError(str(exc), code=2) from None
-    if args.json:
-        for e in entries:
-            print(json.dumps(e.to_json(), ensure_ascii=False))
-        return 0
-    if not entries:
-        where = f" for {args.day}" if args.day else ""
-        print(
-            f"no journal entries{where} yet (the journal heartbeat writes one when something happened)"
-        )
-        return 0
-    print(render_entries(entries, env.settings))
-    return 0
 
 
 async def journal_command(home: Home, settings: Settings, args: dict[str, Any]) -> dict[str, Any]:

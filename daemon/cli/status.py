@@ -1,0 +1,183 @@
+"""`reverie status [--json]`: the daemon's state, from the daemon or, when it is down, the store.
+
+The fields are `daemon.status`'s; this module asks for them and prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from daemon.cli.support import CommandError, resolve_env, unwritable
+from daemon.store.errors import is_database_error
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "status", parents=[common], help="state, trunk session, context use, next sleep, spend"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_status)
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    from daemon import status as status_mod
+    from daemon.chat.client import ChatError, command
+
+    env = resolve_env(args)
+    sock = env.home.socket_path(env.settings.chat.socket)
+    data: dict[str, Any] | None = None
+    if sock.exists():
+        try:
+            data = await command(sock, "status", timeout=10.0)
+        except ChatError:
+            pass
+    if data is None:
+        try:
+            data = await status_mod.offline_status(env.home, env.settings)
+        except Exception as exc:
+            if not (isinstance(exc, OSError) or is_database_error(exc)):
+                raise
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            reason = unwritable(env.home.root)
+            raise CommandError(
+                f"cannot read {env.home.db_file}: {why}" + (f" ({reason})" if reason else "")
+            ) from None
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(render(data))
+    return 0
+
+
+def render(status: dict[str, Any]) -> str:
+    """A short human-readable status."""
+    state = f"{status.get('state')}{'' if status.get('running') else ' (daemon not running)'}"
+    if status.get("phase"):
+        state += f" · phase {status['phase']}"
+    if status.get("state_since"):
+        state += f" · since {status['state_since']}"
+    lines = [f"state:        {state}"]
+    trunk = status.get("trunk") or {}
+    if trunk:
+        lines.append(
+            f"trunk:        {trunk.get('session_id')} ({trunk.get('messages', 0)} messages)"
+        )
+        if trunk.get("provider"):
+            lines.append(f"model:        {trunk.get('provider')}:{trunk.get('model')}")
+        waiting = trunk.get("waiting_for_model")
+        if waiting:
+            retry = f" · next try {waiting['next_retry']}"
+            tries, kept = waiting["attempts"], waiting["queued"]
+            lines.append(
+                f"model down:   unreachable since {waiting['since']} ({tries} attempt{'' if tries == 1 else 's'}; "
+                f"last error: {waiting['error']})"
+            )
+            lines.append(
+                f"              {kept} message{'' if kept == 1 else 's'} kept, answered when it is back{retry}"
+            )
+        storage = trunk.get("storage_down")
+        if storage:
+            free = storage.get("free_bytes")
+            room = f"; {free:,} bytes free" if isinstance(free, int) else ""
+            lines.append(
+                f"storage:      refusing writes since {storage['since']} ({storage['error']}{room})"
+            )
+            kept = storage["queued"]
+            lines.append(
+                f"              {kept} message{'' if kept == 1 else 's'} kept, answered when space is back;"
+                " new messages refused"
+            )
+        if trunk.get("busy") or trunk.get("queued") or trunk.get("held"):
+            if trunk.get("current_turn"):
+                doing = f"turn {trunk['current_turn']}"
+            elif waiting:
+                doing = "waiting for the model"
+            else:
+                doing = "paused" if trunk.get("held") else "starting the next turn"
+            held = " · held" if trunk.get("held") else ""
+            lines.append(f"working:      {doing} · {trunk.get('queued', 0)} queued{held}")
+    forks = status.get("forks")
+    if forks and (forks.get("running") or forks.get("by_status")):
+        done = ", ".join(
+            f"{n} {k}" for k, n in sorted(forks.get("by_status", {}).items()) if k != "running"
+        )
+        lines.append(
+            f"forks:        {forks.get('running', 0)} running"
+            + (f" · so far: {done}" if done else "")
+        )
+    ctx = status.get("context") or {}
+    if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
+        lines.append(
+            f"context:      {ctx['used_tokens']:,} / {ctx['window_tokens']:,} tokens ({ctx.get('fraction', 0):.1%})"
+        )
+    last = ctx.get("last_turn")
+    if last and last.get("layers"):
+        parts = ", ".join(f"{k} {v}" for k, v in last["layers"].items() if v)
+        lines.append(f"last turn:    {last.get('context_tokens', 0):,} system tokens ({parts})")
+    if "next_sleep" in status:
+        lines.append(
+            f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}"
+        )
+    sleep = status.get("sleep") or {}
+    if sleep.get("running"):
+        run = sleep["running"]
+        lines.append(
+            f"sleeping:     {run['cycle_id']} ({run['reason']}) · phase {run.get('phase') or 'wind_down'}"
+        )
+    if sleep.get("wind_down"):
+        wd = sleep["wind_down"]
+        lines.append(
+            f"winding down: context at {wd['fraction']:.0%}; sleeping at the end of a turn"
+        )
+    if sleep.get("last"):
+        last = sleep["last"]
+        early = " · woke early" if last.get("woke_early") else ""
+        deferred = f" · deferred {', '.join(last['deferred'])}" if last.get("deferred") else ""
+        lines.append(
+            f"last sleep:   {last.get('finished_at') or 'unfinished'} ({last['reason']}){early}{deferred}"
+        )
+    if "last_heartbeat" in status:
+        result = (
+            f" ({status['last_heartbeat_result']})"
+            if status.get("last_heartbeat_result") and status.get("last_heartbeat")
+            else ""
+        )
+        if status.get("next_heartbeat"):
+            lines.append(
+                f"heartbeat:    last {status.get('last_heartbeat') or 'none yet'}{result}, next {status.get('next_heartbeat')}"
+            )
+        elif not status.get("running"):
+            lines.append(f"heartbeat:    last {status.get('last_heartbeat') or 'never'}{result}")
+        else:
+            lines.append("heartbeat:    off (nothing keeps a journal in this build)")
+    journal = status.get("journal") or {}
+    if journal.get("last_entry"):
+        today = (
+            f" · {journal['entries_today']} today"
+            if journal.get("entries_today") is not None
+            else ""
+        )
+        lines.append(f"journal:      last entry {journal['last_entry']}{today}")
+    for name, job in (status.get("jobs") or {}).items():
+        if name in ("heartbeat", "nightly_sleep"):
+            continue
+        last = job.get("last_run") or "never"
+        outcome = f" ({job['last_status']})" if job.get("last_status") else ""
+        lines.append(f"job {name + ':':<9} last {last}{outcome}, next {job.get('next_run')}")
+    if "vector_search" in status:
+        search = (
+            f"hybrid (embedder {status.get('embedder')})"
+            if status.get("vector_search")
+            else "lexical only (no embedder installed)"
+        )
+        lines.append(f"search:       {search}")
+    spend = status.get("spend")
+    if spend:
+        lines.append(
+            f"spend today:  ${spend['cost_usd']:.4f} of ${spend['cap_usd']:.2f} cap · {spend['calls']} calls · cache hit {spend['cache_hit_rate']:.0%}"
+        )
+    if status.get("note"):
+        lines.append(f"note:         {status['note']}")
+    return "\n".join(lines)
