@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
+import anyio
 import pytest
 
 from daemon.store.db import Database, connect_sync
@@ -66,6 +68,23 @@ async def test_checkpoint_truncates_the_wal(tmp_path: Path) -> None:
         busy, _, _ = await db.checkpoint()
         assert busy == 0
         assert wal.stat().st_size == 0
+
+
+async def test_a_checkpoint_beside_a_transaction_never_fails_its_commit(tmp_path: Path) -> None:
+    """The scheduled checkpoint runs beside other jobs' batch transactions on one connection."""
+
+    def batch(conn: sqlite3.Connection, n: int) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO kv(key, value, updated_at) VALUES (?, 'v', 'x')", (f"k{n}",))
+        conn.execute("COMMIT")
+
+    async with await Database.open(tmp_path / "db.sqlite") as db:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for n in range(100):
+                    tg.start_soon(db.checkpoint)
+                    tg.start_soon(db.run, batch, n)
+        assert (await db.fetchone("SELECT count(*) FROM kv WHERE key LIKE 'k%'"))[0] == 100
 
 
 async def test_readonly_connection_reads_while_a_writer_is_open(tmp_path: Path) -> None:

@@ -18,6 +18,14 @@ from daemon.store.migrations import apply_migrations
 log = get_logger("store")
 
 
+def _wal_checkpoint(conn: sqlite3.Connection) -> Any:
+    cur = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    try:
+        return cur.fetchone()
+    finally:
+        cur.close()
+
+
 def connect_sync(
     path: Path | str, *, readonly: bool = False, busy_timeout_ms: int = 5000
 ) -> sqlite3.Connection:
@@ -90,8 +98,9 @@ class Database:
 
     async def checkpoint(self) -> tuple[int, int, int]:
         """Checkpoint the WAL (PASSIVE then TRUNCATE when idle); return (busy, log, checkpointed)."""
-        async with self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
-            row = await cur.fetchone()
+        # In one step on the database thread: the pragma left open between an execute and a
+        # fetch fails another task's commit meanwhile ("SQL statements in progress").
+        row = await self.run(_wal_checkpoint)
         return (row[0], row[1], row[2]) if row else (0, 0, 0)
 
     async def run(self, fn: Any, *args: Any) -> Any:
