@@ -173,8 +173,12 @@ def _records(home: Home) -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
-async def _daemon(root: Path, model: ScriptedModel, bus: EventBus) -> AsyncIterator[Services]:
-    """The daemon's services as `app.py` builds them, serving (without the socket or jobs)."""
+async def _services(
+    root: Path,
+    model: ScriptedModel,
+    bus: EventBus | None = None,
+) -> AsyncIterator[Services]:
+    """The daemon's services as `app.py` builds them (without the socket), not yet serving."""
     home = Home(root)
     home.ensure()
     settings = load_settings(home.root)
@@ -188,10 +192,23 @@ async def _daemon(root: Path, model: ScriptedModel, bus: EventBus) -> AsyncItera
         watch_files=False,
     ) as services:
         register_commands(services)
-        async with anyio.create_task_group() as tg:
-            await tg.start(partial(services.serve, jobs=False), name="services")
-            yield services
-            tg.cancel_scope.cancel()
+        yield services
+
+
+@asynccontextmanager
+async def _serving(services: Services) -> AsyncIterator[Services]:
+    """Serve `services` (without the scheduled jobs) until the block exits."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(partial(services.serve, jobs=False), name="services")
+        yield services
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _daemon(root: Path, model: ScriptedModel, bus: EventBus) -> AsyncIterator[Services]:
+    """The daemon's services, serving."""
+    async with _services(root, model, bus) as services, _serving(services):
+        yield services
 
 
 async def test_switch_under_load_answers_later_messages_in_the_new_session(tmp_path: Path) -> None:
@@ -282,37 +299,28 @@ async def test_a_vetoed_switch_leaves_the_trunk_where_it_was(tmp_path: Path) -> 
 async def test_a_switch_interrupted_by_a_crash_is_finished_at_the_next_start(
     tmp_path: Path,
 ) -> None:
-    home = Home(tmp_path / "home")
-    home.ensure()
-    clock = FakeClock()
-    bus = EventBus()
-    static_context(bus)
-    async with await Database.open(home.db_file) as db, bus:
-        loop = AgentLoop(
-            roles=_roles(ScriptedModel(script=lambda r: "ok")),
-            tools=ToolRegistry(),
-            bus=bus,
-            clock=clock,
-            counter=TokenCounter(),
-        )
-        trunk = Trunk(home=home, db=db, loop=loop, clock=clock)
-        await trunk.__aenter__()  # a process that dies: no __aexit__
-        old = trunk.session.id  # type: ignore[union-attr]
+    root = tmp_path / "home"
+    model = ScriptedModel(script=lambda r: "ok")
+    # The first daemon goes down before it answers anything: its trunk never serves. Its stop
+    # touches neither the switch intent nor the inbox, so what it leaves on disk is what a crash
+    # leaves (the daemon killed mid-switch is tests/test_daemon_lifecycle.py's).
+    async with _services(root, model) as crashed:
+        old = crashed.trunk.session.id  # type: ignore[union-attr]
         # The crash came after the intent was written and a message was accepted on hold.
-        await trunk._kv_set(SWITCH_KEY, {"from": old, "to": "trunk-next", "reason": "nightly"})
-        entry = await trunk.inbox.put("arrived during the hold")
-        again = Trunk(home=home, db=db, loop=loop, clock=clock)
-        events: list[TurnEvent] = []
-        async with again:
-            assert again.session.id == "trunk-next"  # type: ignore[union-attr]
-            again.attach(entry.id, events.append)
-            async with anyio.create_task_group() as tg:
-                await tg.start(again.serve)
-                await _wait(
-                    lambda: any(isinstance(e, TurnDone) for e in events),
-                    "the held message answered",
-                )
-                tg.cancel_scope.cancel()
+        await crashed.trunk._kv_set(
+            SWITCH_KEY, {"from": old, "to": "trunk-next", "reason": "nightly"}
+        )
+        entry = await crashed.trunk.inbox.put("arrived during the hold")
+    events: list[TurnEvent] = []
+    async with _services(root, model) as again:
+        home, db = again.home, again.db
+        assert again.trunk.session.id == "trunk-next"  # type: ignore[union-attr]
+        again.trunk.attach(entry.id, events.append)
+        async with _serving(again):
+            await _wait(
+                lambda: any(isinstance(e, TurnDone) for e in events),
+                "the held message answered",
+            )
         row = await db.fetchone(
             "SELECT previous_id, switch_reason FROM sessions WHERE id = 'trunk-next'"
         )
@@ -516,28 +524,22 @@ async def test_no_context_at_all_is_a_failure_not_a_bare_prompt(tmp_path: Path) 
 
 
 async def test_a_turn_finished_just_before_a_crash_is_not_answered_again(tmp_path: Path) -> None:
-    home = Home(tmp_path / "home")
-    home.ensure()
-    clock = FakeClock()
-    bus = EventBus()
-    static_context(bus)
+    root = tmp_path / "home"
     model = ScriptedModel(script=lambda r: "answer")
-    async with await Database.open(home.db_file) as db, bus:
-        loop = AgentLoop(
-            roles=_roles(model), tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
-        )
-        crashed = Trunk(home=home, db=db, loop=loop, clock=clock)
-        await crashed.__aenter__()
-        entry = await crashed.inbox.put("answered, then the power went")
+    # As above, the first daemon's stop finishes nothing the trunk left undone: a crash's state.
+    async with _services(root, model) as crashed:
+        trunk = crashed.trunk
+        entry = await trunk.inbox.put("answered, then the power went")
         # The turn ran to its end in the transcript; the inbox never heard of it.
-        await loop.run_turn(
-            crashed.session, turn_id=entry.id, prompt=entry.text, observer=lambda e: None, ts="x"
+        await trunk.loop.run_turn(
+            trunk.session,  # type: ignore[arg-type]
+            turn_id=entry.id,
+            prompt=entry.text,
+            observer=lambda e: None,
+            ts=crashed.clock.now().isoformat(),
         )
         assert len(model.calls) == 1
-        async with Trunk(home=home, db=db, loop=loop, clock=clock) as again:
-            async with anyio.create_task_group() as tg:
-                await tg.start(again.serve)
-                await _wait(lambda: not again.inbox.pending(), "the entry finished")
-                tg.cancel_scope.cancel()
+    async with _services(root, model) as again, _serving(again):
+        await _wait(lambda: not again.trunk.inbox.pending(), "the entry finished")
     assert len(model.calls) == 1
-    assert Inbox(home.inbox_file).load() == []
+    assert Inbox(again.home.inbox_file).load() == []

@@ -16,8 +16,14 @@ from daemon.clock import FakeClock
 from daemon.lifecycle import DaemonState
 from daemon.models.base import Message, ModelRequest, Usage
 from daemon.models.offline_sleep import weave_wake
-from daemon.scheduler import Scheduler
-from daemon.settings import SchedulerSettings, Settings, SleepSettings, SpendSettings
+from daemon.settings import (
+    JournalSettings,
+    SchedulerSettings,
+    Settings,
+    SleepSettings,
+    SpendSettings,
+    StoreSettings,
+)
 from daemon.sleep.phases import PhaseContext, PhaseReport
 from daemon.sleep.wake import WakeUp, wake_prompt
 from daemon.testing import Reply, ScriptedModel
@@ -387,37 +393,39 @@ async def test_the_nightly_job_runs_at_the_configured_local_time_with_jitter_and
     cfg = Settings(
         scheduler=SchedulerSettings(timezone="Europe/Lisbon", nightly_sleep="03:30"),
         sleep=SleepSettings(jitter_minutes=20),
+        # The daemon's other jobs are scheduled too, a week apart: the fake clock flies through
+        # hours of naps, and a heartbeat or checkpoint every few minutes of them costs real ones.
+        journal=JournalSettings(heartbeat_minutes=7 * 24 * 60),
+        store=StoreSettings(checkpoint_interval_s=7 * 24 * 3600),
     )
-    async with rig(
-        tmp_path / "home", settings=cfg, clock=clock, models={"trunk": echo_trunk()}
-    ) as r:
+    home = tmp_path / "home"
+    async with rig(home, settings=cfg, clock=clock, models={"trunk": echo_trunk()}) as r:
         await r.say("a day's talk")
-        async with Scheduler(clock=clock, db=r.db, timezone="Europe/Lisbon", max_nap_s=3600) as s:
-            r.cycle.schedule(s)
-            planned = s.next_run("nightly_sleep")
-            assert planned is not None
-            local = planned.astimezone(zone)
-            assert (local.hour, local.minute) >= (3, 30) and local - local.replace(
-                hour=3, minute=30, second=0, microsecond=0
-            ) <= timedelta(minutes=20)
-            async with anyio.create_task_group() as tg:
-                await tg.start(s.run)
-                await wait_until(
-                    lambda: s.describe()["nightly_sleep"]["last_status"] == "ok", "the nightly run"
-                )
-                first_result = s.describe()["nightly_sleep"]["last_result"] or ""
-                tg.cancel_scope.cancel()
-            # (The fake clock runs on while the scheduler naps, so later nights may have run too.)
-            cycles = await r.rows("SELECT reason, started_at FROM sleep_cycles ORDER BY started_at")
-            assert cycles[0][0] == "nightly" and datetime.fromisoformat(cycles[0][1]) >= planned
-            assert "wake_up done" in first_result
-            last_run = s.last_run("nightly_sleep")
-        # Down for three nights: the next start catches up once, at once.
-        assert last_run is not None
-        clock.set(last_run + timedelta(days=3, hours=8))
-        async with Scheduler(clock=clock, db=r.db, timezone="Europe/Lisbon") as again:
-            r.cycle.schedule(again)
-            assert again.next_run("nightly_sleep") == clock.now()
+        # The daemon's own scheduler, with every job it runs beside the nightly one.
+        s = r.services.scheduler
+        planned = s.next_run("nightly_sleep")
+        assert planned is not None
+        local = planned.astimezone(zone)
+        assert (local.hour, local.minute) >= (3, 30) and local - local.replace(
+            hour=3, minute=30, second=0, microsecond=0
+        ) <= timedelta(minutes=20)
+        async with anyio.create_task_group() as tg:
+            await tg.start(s.run)
+            await wait_until(
+                lambda: s.describe()["nightly_sleep"]["last_status"] == "ok", "the nightly run"
+            )
+            first_result = s.describe()["nightly_sleep"]["last_result"] or ""
+            tg.cancel_scope.cancel()
+        # (The fake clock runs on while the scheduler naps, so later nights may have run too.)
+        cycles = await r.rows("SELECT reason, started_at FROM sleep_cycles ORDER BY started_at")
+        assert cycles[0][0] == "nightly" and datetime.fromisoformat(cycles[0][1]) >= planned
+        assert "wake_up done" in first_result
+        last_run = s.last_run("nightly_sleep")
+    # Down for three nights: the next start catches up once, at once.
+    assert last_run is not None
+    clock.set(last_run + timedelta(days=3, hours=8))
+    async with rig(home, settings=cfg, clock=clock, models={"trunk": echo_trunk()}) as r:
+        assert r.services.scheduler.next_run("nightly_sleep") == clock.now()
         # Run again within the minimum gap (a catch-up right after a cycle): skipped, no second cycle.
         last = await r.cycle.checkpoints.last_finished()
         assert last is not None and last.finished_at is not None
