@@ -52,8 +52,11 @@ from daemon.sleep.phases import Phase
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
 from daemon.tokens import TokenCounter, default_counter
+from daemon.tools.approvals import Approvals, PermissionGuard
+from daemon.tools.policy import PermissionPolicy, SavedApprovals
 from daemon.tools.registry import ToolRegistry
 from daemon.tools.toolbox import work_tools
+from daemon.tools.workspace import Workspace
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
 
@@ -86,6 +89,8 @@ class Services:
     journal: JournalHeartbeat
     assembler: ContextAssembler
     tools: ToolRegistry
+    # The questions tool calls put to the person (the chat gateway reaches their clients).
+    approvals: Approvals
     delegator: Delegator
     trunk: Trunk
     sleep_cycle: SleepCycle
@@ -227,8 +232,22 @@ async def open_services(
         )
         # Required: a turn never reaches the model without its context (it fails visibly).
         stack.callback(assembler.register(bus))
-        # Every tool once, in one registry; the trunk and the forks are offered subsets of it.
-        everything = ToolRegistry(s.agent.tool_output_max_chars)
+        # Every tool once, in one registry; the trunk and the forks are offered subsets of it,
+        # each guarded by the one permission policy (subsets keep the guard).
+        workspace = Workspace.for_home(home, s)
+        approvals = Approvals()
+        guard = PermissionGuard(
+            policy=PermissionPolicy(
+                s.permissions.rules,
+                saved=SavedApprovals.for_home(home),
+                workspace=workspace,
+            ),
+            approvals=approvals,
+            timeout_s=s.permissions.approval_timeout_s,
+            workspace=workspace,
+            clock=clock,
+        )
+        everything = ToolRegistry(s.agent.tool_output_max_chars, guard=guard)
         for tool in memory.tools():
             everything.register(tool)
         for tool in work_tools(home, s):
@@ -290,6 +309,7 @@ async def open_services(
             trunk,
             state=lambda: lifecycle.state.value,
             session_id=lambda: trunk.session.id if trunk.session else "",
+            approvals=approvals,
         )
         scheduler = await stack.enter_async_context(
             Scheduler(clock=clock, db=db, timezone=s.scheduler.timezone)
@@ -325,6 +345,7 @@ async def open_services(
             journal=journal,
             assembler=assembler,
             tools=tools,
+            approvals=approvals,
             delegator=delegator,
             trunk=trunk,
             sleep_cycle=sleep_cycle,

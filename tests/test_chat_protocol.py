@@ -11,6 +11,7 @@ from anyio.abc import UNIXSocketStream
 
 from daemon.chat import protocol
 from daemon.chat.protocol import (
+    ApproveFrame,
     CancelFrame,
     CommandFrame,
     LineBuffer,
@@ -242,3 +243,38 @@ def test_a_command_passes_at_most_one_file(files: object, fragment: str) -> None
     assert code == "bad_frame" and "'files'" in message and fragment in message
     ok = parse_client_frame(b'{"type":"command","name":"memory_import","files":1}')
     assert ok == CommandFrame(name="memory_import", files=1)
+
+
+def test_an_approve_frame_names_its_approval_and_one_of_three_answers() -> None:
+    line = protocol.encode(protocol.approve(id="ap-1", decision="always"))
+    assert parse_client_frame(line) == ApproveFrame(id="ap-1", decision="always")
+    for bad, fragment in (
+        (b'{"type":"approve","decision":"yes"}', "needs 'id'"),
+        (
+            b'{"type":"approve","id":"ap-1","decision":"sure"}',
+            "one of: yes, no, always; got 'sure'",
+        ),
+        (b'{"type":"approve","id":"ap-1"}', "got null"),
+    ):
+        with pytest.raises(ProtocolError) as exc:
+            parse_client_frame(bad)
+        assert exc.value.code == "bad_frame" and fragment in exc.value.message
+
+
+def test_an_approval_frame_caps_its_preview_and_a_tool_frame_carries_its_summary() -> None:
+    frame = protocol.approval(
+        id="ap-1",
+        turn_id="t1",
+        session_id="trunk-1",
+        tool="write_file",
+        subject="notes.md",
+        summary="write_file: notes.md",
+        preview="+" * (protocol.MAX_PREVIEW_CHARS + 500),
+        pattern="notes.md",
+        timeout_s=120.0,
+    )
+    assert frame["type"] == "approval" and frame["pattern"] == "notes.md"
+    assert len(frame["preview"]) < protocol.MAX_PREVIEW_CHARS + 60
+    assert frame["preview"].endswith("[500 more characters not shown]")
+    started = protocol.tool(turn_id="t", name="run", phase="started", summary="run: git status")
+    assert started["summary"] == "run: git status"

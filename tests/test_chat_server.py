@@ -516,3 +516,41 @@ async def test_a_refused_peer_that_writes_first_still_reads_why() -> None:
         assert (frame["type"], frame["code"]) == ("error", "forbidden")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# Says hello, then answers an approval it was never asked (the id does not matter: the uid does).
+_APPROVING_PEER = """
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.settimeout(5)
+f = s.makefile("rb")
+hello = json.loads(f.readline())
+s.sendall(b'{"type":"approve","id":"ap-1","decision":"yes"}\\n')
+print(json.dumps([hello, json.loads(f.readline())]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as a second uid")
+@pytest.mark.skipif(PEER_PYTHON is None, reason="no Python interpreter the nobody user may run")
+async def test_an_approve_from_another_admitted_uid_is_forbidden_before_any_handler() -> None:
+    assert PEER_PYTHON is not None
+    base = Path(tempfile.mkdtemp(prefix="reverie-peer-"))
+    try:
+        base.chmod(0o711)
+        path = base / "run" / "r.sock"
+        with anyio.fail_after(15):
+            async with scripted(path, allow_uids=(NOBODY,)) as (server, handler):
+                path.parent.chmod(0o711)
+                path.chmod(0o666)
+                proc = await anyio.run_process(
+                    [PEER_PYTHON, "-c", _APPROVING_PEER, str(path)], user=NOBODY, check=False
+                )
+                seen = [frame for _, frame in handler.seen.frames]
+        assert proc.returncode == 0, proc.stderr.decode()
+        hello, refusal = json.loads(proc.stdout)
+        assert hello["type"] == "hello"
+        assert (refusal["type"], refusal["code"], refusal["id"]) == ("error", "forbidden", "ap-1")
+        assert server.person_uid == os.geteuid() and seen == []
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

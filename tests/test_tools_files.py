@@ -3,6 +3,7 @@ writing and editing inside the workspace, and every way out of it refused."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -18,6 +19,8 @@ from daemon.tools.files import LIST_MAX_ENTRIES, SEARCH_MAX_MATCHES, file_tools
 from daemon.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from daemon.tools.toolbox import work_tools
 from daemon.tools.workspace import Workspace
+from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
+from tests.harness import Client, DaemonProcess, daemon_env
 
 pytestmark = pytest.mark.anyio
 
@@ -541,3 +544,86 @@ async def test_work_tools_offer_the_file_tools_over_the_home_workspace(tmp_path:
     with anyio.fail_after(10):
         out = await registry.call("read_file", {"path": "hello.txt"}, CTX)
     assert not out.is_error and "     1\thello from the workspace" in out.content
+
+
+# --- through the real daemon ---------------------------------------------------------------
+
+DAEMON_CONFIG = """
+[providers.anthropic]
+max_retries = 1
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+timeout_s = 90
+
+[models.summariser]
+provider = "offline"
+[models.recall_planner]
+provider = "offline"
+[models.recall_synthesis]
+provider = "offline"
+[models.heartbeat]
+provider = "offline"
+[models.dreams]
+provider = "offline"
+"""
+
+FORK_FRAMING = "You are in focused task mode. Your objective is: "
+HERON_NOTES = "Spring log: seven grey herons at the north shore, fishing in pairs.\n"
+
+
+def _tool_results(req: RecordedRequest) -> list[str]:
+    out = []
+    for message in req.body.get("messages") or []:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                if isinstance(inner, list):
+                    inner = "".join(b.get("text", "") for b in inner if isinstance(b, dict))
+                out.append(str(inner))
+    return out
+
+
+def _is_fork(req: RecordedRequest) -> bool:
+    first = (req.body.get("messages") or [{}])[0].get("content")
+    text = first if isinstance(first, str) else json.dumps(first)
+    return FORK_FRAMING in text
+
+
+def test_a_fork_reads_a_workspace_file_through_the_daemon(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "workspace" / "notes").mkdir(parents=True)
+    (home / "reverie.toml").write_text(DAEMON_CONFIG)
+    (home / "workspace" / "notes" / "herons.txt").write_text(HERON_NOTES)
+    with FakeAnthropic() as fake:
+        d = DaemonProcess(
+            home=home,
+            env=daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+        )
+        fake.enqueue(
+            Planned.tool("delegate", {"task": "Count the herons in notes/herons.txt"}),
+            Planned.tool("read_file", {"path": "notes/herons.txt"}),
+            Planned.tool(
+                "task_complete",
+                {"summary": "The log counts seven herons.", "outcome": "success"},
+            ),
+            Planned.reply("Seven herons, says the log."),
+        )
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=60) as c:
+                c.hello()
+                c.send({"type": "message", "text": "How many herons are in my notes?"})
+                frames = c.recv_until(lambda f: f["type"] == "done", limit=5000)
+        finally:
+            d.stop()
+        requests = fake.message_requests
+    assert "Seven herons, says the log." in frames[-1]["text"]
+    forks = [r for r in requests if _is_fork(r)]
+    trunk = [r for r in requests if not _is_fork(r)]
+    assert len(forks) == 2 and len(trunk) == 2
+    # The fork's next request carries the file, numbered, as read_file's result.
+    read = [t for t in _tool_results(forks[1]) if "herons.txt" in t or "Spring log" in t]
+    assert read and f"     1\t{HERON_NOTES.strip()}" in read[0]
+    # The trunk hears the fork's digest, not the file.
+    assert "seven grey herons" not in json.dumps(trunk[1].body)

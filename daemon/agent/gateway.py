@@ -21,6 +21,7 @@ from daemon.chat.protocol import ErrorCode
 from daemon.events import MessageAccepted, StateChanged
 from daemon.log import get_logger
 from daemon.store.errors import storage_failure
+from daemon.tools.approvals import ApprovalRefused, Approvals
 
 log = get_logger("gateway")
 
@@ -72,6 +73,7 @@ def turn_frame(event: TurnEvent) -> dict[str, Any]:
             detail=event.detail,
             depth=event.depth,
             fork_id=event.fork_id,
+            summary=event.summary,
         )
     if isinstance(event, TurnDone):
         return protocol.done(
@@ -92,9 +94,16 @@ class ChatGateway:
     """Bridges chat connections to the trunk and to named commands."""
 
     def __init__(
-        self, trunk: Trunk, *, state: Callable[[], str], session_id: Callable[[], str]
+        self,
+        trunk: Trunk,
+        *,
+        state: Callable[[], str],
+        session_id: Callable[[], str],
+        approvals: Approvals | None = None,
     ) -> None:
         self.trunk = trunk
+        # The questions tool calls put to the person; their clients are attached as they connect.
+        self.approvals = approvals
         self._state = state
         self._session_id = session_id
         self.commands: dict[str, Command] = {}
@@ -110,6 +119,8 @@ class ChatGateway:
         client.send(
             protocol.hello(version=VERSION, state=self._state(), session_id=self._session_id())
         )
+        if self.approvals is not None:
+            self.approvals.attach(client)
 
     async def client_finished_sending(self, client: Any) -> None:
         """Return once every turn this client started has been answered."""
@@ -118,6 +129,8 @@ class ChatGateway:
             await event.wait()
 
     async def client_disconnected(self, client: Any) -> None:
+        if self.approvals is not None:
+            self.approvals.detach(client)
         self._outstanding.pop(client.id, None)
         event = self._drained.pop(client.id, None)
         if event is not None:
@@ -189,8 +202,22 @@ class ChatGateway:
                 )
         elif kind == "command":
             await self._command(client, frame)
+        elif kind == "approve":
+            self._approve(client, frame)
         else:
             client.send(protocol.error(ErrorCode.UNKNOWN_TYPE, f"unknown frame type {kind!r}"))
+
+    def _approve(self, client: Any, frame: Any) -> None:
+        aid = _get(frame, "id")
+        if self.approvals is None:
+            client.send(
+                protocol.error(ErrorCode.UNKNOWN_APPROVAL, "no approvals are asked here", id=aid)
+            )
+            return
+        try:
+            self.approvals.answer(client, aid, _get(frame, "decision"))
+        except ApprovalRefused as exc:
+            client.send(protocol.error(exc.code, exc.message, id=aid))
 
     async def _command(self, client: Any, frame: Any) -> None:
         name = _get(frame, "name") or ""

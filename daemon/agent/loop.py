@@ -56,6 +56,7 @@ from daemon.models.base import (
 from daemon.models.roles import ModelRoles
 from daemon.tokens import TokenCounter
 from daemon.tools.registry import ToolContext, ToolRegistry
+from daemon.tools.summary import summarise_call
 
 log = get_logger("agent")
 
@@ -489,7 +490,18 @@ class AgentLoop:
     async def _run_tool(
         self, call: ToolUseBlock, session: Any, turn_id: str, observer: TurnObserver, origin: str
     ) -> ToolResultBlock:
-        observer(ToolPhase(turn_id=turn_id, name=call.name, phase="started", depth=self.depth))
+        tool = self.tools.get(call.name)
+        observer(
+            ToolPhase(
+                turn_id=turn_id,
+                name=call.name,
+                phase="started",
+                depth=self.depth,
+                summary=summarise_call(
+                    call.name, call.input, subject=tool.subject if tool else None
+                ),
+            )
+        )
 
         def progress(msg: str, _name: str = call.name) -> None:
             observer(
@@ -510,7 +522,8 @@ class AgentLoop:
             call_id=call.id,
             progress=progress,
             observer=observer,
-            extras={"origin": origin},
+            # The permission guard writes its decision into this session's transcript.
+            extras={"origin": origin, "record": session.record},
         )
         outcome = await self.tools.call(call.name, call.input, ctx)
         observer(

@@ -22,6 +22,7 @@ class RecordType(enum.StrEnum):
     TOOL_RESULT = "tool_result"
     TURN_END = "turn_end"
     FORK_END = "fork_end"
+    APPROVAL = "approval"
 
 
 class TurnStatus(enum.StrEnum):
@@ -276,6 +277,55 @@ class ForkEnd:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ApprovalRecord:
+    """What the permission policy or the person decided about one tool call, and why.
+
+    Written before the tool runs (or instead of it): `decision` is `allow` or `deny` when a
+    rule or a saved answer decided, `yes` / `no` / `always` when the person was asked (an
+    unanswered or unreachable ask is a `no`); `by` says who decided (`rule`, `saved`,
+    `person`, `timeout`, `nobody`, `preview`) and `reason` is what the model read.
+    """
+
+    turn_id: str
+    call_id: str
+    tool: str
+    subject: str | None
+    decision: str
+    by: str
+    reason: str
+    ts: str
+    pattern: str | None = None  # the pattern an `always` saved
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": RecordType.APPROVAL.value,
+            "turn_id": self.turn_id,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "subject": self.subject,
+            "decision": self.decision,
+            "by": self.by,
+            "reason": self.reason,
+            **_present([("pattern", self.pattern)]),
+            "ts": self.ts,
+        }
+
+    @classmethod
+    def parse(cls, obj: Mapping[str, Any]) -> ApprovalRecord:
+        return cls(
+            turn_id=_text(obj, "turn_id"),
+            call_id=_text(obj, "call_id"),
+            tool=_text(obj, "tool"),
+            subject=_optional(obj, "subject"),
+            decision=_text(obj, "decision"),
+            by=_text(obj, "by"),
+            reason=_text(obj, "reason"),
+            ts=_text(obj, "ts"),
+            pattern=_optional(obj, "pattern"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class OtherRecord:
     """A line of a type this build does not know, kept as it is."""
 
@@ -292,6 +342,7 @@ Record = (
     | ToolResultRecord
     | TurnEnd
     | ForkEnd
+    | ApprovalRecord
     | OtherRecord
 )
 
@@ -302,6 +353,7 @@ _PARSERS: dict[str, Any] = {
     RecordType.TOOL_RESULT: ToolResultRecord.parse,
     RecordType.TURN_END: TurnEnd.parse,
     RecordType.FORK_END: ForkEnd.parse,
+    RecordType.APPROVAL: ApprovalRecord.parse,
 }
 
 

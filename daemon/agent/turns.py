@@ -40,6 +40,8 @@ class ToolPhase:
     detail: str | None = None
     depth: int = 0
     fork_id: str | None = None
+    # On `started`: the call in one line (`run: git status`), bounded and secrets masked.
+    summary: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,10 @@ The server owns the socket file and the connections; what the frames *mean* belo
 in order) and a writer fed by a bounded queue, so `ClientHandle.send` never blocks: a client
 that stops reading fills its queue and is disconnected instead of stalling the trunk.
 
+Only the daemon's own uid — the person whose agent this is — may answer an `approval`: an
+`approve` frame from any other admitted uid (root, `chat.allow_uids`) is refused here with
+`forbidden` before a handler sees it.
+
 A command frame may come with open files the client passed (`SCM_RIGHTS`); while its handler
 runs, `take_passed_file()` hands them over, so the daemon reads what the client could open
 and never opens a path a client names with the daemon's own rights.
@@ -27,7 +31,13 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from daemon.chat import protocol
-from daemon.chat.protocol import ClientFrame, CommandFrame, Oversized, ProtocolError
+from daemon.chat.protocol import (
+    ApproveFrame,
+    ClientFrame,
+    CommandFrame,
+    Oversized,
+    ProtocolError,
+)
 from daemon.chat.stream import UnixConnection, UnixListener, connect_unix
 from daemon.log import get_logger
 
@@ -225,7 +235,9 @@ class ChatServer:
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
         self.queue_frames = queue_frames
-        self._allowed = {os.geteuid(), 0, *allow_uids}
+        # The person: the only uid whose clients are asked, and may answer, for approvals.
+        self.person_uid = os.geteuid()
+        self._allowed = {self.person_uid, 0, *allow_uids}
         self._clients: dict[str, ClientHandle] = {}
         self._serving = False
 
@@ -404,6 +416,17 @@ class ChatServer:
                 frame = protocol.parse_client_frame(line)
             except ProtocolError as exc:
                 client.send(exc.to_frame())
+                continue
+            if isinstance(frame, ApproveFrame) and client.uid != self.person_uid:
+                log.warning("approval answer refused", client=client.id, uid=client.uid)
+                client.send(
+                    protocol.error(
+                        protocol.FORBIDDEN,
+                        f"uid {client.uid} may not answer approvals: only the daemon's own "
+                        f"uid ({self.person_uid}) may",
+                        id=frame.id,
+                    )
+                )
                 continue
             files: list[int] = []
             if isinstance(frame, CommandFrame) and frame.files:

@@ -1,0 +1,416 @@
+"""The permission policy and the person's approvals.
+
+Unit level: the policy's precedence (configured rules, deny over ask over allow; then saved
+"always" answers; then the tool's default), its globs (commands, paths relative and absolute,
+URLs) and the guard's outcomes (allow, deny, ask → yes / no / always / nobody / timeout /
+a preview that fails), each recorded and each refusal readable by the model.
+
+End to end (further below): the real daemon, the fake Messages API and real socket clients.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from daemon.agent.records import ApprovalRecord
+from daemon.chat.protocol import ErrorCode
+from daemon.paths import Home
+from daemon.settings import PermissionRule, load_settings
+from daemon.tools.approvals import ApprovalRefused, Approvals, PermissionGuard
+from daemon.tools.policy import (
+    PermissionPolicy,
+    SavedApprovals,
+    escape_glob,
+    proposed_pattern,
+)
+from daemon.tools.registry import Decision, Tool, ToolContext, ToolError, ToolRegistry
+from daemon.tools.summary import summarise_call
+from daemon.tools.workspace import Workspace
+
+pytestmark = pytest.mark.anyio
+
+
+def _tool(
+    name: str,
+    *,
+    subject: str | None,
+    permission: Decision = "allow",
+    ran: list[dict[str, Any]] | None = None,
+    preview: Any = None,
+) -> Tool:
+    async def handler(ctx: ToolContext, args: dict[str, Any]) -> str:
+        if ran is not None:
+            ran.append(args)
+        return f"{name} ran"
+
+    props = {subject: {"type": "string"}} if subject else {}
+    return Tool(
+        name=name,
+        description=name,
+        input_schema={"type": "object", "properties": props},
+        handler=handler,
+        permission=permission,
+        subject=subject,
+        preview=preview,
+    )
+
+
+RUN = _tool("run", subject="command", permission="ask")
+WRITE = _tool("write_file", subject="path", permission="ask")
+READ = _tool("read_file", subject="path", permission="allow")
+FETCH = _tool("fetch_url", subject="url", permission="allow")
+MCP = _tool("mcp__notes__add", subject=None, permission="ask")
+
+
+def _rules(*rules: tuple[str, str, str]) -> list[PermissionRule]:
+    return [PermissionRule(tool=t, match=m, decision=d) for t, m, d in rules]  # type: ignore[arg-type]
+
+
+def _workspace(tmp_path: Path) -> Workspace:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    return Workspace.for_home(home, load_settings(home.config_file))
+
+
+# --- the policy ------------------------------------------------------------------------
+
+
+def test_defaults_are_the_tools_own() -> None:
+    policy = PermissionPolicy([])
+    assert policy.decide(READ, {"path": "notes.md"}).decision == "allow"
+    assert policy.decide(WRITE, {"path": "notes.md"}).decision == "ask"
+    assert policy.decide(RUN, {"command": "ls"}).decision == "ask"
+    assert policy.decide(FETCH, {"url": "https://example.org/"}).decision == "allow"
+    verdict = policy.decide(MCP, {})
+    assert (verdict.decision, verdict.source) == ("ask", "default")
+
+
+def test_among_matching_rules_deny_wins_over_ask_over_allow() -> None:
+    policy = PermissionPolicy(
+        _rules(("run", "*", "allow"), ("run", "git *", "ask"), ("r?n", "git push*", "deny"))
+    )
+    assert policy.decide(RUN, {"command": "ls -l"}).decision == "allow"
+    assert policy.decide(RUN, {"command": "git status"}).decision == "ask"
+    pushed = policy.decide(RUN, {"command": "git push --force"})
+    assert (pushed.decision, pushed.rule) == ("deny", '[r?n "git push*"] deny')
+    # Order in the file does not matter: the strictest matching rule decides.
+    reordered = PermissionPolicy(
+        _rules(("run", "git push*", "deny"), ("run", "*", "allow"), ("run", "git *", "ask"))
+    )
+    assert reordered.decide(RUN, {"command": "git push origin"}).decision == "deny"
+
+
+def test_a_command_allow_never_spans_a_shell_operator_the_pattern_does_not_hold() -> None:
+    policy = PermissionPolicy(_rules(("run", "pytest*", "allow"), ("run", "make && *", "allow")))
+    assert policy.decide(RUN, {"command": "pytest -q tests"}).decision == "allow"
+    for smuggled in ("pytest; rm -rf ~", "pytest && curl x | sh", "pytest $(rm -rf ~)"):
+        assert policy.decide(RUN, {"command": smuggled}).decision == "ask", smuggled
+    # An operator written in the pattern is the person's own choice.
+    assert policy.decide(RUN, {"command": "make && make install"}).decision == "allow"
+    # A deny still matches across operators (a deny never needs narrowing).
+    deny = PermissionPolicy(_rules(("run", "*rm -rf*", "deny")))
+    assert deny.decide(RUN, {"command": "ls; rm -rf ~"}).decision == "deny"
+
+
+def test_paths_match_as_the_workspace_shows_them_and_absolute(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    (ws.primary / "sub").mkdir()
+    policy = PermissionPolicy(
+        _rules(
+            ("write_file", ".git/*", "deny"),
+            ("write_file", "*/.git/*", "deny"),
+            ("write_file", "notes/*", "allow"),
+            ("write_file", f"{ws.primary}/scratch/*", "allow"),
+        ),
+        workspace=ws,
+    )
+    assert policy.decide(WRITE, {"path": ".git/config"}).decision == "deny"
+    assert policy.decide(WRITE, {"path": f"{ws.primary}/.git/HEAD"}).decision == "deny"
+    assert policy.decide(WRITE, {"path": "sub/.git/HEAD"}).decision == "deny"
+    assert policy.decide(WRITE, {"path": "notes/todo.md"}).decision == "allow"
+    # `./notes/../notes/x` is the same file: the rule sees it as the workspace does.
+    assert policy.decide(WRITE, {"path": "./notes/../notes/x.md"}).decision == "allow"
+    assert policy.decide(WRITE, {"path": "scratch/a.txt"}).decision == "allow"
+    assert policy.decide(WRITE, {"path": "app.py"}).decision == "ask"
+
+
+def test_a_url_is_matched_whole_and_a_tool_without_subject_only_by_star() -> None:
+    policy = PermissionPolicy(
+        _rules(
+            ("fetch_url", "https://intranet.example/*", "deny"),
+            ("mcp__*", "anything", "allow"),
+            ("mcp__notes__*", "*", "allow"),
+        )
+    )
+    assert policy.decide(FETCH, {"url": "https://intranet.example/a"}).decision == "deny"
+    assert (
+        policy.decide(FETCH, {"url": "https://example.org/?u=https://intranet.example/"}).decision
+        == "allow"
+    )
+    verdict = policy.decide(MCP, {})
+    assert (verdict.decision, verdict.rule) == ("allow", '[mcp__notes__* "*"] allow')
+
+
+def test_saved_answers_come_after_rules_and_before_defaults(tmp_path: Path) -> None:
+    saved = SavedApprovals(tmp_path / "permissions.toml")
+    saved.save("run", "pytest -q")
+    saved.save("run", "make")
+    policy = PermissionPolicy(_rules(("run", "make", "ask")), saved=saved)
+    verdict = policy.decide(RUN, {"command": "pytest -q"})
+    assert (verdict.decision, verdict.source, verdict.rule) == (
+        "allow",
+        "saved",
+        '[run "pytest -q"] allow',
+    )
+    # A configured rule speaks first: the saved "make" does not undo the config's ask.
+    assert policy.decide(RUN, {"command": "make"}).source == "rule"
+    assert policy.decide(RUN, {"command": "pytest -q other"}).decision == "ask"
+
+
+def test_saved_answers_persist_and_an_edit_of_the_file_revokes_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "permissions.toml"
+    SavedApprovals(path).save("run", escape_glob("echo [a]*"))
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    fresh = SavedApprovals(path)
+    policy = PermissionPolicy([], saved=fresh)
+    # Escaped: the saved pattern matches exactly the command it was saved for.
+    assert policy.decide(RUN, {"command": "echo [a]*"}).decision == "allow"
+    assert policy.decide(RUN, {"command": "echo ab"}).decision == "ask"
+    # The person deletes the block with an editor: the next call is asked again.
+    text = path.read_text()
+    head = text.split("[[allow]]")[0]
+    path.write_text(head + "\n# (revoked)\n")
+    assert policy.decide(RUN, {"command": "echo [a]*"}).decision == "ask"
+    assert fresh.revoke("run", "nothing") is False
+
+
+def test_an_unreadable_saved_file_allows_nothing_and_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "permissions.toml"
+    path.write_text('[[allow]]\ntool = "run"\nmatch = "*"\n[[allow]\n')
+    saved = SavedApprovals(path)
+    assert PermissionPolicy([], saved=saved).decide(RUN, {"command": "ls"}).decision == "ask"
+    assert saved.problem is not None and "cannot be read" in saved.problem
+
+
+def test_the_proposed_pattern_is_exact(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    assert proposed_pattern(RUN, {"command": "pytest -k 'a*'"}, ws) == "pytest -k 'a[*]'"
+    assert proposed_pattern(WRITE, {"path": f"{ws.primary}/notes/x.md"}, ws) == "notes/x.md"
+    assert proposed_pattern(MCP, {}, ws) == "*"
+
+
+def test_a_call_summary_is_one_bounded_masked_line() -> None:
+    assert summarise_call("run", {"command": "git status"}, subject="command") == "run: git status"
+    assert (
+        summarise_call("read_file", {"path": "notes/todo.md", "start_line": 1, "end_line": 40})
+        == "read_file: notes/todo.md (lines 1-40)"
+    )
+    assert summarise_call("edit_file", {"path": "app.py", "old": "a" * 500, "new": "b"}) == (
+        "edit_file: app.py"
+    )
+    long = summarise_call("run", {"command": "echo one\necho two " + "x" * 400})
+    assert "\n" not in long and len(long) <= 160 and long.endswith("…")
+    masked = summarise_call(
+        "run", {"command": "curl -H 'Authorization: Bearer abcdefghijklmnopqrstuvwxyz'"}
+    )
+    assert "abcdefghijklmnop" not in masked and "[redacted:bearer-token]" in masked
+
+
+# --- the guard, in process -------------------------------------------------------------
+
+
+class _Client:
+    """A connected chat client as the approvals see it: an id, a uid, frames it was sent."""
+
+    def __init__(self, uid: int, name: str = "c") -> None:
+        self.id = f"{name}-{uid}"
+        self.uid = uid
+        self.closed = False
+        self.frames: list[dict[str, Any]] = []
+        self.got = anyio.Event()
+
+    def send(self, frame: dict[str, Any]) -> bool:
+        self.frames.append(frame)
+        self.got.set()
+        return True
+
+
+class _Guarded:
+    """A registry guarded as the daemon guards it, with a transcript the guard writes to."""
+
+    def __init__(
+        self, tmp_path: Path, *, rules: list[PermissionRule] | None = None, timeout_s: float = 5
+    ) -> None:
+        self.ws = _workspace(tmp_path)
+        self.saved = SavedApprovals(tmp_path / "permissions.toml")
+        self.approvals = Approvals()
+        self.guard = PermissionGuard(
+            policy=PermissionPolicy(rules or [], saved=self.saved, workspace=self.ws),
+            approvals=self.approvals,
+            timeout_s=timeout_s,
+            workspace=self.ws,
+        )
+        self.ran: list[dict[str, Any]] = []
+        self.records: list[ApprovalRecord] = []
+        self.registry = ToolRegistry(guard=self.guard)
+        self.registry.register(_tool("run", subject="command", permission="ask", ran=self.ran))
+        self.registry.register(_tool("read_file", subject="path", ran=self.ran))
+
+        async def preview(ctx: ToolContext, args: dict[str, Any]) -> str:
+            if "missing" in args["path"]:
+                raise ToolError(f"{args['path']} does not contain the text to replace")
+            return f"--- a/{args['path']}\n+++ b/{args['path']}\n-old\n+new\n"
+
+        self.registry.register(
+            _tool("edit_file", subject="path", permission="ask", ran=self.ran, preview=preview)
+        )
+
+    async def record(self, rec: ApprovalRecord) -> None:
+        self.records.append(rec)
+
+    def ctx(self) -> ToolContext:
+        return ToolContext(
+            session_id="trunk-1", turn_id="t1", call_id="call-1", extras={"record": self.record}
+        )
+
+    async def call(self, name: str, args: dict[str, Any]) -> Any:
+        return await self.registry.call(name, args, self.ctx())
+
+
+async def _answer(client: _Client, approvals: Approvals, decision: str) -> None:
+    with anyio.fail_after(5):
+        await client.got.wait()
+    approvals.answer(client, client.frames[-1]["id"], decision)  # type: ignore[arg-type]
+
+
+async def test_allowed_by_default_runs_unasked_and_unrecorded(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path)
+    out = await g.call("read_file", {"path": "notes.md"})
+    assert not out.is_error and g.ran == [{"path": "notes.md"}] and g.records == []
+
+
+async def test_a_deny_rule_refuses_naming_the_rule(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path, rules=_rules(("run", "rm *", "deny")))
+    person = _Client(os.geteuid())
+    g.approvals.attach(person)
+    out = await g.call("run", {"command": "rm -rf /"})
+    assert out.is_error and 'denied by rule [run "rm *"] deny' in out.content
+    assert g.ran == [] and person.frames == []
+    [rec] = g.records
+    assert (rec.decision, rec.by, rec.subject, rec.call_id) == (
+        "deny",
+        "rule",
+        "rm -rf /",
+        "call-1",
+    )
+
+
+async def test_ask_with_nobody_connected_is_no_at_once(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path, timeout_s=60)
+    with anyio.fail_after(2):
+        out = await g.call("run", {"command": "ls"})
+    assert out.is_error and "no client of theirs is connected" in out.content
+    assert g.ran == [] and [r.by for r in g.records] == ["nobody"]
+
+
+async def test_ask_goes_to_the_person_only_and_yes_runs_the_call(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path)
+    person, guest = _Client(os.geteuid(), "person"), _Client(os.geteuid() + 4242, "guest")
+    assert g.approvals.attach(person) is True
+    assert g.approvals.attach(guest) is False
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_answer, person, g.approvals, "yes")
+        out = await g.call("edit_file", {"path": "app.py"})
+    assert not out.is_error and g.ran == [{"path": "app.py"}]
+    [frame] = person.frames
+    assert frame["type"] == "approval" and frame["tool"] == "edit_file"
+    assert frame["subject"] == "app.py" and frame["summary"] == "edit_file: app.py"
+    assert frame["preview"].startswith("--- a/app.py") and frame["pattern"] == "app.py"
+    assert (frame["turn_id"], frame["session_id"], frame["timeout_s"]) == ("t1", "trunk-1", 5)
+    assert guest.frames == []
+    assert [(r.decision, r.by) for r in g.records] == [("yes", "person")]
+
+
+async def test_no_refuses_and_the_model_reads_that_the_person_declined(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path)
+    person = _Client(os.geteuid())
+    g.approvals.attach(person)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_answer, person, g.approvals, "no")
+        out = await g.call("run", {"command": "rm -rf ~"})
+    assert out.is_error and "the person declined this run call" in out.content
+    assert g.ran == [] and [r.decision for r in g.records] == ["no"]
+
+
+async def test_no_answer_in_time_is_no(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path, timeout_s=0.3)
+    person = _Client(os.geteuid())
+    g.approvals.attach(person)
+    with anyio.fail_after(3):
+        out = await g.call("run", {"command": "ls"})
+    assert (
+        out.is_error and "no answer within 0.3 s" in out.content and "treated as no" in out.content
+    )
+    assert g.ran == [] and [r.by for r in g.records] == ["timeout"]
+    # The question is gone: a late answer changes nothing.
+    with pytest.raises(ApprovalRefused) as late:
+        g.approvals.answer(person, person.frames[0]["id"], "yes")
+    assert late.value.code == ErrorCode.UNKNOWN_APPROVAL
+
+
+async def test_always_saves_the_pattern_and_the_next_identical_call_runs_unasked(
+    tmp_path: Path,
+) -> None:
+    g = _Guarded(tmp_path)
+    person = _Client(os.geteuid())
+    g.approvals.attach(person)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_answer, person, g.approvals, "always")
+        first = await g.call("run", {"command": "pytest -q"})
+    assert not first.is_error
+    again = await g.call("run", {"command": "pytest -q"})
+    assert not again.is_error and len(person.frames) == 1 and len(g.ran) == 2
+    assert [(r.decision, r.by, r.pattern) for r in g.records] == [
+        ("always", "person", "pytest -q"),
+        ("allow", "saved", None),
+    ]
+    # A different command is asked again (nobody answers now: a no).
+    person.closed = True
+    other = await g.call("run", {"command": "pytest -q; rm -rf ~"})
+    assert other.is_error and len(g.ran) == 2
+
+
+async def test_a_preview_that_fails_refuses_without_asking(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path)
+    person = _Client(os.geteuid())
+    g.approvals.attach(person)
+    out = await g.call("edit_file", {"path": "missing.py"})
+    assert out.is_error and "does not contain the text to replace" in out.content
+    assert person.frames == [] and g.ran == [] and [r.by for r in g.records] == ["preview"]
+
+
+async def test_only_the_person_may_answer_and_only_a_waiting_question(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path, timeout_s=0.5)
+    person, guest = _Client(os.geteuid()), _Client(os.geteuid() + 4242)
+    g.approvals.attach(person)
+
+    async def guest_tries() -> None:
+        with anyio.fail_after(5):
+            await person.got.wait()
+        with pytest.raises(ApprovalRefused) as refused:
+            g.approvals.answer(guest, person.frames[0]["id"], "yes")
+        assert refused.value.code == ErrorCode.FORBIDDEN
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guest_tries)
+        out = await g.call("run", {"command": "ls"})
+    # The guest's yes changed nothing: the question ran out and was a no.
+    assert out.is_error and g.ran == []
+    with pytest.raises(ApprovalRefused) as unknown:
+        g.approvals.answer(person, "ap-never", "yes")
+    assert unknown.value.code == ErrorCode.UNKNOWN_APPROVAL
