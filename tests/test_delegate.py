@@ -23,23 +23,22 @@ from daemon.agent.transcript import Transcript
 from daemon.agent.turns import ToolPhase, TurnEvent
 from daemon.bus import EventBus, Veto
 from daemon.clock import FakeClock
-from daemon.context.assembler import ContextAssembler
 from daemon.delegate.fork import Delegator
 from daemon.delegate.lineage import ForkLineage
-from daemon.events import BeforeFork, ForkFinished, ForkNote, JournalNote, SessionShutdown
+from daemon.events import BeforeFork, ForkNote, JournalNote, SessionShutdown
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.system import MemorySystem
-from daemon.models.base import ModelRequest, ToolResultBlock, Usage
+from daemon.models.base import Model, ModelRequest, ToolResultBlock, Usage
 from daemon.models.ledger import UsageLedger
 from daemon.models.offline import OfflineModel
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.services import Services, open_services
 from daemon.settings import DelegateSettings, SchedulerSettings, Settings
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel
 from daemon.tokens import TokenCounter
 from daemon.tools.registry import ToolRegistry
-from daemon.topics.router import TopicRouter
 
 pytestmark = pytest.mark.anyio
 
@@ -109,6 +108,7 @@ class Rig:
     session: Session
     model: ScriptedModel
     play: Play
+    services: Services
     events: list[TurnEvent] = field(default_factory=list)
 
     async def turn(self, prompt: str, turn_id: str = "t1") -> TurnResult:
@@ -129,6 +129,8 @@ class Rig:
 async def rig(
     tmp_path: Path, play: Play, *, home: Home | None = None, **delegate: Any
 ) -> AsyncIterator[Rig]:
+    """The daemon's services (`open_services`), not serving: a test runs turns on their loop
+    in a session of its own, `trunk-1`, so that ids in the lineage are known in advance."""
     home = home or Home(tmp_path / "home")
     home.ensure()
     settings = Settings(
@@ -136,81 +138,32 @@ async def rig(
     )
     clock = FakeClock(NOW)
     model = ScriptedModel(play)
-    counter = TokenCounter()
-    async with await Database.open(home.db_file) as db:
-        offline = OfflineModel()
-        overrides = {
-            "trunk": model,
-            "delegate": model,
-            "summariser": offline,
-            "recall_planner": offline,
-            "recall_synthesis": offline,
-        }
-        async with ModelRoles(
-            settings, UsageLedger(db, settings.spend, clock), overrides=overrides
-        ) as roles:  # type: ignore[arg-type]
-            bus = EventBus()
-            memory = MemorySystem(
-                home=home,
-                db=db,
-                settings=settings,
-                roles=roles,
-                bus=bus,
-                clock=clock,
-                embedder=HashEmbedder(),
-            )
-            async with memory, bus:
-                bus.on(
-                    ForkFinished,
-                    lambda e: memory.index_session(e.fork_session_id),
-                    name="memory.index_fork",
-                )
-                assembler = ContextAssembler(
-                    home=home,
-                    settings=settings,
-                    view=memory.view,
-                    router=TopicRouter(home, settings.topics),
-                    counter=counter,
-                    clock=clock,
-                )
-                assembler.register(bus)
-                tools = ToolRegistry()
-                for tool in memory.tools():
-                    tools.register(tool)
-                async with Delegator(
-                    home=home,
-                    db=db,
-                    roles=roles,
-                    bus=bus,
-                    clock=clock,
-                    counter=counter,
-                    settings=settings,
-                    base_tools=tools,
-                ) as delegator:
-                    for tool in delegator.tools_for(0):
-                        tools.register(tool)
-                    loop = AgentLoop(
-                        roles=roles,
-                        tools=tools,
-                        bus=bus,
-                        clock=clock,
-                        counter=counter,
-                        max_parallel_tools=settings.delegate.max_parallel,
-                    )
-                    session = await Session.open(
-                        db=db, directory=home.trunk_dir, session_id="trunk-1", kind="trunk", now=NOW
-                    )
-                    yield Rig(
-                        home=home,
-                        db=db,
-                        bus=bus,
-                        memory=memory,
-                        delegator=delegator,
-                        loop=loop,
-                        session=session,
-                        model=model,
-                        play=play,
-                    )
+    offline = OfflineModel()
+    models: dict[str, Model] = {
+        "trunk": model,
+        "delegate": model,
+        "summariser": offline,
+        "recall_planner": offline,
+        "recall_synthesis": offline,
+    }
+    async with open_services(
+        home, settings, clock, models=models, embedder=HashEmbedder(), watch_files=False
+    ) as services:
+        session = await Session.open(
+            db=services.db, directory=home.trunk_dir, session_id="trunk-1", kind="trunk", now=NOW
+        )
+        yield Rig(
+            home=home,
+            db=services.db,
+            bus=services.bus,
+            memory=services.memory,
+            delegator=services.delegator,
+            loop=services.trunk.loop,
+            session=session,
+            model=model,
+            play=play,
+            services=services,
+        )
 
 
 def delegate(task: str, context: str = "") -> tuple[str, dict[str, Any]]:
@@ -502,7 +455,9 @@ async def test_cancelling_the_trunk_turn_cancels_its_forks(tmp_path: Path) -> No
             Transcript(path=Path(row.transcript_path), session_id=row.id).records() for row in rows
         ]
     assert [row.status for row in rows] == ["cancelled", "cancelled"]
-    assert sorted(shutdowns) == sorted(row.id for row in rows)
+    # Besides the forks', only the daemon's own trunk session ended (as the services closed).
+    daemon_session = r.services.trunk.session.id  # type: ignore[union-attr]
+    assert sorted(s for s in shutdowns if s != daemon_session) == sorted(row.id for row in rows)
     for recs in records:
         assert recs[-2]["type"] == "turn_end" and recs[-2]["status"] == "cancelled"
         assert recs[-1]["type"] == "fork_end" and recs[-1]["status"] == "cancelled"
