@@ -1,7 +1,7 @@
 """Parse and encode the chat socket's frames: newline-delimited JSON objects, one per line.
 
 Client → daemon frames are parsed into frozen dataclasses (`MessageFrame`, `CommandFrame`,
-`CancelFrame`); anything else raises `ProtocolError` with the code the server puts in its
+`CancelFrame`, `ApproveFrame`); anything else raises `ProtocolError` with the code the server puts in its
 `error` frame. A command's arguments are checked against `COMMAND_ARGS` the same way, so a
 wrong type is refused on the wire (`bad_args`) instead of being coerced by the command. Daemon → client frames are plain dicts built by the small constructors below,
 so the wire format lives in one place. `LineBuffer` splits a byte stream into lines while
@@ -51,6 +51,8 @@ class ErrorCode(enum.StrEnum):
     BAD_ARGS = "bad_args"
     UNAVAILABLE = "unavailable"
     BUSY = "busy"
+    # approvals
+    UNKNOWN_APPROVAL = "unknown_approval"
 
 
 # Kept as names for the codes the server uses most.
@@ -66,8 +68,13 @@ NOT_READY: Final = ErrorCode.NOT_READY
 
 BAD_ARGS: Final = ErrorCode.BAD_ARGS
 
-CLIENT_TYPES: Final = ("message", "command", "cancel")
+CLIENT_TYPES: Final = ("message", "command", "cancel", "approve")
 ToolPhase: TypeAlias = Literal["started", "finished", "progress"]
+# How the person answers an `approval` frame: this call, not this call, this pattern from now on.
+ApprovalAnswer: TypeAlias = Literal["yes", "no", "always"]
+APPROVAL_ANSWERS: Final = ("yes", "no", "always")
+# An approval's preview (a diff, a command) is cut to this many characters on the wire.
+MAX_PREVIEW_CHARS: Final = 8_000
 
 
 class ProtocolError(Exception):
@@ -119,7 +126,16 @@ class CancelFrame:
     type: Literal["cancel"] = "cancel"
 
 
-ClientFrame: TypeAlias = MessageFrame | CommandFrame | CancelFrame
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApproveFrame:
+    """The person's answer to the `approval` frame with this `id`."""
+
+    id: str
+    decision: ApprovalAnswer
+    type: Literal["approve"] = "approve"
+
+
+ClientFrame: TypeAlias = MessageFrame | CommandFrame | CancelFrame | ApproveFrame
 
 # The JSON an argument may hold: "strings" is an array of strings.
 ArgKind: TypeAlias = Literal["string", "boolean", "integer", "strings"]
@@ -240,7 +256,7 @@ def parse_client_frame(line: bytes) -> ClientFrame:
     if kind is None:
         raise ProtocolError(
             BAD_FRAME,
-            "frame has no 'type' (expected one of: message, command, cancel)",
+            "frame has no 'type' (expected one of: message, command, cancel, approve)",
             id=frame_id,
         )
     if not isinstance(kind, str):
@@ -286,10 +302,24 @@ def parse_client_frame(line: bytes) -> ClientFrame:
         return CommandFrame(name=name.strip(), args=args, id=frame_id, files=files)
     if kind == "cancel":
         return CancelFrame(turn_id=_optional_str(obj, "turn_id", frame_id))
+    if kind == "approve":
+        if frame_id is None:
+            raise ProtocolError(
+                BAD_FRAME, "an approve needs 'id': the id of the approval it answers"
+            )
+        decision = obj.get("decision")
+        if decision not in APPROVAL_ANSWERS:
+            got = repr(decision) if isinstance(decision, str) else _describe_json(decision)
+            raise ProtocolError(
+                BAD_FRAME,
+                f"an approve's 'decision' must be one of: yes, no, always; got {got}",
+                id=frame_id,
+            )
+        return ApproveFrame(id=frame_id, decision=decision)
     shown = kind if len(kind) <= 40 else kind[:40] + "…"
     raise ProtocolError(
         UNKNOWN_TYPE,
-        f"unknown frame type '{shown}' (expected one of: message, command, cancel)",
+        f"unknown frame type '{shown}' (expected one of: message, command, cancel, approve)",
         id=frame_id,
     )
 
@@ -341,6 +371,11 @@ def cancel(*, turn_id: str | None = None) -> dict[str, Any]:
     return _with({"type": "cancel"}, turn_id=turn_id)
 
 
+def approve(*, id: str, decision: ApprovalAnswer) -> dict[str, Any]:
+    """The person's answer to the `approval` frame `id`."""
+    return {"type": "approve", "id": id, "decision": decision}
+
+
 # --- daemon → client frames -------------------------------------------------------------
 
 
@@ -370,14 +405,52 @@ def tool(
     detail: str | None = None,
     depth: int | None = None,
     fork_id: str | None = None,
+    summary: str | None = None,
 ) -> dict[str, Any]:
+    """A tool call's phase; `summary` (on `started`) says in one line what the call does."""
     return _with(
         {"type": "tool", "turn_id": turn_id, "name": name, "phase": phase},
+        summary=summary,
         is_error=is_error,
         detail=detail,
         depth=depth or None,
         fork_id=fork_id,
     )
+
+
+def approval(
+    *,
+    id: str,
+    turn_id: str,
+    session_id: str,
+    tool: str,
+    subject: str | None,
+    summary: str,
+    preview: str,
+    pattern: str,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Ask the person whether a tool call may run; they answer with `approve` {id, decision}.
+
+    `pattern` is what an `always` answer saves (calls of `tool` whose subject matches it run
+    unasked from then on); no answer within `timeout_s` is a no. Sent to the clients of the
+    daemon's own uid only.
+    """
+    if len(preview) > MAX_PREVIEW_CHARS:
+        cut = len(preview) - MAX_PREVIEW_CHARS
+        preview = preview[:MAX_PREVIEW_CHARS] + f"\n…[{cut} more characters not shown]"
+    return {
+        "type": "approval",
+        "id": id,
+        "turn_id": turn_id,
+        "session_id": session_id,
+        "tool": tool,
+        "subject": subject,
+        "summary": summary,
+        "preview": preview,
+        "pattern": pattern,
+        "timeout_s": timeout_s,
+    }
 
 
 def done(

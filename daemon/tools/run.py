@@ -1,0 +1,351 @@
+"""The `run` tool: one shell command in the sandbox, with a time limit and an output cap.
+
+A command runs in its own session (so its own process group); nothing it starts outlives the
+call. When it ends, times out, or the turn that asked for it is cancelled, the whole tree gets
+SIGTERM, a short grace, then SIGKILL, and is reaped before the call returns. Under bubblewrap
+the tree lives in its own pid namespace, so even a child that detached with setsid dies with
+it; bare (unsandboxed) commands are stopped by process group and by walking their descendants.
+
+Output (stdout and stderr interleaved, as a terminal would show them) is read while the command
+runs and kept as a bounded head and tail, so a command that prints gigabytes costs a few
+hundred kilobytes of memory and the model sees how its output began and how it ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+
+from daemon.log import get_logger
+from daemon.redact import Redactor
+from daemon.settings import Settings
+from daemon.tools.registry import Tool, ToolContext, ToolError
+from daemon.tools.sandbox import Sandbox
+from daemon.tools.workspace import Workspace
+
+log = get_logger("tools.run")
+
+# SIGTERM first, then this long before SIGKILL: enough for a test runner to write its report.
+KILL_GRACE_S = 1.0
+# After the command's first process exits, how long its output may keep arriving.
+DRAIN_S = 0.2
+# Bytes of output kept for each of the head and the tail, per character the model may read.
+_BYTES_PER_CHAR = 4
+# Kept above the configured time limit so the registry's own deadline never cuts a call short.
+_REGISTRY_MARGIN_S = 30.0
+
+_SIGNAL_MEANING = {
+    signal.SIGXCPU: "the CPU-time limit",
+    signal.SIGKILL: "killed",
+    signal.SIGSEGV: "a segmentation fault, or the memory limit",
+    signal.SIGTERM: "terminated",
+    signal.SIGPIPE: "a closed pipe",
+}
+
+
+class Capture:
+    """The first and the last bytes of a stream, and how many there were in all."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.finished = anyio.Event()
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
+
+    async def drain(self, stream: ByteReceiveStream) -> None:
+        try:
+            async for chunk in stream:
+                self.add(chunk)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            self.finished.set()
+
+    def text(self, max_chars: int) -> str:
+        """The output as text of at most about `max_chars`, head and tail kept when cut."""
+        dropped = self.total - len(self.head) - len(self.tail)
+        half = max(1, max_chars // 2)
+        if dropped == 0:
+            whole = (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
+            if len(whole) <= max_chars:
+                return whole
+            head, tail = whole[:half], whole[-half:]
+        else:
+            head = self.head.decode("utf-8", errors="replace")[:half]
+            tail = self.tail.decode("utf-8", errors="replace")[-half:]
+        return (
+            f"{head}\n[… output cut: {self.total:,} bytes in all; the beginning and the end "
+            f"are shown …]\n{tail}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completed:
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool
+    output: str
+
+
+async def execute(
+    sandbox: Sandbox, command: str, *, cwd: Path, timeout_s: float, max_chars: int
+) -> Completed:
+    """Run `command` confined by `sandbox`; stop its whole tree when done.
+
+    On timeout the tree is stopped and `timed_out` is set. On cancellation the tree is stopped
+    and reaped under a shield (bounded by the kill grace), then the cancellation propagates.
+    """
+    capture = Capture(max_chars * _BYTES_PER_CHAR)
+    started = time.monotonic()
+    process = await anyio.open_process(
+        sandbox.argv(command, cwd=cwd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=sandbox.env(),
+        start_new_session=True,
+    )
+    stopped = False
+    try:
+        async with anyio.create_task_group() as tg:
+            assert process.stdout is not None
+            tg.start_soon(capture.drain, process.stdout)
+            with anyio.move_on_after(timeout_s) as deadline:
+                await process.wait()
+            duration = time.monotonic() - started
+            # What is still in the pipe when the first process exits belongs to the result;
+            # anything still holding the pipe open after that is a leftover, stopped below.
+            with anyio.move_on_after(DRAIN_S):
+                await capture.finished.wait()
+            with anyio.CancelScope(shield=True):
+                await stop_tree(process)
+                stopped = True
+            with anyio.move_on_after(DRAIN_S):
+                await capture.finished.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if not stopped:
+                await stop_tree(process)
+            await process.aclose()
+    return Completed(
+        exit_code=None if deadline.cancelled_caught else process.returncode,
+        duration_s=duration,
+        timed_out=deadline.cancelled_caught,
+        output=capture.text(max_chars),
+    )
+
+
+async def stop_tree(process: Process) -> None:
+    """SIGTERM to the command's group and descendants, a grace, SIGKILL to what is left; reap."""
+    group = process.pid
+
+    def tree() -> set[int]:
+        # Descendants are followed only while the first process is unreaped: after that its
+        # pid may belong to another process. Its group id stays reserved while members live.
+        return _tree(group, descendants=process.returncode is None)
+
+    first = tree()
+    if not first:
+        await process.wait()
+        return
+    _signal(first, signal.SIGTERM)
+    # Processes outside our children cannot be waited for, only looked for: poll /proc.
+    deadline = anyio.current_time() + KILL_GRACE_S
+    while anyio.current_time() < deadline:
+        if process.returncode is not None and not tree():
+            break
+        await anyio.sleep(0.02)
+    left = tree()
+    if left:
+        _signal(left, signal.SIGKILL)
+    # SIGKILL cannot be refused; the wait is bounded only in case the kernel is slow to reap.
+    with anyio.move_on_after(5.0):
+        await process.wait()
+
+
+def _signal(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _tree(root: int, *, descendants: bool) -> set[int]:
+    """Live processes in `root`'s process group, and those descended from `root` or from a
+    member when `descendants` (zombies do not count)."""
+    children: dict[int, list[int]] = {}
+    members: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces or ')': split after the last.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        state, ppid, pgrp = fields[0], int(fields[1]), int(fields[2])
+        if state in (b"Z", b"X"):
+            continue
+        pid = int(entry.name)
+        children.setdefault(ppid, []).append(pid)
+        if pgrp == root:
+            members.add(pid)
+    alive = set(members)
+    todo = [root, *members] if descendants else []
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in alive:
+                alive.add(child)
+                todo.append(child)
+    return alive
+
+
+def _exit_line(done: Completed, sandbox: Sandbox) -> str:
+    code = done.exit_code
+    assert code is not None
+    # A shell, and bubblewrap for its sandboxed child, report death by signal N as 128 + N;
+    # Python reports a bare process's as -N.
+    signo = -code if code < 0 else code - 128 if code > 128 else 0
+    line = f"exit code: {code} · {done.duration_s:.2f} s"
+    try:
+        name = signal.Signals(signo).name if signo else ""
+    except ValueError:
+        name = ""
+    if name:
+        meaning = _SIGNAL_MEANING.get(signal.Signals(signo), "")
+        if signo == signal.SIGXCPU:
+            meaning += f" of {sandbox.settings.cpu_seconds} s"
+        line += f" (killed by {name}" + (f": {meaning}" if meaning else "") + ")"
+    return line
+
+
+def run_tools(workspace: Workspace, settings: Settings, *, home: Path) -> list[Tool]:
+    """The `run` tool for this workspace, confined as `[tools.run]` says (or off, saying why)."""
+    conf = settings.tools.run
+    sandbox = Sandbox.for_workspace(workspace.roots, conf, home=home)
+    redactor = Redactor()
+
+    def where(args: dict[str, Any]) -> Path:
+        cwd = workspace.resolve(args.get("cwd") or ".")
+        if not cwd.is_dir():
+            raise ToolError(f"cwd {args.get('cwd')!r} is not a directory")
+        return cwd
+
+    async def preview(ctx: ToolContext, args: dict[str, Any]) -> str:
+        if sandbox.mode == "off":
+            raise ToolError(sandbox.reason)
+        return sandbox.shown(args["command"], cwd=where(args))
+
+    async def run(ctx: ToolContext, args: dict[str, Any]) -> str:
+        if sandbox.mode == "off":
+            raise ToolError(sandbox.reason)
+        command: str = args["command"]
+        if "\x00" in command:
+            raise ToolError("the command holds a NUL character")
+        cwd = where(args)
+        timeout_s = float(args.get("timeout_s") or conf.timeout_s)
+        done = await execute(
+            sandbox, command, cwd=cwd, timeout_s=timeout_s, max_chars=conf.output_max_chars
+        )
+        log.info(
+            "run finished",
+            command=redactor.mask(command[:200]),
+            cwd=str(cwd),
+            sandbox=sandbox.mode,
+            exit_code=done.exit_code,
+            timed_out=done.timed_out,
+            duration_ms=round(done.duration_s * 1000),
+            session=ctx.session_id,
+        )
+        output = done.output or "(no output)"
+        if done.timed_out:
+            raise ToolError(
+                f"timed out after {timeout_s:g} s: the command and everything it started were "
+                f"stopped. Output so far:\n{output}"
+            )
+        first = output.split("\n", 1)[0]
+        if sandbox.mode == "bwrap" and done.exit_code == 1 and first.startswith("bwrap: "):
+            raise ToolError(
+                f"the sandbox could not start ({first}); `reverie doctor` checks the setup"
+            )
+        return f"{_exit_line(done, sandbox)}\n{output}"
+
+    network = "the network is reachable" if conf.network else "no network"
+    if sandbox.mode == "bwrap":
+        confinement = (
+            "It runs in a sandbox: the workspace is writable, the rest of the system read-only, "
+            f"/tmp private and empty, {network}, no keys or tokens in the environment"
+        )
+    elif sandbox.mode == "bare":
+        confinement = "It runs WITHOUT a sandbox (allowed by the config), with no keys or tokens in the environment"
+    else:
+        confinement = f"Currently OFF ({sandbox.reason}); a call only returns that reason"
+    description = (
+        "Run a shell command (bash) in the workspace and return its exit code and output "
+        "(stdout and stderr together; long output keeps its beginning and end). "
+        f"{confinement}; limits: {conf.cpu_seconds} s of CPU, {conf.memory_mb} MB of memory, "
+        f"{conf.timeout_s:g} s of time unless timeout_s says otherwise (at most "
+        f"{conf.max_timeout_s:g} s). Everything the command starts is stopped when it ends. "
+        "stdin is empty: nothing interactive."
+    )
+    return [
+        Tool(
+            name="run",
+            description=description,
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "command": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 20_000,
+                        "description": "The shell command, e.g. `pytest -q tests/test_x.py`.",
+                    },
+                    "cwd": {
+                        "type": "string",
+                        "description": "Directory to run in, inside the workspace (default: its root).",
+                    },
+                    "timeout_s": {
+                        "type": "number",
+                        "minimum": 1,
+                        "maximum": conf.max_timeout_s,
+                        "description": f"Time limit in seconds (default {conf.timeout_s:g}).",
+                    },
+                },
+                "required": ["command"],
+                "additionalProperties": False,
+            },
+            handler=run,
+            preview=preview,
+            timeout_s=conf.max_timeout_s + KILL_GRACE_S + _REGISTRY_MARGIN_S,
+            # The tool cuts its own output (head and tail); room for the status line.
+            max_output_chars=conf.output_max_chars + 400,
+            permission="ask",
+            subject="command",
+        )
+    ]

@@ -1,0 +1,379 @@
+"""The `run` tool and its sandbox: real bubblewrap, real processes, real sockets.
+
+Every security property is checked from inside a command: what it can see, write, reach and
+read from its environment, and that nothing it starts outlives its call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from daemon.paths import Home
+from daemon.settings import RunSettings, Settings, ToolsSettings
+from daemon.tools.registry import ToolContext, ToolError, ToolOutcome, ToolRegistry
+from daemon.tools.run import Capture, run_tools
+from daemon.tools.sandbox import Sandbox, scrubbed_env
+from daemon.tools.workspace import Workspace
+
+pytestmark = pytest.mark.anyio
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None,
+    reason="bubblewrap is not installed (apt-get install bubblewrap): the sandbox tests need it",
+)
+CTX = ToolContext(session_id="session-run", turn_id="turn-run")
+
+
+@pytest.fixture
+def home() -> Iterator[Home]:
+    # Outside /tmp on purpose: the sandbox's private /tmp would hide a home under it anyway,
+    # and the test must see the home hidden by its own mount, not by that one.
+    root = Path(tempfile.mkdtemp(prefix="reverie-run-", dir="/var/tmp"))
+    try:
+        h = Home(root / "home")
+        h.ensure()
+        yield h
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _registry(home: Home, **run: Any) -> ToolRegistry:
+    settings = Settings(tools=ToolsSettings(run=RunSettings(**run)))
+    reg = ToolRegistry()
+    for tool in run_tools(Workspace.for_home(home, settings), settings, home=home.root):
+        reg.register(tool)
+    return reg
+
+
+async def _run(reg: ToolRegistry, command: str, **args: Any) -> ToolOutcome:
+    with anyio.fail_after(60):
+        return await reg.call("run", {"command": command, **args}, CTX)
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live processes whose argv holds `marker` (zombies have no argv)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def _marker() -> str:
+    # A sleep length no other process on the machine uses: it is in every sleeper's argv.
+    return f"3000.{secrets.randbelow(10**9):09d}"
+
+
+MODES = [
+    pytest.param({}, id="bwrap", marks=needs_bwrap),
+    pytest.param({"sandbox": "none", "allow_unsandboxed": True}, id="bare"),
+]
+
+
+# --- what a command returns ---
+
+
+@needs_bwrap
+async def test_exit_code_and_both_streams_come_back(home: Home) -> None:
+    out = await _run(_registry(home), "echo to-stdout; echo to-stderr >&2; exit 3")
+    assert not out.is_error
+    first, rest = out.content.split("\n", 1)
+    assert first.startswith("exit code: 3 · ")
+    assert "to-stdout\nto-stderr" in rest
+
+
+@needs_bwrap
+async def test_cwd_is_inside_the_workspace_or_refused(home: Home) -> None:
+    reg = _registry(home)
+    (home.workspace_dir / "sub").mkdir()
+    out = await _run(reg, "pwd", cwd="sub")
+    assert out.content.split("\n")[1] == str(home.workspace_dir / "sub")
+    refused = await _run(reg, "pwd", cwd="/etc")
+    assert refused.is_error and "outside the workspace" in refused.content
+    too_long = await reg.call("run", {"command": "true", "timeout_s": 10_000}, CTX)
+    assert too_long.is_error and "timeout_s must be <= 900" in too_long.content
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_output_is_cut_to_its_head_and_tail(home: Home, mode: dict[str, Any]) -> None:
+    reg = _registry(home, output_max_chars=1000, **mode)
+    out = await _run(reg, "seq 1 200000")
+    body = out.content.split("\n", 1)[1]
+    assert body.startswith("1\n2\n3\n")
+    assert body.endswith("199999\n200000\n")
+    assert "output cut: 1,288,895 bytes in all" in body
+    assert len(out.content) < 1000 + 200
+    # Tens of megabytes go through the pipe; the tool keeps a bounded head and tail.
+    big = await _run(reg, "head -c 40000000 /dev/zero | tr '\\0' x; echo; echo the-end")
+    assert big.content.startswith("exit code: 0") and big.content.endswith("the-end\n")
+    assert len(big.content) < 1200
+
+
+def test_capture_memory_stays_bounded_however_much_arrives() -> None:
+    capture = Capture(keep=4096)
+    chunk = bytes(range(256)) * 256
+    for _ in range(2000):  # 128 MB
+        capture.add(chunk)
+    assert capture.total == 2000 * len(chunk)
+    assert len(capture.head) == 4096 and len(capture.tail) == 4096
+
+
+# --- limits and lifetime ---
+
+
+@needs_bwrap
+async def test_timeout_stops_the_whole_tree_even_a_detached_child(home: Home) -> None:
+    reg = _registry(home)
+    m = _marker()
+    # A background child, a child in a subshell that exits (orphaning it), and one that left
+    # the session with setsid: all three must be gone when the call returns.
+    command = f"sleep {m} & ( setsid sleep {m} & ) ; sh -c 'sleep {m}; true' & sleep {m}"
+    seen: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while len(seen) < 4:
+                seen[:] = _processes_with(m)
+                await anyio.sleep(0.05)
+
+        tg.start_soon(watch)
+        out = await _run(reg, command, timeout_s=2)
+        tg.cancel_scope.cancel()
+    assert len(seen) >= 4, "the command's processes never started"
+    assert out.is_error and "timed out after 2 s" in out.content
+    assert _processes_with(m) == []
+
+
+async def test_bare_timeout_stops_the_group_and_its_descendants(home: Home) -> None:
+    reg = _registry(home, sandbox="none", allow_unsandboxed=True)
+    m = _marker()
+    # `setsid` leaves the process group; its parent still waits, so it is a descendant.
+    command = f"sleep {m} & sh -c 'setsid sleep {m} & wait' & sleep {m}"
+    out = await _run(reg, command, timeout_s=1.5)
+    assert out.is_error and "timed out" in out.content
+    assert _processes_with(m) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_cancelled_turn_kills_the_tree(home: Home, mode: dict[str, Any]) -> None:
+    reg = _registry(home, **mode)
+    m = _marker()
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_run, reg, f"sleep {m} & sh -c 'sleep {m}; true' & sleep {m}")
+            while len(_processes_with(m)) < 3:
+                await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    # Cancellation returns only after the tree is stopped and reaped.
+    assert _processes_with(m) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_busy_loop_meets_the_cpu_limit(home: Home, mode: dict[str, Any]) -> None:
+    reg = _registry(home, cpu_seconds=1, **mode)
+    with anyio.fail_after(20):
+        out = await _run(reg, "while :; do :; done", timeout_s=15)
+    assert not out.is_error
+    assert "killed by SIGXCPU: the CPU-time limit of 1 s" in out.content
+
+
+@needs_bwrap
+async def test_memory_and_cpu_limits_hold_for_the_whole_tree(home: Home) -> None:
+    reg = _registry(home, memory_mb=64, cpu_seconds=7)
+    out = await _run(
+        reg, "ulimit -v; ulimit -H -t; sh -c 'ulimit -t 100' 2>/dev/null || echo cannot-raise"
+    )
+    assert out.content.split("\n")[1:4] == ["65536", "8", "cannot-raise"]
+    # 100 MB in one string cannot fit in a 64 MB address space.
+    big = await _run(reg, "x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo ${#x}")
+    assert "100000000" not in big.content and "cannot allocate" in big.content
+
+
+# --- what a command can see ---
+
+
+async def test_no_key_or_token_reaches_the_command(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets_env = {
+        "ANTHROPIC_API_KEY": "sk-ant-api03-abcdefghijklmnopqrstuvwx",
+        "GITHUB_TOKEN": "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "DB_PASSWORD": "hunter2-hunter2",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "SSH_AUTH_SOCK": "/run/user/0/ssh-agent.sock",
+        # Innocent name, a key's shape: dropped too.
+        "INNOCENT": "sk-ant-api03-zyxwvutsrqponmlkjihgfedcba",
+    }
+    for name, value in secrets_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    listed = ["PATH", "LANG", *secrets_env]
+    assert scrubbed_env(listed, dict(os.environ)).keys() == {"PATH", "LANG"}
+    modes = [{"sandbox": "none", "allow_unsandboxed": True}]
+    if shutil.which("bwrap"):
+        modes.append({})
+    for mode in modes:
+        out = await _run(_registry(home, env=listed, **mode), "env")
+        assert "LANG=C.UTF-8" in out.content and "PATH=" in out.content
+        for name, value in secrets_env.items():
+            assert name not in out.content and value not in out.content
+
+
+@needs_bwrap
+async def test_no_network_inside_unless_the_config_allows_it(home: Home) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        # bash's /dev/tcp: no program outside the system is needed to try.
+        probe = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
+        off = await _run(_registry(home), probe)
+        on = await _run(_registry(home, network=True), probe)
+    assert "connected" not in off.content.split("\n", 1)[1] and "exit code: 1" in off.content
+    assert on.content.startswith("exit code: 0") and "connected" in on.content
+
+
+@needs_bwrap
+async def test_the_filesystem_as_the_command_sees_it(
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon's home holds its memory, database and config; the user's home holds keys.
+    (home.root / "reverie.toml").write_text("# the daemon's config\n")
+    (home.root / "reverie.db").write_bytes(b"SQLite format 3\x00")
+    user_home = home.root.parent / "user"
+    (user_home / ".ssh").mkdir(parents=True)
+    (user_home / ".ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    monkeypatch.setenv("HOME", str(user_home))
+    host_tmp = Path(tempfile.mkdtemp(prefix="reverie-host-"))
+    try:
+        reg = _registry(home)
+        ws = home.workspace_dir
+        script = "; ".join(
+            [
+                "echo written > made.txt && echo ws-writable",
+                "touch /usr/reverie-probe 2>/dev/null || echo usr-readonly",
+                f"cat {home.root}/reverie.toml 2>/dev/null || echo config-hidden",
+                f"cat {home.root}/reverie.db 2>/dev/null || echo db-hidden",
+                f"ls -A {home.root}",
+                f"cat {user_home}/.ssh/id_ed25519 2>/dev/null || echo keys-hidden",
+                f"test -e {host_tmp} || echo host-tmp-invisible",
+                "echo inside > /tmp/from-inside && echo tmp-writable",
+            ]
+        )
+        out = await _run(reg, script)
+    finally:
+        shutil.rmtree(host_tmp)
+    lines = out.content.split("\n")[1:-1]
+    assert lines == [
+        "ws-writable",
+        "usr-readonly",
+        "config-hidden",
+        "db-hidden",
+        "workspace",
+        "keys-hidden",
+        "host-tmp-invisible",
+        "tmp-writable",
+    ], out.content
+    assert (ws / "made.txt").read_text() == "written\n"
+    assert not Path("/usr/reverie-probe").exists() and not Path("/tmp/from-inside").exists()
+
+
+@needs_bwrap
+def test_a_home_inside_a_root_is_hidden_again(home: Home) -> None:
+    # A root that holds the daemon's home (e.g. roots = ["~"]) must not expose it.
+    outer = home.root.parent
+    sandbox = Sandbox.for_workspace(
+        (home.workspace_dir, outer), RunSettings(), home=home.root, environ={"PATH": "/bin"}
+    )
+    opts = sandbox.bwrap_options(cwd=home.workspace_dir)
+    pairs = list(itertools.pairwise(opts))
+    outer_bind = pairs.index(("--bind", str(outer)))
+    rehide = [i for i, p in enumerate(pairs) if p == ("--tmpfs", str(home.root))][-1]
+    rebind = [i for i, p in enumerate(pairs) if p == ("--bind", str(home.workspace_dir))][-1]
+    assert outer_bind < rehide < rebind
+
+
+@needs_bwrap
+async def test_a_home_inside_a_root_stays_unreadable(home: Home) -> None:
+    (home.root / "reverie.toml").write_text("# config\n")
+    settings = Settings(tools=ToolsSettings(run=RunSettings()))
+    ws = Workspace((home.workspace_dir, home.root.parent))
+    reg = ToolRegistry()
+    for tool in run_tools(ws, settings, home=home.root):
+        reg.register(tool)
+    out = await _run(reg, f"ls -A {home.root}; touch {home.workspace_dir}/w && echo ws-writable")
+    assert out.content.split("\n")[1:3] == ["workspace", "ws-writable"]
+
+
+# --- when there is no sandbox ---
+
+
+def _sandbox(**run: Any) -> Sandbox:
+    return Sandbox.for_workspace(
+        (Path("/nonexistent-root"),),
+        RunSettings(**run),
+        home=Path("/nonexistent-home"),
+        environ={},
+        which=lambda _name: None,
+    )
+
+
+def test_without_bubblewrap_run_is_off_unless_allowed() -> None:
+    auto = _sandbox()
+    assert auto.mode == "off"
+    assert auto.describe() == (
+        "run: off (bubblewrap is not installed; install the bubblewrap package or set "
+        "[tools.run] allow_unsandboxed = true)"
+    )
+    required = _sandbox(sandbox="bwrap", allow_unsandboxed=True)
+    assert required.mode == "off" and "install the bubblewrap package" in required.reason
+    none = _sandbox(sandbox="none")
+    assert none.mode == "off" and "allow_unsandboxed = true" in none.reason
+    bare = _sandbox(allow_unsandboxed=True)
+    assert bare.mode == "bare" and bare.describe() == "run: UNSANDBOXED (allow_unsandboxed)"
+
+
+@needs_bwrap
+def test_with_bubblewrap_doctor_says_sandboxed() -> None:
+    on = Sandbox.for_workspace((), RunSettings(network=True), home=Path("/nonexistent"))
+    assert on.describe() == "run: sandboxed by bubblewrap (network on)"
+    off = Sandbox.for_workspace((), RunSettings(), home=Path("/nonexistent"))
+    assert off.describe() == "run: sandboxed by bubblewrap (network off)"
+
+
+async def test_run_off_refuses_with_the_way_to_turn_it_on(home: Home) -> None:
+    reg = _registry(home, sandbox="none")
+    tool = reg.get("run")
+    assert tool is not None and "Currently OFF" in tool.description
+    out = await _run(reg, "touch ran-anyway")
+    assert out.is_error and "allow_unsandboxed = true" in out.content
+    assert not (home.workspace_dir / "ran-anyway").exists()
+    # Nobody is asked to approve a command that could not run anyway.
+    assert tool.preview is not None
+    with pytest.raises(ToolError, match="allow_unsandboxed"):
+        await tool.preview(CTX, {"command": "true"})
+
+
+async def test_run_asks_by_default_and_names_its_subject(home: Home) -> None:
+    tool = _registry(home, sandbox="none", allow_unsandboxed=True).get("run")
+    assert tool is not None and tool.permission == "ask" and tool.subject == "command"
+    assert tool.preview is not None
+    shown = await tool.preview(CTX, {"command": "git status"})
+    assert shown.startswith("$ git status\n") and "UNSANDBOXED" in shown
