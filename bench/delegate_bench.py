@@ -2,8 +2,9 @@
 
     nice -n 10 python -m bench.delegate_bench [--spawns 40] [--pages 8] [--page-chars 2000]
 
-Everything is real but the model (an instant scripted one): the database file, the context
-assembler (persona, memory layers), the memory tools, the fork's transcript and lineage row.
+Everything is real but the model (an instant scripted one) and the survey tool: the daemon's
+own services (`open_services`) — the database file, the context assembler (persona, memory
+layers), the trunk's and the forks' tools, the fork's transcript and lineage row.
 
 * **Spawn overhead**: the wall time of one `delegate` call whose fork answers at once with
   `task_complete` — the `before_fork` gate, the lineage row, the fork's session and
@@ -32,25 +33,16 @@ import anyio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from daemon.agent.loop import AgentLoop  # noqa: E402
 from daemon.agent.session import Session  # noqa: E402
-from daemon.bus import EventBus  # noqa: E402
 from daemon.clock import SystemClock  # noqa: E402
-from daemon.context.assembler import ContextAssembler  # noqa: E402
-from daemon.delegate.fork import Delegator  # noqa: E402
 from daemon.delegate.lineage import ForkLineage  # noqa: E402
-from daemon.events import ForkFinished  # noqa: E402
-from daemon.memory.system import MemorySystem  # noqa: E402
-from daemon.models.base import ModelRequest, ToolResultBlock  # noqa: E402
-from daemon.models.ledger import UsageLedger  # noqa: E402
+from daemon.models.base import Model, ModelRequest, ToolResultBlock  # noqa: E402
 from daemon.models.offline import OfflineModel  # noqa: E402
-from daemon.models.roles import ModelRoles  # noqa: E402
 from daemon.paths import Home  # noqa: E402
-from daemon.settings import MemorySettings, Settings  # noqa: E402
+from daemon.services import open_services  # noqa: E402
+from daemon.settings import AgentSettings, MemorySettings, Settings  # noqa: E402
 from daemon.testing import Reply, ScriptedModel  # noqa: E402
-from daemon.tokens import TokenCounter  # noqa: E402
-from daemon.tools.registry import Tool, ToolContext, ToolRegistry  # noqa: E402
-from daemon.topics.router import TopicRouter  # noqa: E402
+from daemon.tools.registry import Tool, ToolContext  # noqa: E402
 
 WORDS = "tide heron quarry lantern copper meadow kiln orchard ledger harbour cedar falcon".split()
 SUMMARY = (
@@ -114,124 +106,73 @@ async def run(mode: str, *, spawns: int, pages: int, page_chars: int) -> dict[st
     from daemon.log import configure
 
     configure("warning")
-    settings = Settings(memory=MemorySettings(embedder="none"))
+    settings = Settings(
+        memory=MemorySettings(embedder="none"), agent=AgentSettings(max_tool_steps=pages + 4)
+    )
     clock = SystemClock()
-    counter = TokenCounter()
     script = Script(mode, pages)
     model = ScriptedModel(script)
+    offline = OfflineModel()
+    models: dict[str, Model] = {
+        "trunk": model,
+        "delegate": model,
+        "summariser": offline,
+        "recall_planner": offline,
+        "recall_synthesis": offline,
+    }
+
+    async def read_page(_ctx: ToolContext, args: dict[str, Any]) -> str:
+        return page(int(args["n"]), page_chars)
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    survey = Tool(
+        name="read_page",
+        description="Read one survey page.",
+        input_schema=schema,
+        handler=read_page,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         home = Home(Path(tmp) / "home")
         home.ensure()
-        from daemon.store.db import Database
-
-        async with await Database.open(home.db_file) as db:
-            offline = OfflineModel()
-            overrides = {
-                "trunk": model,
-                "delegate": model,
-                "summariser": offline,
-                "recall_planner": offline,
-                "recall_synthesis": offline,
+        # The daemon's own services, not serving: the bench drives the trunk's loop itself.
+        async with open_services(home, settings, clock, models=models, watch_files=False) as svc:
+            # The survey tool is the bench's own: offered to the trunk (inline) and the forks.
+            svc.tools.register(survey)
+            svc.delegator.base_tools.register(survey)
+            session = await Session.open(
+                db=svc.db,
+                directory=home.trunk_dir,
+                session_id="trunk-bench",
+                kind="trunk",
+                now=clock.now(),
+            )
+            if mode == "spawn":
+                ctx = ToolContext(session_id=session.id, turn_id="t-bench", call_id="toolu_bench")
+                times = []
+                for _ in range(spawns):
+                    started = time.perf_counter()
+                    await svc.delegator.delegate(ctx, "answer at once", "nothing else")
+                    times.append((time.perf_counter() - started) * 1000)
+                times.sort()
+                return {
+                    "spawns": spawns,
+                    "median_ms": round(statistics.median(times), 2),
+                    "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
+                }
+            result = await svc.trunk.loop.run_turn(
+                session,
+                turn_id="t1",
+                prompt="Survey the pages and tell me what they say.",
+                observer=lambda _e: None,
+                ts=clock.now().isoformat(),
+            )
+            rows = await ForkLineage(svc.db).all()
+            return {
+                "trunk_next_request_tokens": result.context_tokens,
+                "trunk_steps": result.steps,
+                "fork_tokens_spent": sum(r.tokens for r in rows),
+                "forks": len(rows),
             }
-            async with ModelRoles(
-                settings, UsageLedger(db, settings.spend, clock), overrides=overrides
-            ) as roles:  # type: ignore[arg-type]
-                bus = EventBus()
-                async with (
-                    MemorySystem(
-                        home=home, db=db, settings=settings, roles=roles, bus=bus, clock=clock
-                    ) as memory,
-                    bus,
-                ):
-                    bus.on(
-                        ForkFinished,
-                        lambda e: memory.index_session(e.fork_session_id),
-                        name="memory.index_fork",
-                    )
-                    ContextAssembler(
-                        home=home,
-                        settings=settings,
-                        view=memory.view,
-                        router=TopicRouter(home, settings.topics),
-                        counter=counter,
-                        clock=clock,
-                    ).register(bus)
-                    tools = ToolRegistry()
-                    for tool in memory.tools():
-                        tools.register(tool)
-
-                    async def read_page(_ctx: ToolContext, args: dict[str, Any]) -> str:
-                        return page(int(args["n"]), page_chars)
-
-                    schema = {
-                        "type": "object",
-                        "properties": {"n": {"type": "integer"}},
-                        "required": ["n"],
-                    }
-                    tools.register(
-                        Tool(
-                            name="read_page",
-                            description="Read one survey page.",
-                            input_schema=schema,
-                            handler=read_page,
-                        )
-                    )
-                    async with Delegator(
-                        home=home,
-                        db=db,
-                        roles=roles,
-                        bus=bus,
-                        clock=clock,
-                        counter=counter,
-                        settings=settings,
-                        base_tools=tools,
-                    ) as delegator:
-                        for tool in delegator.tools_for(0):
-                            tools.register(tool)
-                        loop = AgentLoop(
-                            roles=roles,
-                            tools=tools,
-                            bus=bus,
-                            clock=clock,
-                            counter=counter,
-                            max_tool_steps=pages + 4,
-                        )
-                        session = await Session.open(
-                            db=db,
-                            directory=home.trunk_dir,
-                            session_id="trunk-bench",
-                            kind="trunk",
-                            now=clock.now(),
-                        )
-                        if mode == "spawn":
-                            ctx = ToolContext(
-                                session_id=session.id, turn_id="t-bench", call_id="toolu_bench"
-                            )
-                            times = []
-                            for _ in range(spawns):
-                                started = time.perf_counter()
-                                await delegator.delegate(ctx, "answer at once", "nothing else")
-                                times.append((time.perf_counter() - started) * 1000)
-                            times.sort()
-                            return {
-                                "spawns": spawns,
-                                "median_ms": round(statistics.median(times), 2),
-                                "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
-                            }
-                        result = await loop.run_turn(
-                            session,
-                            turn_id="t1",
-                            prompt="Survey the pages and tell me what they say.",
-                            observer=lambda _e: None,
-                            ts=clock.now().isoformat(),
-                        )
-                        rows = await ForkLineage(db).all()
-                        return {
-                            "trunk_next_request_tokens": result.context_tokens,
-                            "trunk_steps": result.steps,
-                            "fork_tokens_spent": sum(r.tokens for r in rows),
-                            "forks": len(rows),
-                        }
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
