@@ -15,9 +15,10 @@ import pytest
 
 from daemon.paths import Home
 from daemon.settings import AgentSettings, Settings, WorkspaceSettings
-from daemon.tools.files import LIST_MAX_ENTRIES, SEARCH_MAX_MATCHES, file_tools
+from daemon.tools.files import file_tools
 from daemon.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from daemon.tools.toolbox import work_tools
+from daemon.tools.tree import LIST_MAX_ENTRIES, SEARCH_MAX_MATCHES
 from daemon.tools.workspace import Workspace
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
 from tests.harness import Client, DaemonProcess, daemon_env
@@ -310,6 +311,30 @@ async def test_search_files_caps_the_matches(tmp_path: Path, use_ripgrep: bool) 
     assert rows[-1] == f"… more than {SEARCH_MAX_MATCHES} matches; narrow the pattern, path or glob"
 
 
+@SEARCHES
+async def test_listing_and_search_stop_at_whole_lines_within_the_output_limit(
+    tmp_path: Path, use_ripgrep: bool
+) -> None:
+    b = Bench(
+        tmp_path,
+        Settings(agent=AgentSettings(tool_output_max_chars=1000)),
+        use_ripgrep=use_ripgrep,
+    )
+    for i in range(100):
+        b.put(f"logbook/entry-{i:03d}.txt", f"heron sighting number {i}\n")
+    listing = await b.ok("list_files", path="logbook")
+    rows = listing.splitlines()
+    assert len(listing) <= 1000 and rows[0] == "logbook/entry-000.txt"
+    assert rows[-1] == f"… and {100 - (len(rows) - 1)} more entries (narrow with path or pattern)"
+    found = await b.ok("search_files", pattern="heron")
+    rows = found.splitlines()
+    assert len(found) <= 1000 and rows[0] == "logbook/entry-000.txt:1:heron sighting number 0"
+    assert all(r.endswith(f"number {i}") for i, r in enumerate(rows[:-1]))
+    assert rows[-1] == (
+        f"… and {100 - (len(rows) - 1)} more matches; narrow the pattern, path or glob"
+    )
+
+
 # --- write_file --------------------------------------------------------------------------
 
 
@@ -423,6 +448,14 @@ async def test_edit_file_refuses_binary_and_oversized_results(tmp_path: Path) ->
     grown = await b.error("edit_file", path="small.txt", old_string="seed", new_string="z" * 2000)
     assert "over the 1024-byte write limit" in grown
     assert (b.root / "small.txt").read_text() == "seed\n"
+
+
+async def test_edit_file_quoting_crlf_lines_as_read_keeps_the_crlf_endings(bench: Bench) -> None:
+    path = bench.put("dos.txt", b"one\r\ntwo\r\nthree\r\n")
+    shown = await bench.ok("read_file", path="dos.txt")
+    assert shown == "     1\tone\n     2\ttwo\n     3\tthree"
+    await bench.ok("edit_file", path="dos.txt", old_string="one\ntwo", new_string="one\n2\nzwei")
+    assert path.read_bytes() == b"one\r\n2\r\nzwei\r\nthree\r\n"
 
 
 # --- ways out of the workspace ---------------------------------------------------------------

@@ -1,29 +1,20 @@
 """The file tools: read, list, search, write and edit files inside the workspace roots.
 
 Every path goes through `Workspace.resolve`, so `..`, absolute paths outside the roots and
-symlinks that lead out are refused before a byte is read or written. Which files a listing or
-a search sees is decided in one place, `_visible_files`: `.gitignore` files (nested ones too,
-the deepest rule deciding) are honoured, `.git` is never shown, symlinks are not followed. The
-search hands those files to ripgrep when it is installed and reads them itself otherwise, so
-both ways find the same lines in the same order.
-
-Writes replace a file atomically (a temporary file beside it, then `os.replace`), keep its
-mode, and never follow a link at the temporary name. The tools block on the file system, so
-their work runs in a worker thread.
+symlinks that lead out are refused before a byte is read or written. What a listing or a
+search sees lives in `tree`. Writes replace a file atomically (a temporary file beside it,
+then `os.replace`), keep its mode, and never follow a link at the temporary name. The tools
+block on the file system, so their work runs in a worker thread.
 """
 
 from __future__ import annotations
 
-import base64
 import difflib
-import json
 import os
-import re
 import shutil
 import stat
-import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
@@ -31,23 +22,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-from pathspec import GitIgnoreSpec
 
 from daemon.settings import Settings
 from daemon.tools.registry import Tool, ToolContext, ToolError, cap_output
+from daemon.tools.tree import LIST_MAX_ENTRIES, SEARCH_MAX_MATCHES, list_entries, search_tree
 from daemon.tools.workspace import Workspace
 
 T = TypeVar("T")
 
 # A file is binary when its first bytes hold a NUL (git and ripgrep decide the same way).
 _SNIFF_BYTES = 8192
-# A listing shows this many entries, then says how many more there are.
-LIST_MAX_ENTRIES = 500
-# A search shows this many matching lines, each cut to this many characters.
-SEARCH_MAX_MATCHES = 200
-SEARCH_LINE_CHARS = 300
-# ripgrep is handed this many bytes of file names per run (well under the kernel's ARG_MAX).
-_RG_ARGV_BYTES = 96_000
 # The diff a write or an edit returns to the model; the preview shown to the person is larger.
 RESULT_DIFF_CHARS = 4_000
 PREVIEW_DIFF_CHARS = 20_000
@@ -56,107 +40,6 @@ PREVIEW_DIFF_CHARS = 20_000
 async def _in_thread(fn: Callable[[], T]) -> T:
     # A cancelled call stops waiting; the thread finishes its file operation on its own.
     return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Which files a listing or a search sees
-
-
-@dataclass(frozen=True)
-class _Entry:
-    path: Path  # absolute, under a root
-    is_dir: bool
-    is_link: bool
-
-
-class _Ignores:
-    """The .gitignore rules in force in one directory: each file's rules with its directory."""
-
-    def __init__(self, layers: tuple[tuple[Path, GitIgnoreSpec], ...] = ()) -> None:
-        self.layers = layers
-
-    def with_dir(self, directory: Path) -> _Ignores:
-        spec = _load_gitignore(directory)
-        return self if spec is None else _Ignores((*self.layers, (directory, spec)))
-
-    def ignored(self, path: Path, *, is_dir: bool) -> bool:
-        # The deepest .gitignore with a matching rule decides (git's precedence); within one
-        # file the last matching rule wins, negations included (GitIgnoreSpec's own order).
-        for base, spec in reversed(self.layers):
-            rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
-            decided = spec.check_file(rel).include
-            if decided is not None:
-                return decided
-        return False
-
-
-def _load_gitignore(directory: Path) -> GitIgnoreSpec | None:
-    try:
-        text = (directory / ".gitignore").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return GitIgnoreSpec.from_lines(text.splitlines())
-
-
-def _root_of(workspace: Workspace, real: Path) -> Path:
-    # The deepest root holding the path: its .gitignore files are the nearest ones that apply.
-    holding = [r for r in workspace.roots if real == r or r in real.parents]
-    return max(holding, key=lambda r: len(r.parts))
-
-
-def _visible_files(workspace: Workspace, top: Path) -> Iterator[_Entry]:
-    """Every entry under `top` a person would see in the repository, sorted, depth first.
-
-    The .gitignore files from the root down to `top` apply as well as those below it; an
-    ignored directory is not entered (git cannot re-include a file inside one); `.git` is
-    never shown; a symlink is shown but never followed, so nothing outside the roots is read.
-    """
-    root = _root_of(workspace, top)
-    ignores = _Ignores()
-    for ancestor in reversed([top, *top.parents]):
-        if ancestor == top:
-            break
-        if ancestor == root or root in ancestor.parents:
-            ignores = ignores.with_dir(ancestor)
-    yield from _walk(top, ignores.with_dir(top))
-
-
-def _walk(directory: Path, ignores: _Ignores) -> Iterator[_Entry]:
-    try:
-        with os.scandir(directory) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError:
-        return  # unreadable directories are skipped, as git and ripgrep skip them
-    for entry in entries:
-        if entry.name == ".git":
-            continue
-        path = directory / entry.name
-        is_link = entry.is_symlink()
-        is_dir = not is_link and entry.is_dir(follow_symlinks=False)
-        if ignores.ignored(path, is_dir=is_dir):
-            continue
-        yield _Entry(path, is_dir, is_link)
-        if is_dir:
-            yield from _walk(path, ignores.with_dir(path))
-
-
-def _glob(pattern: str | None) -> GitIgnoreSpec | None:
-    # The same pattern language as .gitignore: "*.py" matches at any depth, "src/*.py" only
-    # under the listed directory, "**" spans directories.
-    if not pattern or pattern in ("*", "**", "**/*"):
-        return None
-    return GitIgnoreSpec.from_lines([pattern])
-
-
-def _glob_matches(spec: GitIgnoreSpec | None, top: Path, entry: _Entry) -> bool:
-    if spec is None:
-        return True
-    rel = entry.path.relative_to(top).as_posix() + ("/" if entry.is_dir else "")
-    return spec.match_file(rel)
-
-
-def _directory(workspace: Workspace, path: str) -> Path:
-    return workspace.resolve(path or ".")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,210 +154,6 @@ def read_text_file(
     elif ranged and (start > 1 or last < total):
         notes.append(f"[lines {start}-{last} of {total}]")
     return "\n".join(rows + notes)
-
-
-# ---------------------------------------------------------------------------------------------
-# list_files
-
-
-def list_entries(workspace: Workspace, top: Path, pattern: str | None, *, limit: int) -> str:
-    if not top.is_dir():
-        return workspace.relative(top)
-    spec = _glob(pattern)
-    shown: list[str] = []
-    more = 0
-    for entry in _visible_files(workspace, top):
-        if not _glob_matches(spec, top, entry):
-            continue
-        if len(shown) >= limit:
-            more += 1
-            continue
-        name = workspace.relative(entry.path)
-        shown.append(name + ("/" if entry.is_dir else "@" if entry.is_link else ""))
-    if not shown:
-        where = workspace.relative(top)
-        return f"(nothing in {where} matches {pattern!r})" if spec else f"({where} is empty)"
-    if more:
-        shown.append(f"… and {more} more entries (narrow with path or pattern)")
-    return "\n".join(shown)
-
-
-# ---------------------------------------------------------------------------------------------
-# search_files
-
-
-@dataclass(frozen=True)
-class _Match:
-    order: int  # the file's place in the walk
-    line_number: int
-    text: str
-
-
-def _search_targets(workspace: Workspace, top: Path, pattern: str | None) -> list[Path]:
-    if top.is_file():
-        return [top]
-    spec = _glob(pattern)
-    return [
-        e.path
-        for e in _visible_files(workspace, top)
-        if not e.is_dir and not e.is_link and _glob_matches(spec, top, e)
-    ]
-
-
-def _line_text(raw: str) -> str:
-    text = raw.rstrip("\n").removesuffix("\r")
-    if len(text) > SEARCH_LINE_CHARS:
-        return text[:SEARCH_LINE_CHARS] + "…"
-    return text
-
-
-def _search_python(
-    files: list[Path], regex: str, ignore_case: bool, ceiling: int
-) -> tuple[list[_Match], bool]:
-    try:
-        compiled = re.compile(regex, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
-        raise ToolError(f"invalid regular expression {regex!r}: {exc}") from None
-    found: list[_Match] = []
-    for order, path in enumerate(files):
-        mine: list[_Match] = []
-        binary = False
-        try:
-            with path.open("rb") as fh:
-                for number, raw in enumerate(fh, start=1):
-                    if b"\0" in raw:
-                        binary = True  # ripgrep drops a file once it sees a NUL; so do we
-                        break
-                    line = raw.decode("utf-8", errors="replace")
-                    if compiled.search(line.rstrip("\n").removesuffix("\r")):
-                        mine.append(_Match(order, number, _line_text(line)))
-        except OSError:
-            continue  # unreadable files are skipped, as ripgrep skips them
-        if not binary:
-            found += mine
-        if len(found) > ceiling:
-            return found, True
-    return found, False
-
-
-def _rg_text(field: dict[str, Any], *, path: bool = False) -> str:
-    # ripgrep sends what is not UTF-8 as base64: a path back as the name it was given, a line
-    # with the same replacement characters the Python search shows.
-    if "text" in field:
-        return str(field["text"])
-    raw = base64.b64decode(field.get("bytes", ""))
-    return os.fsdecode(raw) if path else raw.decode("utf-8", errors="replace")
-
-
-async def _search_ripgrep(
-    rg: str, root: Path, files: list[Path], regex: str, ignore_case: bool, ceiling: int
-) -> tuple[list[_Match], bool]:
-    # ripgrep searches exactly the files the walk found (its own ignore logic differs from
-    # git's when a subdirectory is searched, and its --glob re-includes ignored files).
-    names = [str(p.relative_to(root)) for p in files]
-    order = {name: i for i, name in enumerate(names)}
-    batches: list[list[str]] = []
-    batch: list[str] = []
-    size = 0
-    for name in names:
-        if batch and size + len(name) + 1 > _RG_ARGV_BYTES:
-            batches.append(batch)
-            batch, size = [], 0
-        batch.append(name)
-        size += len(name) + 1
-    # With no files at all ripgrep still checks the pattern, so a bad one is reported alike.
-    batches.append(batch or [os.devnull])
-    found: list[_Match] = []
-    for names_now in batches:
-        more = await _rg_batch(rg, root, names_now, regex, ignore_case, order, found, ceiling)
-        if more or len(found) > ceiling:
-            return found, True
-    return found, False
-
-
-async def _rg_batch(
-    rg: str,
-    root: Path,
-    names: list[str],
-    regex: str,
-    ignore_case: bool,
-    order: dict[str, int],
-    found: list[_Match],
-    ceiling: int,
-) -> bool:
-    """Run ripgrep over `names`, adding its matches to `found`; True when it was cut short."""
-    argv = [rg, "--json", "--no-config", "--no-messages"]
-    if ignore_case:
-        argv.append("--ignore-case")
-    argv += ["-e", regex, "--", *names]
-    pending: dict[str, list[_Match]] = {}
-    summary = False
-    cut = False
-    async with await anyio.open_process(
-        argv, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        errors = bytearray()
-
-        async def drain_errors() -> None:
-            assert proc.stderr is not None
-            async for chunk in proc.stderr:
-                errors.extend(chunk[: max(0, 4000 - len(errors))])
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(drain_errors)
-                buffer = b""
-                async for chunk in proc.stdout:
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        event = json.loads(line) if line.strip() else {}
-                        kind = event.get("type")
-                        data = event.get("data", {})
-                        if kind == "match":
-                            name = _rg_text(data["path"], path=True)
-                            if name in order:
-                                text = _line_text(_rg_text(data["lines"]))
-                                pending.setdefault(name, []).append(
-                                    _Match(order[name], int(data["line_number"]), text)
-                                )
-                        elif kind == "end":
-                            name = _rg_text(data["path"], path=True)
-                            kept = pending.pop(name, [])
-                            # A file holding a NUL is binary: none of its lines are shown.
-                            if data.get("binary_offset") is None:
-                                found.extend(kept)
-                        elif kind == "summary":
-                            summary = True
-                    if len(found) > ceiling:
-                        cut = True
-                        proc.kill()
-                        break
-        finally:
-            if proc.returncode is None:
-                with suppress(ProcessLookupError):
-                    proc.kill()
-    if not cut and not summary:
-        message = errors.decode("utf-8", errors="replace").strip()
-        if "regex" in message:
-            raise ToolError(f"invalid regular expression {regex!r}: {message}")
-        raise ToolError(f"ripgrep failed: {message or f'exit status {proc.returncode}'}")
-    return cut
-
-
-def render_matches(
-    workspace: Workspace, files: list[Path], found: list[_Match], cut: bool, limit: int
-) -> str:
-    found = sorted(found, key=lambda m: (m.order, m.line_number))
-    if not found:
-        return "(no matches)"
-    rows = [f"{workspace.relative(files[m.order])}:{m.line_number}:{m.text}" for m in found[:limit]]
-    if cut:
-        rows.append(f"… more than {limit} matches; narrow the pattern, path or glob")
-    elif len(found) > limit:
-        rows.append(f"… and {len(found) - limit} more matches; narrow the pattern, path or glob")
-    return "\n".join(rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,6 +290,11 @@ def plan_edit(workspace: Workspace, path: str, old: str, new: str, max_bytes: in
         raise ToolError("old_string and new_string are the same; there is nothing to change")
     before = _existing_text(real, shown, max_bytes)
     count = before.count(old)
+    if count == 0 and "\r\n" in before and "\n" in old and "\r" not in old:
+        # read_file shows CRLF lines without their \r, so the model quotes them with \n alone:
+        # match them as the file has them, and keep the file's line endings in the new text.
+        old, new = old.replace("\n", "\r\n"), new.replace("\r\n", "\n").replace("\n", "\r\n")
+        count = before.count(old)
     if count == 0:
         raise ToolError(
             f"old_string was not found in {shown}; read the file and copy the text exactly, "
@@ -682,26 +366,20 @@ def file_tools(workspace: Workspace, settings: Settings, *, use_ripgrep: bool = 
         return await _in_thread(guarded(job, f"read {shown}"))
 
     async def list_files(ctx: ToolContext, args: dict[str, Any]) -> str:
-        top = _directory(workspace, args.get("path", "."))
-        job = partial(list_entries, workspace, top, args.get("pattern"), limit=LIST_MAX_ENTRIES)
+        top = workspace.resolve(args.get("path") or ".")
+        job = partial(list_entries, workspace, top, args.get("pattern"), max_chars=output_max)
         return await _in_thread(guarded(job, f"list {workspace.relative(top)}"))
 
     async def search_files(ctx: ToolContext, args: dict[str, Any]) -> str:
-        regex = args["pattern"]
-        top = _directory(workspace, args.get("path", "."))
-        ignore_case = bool(args.get("ignore_case", False))
-        files = await _in_thread(partial(_search_targets, workspace, top, args.get("glob")))
-        ceiling = SEARCH_MAX_MATCHES * 10
-        rg = shutil.which("rg") if use_ripgrep else None
-        if rg is not None:
-            found, cut = await _search_ripgrep(
-                rg, _root_of(workspace, top), files, regex, ignore_case, ceiling
-            )
-        else:
-            found, cut = await _in_thread(
-                partial(_search_python, files, regex, ignore_case, ceiling)
-            )
-        return render_matches(workspace, files, found, cut, SEARCH_MAX_MATCHES)
+        return await search_tree(
+            workspace,
+            workspace.resolve(args.get("path") or "."),
+            args["pattern"],
+            glob=args.get("glob"),
+            ignore_case=bool(args.get("ignore_case", False)),
+            ripgrep=shutil.which("rg") if use_ripgrep else None,
+            max_chars=output_max,
+        )
 
     async def write_preview(ctx: ToolContext, args: dict[str, Any]) -> str:
         job = partial(plan_write, workspace, args["path"], args["content"], write_max)
