@@ -8,6 +8,7 @@ must happen before a connection: every refusal test asserts the target server sa
 from __future__ import annotations
 
 import ipaddress
+import json
 import shutil
 import socket
 import ssl
@@ -29,6 +30,8 @@ from daemon.tools.fetch import PageFetcher, fetch_tools
 from daemon.tools.netguard import NetworkGuard, non_public_reason
 from daemon.tools.registry import ToolContext, ToolError, ToolOutcome, ToolRegistry
 from daemon.tools.toolbox import work_tools
+from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
+from tests.harness import Client, DaemonProcess, daemon_env
 
 pytestmark = pytest.mark.anyio
 
@@ -641,3 +644,97 @@ def test_fetch_url_is_a_work_tool_allowed_by_default_and_labelled_as_outside_tex
     assert tool.concurrent
     assert tool.untrusted
     assert tool.output_origin == "tool"
+
+
+# --- through the real daemon ------------------------------------------------------------------
+
+DAEMON_CONFIG = """
+[providers.anthropic]
+max_retries = 1
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+timeout_s = 90
+
+[models.summariser]
+provider = "offline"
+[models.recall_planner]
+provider = "offline"
+[models.recall_synthesis]
+provider = "offline"
+[models.heartbeat]
+provider = "offline"
+[models.dreams]
+provider = "offline"
+
+[tools.fetch]
+allow_hosts = ["127.0.0.1:{port}"]
+"""
+
+FORK_FRAMING = "You are in focused task mode. Your objective is: "
+
+
+def _tool_results(req: RecordedRequest) -> list[str]:
+    out = []
+    for message in req.body.get("messages") or []:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                inner = block.get("content")
+                if isinstance(inner, list):
+                    inner = "".join(b.get("text", "") for b in inner if isinstance(b, dict))
+                out.append(str(inner))
+    return out
+
+
+def _is_fork(req: RecordedRequest) -> bool:
+    first = (req.body.get("messages") or [{}])[0].get("content")
+    text = first if isinstance(first, str) else json.dumps(first)
+    return FORK_FRAMING in text
+
+
+def test_a_fork_fetches_a_page_and_is_refused_a_private_one_through_the_daemon(
+    tmp_path: Path, site: Site, target: Site
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(DAEMON_CONFIG.replace("{port}", str(site.port)))
+    article, secret = site.url("/article"), target.url("/latest/meta-data/")
+    with FakeAnthropic() as fake:
+        d = DaemonProcess(
+            home=home,
+            env=daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+        )
+        fake.enqueue(
+            Planned.tool("delegate", {"task": "What does the river news say about otters?"}),
+            # Both in one step: fetch_url calls run side by side.
+            Planned(tool_calls=(("fetch_url", {"url": article}), ("fetch_url", {"url": secret}))),
+            Planned.tool(
+                "task_complete",
+                {"summary": "Otters are back on the upper Thames.", "outcome": "success"},
+            ),
+            Planned.reply("Otters are back on the upper Thames."),
+        )
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=60) as c:
+                c.hello()
+                c.send({"type": "message", "text": "Any news about otters?"})
+                frames = c.recv_until(lambda f: f["type"] == "done", limit=5000)
+        finally:
+            d.stop()
+        requests = fake.message_requests
+    assert "Otters are back on the upper Thames." in frames[-1]["text"]
+    forks = [r for r in requests if _is_fork(r)]
+    trunk = [r for r in requests if not _is_fork(r)]
+    assert len(forks) == 2 and len(trunk) == 2
+    results = _tool_results(forks[1])
+    [page] = [t for t in results if "Eurasian otters" in t]
+    assert page.startswith('<tool_output tool="fetch_url" trust="untrusted">')
+    assert f"[fetch_url {article} — 200 OK — text/html" in page
+    assert "pixel-7731" not in page
+    [refused] = [t for t in results if "refused:" in t]
+    assert "127.0.0.1 is a loopback address" in refused
+    assert [r["path"] for r in site.requests] == ["/article"]
+    assert target.requests == []
+    # The trunk hears the fork's digest, not the page.
+    assert "Eurasian otters" not in json.dumps(trunk[1].body)
