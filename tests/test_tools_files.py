@@ -361,6 +361,15 @@ async def test_write_file_replaces_atomically_and_keeps_the_mode(bench: Bench) -
     assert "-echo one\n+echo two\n" in out
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+async def test_edit_file_keeps_the_owner_of_someone_elses_file(bench: Bench) -> None:
+    path = bench.put("theirs.txt", "mine? no\n")
+    os.chown(path, 4321, 4322)
+    await bench.ok("edit_file", path="theirs.txt", old_string="mine? no", new_string="theirs")
+    assert path.read_text() == "theirs\n"
+    assert (path.stat().st_uid, path.stat().st_gid) == (4321, 4322)
+
+
 async def test_write_file_new_file_mode_follows_the_umask(bench: Bench) -> None:
     await bench.ok("write_file", path="plain.txt", content="x\n")
     old = os.umask(0)

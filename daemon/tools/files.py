@@ -190,7 +190,8 @@ def _current_umask() -> int:
 
 
 def replace_file(real: Path, data: bytes) -> None:
-    """Write `data` to `real` atomically, keeping the file's mode (a new file: 0666 & ~umask).
+    """Write `data` to `real` atomically, keeping the file's mode and, where allowed, its owner
+    (a new file: mode 0666 & ~umask).
 
     The temporary file is made with O_EXCL under a random name, so no link planted beside the
     target can redirect the write.
@@ -198,14 +199,19 @@ def replace_file(real: Path, data: bytes) -> None:
     parent = real.parent
     parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = stat.S_IMODE(real.stat().st_mode)
+        st: os.stat_result | None = real.stat()
     except FileNotFoundError:
-        mode = 0o666 & ~_current_umask()
+        st = None
+    mode = stat.S_IMODE(st.st_mode) if st else 0o666 & ~_current_umask()
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{real.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            if st and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                # Someone else's file stays theirs where we may say so (a daemon run as root).
+                with suppress(PermissionError):
+                    os.fchown(fh.fileno(), st.st_uid, st.st_gid)
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
         os.replace(tmp, real)
