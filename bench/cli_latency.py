@@ -160,12 +160,10 @@ def timed(home: Path, queries: list[str], env: dict[str, str], *extra: str) -> d
 
 def round_trip(home: Path, query: str) -> float:
     """Connect, greet and search through the socket from this process: the daemon's share, in ms."""
-    from daemon.cli.forward import DaemonLink
+    from daemon.chat.link import DaemonLink
 
     t = time.perf_counter()
-    link = DaemonLink.open(home / "run" / "reverie.sock")
-    if link is None:
-        raise RuntimeError("no daemon answered")
+    link = DaemonLink.connect(home / "run" / "reverie.sock")
     try:
         args = {
             "queries": [query],
@@ -175,7 +173,7 @@ def round_trip(home: Path, query: str) -> float:
             "include_retired": False,
             "raw": False,
         }
-        frame = link.command("memory_search", args, timeout=60)
+        frame = link.request("memory_search", args, timeout=60)
     finally:
         link.close()
     if frame.get("type") != "result":

@@ -1,14 +1,14 @@
-"""Talk to a running daemon over its chat socket.
+"""Talk to a running daemon from an event loop: `reverie chat`, `status`, `sleep`.
 
-`ChatClient` is the connection (`async with ChatClient.connect(path) as client`); `command`
+`ChatClient` drives a `DaemonLink` (`daemon.chat.link`, the one client connection: the
+frames it builds, the one way frames are read) with non-blocking I/O, so a chat can stream a
+reply while it waits for Ctrl-C. `async with ChatClient.connect(path) as client`; `command`
 and `send_message` are the one-shot helpers other `reverie` subcommands use. Every failure
 surfaces as `ChatError` with one line a person can act on.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,66 +16,49 @@ from typing import Any
 
 import anyio
 
-from daemon.chat import protocol
+from daemon.chat import wire
+from daemon.chat.link import (
+    DEFAULT_MAX_FRAME_BYTES,
+    ChatError,
+    DaemonLink,
+    MessageSaved,
+    command_data,
+    command_reply,
+    concerns,
+    connect_failure,
+    error_text,
+    new_id,
+    not_running,
+)
 from daemon.chat.stream import UnixConnection, connect_unix
 
-# Daemon frames can carry large command results; bound them anyway.
-DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
-
-
-class ChatError(Exception):
-    """Talking to the daemon failed; `frame` is the daemon's `error` frame when there was one."""
-
-    def __init__(self, message: str, frame: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.frame = frame
-
-    @property
-    def code(self) -> str | None:
-        return self.frame.get("code") if self.frame else None
-
-
-class MessageSaved(ChatError):
-    """The connection ended after the daemon had saved the message: it will still be answered.
-
-    The daemon acknowledges a message (`accepted`) only once it is on disk, and a restarted
-    daemon answers every message it acknowledged.
-    """
-
-    def __init__(self, turn_id: str) -> None:
-        super().__init__(
-            "the daemon stopped before its reply was complete; your message was saved "
-            f"and will be answered when the daemon is back (turn {turn_id})"
-        )
-        self.turn_id = turn_id
-
-
-def not_running(path: Path) -> ChatError:
-    return ChatError(
-        f"the daemon is not running (no socket at {path}); start it with `reverie run`"
-    )
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:12]
+__all__ = [
+    "ChatClient",
+    "ChatError",
+    "MessageSaved",
+    "command",
+    "new_id",
+    "not_running",
+    "send_message",
+]
 
 
 class ChatClient:
-    """One connection to the daemon; frames in and out as dicts.
+    """One connection to the daemon, read and written from an event loop; frames as dicts.
 
     `hello` holds the daemon's greeting (version, state, session id) once connected.
     """
 
-    def __init__(self, stream: UnixConnection, path: Path, *, max_frame_bytes: int) -> None:
-        self.path = path
+    def __init__(self, stream: UnixConnection, link: DaemonLink) -> None:
+        self.path = Path(link.path)
+        self.link = link
         self._stream = stream
-        self._reader = protocol.LineReader(stream, max_frame_bytes)
-        self._max_frame_bytes = max_frame_bytes
-        self._pending: deque[dict[str, Any]] = deque()
         self._send_lock = anyio.Lock()
-        self.hello: dict[str, Any] = {}
         self.closed = False
+
+    @property
+    def hello(self) -> dict[str, Any]:
+        return self.link.hello
 
     @classmethod
     @asynccontextmanager
@@ -99,32 +82,16 @@ class ChatClient:
             raise ChatError(
                 f"the daemon at {path} did not accept the connection within {timeout:g}s"
             ) from None
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise not_running(path) from None
-        except PermissionError:
-            raise ChatError(
-                f"permission denied on {path}; run as the daemon's user (or root), "
-                "or add your uid to chat.allow_uids"
-            ) from None
         except OSError as exc:
-            raise ChatError(f"cannot connect to {path}: {exc.strerror or exc}") from None
-        client = cls(stream, path, max_frame_bytes=max_frame_bytes)
+            raise connect_failure(path, exc) from None
+        link = DaemonLink(stream.raw_socket, path, max_frame_bytes=max_frame_bytes)
+        client = cls(stream, link)
         try:
-            await client._greet(timeout)
+            link.greet(await client.receive(timeout))
             yield client
         finally:
             with anyio.CancelScope(shield=True):
                 await client.aclose()
-
-    async def _greet(self, timeout: float) -> None:  # noqa: ASYNC109 - the timeout becomes a ChatError with a message
-        first = await self.receive(timeout)
-        if first.get("type") == "error":
-            raise ChatError(_error_text(first), first)
-        if first.get("type") == "hello":
-            self.hello = first
-        else:
-            # An older daemon without a greeting: keep the frame for the caller.
-            self._pending.append(first)
 
     async def aclose(self) -> None:
         if not self.closed:
@@ -133,7 +100,7 @@ class ChatClient:
 
     async def send(self, frame: dict[str, Any]) -> None:
         """Send one frame; raise `ChatError` if the daemon has gone away."""
-        data = protocol.encode(frame)
+        data = wire.encode(frame)
         try:
             async with self._send_lock:
                 await self._stream.send(data)
@@ -156,23 +123,40 @@ class ChatClient:
             yield frame
 
     async def _next(self, timeout: float | None) -> dict[str, Any] | None:  # noqa: ASYNC109 - the timeout becomes a ChatError with a message
-        if self._pending:
-            return self._pending.popleft()
+        # Bytes land in the link as they arrive, so a timeout or a cancellation loses nothing.
         try:
             with anyio.fail_after(timeout):
-                line = await self._reader.receive()
+                while (frame := self.link.next_frame()) is None:
+                    if self.link.ended:
+                        return None
+                    try:
+                        data = await self._stream.receive()
+                    except anyio.EndOfStream:
+                        self.link.finish()
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        return None
+                    else:
+                        self.link.feed(data)
         except TimeoutError:
             raise ChatError(f"no answer from the daemon within {timeout:g}s") from None
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            return None
-        if line is None:
-            return None
-        if isinstance(line, protocol.Oversized):
-            raise ChatError(f"the daemon sent a frame larger than {self._max_frame_bytes} bytes")
-        try:
-            return protocol.decode(line)
-        except ValueError as exc:
-            raise ChatError(f"the daemon sent a malformed frame: {exc}") from None
+        return frame
+
+    async def command(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> Any:
+        """Run one command on this connection; return the `data` of its `result`.
+
+        Raises `ChatError` on its `error` frame or when the connection ends first.
+        """
+        command_id = new_id()
+        await self.send(wire.command(name=name, id=command_id, args=args))
+        while (reply := command_reply(await self.receive(), command_id, on_progress)) is None:
+            pass
+        return command_data(reply)
 
     async def run_turn(
         self,
@@ -191,7 +175,7 @@ class ChatClient:
         message the error is `MessageSaved`; before, a `ChatError` saying it may be lost.
         """
         message_id = new_id()
-        await self.send({"type": "message", "text": text, "id": message_id})
+        await self.send(wire.message(text=text, id=message_id))
         turn_id: str | None = None
         with anyio.move_on_after(timeout) as scope:
             while True:
@@ -208,29 +192,14 @@ class ChatClient:
                     turn_id = str(frame.get("turn_id"))
                     if on_accepted is not None:
                         on_accepted(turn_id)
-                mine = _concerns(frame, message_id, turn_id)
+                mine = concerns(frame, message_id, turn_id)
                 if kind == "error" and mine:
-                    raise ChatError(_error_text(frame), frame)
+                    raise ChatError(error_text(frame), frame)
                 on_frame(frame)
                 if kind == "done" and turn_id is not None and frame.get("turn_id") == turn_id:
                     return frame
         assert scope.cancelled_caught
         raise ChatError(f"the turn did not finish within {timeout:g}s (it may still be running)")
-
-
-def _concerns(frame: dict[str, Any], message_id: str, turn_id: str | None) -> bool:
-    if frame.get("id") == message_id:
-        return True
-    if turn_id is not None and frame.get("turn_id") == turn_id:
-        return True
-    # A connection-level error (no id, no turn) on a connection that sent only this.
-    return frame.get("type") == "error" and "id" not in frame and "turn_id" not in frame
-
-
-def _error_text(frame: dict[str, Any]) -> str:
-    message = str(frame.get("message") or "").strip()
-    code = str(frame.get("code") or "error")
-    return f"{message} ({code})" if message else code
 
 
 async def command(
@@ -246,17 +215,7 @@ async def command(
     """
     with anyio.move_on_after(timeout) as scope:
         async with ChatClient.connect(path, timeout=timeout) as client:
-            command_id = new_id()
-            frame: dict[str, Any] = {"type": "command", "name": name, "id": command_id}
-            if args:
-                frame["args"] = args
-            await client.send(frame)
-            while True:
-                reply = await client.receive()
-                if reply.get("type") == "result" and reply.get("id") == command_id:
-                    return reply.get("data")
-                if reply.get("type") == "error" and _concerns(reply, command_id, None):
-                    raise ChatError(_error_text(reply), reply)
+            return await client.command(name, args)
     assert scope.cancelled_caught
     raise ChatError(f"the daemon did not answer '{name}' within {timeout:g}s")
 

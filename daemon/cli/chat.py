@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import anyio
 from anyio.from_thread import start_blocking_portal
 
+from daemon.chat import wire
 from daemon.chat.client import ChatClient, ChatError, MessageSaved, new_id
 from daemon.cli.locate import socket_for
 from daemon.cli.support import CommandError, print_err, resolve_env
@@ -184,11 +185,8 @@ async def _cancel_on_interrupt(
                 return
             interrupted.set()
             print(notes.line("cancelling… (Ctrl-C again to leave)"), file=sys.stderr, flush=True)
-            frame: dict[str, Any] = {"type": "cancel"}
-            if turn.get("id"):
-                frame["turn_id"] = turn["id"]
             try:
-                await client.send(frame)
+                await client.send(wire.cancel(turn_id=turn.get("id")))
             except ChatError:
                 scope.cancel()
                 return
@@ -288,7 +286,7 @@ class ChatSession:
         self._turn_id = None
         self._turn_outcome = None
         self._turn_end = anyio.Event()
-        await self.client.send({"type": "message", "text": text, "id": self._message_id})
+        await self.client.send(wire.message(text=text, id=self._message_id))
 
     async def wait_turn(self, timeout: float) -> dict[str, Any]:  # noqa: ASYNC109 - a ChatError with a message
         """Wait for the current turn's `done`; raise `ChatError` on its `error` or timeout."""
@@ -304,10 +302,7 @@ class ChatSession:
         return outcome
 
     async def cancel_turn(self) -> None:
-        frame: dict[str, Any] = {"type": "cancel"}
-        if self._turn_id:
-            frame["turn_id"] = self._turn_id
-        await self.client.send(frame)
+        await self.client.send(wire.cancel(turn_id=self._turn_id))
 
     async def command(
         self,
@@ -320,9 +315,7 @@ class ChatSession:
         event, box = anyio.Event(), list[dict[str, Any]]()
         self._commands[command_id] = (event, box)
         try:
-            await self.client.send(
-                {"type": "command", "name": name, "id": command_id, "args": args or {}}
-            )
+            await self.client.send(wire.command(name=name, id=command_id, args=args))
             with anyio.move_on_after(timeout):
                 await event.wait()
         finally:

@@ -3,7 +3,8 @@
 `reverie` calls `forward(args)` once argparse has read the command line, before it imports
 anything heavy. When the command is one of
 these four and a daemon listens on the home's socket, the command is sent there (where the
-embedding model and the vector matrix are warm), the reply is printed exactly as the direct
+embedding model and the vector matrix are warm) over the one client connection
+(`daemon.chat.link`, blocking: no event loop), the reply is printed exactly as the direct
 path prints it, and the exit code is returned. Otherwise — another command, no
 socket, a daemon too old to know the command — it returns None and the CLI runs the command
 itself over the database. A refusal by the daemon prints `reverie: <why>` and exits 1, as the
@@ -13,14 +14,12 @@ open with the command (`SCM_RIGHTS`); the daemon never opens a path a client nam
 
 from __future__ import annotations
 
-import _socket  # `socket` wraps it in enums and selectors: ~4 ms of a forwarded command
-import itertools
-import json
 import os
 import sys
 
 import daemon.cli.memory_args as spec
 import daemon.cli.memory_render as render
+from daemon.chat.link import ChatError, DaemonLink
 from daemon.cli.locate import home_dir, socket_path
 from daemon.commands import BATCH_QUERIES
 
@@ -30,90 +29,8 @@ if TYPE_CHECKING:
     import argparse
     from typing import Any, TextIO
 
-CONNECT_TIMEOUT_S = 5.0
 # A search whose daemon must first load the embedding model may take a few seconds.
 SEARCH_TIMEOUT_S = 300.0
-
-
-class DaemonGone(Exception):
-    """The daemon stopped answering mid-command."""
-
-
-class DaemonLink:
-    """One blocking connection to the daemon: newline-delimited JSON frames."""
-
-    def __init__(self, sock: _socket.socket) -> None:
-        self.sock = sock
-        self._buf = b""
-        self._ids = itertools.count(1)
-        self.hello: dict[str, Any] = {}
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> DaemonLink | None:
-        """Connect and read the greeting; None when no daemon answers there."""
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        sock.settimeout(CONNECT_TIMEOUT_S)
-        try:
-            sock.connect(str(path))
-            link = cls(sock)
-            hello = link.recv()
-        except (OSError, ValueError, DaemonGone):
-            sock.close()
-            return None
-        if hello.get("type") != "hello":
-            sock.close()
-            return None
-        link.hello = hello
-        return link
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def recv(self) -> dict[str, Any]:
-        while b"\n" not in self._buf:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise DaemonGone("the daemon closed the connection before answering")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        frame = json.loads(line)
-        if not isinstance(frame, dict):
-            raise ValueError("the daemon sent a frame that is not an object")
-        return frame
-
-    def command(
-        self,
-        name: str,
-        args: dict[str, Any],
-        *,
-        timeout: float | None,
-        on_progress: Any = None,
-        file: int | None = None,
-    ) -> dict[str, Any]:
-        """Send a command; return its `result` or `error` frame (progress frames go to `on_progress`).
-
-        `file`, an open descriptor, goes with the frame for the daemon to read.
-        """
-        cid = f"cli-{next(self._ids)}"
-        self.sock.settimeout(timeout)
-        frame: dict[str, Any] = {"type": "command", "name": name, "args": args, "id": cid}
-        if file is None:
-            self.sock.sendall((json.dumps(frame) + "\n").encode())
-        else:
-            frame["files"] = 1
-            data = (json.dumps(frame) + "\n").encode()
-            passed = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, file.to_bytes(4, sys.byteorder))]
-            sent = self.sock.sendmsg([data], passed)
-            self.sock.sendall(data[sent:])
-        while True:
-            frame = self.recv()
-            if frame.get("id") != cid:
-                continue  # state broadcasts and the like
-            kind = frame.get("type")
-            if kind == "progress" and on_progress is not None:
-                on_progress(frame.get("data") or {})
-            elif kind in ("result", "error"):
-                return frame
 
 
 class _Fallback(Exception):
@@ -135,7 +52,7 @@ def _search(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
     for start in range(0, len(queries), BATCH_QUERIES):
         part = queries[start : start + BATCH_QUERIES]
         data = _answer(
-            link.command("memory_search", {"queries": part, **options}, timeout=SEARCH_TIMEOUT_S)
+            link.request("memory_search", {"queries": part, **options}, timeout=SEARCH_TIMEOUT_S)
         )
         for query, items in zip(part, data["results"], strict=True):
             render.search_results(items, as_json=args.json, batch=batch, query=query, out=out)
@@ -155,7 +72,7 @@ def _import(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
         "no_embed": bool(args.no_embed),
     }
     try:
-        frame = link.command("memory_import", request, timeout=None, on_progress=progress, file=fd)
+        frame = link.request("memory_import", request, timeout=None, on_progress=progress, file=fd)
         counts = _answer(frame)
     finally:
         os.close(fd)
@@ -165,13 +82,13 @@ def _import(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _remember(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
-    data = _answer(link.command("remember", spec.remember_request(args), timeout=None))
+    data = _answer(link.request("remember", spec.remember_request(args), timeout=None))
     render.remember_result(data, as_json=args.json, out=out)
     return 0
 
 
 def _recall(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
-    data = _answer(link.command("recall", {"query": spec.recall_query(args)}, timeout=None))
+    data = _answer(link.request("recall", {"query": spec.recall_query(args)}, timeout=None))
     render.recall_answer(data, as_json=args.json, out=out)
     return 0
 
@@ -188,8 +105,9 @@ def forward(args: argparse.Namespace, out: TextIO | None = None) -> int | None:
     path = socket_path(home, getattr(args, "config", None))
     if path is None or not os.path.exists(path):
         return None
-    link = DaemonLink.open(path)
-    if link is None:
+    try:
+        link = DaemonLink.connect(path)
+    except ChatError:
         return None
     stream = out or sys.stdout
     try:
@@ -201,7 +119,7 @@ def forward(args: argparse.Namespace, out: TextIO | None = None) -> int | None:
         return 1
     except BrokenPipeError:
         return 0
-    except (DaemonGone, OSError, ValueError) as exc:
+    except (ChatError, OSError) as exc:
         print(f"reverie: lost the daemon mid-command ({exc}); run it again", file=sys.stderr)
         return 1
     finally:
