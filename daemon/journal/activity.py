@@ -5,8 +5,10 @@ entries. Reading from there to the last complete line gives the new records (a l
 being written, or torn by a crash, is left for later: only whole lines are consumed). Only
 conversation and tool records count as activity; a session header alone is nothing.
 
-`render_transcript` turns the records into the `[role] text` lines the `journal` task reads,
-newest part kept within a token budget.
+`render_transcript` turns the conversation records into the `[role] text` lines the `journal`
+task reads, newest part kept within a token budget. Tool records are not lines of it: what
+the tools did reaches the entry as its `work` list (`daemon.agent.work`: arguments and a
+status), and their output — untrusted data — never reaches the journal.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from daemon.tokens import count_tokens
 
 ACTIVE_TYPES = frozenset({"message", "tool_call", "tool_result"})
 _LINE_CHARS = 1200
-_TOOL_INPUT_CHARS = 300
-_TOOL_RESULT_CHARS = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,23 +85,14 @@ def _clip(text: str, limit: int) -> str:
 
 
 def record_lines(records: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> list[str]:
-    """One `[role] text` line per conversation or tool record."""
+    """One `[role] text` line per conversation message."""
     lines: list[str] = []
     for rec in records:
-        kind = rec.get("type")
-        if kind == "message":
+        if rec.get("type") == "message":
             role = str(rec.get("role") or "note")
             content = str(rec.get("content") or "").strip()
             if content:
                 lines.append(f"[{role}] {_clip(content, _LINE_CHARS)}")
-        elif kind == "tool_call":
-            args = json.dumps(rec.get("input") or {}, ensure_ascii=False, sort_keys=True)
-            lines.append(f"[tool {rec.get('name', '?')}] {_clip(args, _TOOL_INPUT_CHARS)}")
-        elif kind == "tool_result":
-            status = "error" if rec.get("is_error") else "result"
-            lines.append(
-                f"[tool {status}] {_clip(str(rec.get('content') or ''), _TOOL_RESULT_CHARS)}"
-            )
     return lines
 
 

@@ -43,6 +43,7 @@ def render_digest(day: date, entries: Sequence[JournalEntry], zone: tzinfo) -> s
             ("progress", "Progress"),
             ("open_questions", "Open"),
             ("files_touched", "Files"),
+            ("work", "Work"),
         ):
             for item in getattr(entry, key):
                 lines.append(f"- {label}: {item}")

@@ -3,6 +3,9 @@
 An entry is a short structured record of what happened in a stretch of work: `ts, session,
 summary, decisions, progress, open_questions, files_touched, tags, token_usage`, with a
 `schema` version and bookkeeping (`id`, `trigger`, `source`, the transcript span it covers).
+`work` lists what the tools did in that stretch (`daemon.agent.work`): written by the
+journal itself from the transcript's tool records, never by the model; an entry written
+before it existed reads back with an empty list.
 Lines are appended whole and fsynced (`daemon.durable.append_lines`); a torn last line from
 a crash is skipped on read and the next append starts on a fresh line, so a crash never
 leaves a broken record behind. The day of an entry is its local date in the configured zone.
@@ -44,6 +47,7 @@ class JournalEntry:
     open_questions: tuple[str, ...] = ()
     files_touched: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    work: tuple[str, ...] = ()
     token_usage: dict[str, int] = field(default_factory=dict)
     trigger: str = "heartbeat"
     source: str = "model"  # model | extractive | note
@@ -55,7 +59,7 @@ class JournalEntry:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["ts"] = self.ts.isoformat()
-        for key in LIST_FIELDS:
+        for key in (*LIST_FIELDS, "work"):
             data[key] = list(data[key])
         return data
 
@@ -76,6 +80,12 @@ class JournalEntry:
             key: tuple(str(v) for v in data.get(key) or () if isinstance(v, str | int | float))
             for key in LIST_FIELDS
         }
+        raw_work = data.get("work")
+        work = (
+            tuple(str(v) for v in raw_work if isinstance(v, str))
+            if isinstance(raw_work, list)
+            else ()
+        )
         raw_usage = data.get("token_usage")
         usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
         return cls(
@@ -83,6 +93,7 @@ class JournalEntry:
             ts=ts,
             session=str(data.get("session") or ""),
             summary=summary.strip(),
+            work=work,
             token_usage={str(k): int(v) for k, v in usage.items() if isinstance(v, int)},
             trigger=str(data.get("trigger") or "heartbeat"),
             source=str(data.get("source") or "model"),
@@ -99,6 +110,7 @@ class JournalEntry:
             ("progress", "Progress"),
             ("open_questions", "Open"),
             ("files_touched", "Files"),
+            ("work", "Work"),
         ):
             values = getattr(self, key)
             if values:

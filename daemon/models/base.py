@@ -10,9 +10,10 @@ to behave sensibly with no network. The *message formats* for the memory tasks a
 this contract (the summariser and recall build them; the offline provider reads them):
 
 - ``task="summarise"`` — the last user message holds the transcript between the lines
-  ``<<<TRANSCRIPT`` and ``TRANSCRIPT>>>`` (one ``[role] text`` per line). The reply is a JSON
-  object ``{"title": str, "slug": "kebab-case-keywords", "tags": [str], "summary": str,
-  "decisions": [str]}``.
+  ``<<<TRANSCRIPT`` and ``TRANSCRIPT>>>`` (one ``[role] text`` per line), then, when tools
+  were called, a labelled ``<<<WORK`` … ``WORK>>>`` block (one ``- <what a tool did>`` per
+  line). The reply is a JSON object ``{"title": str, "slug": "kebab-case-keywords", "tags":
+  [str], "summary": str, "decisions": [str]}``.
 - ``task="plan_recall"`` — the last user message holds ``QUERY: <text>`` then a line
   ``INDEX:`` followed by one ``<id> | <slug> | <snippet>`` line per candidate. The reply is a
   JSON object ``{"ids": [str, ...]}`` (possibly empty).
@@ -20,8 +21,8 @@ this contract (the summariser and recall build them; the offline provider reads 
   followed by blocks that start with ``[<cite>]``. The reply is the answer text, citing
   sources as ``[<cite>]``.
 - ``task="journal"`` — the last user message holds a stretch of transcript between the lines
-  ``<<<TRANSCRIPT`` and ``TRANSCRIPT>>>`` (``[user]``/``[assistant]`` text, ``[tool NAME]`` calls
-  with their JSON input, ``[tool result]``/``[tool error]``). The reply is a JSON object
+  ``<<<TRANSCRIPT`` and ``TRANSCRIPT>>>`` (``[user]``/``[assistant]`` text), then, when tools
+  were called, a ``<<<WORK`` … ``WORK>>>`` block as for ``summarise``. The reply is a JSON object
   ``{"summary": str, "decisions": [str], "progress": [str], "open_questions": [str],
   "files_touched": [str], "tags": [str]}``.
 - ``task="wake"`` — the last user message holds ``DATE:``, ``LIMIT: <n> tokens``, ``SUMMARY:``
