@@ -53,6 +53,7 @@ from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
 from daemon.tokens import TokenCounter, default_counter
 from daemon.tools.approvals import Approvals, PermissionGuard
+from daemon.tools.mcp import McpServers
 from daemon.tools.policy import PermissionPolicy, SavedApprovals
 from daemon.tools.registry import ToolRegistry
 from daemon.tools.toolbox import work_tools
@@ -89,6 +90,8 @@ class Services:
     journal: JournalHeartbeat
     assembler: ContextAssembler
     tools: ToolRegistry
+    # The configured MCP servers (their state for `status`; their tools are in `tools`).
+    mcp: McpServers
     # The questions tool calls put to the person (the chat gateway reaches their clients).
     approvals: Approvals
     delegator: Delegator
@@ -232,6 +235,8 @@ async def open_services(
         )
         # Required: a turn never reaches the model without its context (it fails visibly).
         stack.callback(assembler.register(bus))
+        # MCP servers come up in the background; their tools join as each server answers.
+        mcp = await stack.enter_async_context(McpServers(home, s.mcp, clock))
         # Every tool once, in one registry; the trunk and the forks are offered subsets of it,
         # each guarded by the one permission policy (subsets keep the guard).
         workspace = Workspace.for_home(home, s)
@@ -252,6 +257,7 @@ async def open_services(
             everything.register(tool)
         for tool in work_tools(home, s):
             everything.register(tool)
+        everything.add_source(mcp)
         delegator = await stack.enter_async_context(
             Delegator(
                 home=home,
@@ -345,6 +351,7 @@ async def open_services(
             journal=journal,
             assembler=assembler,
             tools=tools,
+            mcp=mcp,
             approvals=approvals,
             delegator=delegator,
             trunk=trunk,
