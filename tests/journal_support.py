@@ -1,4 +1,4 @@
-"""Helpers for the journal tests: a real database, real transcripts, a real index, scripted models."""
+"""Helpers for the journal tests: the daemon's services on real files, with a scripted heartbeat model."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from daemon.journal.heartbeat import JournalHeartbeat
 from daemon.memory.embedders import NoEmbedder
 from daemon.memory.index import MemoryIndex
 from daemon.models.base import Model, ModelRequest
-from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.services import open_services
 from daemon.settings import JournalSettings, SchedulerSettings, Settings
 from daemon.store.db import Database
 from daemon.testing import ScriptedModel
@@ -129,31 +129,28 @@ async def journal_rig(
     config: Settings | None = None,
     model: Model | None = None,
     start: datetime = MIDNIGHT,
-    register: bool = True,
 ) -> AsyncIterator[Rig]:
+    """The daemon's services (`open_services`), not serving: the journal as the daemon wires it
+    (its bus handlers, memory's index), heard through the events a test publishes."""
     home = Home(root)
     home.ensure()
     cfg = config or journal_settings()
     clock = FakeClock(start)
     scripted = model if model is not None else answering()
-    bus = EventBus()
-    async with await Database.open(home.db_file) as db:
-        roles = ModelRoles(cfg, None, overrides={"heartbeat": scripted}, environ={})
-        async with roles, MemoryIndex(db, NoEmbedder(), cfg.memory, clock) as index:
-            async with (
-                JournalHeartbeat(
-                    home=home, db=db, settings=cfg, roles=roles, clock=clock, index=index
-                ) as journal,
-                bus,
-            ):
-                if register:
-                    journal.register(bus)
-                yield Rig(
-                    home=home,
-                    db=db,
-                    clock=clock,
-                    bus=bus,
-                    journal=journal,
-                    index=index,
-                    model=scripted,  # type: ignore[arg-type]
-                )
+    async with open_services(
+        home,
+        cfg,
+        clock,
+        models={"heartbeat": scripted},
+        embedder=NoEmbedder(),
+        watch_files=False,
+    ) as services:
+        yield Rig(
+            home=home,
+            db=services.db,
+            clock=clock,
+            bus=services.bus,
+            journal=services.journal,
+            index=services.memory.index,
+            model=scripted,  # type: ignore[arg-type]
+        )
