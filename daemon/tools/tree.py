@@ -17,13 +17,13 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.abc import ByteReceiveStream
 from pathspec import GitIgnoreSpec
 
 from daemon.tools.registry import ToolError
@@ -264,6 +264,47 @@ async def _search_ripgrep(
     return found, False
 
 
+class _RipgrepEvents:
+    """ripgrep's --json lines, read into matches; a binary file's are dropped at its end."""
+
+    def __init__(self, order: dict[str, int], found: list[_Match]) -> None:
+        self.order = order
+        self.found = found
+        self.pending: dict[str, list[_Match]] = {}
+        self.finished = False  # the closing summary arrived: ripgrep ran to the end
+
+    def feed(self, line: bytes) -> None:
+        event = json.loads(line) if line.strip() else {}
+        kind = event.get("type")
+        data = event.get("data", {})
+        if kind == "match":
+            name = _rg_text(data["path"], path=True)
+            if name in self.order:
+                text = _line_text(_rg_text(data["lines"]))
+                self.pending.setdefault(name, []).append(
+                    _Match(self.order[name], int(data["line_number"]), text)
+                )
+        elif kind == "end":
+            kept = self.pending.pop(_rg_text(data["path"], path=True), [])
+            # A file holding a NUL is binary: none of its lines are shown.
+            if data.get("binary_offset") is None:
+                self.found.extend(kept)
+        elif kind == "summary":
+            self.finished = True
+
+    async def read(self, stream: ByteReceiveStream) -> bool:
+        """Feed every line of `stream`; True when the ceiling was passed and reading stopped."""
+        buffer = b""
+        async for chunk in stream:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                self.feed(line)
+            if len(self.found) > _SEARCH_CEILING:
+                return True
+        return False
+
+
 async def _rg_batch(
     rg: str,
     root: Path,
@@ -273,60 +314,34 @@ async def _rg_batch(
     order: dict[str, int],
     found: list[_Match],
 ) -> bool:
-    """Run ripgrep over `names`, adding its matches to `found`; True when it was cut short."""
+    """Run ripgrep over `names`, adding its matches to `found`; True when it was cut short.
+
+    Cancelled, the process is killed (anyio's Process does so when its wait is cancelled).
+    """
     argv = [rg, "--json", "--no-config", "--no-messages"]
     if ignore_case:
         argv.append("--ignore-case")
     argv += ["-e", regex, "--", *names]
-    pending: dict[str, list[_Match]] = {}
-    summary = False
-    cut = False
+    events = _RipgrepEvents(order, found)
+    errors = bytearray()
     async with await anyio.open_process(
         argv, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        errors = bytearray()
+        stdout, stderr = proc.stdout, proc.stderr
+        assert stdout is not None and stderr is not None
 
         async def drain_errors() -> None:
-            assert proc.stderr is not None
-            async for chunk in proc.stderr:
+            async for chunk in stderr:
                 errors.extend(chunk[: max(0, 4000 - len(errors))])
 
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(drain_errors)
-                buffer = b""
-                async for chunk in proc.stdout:
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        event = json.loads(line) if line.strip() else {}
-                        kind = event.get("type")
-                        data = event.get("data", {})
-                        if kind == "match":
-                            name = _rg_text(data["path"], path=True)
-                            if name in order:
-                                text = _line_text(_rg_text(data["lines"]))
-                                pending.setdefault(name, []).append(
-                                    _Match(order[name], int(data["line_number"]), text)
-                                )
-                        elif kind == "end":
-                            name = _rg_text(data["path"], path=True)
-                            kept = pending.pop(name, [])
-                            # A file holding a NUL is binary: none of its lines are shown.
-                            if data.get("binary_offset") is None:
-                                found.extend(kept)
-                        elif kind == "summary":
-                            summary = True
-                    if len(found) > _SEARCH_CEILING:
-                        cut = True
-                        proc.kill()
-                        break
-        finally:
-            if proc.returncode is None:
-                with suppress(ProcessLookupError):
-                    proc.kill()
-    if not cut and not summary:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain_errors)
+            cut = await events.read(stdout)
+            if cut:
+                # Closing the pipe ends ripgrep at its next write. A kill instead could find
+                # it already exited, and signalling makes Popen reap it behind asyncio's back.
+                await stdout.aclose()
+    if not cut and not events.finished:
         message = errors.decode("utf-8", errors="replace").strip()
         if "regex" in message:
             raise ToolError(f"invalid regular expression {regex!r}: {message}")
