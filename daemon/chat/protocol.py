@@ -4,7 +4,8 @@ Client → daemon frames are parsed into frozen dataclasses (`MessageFrame`, `Co
 `CancelFrame`, `ApproveFrame`); anything else raises `ProtocolError` with the code the server puts in its
 `error` frame. A command's arguments are checked against `COMMAND_ARGS` the same way, so a
 wrong type is refused on the wire (`bad_args`) instead of being coerced by the command. Daemon → client frames are plain dicts built by the small constructors below,
-so the wire format lives in one place. `LineBuffer` splits a byte stream into lines while
+and the frames clients send by `daemon.chat.wire`'s, re-exported here with its `encode`,
+`decode` and `LineBuffer`, so the wire format lives in one place. `LineBuffer` splits a byte stream into lines while
 enforcing the frame size limit: an oversized line is reported once and the rest of it is
 discarded, so one bad frame never costs the connection.
 """
@@ -20,6 +21,17 @@ from typing import Any, Final, Literal, TypeAlias
 
 import anyio
 from anyio.abc import ByteReceiveStream
+
+# The wire format and the client's frames, shared with the clients (standard library only).
+from daemon.chat.wire import LineBuffer as LineBuffer
+from daemon.chat.wire import Oversized as Oversized
+from daemon.chat.wire import cancel as cancel
+from daemon.chat.wire import command as command
+from daemon.chat.wire import decode as decode
+from daemon.chat.wire import describe_json as _describe_json
+from daemon.chat.wire import encode as encode
+from daemon.chat.wire import message as message
+from daemon.chat.wire import with_fields as _with
 
 # `hello` and `state` frames carry the lifecycle's states, by value.
 from daemon.lifecycle import DaemonState
@@ -180,20 +192,6 @@ _KIND_NAMES: Final[Mapping[ArgKind, str]] = {
 }
 
 
-def _describe_json(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if value is None:
-        return "null"
-    return type(value).__name__
-
-
 def _optional_str(obj: dict[str, Any], key: str, frame_id: str | None) -> str | None:
     value = obj.get(key)
     if value is None or isinstance(value, str):
@@ -324,51 +322,9 @@ def parse_client_frame(line: bytes) -> ClientFrame:
     )
 
 
-def encode(frame: dict[str, Any]) -> bytes:
-    """Encode a frame as one line of compact UTF-8 JSON, newline included.
-
-    Raises `TypeError`/`ValueError` for a frame that is not JSON (a programming error);
-    JSON escapes newlines inside strings, so the output is always exactly one line.
-    """
-    return (
-        json.dumps(frame, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        + b"\n"
-    )
-
-
-def decode(line: bytes) -> dict[str, Any]:
-    """Decode one daemon → client line; raise `ValueError` when it is not a JSON object."""
-    obj = json.loads(line)
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, got {_describe_json(obj)}")
-    return obj
-
-
 # --- client → daemon frames -------------------------------------------------------------
-# What clients send, built here as the daemon's frames are below, so the keys a client writes
-# and the keys `parse_client_frame` reads are named in one module.
-
-
-def message(*, text: str, id: str | None = None) -> dict[str, Any]:
-    """A message for the agent; `id` comes back on its `accepted` (and on an error about it)."""
-    return _with({"type": "message", "text": text}, id=id)
-
-
-def command(
-    *, name: str, id: str | None = None, args: Mapping[str, Any] | None = None, files: int = 0
-) -> dict[str, Any]:
-    """A command for the daemon; `files` counts the open files sent with it (`SCM_RIGHTS`)."""
-    return _with(
-        {"type": "command", "name": name},
-        id=id,
-        args=dict(args) if args else None,
-        files=files or None,
-    )
-
-
-def cancel(*, turn_id: str | None = None) -> dict[str, Any]:
-    """Cancel the turn named, or the current one."""
-    return _with({"type": "cancel"}, turn_id=turn_id)
+# `message`, `command` and `cancel` are `daemon.chat.wire`'s (imported above), so the blocking
+# client needs no more than that module; the keys they write are the ones parsed above.
 
 
 def approve(*, id: str, decision: ApprovalAnswer) -> dict[str, Any]:
@@ -377,11 +333,6 @@ def approve(*, id: str, decision: ApprovalAnswer) -> dict[str, Any]:
 
 
 # --- daemon → client frames -------------------------------------------------------------
-
-
-def _with(frame: dict[str, Any], **optional: Any) -> dict[str, Any]:
-    frame.update({k: v for k, v in optional.items() if v is not None})
-    return frame
 
 
 def hello(*, version: str, state: DaemonState | str, session_id: str) -> dict[str, Any]:
@@ -491,78 +442,6 @@ def progress(*, id: str | None, name: str, data: Any) -> dict[str, Any]:
 
 
 # --- line splitting with a size limit ---------------------------------------------------
-
-
-class Oversized:
-    """Marks a line that exceeded the frame size limit (its bytes were discarded)."""
-
-    __slots__ = ("size",)
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __repr__(self) -> str:
-        return f"Oversized({self.size})"
-
-
-class LineBuffer:
-    """Split a byte stream into lines of at most `max_bytes` (newline excluded).
-
-    `feed` returns complete lines and, for a line that grows past the limit, one
-    `Oversized` marker as soon as the limit is crossed; the rest of that line is then
-    dropped up to its newline. Memory stays bounded by `max_bytes` whatever the peer sends.
-    Blank lines are skipped (harmless keep-alives).
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        if max_bytes < 1:
-            raise ValueError("max_bytes must be positive")
-        self.max_bytes = max_bytes
-        self._buf = bytearray()
-        self._discarding = False
-        self._discarded = 0
-
-    def feed(self, data: bytes) -> list[bytes | Oversized]:
-        out: list[bytes | Oversized] = []
-        start = 0
-        while start < len(data):
-            nl = data.find(b"\n", start)
-            end = len(data) if nl < 0 else nl
-            chunk = data[start:end]
-            if self._discarding:
-                self._discarded += len(chunk)
-            else:
-                self._buf += chunk
-                if len(self._buf) > self.max_bytes:
-                    self._discarded = len(self._buf)
-                    self._buf.clear()
-                    self._discarding = True
-                    out.append(Oversized(self._discarded))
-            if nl < 0:
-                break
-            if self._discarding:
-                self._discarding = False
-                self._discarded = 0
-            else:
-                line = bytes(self._buf).rstrip(b"\r")
-                self._buf.clear()
-                if line.strip():
-                    out.append(line)
-            start = nl + 1
-        return out
-
-    def finish(self) -> bytes | None:
-        """Return what is left when the stream ends without a final newline."""
-        if self._discarding:
-            return None
-        line = bytes(self._buf).rstrip(b"\r")
-        self._buf.clear()
-        return line if line.strip() else None
-
-    @property
-    def pending(self) -> int:
-        """Bytes held for an unfinished line."""
-        return len(self._buf)
 
 
 class LineReader:
