@@ -12,6 +12,7 @@ with a line saying where it came from, and the registry labels it tool output.
 from __future__ import annotations
 
 import re
+import ssl
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any, ClassVar
@@ -20,7 +21,7 @@ import anyio
 import httpx
 
 from daemon.settings import FetchSettings, Settings
-from daemon.tools.netguard import GuardedTransport, NetworkGuard
+from daemon.tools.netguard import GuardedTransport, NetworkGuard, verifying_context
 from daemon.tools.registry import Tool, ToolContext, ToolError
 
 _SCHEMES = ("http", "https")
@@ -169,6 +170,13 @@ class PageFetcher:
     def __init__(self, config: FetchSettings, guard: NetworkGuard | None = None) -> None:
         self.config = config
         self.guard = guard or NetworkGuard(config.allow_hosts)
+        self._tls: ssl.SSLContext | None = None
+
+    def _tls_context(self) -> ssl.SSLContext:
+        # Built at the first fetch, not when the daemon starts, and shared by every fetch after.
+        if self._tls is None:
+            self._tls = verifying_context()
+        return self._tls
 
     async def fetch(self, url: str) -> Page:
         """GET `url`, following redirects (each hop checked), body read up to max_bytes.
@@ -189,7 +197,7 @@ class PageFetcher:
         redirects: list[str] = []
         current = start
         async with httpx.AsyncClient(
-            transport=GuardedTransport(self.guard),
+            transport=GuardedTransport(self.guard, self._tls_context()),
             follow_redirects=False,
             # Nothing from the environment: no .netrc credentials sent to whatever a page names.
             # (Environment proxies are never used with an explicit transport; a proxy would

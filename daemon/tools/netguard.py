@@ -28,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -240,15 +241,19 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 class GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's own transport (request mapping, errors, TLS context) over the guarded backend."""
 
-    def __init__(self, guard: NetworkGuard) -> None:
+    def __init__(self, guard: NetworkGuard, ssl_context: ssl.SSLContext) -> None:
         # No proxy: it would take the connection to the proxy's address, and the target's
-        # address would never be checked here.
-        super().__init__(proxy=None, retries=0)
+        # address would never be checked here. `ssl_context` is built once by the caller
+        # (loading the CA bundle costs tens of milliseconds) and used as is.
+        super().__init__(verify=ssl_context, proxy=None, retries=0)
         # The pool is the one thing replaced: httpx builds it without a way to pass a network
         # backend, and everything the pool does above the TCP connect (TLS with SNI and
         # certificate verification against the URL's host) stays httpx's default.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            network_backend=GuardedBackend(guard),
-            retries=0,
+            ssl_context=ssl_context, network_backend=GuardedBackend(guard), retries=0
         )
+
+
+def verifying_context() -> ssl.SSLContext:
+    """httpx's default TLS context: certificates verified against the system's CA bundle."""
+    return httpx.create_ssl_context()
