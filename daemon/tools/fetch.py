@@ -240,7 +240,7 @@ class PageFetcher:
             status=response.status_code,
             reason=response.reason_phrase,
             mime=mime,
-            content_type=content_type,
+            content_type=content_type[:120],  # shown in the header line
             charset=response.charset_encoding,
             redirects=redirects,
         )
