@@ -7,6 +7,7 @@ read from its environment, and that nothing it starts outlives its call.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import secrets
 import shutil
@@ -377,3 +378,67 @@ async def test_run_asks_by_default_and_names_its_subject(home: Home) -> None:
     assert tool.preview is not None
     shown = await tool.preview(CTX, {"command": "git status"})
     assert shown.startswith("$ git status\n") and "UNSANDBOXED" in shown
+
+
+# --- through the real daemon ---
+
+DAEMON_CONFIG = """
+[providers.anthropic]
+max_retries = 1
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+timeout_s = 60
+
+[models.summariser]
+provider = "offline"
+[models.recall_planner]
+provider = "offline"
+[models.recall_synthesis]
+provider = "offline"
+[models.heartbeat]
+provider = "offline"
+[models.dreams]
+provider = "offline"
+
+[tools]
+trunk = ["run", "recall"]
+
+[permissions]
+# An allow for a command holds every shell operator the command uses.
+rules = [{ tool = "run", match = "echo sandboxed-$((6 * 7)); env; cat ../reverie.toml || echo *", decision = "allow" }]
+"""
+
+
+@needs_bwrap
+def test_the_daemon_runs_a_command_in_the_sandbox_without_its_key(tmp_path: Path) -> None:
+    from tests.fakes.anthropic_server import FakeAnthropic, Planned
+    from tests.harness import Client, DaemonProcess, daemon_env
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(DAEMON_CONFIG)
+    command = "echo sandboxed-$((6 * 7)); env; cat ../reverie.toml || echo config-hidden"
+    with FakeAnthropic() as fake:
+        fake.enqueue(
+            Planned.tool("run", {"command": command}),
+            Planned(text="The command printed 42."),
+        )
+        key = "sk-ant-api03-" + secrets.token_hex(16)
+        d = DaemonProcess(
+            home=home,
+            env=daemon_env({"ANTHROPIC_API_KEY": key, "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+        )
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=60) as c:
+                c.hello()
+                _, frames = c.chat("Run the sum in the workspace, please.")
+        finally:
+            d.stop()
+        requests = fake.message_requests
+    assert frames[-1]["type"] == "done" and "42" in frames[-1]["text"]
+    assert len(requests) == 2
+    result = json.dumps(requests[1].body["messages"][-1])
+    assert "exit code: 0" in result and "sandboxed-42" in result and "config-hidden" in result
+    assert key not in result and "ANTHROPIC_API_KEY" not in result
+    assert "[providers.anthropic]" not in result

@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from daemon.paths import Home
 from daemon.settings import Settings
-from daemon.tools.fetch import fetch_tools
 from daemon.tools.files import file_tools
 from daemon.tools.registry import Tool
+from daemon.tools.run import run_tools
 from daemon.tools.workspace import Workspace
 
 
@@ -22,6 +22,6 @@ def work_tools(home: Home, settings: Settings) -> list[Tool]:
     """The built-in work tools (files, run, fetch_url), configured for this home."""
     tools: list[Tool] = []
     tools += file_tools(Workspace.for_home(home, settings), settings)
-    tools += fetch_tools(settings)
+    tools += run_tools(Workspace.for_home(home, settings), settings, home=home.root)
     # Everything a work tool returns comes from outside the conversation.
     return [replace(t, untrusted=True) for t in tools]
