@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from daemon.paths import Home
 from daemon.settings import Settings
+from daemon.tools.fetch import fetch_tools
 from daemon.tools.files import file_tools
 from daemon.tools.registry import Tool
 from daemon.tools.run import run_tools
@@ -23,5 +24,6 @@ def work_tools(home: Home, settings: Settings) -> list[Tool]:
     tools: list[Tool] = []
     tools += file_tools(Workspace.for_home(home, settings), settings)
     tools += run_tools(Workspace.for_home(home, settings), settings, home=home.root)
+    tools += fetch_tools(settings)
     # Everything a work tool returns comes from outside the conversation.
     return [replace(t, untrusted=True) for t in tools]
