@@ -254,6 +254,17 @@ async def test_search_files_finds_lines_gitignore_respected(
     assert await b.ok("search_files", pattern="absent-word") == "(no matches)"
 
 
+@SEARCHES
+async def test_a_fifo_in_the_workspace_blocks_no_tool(tmp_path: Path, use_ripgrep: bool) -> None:
+    b = Bench(tmp_path, _settings(), use_ripgrep=use_ripgrep)
+    b.put("a.txt", "needle\n")
+    os.mkfifo(b.root / "pipe")
+    # Opening a FIFO for reading waits for a writer forever: it is listed, never read.
+    assert await b.ok("search_files", pattern="needle") == "a.txt:1:needle"
+    assert (await b.ok("list_files")).splitlines() == ["a.txt", "pipe"]
+    assert "not a regular file" in await b.error("read_file", path="pipe")
+
+
 async def test_ripgrep_and_python_search_give_the_same_output(tmp_path: Path) -> None:
     assert shutil.which("rg"), "ripgrep is installed in this environment"
     rg = Bench(tmp_path / "rg", _settings(), use_ripgrep=True)

@@ -45,6 +45,8 @@ class _Entry:
     path: Path  # absolute, under a root
     is_dir: bool
     is_link: bool
+    # A regular file: only these are searched (a FIFO or a device would block the reader).
+    is_file: bool
 
 
 class _Ignores:
@@ -113,7 +115,7 @@ def _walk(directory: Path, ignores: _Ignores) -> Iterator[_Entry]:
         is_dir = not is_link and entry.is_dir(follow_symlinks=False)
         if ignores.ignored(path, is_dir=is_dir):
             continue
-        yield _Entry(path, is_dir, is_link)
+        yield _Entry(path, is_dir, is_link, not is_link and entry.is_file(follow_symlinks=False))
         if is_dir:
             yield from _walk(path, ignores.with_dir(path))
 
@@ -189,9 +191,7 @@ def _search_targets(workspace: Workspace, top: Path, pattern: str | None) -> lis
         return [top]
     spec = _glob(pattern)
     return [
-        e.path
-        for e in visible_files(workspace, top)
-        if not e.is_dir and not e.is_link and _glob_matches(spec, top, e)
+        e.path for e in visible_files(workspace, top) if e.is_file and _glob_matches(spec, top, e)
     ]
 
 
