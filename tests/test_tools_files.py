@@ -263,6 +263,10 @@ async def test_a_fifo_in_the_workspace_blocks_no_tool(tmp_path: Path, use_ripgre
     assert await b.ok("search_files", pattern="needle") == "a.txt:1:needle"
     assert (await b.ok("list_files")).splitlines() == ["a.txt", "pipe"]
     assert "not a regular file" in await b.error("read_file", path="pipe")
+    assert "not a regular file" in await b.error(
+        "edit_file", path="pipe", old_string="a", new_string="b"
+    )
+    assert "not a regular file" in await b.error("write_file", path="pipe", content="b")
 
 
 async def test_ripgrep_and_python_search_give_the_same_output(tmp_path: Path) -> None:

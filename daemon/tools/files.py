@@ -292,6 +292,8 @@ def plan_edit(workspace: Workspace, path: str, old: str, new: str, max_bytes: in
     shown = workspace.relative(real)
     if real.is_dir():
         raise ToolError(f"{shown} is a directory; give a file path")
+    if not real.is_file():
+        raise ToolError(f"{shown} is not a regular file")
     if old == new:
         raise ToolError("old_string and new_string are the same; there is nothing to change")
     before = _existing_text(real, shown, max_bytes)
