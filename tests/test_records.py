@@ -2,7 +2,8 @@
 
 The files under tests/golden/transcripts were written by the daemon before the records were
 typed (a trunk turn with a delegate call, forks that completed, were cancelled and were
-stopped, a vetoed turn, a turn whose context failed); they must still load, and write back
+stopped, a vetoed turn, a turn whose context failed), and since (tool calls the person
+approved, declined by timeout or by absence, and allowed by a saved answer); they must still load, and write back
 byte for byte.
 """
 
@@ -18,6 +19,7 @@ import pytest
 
 from daemon.agent.loop import AgentLoop
 from daemon.agent.records import (
+    ApprovalRecord,
     ForkEnd,
     MessageRecord,
     OtherRecord,
@@ -53,6 +55,7 @@ TYPED = {
     "tool_result": ToolResultRecord,
     "turn_end": TurnEnd,
     "fork_end": ForkEnd,
+    "approval": ApprovalRecord,
 }
 
 

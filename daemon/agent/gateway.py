@@ -124,6 +124,9 @@ class ChatGateway:
 
     async def client_finished_sending(self, client: Any) -> None:
         """Return once every turn this client started has been answered."""
+        if self.approvals is not None:
+            # It can read on but never answer: a question it would hold up goes elsewhere.
+            self.approvals.detach(client)
         if self._outstanding.get(client.id):
             event = self._drained.setdefault(client.id, anyio.Event())
             await event.wait()

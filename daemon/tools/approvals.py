@@ -116,7 +116,18 @@ class Approvals:
         return True
 
     def detach(self, client: Any) -> None:
+        """Stop asking `client` (it left, or shut its sending side and can never answer).
+
+        When the person's last client goes, the questions waiting are settled as no at once:
+        nobody is left to answer them.
+        """
         self._clients.pop(client.id, None)
+        if self._clients:
+            return
+        for pending in self._pending.values():
+            if pending.settled is None:
+                pending.settled = Settled(answer=None, by="nobody")
+                pending.done.set()
 
     def pending(self) -> list[ApprovalRequest]:
         return [p.request for p in self._pending.values()]
