@@ -684,3 +684,73 @@ def test_a_fork_reads_a_workspace_file_through_the_daemon(tmp_path: Path) -> Non
     assert read and f"     1\t{HERON_NOTES.strip()}" in read[0]
     # The trunk hears the fork's digest, not the file.
     assert "seven grey herons" not in json.dumps(trunk[1].body)
+
+
+def test_a_fork_reads_three_files_and_edits_one_the_trunk_gets_only_the_digest(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    notes = home / "workspace" / "notes"
+    notes.mkdir(parents=True)
+    # The person allowed edits in this home; reading needs no rule.
+    (home / "reverie.toml").write_text(
+        DAEMON_CONFIG
+        + '\n[permissions]\nrules = [{ tool = "edit_file", match = "notes/*", decision = "allow" }]\n'
+    )
+    texts = {
+        "north.txt": "North shore: four grey herons standing in the reeds.\n",
+        "south.txt": "South shore: two herons and a kingfisher on the jetty.\n",
+        "tally.txt": "Total herons: unknown\n",
+    }
+    for name, text in texts.items():
+        (notes / name).write_text(text)
+    with FakeAnthropic() as fake:
+        d = DaemonProcess(
+            home=home,
+            env=daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+        )
+        fake.enqueue(
+            Planned.tool("delegate", {"task": "Tally the herons in notes/ and write the total"}),
+            Planned(tool_calls=tuple(("read_file", {"path": f"notes/{n}"}) for n in sorted(texts))),
+            Planned.tool(
+                "edit_file",
+                {
+                    "path": "notes/tally.txt",
+                    "old_string": "Total herons: unknown",
+                    "new_string": "Total herons: 6",
+                },
+            ),
+            Planned.tool(
+                "task_complete",
+                {
+                    "summary": "Six herons in all; notes/tally.txt now says so.",
+                    "outcome": "success",
+                },
+            ),
+            Planned.reply("Six herons, and the tally is written down."),
+        )
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=60) as c:
+                c.hello()
+                c.send({"type": "message", "text": "Tally my heron notes, please."})
+                frames = c.recv_until(lambda f: f["type"] == "done", limit=5000)
+        finally:
+            d.stop()
+        requests = fake.message_requests
+    assert "Six herons, and the tally is written down." in frames[-1]["text"]
+    assert (notes / "tally.txt").read_text() == "Total herons: 6\n"
+    forks = [r for r in requests if _is_fork(r)]
+    trunk = [r for r in requests if not _is_fork(r)]
+    assert len(forks) == 3 and len(trunk) == 2
+    read = "\n".join(_tool_results(forks[1]))
+    for text in texts.values():
+        assert f"     1\t{text.strip()}" in read
+    edited = "\n".join(_tool_results(forks[2]))
+    assert "edited notes/tally.txt at line 1" in edited
+    assert "-Total herons: unknown\n+Total herons: 6" in edited
+    # The trunk's next request holds the fork's digest and none of the files' text.
+    trunk_body = json.dumps(trunk[1].body)
+    assert "Six herons in all" in trunk_body
+    for text in (*texts.values(), "Total herons: 6"):
+        assert text.strip() not in trunk_body
