@@ -175,7 +175,7 @@ def test_the_system_unit_says_what_the_daemon_expects() -> None:
         "ProtectHome": "yes",
         "NoNewPrivileges": "yes",
         "UMask": "0077",
-        "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+        "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK",
     }.items():
         assert d.get(key) == [value], key
     assert "MemoryDenyWriteExecute" not in d

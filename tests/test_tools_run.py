@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -378,6 +379,78 @@ async def test_run_asks_by_default_and_names_its_subject(home: Home) -> None:
     assert tool.preview is not None
     shown = await tool.preview(CTX, {"command": "git status"})
     assert shown.startswith("$ git status\n") and "UNSANDBOXED" in shown
+
+
+# --- under the service ---
+
+UNITS = Path(__file__).resolve().parent.parent / "systemd"
+_NAMESPACE_OF = {
+    "--unshare-user-try": "user",
+    "--unshare-pid": "pid",
+    "--unshare-ipc": "ipc",
+    "--unshare-uts": "uts",
+    "--unshare-net": "net",
+}
+
+
+def _directives(unit: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in unit.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+@pytest.mark.parametrize("unit", ["reverie.service", "reverie-user.service"])
+def test_the_units_hardening_leaves_room_for_the_sandbox(unit: str) -> None:
+    d = _directives(UNITS / unit)
+    opts = Sandbox.for_workspace(
+        (), RunSettings(), home=Path("/nonexistent"), which=lambda _n: "/usr/bin/bwrap"
+    ).bwrap_options(cwd=Path("/"))
+    needed = {"mnt"} | {_NAMESPACE_OF[o] for o in opts if o.startswith("--unshare")}
+    assert needed <= set(d["RestrictNamespaces"].split())
+    # The sandbox's loopback device is brought up over netlink.
+    assert "AF_NETLINK" in d["RestrictAddressFamilies"].split()
+    # Any mount over /proc stops the kernel from mounting a fresh /proc in a user namespace.
+    for key in ("ProtectKernelTunables", "ProtectKernelLogs", "ProtectProc", "ProcSubset"):
+        assert key not in d, key
+    if "SystemCallFilter" in d:
+        assert "@mount" in d["SystemCallFilter"].split()
+    assert d["NoNewPrivileges"] == "yes"
+
+
+@needs_bwrap
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to become an unprivileged user",
+)
+def test_the_sandbox_works_for_an_unprivileged_user(tmp_path: Path) -> None:
+    # The service runs as its own user, with no_new_privs: bubblewrap then builds the
+    # sandbox in a user namespace of its own.
+    ws = Path(tempfile.mkdtemp(prefix="reverie-run-ws-", dir="/var/tmp"))
+    try:
+        os.chown(ws, 65534, 65534)
+        sandbox = Sandbox.for_workspace((ws,), RunSettings(), home=tmp_path, environ={})
+        argv = sandbox.argv("id -u; touch made && echo ws-writable; ls -A /tmp", cwd=ws)
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--no-new-privs",
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            env=sandbox.env(),
+            cwd=ws,
+            timeout=30,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (0, "65534\nws-writable\n", "")
+    finally:
+        shutil.rmtree(ws)
 
 
 # --- through the real daemon ---

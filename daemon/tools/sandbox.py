@@ -188,8 +188,12 @@ class Sandbox:
         if self.settings.network:
             # /etc/resolv.conf points here on systemd-resolved machines.
             opts += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
+        fresh = (Path("/tmp"), Path("/run"))
         for path in self.hidden:
-            opts += ["--tmpfs", str(path)]
+            # Under the fresh /tmp or /run it is hidden already (and a mount would leave its
+            # directory names behind there).
+            if not any(path == f or _strictly_under(path, f) for f in fresh):
+                opts += ["--tmpfs", str(path)]
         for root in self.roots:
             opts += ["--bind", str(root), str(root)]
         # A hidden directory inside a root (the daemon's home under a root such as ~) was
