@@ -6,6 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kind="${1:-core}"
 py="${PYTHON:-python3}"
+# System packages the work tools use: bubblewrap (the run tool's sandbox; without it run is
+# off) and ripgrep (search_files' fast path). Installed when missing, as root, with apt.
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v rg >/dev/null 2>&1 || missing+=(ripgrep)
+if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) \
+    || echo "setup: could not install ${missing[*]}; run stays off, search_files searches in Python" >&2
+fi
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi

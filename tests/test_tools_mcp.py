@@ -130,7 +130,7 @@ async def test_a_servers_tools_are_offered_namespaced_and_answer_through_the_reg
             "mcp__notes__crash",
             "mcp__notes__picture",
         } <= set(names)
-        assert all(re.fullmatch(r"mcp__notes__[a-z]+", n) for n in names)
+        assert all(re.fullmatch(r"mcp__notes__[a-z_]+", n) for n in names)
         tools = _by_name(servers)
         echo, add = tools["mcp__notes__echo"], tools["mcp__notes__add"]
         # Permission: per tool by its remote name, else the server's default.
@@ -141,7 +141,9 @@ async def test_a_servers_tools_are_offered_namespaced_and_answer_through_the_reg
         )
         assert echo.description == "[MCP server notes] Say `text` back."
         assert echo.output_origin == "tool" and echo.timeout_s == 7
-        assert echo.subject == "text" and add.subject is None
+        # Rules match a path-, URL- or command-like argument; other tools are taken whole.
+        assert tools["mcp__notes__read_note"].subject == "path"
+        assert echo.subject is None and add.subject is None
         assert add.input_schema["properties"]["a"]["type"] == "integer"
         spec_names = {s.name for s in registry.specs()}
         assert "mcp__notes__echo" in spec_names

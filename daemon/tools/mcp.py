@@ -484,7 +484,10 @@ class McpServers:
         if tg is None:
             return None
         tg.cancel_scope.cancel()
-        return await tg.__aexit__(exc_type, exc, tb)
+        # The servers' tasks only end by this cancellation; whatever is unwinding the caller
+        # passes through unchanged (not wrapped in this group's ExceptionGroup).
+        await tg.__aexit__(None, None, None)
+        return None
 
     def tools(self) -> Iterable[Tool]:
         for link in self._links:

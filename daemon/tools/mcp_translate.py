@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
-# Arguments whose value a permission pattern is best matched against, in preference order.
-_SUBJECTS = ("path", "file_path", "url", "uri", "command", "query")
+# Arguments a permission pattern means something for, in preference order. Any other tool
+# has no subject: rules and "always" answers take it as a whole.
+_SUBJECTS = ("path", "url", "uri", "command")
 
 
 def tool_name(server: str, remote: str, taken: Iterable[str] = ()) -> str:
@@ -88,14 +89,10 @@ def _portable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def permission_subject(schema: dict[str, Any]) -> str | None:
-    """The argument a permission pattern matches: a well-known one, else the only string one."""
+    """The argument a permission pattern matches (a path, URL or command), or None."""
     props = schema.get("properties", {})
-    strings = [k for k, v in props.items() if v.get("type") == "string"]
-    for name in _SUBJECTS:
-        if name in strings:
-            return name
-    required = [k for k in strings if k in schema.get("required", [])]
-    return required[0] if len(required) == 1 else None
+    strings = {k for k, v in props.items() if v.get("type") == "string"}
+    return next((name for name in _SUBJECTS if name in strings), None)
 
 
 def _size(base64_data: str) -> str:

@@ -1,10 +1,10 @@
 """A small MCP server written with the official SDK, for tests that start it as a real process.
 
-Tools: `echo`, `add`, `slow` (sleeps, then answers), `fail` (the tool reports an error),
-`crash` (the process exits mid-call, as a server that dies would), `picture` (an image and
-a text block), `env` (the value of one environment variable, or "<unset>"), `pid` (the
-server's process id) and `learn` (adds a tool named by its argument and tells the client
-its tools changed).
+Tools: `echo`, `add`, `read_note`, `slow` (sleeps, then answers), `fail` (the tool reports
+an error), `crash` (the process exits mid-call, as a server that dies would), `picture` (an
+image and a text block), `env` (the value of one environment variable, or "<unset>"), `pid`
+(the server's process id) and `learn` (adds a tool named by its argument and tells the
+client its tools changed).
 
 Every start appends the server's pid to the file named by `MCP_FAKE_PIDFILE` (when set),
 so a test can find the process to kill and count restarts.
@@ -49,6 +49,12 @@ async def slow(seconds: float = 30.0) -> str:
     """Wait `seconds`, then answer."""
     await anyio.sleep(seconds)
     return f"slept {seconds}"
+
+
+@server.tool()
+def read_note(path: str) -> str:
+    """Read the note at `path`."""
+    return f"the note at {path}"
 
 
 @server.tool()
