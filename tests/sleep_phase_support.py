@@ -1,4 +1,4 @@
-"""Helpers for the sleep phase tests: a real home, database, memory system and model roles.
+"""Helpers for the sleep phase tests: the daemon's services (real home, database, memory, roles).
 
 `sleep_home` yields a `SleepRig` whose `context()` builds the `PhaseContext` a cycle would
 give a phase, on a `FakeClock` that the test moves across weeks and months.
@@ -19,10 +19,10 @@ from daemon.clock import FakeClock
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.system import MemorySystem
 from daemon.models.base import Model
-from daemon.models.ledger import UsageLedger
 from daemon.models.offline import OfflineModel
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.services import open_services
 from daemon.settings import SchedulerSettings, Settings, SleepSettings
 from daemon.sleep.phases import PhaseContext
 from daemon.store.db import Database
@@ -107,6 +107,8 @@ async def sleep_home(
     models: dict[str, Model] | None = None,
     start: datetime = START,
 ) -> AsyncIterator[SleepRig]:
+    """The daemon's services (`open_services`), not serving: a test runs a phase itself, with
+    the context the daemon's sleep cycle would give it (its bus, memory and model roles)."""
     home = Home(root)
     home.ensure()
     cfg = settings or sleep_settings()
@@ -114,20 +116,15 @@ async def sleep_home(
     offline = OfflineModel()
     overrides: dict[str, Model] = {"summariser": offline, "dreams": offline}
     overrides.update(models or {})
-    bus = EventBus()
-    async with await Database.open(home.db_file) as db:
-        async with ModelRoles(cfg, UsageLedger(db, cfg.spend, clock), overrides=overrides) as roles:
-            system = MemorySystem(
-                home=home,
-                db=db,
-                settings=cfg,
-                roles=roles,
-                bus=None,
-                clock=clock,
-                background=False,
-                embedder=HashEmbedder(),
-            )
-            async with system, bus:
-                yield SleepRig(
-                    home=home, db=db, settings=cfg, clock=clock, roles=roles, memory=system, bus=bus
-                )
+    async with open_services(
+        home, cfg, clock, models=overrides, embedder=HashEmbedder(), watch_files=False
+    ) as services:
+        yield SleepRig(
+            home=home,
+            db=services.db,
+            settings=cfg,
+            clock=clock,
+            roles=services.roles,
+            memory=services.memory,
+            bus=services.bus,
+        )
