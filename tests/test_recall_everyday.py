@@ -11,19 +11,17 @@ import json
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import anyio
 import numpy as np
 import pytest
 
-from daemon.agent.loop import AgentLoop
-from daemon.agent.trunk import Trunk
 from daemon.agent.turns import TurnDone, TurnEvent
-from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import AssembledContext, ContextAssembler
-from daemon.events import BeforeAgentStart, TurnFinished
+from daemon.events import BeforeAgentStart
 from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.auto_recall import IndexMemoryView
 from daemon.memory.embedders import HashEmbedder, NoEmbedder
@@ -31,16 +29,15 @@ from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose
 from daemon.memory.rows import NewMemory
 from daemon.memory.system import MemorySystem
-from daemon.models.base import ModelRequest
-from daemon.models.roles import ModelRoles
+from daemon.models.base import Model, ModelRequest
 from daemon.paths import Home
+from daemon.services import open_services
 from daemon.settings import MemorySettings, Settings, TopicsSettings
 from daemon.store.db import Database
 from daemon.testing import ScriptedModel
 from daemon.tokens import TokenCounter, count_tokens
-from daemon.tools.registry import ToolRegistry
 from daemon.topics.router import ADDENDA_HEADING, TopicRouter
-from tests.memory_support import NOW, add_session, memory_system
+from tests.memory_support import NOW, add_session, memory_system, settings, unexpected
 
 pytestmark = pytest.mark.anyio
 
@@ -141,7 +138,6 @@ async def test_automatic_recall_never_brings_back_the_live_conversation(
     With room for one past turn only, the first turn is no longer replayed: recall may bring it.
     """
     clock = FakeClock(NOW)
-    bus = EventBus()
     requests: list[ModelRequest] = []
 
     def reply(request: ModelRequest) -> str:
@@ -157,9 +153,21 @@ async def test_automatic_recall_never_brings_back_the_live_conversation(
             "decisions": [],
         }
     )
-    models = {"summariser": ScriptedModel(lambda req: summary)}
-    async with memory_system(tmp_path, clock=clock, bus=bus, models=models) as memory:
-        home = Home(tmp_path)
+    models: dict[str, Model] = {
+        "trunk": ScriptedModel(reply),
+        "summariser": ScriptedModel(lambda req: summary),
+        "recall_planner": unexpected("recall_planner"),
+        "recall_synthesis": unexpected("recall_synthesis"),
+    }
+    home = Home(tmp_path)
+    home.ensure()
+    # The daemon's own wiring: its assembler, loop and trunk, memory indexing each finished turn.
+    async with open_services(
+        home, settings(), clock, models=models, embedder=HashEmbedder(), watch_files=False
+    ) as services:
+        memory, bus, trunk = services.memory, services.bus, services.trunk
+        # Below what settings allow (4): room for one past turn only.
+        trunk.loop.history_max_messages = history_max_messages
         await add_session(
             memory.db,
             "older",
@@ -167,35 +175,23 @@ async def test_automatic_recall_never_brings_back_the_live_conversation(
             started="2026-02-01T09:00:00+00:00",
         )
         await memory.index_session("older")
-        assembler(memory, home).register(bus)
         starts: list[BeforeAgentStart] = []
         bus.on(BeforeAgentStart, starts.append)
-        roles = ModelRoles(memory.settings, None, overrides={"trunk": ScriptedModel(reply)})
-        loop = AgentLoop(
-            roles=roles,
-            tools=ToolRegistry(),
-            bus=bus,
-            clock=clock,
-            counter=TokenCounter(),
-            history_max_messages=history_max_messages,
-        )
-        bus.on(TurnFinished, lambda e: memory.index_session(e.session_id), name="memory.index_turn")
-        async with bus, Trunk(home=home, db=memory.db, loop=loop, clock=clock) as trunk:
-            async with anyio.create_task_group() as tg:
-                await tg.start(trunk.serve)
-                for text in (
-                    "I called my sister this morning.",
-                    "My sister sounded tired on the phone.",
-                    "Where does my sister live?",
-                ):
-                    done: list[TurnEvent] = []
-                    await trunk.submit(text, observer=done.append)
-                    with anyio.fail_after(10):
-                        while not any(isinstance(e, TurnDone) for e in done):
-                            await anyio.sleep(0.01)
-                        await bus.drain()  # the turn is indexed before the next one
-                live = trunk.session.id  # type: ignore[union-attr]
-                tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as tg:
+            await tg.start(partial(services.serve, jobs=False))
+            for text in (
+                "I called my sister this morning.",
+                "My sister sounded tired on the phone.",
+                "Where does my sister live?",
+            ):
+                done: list[TurnEvent] = []
+                await trunk.submit(text, observer=done.append)
+                with anyio.fail_after(10):
+                    while not any(isinstance(e, TurnDone) for e in done):
+                        await anyio.sleep(0.01)
+                    await bus.drain()  # the turn is indexed before the next one
+            live = trunk.session.id  # type: ignore[union-attr]
+            tg.cancel_scope.cancel()
         live_chunks = await memory.db.fetchall(
             "SELECT uid FROM memories WHERE session_id = ? AND kind = 'chunk'", (live,)
         )
