@@ -430,6 +430,15 @@ class McpSettings(_Section):
     restart_max_s: float = Field(60.0, gt=0)
     start_timeout_s: float = Field(20.0, gt=0)
 
+    @model_validator(mode="after")
+    def _unique_names(self) -> McpSettings:
+        # A server's name is its tools' namespace: two servers of one name would share it.
+        names = [server.name for server in self.servers]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"MCP server names must be unique; repeated: {', '.join(twice)}")
+        return self
+
 
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"

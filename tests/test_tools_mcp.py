@@ -395,6 +395,20 @@ async def test_probe_starts_a_server_once_lists_its_tools_and_stops_it(
 # --- translation -------------------------------------------------------------------------------
 
 
+def test_two_servers_of_one_name_are_refused_by_the_config() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="MCP server names must be unique; repeated: notes"):
+        McpSettings.model_validate(
+            {
+                "servers": [
+                    {"name": "notes", "command": "notes-mcp"},
+                    {"name": "notes", "url": "http://127.0.0.1:9/mcp"},
+                ]
+            }
+        )
+
+
 def test_tool_names_fit_the_api_and_stay_unique() -> None:
     assert tool_name("notes", "echo") == "mcp__notes__echo"
     odd = tool_name("notes", "read.page/v2 (beta)")
