@@ -24,15 +24,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.log import configure
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.system import MemorySystem
-from daemon.models.ledger import UsageLedger
 from daemon.models.offline import OfflineModel
-from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.services import Services, open_services
 from daemon.settings import SchedulerSettings, Settings
 from daemon.sleep.dreams import DreamsPhase
 from daemon.sleep.maintenance import MaintenancePhase
@@ -96,11 +94,12 @@ async def add_day(system: MemorySystem, db: Database, clock: FakeClock, day: int
         await system.remember(text)
 
 
-def context(home: Home, db: Database, settings: Settings, roles: ModelRoles, clock: FakeClock,
-            system: MemorySystem, since: datetime | None, cycle: str) -> PhaseContext:  # fmt: skip
+def context(services: Services, since: datetime | None, cycle: str) -> PhaseContext:
+    """What the daemon's sleep cycle gives a phase."""
     return PhaseContext(
-        cycle_id=cycle, reason="nightly", session_id="trunk", started_at=clock.now(), since=since, home=home,
-        settings=settings, db=db, models=roles, bus=EventBus(), clock=clock, memory=system,
+        cycle_id=cycle, reason="nightly", session_id="trunk", started_at=services.clock.now(),
+        since=since, home=services.home, settings=services.settings, db=services.db,
+        models=services.roles, bus=services.bus, clock=services.clock, memory=services.memory,
     )  # fmt: skip
 
 
@@ -118,49 +117,43 @@ async def one_history(days: int, nights: int) -> dict[str, Any]:
     settings = Settings(scheduler=SchedulerSettings(timezone="UTC"))
     clock = FakeClock(START)
     offline = OfflineModel()
-    async with await Database.open(home.db_file) as db:
-        roles = ModelRoles(
-            settings,
-            UsageLedger(db, settings.spend, clock),
-            overrides={"summariser": offline, "dreams": offline},
-        )
-        async with roles:
-            system = MemorySystem(
-                home=home, db=db, settings=settings, roles=roles, bus=None, clock=clock, background=False,
-                embedder=HashEmbedder(),
-            )  # fmt: skip
-            async with system:
-                built = time.perf_counter()
-                for day in range(days):
-                    await add_day(system, db, clock, day)
-                build_s = time.perf_counter() - built
-                clock.set(START + timedelta(days=days))
-                t0 = time.perf_counter()
-                first = await MaintenancePhase().run(
-                    context(home, db, settings, roles, clock, system, None, "first")
-                )
-                first_s = time.perf_counter() - t0
-                maint, dream, calls, tokens_in, tokens_out = [], [], [], [], []
-                last_sleep = clock.now()
-                for night in range(nights):
-                    await add_day(system, db, clock, days + night)
-                    clock.set(START + timedelta(days=days + night + 1))
-                    ctx = context(
-                        home, db, settings, roles, clock, system, last_sleep, f"night-{night}"
-                    )
-                    t0 = time.perf_counter()
-                    await MaintenancePhase().run(ctx)
-                    maint.append(time.perf_counter() - t0)
-                    before = await usage(db)
-                    t0 = time.perf_counter()
-                    await DreamsPhase().run(ctx)
-                    dream.append(time.perf_counter() - t0)
-                    after = await usage(db)
-                    calls.append(after[0] - before[0])
-                    tokens_in.append(after[1] - before[1])
-                    tokens_out.append(after[2] - before[2])
-                    last_sleep = clock.now()
-                stats = await system.index.stats()
+    # The daemon's own services, not serving: the bench runs the two phases itself.
+    async with open_services(
+        home,
+        settings,
+        clock,
+        models={"summariser": offline, "dreams": offline},
+        embedder=HashEmbedder(),
+        watch_files=False,
+    ) as services:
+        system, db = services.memory, services.db
+        built = time.perf_counter()
+        for day in range(days):
+            await add_day(system, db, clock, day)
+        build_s = time.perf_counter() - built
+        clock.set(START + timedelta(days=days))
+        t0 = time.perf_counter()
+        first = await MaintenancePhase().run(context(services, None, "first"))
+        first_s = time.perf_counter() - t0
+        maint, dream, calls, tokens_in, tokens_out = [], [], [], [], []
+        last_sleep = clock.now()
+        for night in range(nights):
+            await add_day(system, db, clock, days + night)
+            clock.set(START + timedelta(days=days + night + 1))
+            ctx = context(services, last_sleep, f"night-{night}")
+            t0 = time.perf_counter()
+            await MaintenancePhase().run(ctx)
+            maint.append(time.perf_counter() - t0)
+            before = await usage(db)
+            t0 = time.perf_counter()
+            await DreamsPhase().run(ctx)
+            dream.append(time.perf_counter() - t0)
+            after = await usage(db)
+            calls.append(after[0] - before[0])
+            tokens_in.append(after[1] - before[1])
+            tokens_out.append(after[2] - before[2])
+            last_sleep = clock.now()
+        stats = await system.index.stats()
     return {
         "days": days, "build_s": build_s, "first_s": first_s, "first_changed": first.changed,
         "maint_ms": statistics.median(maint) * 1000, "dream_ms": statistics.median(dream) * 1000,
