@@ -150,7 +150,9 @@ class ChatClient:
     ) -> Any:
         """Run one command on this connection; return the `data` of its `result`.
 
-        Raises `ChatError` on its `error` frame or when the connection ends first.
+        Raises `ChatError` on its `error` frame or when the connection ends first. It has no
+        timeout of its own: bound it with a cancel scope (the module's `command` does); a reply
+        that arrives after a cancellation is passed over by the next command.
         """
         command_id = new_id()
         await self.send(wire.command(name=name, id=command_id, args=args))
