@@ -26,7 +26,7 @@ import pytest
 
 from daemon.paths import Home
 from daemon.settings import McpServer, McpSettings
-from daemon.tools.mcp import McpServers, ServerState, probe
+from daemon.tools.mcp import McpServers, ProbeFailed, ServerState, probe
 from daemon.tools.mcp_translate import portable_schema, render_result, tool_name
 from daemon.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 from tests.harness import REPO
@@ -388,8 +388,15 @@ async def test_probe_starts_a_server_once_lists_its_tools_and_stops_it(
     names = await probe(home, _entry(pidfile), timeout_s=20)
     assert "mcp__notes__echo" in names
     assert len(_pids(pidfile)) == 1 and not _alive(_pids(pidfile)[0])
-    with pytest.raises(Exception, match="command not found"):
+    with pytest.raises(ProbeFailed, match=r"^command not found: /nonexistent/x$"):
         await probe(home, McpServer(name="ghost", command="/nonexistent/x"), timeout_s=5)
+    quitter = McpServer(
+        name="quitter",
+        command=sys.executable,
+        args=["-c", "import sys; sys.stderr.write('missing NOTES_TOKEN\\n'); sys.exit(1)"],
+    )
+    with pytest.raises(ProbeFailed, match=r"stderr: missing NOTES_TOKEN$"):
+        await probe(home, quitter, timeout_s=5)
 
 
 # --- translation -------------------------------------------------------------------------------

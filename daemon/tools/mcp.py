@@ -497,9 +497,19 @@ class McpServers:
         return [link.status() for link in self._links]
 
 
+class ProbeFailed(Exception):
+    """A server did not start and answer (the message says why, in one line)."""
+
+
 async def probe(home: Home, entry: McpServer, timeout_s: float) -> list[str]:
-    """Start `entry` once, list its tools' names and stop it (doctor). Raises why it failed."""
+    """Start `entry` once, list its tools' names and stop it (doctor).
+
+    Raises ProbeFailed when it cannot be started or does not answer within `timeout_s`.
+    """
     link = _Link(home, entry, McpSettings(start_timeout_s=timeout_s), SystemClock())
-    async with link._connected() as (_session, listing, _signals, _why):
-        link._offer(listing)
-        return [t.name for t in link._tools]
+    try:
+        async with link._connected() as (_session, listing, _signals, _why):
+            link._offer(listing)
+            return [t.name for t in link._tools]
+    except Exception as exc:
+        raise ProbeFailed(_describe(exc)) from None
