@@ -1,4 +1,9 @@
-"""Helpers for the memory behaviour tests: a real MemorySystem over a real database file."""
+"""Helpers for the memory behaviour tests: a real MemorySystem over a real database file.
+
+`memory_system` builds the memory system alone (with the database and model roles it needs):
+these tests are of memory itself. A test that needs memory wired to the rest of the daemon
+(its assembler, loop, trunk, turn indexing) builds the daemon's services instead
+(`daemon.services.open_services`)."""
 
 from __future__ import annotations
 
@@ -53,7 +58,6 @@ async def memory_system(
     config: Settings | None = None,
     clock: FakeClock | None = None,
     bus: EventBus | None = None,
-    background: bool = True,
     topic_addenda: Callable[[str, str], str] | None = None,
     embedder: Embedder | None = None,
 ) -> AsyncIterator[MemorySystem]:
@@ -75,7 +79,6 @@ async def memory_system(
                 bus=bus,
                 clock=clk,
                 topic_addenda=topic_addenda,
-                background=background,
                 embedder=embedder if embedder is not None else HashEmbedder(),
             )
             async with system:
