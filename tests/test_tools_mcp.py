@@ -244,6 +244,35 @@ async def test_a_server_that_announces_new_tools_has_them_offered(
         assert out.content == "I am heron_count"
 
 
+async def test_the_entrys_permissions_decide_through_the_daemons_guard(
+    home: Home, pidfile: Path
+) -> None:
+    from daemon.settings import PermissionRule
+    from daemon.tools.approvals import Approvals, PermissionGuard
+    from daemon.tools.policy import PermissionPolicy
+
+    entry = _entry(pidfile, permission="ask", tools={"echo": "allow", "crash": "deny"})
+    guard = PermissionGuard(
+        policy=PermissionPolicy([PermissionRule(tool="mcp__notes__add", decision="allow")]),
+        approvals=Approvals(),
+        timeout_s=2,
+    )
+    async with McpServers(home, _settings(entry)) as servers:
+        registry = ToolRegistry(guard=guard)
+        registry.add_source(servers)
+        await _until(lambda: _state(servers) == ServerState.UP, "the server up")
+        assert (await registry.call("mcp__notes__echo", {"text": "hi"}, CTX)).content == "hi"
+        # A rule outranks the entry's default.
+        assert (await registry.call("mcp__notes__add", {"a": 1, "b": 2}, CTX)).content == "3"
+        denied = await registry.call("mcp__notes__crash", {}, CTX)
+        assert denied.is_error and "denied" in denied.content
+        # Asked, with no client of the person's connected: no, and nothing reached the server.
+        asked = await registry.call("mcp__notes__picture", {}, CTX)
+        assert asked.is_error and "approval" in asked.content
+        status = servers.status()[0]
+        assert (status.state, status.restarts, len(_pids(pidfile))) == (ServerState.UP, 0, 1)
+
+
 # --- servers that do not come up -----------------------------------------------------------
 
 
