@@ -216,3 +216,35 @@ async def test_the_event_loop_client_is_the_same_link(sock: Path) -> None:
             with pytest.raises(ChatError) as info:
                 await client.command("no_such_command")
             assert info.value.code == "unknown_command"
+
+
+async def test_doctor_asks_the_daemon_through_the_link(
+    sock: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`reverie doctor` greets a listening daemon (its state and version) and spots a stale socket."""
+    import json
+
+    from daemon.cli import main
+
+    home = tmp_path / "agent"
+    assert main(["init", str(home)]) == 0
+    with (home / "reverie.toml").open("a") as fh:
+        fh.write(f'\n[chat]\nsocket = "{sock}"\n')
+    sock.parent.mkdir(mode=0o700)
+
+    def doctor() -> dict[str, Any]:
+        main(["doctor", "--home", str(home), "--json"])
+        checks = json.loads(capsys.readouterr().out)
+        return next(c for c in checks if c["name"] == "socket")
+
+    capsys.readouterr()
+    with anyio.fail_after(20):
+        async with server_at(sock):
+            live = await in_thread(doctor)
+        # A socket file nobody listens on any more.
+        stale = UnixListener.bind(sock, mode=0o600)
+        stale.close()
+        gone = await in_thread(doctor)
+    assert live["status"] == "ok"
+    assert live["detail"] == f"daemon listening on {sock} (awake, version test)"
+    assert gone["status"] == "warn" and gone["detail"].startswith("stale socket")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import stat
 import sys
 from dataclasses import dataclass
@@ -268,15 +267,16 @@ def _socket(home: Home, settings: Settings) -> Check:
         return Check(name="socket", status="ok", detail=f"{path} (daemon not running)")
     mode = stat.S_IMODE(path.stat().st_mode)
     dmode = stat.S_IMODE(path.parent.stat().st_mode)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(2)
+    from daemon.chat.link import ChatError, DaemonLink
+
+    greeting: dict[str, Any] = {}
     try:
-        sock.connect(str(path))
+        with DaemonLink.connect(path, timeout=2.0) as link:
+            greeting = link.hello
         live = True
-    except OSError:
-        live = False
-    finally:
-        sock.close()
+    except ChatError as exc:
+        # A daemon that refuses this uid still answered: it is listening.
+        live = exc.frame is not None
     if not live:
         return Check(
             name="socket",
@@ -291,7 +291,8 @@ def _socket(home: Home, settings: Settings) -> Check:
             detail=f"{path} mode {mode:o}, directory {dmode:o}: too open",
             fix="chmod 600 the socket and 700 its directory",
         )
-    return Check(name="socket", status="ok", detail=f"daemon listening on {path}")
+    said = f" ({greeting.get('state')}, version {greeting.get('version')})" if greeting else ""
+    return Check(name="socket", status="ok", detail=f"daemon listening on {path}{said}")
 
 
 def run_checks(home: Home, settings: Settings) -> list[Check]:
