@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ from daemon.events import (
     SystemNote,
     TurnContext,
 )
+from daemon.memory.embedders import HashEmbedder
 from daemon.models.base import (
     ModelRequest,
     ModelUnavailable,
@@ -40,6 +44,7 @@ from daemon.models.base import (
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.services import Services, open_services
 from daemon.settings import load_settings
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel, static_context
@@ -283,6 +288,37 @@ async def test_compaction_approaching_is_published_once(tmp_path: Path) -> None:
     assert len(seen) == 1 and seen[0].fraction >= 0.5
 
 
+@asynccontextmanager
+async def _daemon(
+    root: Path, trunk_model: Any, *, retry_s: float = 0.01, retry_max_s: float = 300.0
+) -> AsyncIterator[Services]:
+    """The daemon's services with `trunk_model` answering for the trunk, not yet serving."""
+    home = Home(root)
+    home.ensure()
+    settings = load_settings(None)
+    agent = settings.agent.model_copy(
+        update={"unavailable_retry_s": retry_s, "unavailable_retry_max_s": retry_max_s}
+    )
+    async with open_services(
+        home,
+        settings.model_copy(update={"agent": agent}),
+        FakeClock(),
+        models={"trunk": trunk_model},
+        embedder=HashEmbedder(),
+        watch_files=False,
+    ) as services:
+        yield services
+
+
+@asynccontextmanager
+async def _serving(services: Services) -> AsyncIterator[None]:
+    """Serve `services` (without the scheduled jobs) until the block exits."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(partial(services.serve, jobs=False), name="services")
+        yield
+        tg.cancel_scope.cancel()
+
+
 class _Flaky:
     """A provider that is down for the first `down` calls, then answers."""
 
@@ -309,134 +345,85 @@ class _Flaky:
 async def test_trunk_keeps_a_message_queued_through_an_outage_and_tells_it_once(
     tmp_path: Path,
 ) -> None:
-    home = Home(tmp_path / "home")
-    home.ensure()
-    settings = load_settings(None)
-    clock = FakeClock()
     flaky = _Flaky(down=2)
-    async with await Database.open(home.db_file) as db:
-        roles = ModelRoles(
-            settings, UsageLedger(db, settings.spend, clock), overrides={"trunk": flaky}
-        )  # type: ignore[dict-item]
-        bus = EventBus()
-        static_context(bus)
-        shutdowns: list[SessionShutdown] = []
-        bus.on(SessionShutdown, shutdowns.append)
-        loop = AgentLoop(
-            roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
-        )
-        frames: list[dict[str, Any]] = []
-        async with (
-            loop.bus,
-            Trunk(home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01) as trunk,
-        ):
-            async with anyio.create_task_group() as tg:
-                await tg.start(trunk.serve)
-                with anyio.fail_after(10):
-                    accepted = await trunk.submit(
-                        "are you there?", observer=lambda e: frames.append(turn_frame(e))
-                    )
-                    while not any(f["type"] == "done" for f in frames):
-                        await anyio.sleep(0.01)
-                tg.cancel_scope.cancel()
-        errors = [f for f in frames if f["type"] == "error"]
-        # Told once per outage, however many retries it takes.
-        assert [e["code"] for e in errors] == ["model_unavailable"]
-        assert trunk.waiting_for_model is None
-        assert "saved" in errors[0]["message"]
-        assert frames[-1]["type"] == "done" and frames[-1]["text"] == "back online"
-        assert frames[-1]["turn_id"] == accepted.turn_id
-        assert len(shutdowns) == 1
-        assert Inbox(home.inbox_file).load() == []
+    shutdowns: list[SessionShutdown] = []
+    frames: list[dict[str, Any]] = []
+    async with _daemon(tmp_path / "home", flaky) as services:
+        home, trunk = services.home, services.trunk
+        services.bus.on(SessionShutdown, shutdowns.append)
+        async with _serving(services):
+            with anyio.fail_after(10):
+                accepted = await trunk.submit(
+                    "are you there?", observer=lambda e: frames.append(turn_frame(e))
+                )
+                while not any(f["type"] == "done" for f in frames):
+                    await anyio.sleep(0.01)
+    errors = [f for f in frames if f["type"] == "error"]
+    # Told once per outage, however many retries it takes.
+    assert [e["code"] for e in errors] == ["model_unavailable"]
+    assert trunk.waiting_for_model is None
+    assert "saved" in errors[0]["message"]
+    assert frames[-1]["type"] == "done" and frames[-1]["text"] == "back online"
+    assert frames[-1]["turn_id"] == accepted.turn_id
+    assert len(shutdowns) == 1
+    assert Inbox(home.inbox_file).load() == []
 
 
 async def test_the_backoff_follows_the_outage_attempts_that_status_shows(tmp_path: Path) -> None:
     """The delay doubles with the outage's own attempt count (what status reports), whatever
     happened to the turns in between, and starts again once the model is reached."""
-    home = Home(tmp_path / "home")
-    home.ensure()
-    settings = load_settings(None)
-    clock = FakeClock()
-    async with await Database.open(home.db_file) as db:
-        roles = ModelRoles(settings, None, overrides={"trunk": _Flaky(down=0)})  # type: ignore[dict-item]
-        loop = AgentLoop(
-            roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter()
-        )
-        async with (
-            loop.bus,
-            Trunk(
-                home=home, db=db, loop=loop, clock=clock, retry_base_s=2.0, retry_max_s=10.0
-            ) as trunk,
-        ):
-            delays = [trunk._model_unreachable("down") for _ in range(4)]
-            assert delays == [2.0, 4.0, 8.0, 10.0]
-            waiting = trunk.waiting_for_model
-            assert waiting is not None and waiting.attempts == 4
-            assert waiting.next_retry == clock.now() + timedelta(seconds=10)
-            trunk._model_reached()
-            assert trunk._model_unreachable("down again") == 2.0
+    async with _daemon(
+        tmp_path / "home", _Flaky(down=0), retry_s=2.0, retry_max_s=10.0
+    ) as services:
+        trunk, clock = services.trunk, services.clock
+        delays = [trunk._model_unreachable("down") for _ in range(4)]
+        assert delays == [2.0, 4.0, 8.0, 10.0]
+        waiting = trunk.waiting_for_model
+        assert waiting is not None and waiting.attempts == 4
+        assert waiting.next_retry == clock.now() + timedelta(seconds=10)
+        trunk._model_reached()
+        assert trunk._model_unreachable("down again") == 2.0
 
 
 async def test_every_listener_on_a_queued_turn_hears_of_the_outage_and_is_answered_after(
     tmp_path: Path,
 ) -> None:
-    home = Home(tmp_path / "home")
-    home.ensure()
-    settings = load_settings(None)
-    clock = FakeClock()
     flaky = _Flaky(down=10**9)
-    async with await Database.open(home.db_file) as db:
-        roles = ModelRoles(settings, None, overrides={"trunk": flaky})  # type: ignore[dict-item]
-        bus = EventBus()
-        static_context(bus)
-        loop = AgentLoop(
-            roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
-        )
-        frames: list[dict[str, Any]] = []
-        async with (
-            loop.bus,
-            Trunk(
-                home=home, db=db, loop=loop, clock=clock, retry_base_s=0.01, retry_max_s=0.01
-            ) as trunk,
-        ):
-            # Queued behind the first before the model is known to be down: told when it is.
-            a = await trunk.submit("first", observer=lambda e: frames.append(turn_frame(e)))
-            b = await trunk.submit("second", observer=lambda e: frames.append(turn_frame(e)))
-            assert not trunk.tell_if_waiting(b.turn_id)  # nothing known to be wrong yet
-            async with anyio.create_task_group() as tg:
-                await tg.start(trunk.serve)
-                with anyio.fail_after(10):
-                    while {f.get("turn_id") for f in frames if f["type"] == "error"} != {
-                        a.turn_id,
-                        b.turn_id,
-                    }:
-                        await anyio.sleep(0.01)
-                    waiting = trunk.waiting_for_model
-                    assert waiting is not None and "529" in waiting.error and waiting.attempts >= 1
-                    # Accepted during the outage: told right away (here, or by a retry that
-                    # came first: the retries spin on the fake clock), and only once.
-                    c = await trunk.submit("third", observer=lambda e: frames.append(turn_frame(e)))
-                    trunk.tell_if_waiting(c.turn_id)
-                    assert not trunk.tell_if_waiting(c.turn_id)
-                    assert [f["turn_id"] for f in frames if f["type"] == "error"].count(
-                        c.turn_id
-                    ) == 1
-                    told = next(
-                        f for f in frames if f["type"] == "error" and f["turn_id"] == c.turn_id
-                    )
-                    assert told["code"] == "model_unavailable"
-                    assert "saved" in told["message"] and "2 messages ahead" in told["message"]
-                    on_disk = read_jsonl(home.inbox_file)
-                    assert [r["text"] for r in on_disk if r["op"] == "put"] == [
-                        "first",
-                        "second",
-                        "third",
-                    ]
-                    assert not [r for r in on_disk if r["op"] == "done"]
-                    flaky.down = 0
-                    while sum(f["type"] == "done" for f in frames) < 3:
-                        await anyio.sleep(0.01)
-                tg.cancel_scope.cancel()
+    frames: list[dict[str, Any]] = []
+    async with _daemon(tmp_path / "home", flaky, retry_max_s=0.01) as services:
+        home, trunk = services.home, services.trunk
+        # Queued behind the first before the model is known to be down: told when it is.
+        a = await trunk.submit("first", observer=lambda e: frames.append(turn_frame(e)))
+        b = await trunk.submit("second", observer=lambda e: frames.append(turn_frame(e)))
+        assert not trunk.tell_if_waiting(b.turn_id)  # nothing known to be wrong yet
+        async with _serving(services):
+            with anyio.fail_after(10):
+                while {f.get("turn_id") for f in frames if f["type"] == "error"} != {
+                    a.turn_id,
+                    b.turn_id,
+                }:
+                    await anyio.sleep(0.01)
+                waiting = trunk.waiting_for_model
+                assert waiting is not None and "529" in waiting.error and waiting.attempts >= 1
+                # Accepted during the outage: told right away (here, or by a retry that
+                # came first: the retries spin on the fake clock), and only once.
+                c = await trunk.submit("third", observer=lambda e: frames.append(turn_frame(e)))
+                trunk.tell_if_waiting(c.turn_id)
+                assert not trunk.tell_if_waiting(c.turn_id)
+                assert [f["turn_id"] for f in frames if f["type"] == "error"].count(c.turn_id) == 1
+                told = next(f for f in frames if f["type"] == "error" and f["turn_id"] == c.turn_id)
+                assert told["code"] == "model_unavailable"
+                assert "saved" in told["message"] and "2 messages ahead" in told["message"]
+                on_disk = read_jsonl(home.inbox_file)
+                assert [r["text"] for r in on_disk if r["op"] == "put"] == [
+                    "first",
+                    "second",
+                    "third",
+                ]
+                assert not [r for r in on_disk if r["op"] == "done"]
+                flaky.down = 0
+                while sum(f["type"] == "done" for f in frames) < 3:
+                    await anyio.sleep(0.01)
         errors = [f["turn_id"] for f in frames if f["type"] == "error"]
         assert sorted(errors) == sorted([a.turn_id, b.turn_id, c.turn_id])
         assert [f["turn_id"] for f in frames if f["type"] == "done"] == [
@@ -449,49 +436,33 @@ async def test_every_listener_on_a_queued_turn_hears_of_the_outage_and_is_answer
 
 
 async def test_cancel_stops_a_running_turn(tmp_path: Path) -> None:
-    home = Home(tmp_path / "home")
-    home.ensure()
-    settings = load_settings(None)
-    clock = FakeClock()
     slow = ScriptedModel(
         script=lambda req: Reply(
             text=" ".join(["word"] * (400 if "long" in req.messages[-1].text else 3))
         ),
         delay_s=0.02,
     )
-    async with await Database.open(home.db_file) as db:
-        roles = ModelRoles(settings, None, overrides={"trunk": slow})
-        bus = EventBus()
-        static_context(bus)
-        loop = AgentLoop(
-            roles=roles, tools=ToolRegistry(), bus=bus, clock=clock, counter=TokenCounter()
-        )
-        frames: list[dict[str, Any]] = []
-        async with loop.bus, Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
-            async with anyio.create_task_group() as tg:
-                await tg.start(trunk.serve)
-                with anyio.fail_after(10):
-                    a = await trunk.submit(
-                        "long answer please", observer=lambda e: frames.append(turn_frame(e))
-                    )
-                    b = await trunk.submit(
-                        "then this", observer=lambda e: frames.append(turn_frame(e))
-                    )
-                    while not any(f["type"] == "delta" for f in frames):
-                        await anyio.sleep(0.01)
-                    assert await trunk.cancel(a.turn_id)
-                    while not any(
-                        f["type"] == "done" and f["turn_id"] == b.turn_id for f in frames
-                    ):
-                        await anyio.sleep(0.01)
-                tg.cancel_scope.cancel()
-        assert any(
-            f["type"] == "error" and f["code"] == "cancelled" and f["turn_id"] == a.turn_id
-            for f in frames
-        )
-        records = [json.loads(x) for x in trunk.session.path.read_text().splitlines()]  # type: ignore[union-attr]
-        ends = {r["turn_id"]: r["status"] for r in records if r["type"] == "turn_end"}
-        assert ends == {a.turn_id: "cancelled", b.turn_id: "answered"}
+    frames: list[dict[str, Any]] = []
+    async with _daemon(tmp_path / "home", slow) as services:
+        trunk = services.trunk
+        async with _serving(services):
+            with anyio.fail_after(10):
+                a = await trunk.submit(
+                    "long answer please", observer=lambda e: frames.append(turn_frame(e))
+                )
+                b = await trunk.submit("then this", observer=lambda e: frames.append(turn_frame(e)))
+                while not any(f["type"] == "delta" for f in frames):
+                    await anyio.sleep(0.01)
+                assert await trunk.cancel(a.turn_id)
+                while not any(f["type"] == "done" and f["turn_id"] == b.turn_id for f in frames):
+                    await anyio.sleep(0.01)
+    assert any(
+        f["type"] == "error" and f["code"] == "cancelled" and f["turn_id"] == a.turn_id
+        for f in frames
+    )
+    records = [json.loads(x) for x in trunk.session.path.read_text().splitlines()]  # type: ignore[union-attr]
+    ends = {r["turn_id"]: r["status"] for r in records if r["type"] == "turn_end"}
+    assert ends == {a.turn_id: "cancelled", b.turn_id: "answered"}
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp_file(tmp_path: Path) -> None:
@@ -673,21 +644,14 @@ async def test_a_finished_turn_replays_its_last_attempt_only(tmp_path: Path) -> 
 
 
 async def test_a_full_disk_refuses_new_messages_only_while_a_kept_one_waits(tmp_path: Path) -> None:
-    home = Home(tmp_path / "home")
-    home.ensure()
-    clock = FakeClock()
-    async with await Database.open(home.db_file) as db:
-        roles = ModelRoles(load_settings(None), None, overrides={"trunk": ScriptedModel([])})
-        loop = AgentLoop(
-            roles=roles, tools=ToolRegistry(), bus=EventBus(), clock=clock, counter=TokenCounter()
-        )
-        async with loop.bus, Trunk(home=home, db=db, loop=loop, clock=clock) as trunk:
-            kept = await trunk.submit("call the plumber")
-            trunk._storage_refused("No space left on device")
-            refusal = trunk.refusal()
-            assert refusal is not None and "No space left on device" in refusal
-            # The person cancels the kept message: nothing is left to retry the disk with, so
-            # the next message is let through to try its own write.
-            assert await trunk.cancel(kept.turn_id)
-            assert trunk.refusal() is None
-            assert trunk.storage_down is None
+    async with _daemon(tmp_path / "home", ScriptedModel([])) as services:
+        trunk = services.trunk
+        kept = await trunk.submit("call the plumber")
+        trunk._storage_refused("No space left on device")
+        refusal = trunk.refusal()
+        assert refusal is not None and "No space left on device" in refusal
+        # The person cancels the kept message: nothing is left to retry the disk with, so
+        # the next message is let through to try its own write.
+        assert await trunk.cancel(kept.turn_id)
+        assert trunk.refusal() is None
+        assert trunk.storage_down is None
