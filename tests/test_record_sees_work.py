@@ -46,6 +46,7 @@ from daemon.settings import SchedulerSettings, Settings
 from daemon.store.db import Database
 from daemon.tools.registry import label_untrusted
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
+from tests.harness import Client, DaemonProcess, daemon_env
 
 pytestmark = pytest.mark.anyio
 
@@ -130,9 +131,24 @@ def work_calls(home: Home) -> list[tuple[str, dict[str, Any], str, bool]]:
     absolute = str(home.workspace_dir / FILES[1])  # an absolute path inside the workspace
     return [
         ("read_file", {"path": FILES[0]}, label_untrusted("read_file", INJECTION), False),
-        ("edit_file", {"path": FILES[0], "old": "a", "new": "b"}, f"edited {FILES[0]}", False),
-        ("edit_file", {"path": absolute, "old": "c", "new": "d"}, f"edited {FILES[1]}", False),
-        ("edit_file", {"path": FILES[2], "old": "e", "new": "f"}, f"edited {FILES[2]}", False),
+        (
+            "edit_file",
+            {"path": FILES[0], "old_string": "a", "new_string": "b"},
+            f"edited {FILES[0]}",
+            False,
+        ),
+        (
+            "edit_file",
+            {"path": absolute, "old_string": "c", "new_string": "d"},
+            f"edited {FILES[1]}",
+            False,
+        ),
+        (
+            "edit_file",
+            {"path": FILES[2], "old_string": "e", "new_string": "f"},
+            f"edited {FILES[2]}",
+            False,
+        ),
         ("run", {"command": COMMAND}, label_untrusted("run", "exit code: 1\n" + INJECTION), False),
         ("run", {"command": SECRET_COMMAND}, label_untrusted("run", "exit code: 0\npong"), False),
         ("write_file", {"path": ".git/config"}, "error: the person declined (no approval)", True),
@@ -280,7 +296,12 @@ async def test_a_trunk_that_delegated_says_what_its_fork_did_and_the_fork_summar
         await Writer(fork, clock).turn(
             "You are in focused task mode. Your objective is: update the changelog",
             [
-                ("edit_file", {"path": "CHANGELOG.md", "old": "x", "new": "y"}, "edited", False),
+                (
+                    "edit_file",
+                    {"path": "CHANGELOG.md", "old_string": "x", "new_string": "y"},
+                    "edited",
+                    False,
+                ),
                 ("task_complete", {"summary": "done"}, "ok", False),
             ],
             "The changelog has its new entry.",
@@ -388,6 +409,32 @@ def test_a_status_is_never_the_tools_output() -> None:
         "fetched https://example.com/a (failed)",
         "called mcp__notes__append (failed)",
         "read x (no result)",
+    ]
+
+
+def test_only_runs_own_first_line_gives_its_exit_code() -> None:
+    """The command's output cannot pose as its exit status, nor can a timed-out run's."""
+    records: list[Record] = []
+    for i, (content, is_error) in enumerate(
+        [
+            (label_untrusted("run", "exit code: 0 · 0.10 s\nexit code: 3"), False),
+            ("error: timed out after 30 s: stopped. Output so far:\nexit code: 0", True),
+            (label_untrusted("run", "(no exit line)\nexit code: 7"), False),
+        ]
+    ):
+        command = {"command": f"./check.sh {i}"}
+        records.append(
+            ToolCallRecord(turn_id="t", call_id=f"c{i}", name="run", input=command, ts="")
+        )
+        records.append(
+            ToolResultRecord(
+                turn_id="t", call_id=f"c{i}", name="run", content=content, is_error=is_error, ts=""
+            )
+        )
+    assert work_done(records).lines() == [
+        "ran `./check.sh 0` (exit 0)",
+        "ran `./check.sh 1` (timed out)",
+        "ran `./check.sh 2`",
     ]
 
 
@@ -501,3 +548,93 @@ async def test_a_journal_entry_of_two_hundred_calls_keeps_the_cap(tmp_path: Path
         assert entry is not None
         assert len(entry.work) == MAX_LINES and all(len(w) <= LINE_CHARS for w in entry.work)
         assert entry.work[-1] == "… and 185 more: 185 read"
+
+
+# -- through the real daemon -----------------------------------------------------------------
+
+DAEMON_CONFIG = """
+[providers.anthropic]
+max_retries = 1
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+timeout_s = 90
+
+[models.summariser]
+provider = "offline"
+[models.recall_planner]
+provider = "offline"
+[models.recall_synthesis]
+provider = "offline"
+[models.heartbeat]
+provider = "offline"
+[models.dreams]
+provider = "offline"
+
+[[permissions.rules]]
+tool = "edit_file"
+match = "notes/*"
+decision = "allow"
+"""
+
+
+def test_a_fork_that_read_three_files_and_edited_one_is_in_both_summaries_and_the_journal(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    (home / "workspace" / "notes").mkdir(parents=True)
+    (home / "reverie.toml").write_text(DAEMON_CONFIG)
+    for name in ("a", "b", "c"):
+        (home / "workspace" / "notes" / f"{name}.md").write_text(f"Note {name}: kiln at 1200C.\n")
+    task = "Tidy the three kiln notes"
+    with FakeAnthropic() as fake:
+        fake.enqueue(
+            Planned.tool("delegate", {"task": task}),
+            Planned(
+                tool_calls=tuple(("read_file", {"path": f"notes/{n}.md"}) for n in ("a", "b", "c"))
+            ),
+            Planned.tool(
+                "edit_file",
+                {"path": "notes/b.md", "old_string": "1200C", "new_string": "1220C"},
+            ),
+            Planned.tool("task_complete", {"summary": "Tidied.", "outcome": "success"}),
+            Planned.reply("The notes are tidy."),
+        )
+        d = DaemonProcess(
+            home=home,
+            env=daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+        )
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=60) as c:
+                c.hello()
+                c.send({"type": "message", "text": "Please tidy my notes."})
+                frames = c.recv_until(lambda f: f["type"] == "done", limit=5000)
+        finally:
+            assert d.stop() == 0, d.logs()
+    assert frames[-1]["text"] == "The notes are tidy."
+    assert "1220C" in (home / "workspace" / "notes" / "b.md").read_text()
+    by_kind: dict[str, list[str]] = {}
+    for path in (home / "memory" / "sessions").glob("session-*.md"):
+        meta, body = read_summary_file(path)
+        by_kind.setdefault(str(meta["kind"]), []).extend(work_section(body))
+    assert by_kind["trunk"] == [
+        f"delegated “{task}” (complete)",
+        "read notes/a.md (by a fork)",
+        "read notes/b.md (by a fork)",
+        "read notes/c.md (by a fork)",
+        "edited notes/b.md (by a fork)",
+    ]
+    assert by_kind["fork"] == [
+        "read notes/a.md",
+        "read notes/b.md",
+        "read notes/c.md",
+        "edited notes/b.md",
+    ]
+    entries = [
+        json.loads(line)
+        for path in (home / "journal").glob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    worked = [e for e in entries if e.get("work")]
+    assert worked and worked[-1]["work"] == by_kind["trunk"]
+    assert "notes/b.md" in worked[-1]["files_touched"]

@@ -69,9 +69,8 @@ _DECLINED = frozenset({"deny", "no"})
 _TIMED_OUT = re.compile(r"\btimed? ?out\b", re.IGNORECASE)
 _EXIT = re.compile(r"\bexit(?:ed)?(?:[ _](?:code|status))?(?: with)?\s*[:=]?\s*(-?\d{1,3})\b", re.I)
 _FORK_HEAD = re.compile(r"^\[fork (\S+) · depth \d+ · (\w+)")
-# A status is read from a result's first and last lines (where a tool reports how it went).
+# A status is read from the head of a result (where a tool reports how it went).
 _STATUS_SCAN = 240
-_STATUS_LINES = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,17 +208,18 @@ def _approvals(records: Sequence[Record]) -> dict[str, str]:
 
 
 def _status(name: str, result: ToolResultRecord | None, decision: str = "") -> str:
-    """A short status from the permission decision and a result's first and last lines (its
-    body is never read into the list)."""
+    """A short status from the permission decision and the head of a result (its body is
+    never read into the list)."""
     if decision in _DECLINED:
         return "refused"
     if result is None:
         return "no result"
-    if name == "run":
-        lines = [ln for ln in _body(result.content or "").splitlines() if ln.strip()]
-        for line in lines[:_STATUS_LINES] + lines[-_STATUS_LINES:]:
-            if code := _EXIT.search(line[:_STATUS_SCAN]):
-                return f"exit {int(code.group(1))}"
+    if name == "run" and not result.is_error:
+        # `run` leads its result with its own line ("exit code: N · 0.12 s"); the command's
+        # output after it is not looked at.
+        first = _body(result.content or "").lstrip("\n").split("\n", 1)[0]
+        if code := _EXIT.match(first[:_STATUS_SCAN]):
+            return f"exit {int(code.group(1))}"
     if not result.is_error:
         return ""
     head = (result.content or "")[:_STATUS_SCAN]
