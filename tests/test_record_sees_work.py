@@ -36,13 +36,20 @@ from daemon.journal.entries import JournalEntry
 from daemon.journal.heartbeat import JournalHeartbeat
 from daemon.memory.embedders import HashEmbedder, NoEmbedder
 from daemon.memory.index import MemoryIndex
-from daemon.memory.summariser import WORK_HEADING, read_summary_file
+from daemon.memory.months import FoldSource, render_month
+from daemon.memory.summariser import (
+    WORK_HEADING,
+    Summary,
+    read_summary_file,
+    render_summary_file,
+)
 from daemon.memory.system import MemorySystem
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.redact import Redactor
 from daemon.settings import SchedulerSettings, Settings
+from daemon.sleep.wake import _summary_parts
 from daemon.store.db import Database
 from daemon.tools.registry import label_untrusted
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
@@ -346,6 +353,43 @@ async def test_a_session_with_no_tool_calls_has_no_work_section(tmp_path: Path) 
         with anyio.fail_after(30):
             path = await system.summarise_session("trunk-chat", wait=True)
         assert path is not None and WORK_HEADING not in path.read_text()
+
+
+def test_the_readers_of_a_summary_still_find_its_narrative_and_decisions() -> None:
+    """The month fold and the wake-up split a summary at `## Decisions`: the work is neither."""
+    summary = Summary(
+        title="Tidying",
+        slug="tidying",
+        tags=(),
+        summary="The parser was tidied for the release.",
+        decisions=("keep the parser small",),
+    )
+    text = render_summary_file(
+        summary,
+        session_id="s1",
+        started=NOW.isoformat(),
+        transcript="/t.jsonl",
+        messages=3,
+        summarised_at=NOW.isoformat(),
+        work=[f"edited {FILES[0]}", f"ran `{COMMAND}` (exit 0)"],
+    )
+    body = text.split("\n---\n", 1)[1]
+    narrative, decisions = _summary_parts(body)
+    assert decisions == ["keep the parser small"]
+    assert narrative.startswith("The parser was tidied") and f"edited {FILES[0]}" in narrative
+    source = FoldSource(
+        uid="summary:s1",
+        kind="summary",
+        title="Tidying",
+        text=body,
+        origin="system",
+        created_at=NOW,
+        session_id="s1",
+        source="x.md",
+    )
+    month = render_month("2026-03", "trusted", [source], tz=UTC, updated=NOW)
+    assert month.split("## Decisions", 1)[1].strip() == "- keep the parser small [summary:s1]"
+    assert "The parser was tidied for the release." in month
 
 
 # -- the cap ----------------------------------------------------------------------------------
