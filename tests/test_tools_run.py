@@ -137,7 +137,27 @@ def test_capture_memory_stays_bounded_however_much_arrives() -> None:
     assert len(capture.head) == 4096 and len(capture.tail) == 4096
 
 
+def test_output_under_the_byte_cap_is_still_cut_to_its_characters() -> None:
+    capture = Capture(keep=10_000)
+    capture.add("".join(f"line {i}\n" for i in range(1000)).encode())
+    text = capture.text(200)
+    assert text.startswith("line 0\nline 1\n") and text.endswith("line 999\n")
+    assert "output cut: 8,890 bytes in all" in text and len(text) < 300
+
+
 # --- limits and lifetime ---
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_what_a_finished_command_left_running_is_stopped(
+    home: Home, mode: dict[str, Any]
+) -> None:
+    reg = _registry(home, **mode)
+    m = _marker()
+    # Many of them: bubblewrap exits with the command while its namespace is still dying.
+    out = await _run(reg, f"for i in $(seq 40); do sleep {m} >/dev/null 2>&1 & done; echo left-it")
+    assert out.content.startswith("exit code: 0") and "left-it" in out.content
+    assert _processes_with(m) == []
 
 
 @needs_bwrap

@@ -3,8 +3,9 @@
 A command runs in its own session (so its own process group); nothing it starts outlives the
 call. When it ends, times out, or the turn that asked for it is cancelled, the whole tree gets
 SIGTERM, a short grace, then SIGKILL, and is reaped before the call returns. Under bubblewrap
-the tree lives in its own pid namespace, so even a child that detached with setsid dies with
-it; bare (unsandboxed) commands are stopped by process group and by walking their descendants.
+the tree lives in its own pid namespace, found by the namespace bubblewrap reports, so even a
+child that detached with setsid is found and dies with it; bare (unsandboxed) commands are
+stopped by process group and by walking their descendants.
 
 Output (stdout and stderr interleaved, as a terminal would show them) is read while the command
 runs and kept as a bounded head and tail, so a command that prints gigabytes costs a few
@@ -13,6 +14,8 @@ hundred kilobytes of memory and the model sees how its output began and how it e
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -116,16 +119,25 @@ async def execute(
     and reaped under a shield (bounded by the kill grace), then the cancellation propagates.
     """
     capture = Capture(max_chars * _BYTES_PER_CHAR)
+    # bubblewrap says which pid namespace the sandbox is (its processes are found by it).
+    status_r, status_w = os.pipe() if sandbox.mode == "bwrap" else (-1, -1)
     started = time.monotonic()
-    process = await anyio.open_process(
-        sandbox.argv(command, cwd=cwd),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=cwd,
-        env=sandbox.env(),
-        start_new_session=True,
-    )
+    try:
+        process = await anyio.open_process(
+            sandbox.argv(command, cwd=cwd, status_fd=status_w if status_w >= 0 else None),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=sandbox.env(),
+            start_new_session=True,
+            pass_fds=(status_w,) if status_w >= 0 else (),
+        )
+    except BaseException:
+        _close(status_r, status_w)
+        raise
+    _close(status_w)
+    sandboxed = _SandboxTree(process, status_r)
     stopped = False
     try:
         async with anyio.create_task_group() as tg:
@@ -139,7 +151,7 @@ async def execute(
             with anyio.move_on_after(DRAIN_S):
                 await capture.finished.wait()
             with anyio.CancelScope(shield=True):
-                await stop_tree(process)
+                await sandboxed.stop()
                 stopped = True
             with anyio.move_on_after(DRAIN_S):
                 await capture.finished.wait()
@@ -147,8 +159,9 @@ async def execute(
     finally:
         with anyio.CancelScope(shield=True):
             if not stopped:
-                await stop_tree(process)
+                await sandboxed.stop()
             await process.aclose()
+            _close(status_r)
     return Completed(
         exit_code=None if deadline.cancelled_caught else process.returncode,
         duration_s=duration,
@@ -157,32 +170,73 @@ async def execute(
     )
 
 
-async def stop_tree(process: Process) -> None:
-    """SIGTERM to the command's group and descendants, a grace, SIGKILL to what is left; reap."""
-    group = process.pid
+class _SandboxTree:
+    """The processes one command started: its group, its descendants, its pid namespace."""
 
-    def tree() -> set[int]:
+    def __init__(self, process: Process, status_fd: int) -> None:
+        self.process = process
+        self.status_fd = status_fd
+        self.pid_ns: str | None = None
+
+    def _namespace(self) -> str | None:
+        # bubblewrap writes the sandbox's pid namespace right after creating it; the status
+        # pipe is read without blocking, so a sandbox not yet made is simply not looked for.
+        if self.pid_ns is None and self.status_fd >= 0:
+            os.set_blocking(self.status_fd, False)
+            try:
+                data = os.read(self.status_fd, 65536)
+            except (BlockingIOError, OSError):
+                data = b""
+            for line in data.splitlines():
+                with contextlib.suppress(ValueError):
+                    ns = json.loads(line).get("pid-namespace")
+                    if isinstance(ns, int):
+                        self.pid_ns = f"pid:[{ns}]"
+        return self.pid_ns
+
+    def members(self) -> set[int]:
         # Descendants are followed only while the first process is unreaped: after that its
         # pid may belong to another process. Its group id stays reserved while members live.
-        return _tree(group, descendants=process.returncode is None)
+        return _tree(
+            self.process.pid,
+            descendants=self.process.returncode is None,
+            pid_ns=self._namespace(),
+        )
 
-    first = tree()
-    if not first:
-        await process.wait()
-        return
-    _signal(first, signal.SIGTERM)
-    # Processes outside our children cannot be waited for, only looked for: poll /proc.
-    deadline = anyio.current_time() + KILL_GRACE_S
-    while anyio.current_time() < deadline:
-        if process.returncode is not None and not tree():
-            break
-        await anyio.sleep(0.02)
-    left = tree()
-    if left:
-        _signal(left, signal.SIGKILL)
-    # SIGKILL cannot be refused; the wait is bounded only in case the kernel is slow to reap.
-    with anyio.move_on_after(5.0):
-        await process.wait()
+    async def stop(self) -> None:
+        """SIGTERM to every member, a grace, SIGKILL to what is left; reap the first process.
+
+        bubblewrap exits as soon as the command does, while the sandbox's other processes are
+        still being killed with their namespace: this returns only once they are gone too.
+        """
+        first = self.members()
+        if not first:
+            await self.process.wait()
+            return
+        _signal(first, signal.SIGTERM)
+        await self._until_gone(KILL_GRACE_S)
+        left = self.members()
+        if left:
+            _signal(left, signal.SIGKILL)
+        # SIGKILL cannot be refused; the waits are bounded only in case the kernel is slow.
+        with anyio.move_on_after(5.0):
+            await self.process.wait()
+        await self._until_gone(5.0)
+
+    async def _until_gone(self, seconds: float) -> None:
+        # Processes outside our children cannot be waited for, only looked for: poll /proc.
+        deadline = anyio.current_time() + seconds
+        while anyio.current_time() < deadline:
+            if self.process.returncode is not None and not self.members():
+                return
+            await anyio.sleep(0.02)
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _signal(pids: set[int], sig: int) -> None:
@@ -193,9 +247,9 @@ def _signal(pids: set[int], sig: int) -> None:
             pass
 
 
-def _tree(root: int, *, descendants: bool) -> set[int]:
-    """Live processes in `root`'s process group, and those descended from `root` or from a
-    member when `descendants` (zombies do not count)."""
+def _tree(root: int, *, descendants: bool, pid_ns: str | None = None) -> set[int]:
+    """Live processes in `root`'s process group or in the pid namespace `pid_ns`, and those
+    descended from `root` or from one of them when `descendants` (zombies do not count)."""
     children: dict[int, list[int]] = {}
     members: set[int] = set()
     for entry in os.scandir("/proc"):
@@ -215,6 +269,10 @@ def _tree(root: int, *, descendants: bool) -> set[int]:
         children.setdefault(ppid, []).append(pid)
         if pgrp == root:
             members.add(pid)
+        elif pid_ns is not None:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/ns/pid") == pid_ns:
+                    members.add(pid)
     alive = set(members)
     todo = [root, *members] if descendants else []
     while todo:

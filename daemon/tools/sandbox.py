@@ -157,8 +157,12 @@ class Sandbox:
             env["HOME"] = "/tmp"
         return env
 
-    def argv(self, command: str, *, cwd: Path) -> list[str]:
-        """argv that runs `command` (a shell string) in `cwd`, confined and limited."""
+    def argv(self, command: str, *, cwd: Path, status_fd: int | None = None) -> list[str]:
+        """argv that runs `command` (a shell string) in `cwd`, confined and limited.
+
+        Under bubblewrap, `status_fd` receives its JSON status lines (the sandbox's pid
+        namespace among them); the sandboxed command does not inherit it.
+        """
         if self.mode == "off":
             raise RuntimeError(self.reason)
         inner = limited(
@@ -167,7 +171,8 @@ class Sandbox:
         if self.mode == "bare":
             return inner
         assert self.bwrap is not None
-        return [self.bwrap, *self.bwrap_options(cwd=cwd), "--", *inner]
+        status = [] if status_fd is None else ["--json-status-fd", str(status_fd)]
+        return [self.bwrap, *status, *self.bwrap_options(cwd=cwd), "--", *inner]
 
     def bwrap_options(self, *, cwd: Path) -> list[str]:
         """bubblewrap's options; the mounts are applied in order, later ones over earlier ones."""
