@@ -235,6 +235,16 @@ class StateChanged(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NoticePosted(Event):
+    """A notice for the person entered the outbox (the chat side delivers it to their clients)."""
+
+    notice_id: str
+    kind: str
+    text: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
 class HookSpec:
     name: str
     event_type: type[Event]
@@ -320,6 +330,9 @@ HOOKS: dict[type[Event], HookSpec] = {
         ),
         HookSpec(
             name="state_changed", event_type=StateChanged, kind=HookKind.OBSERVER, timeout_s=5.0
+        ),
+        HookSpec(
+            name="notice_posted", event_type=NoticePosted, kind=HookKind.OBSERVER, timeout_s=10.0
         ),
     )
 }

@@ -1,0 +1,1 @@
+"""Initiative: schedules the agent keeps, the outbox of notices for the person, the greeting."""
