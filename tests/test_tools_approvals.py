@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import pytest
 
 from daemon.agent.records import ApprovalRecord
 from daemon.chat.protocol import ErrorCode
+from daemon.cli.approvals import PreApproval
 from daemon.paths import Home
 from daemon.settings import PermissionRule, load_settings
 from daemon.tools.approvals import ApprovalRefused, Approvals, PermissionGuard
@@ -39,7 +42,8 @@ from daemon.tools.registry import Decision, Tool, ToolContext, ToolError, ToolRe
 from daemon.tools.summary import summarise_call
 from daemon.tools.workspace import Workspace
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import Client, DaemonProcess, daemon_env, wait_until
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
+from tests.test_chat_interactive import _read_until
 
 pytestmark = pytest.mark.anyio
 
@@ -771,3 +775,127 @@ async def test_the_last_person_client_leaving_settles_a_waiting_question_as_no(
             out = await g.call("run", {"command": "ls"})
     assert out.is_error and "no client of theirs is connected" in out.content
     assert [r.by for r in g.records] == ["nobody"]
+
+
+# --- the chat client --------------------------------------------------------------------
+
+
+def test_approve_patterns_name_tools_and_glob_the_subject() -> None:
+    frame = {"tool": "run", "subject": "pytest -q tests", "pattern": "pytest -q tests"}
+    assert PreApproval.parse("run:pytest*").covers(frame)
+    assert PreApproval.parse("run").covers(frame)
+    assert not PreApproval.parse("read_file").covers(frame)
+    assert not PreApproval.parse("run:pytest*").covers(
+        {**frame, "subject": "pytest; rm -rf ~", "pattern": "pytest; rm -rf ~"}
+    )
+    write = {"tool": "write_file", "subject": "/abs/ws/notes/a.md", "pattern": "notes/a.md"}
+    assert PreApproval.parse("write_file:notes/*").covers(write)
+    assert PreApproval.parse("mcp__notes__*").covers({"tool": "mcp__notes__add", "pattern": "*"})
+    for bad in ("all", "*", ":x", "run:"):
+        with pytest.raises(ValueError):
+            PreApproval.parse(bad)
+
+
+def test_chat_m_answers_no_at_once_unless_approve_covers_the_call(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ws = home / "workspace"
+    ws.mkdir(parents=True)
+    (home / "reverie.toml").write_text(
+        DAEMON_CONFIG.replace("approval_timeout_s = 2.0", "approval_timeout_s = 60")
+    )
+    with FakeAnthropic() as fake:
+        fake.enqueue(
+            Planned.tool("run", {"command": "touch declined.txt"}),
+            Planned.reply("It was declined."),
+            Planned.tool("run", {"command": "touch approved.txt"}),
+            Planned.reply("It ran."),
+        )
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env)
+        d.start()
+        try:
+            started = time.monotonic()
+            declined = run_cli("chat", "--home", str(home), "-m", "touch it", env=env)
+            declined_s = time.monotonic() - started
+            approved = run_cli(
+                "chat",
+                "--home",
+                str(home),
+                "-m",
+                "touch the other",
+                "--approve",
+                "read_file",
+                "--approve",
+                "run:touch approved*",
+                env=env,
+            )
+            blanket = run_cli("chat", "--home", str(home), "-m", "x", "--approve", "all", env=env)
+        finally:
+            d.stop()
+        requests = fake.message_requests
+    assert declined.returncode == 0, declined.stderr
+    assert "It was declined." in declined.stdout
+    assert "declined run: touch declined.txt: not covered by --approve" in declined.stderr
+    # At once: not after the 60 s the daemon would wait for an answer.
+    assert declined_s < 30 and not (ws / "declined.txt").exists()
+    assert "the person declined this run call" in _tool_results(requests[1])[-1]
+    assert approved.returncode == 0, approved.stderr
+    assert "approved run: touch approved.txt (--approve run:touch approved*)" in approved.stderr
+    assert (ws / "approved.txt").exists() and "It ran." in approved.stdout
+    assert blanket.returncode == 2 and "name the tools" in blanket.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty + SO_PEERCRED are Linux here")
+def test_interactive_chat_shows_the_call_and_its_diff_and_takes_y(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ws = home / "workspace"
+    ws.mkdir(parents=True)
+    (ws / "todo.md").write_text("feed the cat\n")
+    (home / "reverie.toml").write_text(
+        DAEMON_CONFIG.replace("approval_timeout_s = 2.0", "approval_timeout_s = 60")
+    )
+    with FakeAnthropic() as fake:
+        fake.enqueue(
+            Planned.tool("read_file", {"path": "todo.md"}),
+            Planned.tool(
+                "edit_file",
+                {"path": "todo.md", "old_string": "feed the cat", "new_string": "feed the heron"},
+            ),
+            Planned.reply("Edited."),
+        )
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env).start()
+        try:
+            pid, fd = pty.fork()
+            if pid == 0:  # the client, with the pty as its controlling terminal
+                os.chdir(REPO)
+                os.execve(
+                    sys.executable,
+                    [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)],
+                    env,
+                )
+            seen = bytearray()
+            try:
+                at = _read_until(fd, b"> ", 20, seen)
+                os.write(fd, b"change the cat to a heron\r")
+                at = _read_until(fd, b"[y]es / [n]o / [a]lways", 20, seen, at)
+                os.write(fd, b"y\r")
+                at = _read_until(fd, b"Edited.", 20, seen, at)
+                _read_until(fd, b"> ", 20, seen, at)
+                os.write(fd, b"\x04")
+                _, status = os.waitpid(pid, 0)
+                assert os.waitstatus_to_exitcode(status) == 0, bytes(seen[-600:])
+            finally:
+                try:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+                os.close(fd)
+        finally:
+            d.stop()
+    screen = seen.decode(errors="replace")
+    assert "▸ read_file: todo.md" in screen
+    assert "approval: edit_file: todo.md" in screen
+    assert "-feed the cat" in screen and "+feed the heron" in screen
+    assert (ws / "todo.md").read_text() == "feed the heron\n"

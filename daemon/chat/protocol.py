@@ -25,6 +25,7 @@ from anyio.abc import ByteReceiveStream
 # The wire format and the client's frames, shared with the clients (standard library only).
 from daemon.chat.wire import LineBuffer as LineBuffer
 from daemon.chat.wire import Oversized as Oversized
+from daemon.chat.wire import approve as approve
 from daemon.chat.wire import cancel as cancel
 from daemon.chat.wire import command as command
 from daemon.chat.wire import decode as decode
@@ -325,11 +326,6 @@ def parse_client_frame(line: bytes) -> ClientFrame:
 # --- client → daemon frames -------------------------------------------------------------
 # `message`, `command` and `cancel` are `daemon.chat.wire`'s (imported above), so the blocking
 # client needs no more than that module; the keys they write are the ones parsed above.
-
-
-def approve(*, id: str, decision: ApprovalAnswer) -> dict[str, Any]:
-    """The person's answer to the `approval` frame `id`."""
-    return {"type": "approve", "id": id, "decision": decision}
 
 
 # --- daemon → client frames -------------------------------------------------------------

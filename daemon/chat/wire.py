@@ -2,8 +2,8 @@
 
 A frame is one JSON object on one line. `encode` and `decode` are the only way a frame goes
 on or comes off the wire; `LineBuffer` splits a byte stream into lines under the frame size
-limit; `message`, `command` and `cancel` build the frames a client sends. `daemon.chat.protocol`
-(the server's parser and the daemon's frames) re-exports them, and the blocking client a
+limit; `message`, `command`, `cancel` and `approve` build the frames a client sends.
+`daemon.chat.protocol` (the server's parser and the daemon's frames) re-exports them, and the blocking client a
 forwarded `reverie memory search` uses imports this module alone: anyio, `typing` and
 dataclasses would cost a cold command a third of its time.
 """
@@ -84,6 +84,11 @@ def command(
 def cancel(*, turn_id: str | None = None) -> dict[str, Any]:
     """Cancel the turn named, or the current one."""
     return with_fields({"type": "cancel"}, turn_id=turn_id)
+
+
+def approve(*, id: str, decision: str) -> dict[str, Any]:
+    """The person's answer (`yes`, `no` or `always`) to the `approval` frame `id`."""
+    return {"type": "approve", "id": id, "decision": decision}
 
 
 # --- line splitting with a size limit ---------------------------------------------------

@@ -1,9 +1,16 @@
 """`reverie chat`: talk to the running daemon, one message (`-m`) or interactively.
 
+A tool call that needs the person's approval shows up as an `approval` frame: the
+interactive client shows it inline (the tool, what it acts on, its diff) and reads y / n / a;
+`chat -m` answers at once — yes when an `--approve` pattern covers the call, else no.
+
 The interactive client reads the keyboard with `input()` on the main thread — the only
 thread where Ctrl-C interrupts readline cleanly and the terminal is restored — while the
 connection lives on an event loop in a blocking portal's thread. So reading stdin never
 blocks the loop: `state` frames arrive and are shown while the prompt waits.
+
+Size: the one-message and the interactive client, their notes and the approval prompts,
+share the frame handling and are read in one place.
 """
 
 from __future__ import annotations
@@ -20,9 +27,18 @@ from typing import Any, TextIO
 
 import anyio
 from anyio.from_thread import start_blocking_portal
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from daemon.chat import wire
 from daemon.chat.client import ChatClient, ChatError, MessageSaved, new_id
+from daemon.cli.approvals import (
+    PROMPT,
+    PreApproval,
+    parse_answer,
+    parse_pre_approvals,
+    pre_approved,
+    question,
+)
 from daemon.cli.locate import socket_for
 from daemon.cli.support import CommandError, print_err, resolve_env
 
@@ -55,6 +71,14 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="send one message, stream the reply, exit ('-' reads stdin)",
     )
     p.add_argument(
+        "--approve",
+        action="append",
+        metavar="PATTERN",
+        help="with -m: let calls that need approval run when PATTERN covers them — TOOL, or "
+        "TOOL:GLOB on the call's command, path or URL (e.g. 'run:pytest*', read_file); "
+        "repeatable; any other approval is answered no",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         metavar="SECONDS",
@@ -69,11 +93,17 @@ def run_chat(args: argparse.Namespace) -> Any:
     timeout = args.timeout if args.timeout is not None else env.settings.agent.turn_timeout_s + 30
     if timeout <= 0:
         raise CommandError("--timeout must be positive", code=2)
+    try:
+        approvals = parse_pre_approvals(args.approve)
+    except ValueError as exc:
+        raise CommandError(str(exc), code=2) from None
     if args.message is not None:
         text = sys.stdin.read() if args.message == "-" else args.message
         if not text.strip():
             raise CommandError("the message is empty", code=2)
-        return send_one(path, text, timeout=timeout)
+        return send_one(path, text, timeout=timeout, approvals=approvals)
+    if approvals:
+        raise CommandError("--approve goes with -m (an interactive chat asks you)", code=2)
     history = env.home.root / ".chat_history" if env.home.root.is_dir() else None
     return InteractiveChat(path, history=history, turn_timeout=timeout).run()
 
@@ -100,6 +130,13 @@ class Notes:
                 text = (
                     f"{'  ' * (depth - 1)}fork {frame.get('fork_id', '?')} (depth {depth}) {phase}"
                 )
+            elif frame.get("summary") and phase == "started":
+                # One line per call, saying what it does; only a failure adds a second.
+                text = f"{'  ' * depth}▸ {frame['summary']}" + (
+                    f" in {frame['fork_id']}" if frame.get("fork_id") else ""
+                )
+            elif phase == "finished" and not frame.get("is_error"):
+                return None
             else:
                 text = f"{'  ' * depth}tool {frame.get('name', '?')} {phase}" + (
                     f" in {frame['fork_id']}" if frame.get("fork_id") else ""
@@ -117,19 +154,47 @@ class Notes:
         return None
 
 
-async def send_one(path: Path, text: str, *, timeout: float) -> int:  # noqa: ASYNC109
+async def send_one(
+    path: Path,
+    text: str,
+    *,
+    timeout: float,  # noqa: ASYNC109
+    approvals: list[PreApproval] | None = None,
+) -> int:
     """Send `text`, stream the reply to stdout, end with a newline; return the exit code.
 
-    The first Ctrl-C sends `cancel` and waits for the turn to end; a second one leaves.
+    The first Ctrl-C sends `cancel` and waits for the turn to end; a second one leaves. An
+    approval this turn (or a fork under it) asks for is answered at once: yes when one of
+    `approvals` covers the call, otherwise no; approvals of other turns are left to others.
     """
     out = sys.stdout
     notes = Notes(sys.stderr)
     streamed = False
     turn: dict[str, str] = {}
+    forks: set[str] = set()
+    # Answers decided in `on_frame` (which cannot await), sent in order by a task.
+    send_answer, answers = anyio.create_memory_object_stream[dict[str, Any]](64)
+
+    def answer(frame: dict[str, Any]) -> None:
+        if frame.get("turn_id") != turn.get("id") and frame.get("session_id") not in forks:
+            return
+        covering = pre_approved(frame, approvals or [])
+        summary = frame.get("summary") or frame.get("tool")
+        if covering is not None:
+            line = f"approved {summary} (--approve {covering})"
+        else:
+            line = f"declined {summary}: not covered by --approve"
+        print(notes.line(line), file=sys.stderr, flush=True)
+        decision = "yes" if covering is not None else "no"
+        send_answer.send_nowait(wire.approve(id=str(frame.get("id")), decision=decision))
 
     def on_frame(frame: dict[str, Any]) -> None:
         nonlocal streamed
-        if frame.get("type") == "delta":
+        if frame.get("turn_id") == turn.get("id") and frame.get("fork_id"):
+            forks.add(str(frame["fork_id"]))
+        if frame.get("type") == "approval":
+            answer(frame)
+        elif frame.get("type") == "delta":
             out.write(str(frame.get("text", "")))
             out.flush()
             streamed = True
@@ -149,6 +214,7 @@ async def send_one(path: Path, text: str, *, timeout: float) -> int:  # noqa: AS
                     tg.start_soon(
                         _cancel_on_interrupt, client, turn, notes, interrupted, tg.cancel_scope
                     )
+                tg.start_soon(_send_answers, client, answers)
                 try:
                     done = await client.run_turn(
                         text, on_frame, timeout=timeout, on_accepted=lambda tid: turn.update(id=tid)
@@ -168,6 +234,12 @@ async def send_one(path: Path, text: str, *, timeout: float) -> int:  # noqa: AS
     if failure is not None:
         raise CommandError(failure.message, code=130 if failure.code == "cancelled" else 1)
     return 130 if done.get("stop_reason") == "cancelled" else 0
+
+
+async def _send_answers(client: ChatClient, answers: MemoryObjectReceiveStream[Any]) -> None:
+    """Send each approval answer as it is decided (`on_frame` cannot await a send itself)."""
+    async for frame in answers:
+        await client.send(frame)
 
 
 async def _cancel_on_interrupt(
@@ -212,6 +284,11 @@ class ChatSession:
         self._commands: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
         # Turns the daemon kept while the model was down: their replies come later, unasked.
         self._kept: set[str] = set()
+        # Approvals waiting for the person's answer, oldest first; the ids already answered.
+        self.questions: list[dict[str, Any]] = []
+        self._answered: set[str] = set()
+        # Set when the main thread has something to do: the turn ended, or a question came.
+        self._attention = anyio.Event()
 
     @classmethod
     @asynccontextmanager
@@ -235,12 +312,23 @@ class ChatSession:
             lost = MessageSaved(self._turn_id).message if self._turn_id else self.lost
             self._turn_outcome = {"type": "error", "code": "lost", "message": lost}
             self._turn_end.set()
+            self._attention.set()
         for event, box in self._commands.values():
             box.append({"type": "error", "code": "lost", "message": self.lost})
             event.set()
 
     def _route(self, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
+        if kind == "approval":
+            self.questions.append(frame)
+            self._attention.set()
+            if self._turn_end is None:
+                summary = frame.get("summary") or frame.get("tool")
+                self.screen.note(f"an approval is waiting ({summary}): press Enter to answer")
+            return
+        if kind == "error" and frame.get("id") in self._answered:
+            self.screen.note(f"that answer came too late: {frame.get('message', '')}")
+            return
         if kind == "result" or (kind == "error" and frame.get("id") in self._commands):
             waiter = self._commands.get(str(frame.get("id")))
             if waiter is not None:
@@ -275,6 +363,7 @@ class ChatSession:
             if self._turn_end is not None:
                 self._turn_outcome = frame
                 self._turn_end.set()
+                self._attention.set()
             else:
                 self.screen.note(f"error: {frame.get('message', '')}")
         elif kind in ("tool", "state"):
@@ -289,17 +378,36 @@ class ChatSession:
         await self.client.send(wire.message(text=text, id=self._message_id))
 
     async def wait_turn(self, timeout: float) -> dict[str, Any]:  # noqa: ASYNC109 - a ChatError with a message
-        """Wait for the current turn's `done`; raise `ChatError` on its `error` or timeout."""
-        assert self._turn_end is not None
+        """Wait for the current turn's `done`; raise `ChatError` on its `error` or timeout.
+
+        Returns `{"type": "approval"}` early when a question waits for the person (the turn
+        is held up by it): answer it, then wait again.
+        """
+        turn_end = self._turn_end
+        assert turn_end is not None
         with anyio.move_on_after(timeout):
-            await self._turn_end.wait()
+            while not turn_end.is_set() and not self.questions:
+                # Shared by every waiter: a Ctrl-C leaves an earlier wait running here.
+                if self._attention.is_set():
+                    self._attention = anyio.Event()
+                await self._attention.wait()
+        if self.questions and not turn_end.is_set():
+            return {"type": "approval"}
         outcome = self._turn_outcome
         if outcome is None:
             raise ChatError(f"no end of the reply within {timeout:g}s (it may still be running)")
-        self._turn_end = None
+        if self._turn_end is turn_end:
+            self._turn_end = None
         if outcome.get("type") == "error":
             raise ChatError(str(outcome.get("message") or outcome.get("code")), outcome)
         return outcome
+
+    def next_question(self) -> dict[str, Any] | None:
+        return self.questions.pop(0) if self.questions else None
+
+    async def answer(self, approval_id: str, decision: str) -> None:
+        self._answered.add(approval_id)
+        await self.client.send(wire.approve(id=approval_id, decision=decision))
 
     async def cancel_turn(self) -> None:
         await self.client.send(wire.cancel(turn_id=self._turn_id))
@@ -362,6 +470,15 @@ class Screen:
         self._above(self.notes.line(header))
         self._above(text)
 
+    def block(self, lines: list[str]) -> None:
+        """Show several lines on their own (a question), after a reply in progress."""
+        with self._lock:
+            if self.mid_reply:
+                self.out.write("\n")
+                self.mid_reply = False
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+
     def frame_note(self, frame: dict[str, Any]) -> None:
         note = self.notes.describe(frame)
         if note:
@@ -420,6 +537,7 @@ class InteractiveChat:
 
     def _loop(self, portal: Any, session: ChatSession) -> int:
         while True:
+            self._answer_questions(portal, session)
             line = self._read_line()
             if line is None:
                 return 0 if session.lost is None else 1
@@ -493,6 +611,9 @@ class InteractiveChat:
         while True:
             try:
                 done = portal.call(session.wait_turn, self.turn_timeout)
+                if done.get("type") == "approval":
+                    self._answer_questions(portal, session)
+                    continue
             except KeyboardInterrupt:
                 if cancelled:
                     raise
@@ -506,6 +627,20 @@ class InteractiveChat:
                 raise
             self.screen.end_reply(str(done.get("text", "")))
             return
+
+    def _answer_questions(self, portal: Any, session: ChatSession) -> None:
+        """Put each waiting approval to the person: show it, read y / n / a, send the answer."""
+        while (frame := portal.call(session.next_question)) is not None:
+            self.screen.block(question(frame))
+            decision = None
+            while decision is None:
+                try:
+                    decision = parse_answer(input(PROMPT))
+                except (EOFError, KeyboardInterrupt):
+                    print()
+                    decision = "no"  # leaving the question is declining it
+            portal.call(session.answer, str(frame.get("id")), decision)
+            self.screen.note(f"answered {decision}")
 
     def _load_history(self) -> None:
         if self.readline is None or self.history is None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import threading
 import tomllib
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.paths import Home
 from daemon.settings import PermissionRule
+from daemon.tools.patterns import escape_glob, subject_matches
 from daemon.tools.registry import Decision, Tool, ToolError
 from daemon.tools.workspace import Workspace
 
@@ -41,8 +41,6 @@ log = get_logger("tools.policy")
 
 Source = Literal["rule", "saved", "default"]
 _RANK: Final[dict[str, int]] = {"allow": 0, "ask": 1, "deny": 2}
-# Characters that let one command line run another; an allow for a command must hold them itself.
-_SHELL_OPERATORS: Final = re.compile(r"[;&|`$<>\n(){}]")
 # Tools whose subject is a path in the workspace (matched relative and absolute).
 PATH_SUBJECTS: Final = frozenset({"path"})
 
@@ -96,11 +94,6 @@ def proposed_pattern(tool: Tool, arguments: dict[str, Any], workspace: Workspace
     return escape_glob(subject)
 
 
-def escape_glob(text: str) -> str:
-    """`text` as a glob that matches exactly it (`*`, `?` and `[` in brackets)."""
-    return re.sub(r"([*?\[])", r"[\1]", text)
-
-
 def _candidates(tool: Tool, subject: str, workspace: Workspace | None) -> list[str]:
     if tool.subject not in PATH_SUBJECTS or workspace is None:
         return [subject]
@@ -113,18 +106,8 @@ def _candidates(tool: Tool, subject: str, workspace: Workspace | None) -> list[s
 
 
 def _matches(pattern: str, candidates: Sequence[str], *, decision: str, command: bool) -> bool:
-    for value in candidates:
-        if not fnmatch.fnmatchcase(value, pattern):
-            continue
-        if decision == "allow" and command and not _operators_held(value, pattern):
-            continue
-        return True
-    return False
-
-
-def _operators_held(command: str, pattern: str) -> bool:
-    """Whether every shell operator in `command` is written out in `pattern` too."""
-    return set(_SHELL_OPERATORS.findall(command)) <= set(_SHELL_OPERATORS.findall(pattern))
+    allow = decision == "allow"
+    return any(subject_matches(pattern, v, allow=allow, command=command) for v in candidates)
 
 
 @dataclass(frozen=True, kw_only=True)
