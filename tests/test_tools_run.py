@@ -6,6 +6,8 @@ read from its environment, and that nothing it starts outlives its call.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
 import os
@@ -13,6 +15,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -326,9 +329,9 @@ def test_a_home_inside_a_root_is_hidden_again(home: Home) -> None:
     )
     opts = sandbox.bwrap_options(cwd=home.workspace_dir)
     pairs = list(itertools.pairwise(opts))
-    outer_bind = pairs.index(("--bind", str(outer)))
+    outer_bind = pairs.index(("--bind-try", str(outer)))
     rehide = [i for i, p in enumerate(pairs) if p == ("--tmpfs", str(home.root))][-1]
-    rebind = [i for i, p in enumerate(pairs) if p == ("--bind", str(home.workspace_dir))][-1]
+    rebind = [i for i, p in enumerate(pairs) if p == ("--bind-try", str(home.workspace_dir))][-1]
     assert outer_bind < rehide < rebind
 
 
@@ -471,6 +474,72 @@ def test_the_sandbox_works_for_an_unprivileged_user(tmp_path: Path) -> None:
         assert (done.returncode, done.stdout, done.stderr) == (0, "65534\nws-writable\n", "")
     finally:
         shutil.rmtree(ws)
+
+
+@needs_bwrap
+def test_the_probe_starts_a_sandbox_and_tells_why_one_cannot_start(tmp_path: Path) -> None:
+    sandbox = Sandbox.for_workspace(
+        (tmp_path, tmp_path / "not-made-yet"), RunSettings(), home=tmp_path
+    )
+    assert sandbox.probe() is None
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("the failing half needs root and unshare to cover /proc/sys")
+    # What ProtectKernelTunables= does to /proc: a fresh /proc can no longer be mounted.
+    code = (
+        "from pathlib import Path; from daemon.settings import RunSettings; "
+        "from daemon.tools.sandbox import Sandbox; "
+        f"print(Sandbox.for_workspace((Path({str(tmp_path)!r}),), RunSettings(), "
+        f"home=Path({str(tmp_path)!r})).probe())"
+    )
+    script = (
+        "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys /proc/sys && "
+        f'exec {sys.executable} -c "$0"'
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert (
+        done.stdout.strip() == "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
+    ), done.stderr
+
+
+def _doctor_run(home: Path, config: str) -> tuple[int, dict[str, Any]]:
+    from daemon.cli import main
+
+    (home / "reverie.toml").write_text(config)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["doctor", "--home", str(home), "--json"])
+    return code, next(c for c in json.loads(out.getvalue()) if c["name"] == "run")
+
+
+def test_doctor_says_how_run_is_confined(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("bwrap"):
+        code, check = _doctor_run(home.root, "")
+        assert check == {
+            "name": "run",
+            "status": "ok",
+            "detail": "sandboxed by bubblewrap (network off)",
+            "fix": "",
+        }
+    # A PATH without bubblewrap on it: the machine as one without the package.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, check = _doctor_run(home.root, "")
+    assert (code, check["status"]) == (0, "warn")
+    assert check["detail"] == (
+        "off (bubblewrap is not installed; install the bubblewrap package or set "
+        "[tools.run] allow_unsandboxed = true)"
+    )
+    code, check = _doctor_run(home.root, '[tools.run]\nsandbox = "bwrap"\n')
+    assert (code, check["status"]) == (1, "fail") and "bubblewrap package" in check["detail"]
+    code, check = _doctor_run(home.root, "[tools.run]\nallow_unsandboxed = true\n")
+    assert check["status"] == "warn" and check["detail"] == "UNSANDBOXED (allow_unsandboxed)"
 
 
 # --- through the real daemon ---

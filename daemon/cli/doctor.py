@@ -295,6 +295,38 @@ def _socket(home: Home, settings: Settings) -> Check:
     return Check(name="socket", status="ok", detail=f"daemon listening on {path}{said}")
 
 
+def _run_sandbox(home: Home, settings: Settings) -> Check:
+    """Whether `run` runs, and how it is confined; a sandbox that cannot start is a failure."""
+    from daemon.tools.sandbox import Sandbox
+    from daemon.tools.workspace import Workspace
+
+    sandbox = Sandbox.for_workspace(
+        Workspace.for_home(home, settings).roots, settings.tools.run, home=home.root
+    )
+    detail = sandbox.describe().removeprefix("run: ")
+    if sandbox.mode == "bare":
+        return Check(name="run", status="warn", detail=detail)
+    if sandbox.mode == "off":
+        # Off by choice is a notice; off although the config demands bubblewrap is a failure.
+        required = settings.tools.run.sandbox == "bwrap"
+        return Check(
+            name="run",
+            status="fail" if required else "warn",
+            detail=detail,
+            fix="" if settings.tools.run.sandbox == "none" else "apt-get install bubblewrap",
+        )
+    problem = sandbox.probe()
+    if problem is None:
+        return Check(name="run", status="ok", detail=detail)
+    return Check(
+        name="run",
+        status="fail",
+        detail=f"bubblewrap is installed but cannot start a sandbox here: {problem}",
+        fix="user namespaces must be allowed and nothing mounted over /proc; "
+        "see docs/tools.md, Run and the sandbox",
+    )
+
+
 def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks: list[Check] = [Check(name="config", status="ok", detail="configuration is valid")]
     checks.extend(_home(home))
@@ -304,6 +336,7 @@ def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks.append(_topics(home))
     checks.append(_api_key(settings))
     checks.append(_socket(home, settings))
+    checks.append(_run_sandbox(home, settings))
     return checks
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,8 +200,9 @@ class Sandbox:
             # directory names behind there).
             if not any(path == f or _strictly_under(path, f) for f in fresh):
                 opts += ["--tmpfs", str(path)]
+        # -try: a configured root that does not exist (yet) is left out, not a failed sandbox.
         for root in self.roots:
-            opts += ["--bind", str(root), str(root)]
+            opts += ["--bind-try", str(root), str(root)]
         # A hidden directory inside a root (the daemon's home under a root such as ~) was
         # uncovered by that root's bind: cover it again, then bring back the roots inside it.
         for path in self.hidden:
@@ -208,9 +210,31 @@ class Sandbox:
                 opts += ["--tmpfs", str(path)]
                 for root in self.roots:
                     if _strictly_under(root, path) or root == path:
-                        opts += ["--bind", str(root), str(root)]
+                        opts += ["--bind-try", str(root), str(root)]
         opts += ["--chdir", str(cwd)]
         return opts
+
+    def probe(self, *, timeout_s: float = 20.0) -> str | None:
+        """Start one sandbox that does nothing: None when it works, else what went wrong."""
+        if self.mode != "bwrap":
+            return None
+        cwd = next((r for r in self.roots if r.is_dir()), Path("/"))
+        try:
+            done = subprocess.run(
+                self.argv("true", cwd=cwd),
+                capture_output=True,
+                text=True,
+                env=self.env(),
+                cwd=cwd,
+                timeout=timeout_s,
+                start_new_session=True,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
+        if done.returncode == 0:
+            return None
+        said = (done.stderr or done.stdout).strip().splitlines()
+        return said[0] if said else f"bwrap exited with {done.returncode}"
 
     def shown(self, command: str, *, cwd: Path) -> str:
         """The command as a person reads it before approving it."""
