@@ -86,9 +86,8 @@ def journal_entry(message_text: str) -> dict[str, Any]:
     # what happened: leaving them out keeps their words out of the summary, tags and files.
     lines = [(r, t) for r, t in lines if not (r == "assistant" and is_offline_chatter(t))]
     said = [(r, t) for r, t in lines if r in ("user", "assistant")]
-    tools = [
-        (r, t) for r, t in lines if r.startswith("tool ") and r not in ("tool result", "tool error")
-    ]
+    # What tools did reaches the entry as its own labelled work list (daemon.agent.work), never
+    # through this transcript text.
     body = " ".join(t for _, t in said)
     counts = Counter(_words(body))
     scores = {w: n * math.log(2 + len(w)) for w, n in counts.items()}
@@ -107,9 +106,6 @@ def journal_entry(message_text: str) -> dict[str, Any]:
         parts.append("The person: " + " ".join(_clip(asked[i], 200) for i in best))
     if replied:
         parts.append("Reverie: " + _clip(replied[-1], 200))
-    if tools:
-        names = list(dict.fromkeys(r.removeprefix("tool ").strip() for r, _ in tools))
-        parts.append("Tools used: " + ", ".join(names) + ".")
     summary = _clip(" ".join(parts), _SUMMARY_CHARS) or "Activity with no readable text."
 
     decisions = [
@@ -122,7 +118,6 @@ def journal_entry(message_text: str) -> dict[str, Any]:
         for s in _sentences(t)
         if _PROGRESS.search(s)
     ]
-    progress += [f"{r.removeprefix('tool ').strip()}: {_clip(t, 120)}" for r, t in tools]
     questions = [_clip(s, _ITEM_CHARS) for s in asked if s.endswith("?")][-3:]
     questions += [_clip(s, _ITEM_CHARS) for s in replied if _OPEN.search(s)][-2:]
     files = [m.group(0) for _, t in lines for m in _FILE.finditer(t)]
