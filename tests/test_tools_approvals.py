@@ -899,3 +899,53 @@ def test_interactive_chat_shows_the_call_and_its_diff_and_takes_y(tmp_path: Path
     assert "approval: edit_file: todo.md" in screen
     assert "-feed the cat" in screen and "+feed the heron" in screen
     assert (ws / "todo.md").read_text() == "feed the heron\n"
+
+
+def test_a_forks_call_is_approved_by_the_chat_m_that_started_its_turn(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ws = home / "workspace"
+    ws.mkdir(parents=True)
+    # The shipped tool sets: the trunk delegates, the fork runs the command.
+    config = DAEMON_CONFIG.replace(
+        '[tools]\n# The trunk itself works here, so each scripted call is one of the trunk\'s.\ntrunk = ["*"]\n',
+        "",
+    )
+    assert "trunk = " not in config
+    (home / "reverie.toml").write_text(
+        config.replace("approval_timeout_s = 2.0", "approval_timeout_s = 60")
+    )
+    with FakeAnthropic() as fake:
+        fake.enqueue(
+            Planned.tool("delegate", {"task": "Create built.txt in the workspace"}),
+            Planned.tool("run", {"command": "touch built.txt"}),
+            Planned.tool("task_complete", {"summary": "built.txt exists", "outcome": "success"}),
+            Planned.reply("The fork built it."),
+        )
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env)
+        d.start()
+        try:
+            done = run_cli(
+                "chat",
+                "--home",
+                str(home),
+                "-m",
+                "Build it, please.",
+                "--approve",
+                "run:touch built.txt",
+                env=env,
+            )
+        finally:
+            d.stop()
+        logged = [e for e in d.log_events() if e.get("event") == "tool approval"]
+    assert done.returncode == 0, done.stderr
+    assert "approved run: touch built.txt" in done.stderr and "The fork built it." in done.stdout
+    assert (ws / "built.txt").exists()
+    [line] = logged
+    assert (line["tool"], line["decision"], line["by"]) == ("run", "yes", "person")
+    assert line["reason"] == "the person approved this run call"
+    [fork] = list((home / "sessions" / "forks").glob("*.jsonl"))
+    records = [json.loads(x) for x in fork.read_text().splitlines()]
+    assert [(r["tool"], r["decision"]) for r in records if r["type"] == "approval"] == [
+        ("run", "yes")
+    ]
