@@ -429,6 +429,29 @@ async def test_only_the_person_may_answer_and_only_a_waiting_question(tmp_path: 
     assert unknown.value.code == ErrorCode.UNKNOWN_APPROVAL
 
 
+async def test_a_waiting_question_reports_progress_so_a_fork_is_not_taken_for_idle(
+    tmp_path: Path,
+) -> None:
+    g = _Guarded(tmp_path, timeout_s=30)
+    g.guard.keepalive_s = 0.1
+    person = _Client(os.geteuid())
+    g.approvals.attach(person)
+    said: list[str] = []
+    ctx = ToolContext(session_id="fork-1", turn_id="fork-1-t1", progress=said.append)
+
+    async def answer_late() -> None:
+        with anyio.fail_after(5):
+            await person.got.wait()
+        await anyio.sleep(0.45)
+        g.approvals.answer(person, person.frames[0]["id"], "yes")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer_late)
+        out = await g.registry.call("run", {"command": "ls"}, ctx)
+    assert not out.is_error
+    assert said[0] == "waiting for the person's approval (30 s left)" and len(said) >= 4
+
+
 # --- end to end: the real daemon, the fake Messages API, real socket clients -------------
 
 NOBODY = 65534
@@ -949,3 +972,43 @@ def test_a_forks_call_is_approved_by_the_chat_m_that_started_its_turn(tmp_path: 
     assert [(r["tool"], r["decision"]) for r in records if r["type"] == "approval"] == [
         ("run", "yes")
     ]
+
+
+def test_a_fork_waiting_on_the_person_outlives_its_silence_limit(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ws = home / "workspace"
+    ws.mkdir(parents=True)
+    config = DAEMON_CONFIG.replace(
+        "[tools]\n# The trunk itself works here, so each scripted call is one of the trunk's.\n"
+        'trunk = ["*"]\n',
+        "[delegate]\ninactivity_timeout_s = 1.5\n",
+    ).replace("approval_timeout_s = 2.0", "approval_timeout_s = 60")
+    (home / "reverie.toml").write_text(config)
+    with FakeAnthropic() as fake:
+        fake.enqueue(
+            Planned.tool("delegate", {"task": "Create slow.txt in the workspace"}),
+            Planned.tool("run", {"command": "touch slow.txt"}),
+            Planned.tool("task_complete", {"summary": "slow.txt exists", "outcome": "success"}),
+            Planned.reply("Made it."),
+        )
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env)
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=30) as person:
+                person.hello()
+                turn = _turn(person, "Make slow.txt, through a fork.")
+                ask = person.recv_until(lambda f: f["type"] == "approval")[-1]
+                # The person takes twice the fork's silence limit to answer.
+                time.sleep(3.0)
+                person.send({"type": "approve", "id": ask["id"], "decision": "yes"})
+                frames = _until_done(person, turn)
+        finally:
+            d.stop()
+    assert ask["session_id"].startswith("fork-")
+    waiting = [
+        f
+        for f in frames
+        if f["type"] == "tool" and "waiting for the person" in str(f.get("detail"))
+    ]
+    assert waiting and (ws / "slow.txt").exists()

@@ -186,10 +186,14 @@ class PermissionGuard:
         timeout_s: float,
         workspace: Workspace | None = None,
         clock: Clock | None = None,
+        keepalive_s: float = 30.0,
     ) -> None:
         self.policy = policy
         self.approvals = approvals
         self.timeout_s = timeout_s
+        # While a question waits, the call reports progress this often: the person sees it
+        # waits, and a fork (stopped after a silence) knows it is not idle.
+        self.keepalive_s = keepalive_s
         self.workspace = workspace
         self.clock = clock or SystemClock()
 
@@ -242,7 +246,10 @@ class PermissionGuard:
             timeout_s=self.timeout_s,
         )
         log.info("tool approval asked", tool=tool.name, approval=request.id, why=why)
-        settled = await self.approvals.ask(request)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._keep_alive, ctx, request)
+            settled = await self.approvals.ask(request)
+            tg.cancel_scope.cancel()
         if settled.answer in ("yes", "always"):
             saved = None
             if settled.answer == "always" and self.policy.saved is not None:
@@ -269,6 +276,14 @@ class PermissionGuard:
             reason = f"the person declined this {tool.name} call; it did not run"
         await self._decided(ctx, tool, subject, "no", settled.by, reason)
         return reason
+
+    async def _keep_alive(self, ctx: ToolContext, request: ApprovalRequest) -> None:
+        waited = 0.0
+        while True:
+            left = request.timeout_s - waited
+            ctx.progress(f"waiting for the person's approval ({left:.0f} s left)")
+            await anyio.sleep(self.keepalive_s)
+            waited += self.keepalive_s
 
     async def _decided(
         self,
