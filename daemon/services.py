@@ -43,7 +43,9 @@ from daemon.models.base import Model
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
-from daemon.scheduler import Scheduler
+from daemon.schedule.courier import NoticeCourier
+from daemon.schedule.outbox import Outbox
+from daemon.scheduler import Scheduler, local_zone
 from daemon.settings import Settings
 from daemon.sleep.cycle import SleepCycle
 from daemon.sleep.dreams import DreamsPhase
@@ -99,6 +101,9 @@ class Services:
     sleep_cycle: SleepCycle
     gateway: ChatGateway
     scheduler: Scheduler
+    # What the agent tells the person unasked, and how it reaches them.
+    outbox: Outbox
+    courier: NoticeCourier
     watcher: FileWatcher | None
 
     @property
@@ -313,11 +318,21 @@ async def open_services(
                 phases=list(phases(trunk)),
             )
         )
+        outbox = Outbox(db, bus=bus, clock=clock)
+        courier = await stack.enter_async_context(
+            NoticeCourier(
+                outbox=outbox,
+                settings=s.notices,
+                zone=local_zone(s.scheduler.timezone),
+                clock=clock,
+            )
+        )
         gateway = ChatGateway(
             trunk,
             state=lambda: lifecycle.state.value,
             session_id=lambda: trunk.session.id if trunk.session else "",
             approvals=approvals,
+            notices=courier,
         )
         scheduler = await stack.enter_async_context(
             Scheduler(clock=clock, db=db, timezone=s.scheduler.timezone)
@@ -360,6 +375,8 @@ async def open_services(
             sleep_cycle=sleep_cycle,
             gateway=gateway,
             scheduler=scheduler,
+            outbox=outbox,
+            courier=courier,
             watcher=watcher,
         )
         # Fork transcripts are kept within their retention limits during sleep's maintenance.
@@ -367,6 +384,7 @@ async def open_services(
             bus.on(SleepHousekeeping, services.fork_retention, name="delegate.fork_retention")
         )
         sleep_cycle.schedule(scheduler)
+        stack.callback(courier.register(bus, scheduler))
         if bus.handlers(Heartbeat):
             # Only when something keeps a record on it: a heartbeat that does nothing is not one.
             scheduler.add_interval(

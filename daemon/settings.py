@@ -224,6 +224,24 @@ class SchedulerSettings(_Section):
         return value
 
 
+class NoticesSettings(_Section):
+    # "22:00-07:00" in scheduler.timezone; empty: no quiet hours.
+    quiet_hours: str = Field("", pattern=r"^$|^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$")
+    # A desktop notification per notice: the text is appended as the last argument (no shell).
+    notify_command: list[str] = Field(default_factory=list)
+    notify_timeout_s: float = Field(10.0, gt=0, le=120)
+    greeting: bool = True
+    # HEARTBEAT.md's instructions are checked on the journal heartbeat (one model call each).
+    checklist: bool = True
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _a_window(cls, value: str) -> str:
+        if value and value[:5] == value[6:]:
+            raise ValueError(f"quiet hours {value!r} start and end at the same time")
+        return value
+
+
 class ForkRetention(_Section):
     # Fork transcripts older than this are archived or pruned (0 = never by age).
     max_age_days: float = Field(30.0, ge=0)
@@ -456,6 +474,7 @@ class Settings(_Section):
     context: ContextSettings = ContextSettings()
     topics: TopicsSettings = TopicsSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
+    notices: NoticesSettings = NoticesSettings()
     delegate: DelegateSettings = DelegateSettings()
     sleep: SleepSettings = SleepSettings()
     journal: JournalSettings = JournalSettings()

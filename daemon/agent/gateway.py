@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -50,6 +50,14 @@ def _frame_type(frame: Any) -> str:
     if isinstance(kind, str):
         return kind
     return type(frame).__name__.lower().removesuffix("frame")
+
+
+class NoticeDesk(Protocol):
+    """Where the person's clients collect what the agent told them (`daemon.schedule.courier`)."""
+
+    async def attach(self, client: Any) -> bool: ...
+
+    def detach(self, client: Any) -> None: ...
 
 
 class CommandUnavailable(Exception):
@@ -100,8 +108,11 @@ class ChatGateway:
         state: Callable[[], str],
         session_id: Callable[[], str],
         approvals: Approvals | None = None,
+        notices: NoticeDesk | None = None,
     ) -> None:
         self.trunk = trunk
+        # What the agent has to tell the person: their clients get it after `hello`.
+        self.notices = notices
         # The questions tool calls put to the person; their clients are attached as they connect.
         self.approvals = approvals
         self._state = state
@@ -121,6 +132,8 @@ class ChatGateway:
         )
         if self.approvals is not None:
             self.approvals.attach(client)
+        if self.notices is not None:
+            await self.notices.attach(client)
 
     async def client_finished_sending(self, client: Any) -> None:
         """Return once every turn this client started has been answered."""
@@ -134,6 +147,8 @@ class ChatGateway:
     async def client_disconnected(self, client: Any) -> None:
         if self.approvals is not None:
             self.approvals.detach(client)
+        if self.notices is not None:
+            self.notices.detach(client)
         self._outstanding.pop(client.id, None)
         event = self._drained.pop(client.id, None)
         if event is not None:

@@ -428,6 +428,29 @@ def state(
     )
 
 
+def notice(
+    *,
+    id: str,
+    kind: str,
+    text: str,
+    ts: str,
+    due_at: str | None = None,
+    late_s: float | None = None,
+    schedule_id: str | None = None,
+) -> dict[str, Any]:
+    """Something the agent tells the person unasked (a reminder, a task's result, a greeting).
+
+    Sent to the clients of the daemon's own uid only: at once when it is posted, else when
+    one of them next connects (after `hello`). `late_s` says how late a missed one fired.
+    """
+    return _with(
+        {"type": "notice", "id": id, "kind": kind, "text": text, "ts": ts},
+        due_at=due_at,
+        late_s=late_s or None,
+        schedule_id=schedule_id,
+    )
+
+
 def result(*, id: str | None, name: str, data: Any) -> dict[str, Any]:
     return {"type": "result", "id": id, "name": name, "data": data}
 

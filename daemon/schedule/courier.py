@@ -1,0 +1,249 @@
+"""Notices reach the person: pushed to their connected clients, else kept for the next chat.
+
+The courier listens for `NoticePosted`. Outside quiet hours a new notice goes at once, as a
+`notice` frame, to every connected client of the person's uid (the daemon's own uid; a
+client admitted through `[chat] allow_uids` or root never gets one), and is marked delivered
+once a frame was written to one of them; the notification command (`[notices]
+notify_command`) runs for it too. A client of the person's that connects gets every
+pending notice right after `hello`: what came while they were away opens the chat.
+
+Quiet hours (`[notices] quiet_hours`, in `[scheduler] timezone`): a notice posted inside the
+window is held — neither pushed nor notified — until the window ends, when a daily job on
+the daemon's scheduler releases what is pending (pushed, and notified once). A person who
+opens a chat inside the window sees what is pending all the same: they are up.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from datetime import datetime, time, timedelta, tzinfo
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from daemon.bus import EventBus
+from daemon.chat import protocol
+from daemon.clock import Clock
+from daemon.events import NoticePosted
+from daemon.log import get_logger
+from daemon.schedule.outbox import Notice, Outbox
+from daemon.scheduler import Scheduler, parse_hhmm
+from daemon.settings import NoticesSettings
+
+log = get_logger("notices")
+
+# How long a client's socket may take to take a notice before it counts as not received.
+WRITE_TIMEOUT_S = 10.0
+# The notification command's output is only logged; this much of it.
+NOTIFY_OUTPUT_CHARS = 300
+
+
+def notice_frame(notice: Notice) -> dict[str, Any]:
+    return protocol.notice(
+        id=notice.id,
+        kind=notice.kind,
+        text=notice.text,
+        ts=notice.created_at.isoformat(),
+        due_at=notice.due_at.isoformat() if notice.due_at is not None else None,
+        late_s=notice.late_s,
+        schedule_id=notice.schedule_id,
+    )
+
+
+class QuietHours:
+    """A daily window ("22:00-07:00") in the person's zone, which may wrap midnight."""
+
+    def __init__(self, spec: str, zone: tzinfo) -> None:
+        start, _, end = spec.partition("-")
+        self.spec = spec
+        self.start = time(*parse_hhmm(start))
+        self.end = time(*parse_hhmm(end))
+        self.zone = zone
+
+    def __contains__(self, when: datetime) -> bool:
+        t = when.astimezone(self.zone).time()
+        if self.start < self.end:
+            return self.start <= t < self.end
+        return t >= self.start or t < self.end
+
+    def opened_before(self, when: datetime) -> datetime:
+        """When the last window to open at or before `when` opened."""
+        local = when.astimezone(self.zone)
+        opened = datetime.combine(local.date(), self.start, tzinfo=self.zone)
+        if opened > local:
+            opened -= timedelta(days=1)
+        return opened
+
+
+class NoticeCourier:
+    """Delivers the outbox's notices to the person (see the module's docstring).
+
+    An async context manager with one owner: the notification commands and the waits for a
+    client's socket run in its task group, and leaving it cancels them.
+    """
+
+    def __init__(
+        self,
+        *,
+        outbox: Outbox,
+        settings: NoticesSettings,
+        zone: tzinfo,
+        clock: Clock,
+        person_uid: int | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.settings = settings
+        self.clock = clock
+        self.person_uid = os.geteuid() if person_uid is None else person_uid
+        self.quiet = QuietHours(settings.quiet_hours, zone) if settings.quiet_hours else None
+        self._clients: dict[str, Any] = {}
+        # What each connected client was already sent, so a notice posted while it connects
+        # reaches it once.
+        self._sent: dict[str, set[str]] = {}
+        self._tg: TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self.notified = 0
+
+    async def __aenter__(self) -> NoticeCourier:
+        async with AsyncExitStack() as stack:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._stack is not None and self._tg is not None
+        self._tg.cancel_scope.cancel()
+        stack, self._stack, self._tg = self._stack, None, None
+        await stack.__aexit__(None, None, None)
+
+    def register(self, bus: EventBus, scheduler: Scheduler) -> Callable[[], None]:
+        """Listen for new notices; release held ones when quiet hours end. Return the unsubscribe."""
+        if self.quiet is not None:
+            # Not caught up: after a night down, what is pending opens the next chat anyway.
+            scheduler.add_daily(
+                "notices.quiet_hours_end",
+                self.release,
+                at=self.quiet.end.strftime("%H:%M"),
+                catch_up=False,
+            )
+        return bus.on(NoticePosted, self.on_posted, name="notices.deliver")
+
+    def in_quiet_hours(self, when: datetime | None = None) -> bool:
+        return self.quiet is not None and (when or self.clock.now()) in self.quiet
+
+    # -- the person's clients ---------------------------------------------------------------
+
+    async def attach(self, client: Any) -> bool:
+        """A client connected (its `hello` is sent): if it is the person's, send what is pending."""
+        if client.uid != self.person_uid:
+            return False
+        self._clients[client.id] = client
+        self._sent.setdefault(client.id, set())
+        pending = await self.outbox.pending()
+        if pending:
+            self._send(client, pending)
+        return True
+
+    def detach(self, client: Any) -> None:
+        self._clients.pop(client.id, None)
+        self._sent.pop(client.id, None)
+
+    @property
+    def connected(self) -> int:
+        return sum(1 for c in self._clients.values() if not c.closed)
+
+    def _send(self, client: Any, notices: Sequence[Notice]) -> None:
+        sent = self._sent.setdefault(client.id, set())
+        fresh = [n for n in notices if n.id not in sent]
+        place: int | None = None
+        for notice in fresh:
+            place = client.send_tracked(notice_frame(notice))
+            if place is None:
+                return
+            sent.add(notice.id)
+        if place is not None and self._tg is not None:
+            self._tg.start_soon(self._confirm, client, place, [n.id for n in fresh])
+
+    async def _confirm(self, client: Any, place: int, ids: list[str]) -> None:
+        """Mark notices delivered once the client's socket took their frames."""
+        with anyio.move_on_after(WRITE_TIMEOUT_S):
+            if await client.written(place):
+                await self.outbox.delivered(ids)
+                log.info("notices delivered", client=client.id, notices=len(ids))
+                return
+        log.info(
+            "notices not delivered (the client went); kept for the next chat", client=client.id
+        )
+
+    # -- new notices, quiet hours -----------------------------------------------------------
+
+    async def on_posted(self, event: NoticePosted) -> None:
+        notice = await self.outbox.get(event.notice_id)
+        if notice is None or not notice.pending:
+            return
+        if self.in_quiet_hours(event.created_at):
+            log.info("notice held for the end of quiet hours", notice=notice.id)
+            return
+        self._push([notice])
+        self._notify([notice])
+
+    async def release(self) -> str:
+        """Quiet hours ended: push what is pending; notify what was held in the window."""
+        pending = await self.outbox.pending()
+        self._push(pending)
+        held = pending
+        if self.quiet is not None:
+            opened = self.quiet.opened_before(self.clock.now())
+            held = [n for n in pending if n.created_at >= opened]
+        self._notify(held)
+        return f"pending={len(pending)} held={len(held)} clients={self.connected}"
+
+    def _push(self, notices: Sequence[Notice]) -> None:
+        for client in list(self._clients.values()):
+            if not client.closed:
+                self._send(client, notices)
+
+    # -- the desktop notification -----------------------------------------------------------
+
+    def _notify(self, notices: Sequence[Notice]) -> None:
+        if not self.settings.notify_command or not notices or self._tg is None:
+            return
+        for notice in notices:
+            self._tg.start_soon(self.notify, notice.text, name=f"notify:{notice.id}")
+
+    async def notify(self, text: str) -> bool:
+        """Run the notification command with `text` as its last argument; never raises.
+
+        No shell: the text is one argument whatever it holds. Stopped (killed) after
+        `notify_timeout_s`; a failure is logged.
+        """
+        argv = [*self.settings.notify_command, text]
+        try:
+            with anyio.fail_after(self.settings.notify_timeout_s):
+                done = await anyio.run_process(
+                    argv, check=False, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT
+                )
+        except TimeoutError:
+            log.warning(
+                "notification command timed out",
+                command=argv[0],
+                timeout_s=self.settings.notify_timeout_s,
+            )
+            return False
+        except OSError as exc:
+            log.warning("notification command failed to start", command=argv[0], error=str(exc))
+            return False
+        if done.returncode != 0:
+            log.warning(
+                "notification command failed",
+                command=argv[0],
+                code=done.returncode,
+                output=done.stdout.decode(errors="replace")[:NOTIFY_OUTPUT_CHARS],
+            )
+            return False
+        self.notified += 1
+        return True
