@@ -1012,3 +1012,39 @@ def test_a_fork_waiting_on_the_person_outlives_its_silence_limit(tmp_path: Path)
         if f["type"] == "tool" and "waiting for the person" in str(f.get("detail"))
     ]
     assert waiting and (ws / "slow.txt").exists()
+
+
+def test_reverie_permissions_lists_rules_and_saved_answers_and_revokes_one(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(
+        '[[permissions.rules]]\ntool = "write_file"\nmatch = ".git/*"\ndecision = "deny"\n'
+    )
+    saved = SavedApprovals(home / "permissions.toml")
+    saved.save("run", "pytest -q")
+    saved.save("edit_file", "notes/todo.md")
+    env = daemon_env()
+    listed = run_cli("permissions", "--home", str(home), "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)
+    assert data["rules"] == [{"tool": "write_file", "match": ".git/*", "decision": "deny"}]
+    assert [(a["tool"], a["match"]) for a in data["saved"]] == [
+        ("run", "pytest -q"),
+        ("edit_file", "notes/todo.md"),
+    ]
+    revoked = run_cli("permissions", "revoke", "run", "pytest -q", "--home", str(home), env=env)
+    assert revoked.returncode == 0 and "asked again" in revoked.stdout
+    policy = PermissionPolicy([], saved=SavedApprovals(home / "permissions.toml"))
+    assert policy.decide(RUN, {"command": "pytest -q"}).decision == "ask"
+    assert (
+        policy.decide(
+            _tool("edit_file", subject="path", permission="ask"), {"path": "notes/todo.md"}
+        ).decision
+        == "allow"
+    )
+    again = run_cli("permissions", "revoke", "run", "pytest -q", "--home", str(home), env=env)
+    assert again.returncode == 1 and "no saved answer" in again.stderr
+    text = run_cli("permissions", "--home", str(home), env=env).stdout
+    assert "deny   write_file  '.git/*'" in text and "edit_file  'notes/todo.md'" in text

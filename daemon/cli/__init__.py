@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "daemon.cli.context",
     "daemon.cli.dreams",
     "daemon.cli.journal",
+    "daemon.cli.permissions",
 )
 
 # Commands whose module is known: only it is imported, so `reverie memory search` on the
@@ -33,6 +34,7 @@ COMMAND_OWNERS = {
     "remember": "daemon.cli.memory",
     "recall": "daemon.cli.memory",
     "journal": "daemon.cli.journal",
+    "permissions": "daemon.cli.permissions",
 }
 
 
