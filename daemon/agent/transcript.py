@@ -1,7 +1,7 @@
 """Append-only JSONL transcripts: the source of truth for every session.
 
 One JSON object per line, with a `type`: `session` (first line), `message`, `tool_call`,
-`tool_result`, `turn_end`, and a fork's `fork_end` — typed in `records.py`. Writes are flushed and fsynced off the event loop, so a line
+`tool_result`, `approval`, `turn_end`, and a fork's `fork_end` — typed in `records.py`. Writes are flushed and fsynced off the event loop, so a line
 that was acknowledged survives a crash. A torn last line (crash mid-write) is ignored on
 read and the next append starts on a fresh line.
 """
