@@ -1048,3 +1048,55 @@ def test_reverie_permissions_lists_rules_and_saved_answers_and_revokes_one(
     assert again.returncode == 1 and "no saved answer" in again.stderr
     text = run_cli("permissions", "--home", str(home), env=env).stdout
     assert "deny   write_file  '.git/*'" in text and "edit_file  'notes/todo.md'" in text
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty + SO_PEERCRED are Linux here")
+def test_an_approval_for_someone_elses_turn_reaches_the_idle_interactive_chat(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    ws = home / "workspace"
+    ws.mkdir(parents=True)
+    (home / "reverie.toml").write_text(
+        DAEMON_CONFIG.replace("approval_timeout_s = 2.0", "approval_timeout_s = 60")
+    )
+    with FakeAnthropic() as fake:
+        fake.enqueue(Planned.tool("run", {"command": "touch from-elsewhere.txt"}), "Done.")
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env).start()
+        try:
+            pid, fd = pty.fork()
+            if pid == 0:
+                os.chdir(REPO)
+                os.execve(
+                    sys.executable,
+                    [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)],
+                    env,
+                )
+            seen = bytearray()
+            try:
+                at = _read_until(fd, b"> ", 20, seen)
+                # Another client (a script, a guest's turn) starts a turn that needs approval.
+                with Client(d.socket_path, timeout=30) as other:
+                    other.hello()
+                    turn = _turn(other, "Touch the file.")
+                    at = _read_until(fd, b"press Enter to answer", 20, seen, at)
+                    os.write(fd, b"\r")
+                    at = _read_until(fd, b"[y]es / [n]o / [a]lways", 20, seen, at)
+                    os.write(fd, b"a\r")
+                    _until_done(other, turn)
+                at = _read_until(fd, b"answered always", 20, seen, at)
+                os.write(fd, b"\x04")
+                _, status = os.waitpid(pid, 0)
+                assert os.waitstatus_to_exitcode(status) == 0, bytes(seen[-600:])
+            finally:
+                try:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+                os.close(fd)
+        finally:
+            d.stop()
+    assert (ws / "from-elsewhere.txt").exists()
+    assert 'match = "touch from-elsewhere.txt"' in (home / "permissions.toml").read_text()
