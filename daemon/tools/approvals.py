@@ -22,6 +22,7 @@ person's answer, a configured rule or a saved answer does.
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -128,9 +129,6 @@ class Approvals:
             if pending.settled is None:
                 pending.settled = Settled(answer=None, by="nobody")
                 pending.done.set()
-
-    def pending(self) -> list[ApprovalRequest]:
-        return [p.request for p in self._pending.values()]
 
     async def ask(self, request: ApprovalRequest) -> Settled:
         """Send `request` to the person's clients; wait for the first answer, or the timeout.
@@ -253,7 +251,12 @@ class PermissionGuard:
         if settled.answer in ("yes", "always"):
             saved = None
             if settled.answer == "always" and self.policy.saved is not None:
-                self.policy.saved.save(tool.name, pattern, now=self.clock.now())
+                # An fsynced file write: off the event loop.
+                await anyio.to_thread.run_sync(
+                    functools.partial(
+                        self.policy.saved.save, tool.name, pattern, now=self.clock.now()
+                    )
+                )
                 saved = pattern
             reason = (
                 f"the person approved this {tool.name} call"
