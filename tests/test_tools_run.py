@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,38 @@ async def test_a_busy_loop_meets_the_cpu_limit(home: Home, mode: dict[str, Any])
         out = await _run(reg, "while :; do :; done", timeout_s=15)
     assert not out.is_error
     assert "killed by SIGXCPU: the CPU-time limit of 1 s" in out.content
+
+
+@needs_bwrap
+def test_if_the_daemon_dies_its_sandboxes_die_with_it(home: Home) -> None:
+    m = _marker()
+    script = (
+        "import anyio, sys; from pathlib import Path; "
+        "from daemon.paths import Home; from daemon.settings import Settings; "
+        "from daemon.tools.registry import ToolContext; from daemon.tools.run import run_tools; "
+        "from daemon.tools.workspace import Workspace; "
+        "h = Home(Path(sys.argv[1])); s = Settings(); "
+        "run = run_tools(Workspace.for_home(h, s), s, home=h.root)[0]; "
+        "anyio.run(run.handler, ToolContext(session_id='s', turn_id='t'), "
+        "{'command': sys.argv[2], 'timeout_s': 120})"
+    )
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", script, str(home.root), f"sleep {m} & sleep {m}"],
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(_processes_with(m)) < 2:
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+    finally:
+        daemon.kill()
+        daemon.wait(10)
+    # No cleanup code ran: the kernel ends the sandbox because its parent died.
+    deadline = time.monotonic() + 10
+    while _processes_with(m) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_with(m) == []
 
 
 @needs_bwrap

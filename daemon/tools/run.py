@@ -209,13 +209,13 @@ class _SandboxTree:
         bubblewrap exits as soon as the command does, while the sandbox's other processes are
         still being killed with their namespace: this returns only once they are gone too.
         """
-        first = self.members()
+        first = await self._members()
         if not first:
             await self.process.wait()
             return
         _signal(first, signal.SIGTERM)
         await self._until_gone(KILL_GRACE_S)
-        left = self.members()
+        left = await self._members()
         if left:
             _signal(left, signal.SIGKILL)
         # SIGKILL cannot be refused; the waits are bounded only in case the kernel is slow.
@@ -227,9 +227,13 @@ class _SandboxTree:
         # Processes outside our children cannot be waited for, only looked for: poll /proc.
         deadline = anyio.current_time() + seconds
         while anyio.current_time() < deadline:
-            if self.process.returncode is not None and not self.members():
+            if self.process.returncode is not None and not await self._members():
                 return
             await anyio.sleep(0.02)
+
+    async def _members(self) -> set[int]:
+        # A scan of /proc takes milliseconds on a busy machine: off the event loop.
+        return await anyio.to_thread.run_sync(self.members)
 
 
 def _close(*fds: int) -> None:
