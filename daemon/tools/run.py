@@ -310,6 +310,11 @@ def run_tools(workspace: Workspace, settings: Settings, *, home: Path) -> list[T
     """The `run` tool for this workspace, confined as `[tools.run]` says (or off, saying why)."""
     conf = settings.tools.run
     sandbox = Sandbox.for_workspace(workspace.roots, conf, home=home)
+    # Said once at start: a `run` that is off or bare is worth a line in the log.
+    if sandbox.mode == "bwrap":
+        log.info("run tool ready", confinement=sandbox.describe())
+    else:
+        log.warning("run tool not sandboxed", confinement=sandbox.describe())
     redactor = Redactor()
 
     def where(args: dict[str, Any]) -> Path:
