@@ -137,7 +137,7 @@ async def execute(
         _close(status_r, status_w)
         raise
     _close(status_w)
-    sandboxed = _SandboxTree(process, status_r)
+    tree = _CommandTree(process, status_r)
     stopped = False
     try:
         async with anyio.create_task_group() as tg:
@@ -151,7 +151,7 @@ async def execute(
             with anyio.move_on_after(DRAIN_S):
                 await capture.finished.wait()
             with anyio.CancelScope(shield=True):
-                await sandboxed.stop()
+                await tree.stop()
                 stopped = True
             with anyio.move_on_after(DRAIN_S):
                 await capture.finished.wait()
@@ -159,7 +159,7 @@ async def execute(
     finally:
         with anyio.CancelScope(shield=True):
             if not stopped:
-                await sandboxed.stop()
+                await tree.stop()
             await process.aclose()
             _close(status_r)
     return Completed(
@@ -170,7 +170,7 @@ async def execute(
     )
 
 
-class _SandboxTree:
+class _CommandTree:
     """The processes one command started: its group, its descendants, its pid namespace."""
 
     def __init__(self, process: Process, status_fd: int) -> None:
