@@ -43,7 +43,9 @@ from daemon.models.base import Model
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.schedule.checklist import StandingChecklist
 from daemon.schedule.courier import NoticeCourier
+from daemon.schedule.greeting import MorningGreeting
 from daemon.schedule.outbox import Outbox
 from daemon.scheduler import Scheduler, local_zone
 from daemon.settings import Settings
@@ -385,6 +387,23 @@ async def open_services(
         )
         sleep_cycle.schedule(scheduler)
         stack.callback(courier.register(bus, scheduler))
+        zone = local_zone(s.scheduler.timezone)
+        if s.notices.greeting:
+            greeting = MorningGreeting(home=home, db=db, outbox=outbox, zone=zone, now=clock.now)
+            stack.callback(greeting.register(bus))
+        if s.notices.checklist:
+            # Before the heartbeat job is added below: it is added only when something listens.
+            checklist = StandingChecklist(
+                home=home,
+                db=db,
+                roles=roles,
+                outbox=outbox,
+                zone=zone,
+                now=clock.now,
+                every_minutes=s.notices.checklist_minutes,
+                awake=lambda: lifecycle.state is DaemonState.AWAKE,
+            )
+            stack.callback(checklist.register(bus))
         if bus.handlers(Heartbeat):
             # Only when something keeps a record on it: a heartbeat that does nothing is not one.
             scheduler.add_interval(

@@ -231,8 +231,10 @@ class NoticesSettings(_Section):
     notify_command: list[str] = Field(default_factory=list)
     notify_timeout_s: float = Field(10.0, gt=0, le=120)
     greeting: bool = True
-    # HEARTBEAT.md's instructions are checked on the journal heartbeat (one model call each).
+    # HEARTBEAT.md's instructions are checked on the journal heartbeat (one model call each),
+    # at most once in this many minutes.
     checklist: bool = True
+    checklist_minutes: float = Field(60.0, gt=0)
 
     @field_validator("quiet_hours")
     @classmethod

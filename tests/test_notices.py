@@ -4,9 +4,14 @@ notification command, the morning greeting and the standing checklist (issue 23)
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+import tempfile
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,12 +26,23 @@ from daemon.chat.protocol import LineReader
 from daemon.chat.server import ChatServer
 from daemon.chat.stream import UnixConnection, connect_unix
 from daemon.clock import FakeClock
-from daemon.events import NoticePosted
+from daemon.events import NoticePosted, SleepFinished
+from daemon.paths import Home
 from daemon.schedule.courier import NoticeCourier
+from daemon.schedule.greeting import (
+    MorningGreeting,
+    compose_greeting,
+    open_threads,
+    todays_schedule,
+)
 from daemon.schedule.outbox import NoticeError, Outbox
 from daemon.settings import NoticesSettings, SchedulerSettings, Settings, SleepSettings
 from daemon.store.db import Database
+from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
+from tests.harness import Client, DaemonProcess, daemon_env, run_cli
+from tests.harness import wait_until as wait_for
 from tests.sleep_support import START, Rig, rig, wait_until
+from tests.test_daemon_sleep import SUMMARY, RoutedFake
 
 pytestmark = pytest.mark.anyio
 
@@ -344,3 +360,344 @@ async def test_the_notification_command_gets_the_text_as_one_argument_and_failur
             async with courier([sys.executable, "-c", "import time; time.sleep(30)"], 0.5) as c:
                 assert not await c.notify("x")
             assert anyio.current_time() - started < 5
+
+
+# --- through the real daemon: the standing checklist's notices, another uid, the next chat --
+
+CHECKLIST_MARKER = "standing checklist"
+
+
+class ChecklistFake(FakeAnthropic):
+    """The fake Messages API; the checklist's calls take `findings` in turn, then "nothing"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.findings: deque[str] = deque()
+
+    def _take(self, body: dict[str, Any]) -> Planned:
+        if CHECKLIST_MARKER in json.dumps(body.get("system", "")):
+            with self._lock:
+                text = self.findings.popleft() if self.findings else "NOTHING TO REPORT."
+            return Planned.reply(text)
+        return super()._take(body)
+
+    def checklist_requests(self) -> list[RecordedRequest]:
+        return [
+            r
+            for r in self.message_requests
+            if CHECKLIST_MARKER in json.dumps(r.body.get("system", ""))
+        ]
+
+
+DAEMON_CONFIG = """
+[scheduler]
+timezone = "UTC"
+
+[journal]
+heartbeat_minutes = {heartbeat}
+
+[notices]
+checklist_minutes = {every}
+
+[chat]
+allow_uids = [65534]
+
+[sleep]
+nightly = false
+"""
+
+CHECKLIST = """# My checklist
+<!-- Things to look at on each heartbeat. -->
+- Look at the build in ~/ci/status; tell me when it is red.
+"""
+
+# Another uid's client: prints every frame it receives (one JSON per line); stays until killed.
+GUEST = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+for line in s.makefile("rb"):
+    sys.stdout.write(line.decode()); sys.stdout.flush()
+"""
+NOBODY = 65534
+
+
+def _python_for(uid: int) -> str | None:
+    """An interpreter another uid can run (the venv may sit in a private directory)."""
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            done = subprocess.run(
+                [candidate, "-c", "pass"], user=uid, capture_output=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if done.returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.fixture
+def shared_home() -> Iterator[Path]:
+    """A home whose socket another uid can reach (tmp_path's parents are private)."""
+    base = Path(tempfile.mkdtemp(prefix="reverie-notices-"))
+    base.chmod(0o711)
+    home = base / "home"
+    home.mkdir()
+    yield home
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _notice_rows(home: Path) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
+    try:
+        return [
+            tuple(r)
+            for r in conn.execute(
+                "SELECT id, kind, text, delivered_at, acknowledged_at FROM notices ORDER BY rowid"
+            )
+        ]
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second uid's client needs root to start")
+def test_checklist_notices_reach_the_person_live_and_in_the_next_chat_never_another_uid(
+    shared_home: Path,
+) -> None:
+    python = _python_for(NOBODY)
+    if python is None:
+        pytest.skip("no interpreter the other uid can run")
+    home = shared_home
+    (home / "reverie.toml").write_text(DAEMON_CONFIG.format(heartbeat=0.03, every=0.03))
+    (home / "HEARTBEAT.md").write_text(CHECKLIST)
+    with ChecklistFake() as fake:
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env)
+        d.start()
+        guest: subprocess.Popen[str] | None = None
+        try:
+            # Loosened on purpose: the uid check (SO_PEERCRED) is what is tested, not modes.
+            d.socket_path.parent.chmod(0o711)
+            d.socket_path.chmod(0o666)
+            guest = subprocess.Popen(
+                [python, "-c", GUEST, str(d.socket_path)],
+                user=NOBODY,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            with Client(d.socket_path, timeout=30) as person:
+                assert person.hello()["type"] == "hello"
+                # Checked on the heartbeat, one call; the finding reaches the person at once.
+                fake.findings.append("The build is red since 08:12: test_login fails.")
+                live = person.recv_until(lambda f: f["type"] == "notice")[-1]
+                assert (live["kind"], live["text"]) == (
+                    "checklist",
+                    "The build is red since 08:12: test_login fails.",
+                )
+                wait_for(lambda: _notice_rows(home)[0][3] is not None, 10, "delivered")
+            request = fake.checklist_requests()[0]
+            prompt = json.dumps(request.body["messages"])
+            assert "Look at the build in ~/ci/status" in prompt
+            assert "My checklist" not in prompt and "Things to look at" not in prompt
+
+            # Nobody connected now: the next finding waits in the outbox.
+            fake.findings.append("The disk of the build machine is 97% full.")
+            wait_for(lambda: len(_notice_rows(home)) == 2, 20, "the second finding")
+            # "Nothing to report" answers meanwhile cost no notice.
+            calls = len(fake.checklist_requests())
+            wait_for(lambda: len(fake.checklist_requests()) >= calls + 2, 20, "more checks")
+            assert len(_notice_rows(home)) == 2
+            waiting = _notice_rows(home)[1]
+            assert waiting[1:4] == ("checklist", "The disk of the build machine is 97% full.", None)
+
+            listed = run_cli("notices", "--home", str(home), env=env)
+            assert listed.returncode == 0, listed.stderr
+            assert "seen" in listed.stdout and "new" in listed.stdout
+            assert "97% full" in listed.stdout
+
+            # The next chat opens with it (on stderr; stdout is the reply).
+            fake.enqueue(Planned.reply("Hello again."))
+            chat = run_cli("chat", "-m", "hello", "--home", str(home), env=env)
+            assert chat.returncode == 0, chat.stderr
+            assert chat.stdout.strip() == "Hello again."
+            assert "The disk of the build machine is 97% full." in chat.stderr
+            assert "checklist" in chat.stderr
+            wait_for(lambda: _notice_rows(home)[1][3] is not None, 10, "delivered on connect")
+
+            acked = run_cli("notices", "--ack", waiting[0], "--home", str(home), env=env)
+            assert acked.returncode == 0 and "acknowledged 1 notice" in acked.stdout
+            rest = run_cli("notices", "--json", "--home", str(home), env=env)
+            assert [json.loads(line)["state"] for line in rest.stdout.splitlines()] == ["seen"]
+            assert run_cli("notices", "--ack-all", "--home", str(home), env=env).returncode == 0
+            none = run_cli("notices", "--home", str(home), env=env)
+            assert "no notices waiting" in none.stdout
+            every = run_cli("notices", "--all", "--json", "--home", str(home), env=env)
+            assert [json.loads(line)["state"] for line in every.stdout.splitlines()] == [
+                "acked",
+                "acked",
+            ]
+            bad = run_cli("notices", "--ack", "n-nope", "--home", str(home), env=env)
+            assert bad.returncode == 1 and "no notice n-nope" in bad.stderr
+        finally:
+            if guest is not None:
+                guest.kill()
+                out, _ = guest.communicate(timeout=10)
+            d.stop()
+    guest_frames = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert guest_frames and guest_frames[0]["type"] == "hello"
+    assert [f for f in guest_frames if f["type"] == "notice"] == []
+
+
+def test_an_absent_or_empty_checklist_costs_no_model_call(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(DAEMON_CONFIG.format(heartbeat=0.01, every=0.01))
+    with ChecklistFake() as fake:
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env)
+        d.start()
+        try:
+
+            def heartbeats() -> int:
+                return sum(
+                    1
+                    for e in d.log_events()
+                    if e.get("event") == "job finished" and e.get("job") == "heartbeat"
+                )
+
+            wait_for(lambda: heartbeats() >= 2, 20, "two heartbeats with no checklist")
+            (home / "HEARTBEAT.md").write_text("# Checklist\n\n<!-- nothing yet -->\n\n")
+            seen = heartbeats()
+            wait_for(lambda: heartbeats() >= seen + 2, 20, "two heartbeats, empty checklist")
+            assert fake.message_requests == []
+            # The same daemon with one instruction: one call on the next heartbeat.
+            (home / "HEARTBEAT.md").write_text("- Tell me if it rains.\n")
+            wait_for(lambda: fake.checklist_requests(), 20, "the checklist's call")
+        finally:
+            d.stop()
+    assert len(fake.message_requests) >= 1
+    assert all(CHECKLIST_MARKER in json.dumps(r.body["system"]) for r in fake.message_requests)
+    assert _notice_rows(home) == []
+
+
+# --- the morning greeting, through the real daemon's sleep cycle ---------------------------
+
+GREETING_CONFIG = """
+[providers.anthropic]
+max_retries = 1
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+
+[scheduler]
+timezone = "UTC"
+
+[sleep]
+nightly = false
+"""
+
+LETTER = """# Wake-up notes
+
+## Where things stand
+- Porto in May is settled.
+
+## Open threads
+- Ask Ada whether her Lisbon flat is free on 12 May.
+- Book the train from Porto to Lisbon.
+
+## Decisions
+- Porto in May.
+"""
+
+
+def test_after_a_sleep_the_first_chat_opens_with_one_greeting_and_a_restart_does_not_repeat_it(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(GREETING_CONFIG)
+    with RoutedFake() as fake:
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env)
+        fake.enqueue(Planned.reply("Porto in May it is."))
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=30) as c:
+                c.hello()
+                c.chat("we settled on Porto for May; Ada lives in Lisbon")
+                fake.route("session summaries", Planned.reply(json.dumps(SUMMARY)))
+                fake.route("Write WAKE.md", Planned.reply(LETTER))
+                started = c.command("sleep")
+                assert started["type"] == "result" and started["data"]["started"], started
+            # Nobody is connected when the agent wakes.
+            wait_for(lambda: [r[1] for r in _notice_rows(home)] == ["greeting"], 60, "the greeting")
+            with Client(d.socket_path, timeout=30) as c:
+                assert c.hello()["state"] == "awake"
+                greeting = c.recv()
+            with Client(d.socket_path, timeout=5) as c:
+                c.hello()
+                # The second connection of the same wake: no greeting again.
+                c.sock.settimeout(1.0)
+                with pytest.raises(TimeoutError):
+                    c.recv()
+        finally:
+            d.stop()
+        d.start()
+        try:
+            with Client(d.socket_path, timeout=5) as c:
+                c.hello()
+                c.sock.settimeout(1.0)
+                with pytest.raises(TimeoutError):
+                    c.recv()
+        finally:
+            d.stop()
+    assert greeting["type"] == "notice" and greeting["kind"] == "greeting"
+    text = greeting["text"]
+    assert "rested" in text
+    assert "Ask Ada whether her Lisbon flat is free on 12 May." in text
+    assert "Book the train from Porto to Lisbon." in text
+    assert "Porto in May is settled" not in text  # open threads, not the whole letter
+    assert len(text) < 400
+    assert len(_notice_rows(home)) == 1
+
+
+async def test_the_greeting_is_extractive_once_per_wake_and_not_after_a_mid_conversation_sleep(
+    tmp_path: Path,
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    home.wake_file.write_text(LETTER)
+    clock = FakeClock(datetime(2026, 3, 3, 3, 40, tzinfo=UTC))
+    async with await Database.open(home.db_file) as db, EventBus() as bus:
+        outbox = Outbox(db, bus=bus, clock=clock)
+        greeting = MorningGreeting(home=home, db=db, outbox=outbox, zone=UTC, now=clock.now)
+        tired = SleepFinished(reason="compaction", old_session_id="s-1", new_session_id="s-2")
+        assert await greeting.on_sleep_finished(tired) is None
+        night = SleepFinished(reason="nightly", old_session_id="s-2", new_session_id="s-3")
+        first = await greeting.on_sleep_finished(night)
+        assert first is not None and first.kind == "greeting" and first.key == "greeting:s-3"
+        assert first.text == (
+            "Good morning — I slept and I'm rested.\n"
+            "Still open from yesterday:\n"
+            "- Ask Ada whether her Lisbon flat is free on 12 May.\n"
+            "- Book the train from Porto to Lisbon."
+        )
+        home.wake_file.write_text("# changed\n")
+        assert await greeting.on_sleep_finished(night) == first
+        assert [n.id for n in await outbox.pending()] == [first.id]
+        # No schedules table in this home: nothing scheduled today.
+        assert await todays_schedule(db, UTC, clock.now()) == []
+
+
+def test_open_threads_fall_back_to_open_questions_then_where_things_stand() -> None:
+    offline = (
+        "# Wake\n\n## Where things stand\n- A quiet day.\n\n## Open questions\n- Which hotel?\n"
+    )
+    assert open_threads(offline) == ["Which hotel?"]
+    assert open_threads("## Where things stand\n- A quiet day.\n") == ["A quiet day."]
+    assert open_threads("") == []
+    assert compose_greeting([], [], datetime(2026, 3, 3, 19, 0)) == (
+        "Good evening — I slept and I'm rested.\nNothing is waiting on us today."
+    )

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "daemon.cli.context",
     "daemon.cli.dreams",
     "daemon.cli.journal",
+    "daemon.cli.notices",
     "daemon.cli.permissions",
 )
 
@@ -34,6 +35,7 @@ COMMAND_OWNERS = {
     "remember": "daemon.cli.memory",
     "recall": "daemon.cli.memory",
     "journal": "daemon.cli.journal",
+    "notices": "daemon.cli.notices",
     "permissions": "daemon.cli.permissions",
 }
 
