@@ -4,6 +4,10 @@ A tool call that needs the person's approval shows up as an `approval` frame: th
 interactive client shows it inline (the tool, what it acts on, its diff) and reads y / n / a;
 `chat -m` answers at once — yes when an `--approve` pattern covers the call, else no.
 
+A `notice` (a reminder, a task's result, the morning greeting) is shown as it comes; what
+came while nobody was connected arrives right after `hello`, so a chat opens with it
+(`chat -m` writes notices to stderr, keeping stdout the reply).
+
 The interactive client reads the keyboard with `input()` on the main thread — the only
 thread where Ctrl-C interrupts readline cleanly and the terminal is restored — while the
 connection lives on an event loop in a blocking portal's thread. So reading stdin never
@@ -22,6 +26,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -146,12 +151,28 @@ class Notes:
             if frame.get("detail"):
                 text += f": {frame['detail']}"
             return self.line(text)
+        if kind == "notice":
+            return self.line(notice_heading(frame)) + "\n" + str(frame.get("text", ""))
         if kind == "state":
             text = f"state: {frame.get('state', '?')}"
             if frame.get("detail"):
                 text += f" ({frame['detail']})"
             return self.line(text)
         return None
+
+
+def notice_heading(frame: dict[str, Any]) -> str:
+    """`reminder · 09:00 · 12 min late`: what a notice is and when, in this machine's time."""
+    parts = [str(frame.get("kind") or "notice")]
+    try:
+        when = datetime.fromisoformat(str(frame.get("due_at") or frame.get("ts")))
+        parts.append(when.astimezone().strftime("%a %H:%M"))
+    except ValueError:
+        pass
+    late = float(frame.get("late_s") or 0)
+    if late >= 60:
+        parts.append(f"{round(late / 60)} min late" if late < 5400 else f"{late / 3600:.1f} h late")
+    return " · ".join(parts)
 
 
 async def send_one(
@@ -194,6 +215,9 @@ async def send_one(
             forks.add(str(frame["fork_id"]))
         if frame.get("type") == "approval":
             answer(frame)
+        elif frame.get("type") == "notice":
+            # What came while the person was away: on stderr, so stdout stays the reply.
+            print(notes.describe(frame), file=sys.stderr, flush=True)
         elif frame.get("type") == "delta":
             out.write(str(frame.get("text", "")))
             out.flush()
@@ -366,7 +390,7 @@ class ChatSession:
                 self._attention.set()
             else:
                 self.screen.note(f"error: {frame.get('message', '')}")
-        elif kind in ("tool", "state"):
+        elif kind in ("tool", "state", "notice"):
             self.screen.frame_note(frame)
 
     async def start_turn(self, text: str) -> None:
