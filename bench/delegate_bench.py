@@ -1,20 +1,26 @@
-"""Delegate forks: spawn overhead, and the trunk context saved by delegating tool-heavy work.
+"""Delegate forks: spawn overhead, the trunk context saved by delegating tool-heavy work, and
+what a tool call costs beyond the tool's own work.
 
-    nice -n 10 python -m bench.delegate_bench [--spawns 40] [--pages 8] [--page-chars 2000]
+    nice -n 10 python -m bench.delegate_bench [--spawns 40] [--files 8 20] [--file-chars 2000]
 
-Everything is real but the model (an instant scripted one) and the survey tool: the daemon's
-own services (`open_services`) — the database file, the context assembler (persona, memory
-layers), the trunk's and the forks' tools, the fork's transcript and lineage row.
+Everything is real but the model (an instant scripted one): the daemon's own services
+(`open_services`) — the database file, the context assembler (persona, memory layers), the
+trunk's and the forks' tools with the permission guard, the real `read_file` over files in
+the workspace, the fork's transcript and lineage row.
 
 * **Spawn overhead**: the wall time of one `delegate` call whose fork answers at once with
   `task_complete` — the `before_fork` gate, the lineage row, the fork's session and
   transcript (fsynced), its context assembly, one model step, the task_complete call, the
   fork's shutdown (summary queued, transcript indexed). Median and p95 over `--spawns`.
-* **Context saved**: a task that reads `--pages` pages of `--page-chars` characters with a
-  tool, then answers in a short paragraph. Inline, the trunk makes the calls itself and
-  every page stays in its history; delegated, the trunk makes one `delegate` call and keeps
+* **Context saved**: a task that reads `--files` files of `--file-chars` characters with
+  `read_file`, then answers in a short paragraph. Inline, the trunk makes the calls itself and
+  every file stays in its history; delegated, the trunk makes one `delegate` call and keeps
   only the fork's summary. Reported: the trunk's next request (system + tools + whole
   history, in tokens) after each, the difference, and what the fork spent instead.
+* **Tool-call overhead**: one `read_file` call through the trunk's registry (argument
+  validation, the permission policy — an allowed read, no approval —, output cap, the
+  untrusted-output label) against the same handler called alone; median and p95 of the
+  difference over `--calls`.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from daemon.paths import Home  # noqa: E402
 from daemon.services import open_services  # noqa: E402
 from daemon.settings import AgentSettings, MemorySettings, Settings  # noqa: E402
 from daemon.testing import Reply, ScriptedModel  # noqa: E402
-from daemon.tools.registry import Tool, ToolContext  # noqa: E402
+from daemon.tools.registry import ToolContext  # noqa: E402
 
 WORDS = "tide heron quarry lantern copper meadow kiln orchard ledger harbour cedar falcon".split()
 SUMMARY = (
@@ -60,16 +66,16 @@ def is_fork(request: ModelRequest) -> bool:
     return first.startswith("You are in focused task mode.")
 
 
-def pages_read(request: ModelRequest) -> int:
+def files_read(request: ModelRequest) -> int:
     return sum(1 for m in request.messages for b in m.content if isinstance(b, ToolResultBlock))
 
 
 class Script:
     """The trunk (inline or delegating) and the fork, as an instant scripted model."""
 
-    def __init__(self, mode: str, pages: int) -> None:
+    def __init__(self, mode: str, files: int) -> None:
         self.mode = mode
-        self.pages = pages
+        self.files = files
 
     def __call__(self, request: ModelRequest) -> Reply | str:
         if self.mode == "spawn":
@@ -78,10 +84,10 @@ class Script:
                     tool_calls=(("task_complete", {"summary": "done", "outcome": "success"}),)
                 )
             return "ok"
-        read = pages_read(request)
+        read = files_read(request)
         if is_fork(request) or self.mode == "inline":
-            if read < self.pages:
-                return Reply(tool_calls=(("read_page", {"n": read}),))
+            if read < self.files:
+                return Reply(tool_calls=(("read_file", {"path": f"survey/page-{read}.txt"}),))
             if is_fork(request):
                 return Reply(
                     tool_calls=(("task_complete", {"summary": SUMMARY, "outcome": "success"}),)
@@ -93,8 +99,8 @@ class Script:
                     (
                         "delegate",
                         {
-                            "task": "read the survey pages and report",
-                            "context": f"{self.pages} pages",
+                            "task": "read the survey files and report",
+                            "context": f"{self.files} files in survey/",
                         },
                     ),
                 )
@@ -102,15 +108,17 @@ class Script:
         return SUMMARY
 
 
-async def run(mode: str, *, spawns: int, pages: int, page_chars: int) -> dict[str, Any]:
+async def run(
+    mode: str, *, spawns: int = 0, files: int = 0, file_chars: int = 0, calls: int = 0
+) -> dict[str, Any]:
     from daemon.log import configure
 
     configure("warning")
     settings = Settings(
-        memory=MemorySettings(embedder="none"), agent=AgentSettings(max_tool_steps=pages + 4)
+        memory=MemorySettings(embedder="none"), agent=AgentSettings(max_tool_steps=files + 4)
     )
     clock = SystemClock()
-    script = Script(mode, pages)
+    script = Script(mode, files)
     model = ScriptedModel(script)
     offline = OfflineModel()
     models: dict[str, Model] = {
@@ -120,25 +128,15 @@ async def run(mode: str, *, spawns: int, pages: int, page_chars: int) -> dict[st
         "recall_planner": offline,
         "recall_synthesis": offline,
     }
-
-    async def read_page(_ctx: ToolContext, args: dict[str, Any]) -> str:
-        return page(int(args["n"]), page_chars)
-
-    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-    survey = Tool(
-        name="read_page",
-        description="Read one survey page.",
-        input_schema=schema,
-        handler=read_page,
-    )
     with tempfile.TemporaryDirectory() as tmp:
         home = Home(Path(tmp) / "home")
         home.ensure()
+        survey = home.workspace_dir / "survey"
+        survey.mkdir()
+        for n in range(max(files, 1)):
+            (survey / f"page-{n}.txt").write_text(page(n, file_chars or 2000) + "\n")
         # The daemon's own services, not serving: the bench drives the trunk's loop itself.
         async with open_services(home, settings, clock, models=models, watch_files=False) as svc:
-            # The survey tool is the bench's own: offered to the trunk (inline) and the forks.
-            svc.tools.register(survey)
-            svc.delegator.base_tools.register(survey)
             session = await Session.open(
                 db=svc.db,
                 directory=home.trunk_dir,
@@ -146,8 +144,8 @@ async def run(mode: str, *, spawns: int, pages: int, page_chars: int) -> dict[st
                 kind="trunk",
                 now=clock.now(),
             )
+            ctx = ToolContext(session_id=session.id, turn_id="t-bench", call_id="toolu_bench")
             if mode == "spawn":
-                ctx = ToolContext(session_id=session.id, turn_id="t-bench", call_id="toolu_bench")
                 times = []
                 for _ in range(spawns):
                     started = time.perf_counter()
@@ -159,10 +157,31 @@ async def run(mode: str, *, spawns: int, pages: int, page_chars: int) -> dict[st
                     "median_ms": round(statistics.median(times), 2),
                     "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
                 }
+            if mode == "overhead":
+                tool = svc.tools.get("read_file")
+                assert tool is not None, "read_file is not in the trunk's tool set"
+                args = {"path": "survey/page-0.txt"}
+                through, alone = [], []
+                for _ in range(calls):
+                    started = time.perf_counter()
+                    outcome = await svc.tools.call("read_file", args, ctx)
+                    through.append((time.perf_counter() - started) * 1000)
+                    assert not outcome.is_error, outcome.content
+                    started = time.perf_counter()
+                    await tool.handler(ctx, args)
+                    alone.append((time.perf_counter() - started) * 1000)
+                extra = sorted(t - a for t, a in zip(through, alone, strict=True))
+                return {
+                    "calls": calls,
+                    "registry_median_ms": round(statistics.median(through), 3),
+                    "handler_alone_median_ms": round(statistics.median(alone), 3),
+                    "overhead_median_ms": round(statistics.median(extra), 3),
+                    "overhead_p95_ms": round(extra[int(0.95 * (len(extra) - 1))], 3),
+                }
             result = await svc.trunk.loop.run_turn(
                 session,
                 turn_id="t1",
-                prompt="Survey the pages and tell me what they say.",
+                prompt="Read the survey files and tell me what they say.",
                 observer=lambda _e: None,
                 ts=clock.now().isoformat(),
             )
@@ -176,30 +195,34 @@ async def run(mode: str, *, spawns: int, pages: int, page_chars: int) -> dict[st
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    spawn = await run("spawn", spawns=args.spawns, pages=0, page_chars=0)
-    inline = await run("inline", spawns=0, pages=args.pages, page_chars=args.page_chars)
-    delegated = await run("delegated", spawns=0, pages=args.pages, page_chars=args.page_chars)
-    saved = inline["trunk_next_request_tokens"] - delegated["trunk_next_request_tokens"]
-    return {
-        "spawn_overhead": spawn,
-        "context": {
-            "pages": args.pages,
-            "page_chars": args.page_chars,
-            "inline": inline,
-            "delegated": delegated,
-            "trunk_tokens_saved": saved,
-            "trunk_ratio_delegated_to_inline": round(
-                delegated["trunk_next_request_tokens"] / inline["trunk_next_request_tokens"], 3
-            ),
-        },
-    }
+    spawn = await run("spawn", spawns=args.spawns)
+    overhead = await run("overhead", calls=args.calls, file_chars=args.file_chars)
+    context = []
+    for files in args.files:
+        inline = await run("inline", files=files, file_chars=args.file_chars)
+        delegated = await run("delegated", files=files, file_chars=args.file_chars)
+        saved = inline["trunk_next_request_tokens"] - delegated["trunk_next_request_tokens"]
+        context.append(
+            {
+                "files": files,
+                "file_chars": args.file_chars,
+                "inline": inline,
+                "delegated": delegated,
+                "trunk_tokens_saved": saved,
+                "trunk_ratio_delegated_to_inline": round(
+                    delegated["trunk_next_request_tokens"] / inline["trunk_next_request_tokens"], 3
+                ),
+            }
+        )
+    return {"spawn_overhead": spawn, "tool_call_overhead": overhead, "context": context}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spawns", type=int, default=40)
-    parser.add_argument("--pages", type=int, default=8)
-    parser.add_argument("--page-chars", type=int, default=2000)
+    parser.add_argument("--files", type=int, nargs="+", default=[8, 20])
+    parser.add_argument("--file-chars", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
     results = anyio.run(main_async, args)
     out = REPO / "bench" / "results"
