@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -39,7 +42,7 @@ from daemon.schedule.outbox import NoticeError, Outbox
 from daemon.settings import NoticesSettings, SchedulerSettings, Settings, SleepSettings
 from daemon.store.db import Database
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import Client, DaemonProcess, daemon_env, run_cli
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli
 from tests.harness import wait_until as wait_for
 from tests.sleep_support import START, Rig, rig, wait_until
 from tests.test_daemon_sleep import SUMMARY, RoutedFake
@@ -612,6 +615,36 @@ LETTER = """# Wake-up notes
 """
 
 
+def _interactive_chat_shows(home: Path, env: dict[str, str], needle: bytes) -> bytes:
+    """Run the interactive `reverie chat` in a pseudo-terminal until it shows `needle`; leave."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the client, with the pty as its controlling terminal
+        os.chdir(REPO)
+        os.execve(
+            sys.executable, [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)], env
+        )
+    seen = bytearray()
+    try:
+        deadline = time.monotonic() + 20
+        # Until it shows the notice and waits at its prompt (a Ctrl-D typed before is lost).
+        while needle not in seen or not seen.rstrip().endswith(b">"):
+            assert time.monotonic() < deadline, f"{needle!r} not shown: {bytes(seen)!r}"
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                seen.extend(os.read(fd, 4096))
+        os.write(fd, b"\x04")  # Ctrl-D at the prompt: leave
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)
+    finally:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(fd)
+    return bytes(seen)
+
+
 def test_after_a_sleep_the_first_chat_opens_with_one_greeting_and_a_restart_does_not_repeat_it(
     tmp_path: Path,
 ) -> None:
@@ -633,9 +666,11 @@ def test_after_a_sleep_the_first_chat_opens_with_one_greeting_and_a_restart_does
                 assert started["type"] == "result" and started["data"]["started"], started
             # Nobody is connected when the agent wakes.
             wait_for(lambda: [r[1] for r in _notice_rows(home)] == ["greeting"], 60, "the greeting")
-            with Client(d.socket_path, timeout=30) as c:
-                assert c.hello()["state"] == "awake"
-                greeting = c.recv()
+            # The interactive chat opens with it.
+            shown = _interactive_chat_shows(home, env, b"Book the train from Porto to Lisbon.")
+            assert b"greeting" in shown and b"rested" in shown
+            ((_, kind, text, delivered, _),) = _notice_rows(home)
+            assert kind == "greeting" and delivered is not None
             with Client(d.socket_path, timeout=5) as c:
                 c.hello()
                 # The second connection of the same wake: no greeting again.
@@ -653,8 +688,6 @@ def test_after_a_sleep_the_first_chat_opens_with_one_greeting_and_a_restart_does
                     c.recv()
         finally:
             d.stop()
-    assert greeting["type"] == "notice" and greeting["kind"] == "greeting"
-    text = greeting["text"]
     assert "rested" in text
     assert "Ask Ada whether her Lisbon flat is free on 12 May." in text
     assert "Book the train from Porto to Lisbon." in text
