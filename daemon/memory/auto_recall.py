@@ -7,10 +7,14 @@ into a few sub-queries and its names, and searched as `memory search` searches
 the best hits mention, facet coverage, each line once), with one vector pass for the message
 itself; time words ("yesterday", "after my trip") add the plan's time-bounded window as a
 preference, as in `memory search` (a second BM25 and vector pass on those turns only: without
-it, automatic recall on the planted set's temporal questions fell from 1.00 to 0.50). The results are kept only above a relevance floor — they must
-share a content word with the message, or have been found through a name — so "make me a
-sandwich" brings back nothing about sandwiches it never heard of; they are ranked with
-explicit facts first among near-equals and cut to a token budget.
+it, automatic recall on the planted set's temporal questions fell from 1.00 to 0.50). The
+results are kept only above a relevance floor — they share a content word with the message,
+were found through a name, or are close to it by vector (`VECTOR_FLOOR`: "what colour did we
+choose for the baby's room?" reaches "we picked terracotta for the nursery walls") — so "make
+me a sandwich" brings back nothing about sandwiches it never heard of; they are ranked with
+explicit facts first among near-equals, fitted to the message (`excerpt.fit`: a window cut
+to the lines that bear on it, a long message excerpted, each message shown once in the turn)
+and cut to a token budget.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ _PREVIOUS_REPLY_TERMS = 6
 _ITEM_TOKEN_CAP = 400  # one long chunk must not take the whole recall layer
 _AUTO_RECALL_QUERIES = 3
 _AUTO_RECALL_ENTITIES = 4
+# Cosine similarity at which a memory the vectors found is relevant though it shares no word
+# with the message, per embedder (its `relevance_floor` attribute wins). For MiniLM a
+# paraphrase ("baby's room" / "nursery walls") sits near 0.5, an unrelated everyday line
+# ("make me a sandwich" / "I bought a new bread maker") at 0.4 and below.
+VECTOR_FLOOR = {"all-MiniLM-L6-v2": 0.45}
 
 
 @lru_cache(maxsize=4096)
@@ -106,11 +115,18 @@ class IndexMemoryView:
             k=max(12, limit * 3),
             kinds=["fact", "profile", "summary", "chunk"],
             vector_queries=1,
+            fit=False,
         )
+        embedder = self.index.embedder
+        floor = getattr(embedder, "relevance_floor", VECTOR_FLOOR.get(embedder.name))
+        near = await self.index.searcher.similarities(prompt, found) if floor is not None else {}
 
         def relevant(item: MemoryItem) -> bool:
             text = " ".join((item.title, item.text, " ".join(item.tags)))
-            return bool(wanted and wanted & _stems(text))
+            if wanted and wanted & _stems(text):
+                return True
+            # What the vectors found counts though no word is shared (a paraphrase).
+            return floor is not None and near.get(item.id, -1.0) >= floor
 
         # The relevance floor: a memory shares a word with what was asked, or was found through
         # a name that a memory sharing one mentions (the second hop's chain: "my brother" →
@@ -136,6 +152,10 @@ class IndexMemoryView:
             explicit = item.kind in ("fact", "profile")
             out.append(replace(item, score=item.score * (_EXPLICIT_BOOST if explicit else 1.0)))
         out.sort(key=_rank)
+        # A message is its own chunk and sits in the windows that overlap it: each is shown
+        # once, by the best-ranked memory that holds it, and a window only by the lines that
+        # bear on the message.
+        out = await self.index.searcher.fit(prompt, out, len(out))
 
         budget = self.settings.auto_recall_tokens
         # Long items are clipped so that `auto_recall_min` of them fit the budget together:
@@ -143,15 +163,10 @@ class IndexMemoryView:
         item_cap = min(_ITEM_TOKEN_CAP, budget // max(1, min(self.settings.auto_recall_min, limit)))
         chosen: list[MemoryItem] = []
         used = 0
-        # A message is its own chunk and sits in the windows that overlap it: each line is
-        # shown once, by the best-ranked memory that holds it, and paid for once.
-        shown_lines: set[str] = set()
         for item in out:
             if len(chosen) >= limit:
                 break
-            text = _unshown(item.text, shown_lines) if item.kind == "chunk" else item.text
-            if not text:
-                continue
+            text = item.text
             cost = count_tokens(text)
             if cost > item_cap:
                 text = _clip_tokens(text, item_cap)
@@ -160,20 +175,7 @@ class IndexMemoryView:
                 continue
             chosen.append(item if text == item.text else replace(item, text=text))
             used += cost
-            if item.kind == "chunk":
-                shown_lines.update(_line_key(line) for line in text.splitlines())
         return chosen
-
-
-def _line_key(line: str) -> str:
-    return " ".join(line.split()).lower()
-
-
-def _unshown(text: str, shown: set[str]) -> str:
-    """The lines of a chunk not already shown this turn ("" when every one was)."""
-    return "\n".join(
-        line for line in text.splitlines() if line.strip() and _line_key(line) not in shown
-    )
 
 
 def _rank(item: MemoryItem) -> tuple[float, bool]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -578,6 +578,17 @@ class VectorMatrix:
         counts = self._kind_counts[1]
         codes = {KIND_CODES.get(k, 8) for k in kinds}
         return float(sum(int(counts[c]) for c in codes)) / n
+
+    def vectors(self, rowids: Sequence[int]) -> dict[int, np.ndarray]:
+        """The loaded vectors of `rowids` (rows without one, or not loaded yet, are left out)."""
+        if not rowids or self._n == 0:
+            return {}
+        pos = self._find(np.asarray(rowids, dtype=np.int64))
+        return {
+            int(r): self._vecs[p]
+            for r, p in zip(rowids, pos.tolist(), strict=True)
+            if p >= 0 and self._has_vec[p]
+        }
 
     def attributes(self, rowids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (time, explicit, importance) arrays for rowids (zeros for rows not loaded yet)."""

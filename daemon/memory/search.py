@@ -19,6 +19,8 @@ import numpy as np
 
 from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import Embedder
+from daemon.memory.excerpt import Line, Question
+from daemon.memory.excerpt import fit as fit_items
 from daemon.memory.lexical import LexicalSearcher, RowFilter
 from daemon.memory.matrix import VectorMatrix
 from daemon.memory.query import QueryPlan, bridge_entities, match_terms, terms, words
@@ -49,6 +51,8 @@ ABOUT_WEIGHT = 3.0
 # Facet coverage: the share of the question's words an item has boosts its fused score.
 FACET_WEIGHT = 0.3
 FACET_POOL = 30
+# Items ranked for a plan search, per item asked for, before fitting drops repeated messages.
+FIT_POOL = 2
 
 
 # "Maya (8 May 2023): " -> "Maya: ": the same words from the same speaker on another day.
@@ -476,6 +480,7 @@ class MemorySearch:
         kinds: Collection[str] | None = None,
         include_retired: bool = False,
         vector_queries: int | None = None,
+        fit: bool = True,
     ) -> list[MemoryItem]:
         """Search a decomposed query: its time window is a preference, not a wall.
 
@@ -487,6 +492,8 @@ class MemorySearch:
         facet coverage re-ranks; each line appears once; scores never rise down the list.
         `vector_queries=n`: only the plan's first n queries get a vector pass (and an encode);
         the rest are searched by BM25 alone (automatic recall, which runs every turn).
+        With `fit` (the default) the results are fitted to the question (`fit`); without it
+        the caller fits them itself (automatic recall, after its relevance floor).
         """
         queries = [q for q in dict.fromkeys(q.strip() for q in plan.all_queries()) if q]
         if not queries or k <= 0:
@@ -544,18 +551,87 @@ class MemorySearch:
         rest = await self._by_facets(
             plan, [(r, s) for r, s in pool if r not in kept], chains, known
         )
-        base = await self._distinct(first + rest, k, known)
+        # Fitting drops what a better item already shows: room for the items that follow.
+        want = FIT_POOL * k if fit else k
+        base = await self._distinct(first + rest, want, known)
         if len(windows) == 1:
-            return await self._hydrate(descending(base), via)
-        inside = [
-            (r, s) for r, s in self._combine(ranked[1], 2 * k, window_weights[1]) if r != event
-        ]
-        if event is not None:
-            # "What did X do after Y?" joins Y to what followed: the event itself comes second.
-            inside = [*inside[:1], (event, inside[0][1] if inside else 0.0), *inside[1:]]
-        seen = {r for r, _ in inside}
-        merged = await self._distinct(inside + [(r, s) for r, s in base if r not in seen], k, known)
-        return await self._hydrate(descending(merged), via)
+            merged = base
+        else:
+            inside = [
+                (r, s) for r, s in self._combine(ranked[1], 2 * k, window_weights[1]) if r != event
+            ]
+            if event is not None:
+                # "What did X do after Y?" joins Y to what followed: the event itself comes second.
+                inside = [*inside[:1], (event, inside[0][1] if inside else 0.0), *inside[1:]]
+            seen = {r for r, _ in inside}
+            merged = await self._distinct(
+                inside + [(r, s) for r, s in base if r not in seen], want, known
+            )
+        items = await self._hydrate(descending(merged), via)
+        return await self.fit(plan.text, items, k) if fit else items
+
+    async def similarities(self, question: str, items: Sequence[MemoryItem]) -> dict[str, float]:
+        """Each item's vector similarity to `question`, by item id ({} without vectors)."""
+        if not items or self.embedder.dim == 0 or self.matrix.vector_count == 0:
+            return {}
+        uids = [i.id for i in items]
+        rows = await self.db.fetchall(
+            f"SELECT rowid, uid FROM memories WHERE uid IN ({','.join('?' * len(uids))})", uids
+        )
+        vectors = self.matrix.vectors([int(r[0]) for r in rows])
+        found = await self.query_vectors([question])
+        if found is None:
+            return {}
+        return {r[1]: float(vectors[int(r[0])] @ found[0]) for r in rows if int(r[0]) in vectors}
+
+    async def fit(
+        self, question: str, items: Sequence[MemoryItem], k: int, shown: set[str] | None = None
+    ) -> list[MemoryItem]:
+        """The first `k` of `items` fitted to `question` (`excerpt.fit`): a window cut to the
+        lines that bear on it, a long message excerpted around what matched, each message
+        shown once (`shown`: message ids already shown this turn, filled in)."""
+        windows: dict[str, list[str]] = {}
+        for item in items:
+            parts = item.meta.get("parts")
+            if (
+                item.kind == "chunk"
+                and isinstance(parts, list)
+                and len(parts) == len(item.message_ids) > 1
+            ):
+                windows[item.id] = [str(p) for p in parts]
+        wanted = sorted({uid for parts in windows.values() for uid in parts})
+        rows: dict[str, tuple[int, str]] = {}
+        for i in range(0, len(wanted), 500):
+            part = wanted[i : i + 500]
+            for r in await self.db.fetchall(
+                f"SELECT rowid, uid, text FROM memories WHERE uid IN ({','.join('?' * len(part))})",
+                part,
+            ):
+                rows[r[1]] = (int(r[0]), r[2] or "")
+        lines_of: dict[str, list[Line]] = {}
+        for item in items:
+            if item.id in windows:
+                if all(uid in rows for uid in windows[item.id]):
+                    lines_of[item.id] = [
+                        Line(message_id=mid, text=rows[uid][1], rowid=rows[uid][0])
+                        for uid, mid in zip(windows[item.id], item.message_ids, strict=True)
+                    ]
+            elif item.kind == "chunk" and len(item.message_ids) == 1:
+                lines_of[item.id] = [Line(message_id=item.message_ids[0], text=item.text)]
+        vector: np.ndarray | None = None
+        vectors: dict[int, np.ndarray] = {}
+        if windows and self.embedder.dim > 0 and self.matrix.vector_count > 0:
+            found = await self.query_vectors([question])
+            vector = None if found is None else found[0]
+            vectors = self.matrix.vectors([rowid for rowid, _ in rows.values()])
+        return fit_items(
+            items,
+            Question.of(question, vector),
+            lines_of=lines_of,
+            vectors=vectors,
+            k=k,
+            shown=shown,
+        )
 
     async def similar(
         self, text: str, kinds: Collection[str], threshold: float

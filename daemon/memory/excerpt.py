@@ -1,0 +1,271 @@
+"""Fit search results to what answers need: the evidence, and as little around it as possible.
+
+What the model sees of memory each turn is a token budget, so a result carries the lines that
+bear on the question rather than everything its memory holds:
+
+- a window of messages (`chunks.py`) is cut to its best line (scored by the message's own
+  vector against the question's, plus the share of the question's words it uses), the line
+  before and the two after it (an answer usually follows its question), and any other line
+  that scores as well on its own; a gap between kept lines is marked "…";
+- a message long enough to crowd out the rest (code, a plan of several hundred words) is
+  excerpted to the sentences or lines that share the question's words, "…" where text is left
+  out (its opening, when nothing is shared: the vectors found it);
+- a message already shown by a better result is not shown again: one message, one place;
+- a window's lines name the date once, where it changes.
+
+An excerpted item's `message_ids` are exactly the messages whose text it shows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from daemon.memory.api import MemoryItem
+from daemon.memory.query import asked_stems, mentioned_stems
+from daemon.tokens import count_tokens
+
+# A window keeps its best line, the line before it and the two after it: in a conversation
+# the answer follows the question it answers, and the question names what the answer only
+# implies. Tuned on the LoCoMo tuning split (see bench/README.md, "Recall that fits").
+CONTEXT_BEFORE = 1
+CONTEXT_AFTER = 2
+# A line elsewhere in the window is kept when it scores this well on its own.
+LINE_KEEP = 0.45
+# The share of the question's words a line uses, added to its vector similarity.
+LEXICAL_WEIGHT = 0.3
+# A message longer than this is excerpted; an excerpt is about `EXCERPT_TOKENS` long.
+LONG_MESSAGE_TOKENS = 160
+EXCERPT_TOKENS = 100
+GAP = "…"
+
+# "Maya (8 May 2023): text" → ("Maya", "8 May 2023", "text"); the label `chunks.message_line`
+# writes. The content may span lines (code, lists).
+_LABEL = re.compile(r"^([^\n:()]{1,60}?)(?:\s*\(([^)\n]{1,40})\))?:\s?(.*)$", re.DOTALL)
+# Sentence ends inside a paragraph; paragraphs and code lines are split on newlines first.
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'“(\[]?[A-Z0-9])")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Line:
+    """One message of a result: its message id, its rendered line and the memory it is."""
+
+    message_id: str
+    text: str
+    rowid: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Question:
+    """What the results are fitted to: the question's stems and, with vectors, its vector."""
+
+    stems: frozenset[str]
+    vector: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, text: str, vector: np.ndarray | None = None) -> Question:
+        return cls(stems=asked_stems(text), vector=vector)
+
+    def share(self, text: str) -> float:
+        """The share of the question's words that `text` uses."""
+        if not self.stems:
+            return 0.0
+        return len(self.stems & mentioned_stems(text)) / len(self.stems)
+
+
+def split_label(line: str) -> tuple[str, str, str] | None:
+    """(speaker, date, content) of a message line, None when it has no speaker label."""
+    m = _LABEL.match(line)
+    if m is None:
+        return None
+    return m.group(1).strip(), (m.group(2) or "").strip(), m.group(3)
+
+
+def _pieces(content: str) -> list[str]:
+    """A long message's units: its lines (code, lists), each paragraph line split in sentences."""
+    out: list[str] = []
+    for line in content.split("\n"):
+        if not line.strip():
+            continue
+        out.extend(p for p in _SENTENCE.split(line) if p.strip())
+    return out
+
+
+def excerpt_message(content: str, question: Question) -> str:
+    """`content` cut to what bears on `question`, when it is long; whole when it is short.
+
+    Pieces (lines, sentences) are ranked by the share of the question's words they use; the
+    best are kept in their order until `EXCERPT_TOKENS`, and "…" marks each gap. A long
+    message that shares no word with the question (the vectors found it) keeps its opening.
+    """
+    if count_tokens(content) <= LONG_MESSAGE_TOKENS:
+        return content
+    pieces = _pieces(content)
+    if len(pieces) <= 1:
+        return _opening(content)
+    shares = [question.share(p) for p in pieces]
+    if max(shares) <= 0:
+        return _opening(content)
+    chosen: set[int] = set()
+    used = 0
+    for i in sorted(range(len(pieces)), key=lambda i: (-shares[i], i)):
+        if shares[i] <= 0:
+            break
+        cost = count_tokens(pieces[i])
+        if chosen and used + cost > EXCERPT_TOKENS:
+            continue
+        chosen.add(i)
+        used += cost
+    if len(chosen) == 1 and used < EXCERPT_TOKENS // 2:
+        # A short match alone says little: the piece after it usually goes on with it.
+        (i,) = chosen
+        if i + 1 < len(pieces):
+            chosen.add(i + 1)
+    out: list[str] = []
+    last = -1
+    for i in sorted(chosen):
+        if i != last + 1:
+            out.append(GAP)
+        out.append(_clip(pieces[i], EXCERPT_TOKENS))
+        last = i
+    if last != len(pieces) - 1:
+        out.append(GAP)
+    return " ".join(out)
+
+
+def _opening(content: str) -> str:
+    return _clip(content, EXCERPT_TOKENS) if count_tokens(content) > EXCERPT_TOKENS else content
+
+
+def _clip(text: str, tokens: int) -> str:
+    """`text` cut at a word boundary to about `tokens` tokens, "…" where it was cut."""
+    if count_tokens(text) <= tokens:
+        return text
+    words = text.split()
+    lo, hi = 0, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(" ".join(words[:mid])) + 1 <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + " " + GAP
+
+
+def excerpt_line(line: str, question: Question) -> str:
+    """A message line with its content excerpted (`excerpt_message`), its label kept."""
+    parts = split_label(line)
+    if parts is None:
+        return excerpt_message(line, question)
+    who, when, content = parts
+    short = excerpt_message(content, question)
+    if short is content:
+        return line
+    return f"{who} ({when}): {short}" if when else f"{who}: {short}"
+
+
+def line_scores(
+    lines: Sequence[Line],
+    question: Question,
+    vectors: Mapping[int, np.ndarray],
+    via: str = "",
+) -> list[float]:
+    """Each line's relevance: its message's vector against the question's, plus word share.
+
+    A line naming `via` (the bridge name a second hop found the item by) is the item's reason
+    to be there: it scores above any other.
+    """
+    scores = []
+    for line in lines:
+        vec = vectors.get(line.rowid) if line.rowid is not None else None
+        sim = (
+            float(vec @ question.vector) if vec is not None and question.vector is not None else 0.0
+        )
+        bridge = 2.0 if via and via.lower() in line.text.lower() else 0.0
+        scores.append(sim + LEXICAL_WEIGHT * question.share(line.text) + bridge)
+    return scores
+
+
+def window_keep(scores: Sequence[float]) -> list[int]:
+    """Which lines of a window to show: the best, its neighbours, and any that scores as well."""
+    if not scores:
+        return []
+    best = max(range(len(scores)), key=lambda i: scores[i])
+    return [
+        i
+        for i, s in enumerate(scores)
+        if best - CONTEXT_BEFORE <= i <= best + CONTEXT_AFTER or s >= LINE_KEEP
+    ]
+
+
+def render(lines: Sequence[tuple[int, str]]) -> str:
+    """Kept lines (position in the window, text) as one text: the date named where it
+    changes, "…" where lines were left out between two kept ones."""
+    out: list[str] = []
+    last_pos: int | None = None
+    last_date = ""
+    for pos, text in lines:
+        if last_pos is not None and pos != last_pos + 1:
+            out.append(GAP)
+        parts = split_label(text)
+        if parts is not None and parts[1]:
+            who, when, content = parts
+            text = f"{who}: {content}" if when == last_date else text
+            last_date = when
+        out.append(text)
+        last_pos = pos
+    return "\n".join(out)
+
+
+def fit(
+    items: Sequence[MemoryItem],
+    question: Question,
+    *,
+    lines_of: Mapping[str, Sequence[Line]],
+    vectors: Mapping[int, np.ndarray],
+    k: int,
+    shown: set[str] | None = None,
+) -> list[MemoryItem]:
+    """The first `k` items fitted to `question`, each message shown once (see the module).
+
+    `lines_of` maps a chunk's id to its messages in order (a single message's chunk: itself;
+    a window: its parts); a chunk missing from it is shown whole. `vectors` holds the
+    messages' vectors by rowid. `shown` (message ids already shown, filled in) lets a caller
+    fit several lists against one turn.
+    """
+    shown = set() if shown is None else shown
+    out: list[MemoryItem] = []
+    for item in items:
+        if len(out) >= k:
+            break
+        lines = lines_of.get(item.id) if item.kind == "chunk" else None
+        if not lines:
+            if item.kind == "chunk" and item.message_ids and set(item.message_ids) <= shown:
+                continue
+            out.append(item)
+            if item.kind == "chunk":
+                shown.update(item.message_ids)
+            continue
+        via = str(item.meta.get("via") or "")
+        if len(lines) > 1:
+            keep = window_keep(line_scores(lines, question, vectors, via))
+        else:
+            keep = [0]
+        kept = [(i, lines[i]) for i in keep if lines[i].message_id not in shown]
+        if not kept:
+            continue
+        text = render([(i, excerpt_line(line.text, question)) for i, line in kept])
+        ids = tuple(line.message_id for _, line in kept)
+        shown.update(ids)
+        if text == item.text and ids == item.message_ids:
+            out.append(item)
+            continue
+        meta = {**item.meta, "excerpt": True}
+        if via and via.lower() not in text.lower():
+            # The line naming the bridge is shown by a better item: this one is its context.
+            meta.pop("via")
+        out.append(replace(item, text=text, message_ids=ids, meta=meta))
+    return out
