@@ -340,7 +340,14 @@ async def test_ask_goes_to_the_person_only_and_yes_runs_the_call(tmp_path: Path)
         tg.start_soon(_answer, person, g.approvals, "yes")
         out = await g.call("edit_file", {"path": "app.py"})
     assert not out.is_error and g.ran == [{"path": "app.py"}]
-    [frame] = person.frames
+    frame, settled = person.frames
+    # Settled: every client that showed the question can put it away.
+    assert settled == {
+        "type": "approval_settled",
+        "id": frame["id"],
+        "answer": "yes",
+        "by": "person",
+    }
     assert frame["type"] == "approval" and frame["tool"] == "edit_file"
     assert frame["subject"] == "app.py" and frame["summary"] == "edit_file: app.py"
     assert frame["preview"].startswith("--- a/app.py") and frame["pattern"] == "app.py"
@@ -370,6 +377,12 @@ async def test_no_answer_in_time_is_no(tmp_path: Path) -> None:
         out.is_error and "no answer within 0.3 s" in out.content and "treated as no" in out.content
     )
     assert g.ran == [] and [r.by for r in g.records] == ["timeout"]
+    assert person.frames[-1] == {
+        "type": "approval_settled",
+        "id": person.frames[0]["id"],
+        "answer": None,
+        "by": "timeout",
+    }
     # The question is gone: a late answer changes nothing.
     with pytest.raises(ApprovalRefused) as late:
         g.approvals.answer(person, person.frames[0]["id"], "yes")
@@ -387,7 +400,8 @@ async def test_always_saves_the_pattern_and_the_next_identical_call_runs_unasked
         first = await g.call("run", {"command": "pytest -q"})
     assert not first.is_error
     again = await g.call("run", {"command": "pytest -q"})
-    assert not again.is_error and len(person.frames) == 1 and len(g.ran) == 2
+    assert not again.is_error and len(g.ran) == 2
+    assert [f["type"] for f in person.frames] == ["approval", "approval_settled"]
     assert [(r.decision, r.by, r.pattern) for r in g.records] == [
         ("always", "person", "pytest -q"),
         ("allow", "saved", None),
@@ -396,6 +410,22 @@ async def test_always_saves_the_pattern_and_the_next_identical_call_runs_unasked
     person.closed = True
     other = await g.call("run", {"command": "pytest -q; rm -rf ~"})
     assert other.is_error and len(g.ran) == 2
+
+
+async def test_a_cancelled_turn_withdraws_its_question_from_every_client(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path, timeout_s=30)
+    one, two = _Client(os.geteuid(), "one"), _Client(os.geteuid(), "two")
+    g.approvals.attach(one)
+    g.approvals.attach(two)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(g.call, "run", {"command": "ls"})
+            await one.got.wait()
+            tg.cancel_scope.cancel()
+    for client in (one, two):
+        assert [f["type"] for f in client.frames] == ["approval", "approval_settled"]
+        assert (client.frames[1]["answer"], client.frames[1]["by"]) == (None, "cancelled")
+    assert g.ran == []
 
 
 async def test_a_preview_that_fails_refuses_without_asking(tmp_path: Path) -> None:
@@ -1100,3 +1130,54 @@ def test_an_approval_for_someone_elses_turn_reaches_the_idle_interactive_chat(
             d.stop()
     assert (ws / "from-elsewhere.txt").exists()
     assert 'match = "touch from-elsewhere.txt"' in (home / "permissions.toml").read_text()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty + SO_PEERCRED are Linux here")
+def test_a_question_answered_elsewhere_is_put_away_by_the_interactive_chat(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    (home / "workspace").mkdir(parents=True)
+    (home / "reverie.toml").write_text(
+        DAEMON_CONFIG.replace("approval_timeout_s = 2.0", "approval_timeout_s = 60")
+    )
+    with FakeAnthropic() as fake:
+        fake.enqueue(Planned.tool("run", {"command": "touch here.txt"}), "Done.")
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env).start()
+        try:
+            pid, fd = pty.fork()
+            if pid == 0:
+                os.chdir(REPO)
+                os.execve(
+                    sys.executable,
+                    [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)],
+                    env,
+                )
+            seen = bytearray()
+            try:
+                at = _read_until(fd, b"> ", 20, seen)
+                with Client(d.socket_path, timeout=30) as other:
+                    other.hello()
+                    turn = _turn(other, "Touch here.txt.")
+                    ask = other.recv_until(lambda f: f["type"] == "approval")[-1]
+                    at = _read_until(fd, b"press Enter to answer", 20, seen, at)
+                    other.send({"type": "approve", "id": ask["id"], "decision": "yes"})
+                    _until_done(other, turn)
+                at = _read_until(fd, b"answered yes from another client", 20, seen, at)
+                os.write(fd, b"\r")
+                at = _read_until(fd, b"> ", 20, seen, at)
+                os.write(fd, b"\x04")
+                _, status = os.waitpid(pid, 0)
+                assert os.waitstatus_to_exitcode(status) == 0, bytes(seen[-600:])
+            finally:
+                try:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+                os.close(fd)
+        finally:
+            d.stop()
+    # The interactive client never asked: the question was gone before Enter.
+    assert b"[y]es / [n]o / [a]lways" not in seen

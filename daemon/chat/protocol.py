@@ -400,6 +400,12 @@ def approval(
     }
 
 
+def approval_settled(*, id: str, answer: str | None, by: str) -> dict[str, Any]:
+    """An `approval` was settled (`answer` yes / no / always, or null when nobody gave one;
+    `by` person / timeout / nobody): a client still showing it can put it away."""
+    return {"type": "approval_settled", "id": id, "answer": answer, "by": by}
+
+
 def done(
     *, turn_id: str, text: str, stop_reason: str, usage: dict[str, Any] | None = None
 ) -> dict[str, Any]:

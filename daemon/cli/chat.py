@@ -311,6 +311,8 @@ class ChatSession:
         # Approvals waiting for the person's answer, oldest first; the ids already answered.
         self.questions: list[dict[str, Any]] = []
         self._answered: set[str] = set()
+        # Questions settled in the daemon (answered here or elsewhere, or timed out).
+        self._settled: dict[str, dict[str, Any]] = {}
         # Set when the main thread has something to do: the turn ended, or a question came.
         self._attention = anyio.Event()
 
@@ -349,6 +351,14 @@ class ChatSession:
             if self._turn_end is None:
                 summary = frame.get("summary") or frame.get("tool")
                 self.screen.note(f"an approval is waiting ({summary}): press Enter to answer")
+            return
+        if kind == "approval_settled":
+            aid = str(frame.get("id"))
+            self._settled[aid] = frame
+            waiting = [q for q in self.questions if q.get("id") == aid]
+            if waiting and aid not in self._answered:
+                self.questions.remove(waiting[0])
+                self.screen.note(f"{_summary(waiting[0])}: {_settled_text(frame)}")
             return
         if kind == "error" and frame.get("id") in self._answered:
             self.screen.note(f"that answer came too late: {frame.get('message', '')}")
@@ -425,6 +435,10 @@ class ChatSession:
         if outcome.get("type") == "error":
             raise ChatError(str(outcome.get("message") or outcome.get("code")), outcome)
         return outcome
+
+    def settled(self, approval_id: str) -> dict[str, Any] | None:
+        """The `approval_settled` frame of a question, once the daemon settled it."""
+        return self._settled.get(approval_id)
 
     def next_question(self) -> dict[str, Any] | None:
         return self.questions.pop(0) if self.questions else None
@@ -663,6 +677,11 @@ class InteractiveChat:
                 except (EOFError, KeyboardInterrupt):
                     print()
                     decision = "no"  # leaving the question is declining it
+            done = portal.call(session.settled, str(frame.get("id")))
+            if done is not None:
+                # Answered from another client, or out of time, while this one was asking.
+                self.screen.note(f"{_summary(frame)}: {_settled_text(done)}")
+                continue
             portal.call(session.answer, str(frame.get("id")), decision)
             self.screen.note(f"answered {decision}")
 
@@ -685,6 +704,20 @@ class InteractiveChat:
             self.history.chmod(0o600)  # what was said is private
         except OSError as exc:
             print_err(f"cannot save chat history {self.history}: {exc.strerror or exc}")
+
+
+def _summary(question: dict[str, Any]) -> str:
+    return str(question.get("summary") or question.get("tool") or "approval")
+
+
+def _settled_text(frame: dict[str, Any]) -> str:
+    """How a question ended, for a client that did not answer it."""
+    by = frame.get("by")
+    if by == "person":
+        return f"answered {frame.get('answer')} from another client"
+    if by == "timeout":
+        return "no answer in time — treated as no"
+    return "withdrawn (the turn was cancelled)" if by == "cancelled" else "settled as no"
 
 
 def _load_readline() -> Any:

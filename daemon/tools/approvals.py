@@ -44,7 +44,7 @@ from daemon.tools.workspace import Workspace
 log = get_logger("tools.approvals")
 
 # Who settled a question: the person, or the reason nobody did.
-Settler = Literal["person", "timeout", "nobody"]
+Settler = Literal["person", "timeout", "nobody", "cancelled"]
 Recorder = Callable[[ApprovalRecord], Awaitable[None]]
 
 
@@ -142,12 +142,19 @@ class Approvals:
             return Settled(answer=None, by="nobody")
         pending = _Pending(request)
         self._pending[request.id] = pending
+        settled = Settled(answer=None, by="cancelled")
         try:
             with anyio.move_on_after(request.timeout_s):
                 await pending.done.wait()
+            settled = pending.settled or Settled(answer=None, by="timeout")
         finally:
             self._pending.pop(request.id, None)
-        return pending.settled or Settled(answer=None, by="timeout")
+            # Every client that showed the question can put it away (one answered, or none).
+            done = protocol.approval_settled(id=request.id, answer=settled.answer, by=settled.by)
+            for client in list(self._clients.values()):
+                if not client.closed:
+                    client.send(done)
+        return settled
 
     def answer(self, client: Any, approval_id: str, decision: ApprovalAnswer) -> ApprovalRequest:
         """Settle question `approval_id` with `client`'s answer; return the question.
