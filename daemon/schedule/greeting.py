@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import date, datetime, tzinfo
+from datetime import UTC, date, datetime, tzinfo
 
 import anyio
 
@@ -64,35 +64,28 @@ def _clip(text: str) -> str:
 
 
 async def todays_schedule(db: Database, zone: tzinfo, now: datetime) -> list[str]:
-    """Today's scheduled items in the person's zone, as "HH:MM what" lines, soonest first.
+    """What is still scheduled today in the person's zone, as "HH:MM text" lines, soonest first.
 
-    Read from the schedules table when it exists (a home without schedules has none); a
-    schedule's next due time decides whether it falls today.
+    Read from the schedules table (`daemon.schedule.store`): the active schedules whose next
+    due time falls later today. A home whose database has no schedules table has none.
     """
     found = await db.fetchone(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schedules'"
     )
     if found is None:
         return []
-    columns = {row[1] for row in await db.fetchall("PRAGMA table_info(schedules)")}
-    due = next((c for c in ("next_due", "next_run", "next_fire", "due_at") if c in columns), None)
-    what = next((c for c in ("text", "what", "title", "task") if c in columns), None)
-    if due is None or what is None:
-        log.warning("the schedules table has no due time or text column the greeting knows")
-        return []
-    live = " AND status = 'active'" if "status" in columns else ""
     rows = await db.fetchall(
-        f"SELECT {due}, {what} FROM schedules WHERE {due} IS NOT NULL{live} ORDER BY {due}"
+        "SELECT next_due, text FROM schedules"
+        " WHERE status = 'active' AND next_due IS NOT NULL AND next_due >= ?"
+        " ORDER BY next_due LIMIT 50",
+        (now.astimezone(UTC).replace(microsecond=0).isoformat(),),
     )
     today: date = now.astimezone(zone).date()
     out: list[str] = []
-    for when_text, text in rows:
-        try:
-            when = datetime.fromisoformat(str(when_text)).astimezone(zone)
-        except ValueError:
-            continue
-        if when.date() == today and when >= now.astimezone(zone):
-            out.append(f"{when.strftime('%H:%M')} {_clip(str(text))}")
+    for due, text in rows:
+        when = datetime.fromisoformat(due).astimezone(zone)
+        if when.date() == today:
+            out.append(f"{when.strftime('%H:%M')} {_clip(text)}")
     return out[:MAX_AGENDA]
 
 
