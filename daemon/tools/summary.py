@@ -9,6 +9,7 @@ to every client watching the turn.
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any, Final
 
 from daemon.redact import Redactor
@@ -21,10 +22,37 @@ _LEAD: Final = ("command", "path", "url", "pattern", "query", "task", "text")
 _redactor = Redactor()
 
 
+def visible(text: str) -> str:
+    """`text` with every control and format character written out (`\\x1b`, `\\u202e`).
+
+    What a model wrote reaches a terminal in approval prompts and tool lines: an escape
+    sequence could erase or recolour part of a command, a bidirectional override reorder it,
+    so the person would approve something other than what runs. Line breaks and tabs stay.
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp"):
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
+
+
 def one_line(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:
-    """`text` on one line (line breaks shown as ⏎), cut to `limit` characters with an ellipsis."""
-    flat = " ⏎ ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+    """`text` on one line (line breaks shown as ⏎, control characters written out), cut to
+    `limit` characters with an ellipsis."""
+    flat = " ⏎ ".join(part.strip() for part in visible(text).strip().splitlines() if part.strip())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` whole up to `limit` characters, else cut with a marker saying how much is left out."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"…[{len(text) - limit} more characters not shown]"
 
 
 def masked_line(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:
