@@ -465,6 +465,52 @@ def _notice_rows(home: Path) -> list[tuple[Any, ...]]:
         conn.close()
 
 
+class PtyChat:
+    """The interactive `reverie chat` in a pseudo-terminal, as a person runs it."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the client, with the pty as its controlling terminal
+            os.chdir(REPO)
+            argv = [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)]
+            os.execve(sys.executable, argv, env)
+        self.seen = bytearray()
+
+    def wait_for(self, needle: bytes, timeout: float = 20) -> bytes:
+        """Read until the chat has shown `needle` and waits at its prompt; return all shown."""
+        deadline = time.monotonic() + timeout
+        # At the prompt too: a Ctrl-D typed before readline is ready is lost.
+        while needle not in self.seen or not self.seen.rstrip().endswith(b">"):
+            assert time.monotonic() < deadline, f"{needle!r} not shown: {bytes(self.seen)!r}"
+            ready, _, _ = select.select([self.fd], [], [], 0.2)
+            if ready:
+                self.seen.extend(os.read(self.fd, 4096))
+        return bytes(self.seen)
+
+    def leave(self) -> None:
+        """Ctrl-D at the prompt; the client must exit cleanly."""
+        try:
+            os.write(self.fd, b"\x04")
+            _, status = os.waitpid(self.pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, bytes(self.seen)
+        finally:
+            try:
+                os.kill(self.pid, 9)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            os.close(self.fd)
+
+
+def _interactive_chat_shows(home: Path, env: dict[str, str], needle: bytes) -> bytes:
+    """Run the interactive `reverie chat` until it shows `needle`; leave."""
+    chat = PtyChat(home, env)
+    try:
+        return chat.wait_for(needle)
+    finally:
+        chat.leave()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a second uid's client needs root to start")
 def test_checklist_notices_reach_the_person_live_and_in_the_next_chat_never_another_uid(
     shared_home: Path,
@@ -491,16 +537,24 @@ def test_checklist_notices_reach_the_person_live_and_in_the_next_chat_never_anot
                 stderr=subprocess.PIPE,
                 text=True,
             )
-            with Client(d.socket_path, timeout=30) as person:
-                assert person.hello()["type"] == "hello"
-                # Checked on the heartbeat, one call; the finding reaches the person at once.
-                fake.findings.append("The build is red since 08:12: test_login fails.")
-                live = person.recv_until(lambda f: f["type"] == "notice")[-1]
-                assert (live["kind"], live["text"]) == (
-                    "checklist",
-                    "The build is red since 08:12: test_login fails.",
-                )
-                wait_for(lambda: _notice_rows(home)[0][3] is not None, 10, "delivered")
+            chat = PtyChat(home, env)
+            try:
+                chat.wait_for(b"connected")
+                with Client(d.socket_path, timeout=30) as person:
+                    assert person.hello()["type"] == "hello"
+                    # Checked on the heartbeat, one call; the finding reaches the person at once,
+                    # in each of their chats.
+                    fake.findings.append("The build is red since 08:12: test_login fails.")
+                    live = person.recv_until(lambda f: f["type"] == "notice")[-1]
+                    shown = chat.wait_for(b"test_login fails.")
+                    assert b"checklist" in shown
+                    assert (live["kind"], live["text"]) == (
+                        "checklist",
+                        "The build is red since 08:12: test_login fails.",
+                    )
+                    wait_for(lambda: _notice_rows(home)[0][3] is not None, 10, "delivered")
+            finally:
+                chat.leave()
             request = fake.checklist_requests()[0]
             prompt = json.dumps(request.body["messages"])
             assert "Look at the build in ~/ci/status" in prompt
@@ -613,36 +667,6 @@ LETTER = """# Wake-up notes
 ## Decisions
 - Porto in May.
 """
-
-
-def _interactive_chat_shows(home: Path, env: dict[str, str], needle: bytes) -> bytes:
-    """Run the interactive `reverie chat` in a pseudo-terminal until it shows `needle`; leave."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the client, with the pty as its controlling terminal
-        os.chdir(REPO)
-        os.execve(
-            sys.executable, [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)], env
-        )
-    seen = bytearray()
-    try:
-        deadline = time.monotonic() + 20
-        # Until it shows the notice and waits at its prompt (a Ctrl-D typed before is lost).
-        while needle not in seen or not seen.rstrip().endswith(b">"):
-            assert time.monotonic() < deadline, f"{needle!r} not shown: {bytes(seen)!r}"
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                seen.extend(os.read(fd, 4096))
-        os.write(fd, b"\x04")  # Ctrl-D at the prompt: leave
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)
-    finally:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
-    return bytes(seen)
 
 
 def test_after_a_sleep_the_first_chat_opens_with_one_greeting_and_a_restart_does_not_repeat_it(
