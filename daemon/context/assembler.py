@@ -253,7 +253,9 @@ class ContextAssembler:
 
         layers["profile"] = self._profile_layer(profile, notes)
         layers["wake"] = self._wake_layer(notes)
-        elsewhere = {i.id for i in (*profile, *summaries, *facts)}
+        # A month shown in place of folded days shows them: neither themes nor recall repeat them.
+        folded = _stood_for(summaries)
+        elsewhere = {i.id for i in (*profile, *summaries, *facts)} | folded
         layers["themes"] = self._themes_layer(
             [i for i in themes if i.id not in elsewhere][: cfg.themes_count]
         )
@@ -262,7 +264,7 @@ class ContextAssembler:
 
         shown = frozenset(
             e.key for name in ("themes", "recollections") for e in layers[name].entries
-        )
+        ) | frozenset(folded)
         recall_started = time.perf_counter()
         live = (
             LiveHistory(session=session_id, message_ids=replayed_message_ids)
@@ -784,3 +786,13 @@ def _keep_first_reasons(before: tuple[Cut, ...], after: tuple[Cut, ...]) -> tupl
     """Report a cut under the reason that first caused it (the layer cap, or the total budget)."""
     first = {(c.key, c.action): c for c in before}
     return tuple(first.get((c.key, c.action), c) for c in after)
+
+
+def _stood_for(items: Sequence[MemoryItem]) -> set[str]:
+    """The day-level memories that months among `items` stand in for (`meta["stands_for"]`)."""
+    out: set[str] = set()
+    for item in items:
+        days = item.meta.get("stands_for")
+        if isinstance(days, list | tuple):
+            out.update(str(uid) for uid in days)
+    return out

@@ -24,6 +24,7 @@ from functools import lru_cache
 
 from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.index import MemoryIndex
+from daemon.memory.months import focus_month, months_in_place
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
 from daemon.memory.text import content_words
 from daemon.settings import MemorySettings
@@ -63,8 +64,8 @@ class IndexMemoryView:
         return await self.index.recent(["fact", "profile", "summary"], limit) if limit > 0 else []
 
     async def recent_summaries(self, limit: int) -> list[MemoryItem]:
-        """The last session summaries, newest first."""
-        return await self.index.recent(["summary"], limit) if limit > 0 else []
+        """The last session summaries, newest first (folded days shown as their month)."""
+        return await months_in_place(self.index, await self.index.recent(["summary"], limit))
 
     async def recent_facts(self, limit: int) -> list[MemoryItem]:
         """The last explicit facts (target=memory), newest first."""
@@ -113,10 +114,11 @@ class IndexMemoryView:
         found = await self.index.search_plan(
             plan,
             k=max(12, limit * 3),
-            kinds=["fact", "profile", "summary", "chunk"],
+            kinds=["fact", "profile", "summary", "chunk", "month"],
             vector_queries=1,
             fit=False,
         )
+        found = [focus_month(item, wanted) for item in found]  # a month: the lines asked about
         embedder = self.index.embedder
         floor = getattr(embedder, "relevance_floor", VECTOR_FLOOR.get(embedder.name))
         near = await self.index.searcher.similarities(prompt, found) if floor is not None else {}

@@ -13,16 +13,18 @@ from __future__ import annotations
 import calendar
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
 from daemon.durable import write_atomic
-from daemon.memory.api import UNTRUSTED_ORIGINS
+from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 from daemon.memory.index import MemoryIndex
-from daemon.memory.rows import NewMemory, iso, parse_iso
+from daemon.memory.query import mentioned_stems
+from daemon.memory.rows import NewMemory, iso, parse_iso, row_to_item
+from daemon.store.db import Database
 
 _GIST_CHARS = 280
 _DECISION_CHARS = 240
@@ -211,3 +213,150 @@ async def reindex_months(months_dir: Path, index: MemoryIndex) -> int:
         await index.db.run(link)
         count += 1
     return count
+
+
+# --- reading months back: what recall, automatic recall and the context show of them ---------
+
+# A line of a month file that cites its source: a session ("- 2026-03-04 — Title: gist [uid]")
+# or a decision ("- We chose terracotta [uid]").
+_CITED_LINE = re.compile(r"^- (?P<body>.*) \[(?P<uid>[^\]\s]+)\]$")
+_SESSION_LINE = re.compile(r"^(?P<day>\d{4}-\d{2}-\d{2}) — (?P<rest>.*)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonthLine:
+    """One line of a month file that cites a day-level memory."""
+
+    text: str
+    uid: str
+    day: str = ""  # the session's day; empty for a decision
+    title: str = ""
+
+
+def month_lines(text: str) -> list[MonthLine]:
+    """The cited lines of a month summary: its sessions, then its decisions."""
+    out: list[MonthLine] = []
+    for raw in text.splitlines():
+        cited = _CITED_LINE.match(raw.strip())
+        if not cited:
+            continue
+        body = cited["body"]
+        session = _SESSION_LINE.match(body)
+        title = ""
+        if session:
+            rest = session["rest"]
+            title = rest.split(": ", 1)[0] if not rest.startswith("(no summary)") else ""
+        out.append(
+            MonthLine(
+                text=raw.strip(),
+                uid=cited["uid"],
+                day=session["day"] if session else "",
+                title=title,
+            )
+        )
+    return out
+
+
+def month_overview(text: str, *, chars: int, stems: Collection[str] = ()) -> str:
+    """One line for an index: how many sessions, then their titles (what the month was about),
+    those that mention any of `stems` (what is asked) first."""
+    sessions = [line for line in month_lines(text) if line.day]
+    titles = list(dict.fromkeys(line.title for line in sessions if line.title))
+    if stems:
+        wanted = set(stems)
+        titles.sort(key=lambda t: -len(wanted & mentioned_stems(t)))
+    head = f"{len(sessions)} session(s)"
+    return _clip(f"{head}: {'; '.join(titles)}" if titles else head, chars)
+
+
+def month_excerpt(
+    item: MemoryItem, *, uids: Collection[str] = (), stems: Collection[str] = ()
+) -> str:
+    """The lines of a month summary that matter here, under its heading.
+
+    The lines citing `uids` (the days it stands in for), else the lines mentioning any of
+    `stems` (what was asked); the whole summary when neither picks a line.
+    """
+    lines = month_lines(item.text)
+    wanted = set(stems)
+    picked = [line for line in lines if line.uid in uids] if uids else []
+    if not picked and wanted:
+        picked = [line for line in lines if wanted & mentioned_stems(line.text)]
+    if not picked:
+        return item.text
+    sessions = sum(1 for line in lines if line.day)
+    head = f"{item.title}: {len({p.uid for p in picked})} of its {sessions} session(s) and decisions; sources cited in brackets."
+    return "\n".join([head, *(p.text for p in picked)])
+
+
+async def folded_into(db: Database, uids: Collection[str]) -> dict[str, str]:
+    """The month each of `uids` was folded into (those not folded are left out)."""
+    if not uids:
+        return {}
+    marks = ",".join("?" * len(uids))
+    rows = await db.fetchall(
+        f"SELECT source_uid, month_uid FROM memory_folds WHERE source_uid IN ({marks})",
+        list(uids),
+    )
+    return {r[0]: r[1] for r in rows}
+
+
+async def month_sources(db: Database, month_uid: str) -> list[MemoryItem]:
+    """The active day-level memories folded into `month_uid`, newest first."""
+    rows = await db.fetchall(
+        "SELECT m.* FROM memory_folds f JOIN memories m ON m.uid = f.source_uid "
+        "WHERE f.month_uid = ? AND m.retired_at IS NULL "
+        "ORDER BY m.created_at DESC, m.uid",
+        (month_uid,),
+    )
+    return [row_to_item(r) for r in rows]
+
+
+async def unfolded_summaries(db: Database, limit: int) -> list[MemoryItem]:
+    """Session summaries not folded into a month yet (the recent window), newest first."""
+    rows = await db.fetchall(
+        "SELECT m.* FROM memories m WHERE m.kind = 'summary' AND m.retired_at IS NULL "
+        "AND NOT EXISTS (SELECT 1 FROM memory_folds f WHERE f.source_uid = m.uid) "
+        "ORDER BY coalesce(m.valid_from, m.created_at) DESC, m.rowid DESC LIMIT ?",
+        (limit,),
+    )
+    return [row_to_item(r) for r in rows]
+
+
+async def months_in_place(index: MemoryIndex, items: Sequence[MemoryItem]) -> list[MemoryItem]:
+    """`items` with the folded ones replaced by their month, once, where the first of them stood.
+
+    The month shows only the lines of the days it stands in for, so several folded days
+    become one block no longer than their lines.
+    """
+    folded = await folded_into(index.db, [i.id for i in items])
+    if not folded:
+        return list(items)
+    days: dict[str, list[str]] = {}
+    for uid, into in folded.items():
+        days.setdefault(into, []).append(uid)
+    out: list[MemoryItem] = []
+    placed: set[str] = set()
+    for item in items:
+        month_id = folded.get(item.id)
+        if month_id is None:
+            out.append(item)
+            continue
+        if month_id in placed:
+            continue
+        placed.add(month_id)
+        month = await index.get(month_id)
+        if month is None or month.meta.get("retired_at"):
+            out.append(item)  # a month row lost (before a reindex): the day stands for itself
+            continue
+        # `stands_for`: the days it replaces, so no other layer shows them again.
+        meta = {**month.meta, "stands_for": sorted(days[month_id])}
+        out.append(replace(month, text=month_excerpt(month, uids=days[month_id]), meta=meta))
+    return out
+
+
+def focus_month(item: MemoryItem, stems: Collection[str]) -> MemoryItem:
+    """A month hit cut to the lines that mention what was asked (each cites its source)."""
+    if item.kind != "month":
+        return item
+    return replace(item, text=month_excerpt(item, stems=stems))
