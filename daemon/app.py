@@ -185,12 +185,18 @@ def register_commands(services: Services) -> None:
 
         return await journal_command(services.home, services.settings, args)
 
+    async def schedule(args: dict[str, Any]) -> dict[str, Any]:
+        from daemon.schedule.tools import schedule_command
+
+        return await schedule_command(services.schedules, args)
+
     for name, fn in (
         ("status", status),
         ("ping", ping),
         ("sleep", services.sleep_cycle.sleep_command),
         ("switch", services.sleep_cycle.switch_command),
         ("journal", journal),
+        ("schedule", schedule),
     ):
         gateway.command(name, fn)
     # remember, recall, memory_search, memory_import: the CLI's memory commands, answered warm.

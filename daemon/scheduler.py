@@ -13,6 +13,8 @@ Policy:
   machine suspended) runs once at start — never once per missed day — and that catch-up
   stands in for the next regular run when that is less than half a period away;
 - interval jobs are not caught up: they simply run one interval after start;
+- a *timer* job (`add_timer`) runs only when its owner sets it (`set_timer`): one wake-up at
+  the instant its owner computed (the schedules keeper's next due schedule), none otherwise;
 - the loop wakes at least once a minute of wall time, so a suspend or a clock change is
   noticed within a minute, and an idle daemon costs nothing else.
 """
@@ -69,6 +71,10 @@ class _Job:
     runs: int = 0
     running: bool = False
     catching_up: bool = False
+    # A timer job: runs at the instant `set_timer` gave, once; `rearm` notes a setting that
+    # came due while it still ran (it runs again as soon as it ends).
+    timer: bool = False
+    rearm: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def following(self, after: datetime) -> datetime:
@@ -132,6 +138,18 @@ class Scheduler:
             _Job(name=name, run=job, cron=cron, jitter_s=max(0.0, jitter_s), catch_up=catch_up)
         )
 
+    def add_timer(self, name: str, job: Job) -> None:
+        """Add a job that runs when `set_timer(name, at)` says, once per setting."""
+        self._add(_Job(name=name, run=job, timer=True))
+
+    def set_timer(self, name: str, at: datetime | None) -> None:
+        """Run timer job `name` at `at` (None: not at all until set again)."""
+        job = self._jobs.get(name)
+        if job is None or not job.timer:
+            raise ValueError(f"no timer job named {name!r}")
+        job.next_run = at
+        self._poke()
+
     def _add(self, job: _Job) -> None:
         if job.name in self._jobs:
             raise ValueError(f"a job named {job.name!r} is already scheduled")
@@ -144,7 +162,9 @@ class Scheduler:
         self._jobs[job.name] = job
         self._poke()
 
-    def _first_run(self, job: _Job, now: datetime) -> datetime:
+    def _first_run(self, job: _Job, now: datetime) -> datetime | None:
+        if job.timer:
+            return None
         regular = (
             job.following(now - timedelta(microseconds=1))
             if job.cron is not None
@@ -195,6 +215,16 @@ class Scheduler:
 
     async def _due(self, job: _Job, now: datetime) -> None:
         assert self._tg is not None
+        if job.timer:
+            job.next_run = None
+            if job.running:
+                job.rearm = True
+                return
+            job.running = True
+            job.last_run = now
+            job.runs += 1
+            self._tg.start_soon(self._execute, job, name=f"job:{job.name}")
+            return
         scheduled = job.next_run
         following = job.following(now)
         if job.catching_up and job.cron is not None and scheduled is not None:
@@ -236,6 +266,10 @@ class Scheduler:
                 log.error("job failed", error=repr(exc), exc_info=True)
             finally:
                 job.running = False
+                if job.rearm:
+                    job.rearm = False
+                    job.next_run = self.clock.now()
+                    self._poke()
                 with anyio.CancelScope(shield=True):
                     await self._persist(job)
 

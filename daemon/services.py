@@ -46,7 +46,10 @@ from daemon.paths import Home
 from daemon.schedule.checklist import StandingChecklist
 from daemon.schedule.courier import NoticeCourier
 from daemon.schedule.greeting import MorningGreeting
+from daemon.schedule.keeper import ScheduleKeeper
 from daemon.schedule.outbox import Outbox
+from daemon.schedule.store import ScheduleStore
+from daemon.schedule.tools import schedule_tools
 from daemon.scheduler import Scheduler, local_zone
 from daemon.settings import Settings
 from daemon.sleep.cycle import SleepCycle
@@ -106,6 +109,9 @@ class Services:
     # What the agent tells the person unasked, and how it reaches them.
     outbox: Outbox
     courier: NoticeCourier
+    # The schedules the agent keeps for the person, and what fires them.
+    schedules: ScheduleStore
+    keeper: ScheduleKeeper
     watcher: FileWatcher | None
 
     @property
@@ -281,6 +287,12 @@ async def open_services(
         )
         for tool in delegator.tools_for(0):
             everything.register(tool)
+        # After the forks' set was taken: a fork never sets schedules (the trunk does).
+        schedules = ScheduleStore(
+            db, clock=clock, zone=local_zone(s.scheduler.timezone), settings=s.schedule
+        )
+        for tool in schedule_tools(schedules, guard=guard):
+            everything.register(tool)
         tools = everything.subset(s.tools.trunk)
         loop = AgentLoop(
             roles=roles,
@@ -339,6 +351,21 @@ async def open_services(
         scheduler = await stack.enter_async_context(
             Scheduler(clock=clock, db=db, timezone=s.scheduler.timezone)
         )
+        keeper = await stack.enter_async_context(
+            ScheduleKeeper(
+                store=schedules,
+                outbox=outbox,
+                scheduler=scheduler,
+                bus=bus,
+                clock=clock,
+                zone=schedules.zone,
+                settings=s.schedule,
+                trunk=trunk,
+                delegator=delegator,
+                ledger=ledger,
+            )
+        )
+        await keeper.start()
         watch = s.topics.watch if watch_files is None else watch_files
         watcher = (
             FileWatcher(
@@ -379,6 +406,8 @@ async def open_services(
             scheduler=scheduler,
             outbox=outbox,
             courier=courier,
+            schedules=schedules,
+            keeper=keeper,
             watcher=watcher,
         )
         # Fork transcripts are kept within their retention limits during sleep's maintenance.

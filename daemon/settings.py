@@ -4,6 +4,9 @@ Layering (later wins): the embedded `config/reverie.toml` → `<home>/reverie.to
 `--config FILE` → environment (`REVERIE_*` for a few scalars, the API keys by name).
 Secrets never have to live in a file: each provider names the environment variable that
 holds its key, and systemd credentials (`$CREDENTIALS_DIRECTORY/<name>`) are read too.
+
+Size: one section class per system, side by side, so every setting is found in one place
+(each is documented in config/reverie.toml).
 """
 
 from __future__ import annotations
@@ -244,6 +247,22 @@ class NoticesSettings(_Section):
         return value
 
 
+class ScheduleSettings(_Section):
+    """Schedules the agent keeps for the person (`schedule`, `reverie schedule`)."""
+
+    # Schedules active or waiting for approval at once; adding one more is refused.
+    max_schedules: int = Field(5000, ge=1)
+    # The time of day a phrase that names a day but no time means ("tomorrow", "every monday").
+    default_time: str = Field("09:00", pattern=r"^([01]\d|2[0-3]):[0-5]\d$")
+    # The shortest repetition "every N minutes/hours" may ask for.
+    min_interval_minutes: float = Field(5.0, gt=0)
+    # A firing later than this after its due time is marked late (by how much) in its notice.
+    late_after_s: float = Field(60.0, ge=0)
+    # A repeating schedule missed while the daemon was down fires once at start (never more);
+    # false: it waits for its next regular time. A missed one-off always fires once, late.
+    catch_up: bool = True
+
+
 class ForkRetention(_Section):
     # Fork transcripts older than this are archived or pruned (0 = never by age).
     max_age_days: float = Field(30.0, ge=0)
@@ -352,6 +371,9 @@ _TRUNK_TOOLS = [
     "recall_session",
     "remember_session",
     "delegate",
+    "schedule",
+    "list_schedules",
+    "cancel_schedule",
     "read_file",
     "list_files",
     "search_files",
@@ -477,6 +499,7 @@ class Settings(_Section):
     topics: TopicsSettings = TopicsSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     notices: NoticesSettings = NoticesSettings()
+    schedule: ScheduleSettings = ScheduleSettings()
     delegate: DelegateSettings = DelegateSettings()
     sleep: SleepSettings = SleepSettings()
     journal: JournalSettings = JournalSettings()

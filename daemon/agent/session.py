@@ -17,6 +17,7 @@ from typing import Any
 from daemon.agent.records import (
     MessageRecord,
     Record,
+    ScheduleFired,
     SessionStart,
     ToolCallRecord,
     ToolResultRecord,
@@ -210,7 +211,16 @@ class Session:
         }
         turns: list[tuple[str, list[Step]]] = []
         index: dict[str, list[Step]] = {}
+        # A scheduled task's result, recorded between turns: replayed as a note of its own.
+        notes: dict[str, ScheduleFired] = {}
         for rec in self._records:
+            if isinstance(rec, ScheduleFired):
+                note_id = f"schedule:{rec.schedule_id}:{rec.due_at}"
+                if note_id not in index:
+                    index[note_id] = []
+                    turns.append((note_id, index[note_id]))
+                notes[note_id] = rec
+                continue
             if not isinstance(rec, _STEP) or not rec.turn_id or rec.turn_id == exclude_turn:
                 continue
             tid = rec.turn_id
@@ -220,7 +230,9 @@ class Session:
             index[tid].append(rec)
         out: list[tuple[str, list[Message]]] = []
         for tid, recs in turns:
-            if tid in finished:
+            if tid in notes:
+                messages = [Message.user(notes[tid].note()), Message.assistant("(noted)")]
+            elif tid in finished:
                 messages = _turn_messages(_last_attempt(recs))
             else:
                 messages = [

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "daemon.cli.journal",
     "daemon.cli.notices",
     "daemon.cli.permissions",
+    "daemon.cli.schedule",
 )
 
 # Commands whose module is known: only it is imported, so `reverie memory search` on the
@@ -37,6 +38,7 @@ COMMAND_OWNERS = {
     "journal": "daemon.cli.journal",
     "notices": "daemon.cli.notices",
     "permissions": "daemon.cli.permissions",
+    "schedule": "daemon.cli.schedule",
 }
 
 

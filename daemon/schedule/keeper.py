@@ -1,0 +1,506 @@
+"""Firing schedules: one timer on the daemon's scheduler for the next due one, exactly once each.
+
+The keeper holds a single timer job (`Scheduler.add_timer`) set to the soonest `next_due` of
+the active schedules: an idle daemon with a thousand schedules wakes only when one is due (and
+on the scheduler's own minute check), and costs no model call. A change to the schedules
+(added, cancelled, approved) re-arms the timer.
+
+Firing a **reminder** costs no model call: in one transaction it writes the fire record
+(`schedule_fires`, keyed by the due time), posts the notice to the outbox with the key
+``fire:<schedule_id>:<due ISO>`` and moves the schedule on (its next occurrence, or `done`).
+A crash before the commit leaves nothing (it fires at the next start); after it, everything
+(the notice waits in the outbox for the next chat) — the person is told once.
+
+A **task** runs as a fork (the forks' tools and permissions, `Delegator.delegate`) once the
+spend cap allows non-essential work; its result becomes a notice and a `schedule_fired`
+record in the trunk's transcript, so the trunk knows what happened. A task a restart
+interrupted is reported as interrupted (never run twice on its own); a result whose record
+did not reach the trunk's transcript before a crash is recorded at the next start.
+
+Missed while the daemon was down: at start the timer is due at once; a one-off fires once,
+marked late and by how much; a repeating schedule fires once (a catch-up) and moves to its
+next occurrence after now — never a burst. `[schedule] catch_up = false` skips the missed
+run of a repeating schedule instead.
+
+Test hook: with `REVERIE_CRASH_AFTER_FIRE=1` in its environment the daemon exits abruptly
+right after a reminder's firing is committed and before anyone is told — the moment a crash
+between firing and delivery would strike.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import AsyncExitStack
+from datetime import datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from daemon.agent.records import ScheduleFired
+from daemon.bus import EventBus
+from daemon.clock import Clock
+from daemon.events import JournalNote
+from daemon.log import get_logger
+from daemon.schedule.outbox import Notice, Outbox, write_notice
+from daemon.schedule.store import Fire, Schedule, ScheduleStore, iso
+from daemon.scheduler import Scheduler
+from daemon.settings import ScheduleSettings
+from daemon.tools.registry import ToolContext, ToolError
+
+if TYPE_CHECKING:
+    from daemon.agent.trunk import Trunk
+    from daemon.delegate.fork import Delegator
+    from daemon.models.ledger import UsageLedger
+
+log = get_logger("schedule")
+
+JOB = "schedules"
+CRASH_AFTER_FIRE_ENV = "REVERIE_CRASH_AFTER_FIRE"
+INTERRUPTED = (
+    "interrupted: the daemon stopped while this task ran; it was not run again on its own"
+    " (ask for it again if it is still wanted)"
+)
+TASK_CONTEXT = (
+    "This task runs on a schedule the person (or you, for them) set earlier; nobody is watching"
+    " it run. Do it with your tools, then finish with task_complete: the summary is what the"
+    " person is sent, so write it for them — short, concrete, what you found or did."
+)
+
+
+def fire_key(schedule_id: str, due: datetime) -> str:
+    return f"fire:{schedule_id}:{iso(due)}"
+
+
+def lateness(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{max(1, minutes)} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{hours // 24} days {hours % 24} h"
+
+
+class ScheduleKeeper:
+    """Fires due schedules on the scheduler's timer (see the module's docstring).
+
+    `async with` owns the task group the tasks' forks run in; leaving it cancels them (a
+    cancelled task's firing is reported as interrupted at the next start).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: ScheduleStore,
+        outbox: Outbox,
+        scheduler: Scheduler,
+        bus: EventBus,
+        clock: Clock,
+        zone: tzinfo,
+        settings: ScheduleSettings,
+        trunk: Trunk | None = None,
+        delegator: Delegator | None = None,
+        ledger: UsageLedger | None = None,
+    ) -> None:
+        self.store = store
+        self.outbox = outbox
+        self.scheduler = scheduler
+        self.bus = bus
+        self.clock = clock
+        self.zone = zone
+        self.settings = settings
+        self.trunk = trunk
+        self.delegator = delegator
+        self.ledger = ledger
+        self.fired = 0
+        self.wakeups = 0
+        self._tasks_running: set[str] = set()
+        self._tg: TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self._armed = False
+        self._crash_after_fire = bool(os.environ.get(CRASH_AFTER_FIRE_ENV))
+
+    async def __aenter__(self) -> ScheduleKeeper:
+        async with AsyncExitStack() as stack:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._stack is not None and self._tg is not None
+        self._tg.cancel_scope.cancel()
+        stack, self._stack, self._tg = self._stack, None, None
+        await stack.__aexit__(None, None, None)
+
+    async def start(self) -> None:
+        """Finish what a restart interrupted, add the timer, and arm it (due now: catch-up)."""
+        await self.recover()
+        self.scheduler.add_timer(JOB, self._on_timer)
+        self.store.on_change(self.rearm)
+        self._armed = True
+        self.rearm()
+
+    def rearm(self) -> None:
+        """The schedules changed: run the timer now, which fires what is due and sets the next."""
+        if self._armed:
+            self.scheduler.set_timer(JOB, self.clock.now())
+
+    # -- the timer ---------------------------------------------------------------------------
+
+    async def _on_timer(self) -> str:
+        # The instant the scheduler woke for it: what "now" is for the firing.
+        return await self.fire_due(self.scheduler.last_run(JOB))
+
+    async def fire_due(self, now: datetime | None = None) -> str:
+        """Fire every schedule due at `now` (default: the clock's); set the timer to the next."""
+        self.wakeups += 1
+        fired = 0
+        try:
+            now = now or self.clock.now()
+            for schedule in await self.store.due(now):
+                if await self.fire(schedule, now):
+                    fired += 1
+        finally:
+            with anyio.CancelScope(shield=True):
+                nxt = await self.store.next_due()
+            self.scheduler.set_timer(JOB, nxt)
+        return f"fired={fired} next={iso(nxt) if nxt else None}"
+
+    def _latest_missed(self, schedule: Schedule, due: datetime, now: datetime) -> datetime:
+        """The last occurrence at or before `now`, from `due` on (`due` itself for a one-off)."""
+        rule = schedule.rule
+        if rule is None:
+            return due
+        if rule.kind == "interval" and rule.every_s:
+            step = timedelta(seconds=rule.every_s)
+            return due + ((now - due) // step) * step
+        latest = due
+        # Bounded: a daily rule missed for a year is 365 steps.
+        for _ in range(400):
+            nxt = rule.next_after(latest, self.zone)
+            if nxt > now:
+                break
+            latest = nxt
+        return latest
+
+    def _following(self, schedule: Schedule, due: datetime, now: datetime) -> datetime | None:
+        """The next due time after this firing: never one already past (no burst)."""
+        if schedule.rule is None:
+            return None
+        nxt = schedule.rule.next_after(due, self.zone)
+        if nxt <= now:
+            nxt = schedule.rule.next_after(now, self.zone)
+        return nxt
+
+    async def fire(self, schedule: Schedule, now: datetime) -> bool:
+        """Fire one due schedule; return whether it fired (a skipped catch-up does not)."""
+        stored = schedule.next_due
+        assert stored is not None
+        # A repeating schedule missed several times answers the latest missed occurrence.
+        due = self._latest_missed(schedule, stored, now)
+        late_s = max(0.0, (now - due).total_seconds())
+        late = late_s >= self.settings.late_after_s
+        following = self._following(schedule, due, now)
+        if late and schedule.rule is not None and not self.settings.catch_up:
+            await self._advance_only(schedule, stored, following)
+            log.info(
+                "missed repeating schedule skipped (catch_up = false)",
+                schedule=schedule.id,
+                due=iso(due),
+            )
+            return False
+        if schedule.kind == "task" and schedule.id in self._tasks_running:
+            await self._advance_only(schedule, stored, following)
+            log.warning(
+                "task still running from its last firing; this one skipped", schedule=schedule.id
+            )
+            return False
+        recorded_late = late_s if late else 0.0
+        catch_up = late and schedule.rule is not None
+        text = (
+            self._reminder_text(schedule, due, recorded_late)
+            if schedule.kind == "reminder"
+            else None
+        )
+
+        def commit(conn: sqlite3.Connection) -> tuple[Notice | None, bool]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = self._commit_fire(
+                    conn, schedule, stored, due, now, following, recorded_late, catch_up, text
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return out
+
+        with anyio.CancelScope(shield=True):
+            notice, created = await self.store.db.run(commit)
+        if self._crash_after_fire and schedule.kind == "reminder":
+            os._exit(137)
+        self.fired += 1
+        log.info(
+            "schedule fired",
+            schedule=schedule.id,
+            kind=schedule.kind,
+            due=iso(due),
+            late_s=round(late_s, 1),
+            catch_up=catch_up,
+            next_due=iso(following) if following else None,
+        )
+        if schedule.kind == "reminder":
+            if notice is not None and created:
+                await self.outbox.announce(notice)
+            await self._journal(schedule, due, recorded_late, "fired")
+        else:
+            assert self._tg is not None
+            self._tasks_running.add(schedule.id)
+            self._tg.start_soon(
+                self._run_task, schedule, due, recorded_late, name=f"schedule-task:{schedule.id}"
+            )
+        return True
+
+    def _commit_fire(
+        self,
+        conn: sqlite3.Connection,
+        schedule: Schedule,
+        stored: datetime,
+        due: datetime,
+        now: datetime,
+        following: datetime | None,
+        late_s: float,
+        catch_up: bool,
+        text: str | None,
+    ) -> tuple[Notice | None, bool]:
+        """The fire record, the reminder's notice and the schedule's next due, on one transaction.
+
+        `stored` is the schedule's `next_due` as read (the move is conditional on it: a firing
+        repeated after a crash moves nothing twice); `due` the occurrence this firing answers.
+        """
+        exists = conn.execute(
+            "SELECT 1 FROM schedule_fires WHERE schedule_id = ? AND due_at = ?",
+            (schedule.id, iso(due)),
+        ).fetchone()
+        if exists is None:
+            conn.execute(
+                "INSERT INTO schedule_fires(schedule_id, due_at, fired_at, late_s, catch_up, status)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    schedule.id,
+                    iso(due),
+                    iso(now),
+                    late_s,
+                    int(catch_up),
+                    "delivered" if schedule.kind == "reminder" else "running",
+                ),
+            )
+        notice: Notice | None = None
+        created = False
+        if text is not None:
+            notice, created = write_notice(
+                conn,
+                now=now,
+                kind="reminder",
+                text=text,
+                key=fire_key(schedule.id, due),
+                source="person" if schedule.requested_by == "person" else "agent",
+                due_at=due,
+                late_s=late_s,
+                schedule_id=schedule.id,
+            )
+            conn.execute(
+                "UPDATE schedule_fires SET notice_id = ? WHERE schedule_id = ? AND due_at = ?",
+                (notice.id, schedule.id, iso(due)),
+            )
+        conn.execute(
+            "UPDATE schedules SET next_due = ?, status = ?, updated_at = ?,"
+            " fired_count = fired_count + ?, last_fired_at = ? WHERE id = ? AND next_due = ?",
+            (
+                iso(following) if following else None,
+                "active" if following else "done",
+                iso(now),
+                0 if exists else 1,
+                iso(now),
+                schedule.id,
+                iso(stored),
+            ),
+        )
+        return notice, created
+
+    async def _advance_only(
+        self, schedule: Schedule, due: datetime, following: datetime | None
+    ) -> None:
+        await self.store.db.execute(
+            "UPDATE schedules SET next_due = ?, status = ?, updated_at = ? WHERE id = ? AND next_due = ?",
+            (
+                iso(following) if following else None,
+                "active" if following else "done",
+                iso(self.clock.now()),
+                schedule.id,
+                iso(due),
+            ),
+        )
+
+    def _reminder_text(self, schedule: Schedule, due: datetime, late_s: float) -> str:
+        text = f"Reminder: {schedule.text}"
+        if late_s:
+            local = due.astimezone(self.zone).strftime("%a %H:%M")
+            text += f" (due {local}; {lateness(late_s)} late — the daemon was not running)"
+        return text
+
+    async def _journal(self, schedule: Schedule, due: datetime, late_s: float, how: str) -> None:
+        local = due.astimezone(self.zone).strftime("%Y-%m-%d %H:%M")
+        late = f", {lateness(late_s)} late" if late_s else ""
+        await self.bus.publish(
+            JournalNote(
+                summary=f"Scheduled {schedule.kind} {schedule.id} {how}: {schedule.text[:200]}"
+                f" (due {local}{late})",
+                tags=("schedule", schedule.kind),
+                session_id=self.trunk.session.id if self.trunk and self.trunk.session else "",
+            )
+        )
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    async def _run_task(self, schedule: Schedule, due: datetime, late_s: float) -> None:
+        try:
+            status, result = await self._task_result(schedule, due)
+            await self._finish_task(schedule, due, late_s, status, result)
+        finally:
+            self._tasks_running.discard(schedule.id)
+
+    async def _task_result(self, schedule: Schedule, due: datetime) -> tuple[str, str]:
+        if self.ledger is not None:
+            allowed, reason = await self.ledger.allows(essential=False)
+            if not allowed:
+                return "skipped", f"not run: {reason}"
+        if self.delegator is None or self.trunk is None or self.trunk.session is None:
+            return "failed", "not run: no fork could be started (the trunk is not open)"
+        ctx = ToolContext(
+            session_id=self.trunk.session.id,
+            turn_id=f"schedule-{schedule.id}-{due.strftime('%Y%m%dT%H%M%SZ')}",
+            session_kind="trunk",
+            depth=0,
+            extras={"origin": "agent"},
+        )
+        try:
+            return "done", await self.delegator.delegate(ctx, schedule.text, TASK_CONTEXT)
+        except ToolError as exc:
+            return "failed", str(exc)
+        except Exception as exc:
+            log.error("scheduled task failed", schedule=schedule.id, error=repr(exc), exc_info=True)
+            return "failed", f"the task could not run: {exc}"
+
+    async def _finish_task(
+        self, schedule: Schedule, due: datetime, late_s: float, status: str, result: str
+    ) -> None:
+        """The task's notice and fire record on one transaction; then the trunk's record."""
+        head = {"done": "Task done", "failed": "Task failed", "skipped": "Task skipped"}[status]
+        late = f" ({lateness(late_s)} late)" if late_s else ""
+        text = f"{head}: {schedule.text}{late}\n{result}"
+        now = self.clock.now()
+
+        def commit(conn: sqlite3.Connection) -> tuple[Notice, bool]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                notice, created = write_notice(
+                    conn,
+                    now=now,
+                    kind="task",
+                    text=text,
+                    key=fire_key(schedule.id, due),
+                    source="person" if schedule.requested_by == "person" else "agent",
+                    due_at=due,
+                    late_s=late_s,
+                    schedule_id=schedule.id,
+                )
+                conn.execute(
+                    "UPDATE schedule_fires SET status = ?, result = ?, finished_at = ?,"
+                    " notice_id = ? WHERE schedule_id = ? AND due_at = ?",
+                    (status, result, iso(now), notice.id, schedule.id, iso(due)),
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return notice, created
+
+        with anyio.CancelScope(shield=True):
+            notice, created = await self.store.db.run(commit)
+            if created:
+                await self.outbox.announce(notice)
+            await self._note_in_trunk(schedule, due, late_s, status, result, notice.id)
+        log.info("scheduled task finished", schedule=schedule.id, status=status)
+        await self._journal(schedule, due, late_s, status)
+
+    async def _note_in_trunk(
+        self,
+        schedule: Schedule,
+        due: datetime,
+        late_s: float,
+        status: str,
+        result: str,
+        notice_id: str | None,
+    ) -> None:
+        trunk = self.trunk
+        if trunk is None or trunk.session is None:
+            return
+        await trunk.session.record(
+            ScheduleFired(
+                schedule_id=schedule.id,
+                kind=schedule.kind,
+                text=schedule.text,
+                due_at=iso(due),
+                status=status,
+                result=result,
+                late_s=late_s,
+                notice_id=notice_id,
+                ts=iso(self.clock.now()),
+            )
+        )
+        await self.store.db.execute(
+            "UPDATE schedule_fires SET noted_at = ? WHERE schedule_id = ? AND due_at = ?",
+            (iso(self.clock.now()), schedule.id, iso(due)),
+        )
+
+    async def recover(self) -> None:
+        """Report tasks a restart interrupted; record results the trunk's transcript missed."""
+        for fire in await self.store.unfinished_fires():
+            schedule = await self.store.get(fire.schedule_id)
+            if schedule is None:
+                continue
+            if fire.status == "running":
+                log.warning("scheduled task interrupted by a restart", schedule=schedule.id)
+                await self._finish_task(schedule, fire.due_at, fire.late_s, "failed", INTERRUPTED)
+            else:
+                await self._note_in_trunk(
+                    schedule,
+                    fire.due_at,
+                    fire.late_s,
+                    fire.status,
+                    fire.result or "",
+                    fire.notice_id,
+                )
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def describe(self, limit: int = 5) -> dict[str, Any]:
+        """The next scheduled items and the counts, for `status`."""
+        return await schedule_status(self.store, limit)
+
+    async def fires(self, schedule_id: str | None = None) -> list[Fire]:
+        return await self.store.fires(schedule_id)
+
+
+async def schedule_status(store: ScheduleStore, limit: int = 5) -> dict[str, Any]:
+    counts = await store.counts()
+    return {
+        "next": [
+            {**s.to_json(), "when": s.when_text(store.zone)} for s in await store.upcoming(limit)
+        ],
+        "active": counts.get("active", 0),
+        "pending": counts.get("pending", 0),
+    }

@@ -1,0 +1,208 @@
+"""The agent's schedule tools: `schedule`, `list_schedules`, `cancel_schedule`.
+
+Who asked is the turn's origin (`ctx.extras["origin"]`, see `daemon.agent.provenance`): a
+turn that has only the person's word makes a "person" schedule; one that has read text a tool
+brought in (a page, a file, a fork's findings) makes a "tool" schedule — stored `pending`, and
+the person is asked through the approvals guard (an `approval` frame, as for any `ask` tool).
+A yes activates it; a no declines it; nobody connected or no answer leaves it pending until
+`reverie schedule approve ID`. A rule or a saved "always" answer for `schedule` in the
+permission policy counts as the person's yes. A time phrase that cannot be resolved is a tool
+error that says what is understood — never a guess.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.schedule.store import KINDS, ScheduleError, ScheduleStore
+from daemon.tools.approvals import PermissionGuard
+from daemon.tools.policy import subject_of
+from daemon.tools.registry import Tool, ToolContext, ToolError
+
+SCHEDULE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "when": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "When, in the person's time zone: an ISO time ('2026-12-24T18:00') or a "
+            "phrase — 'in 20 minutes', 'at 18:30', 'tomorrow at 9', 'next monday at 10', "
+            "'every day at 7', 'every weekday at 8:00', 'every monday', "
+            "'on the first of each month', 'every 2 hours'.",
+        },
+        "what": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 2000,
+            "description": "For a reminder: the text the person is sent. For a task: what to do "
+            "(a fork does it then, with the forks' tools, and its result is sent to the person).",
+        },
+        "kind": {
+            "type": "string",
+            "enum": list(KINDS),
+            "description": "reminder (default; costs no model call) or task (run by a fork).",
+        },
+    },
+    "required": ["when", "what"],
+    "additionalProperties": False,
+}
+
+CANCEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 64,
+            "description": "The schedule's id (s-…).",
+        }
+    },
+    "required": ["id"],
+    "additionalProperties": False,
+}
+
+LIST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "all": {
+            "type": "boolean",
+            "description": "Also the schedules that ended (done, cancelled, declined).",
+        }
+    },
+    "additionalProperties": False,
+}
+
+
+def requester(ctx: ToolContext) -> str:
+    """Whose word a schedule made in this call rests on: person, agent, or tool."""
+    origin = str(ctx.extras.get("origin", "agent"))
+    return origin if origin in ("person", "agent", "tool") else "tool"
+
+
+def schedule_tools(store: ScheduleStore, *, guard: PermissionGuard | None = None) -> list[Tool]:
+    """The three tools over `store`; `guard` asks the person about a schedule untrusted text proposed."""
+
+    async def schedule(ctx: ToolContext, args: dict[str, Any]) -> str:
+        by = requester(ctx)
+        try:
+            made = await store.add(
+                str(args["when"]),
+                str(args["what"]),
+                kind=str(args.get("kind") or "reminder"),
+                requested_by=by,
+                session_id=ctx.session_id,
+            )
+        except ScheduleError as exc:
+            raise ToolError(str(exc)) from None
+        when = made.when_text(store.zone)
+        if made.status == "active":
+            return f"scheduled {made.id}: {made.kind} {made.text!r} — {when}"
+        refusal = await _ask_person(made.id, tool, ctx, args)
+        if refusal is None:
+            made = await store.approve(made.id)
+            return (
+                f"scheduled {made.id} (the person approved it): {made.kind} {made.text!r} — {when}"
+            )
+        if "declined" in refusal:
+            await store.decline(made.id)
+            return f"not scheduled: the person declined {made.id}"
+        return (
+            f"{made.id} is stored as pending and will not fire until the person approves it "
+            f"(`reverie schedule approve {made.id}`): it was proposed after reading text from a "
+            f"tool, and {refusal}"
+        )
+
+    async def _ask_person(
+        schedule_id: str, tool_: Tool, ctx: ToolContext, args: dict[str, Any]
+    ) -> str | None:
+        if guard is None:
+            return "no one could be asked"
+        verdict = guard.policy.decide(tool_, args)
+        if verdict.decision == "allow" and verdict.source != "default":
+            # A configured rule or the person's saved "always" already says yes.
+            return None
+        why = f"schedule {schedule_id} was proposed after reading text from a tool"
+        # The guard's own question: the same frame, timeout, record and log as any `ask`.
+        return await guard._ask(tool_, args, ctx, subject_of(tool_, args), why)
+
+    async def list_schedules(ctx: ToolContext, args: dict[str, Any]) -> str:
+        found = await store.listing(include_ended=bool(args.get("all")))
+        if not found:
+            return "no schedules" + ("" if args.get("all") else " kept")
+        return "\n".join(s.line(store.zone) for s in found)
+
+    async def cancel_schedule(ctx: ToolContext, args: dict[str, Any]) -> str:
+        try:
+            done = await store.cancel(str(args["id"]))
+        except ScheduleError as exc:
+            raise ToolError(str(exc)) from None
+        return f"cancelled {done.id}: {done.kind} {done.text!r}"
+
+    tool = Tool(
+        name="schedule",
+        description=(
+            "Keep a reminder or a task for the person at a time, once or repeating (resolved in "
+            "their time zone). A reminder is sent to them as is; a task is done by a fork then and "
+            "its result sent to them. Returns the schedule's id and when it fires; an unclear time "
+            "is an error — ask the person rather than guess."
+        ),
+        input_schema=SCHEDULE_SCHEMA,
+        handler=schedule,
+        output_origin=None,
+        permission="allow",
+        subject="when",
+        # Waiting on the person's approval may take the whole approval timeout.
+        timeout_s=900.0,
+    )
+    return [
+        tool,
+        Tool(
+            name="list_schedules",
+            description="The schedules kept for the person: id, next time, how it repeats, what.",
+            input_schema=LIST_SCHEMA,
+            handler=list_schedules,
+            output_origin="agent",
+            concurrent=True,
+        ),
+        Tool(
+            name="cancel_schedule",
+            description="Cancel a schedule by its id (it never fires again).",
+            input_schema=CANCEL_SCHEMA,
+            handler=cancel_schedule,
+            output_origin=None,
+        ),
+    ]
+
+
+ACTIONS = ("list", "add", "cancel", "approve", "decline")
+
+
+async def schedule_command(store: ScheduleStore, args: dict[str, Any]) -> dict[str, Any]:
+    """`reverie schedule …` on a store: the daemon's `schedule` socket command and the CLI's
+    direct path alike. Raises `ScheduleError` (a ValueError: the daemon's `bad_args`)."""
+    action = str(args.get("action") or "list")
+    if action not in ACTIONS:
+        raise ScheduleError(f"unknown schedule action {action!r} (one of {', '.join(ACTIONS)})")
+    if action == "list":
+        found = await store.listing(include_ended=bool(args.get("all")))
+        return {
+            "schedules": [{**s.to_json(), "when": s.when_text(store.zone)} for s in found],
+            "text": "\n".join(s.line(store.zone) for s in found),
+        }
+    if action == "add":
+        made = await store.add(
+            str(args.get("when") or ""),
+            str(args.get("text") or ""),
+            kind="task" if args.get("task") else "reminder",
+            requested_by="person",
+        )
+    else:
+        schedule_id = str(args.get("id") or "")
+        if action == "cancel":
+            made = await store.cancel(schedule_id)
+        elif action == "approve":
+            made = await store.approve(schedule_id)
+        else:
+            made = await store.decline(schedule_id)
+    return {"schedule": made.to_json(), "text": made.line(store.zone)}
