@@ -60,6 +60,19 @@ async def _spend(db: Database, settings: Settings) -> dict[str, Any]:
     }
 
 
+async def _schedules(db: Database, settings: Settings) -> dict[str, Any]:
+    from daemon.clock import SystemClock
+    from daemon.schedule.store import ScheduleStore, schedule_status
+
+    store = ScheduleStore(
+        db,
+        clock=SystemClock(),
+        zone=local_zone(settings.scheduler.timezone),
+        settings=settings.schedule,
+    )
+    return await schedule_status(store)
+
+
 def _last_ok_run(job: dict[str, Any] | None) -> str | None:
     if not job or job.get("last_status") != "ok":
         return None
@@ -141,6 +154,7 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         "jobs": jobs,
         "journal": journal,
         "spend": await _spend(db, settings),
+        "schedules": await daemon.keeper.describe() if getattr(daemon, "keeper", None) else None,
         "started_at": daemon.started_at.isoformat(),
         # Vector search needs both an embedder that makes vectors and somewhere to search them.
         "vector_search": bool(embedder is not None and embedder.dim > 0),
@@ -181,6 +195,10 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
             out["sleep"] = await sleep_status(db)
         except Exception:  # a database from before the sleep cycle kept checkpoints
             out["sleep"] = None
+        try:
+            out["schedules"] = await _schedules(db, settings)
+        except Exception:  # a database from before schedules were kept
+            out["schedules"] = None
     heartbeat = out["jobs"].get("heartbeat")
     out["last_heartbeat"] = _last_ok_run(heartbeat)
     out["last_heartbeat_result"] = heartbeat.get("last_result") if heartbeat else None

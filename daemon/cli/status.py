@@ -166,6 +166,14 @@ def render(status: dict[str, Any]) -> str:
         last = job.get("last_run") or "never"
         outcome = f" ({job['last_status']})" if job.get("last_status") else ""
         lines.append(f"job {name + ':':<9} last {last}{outcome}, next {job.get('next_run')}")
+    schedules = status.get("schedules")
+    if schedules and (schedules.get("next") or schedules.get("pending")):
+        waiting = (
+            f" · {schedules['pending']} awaiting your approval" if schedules.get("pending") else ""
+        )
+        lines.append(f"schedules:    {schedules.get('active', 0)} active{waiting}")
+        for item in schedules.get("next") or []:
+            lines.append(f"  next:       {item['when']}  {item['kind']}: {item['text'][:80]}")
     if "vector_search" in status:
         search = (
             f"hybrid (embedder {status.get('embedder')})"

@@ -44,7 +44,7 @@ from daemon.clock import Clock
 from daemon.events import JournalNote
 from daemon.log import get_logger
 from daemon.schedule.outbox import Notice, Outbox, write_notice
-from daemon.schedule.store import Fire, Schedule, ScheduleStore, iso
+from daemon.schedule.store import Fire, Schedule, ScheduleStore, iso, schedule_status
 from daemon.scheduler import Scheduler
 from daemon.settings import ScheduleSettings
 from daemon.tools.registry import ToolContext, ToolError
@@ -493,14 +493,3 @@ class ScheduleKeeper:
 
     async def fires(self, schedule_id: str | None = None) -> list[Fire]:
         return await self.store.fires(schedule_id)
-
-
-async def schedule_status(store: ScheduleStore, limit: int = 5) -> dict[str, Any]:
-    counts = await store.counts()
-    return {
-        "next": [
-            {**s.to_json(), "when": s.when_text(store.zone)} for s in await store.upcoming(limit)
-        ],
-        "active": counts.get("active", 0),
-        "pending": counts.get("pending", 0),
-    }

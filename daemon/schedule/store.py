@@ -366,3 +366,15 @@ class ScheduleStore:
             " ORDER BY due_at"
         )
         return [fire_from_row(r) for r in rows]
+
+
+async def schedule_status(store: ScheduleStore, limit: int = 5) -> dict[str, Any]:
+    """The next scheduled items and the counts of live ones, for `status`."""
+    counts = await store.counts()
+    return {
+        "next": [
+            {**s.to_json(), "when": s.when_text(store.zone)} for s in await store.upcoming(limit)
+        ],
+        "active": counts.get("active", 0),
+        "pending": counts.get("pending", 0),
+    }
