@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import anyio
 import anyio.lowlevel
@@ -39,7 +40,14 @@ from daemon.schedule.greeting import (
     todays_schedule,
 )
 from daemon.schedule.outbox import NoticeError, Outbox
-from daemon.settings import NoticesSettings, SchedulerSettings, Settings, SleepSettings
+from daemon.schedule.store import ScheduleStore
+from daemon.settings import (
+    NoticesSettings,
+    SchedulerSettings,
+    ScheduleSettings,
+    Settings,
+    SleepSettings,
+)
 from daemon.store.db import Database
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
 from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli
@@ -757,4 +765,31 @@ def test_open_threads_fall_back_to_open_questions_then_where_things_stand() -> N
     assert open_threads("") == []
     assert compose_greeting([], [], datetime(2026, 3, 3, 19, 0)) == (
         "Good evening — I slept and I'm rested.\nNothing is waiting on us today."
+    )
+
+
+async def test_the_greeting_names_what_is_still_scheduled_today_from_the_schedules(
+    tmp_path: Path,
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    home.wake_file.write_text("# Wake\n")
+    london = ZoneInfo("Europe/London")
+    # 03:40 in London on Tuesday 3 March (GMT), as after the nightly sleep.
+    clock = FakeClock(datetime(2026, 3, 3, 3, 40, tzinfo=UTC))
+    async with await Database.open(home.db_file) as db, EventBus() as bus:
+        store = ScheduleStore(db, clock=clock, zone=london, settings=ScheduleSettings())
+        await store.add("today at 15:30", "Call the plumber")
+        await store.add("every weekday at 8:00", "Stand-up notes")
+        await store.add("tomorrow at 9", "Dentist")
+        cancelled = await store.add("today at 11:00", "Water the plants")
+        await store.cancel(cancelled.id)
+        outbox = Outbox(db, bus=bus, clock=clock)
+        greeting = MorningGreeting(home=home, db=db, outbox=outbox, zone=london, now=clock.now)
+        notice = await greeting.greet("s-9")
+    assert notice.text == (
+        "Good morning — I slept and I'm rested.\n"
+        "Today:\n"
+        "- 08:00 Stand-up notes\n"
+        "- 15:30 Call the plumber"
     )
