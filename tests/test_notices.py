@@ -784,6 +784,8 @@ async def test_the_greeting_names_what_is_still_scheduled_today_from_the_schedul
         await store.add("tomorrow at 9", "Dentist")
         cancelled = await store.add("today at 11:00", "Water the plants")
         await store.cancel(cancelled.id)
+        # Proposed on the strength of a tool's text: not kept until the person approves it.
+        await store.add("today at 12:00", "Wire the deposit", requested_by="tool")
         outbox = Outbox(db, bus=bus, clock=clock)
         greeting = MorningGreeting(home=home, db=db, outbox=outbox, zone=london, now=clock.now)
         notice = await greeting.greet("s-9")
