@@ -16,11 +16,13 @@ import pytest
 from bench.planner_index_bench import build_history
 from daemon.memory.planner_index import FOUND_OLD_MONTHS, RECENT_MONTHS, top_level
 from daemon.models.anthropic import AnthropicModel
+from daemon.models.base import ModelUnavailable
 from daemon.models.offline import OfflineModel
 from daemon.settings import AnthropicSettings
 from daemon.sleep.maintenance import fold_months
 from daemon.tokens import count_tokens
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
+from tests.memory_support import raising
 from tests.sleep_phase_support import START, SleepRig, sleep_home, sleep_settings
 from tests.test_recall_everyday import assembler, layer_ids
 
@@ -155,6 +157,32 @@ async def test_the_offline_planner_finds_a_folded_session_through_its_month(
     assert result.planner == "picked"
     assert session_id(PLANTED_DAY) in {s.session_id for s in result.sources}
     assert "Kestrel Gas" in result.answer
+
+
+async def test_without_a_planner_a_month_search_found_is_read_or_opened(tmp_path: Path) -> None:
+    offline = OfflineModel()
+    planner = raising(ModelUnavailable("the planner is down"))
+    with anyio.fail_after(60):
+        async with sleep_home(
+            tmp_path / "home",
+            settings=sleep_settings(fold_after_days=30),
+            models={"recall_planner": planner, "recall_synthesis": offline},
+        ) as rig:
+            await history(rig)
+            await rig.memory.index.flush()
+            # No session's summary names the month; the month does, so it is read itself.
+            overview = await rig.memory.recaller.recall("What did January 2026 hold?")
+            # The month holds both halves; the sessions behind them are read.
+            opened = await rig.memory.recaller.recall(ONLY_THE_MONTH)
+            # A month cites a session's chunk as `chunk:<session>:<seq>`; recall_session opens it.
+            windows = await rig.memory.recall_session(f"chunk:{session_id(LATER_DAY)}:0", "Kestrel")
+    assert overview.planner == opened.planner == "unavailable"
+    month = next(s for s in overview.sources if s.kind == "month")
+    assert month.cite == "month-2026-01" and f"[summary:{session_id(0)}]" in month.text
+    assert {session_id(PLANTED_DAY), session_id(LATER_DAY)} <= {
+        s.session_id for s in opened.sources if s.kind == "summary"
+    }
+    assert "Thursday mornings" in windows and session_id(LATER_DAY) in windows
 
 
 async def test_a_month_only_answers_in_automatic_recall_and_memory_search(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ _RELEVANT_SESSIONS = 40
 _MAX_MONTHS = 2000  # every month row (a bound on the read, not on what is shown)
 _OPEN_LEVELS = 2  # a year opens to months, a month to its sessions
 _FALLBACK_MONTH_SESSIONS = 2  # sessions read from a month that search found, without a planner
+_FALLBACK_MONTHS = 2
 _FACT_CHARS = 200
 _MAX_SUMMARIES = 4
 _MAX_CHUNK_SESSIONS = 4
@@ -195,6 +196,11 @@ class Recall:
         picked, planner = await self._plan(query, stems, sources, candidates, session_id)
         if not picked:
             found = await self._search(plan, k=10, kinds=["summary", "chunk", "month"])
+            # A month is one long document among many short ones: their windows crowd it out
+            # of the top 10 (a question about "January" finds every dated chunk first).
+            ids = {i.id for i in found}
+            months = await self._search(plan, k=_FALLBACK_MONTHS, kinds=["month"])
+            found += [m for m in months if m.id not in ids]
             # What the second hop found through a name may share no word with the question.
             relevant = [
                 i for i in found if i.meta.get("via") or coverage(stems, i.title + " " + i.text) > 0
