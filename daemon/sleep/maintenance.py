@@ -54,6 +54,7 @@ from daemon.memory.months import (
 from daemon.memory.pins import CONFIRMED, render_pinned, splice_pinned
 from daemon.memory.query import fts_match, terms
 from daemon.memory.rows import iso, parse_iso
+from daemon.sleep.changes import ChangeSet, fold_holds, pin_holds
 from daemon.sleep.phases import PhaseContext, PhaseReport
 
 if TYPE_CHECKING:
@@ -163,7 +164,13 @@ async def fold_months(ctx: PhaseContext) -> dict[str, Any]:
     tz = local_timezone(ctx.settings)
     now = ctx.clock.now()
     cutoff = iso(now - timedelta(days=ctx.settings.sleep.fold_after_days))
-    new = [_source(r) for r in await ctx.db.fetchall(_FOLDABLE, {"cutoff": cutoff})]
+    held = await fold_holds(ctx.db)  # folds the person reverted stay undone
+    new = [
+        src
+        for src in (_source(r) for r in await ctx.db.fetchall(_FOLDABLE, {"cutoff": cutoff}))
+        if src.uid not in held
+    ]
+    changes = ChangeSet.open(ctx.db, ctx.cycle_id, clock=ctx.clock)
     groups: dict[tuple[str, str], list[FoldSource]] = defaultdict(list)
     for src in new:
         groups[(month_key(src.created_at, tz), trust_of(src.origin))].append(src)
@@ -188,6 +195,23 @@ async def fold_months(ctx: PhaseContext) -> dict[str, Any]:
             earlier = [_source(r) for r in rows]
         everything = earlier + fresh
         path = month_path(months_dir, month, trust)
+        rel = str(path.relative_to(ctx.home.root))
+        await changes.record(
+            "month_folded",
+            uid,
+            before={"month_uid": uid, "file": rel, "sources": sorted(earlier_uids)}
+            if earlier_uids
+            else None,
+            after={
+                "month_uid": uid,
+                "month": month,
+                "file": rel,
+                "sources": [s.uid for s in fresh],
+                "sessions": sorted({s.session_id for s in fresh if s.session_id}),
+            },
+            note=f"{len(fresh)} day-level memories folded into {month}"
+            + (" (imported)" if trust != "trusted" else ""),
+        )
         text = render_month(month, trust, everything, tz=tz, updated=now)
         await anyio.to_thread.run_sync(write_month, path, text)
         meta, body = await anyio.to_thread.run_sync(read_month_file, path)
@@ -250,12 +274,20 @@ async def retire_stale(ctx: PhaseContext) -> list[dict[str, str]]:
     tz = local_timezone(ctx.settings)
     today = ctx.clock.now().astimezone(tz).date()
     grace = ctx.settings.sleep.retire_after_days
+    changes = ChangeSet.open(ctx.db, ctx.cycle_id, clock=ctx.clock)
     out: list[dict[str, str]] = []
     for fact in store.facts(target="memory"):
         when = stale_date(fact, today, tz, grace)
         if when is None:
             continue
         reason = f"stale: its date {when.isoformat()} passed more than {grace} day(s) ago (sleep maintenance)"
+        await changes.record(
+            "fact_retired",
+            fact.id,
+            before={"id": fact.id, "text": fact.text, "target": fact.target},
+            after={"id": fact.id, "reason": reason},
+            note=fact.text[:200],
+        )
         await store.retract(fact.id, reason=reason, origin="system")
         out.append({"id": fact.id, "reason": reason})
         log.info("stale fact retired", id=fact.id, date=when.isoformat())
@@ -325,6 +357,7 @@ async def pin_facts(ctx: PhaseContext) -> dict[str, Any]:
         settings=ctx.settings,
         clock=ctx.clock,
         score=True,
+        changes=ChangeSet.open(ctx.db, ctx.cycle_id, clock=ctx.clock),
     )
 
 
@@ -336,6 +369,7 @@ async def sync_pins(
     settings: Settings,
     clock: Clock,
     score: bool,
+    changes: ChangeSet | None = None,
 ) -> dict[str, Any]:
     """Bring FACTS.md's pinned block in line with the facts; return what changed.
 
@@ -345,18 +379,25 @@ async def sync_pins(
     fact from tool output or an import that reaches it is refused. A pin that no longer may
     be (retracted, corrected, or pinned without confirmation by an older version) is dropped.
     Without `score` (right after the person confirms a pin) nothing is scored or proposed.
+    A fact whose promotion was reverted (`sleep_pin_holds`) is pinned again only when the
+    person confirms it after the revert. With `changes`, each new pin is recorded there.
     """
     await store.load()
     tz = local_timezone(settings)
     now = iso(clock.now())
     threshold = settings.sleep.promote_min_importance
     pinned_rows = {r[0] for r in await db.fetchall("SELECT fact_id FROM pinned_facts")}
+    held = await pin_holds(db)
     added: list[dict[str, Any]] = []
     proposed: list[str] = []
     awaiting: list[str] = []
     refused: list[str] = []
     for fact in store.facts():
         if fact.id in pinned_rows and may_be_pinned(fact):
+            continue
+        if fact.id in held and (
+            fact.pin_confirmed_at is None or fact.pin_confirmed_at <= held[fact.id]
+        ):
             continue
         if fact.pin_confirmed_at is not None and may_be_pinned(fact):
             day = fact.pin_confirmed_at.astimezone(tz).date().isoformat()
@@ -394,6 +435,15 @@ async def sync_pins(
             conn.execute("ROLLBACK")
             raise
 
+    if changes is not None:
+        for a in added:
+            await changes.record(
+                "fact_promoted",
+                a["id"],
+                before=None,
+                after={"id": a["id"], "reason": a["reason"]},
+                note=a["reason"],
+            )
     if added or removed:
         await db.run(save)
     rows = await db.fetchall("SELECT fact_id, reason FROM pinned_facts ORDER BY pinned_at, fact_id")
