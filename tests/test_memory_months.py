@@ -293,3 +293,38 @@ async def test_the_planner_index_is_bounded_by_months_not_sessions(tmp_path: Pat
     calendar = large["calendar"]
     assert calendar[-RECENT_MONTHS - 1 : -1] == large["months"][:RECENT_MONTHS]
     assert calendar[-1] == "year:2026" and len(calendar) == 30 + RECENT_MONTHS + 1
+
+
+async def test_a_picked_year_opens_to_its_months_and_a_month_to_its_sessions(
+    tmp_path: Path,
+) -> None:
+    with FakeAnthropic() as fake:
+        planner = AnthropicModel(
+            AnthropicSettings.model_validate(
+                {"base_url": fake.url, "max_retries": 0, "timeout_s": 10.0}
+            ),
+            "sk-test",
+        )
+        fake.enqueue(
+            Planned.reply(json.dumps({"ids": ["year:2026"]})),
+            Planned.reply(json.dumps({"ids": ["month:2026-01"]})),
+            Planned.reply(json.dumps({"ids": ["summary:d0004-novel"]})),
+        )
+        with anyio.fail_after(120):
+            async with (
+                planner,
+                sleep_home(
+                    tmp_path / "home",
+                    settings=sleep_settings(),
+                    models={"recall_planner": planner, "recall_synthesis": OfflineModel()},
+                ) as rig,
+            ):
+                await build_history(rig, 400)
+                january = await folded_sources(rig, "month:2026-01")
+                result = await rig.memory.recaller.recall("which chapter needed a slower opening?")
+        prompts = [prompt_text(r.body) for r in fake.message_requests]
+    assert len(prompts) == 3
+    assert "year:2026" in index_ids(prompts[0])
+    assert index_ids(prompts[1]) == ["month:2026-01"]  # the one month of 2026 older than a year
+    assert set(index_ids(prompts[2])) == january
+    assert [s.session_id for s in result.sources] == ["d0004-novel"]
