@@ -18,6 +18,7 @@ An excerpted item's `message_ids` are exactly the messages whose text it shows.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,18 +29,20 @@ from daemon.memory.api import MemoryItem
 from daemon.memory.query import asked_stems, mentioned_stems
 from daemon.tokens import count_tokens
 
-# A window keeps its best line, the line before it and the two after it: in a conversation
-# the answer follows the question it answers, and the question names what the answer only
-# implies. Tuned on the LoCoMo tuning split (see bench/README.md, "Recall that fits").
-CONTEXT_BEFORE = 1
-CONTEXT_AFTER = 2
+# A window keeps its best line and its neighbours, in this order: the line after it, the one
+# before, the second after. In a conversation the answer follows the question it answers, and
+# the question names what the answer only implies. Tuned on the LoCoMo tuning split (see
+# bench/README.md, "Recall that fits").
+NEIGHBOURS = (1, -1, 2)
+# What those neighbours may cost together: three lines of everyday chat, one long message.
+CONTEXT_TOKENS = 150
 # A line elsewhere in the window is kept when it scores this well on its own.
 LINE_KEEP = 0.45
 # The share of the question's words a line uses, added to its vector similarity.
 LEXICAL_WEIGHT = 0.3
 # A message longer than this is excerpted; an excerpt is about `EXCERPT_TOKENS` long.
 LONG_MESSAGE_TOKENS = 160
-EXCERPT_TOKENS = 100
+EXCERPT_TOKENS = 150
 GAP = "…"
 
 # "Maya (8 May 2023): text" → ("Maya", "8 May 2023", "text"); the label `chunks.message_line`
@@ -97,8 +100,8 @@ def _pieces(content: str) -> list[str]:
 def excerpt_message(content: str, question: Question) -> str:
     """`content` cut to what bears on `question`, when it is long; whole when it is short.
 
-    Pieces (lines, sentences) are ranked by the share of the question's words they use; the
-    best are kept in their order until `EXCERPT_TOKENS`, and "…" marks each gap. A long
+    Pieces (lines, sentences) are ranked by the question's words they use, each weighted by
+    how few pieces use it; the best are kept in their order until `EXCERPT_TOKENS`, and "…" marks each gap. A long
     message that shares no word with the question (the vectors found it) keeps its opening.
     """
     if count_tokens(content) <= LONG_MESSAGE_TOKENS:
@@ -106,7 +109,15 @@ def excerpt_message(content: str, question: Question) -> str:
     pieces = _pieces(content)
     if len(pieces) <= 1:
         return _opening(content)
-    shares = [question.share(p) for p in pieces]
+    # A word of the question that most pieces use (the speaker's name in a pasted exchange)
+    # says little about which piece answers: each is weighted by its rarity in the message.
+    found = [mentioned_stems(p) & question.stems for p in pieces]
+    uses: dict[str, int] = {}
+    for stems in found:
+        for w in stems:
+            uses[w] = uses.get(w, 0) + 1
+    rarity = {w: math.log(1.0 + len(pieces) / n) for w, n in uses.items()}
+    shares = [sum(rarity[w] for w in stems) for stems in found]
     if max(shares) <= 0:
         return _opening(content)
     chosen: set[int] = set()
@@ -189,16 +200,27 @@ def line_scores(
     return scores
 
 
-def window_keep(scores: Sequence[float]) -> list[int]:
-    """Which lines of a window to show: the best, its neighbours, and any that scores as well."""
+def window_keep(scores: Sequence[float], costs: Sequence[int] | None = None) -> list[int]:
+    """Which lines of a window to show: the best, its neighbours, and any that scores as well.
+
+    The neighbours (the line after the best, the one before, the second after) are kept while
+    they cost no more than `CONTEXT_TOKENS` together (`costs`: each line's tokens as shown, 0
+    for a line shown already): around a long message the context is one neighbour or none.
+    """
     if not scores:
         return []
     best = max(range(len(scores)), key=lambda i: scores[i])
-    return [
-        i
-        for i, s in enumerate(scores)
-        if best - CONTEXT_BEFORE <= i <= best + CONTEXT_AFTER or s >= LINE_KEEP
-    ]
+    keep = {best} | {i for i, s in enumerate(scores) if s >= LINE_KEEP}
+    used = 0
+    for i in (best + n for n in NEIGHBOURS):
+        if not 0 <= i < len(scores) or i in keep:
+            continue
+        cost = costs[i] if costs is not None else 0
+        if used + cost > CONTEXT_TOKENS:
+            break
+        keep.add(i)
+        used += cost
+    return sorted(keep)
 
 
 def render(lines: Sequence[tuple[int, str]]) -> str:
@@ -250,14 +272,19 @@ def fit(
                 shown.update(item.message_ids)
             continue
         via = str(item.meta.get("via") or "")
+        shows = [excerpt_line(line.text, question) for line in lines]
         if len(lines) > 1:
-            keep = window_keep(line_scores(lines, question, vectors, via))
+            costs = [
+                0 if ln.message_id in shown else count_tokens(t)
+                for ln, t in zip(lines, shows, strict=True)
+            ]
+            keep = window_keep(line_scores(lines, question, vectors, via), costs)
         else:
             keep = [0]
         kept = [(i, lines[i]) for i in keep if lines[i].message_id not in shown]
         if not kept:
             continue
-        text = render([(i, excerpt_line(line.text, question)) for i, line in kept])
+        text = render([(i, shows[i]) for i, _ in kept])
         ids = tuple(line.message_id for _, line in kept)
         shown.update(ids)
         if text == item.text and ids == item.message_ids:
