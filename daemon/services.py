@@ -431,6 +431,7 @@ async def open_services(
                 now=clock.now,
                 every_minutes=s.notices.checklist_minutes,
                 awake=lambda: lifecycle.state is DaemonState.AWAKE,
+                quiet=courier.in_quiet_hours,
             )
             stack.callback(checklist.register(bus))
         if bus.handlers(Heartbeat):

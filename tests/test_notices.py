@@ -49,6 +49,7 @@ from daemon.settings import (
     SleepSettings,
 )
 from daemon.store.db import Database
+from daemon.testing import ScriptedModel
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
 from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli
 from tests.harness import wait_until as wait_for
@@ -795,3 +796,40 @@ async def test_the_greeting_names_what_is_still_scheduled_today_from_the_schedul
         "- 08:00 Stand-up notes\n"
         "- 15:30 Call the plumber"
     )
+
+
+async def test_the_checklist_waits_out_quiet_hours_and_sees_what_it_already_said_today(
+    tmp_path: Path,
+) -> None:
+    answers = ["The build is red: test_login fails.", "NOTHING TO REPORT"]
+    model = ScriptedModel(lambda request: answers.pop(0))
+    settings = Settings(
+        scheduler=SchedulerSettings(timezone="Europe/London"),
+        sleep=SleepSettings(nightly=False),
+        notices=NoticesSettings(quiet_hours="22:00-07:00", checklist_minutes=30),
+    )
+    # 06:00 in London: quiet.
+    clock = FakeClock(datetime(2026, 3, 3, 6, 0, tzinfo=UTC))
+    with anyio.fail_after(30):
+        async with rig(
+            tmp_path / "home", settings=settings, clock=clock, models={"heartbeat": model}
+        ) as r:
+            (r.home.root / "HEARTBEAT.md").write_text("- Tell me when the build is red.\n")
+            await r.services.heartbeat()
+            assert model.calls == []
+            clock.set(datetime(2026, 3, 3, 7, 5, tzinfo=UTC))
+            await r.services.heartbeat()
+            assert len(model.calls) == 1
+            [told] = await r.services.outbox.pending()
+            assert (told.kind, told.text) == ("checklist", "The build is red: test_login fails.")
+            # Within checklist_minutes: no call.
+            clock.advance(minutes=20)
+            await r.services.heartbeat()
+            assert len(model.calls) == 1
+            clock.advance(minutes=20)
+            await r.services.heartbeat()
+            assert len(model.calls) == 2
+            prompt = model.calls[1].messages[-1].text
+            already = prompt.split("ALREADY TOLD THEM TODAY:")[1]
+            assert "The build is red: test_login fails." in already
+            assert [n.id for n in await r.services.outbox.pending()] == [told.id]
