@@ -273,6 +273,15 @@ def test_reverie_schedule_through_the_daemon_and_directly(tmp_path: Path) -> Non
         assert cancelled.returncode == 0 and cancelled.stdout.startswith("cancelled ")
         # The daemon answered: it logged the commands it ran, and the store agrees.
         assert _rows(home, f"SELECT status FROM schedules WHERE id = '{sid}'") == [("cancelled",)]
+        with Client(d.socket_path, timeout=10) as c:
+            c.hello()
+            wrong = c.command("schedule", {"action": "add", "when": 9, "text": "x"})
+            assert wrong["type"] == "error" and wrong["code"] == "bad_args", wrong
+            unclear = c.command("schedule", {"action": "add", "when": "soon", "text": "x"})
+            assert (
+                unclear["code"] == "bad_args"
+                and "cannot read the time 'soon'" in unclear["message"]
+            )
         live = run_cli("status", "--json", "--home", str(home), env=env)
         data = json.loads(live.stdout)
         assert data["running"] and [s["text"] for s in data["schedules"]["next"]] == [

@@ -181,6 +181,14 @@ COMMAND_ARGS: Final[Mapping[str, Mapping[str, ArgKind]]] = {
         "reason": "string",
     },
     "recall": {"query": "string"},
+    "schedule": {
+        "action": "string",
+        "when": "string",
+        "text": "string",
+        "task": "boolean",
+        "id": "string",
+        "all": "boolean",
+    },
 }
 # Open files one command frame may pass.
 MAX_FILES_PER_FRAME: Final = 1
