@@ -24,6 +24,7 @@ from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.events import JournalNote
 from daemon.schedule.keeper import JOB, ScheduleKeeper
+from daemon.schedule.keeper import journaled as journaled_for
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.schedule.store import ScheduleError, ScheduleStore
 from daemon.scheduler import Scheduler
@@ -51,6 +52,8 @@ class SettlingClock(FakeClock):
     async def sleep(self, seconds: float) -> None:
         while self.busy():
             await anyio.sleep(0.0005)
+        # A nap the firing cut short (its new timer) ends here, before the clock moves.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         await super().sleep(seconds)
 
 
@@ -356,3 +359,19 @@ def test_a_daemon_killed_between_firing_and_delivery_delivers_once(tmp_path: Pat
     assert len(_rows(home, "SELECT 1 FROM schedule_fires")) == 1
     assert len(_rows(home, "SELECT 1 FROM notices")) == 1
     assert _rows(home, "SELECT status FROM schedules") == [("done",)]
+
+
+async def test_a_reminder_repeating_more_often_than_hourly_does_not_fill_the_journal(
+    tmp_path: Path,
+) -> None:
+    clock = SettlingClock(datetime(2026, 3, 2, 10, 0, tzinfo=UTC))
+    async with rig(tmp_path / "db.sqlite", clock, min_interval_minutes=5) as r:
+        often = await r.store.add("every 30 minutes", "drink water")
+        hourly = await r.store.add("every hour", "stretch")
+        await r.run_until(datetime(2026, 3, 2, 13, 5, tzinfo=UTC))
+        assert len(await r.store.fires(often.id)) == 6
+        assert len(await r.store.fires(hourly.id)) == 3
+    journaled = [n.summary for n in r.journal]
+    assert sum("stretch" in s for s in journaled) == 3
+    assert not any("drink water" in s for s in journaled)
+    assert not journaled_for(often) and journaled_for(hourly)

@@ -69,6 +69,21 @@ TASK_CONTEXT = (
 )
 
 
+# A reminder repeating more often than this is not journaled at each firing: it would fill the
+# day's entries ([journal] max_entries_per_day) with itself.
+JOURNAL_MIN_INTERVAL_S = 3600
+
+
+def journaled(schedule: Schedule) -> bool:
+    """Whether a reminder's firing gets a journal line (tasks always do)."""
+    rule = schedule.rule
+    return not (
+        rule is not None
+        and rule.kind == "interval"
+        and (rule.every_s or 0) < JOURNAL_MIN_INTERVAL_S
+    )
+
+
 def fire_key(schedule_id: str, due: datetime) -> str:
     return f"fire:{schedule_id}:{iso(due)}"
 
@@ -254,7 +269,8 @@ class ScheduleKeeper:
         if schedule.kind == "reminder":
             if notice is not None and created:
                 await self.outbox.announce(notice)
-            await self._journal(schedule, due, recorded_late, "fired")
+            if journaled(schedule):
+                await self._journal(schedule, due, recorded_late, "fired")
         else:
             assert self._tg is not None
             self._tasks_running.add(schedule.id)
