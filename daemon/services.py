@@ -55,6 +55,7 @@ from daemon.settings import Settings
 from daemon.sleep.cycle import SleepCycle
 from daemon.sleep.dreams import DreamsPhase
 from daemon.sleep.maintenance import MaintenancePhase
+from daemon.sleep.mine import MiningPhase
 from daemon.sleep.phases import Phase
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
@@ -74,8 +75,8 @@ SleepPhases = Callable[[Trunk], Sequence[Phase]]
 
 
 def nightly_phases(trunk: Trunk) -> list[Phase]:
-    """The daemon's sleep: maintenance, then dreams, then the wake-up into a new session."""
-    return [MaintenancePhase(), DreamsPhase(), WakeUp(trunk)]
+    """The daemon's sleep: mining, maintenance, dreams, then the wake-up into a new session."""
+    return [MiningPhase(), MaintenancePhase(), DreamsPhase(), WakeUp(trunk)]
 
 
 @dataclass(kw_only=True, eq=False)

@@ -142,6 +142,12 @@ class MemorySettings(_Section):
     summary_transcript_tokens: int = Field(12_000, ge=500)
     near_duplicate_threshold: float = Field(0.9, gt=0, le=1)
     chunk_messages: int = Field(6, ge=1)
+    # A fact neither recalled nor said again for this many days weighs stale_weight in
+    # automatic recall's ranking (it is never deleted).
+    stale_after_days: int = Field(60, ge=1)
+    stale_weight: float = Field(0.7, gt=0, le=1)
+    # A fact that replaced another this recently is shown with "(changed from X on DATE)".
+    change_note_days: int = Field(30, ge=0)
 
 
 class LayerBudget(_Section):
@@ -329,6 +335,17 @@ class SleepSettings(_Section):
     # How much recent material (summaries, facts) a dream reads, in tokens.
     dreams_material_tokens: int = Field(6000, ge=200)
     # --- end of maintenance and dreams ---
+    # Mining: the day's sessions read for facts said in passing (the dreams model when there
+    # is a key, extractive rules offline); at most this many messages a night, in batches of
+    # this many tokens for the model.
+    mining: bool = True
+    mining_max_messages: int = Field(5000, ge=1)
+    mining_batch_tokens: int = Field(6000, ge=500)
+    # Promotion by use: a mined fact recalled this many times (or tagged important) is pinned
+    # in FACTS.md when it is the person's word (proposed when the agent's, never when a
+    # tool's), at most max_promoted mined facts pinned at once.
+    promote_min_uses: int = Field(5, ge=1)
+    max_promoted: int = Field(20, ge=0)
 
 
 class JournalSettings(_Section):

@@ -140,6 +140,7 @@ def test_sleep_through_the_socket_survives_a_stop_mid_cycle_and_resumes_after_re
         home, "SELECT phase, status FROM sleep_phases WHERE cycle_id = ? ORDER BY seq", (cycle_id,)
     ) == [
         ("wind_down", "done"),
+        ("mining", "done"),
         ("maintenance", "done"),
         ("dreams", "done"),
         ("wake_up", "running"),
@@ -164,6 +165,7 @@ def test_sleep_through_the_socket_survives_a_stop_mid_cycle_and_resumes_after_re
         )
         assert phases == [
             ("wind_down", "done", 1),
+            ("mining", "done", 1),
             ("maintenance", "done", 1),
             ("dreams", "done", 1),
             ("wake_up", "done", 2),
@@ -292,6 +294,7 @@ def test_a_message_sent_with_the_sleep_command_is_answered_before_sleeping(
             home, "SELECT phase, status FROM sleep_phases WHERE cycle_id = ? ORDER BY seq", (cycle,)
         ) == [
             ("wind_down", "done"),
+            ("mining", "done"),
             ("maintenance", "done"),
             ("dreams", "done"),
             ("wake_up", "done"),

@@ -41,6 +41,7 @@ from daemon.context.layers import (
     Entry,
     Fitted,
     Layer,
+    change_noted,
     file_entry,
     fit,
     is_untrusted,
@@ -247,6 +248,10 @@ class ContextAssembler:
                 tg.start_soon(ask, name)
         for name in asks:
             notes.extend(ask_notes[name])
+        # A fact that changed lately is shown with what it changed from (never the old alone).
+        now, days = self.clock.now(), self.settings.memory.change_note_days
+        for name in ("profile_facts", "recent_entries", "recent_facts"):
+            got[name] = [change_noted(i, now=now, days=days) for i in got[name]]
         profile, themes = got["profile_facts"], got["recent_entries"]
         summaries, facts = got["recent_summaries"], got["recent_facts"]
         timings["memory_ms"] = (time.perf_counter() - mem_started) * 1000
@@ -272,6 +277,7 @@ class ContextAssembler:
             else None
         )
         recalled = await self._recall(prompt, previous_reply, shown, notes, live)
+        recalled = [change_noted(i, now=now, days=days) for i in recalled]
         if excluded:
             recalled = [item for item in recalled if item.session not in excluded]
         timings["recall_ms"] = (time.perf_counter() - recall_started) * 1000

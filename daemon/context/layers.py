@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 
@@ -125,6 +125,24 @@ def memory_block(
         rank=rank,
         origin=origin,
     )
+
+
+def change_noted(item: MemoryItem, *, now: datetime, days: int) -> MemoryItem:
+    """A fact that replaced another within `days` says so: "… (changed from X on DATE)".
+
+    The old value is never shown alone (a superseded fact is retired and recalled nowhere);
+    next to the current one it tells the model that plans made on the old value are off.
+    """
+    was, on = item.meta.get("changed_from"), item.meta.get("changed_on")
+    if item.kind not in ("fact", "profile") or not was or not isinstance(on, str):
+        return item
+    try:
+        when = datetime.fromisoformat(on)
+    except ValueError:
+        return item
+    if now - when > timedelta(days=days):
+        return item
+    return replace(item, text=f"{item.text} (changed from {was} on {when.date().isoformat()})")
 
 
 def memory_entry(

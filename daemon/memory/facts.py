@@ -11,6 +11,13 @@ person's own word (the CLI, or a turn that read nothing else), `agent`, `tool`, 
 `import`. Pinning into `FACTS.md` follows it: sleep proposes (`propose_pin`, origin system)
 a fact that is not the person's own word, and only the person's `pin` event confirms it.
 
+Facts are *told* (the person or the agent asked to keep them: `remember`) or *mined* (the
+sleep cycle found them said in passing: `record_mined`, with the session and message ids
+they rest on). A fact may carry a key (`subject`, `attribute`): a mined fact with the key of
+an active fact and another value is a change — it supersedes the old one (`op: correct`,
+`source: mined`), whose validity ends where the new one's begins (`valid_from`); the old
+one stays in history (`history`) and the new one's index row says what it changed from.
+
 Several processes may write (the daemon and `reverie remember`): ids are allocated and lines
 appended under an exclusive `flock` after reading whatever another process appended.
 """
@@ -37,7 +44,9 @@ from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 from daemon.memory.dates import resolve_dates
 from daemon.memory.index import MemoryIndex
-from daemon.memory.rows import NewMemory
+from daemon.memory.mining import MinedFact, rules_for
+from daemon.memory.rows import NewMemory, iso
+from daemon.memory.writer import next_generation, write
 from daemon.paths import Home
 from daemon.settings import Settings
 
@@ -46,6 +55,9 @@ log = get_logger("memory.facts")
 Target = Literal["memory", "profile"]
 TARGETS: tuple[str, ...] = ("memory", "profile")
 ORIGINS: tuple[str, ...] = ("person", "agent", "tool", "system", "import")
+SOURCES: tuple[str, ...] = ("told", "mined")
+# Whose word may change whose: a fact is superseded only by one at least as trusted.
+_TRUST = {"person": 0, "system": 1, "agent": 1, "tool": 2, "import": 2}
 MAX_FACT_CHARS = 2000
 _FACT_ID = re.compile(r"^fact:(\d+)$")
 
@@ -83,10 +95,35 @@ class Fact:
     restored_at: datetime | None = None  # when a retraction was last undone
     pin_proposed_at: datetime | None = None  # sleep asked the person to confirm pinning it
     pin_confirmed_at: datetime | None = None  # the person confirmed pinning it
+    source: str = "told"  # told (asked to keep) | mined (found by sleep in a conversation)
+    mined_kind: str = ""  # a mined fact's kind: preference, person, decision, plan, change, fact
+    subject: str = ""  # the key of knowledge that may change: whose or what …
+    attribute: str = ""  # … and which property of it
+    value: str = ""
+    valid_from: datetime | None = None  # when it became true (said); created_at when unknown
+    session: str | None = None  # provenance of a mined fact: the session and messages
+    message_ids: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
         return self.retired_at is None
+
+    @property
+    def mined(self) -> bool:
+        return self.source == "mined"
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        return (self.subject, self.attribute) if self.subject and self.attribute else None
+
+    @property
+    def valid_since(self) -> datetime:
+        return self.valid_from or self.created_at
+
+    @property
+    def invalid_from(self) -> datetime | None:
+        """When it stopped holding: superseded or retracted (None while it holds)."""
+        return self.retired_at
 
     @property
     def kind(self) -> Literal["fact", "profile"]:
@@ -166,6 +203,7 @@ class FactLog:
             self._max_number = max(self._max_number, int(m.group(1)))
         ts = datetime.fromisoformat(event["ts"])
         if op in ("remember", "correct"):
+            valid = event.get("valid_from")
             fact = Fact(
                 id=uid,
                 target="profile" if event.get("target") == "profile" else "memory",
@@ -175,12 +213,24 @@ class FactLog:
                 created_at=ts,
                 tags=tuple(event.get("tags", ())),
                 supersedes=event.get("supersedes"),
+                source="mined" if event.get("source") == "mined" else "told",
+                mined_kind=str(event.get("kind") or ""),
+                subject=str(event.get("subject") or ""),
+                attribute=str(event.get("attribute") or ""),
+                value=str(event.get("value") or ""),
+                valid_from=datetime.fromisoformat(valid) if valid else None,
+                session=event.get("session"),
+                message_ids=tuple(str(m) for m in event.get("message_ids") or ()),
             )
             self.facts[uid] = fact
             old = self.facts.get(fact.supersedes or "")
             if old is not None:
+                # The old value held until the new one did (a mined change says since when).
                 self.facts[old.id] = replace(
-                    old, superseded_by=uid, retired_at=ts, reason="corrected"
+                    old,
+                    superseded_by=uid,
+                    retired_at=fact.valid_from or ts,
+                    reason="changed" if fact.mined else "corrected",
                 )
         elif op == "retract":
             old = self.facts.get(uid)
@@ -195,6 +245,15 @@ class FactLog:
                 self.facts[uid] = replace(old, pin_confirmed_at=ts)
             elif old is not None:
                 self.facts[uid] = replace(old, pin_proposed_at=ts)
+        elif op == "reinstate":
+            # Undo a supersession: the old value holds again, the one that replaced it does not.
+            old = self.facts.get(uid)
+            if old is not None and old.superseded_by:
+                newer = self.facts.get(old.superseded_by)
+                if newer is not None and newer.active:
+                    reason = str(event.get("reason", "")) or "reinstated"
+                    self.facts[newer.id] = replace(newer, retired_at=ts, reason=reason)
+                self.facts[uid] = replace(old, superseded_by=None, retired_at=None, reason="")
         elif op == "restore":
             # Undo a retraction (e.g. one made by sleep maintenance); a correction stays undone only by another correction.
             old = self.facts.get(uid)
@@ -227,24 +286,59 @@ class FactLog:
         return event
 
 
-def _memory_of(fact: Fact) -> NewMemory:
+MINED_IMPORTANCE = 0.6  # below a told fact's 0.7: said in passing, not asked to be kept
+
+
+def _memory_of(fact: Fact, previous: Fact | None = None) -> NewMemory:
+    """The index row of `fact`; `previous` is the fact it supersedes (what it changed from)."""
+    meta: dict[str, object] = {
+        "target": fact.target,
+        "wording": fact.wording,
+        "untrusted": fact.origin in UNTRUSTED_ORIGINS,
+        "source": fact.source,
+    }
+    if fact.key:
+        meta.update(subject=fact.subject, attribute=fact.attribute, value=fact.value)
+    if fact.mined:
+        meta.update(mined_kind=fact.mined_kind, provenance={
+            "session": fact.session, "message_ids": list(fact.message_ids)})  # fmt: skip
+    if previous is not None:
+        meta.update(
+            changed_from=previous.value if previous.value and fact.value else previous.text,
+            changed_on=iso(fact.valid_since),
+        )
     return NewMemory(
         uid=fact.id,
         kind=fact.kind,
         text=fact.text,
         origin=fact.origin,  # type: ignore[arg-type]
         created_at=fact.created_at,
+        valid_from=fact.valid_from,
         tags=fact.tags,
-        importance=0.8 if fact.target == "profile" else 0.7,
-        explicit=True,
+        importance=MINED_IMPORTANCE if fact.mined else (0.8 if fact.target == "profile" else 0.7),
+        explicit=not fact.mined,
         supersedes=fact.supersedes,
         source="memory/facts.jsonl",
-        meta={
-            "target": fact.target,
-            "wording": fact.wording,
-            "untrusted": fact.origin in UNTRUSTED_ORIGINS,
-        },
+        meta=meta,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinedOutcome:
+    """What `record_mined` did with one mined fact."""
+
+    status: Literal["stored", "superseded", "confirmed", "similar", "kept"]
+    id: str  # the stored fact, or the existing one it confirmed / resembles / left standing
+    old_id: str | None = None  # the fact it superseded
+    message: str = ""
+
+
+def fact_key(text: str) -> tuple[str, str, str]:
+    """(subject, attribute, value) the extractive rules read in a fact's text ("" when none)."""
+    for found in rules_for(" ".join(text.split())):
+        if found.get("subject") and found.get("attribute"):
+            return found["subject"], found["attribute"], found.get("value", "")
+    return "", "", ""
 
 
 class FactStore:
@@ -356,6 +450,7 @@ class FactStore:
                     similar_to=near.id,
                     message=f"not stored: very similar to {near.id} ({near.text!r}); use correct to update it",
                 )
+            subject, attribute, value = fact_key(wording)
             event = {
                 "v": 1,
                 "op": "remember",
@@ -367,6 +462,9 @@ class FactStore:
                 "wording": wording,
                 "tags": list(clean_tags(tags)),
             }
+            if subject:
+                # A later change said in passing ("my dentist is now Dr Lee") finds it by this.
+                event.update(subject=subject, attribute=attribute, value=value)
             written = await anyio.to_thread.run_sync(self.log.append, event)
             fact = self.log.facts[written["id"]]
             await self._index_and_render(fact)
@@ -420,6 +518,13 @@ class FactStore:
                 "tags": list(old.tags),
                 "supersedes": old.id,
             }
+            subject, attribute, value = fact_key(wording)
+            if subject or old.key:
+                event.update(
+                    subject=subject or old.subject,
+                    attribute=attribute or old.attribute,
+                    value=value if subject else "",
+                )
             written = await anyio.to_thread.run_sync(self.log.append, event)
             fact = self.log.facts[written["id"]]
             await self._index_and_render(fact)
@@ -482,6 +587,43 @@ class FactStore:
         log.info("fact restored", id=fact.id, origin=origin)
         return self.log.facts[fact.id]
 
+    async def reinstate(self, uid: str, *, origin: str, reason: str = "reinstated") -> Fact:
+        """Undo the supersession of fact `uid`: it is current again, its successor retired.
+
+        One append-only `reinstate` event; nothing is deleted, both stay in history.
+        """
+        self._check_origin(origin)
+        async with self._lock:
+            await self.load()
+            fact = self.get(uid.strip())
+            if fact is None:
+                raise FactError(f"no fact with id {uid!r} (ids look like fact:12)")
+            if not fact.superseded_by:
+                raise FactError(f"{fact.id} was not superseded; nothing to reinstate")
+            newer = self.get(fact.superseded_by)
+            if newer is not None and newer.superseded_by:
+                raise FactError(
+                    f"{newer.id} was itself superseded by {newer.superseded_by}; "
+                    "reinstate the newest change first"
+                )
+            self._check_profile_change(fact, origin)
+            await self._log_status("reinstate", fact.id, origin, reason)
+            if newer is not None:
+                await self.index.retire(newer.id, at=self.clock.now())
+            await self.index.upsert([_memory_of(self.log.facts[fact.id])])
+
+            def current_again(conn: Any) -> None:
+                conn.execute(
+                    "UPDATE memories SET retired_at = NULL, superseded_by = NULL, version = ? "
+                    "WHERE uid = ?",
+                    (next_generation(conn), fact.id),
+                )
+
+            await self.index.db.run(write, current_again)
+            await self.render()
+        log.info("fact reinstated", id=fact.id, retired=fact.superseded_by, origin=origin)
+        return self.log.facts[fact.id]
+
     async def pin(self, uid: str, *, origin: str) -> Fact:
         """Record the person's confirmation that fact `uid` may be pinned in FACTS.md.
 
@@ -518,8 +660,123 @@ class FactStore:
         return True
 
     async def _index_and_render(self, fact: Fact) -> None:
-        await self.index.upsert([_memory_of(fact)])
+        await self.index.upsert([_memory_of(fact, self.get(fact.supersedes or ""))])
         await self.render()
+
+    # --- mined facts ---------------------------------------------------------------------
+    def by_key(self, key: tuple[str, str]) -> Fact | None:
+        """The active fact holding the value of `key` now (the newest, should there be several)."""
+        subject, attribute = key
+
+        def same(f: Fact) -> bool:
+            # "the team offsite" and later "the offsite": a compound's head names the same thing.
+            s = f.subject
+            return f.attribute == attribute and (
+                s == subject or s.endswith(" " + subject) or subject.endswith(" " + s)
+            )
+
+        found = [f for f in self.facts() if f.key and same(f)]
+        return max(found, key=lambda f: f.valid_since) if found else None
+
+    async def record_mined(self, mined: MinedFact) -> MinedOutcome:
+        """Store a fact found in conversation: new, a change of a known one, or one known already.
+
+        - the same text as an active fact, or the same key and value: that fact is confirmed
+          (said again: it is not stale), nothing is stored;
+        - the same key as an active fact, another value, said later, by a source at least as
+          trusted: it supersedes that fact (history kept, validity times set);
+        - very like an active fact (the index's near-duplicate check): left out;
+        - otherwise stored, marked mined, with its origin and provenance.
+        """
+        self._check_origin(mined.origin)
+        wording, _ = self._prepare(mined.text)
+        async with self._lock:
+            await self.load()
+            key = normalise(mined.text)
+            same_text = next((f for f in self.facts() if normalise(f.text) == key), None)
+            if same_text is not None:
+                await self._confirm(same_text.id, mined.said_at)
+                return MinedOutcome(status="confirmed", id=same_text.id)
+            old = self.by_key(mined.key) if mined.key else None
+            if old is not None and normalise(old.value) == normalise(mined.value):
+                await self._confirm(old.id, mined.said_at)
+                return MinedOutcome(status="confirmed", id=old.id)
+            supersede = (
+                old is not None
+                and mined.said_at >= old.valid_since
+                and _TRUST.get(mined.origin, 2) <= _TRUST.get(old.origin, 2)
+                and not (old.target == "profile" and mined.origin in UNTRUSTED_ORIGINS)
+            )
+            if old is not None and not supersede:
+                # Older news, or a weaker source (tool text never changes the person's word).
+                return MinedOutcome(
+                    status="kept", id=old.id,
+                    message=f"{old.id} holds the value of {mined.subject}/{mined.attribute}; not changed",
+                )  # fmt: skip
+            if not supersede:
+                near = await self._similar(mined.text, "fact")
+                if near is not None:
+                    return MinedOutcome(status="similar", id=near.id)
+            event: dict[str, Any] = {
+                "v": 1,
+                "op": "correct" if supersede else "remember",
+                "id": None,
+                "ts": _iso(self.clock.now()),
+                "target": old.target if supersede and old is not None else "memory",
+                "origin": mined.origin,
+                "text": mined.text,
+                "wording": wording,
+                "tags": [],
+                "source": "mined",
+                "kind": mined.kind,
+                "valid_from": _iso(mined.said_at),
+                "session": mined.session,
+                "message_ids": list(mined.message_ids),
+            }
+            if mined.key:
+                event.update(subject=mined.subject, attribute=mined.attribute, value=mined.value)
+            if supersede and old is not None:
+                event["supersedes"] = old.id
+            written = await anyio.to_thread.run_sync(self.log.append, event)
+            fact = self.log.facts[written["id"]]
+            await self._index_and_render(fact)
+            if supersede and old is not None:
+                await self.index.retire(old.id, at=fact.valid_since, superseded_by=fact.id)
+        log.info("fact mined", id=fact.id, origin=fact.origin, supersedes=fact.supersedes)
+        if supersede and old is not None:
+            return MinedOutcome(status="superseded", id=fact.id, old_id=old.id)
+        return MinedOutcome(status="stored", id=fact.id)
+
+    async def _confirm(self, uid: str, at: datetime) -> None:
+        """Note that fact `uid` was said again at `at` (it is not stale; nothing is rewritten)."""
+        await self.index.db.execute(
+            "UPDATE memories SET confirmed_at = ? WHERE uid = ? "
+            "AND (confirmed_at IS NULL OR confirmed_at < ?)",
+            (iso(at), uid, iso(at)),
+        )
+
+    def history(self, uid: str) -> list[Fact]:
+        """The chain of values through fact `uid`, oldest first (empty when unknown)."""
+        fact = self.get(uid.strip())
+        if fact is None:
+            return []
+        chain = [fact]
+        seen = {fact.id}
+        cur = fact
+        while cur.supersedes and cur.supersedes not in seen and (prev := self.get(cur.supersedes)):
+            chain.insert(0, prev)
+            seen.add(prev.id)
+            cur = prev
+        cur = fact
+        while (
+            cur.superseded_by
+            and cur.superseded_by not in seen
+            and (nxt := self.get(cur.superseded_by))
+        ):
+            chain.append(nxt)
+            seen.add(nxt.id)
+            cur = nxt
+        return chain
 
     # --- rebuilding --------------------------------------------------------------------
     async def sync(self, *, force: bool = False) -> int:
@@ -528,7 +785,7 @@ class FactStore:
         everything = self.facts(include_retired=True)
         missing = [f for f in everything if force or await self.index.get(f.id) is None]
         if missing:
-            await self.index.upsert([_memory_of(f) for f in missing])
+            await self.index.upsert([_memory_of(f, self.get(f.supersedes or "")) for f in missing])
             for fact in missing:
                 if fact.retired_at is not None:
                     await self.index.retire(
@@ -570,6 +827,8 @@ class FactStore:
         for fact in facts:
             day = fact.created_at.astimezone(self.tz).date().isoformat()
             extra = f"; tags: {', '.join(fact.tags)}" if fact.tags else ""
+            if fact.mined:
+                extra = f"; mined from {fact.session or 'a session'}" + extra
             fix = f"; corrects {fact.supersedes}" if fact.supersedes else ""
             pin = ""
             if fact.pin_confirmed_at is not None:

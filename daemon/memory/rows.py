@@ -62,6 +62,8 @@ def content_hash(title: str, text: str) -> str:
 def row_to_item(row: Any, score: float = 0.0) -> MemoryItem:
     """A `memories` row as the `MemoryItem` the rest of the daemon reads."""
     meta = json.loads(row["meta"] or "{}")
+    # A store not yet migrated to 0014 (a read-only view of an older home) has no use columns.
+    used = row.keys() if hasattr(row, "keys") else ()
     meta.update(
         importance=row["importance"],
         explicit=bool(row["explicit"]),
@@ -69,6 +71,10 @@ def row_to_item(row: Any, score: float = 0.0) -> MemoryItem:
         supersedes=row["supersedes"],
         superseded_by=row["superseded_by"],
         valid_from=row["valid_from"],
+        # How the memory has been used (staleness, promotion by use: migration 0014).
+        last_used=row["last_used"] if "last_used" in used else None,
+        uses=row["uses"] if "uses" in used else 0,
+        confirmed_at=row["confirmed_at"] if "confirmed_at" in used else None,
     )
     return MemoryItem(
         id=row["uid"],

@@ -1,0 +1,320 @@
+"""The mining phase of sleep: facts said in passing become facts, and facts in use are promoted.
+
+- **mine**: the trunk and fork sessions are read from where the last mining stopped (a
+  durable cursor per session, `fact_mining`) for durable facts — with the dreams model when
+  it is a real one (`daemon.memory.mining.MINING_PROMPT`, its answer through the JSON-schema'd
+  `record_facts` tool), with the extractive rules offline, when the spend cap forbids the
+  call, or when the call fails. Each line carries whose word it is: the person's message in
+  the trunk is "person"; a fork's brief and the agent's replies are "agent"; a reply in a
+  turn that read a tool's result, and the result itself, are "tool" (docs/trust.md). Each
+  fact goes through `FactStore.record_mined`: confirmed when known, a change when it has the
+  key of a known fact and another value, left out when nearly a duplicate, else stored.
+- **promote**: a mined fact recalled at least `promote_min_uses` times, or tagged important,
+  moves into FACTS.md's pinned block when it is the person's word; the agent's is proposed
+  for the person to confirm; tool text never is. At most `max_promoted` mined facts are
+  pinned at once.
+
+Every change is recorded in the cycle's change set before it is made, so `reverie sleep
+show` lists it and a revert undoes it. Safe to run again after a crash: facts already stored
+are confirmed rather than stored twice, and the cursor moves only after the facts are written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import tzinfo
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from daemon.log import get_logger
+from daemon.memory.api import UNTRUSTED_ORIGINS
+from daemon.memory.facts import FactStore, MinedOutcome, local_timezone
+from daemon.memory.mining import (
+    MINING_PROMPT,
+    RECORD_FACTS,
+    Line,
+    MinedFact,
+    ModelFacts,
+    mine_lines,
+    parse_model_facts,
+    render_material,
+)
+from daemon.memory.rows import iso, parse_iso
+from daemon.memory.text import parse_json_reply
+from daemon.models.base import Message, ModelError, SpendCapReached, SystemBlock
+from daemon.sleep.changes import ChangeSet, pin_holds
+from daemon.sleep.maintenance import PIN_TAGS, sync_pins
+from daemon.sleep.phases import PhaseContext, PhaseReport
+from daemon.tokens import count_tokens
+
+log = get_logger("sleep.mining")
+
+_MESSAGES = """
+SELECT s.id AS session_id, s.kind, s.transcript_path, m.msg_id, m.seq, m.ts, m.role, m.content,
+       m.turn_id
+FROM messages m JOIN sessions s ON s.id = m.session_id
+LEFT JOIN fact_mining c ON c.session_id = m.session_id
+WHERE s.kind IN ('trunk', 'fork') AND m.seq > coalesce(c.upto_seq, -1)
+ORDER BY m.ts, m.session_id, m.seq LIMIT :limit
+"""
+
+
+class MiningPhase:
+    """Mine the day's sessions for facts, promote facts in use (see the module docstring)."""
+
+    name = "mining"
+    optional = True
+
+    async def run(self, ctx: PhaseContext) -> PhaseReport:
+        changes = ChangeSet.open(ctx.db, ctx.cycle_id, clock=ctx.clock)
+        mined: dict[str, Any] = {"read": 0, "by": "nothing to read", "outcomes": []}
+        if ctx.settings.sleep.mining:
+            mined = await mine(ctx, changes)
+        promoted = await promote_by_use(ctx, changes)
+        outcomes: list[dict[str, str]] = mined["outcomes"]
+        counts: dict[str, int] = defaultdict(int)
+        for o in outcomes:
+            counts[o["status"]] += 1
+        parts: list[str] = []
+        if mined["read"]:
+            parts.append(
+                f"read {mined['read']} message(s) ({mined['by']}): {counts['stored']} fact(s) "
+                f"mined, {counts['superseded']} changed, {counts['confirmed']} confirmed"
+            )
+        if promoted["pinned"] or promoted["proposed"]:
+            parts.append(
+                f"promoted by use: {len(promoted['pinned'])} pinned"
+                + (f" ({', '.join(promoted['pinned'])})" if promoted["pinned"] else "")
+                + f", {len(promoted['proposed'])} proposed"
+            )
+        idle = not (
+            counts["stored"] or counts["superseded"] or promoted["pinned"] or promoted["proposed"]
+        )
+        return PhaseReport(
+            phase=self.name,
+            changed="; ".join(parts) or "nothing new to mine",
+            details={"mined": mined, "promoted": promoted},
+            files=(str(ctx.home.facts_file),) if promoted["written"] else (),
+            nothing_changed=idle,
+        )
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def _tool_turns(path: str) -> tuple[set[str], list[dict[str, Any]]]:
+    """The turns of a transcript that read a tool's result, and those results."""
+    turns: set[str] = set()
+    results: list[dict[str, Any]] = []
+    try:
+        with Path(path).open(encoding="utf-8") as fh:
+            for raw in fh:
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue  # a torn line: the transcript reader reports it elsewhere
+                if isinstance(obj, dict) and obj.get("type") == "tool_result":
+                    turns.add(str(obj.get("turn_id") or ""))
+                    results.append(obj)
+    except OSError:
+        pass  # no transcript file (an index-only session): no tool turns known
+    return turns, results
+
+
+async def read_lines(ctx: PhaseContext) -> tuple[list[Line], dict[str, int]]:
+    """The messages since the cursor, each with whose word it is; and the new cursor."""
+    rows = await ctx.db.fetchall(_MESSAGES, {"limit": ctx.settings.sleep.mining_max_messages})
+    by_session: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        by_session[row["session_id"]].append(row)
+    lines: list[Line] = []
+    cursor: dict[str, int] = {}
+    for sid, msgs in by_session.items():
+        cursor[sid] = max(int(r["seq"]) for r in msgs)
+        kind, path = msgs[0]["kind"], msgs[0]["transcript_path"]
+        turns, results = await anyio.to_thread.run_sync(_tool_turns, path)
+        read_turns = {str(r["turn_id"]) for r in msgs if r["turn_id"]}
+        for row in msgs:
+            ts = parse_iso(row["ts"])
+            if ts is None:
+                continue
+            if row["role"] == "user":
+                origin = "person" if kind == "trunk" else "agent"
+            elif row["role"] == "assistant":
+                origin = "tool" if row["turn_id"] and str(row["turn_id"]) in turns else "agent"
+            else:
+                origin = "tool"
+            lines.append(Line(session=sid, id=row["msg_id"], ts=ts, role=row["role"],
+                              origin=origin, text=row["content"]))  # fmt: skip
+        for res in results:
+            ts = parse_iso(str(res.get("ts") or ""))
+            if ts is None or str(res.get("turn_id") or "") not in read_turns:
+                continue
+            lines.append(Line(session=sid, id=f"tool:{res.get('call_id')}", ts=ts, role="tool",
+                              origin="tool", text=str(res.get("content") or "")))  # fmt: skip
+    lines.sort(key=lambda line: (line.ts, line.session))
+    return lines, cursor
+
+
+# --- mining ------------------------------------------------------------------------------------
+
+
+def _batches(material: list[str], lines: list[Line], budget: int) -> list[list[int]]:
+    out: list[list[int]] = [[]]
+    used = 0
+    for i, text in enumerate(material):
+        cost = count_tokens(text)
+        if out[-1] and used + cost > budget:
+            out.append([])
+            used = 0
+        out[-1].append(i)
+        used += cost
+    return [b for b in out if b]
+
+
+async def _by_model(ctx: PhaseContext, lines: list[Line], tz: tzinfo) -> ModelFacts:
+    """Ask the dreams model for the facts of `lines`, a batch at a time."""
+    material = render_material(lines, tz)
+    result = ModelFacts()
+    for batch in _batches(material, lines, ctx.settings.sleep.mining_batch_tokens):
+        shown = [lines[i] for i in batch]
+        prompt = (
+            "<<<MATERIAL\n" + "\n".join(material[i] for i in batch) + "\nMATERIAL>>>\n\n"
+            "Record the durable facts in this material with the record_facts tool."
+        )
+        request = ctx.models.request(
+            "dreams",
+            messages=[Message.user(prompt)],
+            system=[SystemBlock(text=MINING_PROMPT)],
+            tools=(RECORD_FACTS,),
+            task="dream",
+        )
+        response = await ctx.models.complete(request, session_id=ctx.session_id)
+        calls = [c for c in response.tool_calls if c.name == RECORD_FACTS.name]
+        data: Any = calls[0].input if calls else parse_json_reply(response.text)
+        got = parse_model_facts(data, shown, tz)
+        result.facts.extend(got.facts)
+        result.dropped += got.dropped
+    return result
+
+
+async def mine(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
+    """Read the sessions since the cursor, store what they state, move the cursor."""
+    lines, cursor = await read_lines(ctx)
+    if not lines:
+        return {"read": 0, "by": "nothing to read", "outcomes": []}
+    tz = local_timezone(ctx.settings)
+    by = "rules"
+    facts: list[MinedFact] = []
+    dropped = 0
+    if ctx.models.provider_kind("dreams") != "offline":
+        try:
+            await ctx.models.check_cap("dreams")
+            got = await _by_model(ctx, lines, tz)
+            facts, dropped, by = got.facts, got.dropped, "the dreams model"
+        except SpendCapReached as exc:
+            by = f"rules: the spend cap applies ({exc})"
+        except ModelError as exc:
+            log.warning("mining: the model failed; the rules read the sessions", error=str(exc))
+            by = f"rules: the model failed ({exc})"
+    if not by.startswith("the dreams model"):
+        facts = mine_lines(lines, tz)
+    store = ctx.memory.facts
+    outcomes: list[dict[str, str]] = []
+    for fact in facts:
+        outcome = await record(store, fact, changes)
+        outcomes.append(
+            {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
+        )
+
+    def advance(conn: Any) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT INTO fact_mining(session_id, upto_seq, mined_at) VALUES (?,?,?) "
+                "ON CONFLICT(session_id) DO UPDATE SET upto_seq = max(upto_seq, excluded.upto_seq), "
+                "mined_at = excluded.mined_at",
+                [(sid, seq, iso(ctx.clock.now())) for sid, seq in cursor.items()],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    await ctx.db.run(advance)
+    log.info("sessions mined", messages=len(lines), facts=len(facts), by=by, dropped=dropped)
+    return {"read": len(lines), "by": by, "dropped": dropped, "outcomes": outcomes}
+
+
+async def record(store: FactStore, fact: MinedFact, changes: ChangeSet) -> MinedOutcome:
+    """Store one mined fact and record what it changed in the cycle's change set."""
+    outcome = await store.record_mined(fact)
+    after = {
+        "id": outcome.id, "text": fact.text, "origin": fact.origin, "session": fact.session,
+        "message_ids": list(fact.message_ids),
+    }  # fmt: skip
+    if outcome.status == "stored":
+        await changes.record("fact_mined", outcome.id, before=None, after=after,
+                             note=f"{fact.origin}: {fact.text[:200]}")  # fmt: skip
+    elif outcome.status == "superseded" and outcome.old_id:
+        old = store.get(outcome.old_id)
+        before = {"id": outcome.old_id, "text": old.text if old else ""}
+        await changes.record("fact_superseded", outcome.old_id, before=before, after=after,
+                             note=f"{before['text'][:100]} → {fact.text[:100]}")  # fmt: skip
+    return outcome
+
+
+# --- promotion by use ------------------------------------------------------------------------
+
+
+async def promote_by_use(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
+    """Pin the mined facts in steady use (the person's word), propose the agent's; bounded."""
+    store = ctx.memory.facts
+    await store.load()
+    cfg = ctx.settings.sleep
+    pinned = {r[0] for r in await ctx.db.fetchall("SELECT fact_id FROM pinned_facts")}
+    held = await pin_holds(ctx.db)
+    room = cfg.max_promoted - sum(1 for f in store.facts() if f.mined and f.id in pinned)
+    uses = {
+        r[0]: int(r[1] or 0)
+        for r in await ctx.db.fetchall(
+            "SELECT uid, uses FROM memories WHERE kind IN ('fact', 'profile') AND retired_at IS NULL"
+        )
+    }
+    wanted = [
+        f
+        for f in store.facts()
+        if f.mined
+        and f.id not in pinned
+        and f.pin_proposed_at is None
+        and (f.id not in held or (f.pin_confirmed_at and f.pin_confirmed_at > held[f.id]))
+        and (uses.get(f.id, 0) >= cfg.promote_min_uses or PIN_TAGS & set(f.tags))
+    ]
+    wanted.sort(key=lambda f: (-uses.get(f.id, 0), f.created_at))
+    out: dict[str, Any] = {"pinned": [], "proposed": [], "refused": [], "written": False}
+    now = iso(ctx.clock.now())
+    for fact in wanted:
+        n = uses.get(fact.id, 0)
+        reason = f"recalled {n} time(s)" if n >= cfg.promote_min_uses else "tagged important"
+        if fact.origin in UNTRUSTED_ORIGINS:
+            out["refused"].append(fact.id)  # tool or imported text is never pinned
+        elif fact.origin != "person":
+            if await store.propose_pin(fact.id, reason=f"mined fact {reason}"):
+                out["proposed"].append(fact.id)
+        elif room > 0:
+            await changes.record("fact_promoted", fact.id, before=None,
+                                 after={"id": fact.id, "reason": reason}, note=reason)  # fmt: skip
+            await ctx.db.execute(
+                "INSERT OR IGNORE INTO pinned_facts(fact_id, pinned_at, reason) VALUES (?,?,?)",
+                (fact.id, now, f"promoted by use: {reason}"),
+            )
+            out["pinned"].append(fact.id)
+            room -= 1
+    if out["pinned"]:
+        synced = await sync_pins(store, db=ctx.db, home=ctx.home, settings=ctx.settings,
+                                 clock=ctx.clock, score=False)  # fmt: skip
+        out["written"] = bool(synced["written"])
+    return out
