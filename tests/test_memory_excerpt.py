@@ -150,6 +150,39 @@ async def test_a_long_message_is_excerpted_in_search_results(tmp_path: Path) -> 
         assert GAP in hit.text and len(hit.text) < len(plan) / 4
 
 
+async def test_a_long_message_is_indexed_and_found_as_its_passages(tmp_path: Path) -> None:
+    sections = [
+        "Backups: copy the assets bucket nightly, keep thirty days, check the checksums.",
+        "Deploys: build the image, push it to the registry, roll the web tier one by one.",
+        "Secrets: the signing key lives in the vault under ops/signing, rotated each quarter.",
+        "Alerts: page the on-call engineer when the error rate passes two percent.",
+    ]
+    plan = "\n\n".join(
+        f"{s} " + "Notes and caveats follow for this section. " * 12 for s in sections
+    )
+    async with memory_system(tmp_path) as memory:
+        await add_session(memory.db, "s1", [("assistant", plan), ("user", "Thanks, looks good.")])
+        await memory.index_session("s1")
+        await memory.index.flush()
+        rows = await memory.db.fetchall(
+            "SELECT uid, text, message_ids FROM memories WHERE uid LIKE 'chunk:s1:0.p%' ORDER BY uid"
+        )
+        assert len(rows) >= 3 and all(r[2] == '["s1-m0"]' for r in rows)
+        assert rows[0][1].startswith("assistant (2 March 2026): Backups")
+        assert rows[1][1].startswith("assistant (2 March 2026): … ")
+        found = await memory.index.search_plan(
+            decompose("where does the signing key live?", now=NOW), k=5
+        )
+        assert found[0].meta.get("passage") is not None
+        assert "signing key lives in the vault" in found[0].text
+        assert "Backups" not in found[0].text and found[0].message_ids == ("s1-m0",)
+        # The message is not shown again whole after its passage; other passages may follow.
+        later = [i for i in found[1:] if "s1-m0" in i.message_ids]
+        assert all(i.meta.get("passage") is not None for i in later)
+        texts = [i.text for i in found]
+        assert len(texts) == len(set(texts))
+
+
 @pytest.mark.skipif(not minilm_available(), reason="MiniLM weights package not installed")
 async def test_a_paraphrase_sharing_no_word_reaches_its_memory(tmp_path: Path) -> None:
     async with memory_system(tmp_path, embedder=MiniLMEmbedder()) as memory:

@@ -1,7 +1,8 @@
 """Cut a session's messages (the `messages` table) into chunk memories for the index.
 
 Each message is its own chunk, so a hit names the exact message it came from; overlapping
-windows of `memory.chunk_messages` messages carry the surrounding exchange. The speaker and
+windows of `memory.chunk_messages` messages carry the surrounding exchange, and a long
+message is also indexed as its passages (`excerpt.passages`). The speaker and
 the date are part of a chunk's indexed text, so "what did Caroline say in May" can match.
 """
 
@@ -11,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from daemon.memory.api import Origin
+from daemon.memory.excerpt import passages
 from daemon.memory.rows import NewMemory, parse_iso
 
 if TYPE_CHECKING:
@@ -90,9 +92,10 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
     for i, row in enumerate(rows):
         if base + i < new_ord or not row["content"].strip():
             continue
+        uid = f"chunk:{session_id}:{row['seq']}"
         items.append(
             NewMemory(
-                uid=f"chunk:{session_id}:{row['seq']}",
+                uid=uid,
                 kind="chunk",
                 text=message_line(row),
                 origin=_origin(kind, {row["role"]}),
@@ -103,6 +106,26 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
                 meta={"seq": row["seq"], "role": row["role"]},
             )
         )
+        # A long message (code, a plan) is also its passages: a hit names the part that
+        # matched, and what is shown of it is that part, not the whole message.
+        parts = passages(row["content"].strip())
+        label = message_line(row)[: -len(row["content"].strip()) or None]
+        for n, passage in enumerate(parts):
+            before = "… " if n > 0 else ""
+            after = " …" if n < len(parts) - 1 else ""
+            items.append(
+                NewMemory(
+                    uid=f"{uid}.p{n}",
+                    kind="chunk",
+                    text=f"{label}{before}{passage}{after}",
+                    origin=_origin(kind, {row["role"]}),
+                    created_at=parse_iso(row["ts"]) or index.clock.now(),
+                    session_id=session_id,
+                    message_ids=(row["msg_id"],),
+                    source=source,
+                    meta={"seq": row["seq"], "role": row["role"], "passage": n, "of": uid},
+                )
+            )
     if size > 1:
         for start in range(first_window, len(seqs), stride):
             window = [r for r in rows[start - base : start - base + size] if r["content"].strip()]

@@ -43,7 +43,11 @@ LEXICAL_WEIGHT = 0.3
 # A message longer than this is excerpted; an excerpt is about `EXCERPT_TOKENS` long.
 LONG_MESSAGE_TOKENS = 160
 EXCERPT_TOKENS = 150
+# A long message is also indexed as passages of about this many tokens (`passages`).
+PASSAGE_TOKENS = 120
 GAP = "…"
+# In `fit`'s shown set: a passage of this message is shown (a passage is shown by its own id).
+PART = "part-of:"
 
 # "Maya (8 May 2023): text" → ("Maya", "8 May 2023", "text"); the label `chunks.message_line`
 # writes. The content may span lines (code, lists).
@@ -94,6 +98,37 @@ def _pieces(content: str) -> list[str]:
         if not line.strip():
             continue
         out.extend(p for p in _SENTENCE.split(line) if p.strip())
+    return out
+
+
+def passages(content: str) -> list[str]:
+    """A long message cut into passages of about `PASSAGE_TOKENS` for the index ([] when short).
+
+    Whole paragraphs (and code lines) are grouped while they fit; a paragraph longer than a
+    passage is cut between sentences. Each passage is a memory of its own, so search matches
+    the part of a long message that answers, by words and by vector (an embedder reads only
+    a message's first few hundred tokens).
+    """
+    if count_tokens(content) <= LONG_MESSAGE_TOKENS:
+        return []
+    units: list[str] = []
+    for para in re.split(r"\n\s*\n", content.strip()):
+        if count_tokens(para) <= PASSAGE_TOKENS:
+            units.append(para.strip())
+        else:
+            units.extend(_pieces(para))
+    out: list[str] = []
+    current: list[str] = []
+    used = 0
+    for unit in units:
+        cost = count_tokens(unit)
+        if current and used + cost > PASSAGE_TOKENS:
+            out.append("\n".join(current))
+            current, used = [], 0
+        current.append(unit)
+        used += cost
+    if current:
+        out.append("\n".join(current))
     return out
 
 
@@ -242,6 +277,15 @@ def render(lines: Sequence[tuple[int, str]]) -> str:
     return "\n".join(out)
 
 
+def _blocked(line: Line, shown: set[str], passage: str | None) -> bool:
+    """Whether `line` is shown already: a message shown (whole or excerpted) is not shown
+    again, in part or whole; once a passage of it is shown, its other passages may be (the
+    item `passage`), not the message again."""
+    if line.message_id in shown:
+        return True
+    return passage in shown if passage is not None else PART + line.message_id in shown
+
+
 def fit(
     items: Sequence[MemoryItem],
     question: Question,
@@ -255,8 +299,9 @@ def fit(
 
     `lines_of` maps a chunk's id to its messages in order (a single message's chunk: itself;
     a window: its parts); a chunk missing from it is shown whole. `vectors` holds the
-    messages' vectors by rowid. `shown` (message ids already shown, filled in) lets a caller
-    fit several lists against one turn.
+    messages' vectors by rowid. `shown` (message ids already shown, filled in; a passage of a
+    long message by its item id, and its message as `PART` + id) lets a caller fit several
+    lists against one turn.
     """
     shown = set() if shown is None else shown
     out: list[MemoryItem] = []
@@ -272,21 +317,25 @@ def fit(
                 shown.update(item.message_ids)
             continue
         via = str(item.meta.get("via") or "")
+        passage = item.id if item.meta.get("passage") is not None else None
         shows = [excerpt_line(line.text, question) for line in lines]
         if len(lines) > 1:
             costs = [
-                0 if ln.message_id in shown else count_tokens(t)
+                0 if _blocked(ln, shown, passage) else count_tokens(t)
                 for ln, t in zip(lines, shows, strict=True)
             ]
             keep = window_keep(line_scores(lines, question, vectors, via), costs)
         else:
             keep = [0]
-        kept = [(i, lines[i]) for i in keep if lines[i].message_id not in shown]
+        kept = [(i, lines[i]) for i in keep if not _blocked(lines[i], shown, passage)]
         if not kept:
             continue
         text = render([(i, shows[i]) for i, _ in kept])
         ids = tuple(line.message_id for _, line in kept)
-        shown.update(ids)
+        if passage is not None:
+            shown.update({passage, *(PART + m for m in ids)})
+        else:
+            shown.update(ids)
         if text == item.text and ids == item.message_ids:
             out.append(item)
             continue
