@@ -364,7 +364,7 @@ class ScheduleKeeper:
         text = f"Reminder: {schedule.text}"
         if late_s:
             local = due.astimezone(self.zone).strftime("%a %H:%M")
-            text += f" (due {local}; {lateness(late_s)} late — the daemon was not running)"
+            text += f" (due {local}; {lateness(late_s)} late)"
         return text
 
     async def _journal(self, schedule: Schedule, due: datetime, late_s: float, how: str) -> None:
