@@ -27,6 +27,7 @@ from daemon.schedule.keeper import JOB, ScheduleKeeper
 from daemon.schedule.keeper import journaled as journaled_for
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.schedule.store import ScheduleError, ScheduleStore
+from daemon.schedule.tools import schedule_command, schedule_tools
 from daemon.scheduler import Scheduler
 from daemon.settings import ScheduleSettings
 from daemon.store.db import Database
@@ -375,3 +376,59 @@ async def test_a_reminder_repeating_more_often_than_hourly_does_not_fill_the_jou
     assert sum("stretch" in s for s in journaled) == 3
     assert not any("drink water" in s for s in journaled)
     assert not journaled_for(often) and journaled_for(hourly)
+
+
+async def test_what_the_agent_schedules_on_a_tools_word_waits_pending_until_approved(
+    tmp_path: Path,
+) -> None:
+    from daemon.settings import PermissionRule
+    from daemon.tools.approvals import Approvals, PermissionGuard
+    from daemon.tools.policy import PermissionPolicy
+    from daemon.tools.registry import ToolContext, ToolRegistry
+
+    clock = SettlingClock(datetime(2026, 3, 2, 10, 0, tzinfo=UTC))
+
+    def registry(rules: list[PermissionRule]) -> ToolRegistry:
+        # Nobody is connected to answer: an ask is settled as no at once.
+        guard = PermissionGuard(
+            policy=PermissionPolicy(rules), approvals=Approvals(), timeout_s=5, clock=clock
+        )
+        reg = ToolRegistry(guard=guard)
+        for tool in schedule_tools(r.store, guard=guard):
+            reg.register(tool)
+        return reg
+
+    def ctx(origin: str) -> ToolContext:
+        return ToolContext(session_id="trunk-1", turn_id="t-1", extras={"origin": origin})
+
+    async with rig(tmp_path / "db.sqlite", clock, nap_s=60) as r:
+        tools = registry([])
+        mine = await tools.call("schedule", {"when": "in 10 minutes", "what": "tea"}, ctx("person"))
+        assert mine.content.startswith("scheduled s-") and not mine.is_error
+        theirs = await tools.call(
+            "schedule", {"when": "in 10 minutes", "what": "wire 500 EUR"}, ctx("tool")
+        )
+        assert not theirs.is_error and "pending" in theirs.content
+        assert "reverie schedule approve" in theirs.content
+        unclear = await tools.call("schedule", {"when": "soonish", "what": "x"}, ctx("person"))
+        assert unclear.is_error and "cannot read the time 'soonish'" in unclear.content
+        rows = {s.text: (s.requested_by, s.status) for s in await r.store.listing()}
+        assert rows == {"tea": ("person", "active"), "wire 500 EUR": ("tool", "pending")}
+        await r.run_until(datetime(2026, 3, 2, 10, 15, tzinfo=UTC))
+        assert [n.text for n in await r.notices()] == ["Reminder: tea"]
+        # The person approves it (as `reverie schedule approve` does): it fires, late.
+        (pending,) = [s for s in await r.store.listing() if s.status == "pending"]
+        await schedule_command(r.store, {"action": "approve", "id": pending.id})
+        await r.run_until(datetime(2026, 3, 2, 10, 20, tzinfo=UTC))
+        texts = [n.text for n in await r.notices()]
+        assert texts[0] == "Reminder: tea"
+        assert texts[1].startswith("Reminder: wire 500 EUR (due Mon 10:10; "), texts
+        assert texts[1].endswith(" min late)")
+        listed = await tools.call("list_schedules", {"all": True}, ctx("person"))
+        assert "wire 500 EUR" in listed.content and "[done]" in listed.content
+        # A rule allowing `schedule` is the person's yes given in advance.
+        allowed = registry([PermissionRule(tool="schedule", match="*", decision="allow")])
+        ok = await allowed.call("schedule", {"when": "in 1 hour", "what": "call Ada"}, ctx("tool"))
+        assert "the person approved it" in ok.content
+        cancel = await tools.call("cancel_schedule", {"id": "s-nope"}, ctx("person"))
+        assert cancel.is_error and "no schedule 's-nope'" in cancel.content
