@@ -432,3 +432,32 @@ async def test_what_the_agent_schedules_on_a_tools_word_waits_pending_until_appr
         assert "the person approved it" in ok.content
         cancel = await tools.call("cancel_schedule", {"id": "s-nope"}, ctx("person"))
         assert cancel.is_error and "no schedule 's-nope'" in cancel.content
+
+
+async def test_a_task_a_restart_interrupted_is_reported_once_never_run_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "db.sqlite"
+    clock = SettlingClock(datetime(2026, 3, 2, 10, 0, tzinfo=UTC))
+    async with rig(path, clock) as r:
+        task = await r.store.add("in 5 minutes", "count the herons", kind="task")
+        # What a crash mid-task leaves: the firing committed (fire record `running`, the
+        # schedule moved on), no result, no notice.
+        await r.db.execute(
+            "INSERT INTO schedule_fires(schedule_id, due_at, fired_at, late_s, catch_up, status)"
+            " VALUES (?, '2026-03-02T10:05:00+00:00', '2026-03-02T10:05:00+00:00', 0, 0, 'running')",
+            (task.id,),
+        )
+        await r.db.execute(
+            "UPDATE schedules SET status = 'done', next_due = NULL WHERE id = ?", (task.id,)
+        )
+    clock.set(datetime(2026, 3, 2, 10, 30, tzinfo=UTC))
+    for _ in range(2):  # and a second start finds nothing left to do
+        async with rig(path, clock) as r:
+            await r.run_until(datetime(2026, 3, 2, 10, 40, tzinfo=UTC))
+            (notice,) = await r.notices()
+            (fire,) = await r.store.fires(task.id)
+    assert notice.kind == "task" and notice.schedule_id == task.id
+    assert notice.text.startswith("Task failed: count the herons")
+    assert "interrupted" in notice.text and "not run again" in notice.text
+    assert fire.status == "failed" and fire.notice_id == notice.id
