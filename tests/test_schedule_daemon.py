@@ -97,7 +97,7 @@ def test_the_models_schedule_call_reminds_a_connected_chat_with_no_model_call(
                 calls = len(fake.message_requests)
                 notice = c.recv_until(lambda f: f.get("type") == "notice")[-1]
                 assert notice["kind"] == "reminder"
-                assert notice["text"] == "Reminder: call the plumber"
+                assert notice["text"] == "call the plumber" and not notice.get("late_s")
                 assert notice["schedule_id"].startswith("s-")
             # The reminder cost no model call.
             assert len(fake.message_requests) == calls == 2

@@ -161,7 +161,7 @@ def render(status: dict[str, Any]) -> str:
         )
         lines.append(f"journal:      last entry {journal['last_entry']}{today}")
     for name, job in (status.get("jobs") or {}).items():
-        if name in ("heartbeat", "nightly_sleep"):
+        if name in ("heartbeat", "nightly_sleep", "schedules"):
             continue
         last = job.get("last_run") or "never"
         outcome = f" ({job['last_status']})" if job.get("last_status") else ""

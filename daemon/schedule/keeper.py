@@ -234,11 +234,9 @@ class ScheduleKeeper:
             return False
         recorded_late = late_s if late else 0.0
         catch_up = late and schedule.rule is not None
-        text = (
-            self._reminder_text(schedule, due, recorded_late)
-            if schedule.kind == "reminder"
-            else None
-        )
+        # The notice's own fields say it is a reminder, when it was due and how late it
+        # fired (clients show them as its heading): the text is the person's words alone.
+        text = schedule.text if schedule.kind == "reminder" else None
 
         def commit(conn: sqlite3.Connection) -> tuple[Notice | None, bool]:
             conn.execute("BEGIN IMMEDIATE")
@@ -359,13 +357,6 @@ class ScheduleKeeper:
                 iso(due),
             ),
         )
-
-    def _reminder_text(self, schedule: Schedule, due: datetime, late_s: float) -> str:
-        text = f"Reminder: {schedule.text}"
-        if late_s:
-            local = due.astimezone(self.zone).strftime("%a %H:%M")
-            text += f" (due {local}; {lateness(late_s)} late)"
-        return text
 
     async def _journal(self, schedule: Schedule, due: datetime, late_s: float, how: str) -> None:
         local = due.astimezone(self.zone).strftime("%Y-%m-%d %H:%M")
