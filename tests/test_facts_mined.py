@@ -20,6 +20,7 @@ from daemon.sleep.mine import MiningPhase
 from daemon.tokens import TokenCounter
 from daemon.topics.router import TopicRouter
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
+from tests.harness import daemon_env, run_cli
 from tests.sleep_phase_support import START, SleepRig, sleep_home
 
 pytestmark = pytest.mark.anyio
@@ -259,3 +260,41 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "my sister is visiting",
     ):
         assert all(not f.get("subject") for f in rules_for(nothing)), nothing
+
+
+async def test_memory_facts_shows_facts_and_a_facts_history(tmp_path: Path) -> None:
+    """`reverie memory facts` as a real process over the home the sleep wrote."""
+    home = tmp_path / "home"
+    with anyio.fail_after(60):
+        async with sleep_home(home) as rig:
+            await rig.memory.remember("my passport expires in 2031")
+            await rig.add_session("d1", [("user", "The offsite is in Bergen.")], started=START)
+            await MiningPhase().run(rig.context())
+            later = START + timedelta(days=10)
+            rig.clock.set(later)
+            await rig.add_session("d2", [("user", "The offsite moved to Kotor.")], started=later)
+            await MiningPhase().run(rig.context())
+            old = next(f for f in await mined_facts(rig) if "Bergen" in f.text)
+    env = {**daemon_env(), "REVERIE_HOME": str(home)}
+    shown = run_cli("memory", "facts", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "my passport expires in 2031" in shown.stdout and "(told, person" in shown.stdout
+    assert (
+        "The offsite moved to Kotor." in shown.stdout
+        and "(mined, person from d2 (d2-m0)" in shown.stdout
+    )
+    assert "Bergen" not in shown.stdout  # the current facts only
+    history = run_cli("memory", "facts", "--history", old.id, env=env)
+    assert history.returncode == 0, history.stderr
+    lines = history.stdout.splitlines()
+    assert lines[0] == f"history of {old.id} (2 value(s), oldest first):"
+    assert "2026-01-05 → 2026-01-15  The offsite is in Bergen." in lines[1]
+    assert "changed: superseded by" in lines[2]
+    assert "2026-01-15 → now  The offsite moved to Kotor." in lines[3]
+    data = json.loads(run_cli("memory", "facts", "--all", "--json", env=env).stdout)
+    by_text = {d["text"]: d for d in data}
+    assert by_text["The offsite is in Bergen."]["invalid_from"] == later.isoformat()
+    assert by_text["The offsite moved to Kotor."]["source"] == "mined"
+    assert by_text["my passport expires in 2031"]["source"] == "told"
+    missing = run_cli("memory", "facts", "--history", "fact:999", env=env)
+    assert missing.returncode != 0 and "no fact with id 'fact:999'" in missing.stderr

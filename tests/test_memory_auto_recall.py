@@ -112,7 +112,8 @@ async def test_auto_recall_can_be_switched_off(tmp_path: Path) -> None:
 async def test_open_view_reads_a_home_without_models(tmp_path: Path) -> None:
     async with memory_system(tmp_path) as memory:
         await seed(memory)
-    config = settings(memory=MemorySettings(embedder="none"))
+    # The view reads on the real clock, months after the seed's fake one: not stale by age.
+    config = settings(memory=MemorySettings(embedder="none", stale_after_days=3650))
     async with MemorySystem.open_view(Home(tmp_path), config) as view:
         assert [i.text for i in await view.profile_facts(1)] == [
             "Prefers short answers in the morning"

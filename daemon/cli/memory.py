@@ -37,6 +37,17 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+def _add_facts_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--all", action="store_true", help="also the facts no longer current (changed, retracted)"
+    )
+    which.add_argument(
+        "--history", metavar="ID", help="the values fact ID has had, oldest first (e.g. fact:12)"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON array of facts")
+
+
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     memory = subparsers.add_parser(
         "memory", parents=[common], help="import, search and rebuild the memory index"
@@ -66,6 +77,14 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     stats = sub.add_parser("stats", parents=[common], help="what the memory index holds")
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(func=_direct("daemon.cli.memory_direct", "stats"))
+
+    facts = sub.add_parser(
+        "facts",
+        parents=[common],
+        help="the facts (told and mined), or how one has changed (--history ID)",
+    )
+    _add_facts_arguments(facts)
+    facts.set_defaults(func=_direct("daemon.cli.memory_facts", "facts"))
 
     remember = subparsers.add_parser(
         "remember",

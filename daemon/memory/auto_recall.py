@@ -27,6 +27,7 @@ from daemon.memory.index import MemoryIndex
 from daemon.memory.months import focus_month, months_in_place
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
 from daemon.memory.text import content_words
+from daemon.memory.uses import stale_weight
 from daemon.settings import MemorySettings
 from daemon.tokens import count_tokens
 
@@ -135,6 +136,7 @@ class IndexMemoryView:
         # "Tomas got into medical school" → "Tomas complains about the exams"). A name from a
         # hit that shares nothing leads nowhere: "make me a sandwich" brings back nothing.
         chained = " ".join(i.text for i in found if relevant(i)).lower()
+        now = self.index.clock.now()
         out: list[MemoryItem] = []
         seen_text: set[str] = set()
         for item in found:
@@ -152,7 +154,9 @@ class IndexMemoryView:
                 continue
             seen_text.add(key)
             explicit = item.kind in ("fact", "profile")
-            out.append(replace(item, score=item.score * (_EXPLICIT_BOOST if explicit else 1.0)))
+            # A fact neither used nor said again for long weighs less (`daemon.memory.uses`).
+            weight = (_EXPLICIT_BOOST if explicit else 1.0) * stale_weight(item, now, self.settings)
+            out.append(replace(item, score=item.score * weight))
         out.sort(key=_rank)
         # A message is its own chunk and sits in the windows that overlap it: each is shown
         # once, by the best-ranked memory that holds it, and a window only by the lines that
@@ -177,6 +181,7 @@ class IndexMemoryView:
                 continue
             chosen.append(item if text == item.text else replace(item, text=text))
             used += cost
+        self.index.uses.note(chosen)  # counted in memory; written after the turn
         return chosen
 
 

@@ -20,6 +20,9 @@ one stays in history (`history`) and the new one's index row says what it change
 
 Several processes may write (the daemon and `reverie remember`): ids are allocated and lines
 appended under an exclusive `flock` after reading whatever another process appended.
+
+Size: one store for every operation on the fact log (remember, correct, retract, restore,
+pin, reinstate, mined facts) — they share its lock, its replay and its renderings.
 """
 
 from __future__ import annotations

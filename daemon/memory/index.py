@@ -32,6 +32,7 @@ from daemon.memory.embedding import EmbeddingWorker
 from daemon.memory.lexical import LexicalSearcher
 from daemon.memory.matrix import StaleMatrix, VectorMatrix, index_state, matrix_path
 from daemon.memory.search import MemorySearch, SearchMode
+from daemon.memory.uses import UseLog
 from daemon.memory.writer import MemoryWriter
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
@@ -86,6 +87,8 @@ class MemoryIndex:
         self.lexical = LexicalSearcher()
         self.embedding = EmbeddingWorker(db, embedder, self.refresh)
         self.writer = MemoryWriter(db, self.lexical, self.embedding.wake)
+        # What recall shows is counted here (facts' uses: staleness, promotion by use).
+        self.uses = UseLog(db, clock)
         self.searcher = MemorySearch(
             db,
             embedder,

@@ -172,6 +172,11 @@ _DECISION = re.compile(
 _MOVE_VERBS = frozenset(
     "moved moves moving shifted shifts postponed rescheduled pushed brought".split()
 )
+# Words that say how a thing is, not what it is: such a sentence is a fact, not a value.
+_STATES = frozenset(
+    "open closed busy free late early good bad great fine ok okay broken sick tired happy sad "
+    "done ready full empty available away back out off up down over new old nice".split()
+)
 _PRONOUNS = frozenset("it that this these those them you him her one".split())
 _SENTENCE = re.compile(r"[^.!?;\n]+[.!?]*")
 
@@ -296,6 +301,13 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
         if _gerund(val):
             continue
         first = val.split()[0].lower()
+        if first in ("called", "named") and len(val.split()) > 1:
+            attr, val = f"{attr} name", val.split(maxsplit=1)[1]  # "my gym is called FitLife"
+            add(m, kind="fact", subject="person", attribute=attr, value=val)
+            continue
+        if first in _STATES:
+            add(m, kind="fact")  # a state of the thing ("my gym is open until ten"), not its value
+            continue
         if first in ("in", "at", "on"):
             key = (attr, "when" if first == "on" else _where_or_when(val))
             val = (_place(val) if key[1] == "where" else _head(val)) or val

@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
+import anyio
+
 from daemon.bus import EventBus
 from daemon.clock import Clock, SystemClock
-from daemon.events import BeforeFork, SessionBeforeSwitch, SessionShutdown
+from daemon.events import BeforeFork, SessionBeforeSwitch, SessionShutdown, TurnFinished
 from daemon.log import get_logger
 from daemon.memory.api import MemoryView
 from daemon.memory.auto_recall import IndexMemoryView
@@ -121,6 +123,12 @@ class MemorySystem:
 
     async def __aexit__(self, *exc: object) -> None:
         stack, self._stack = self._stack, None
+        if self.index.uses.pending:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.index.uses.flush()
+                except Exception as err:  # counts only nudge ranking: never block shutdown
+                    log.warning("fact uses not written at shutdown", error=repr(err))
         if stack is not None:
             await stack.aclose()
 
@@ -148,7 +156,12 @@ class MemorySystem:
             # The fork shares this memory: what the parent did so far should be findable.
             summariser.enqueue(event.parent_session_id)
 
+        async def on_turn_finished(event: TurnFinished) -> None:
+            # The uses recall counted during the turn, written once it is answered.
+            await self.index.uses.flush()
+
         self._registered += [
+            bus.on(TurnFinished, on_turn_finished, name="memory.write_fact_uses"),
             bus.on(SessionShutdown, on_shutdown, name="memory.summarise_on_shutdown"),
             bus.on(SessionBeforeSwitch, on_switch, name="memory.summarise_on_switch"),
             bus.on(BeforeFork, on_fork, name="memory.summarise_before_fork"),
@@ -189,7 +202,9 @@ class MemorySystem:
         return result.render(self.settings.memory.recall_max_bytes)
 
     async def recall_result(self, query: str, *, session_id: str | None = None) -> RecallResult:
-        return await self.recaller.recall(query, session_id=session_id)
+        result = await self.recaller.recall(query, session_id=session_id)
+        self.index.uses.note_ids(s.cite for s in result.sources)  # the facts it answered from
+        return result
 
     async def recall_session(self, session: str, query: str) -> str:
         """Query-centred windows of one session's messages (raises `RecallError` if unknown)."""

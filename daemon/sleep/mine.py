@@ -274,6 +274,7 @@ async def promote_by_use(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any
     """Pin the mined facts in steady use (the person's word), propose the agent's; bounded."""
     store = ctx.memory.facts
     await store.load()
+    await ctx.memory.index.uses.flush()  # the last turn's uses count tonight
     cfg = ctx.settings.sleep
     pinned = {r[0] for r in await ctx.db.fetchall("SELECT fact_id FROM pinned_facts")}
     held = await pin_holds(ctx.db)
