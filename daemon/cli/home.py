@@ -1,12 +1,12 @@
-"""Daemon-level commands: run, sleep and init (status and doctor have their own modules, listed here in order)."""
+"""Daemon-level commands: run and init (status, sleep and doctor have their own modules, listed here in order)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import daemon.cli.doctor as doctor
+import daemon.cli.sleep as sleep
 import daemon.cli.status as status
 from daemon.cli.support import (
     CommandError,
@@ -27,20 +27,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
     status.add_commands(sub, common)
 
-    p = sub.add_parser("sleep", parents=[common], help="start a sleep cycle now")
-    p.add_argument(
-        "--wait",
-        action="store_true",
-        help="wait for the cycle to finish and print what each phase did",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="with --wait, give up waiting after S seconds (default 600)",
-    )
-    p.set_defaults(func=cmd_sleep)
+    sleep.add_commands(sub, common)
 
     p = sub.add_parser("init", parents=[common], help="scaffold a home with the shipped defaults")
     p.add_argument(
@@ -95,33 +82,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         if isinstance(root, OSError):
             raise CommandError(f"cannot run: {environment_failure(root, env.home.root)}") from None
         raise
-
-
-def _socket(env: Any) -> Path:
-    path: Path = env.home.socket_path(env.settings.chat.socket)
-    return path
-
-
-async def cmd_sleep(args: argparse.Namespace) -> int:
-    from daemon.chat.client import ChatError, command
-
-    env = resolve_env(args)
-    try:
-        if args.wait:
-            data = await command(_socket(env), "sleep", {"wait": True}, timeout=args.timeout)
-        else:
-            data = await command(_socket(env), "sleep", timeout=30.0)
-    except ChatError as exc:
-        raise CommandError(str(exc)) from None
-    if args.wait:
-        print(
-            f"slept: {data.get('old_session_id')} → {data.get('new_session_id') or '(same session)'}"
-        )
-        for name, step in (data.get("steps") or {}).items():
-            print(f"  {name:<12} {step.get('status'):<9} {step.get('changed', '')}")
-    else:
-        print(f"sleep cycle {data.get('cycle_id')} started; `reverie status` shows its phase")
-    return 0
 
 
 def cmd_init(args: argparse.Namespace) -> int:

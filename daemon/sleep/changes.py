@@ -7,23 +7,8 @@ Each change keeps the state it replaced (`before`) and the one it made (`after`)
 within its cycle (`#N`). `record` is idempotent per (cycle, kind, target), so a phase re-run
 after a crash finds its own change instead of recording it twice.
 
-`ChangeReverter.revert(cycle_id, change=N)` undoes one change, or every change of a cycle
-(newest first, and the cycle's applied dream revisions with them). Nothing is deleted:
-
-- a mined fact is retracted with the reason "reverted" (it stays in history);
-- a supersession is undone: the old fact current again, the new one retired
-  (`FactStore.reinstate`, one append-only event);
-- a retirement is undone (`FactStore.restore`, which also keeps the fact from being retired
-  again by the same rule);
-- a promotion is unpinned, and held: the score alone does not pin the fact again, only the
-  person's confirmation after the revert does;
-- a month fold is undone: its sources are unlinked from the month (the links are kept in the
-  revert's record) and held from folding again, the month file re-rendered from the sources it
-  keeps — or, when it keeps none, moved to `memory/months/reverted/` and its index row retired —
-  so the planner, search and automatic recall navigate the day-level memories again.
-
-A revert is itself a change (kind `reverted`, target `#N`); reverting a change twice is
-refused with a message that says when it was reverted.
+`daemon.sleep.revert` undoes changes; a revert is itself a change (kind `reverted`, target
+`#N`), and what it must not redo is held here (`fold_holds`, `pin_holds`) for maintenance.
 """
 
 from __future__ import annotations
@@ -33,31 +18,15 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-import anyio
-
-from daemon.log import get_logger
-from daemon.memory.facts import FactError, local_timezone
-from daemon.memory.months import (
-    FoldSource,
-    month_memory,
-    read_month_file,
-    render_month,
-    write_month,
-)
-from daemon.memory.rows import iso, parse_iso
-from daemon.sleep.revisions import RevisionError, RevisionStatus, RevisionStore
+from daemon.memory.rows import parse_iso
+from daemon.sleep.revisions import RevisionStore
 
 if TYPE_CHECKING:
     from daemon.clock import Clock
-    from daemon.memory.system import MemorySystem
     from daemon.paths import Home
-    from daemon.settings import Settings
     from daemon.store.db import Database
-
-log = get_logger("sleep.changes")
 
 ChangeKind = Literal[
     "fact_mined",
@@ -114,7 +83,7 @@ def _change(row: Any) -> Change:
     )  # fmt: skip
 
 
-def _insert(
+def insert_change(
     conn: sqlite3.Connection,
     cycle_id: str,
     at: str,
@@ -149,7 +118,7 @@ def _insert(
     return seq
 
 
-def _transaction(conn: sqlite3.Connection, work: Any) -> Any:
+def in_transaction(conn: sqlite3.Connection, work: Any) -> Any:
     conn.execute("BEGIN IMMEDIATE")
     try:
         out = work(conn)
@@ -202,9 +171,9 @@ class ChangeSet:
 
         def work(conn: sqlite3.Connection) -> int:
             return int(
-                _transaction(
+                in_transaction(
                     conn,
-                    lambda c: _insert(
+                    lambda c: insert_change(
                         c, self.cycle_id, at, kind, str(target).strip(), before, after, note
                     ),
                 )
@@ -257,302 +226,52 @@ async def pin_holds(db: Database) -> dict[str, datetime]:
     return out
 
 
-@dataclass(frozen=True, kw_only=True)
-class Reverted:
-    """What one revert did: the changes undone (with the revert's own record) and the dream revisions."""
+async def cycle_view(
+    db: Database, home: Home, cycle_id: str | None = None
+) -> dict[str, Any] | None:
+    """One cycle as `reverie sleep show` reads it: the cycle, its phases with their timings, its
+    change set and its dream revisions; the last cycle when `cycle_id` is None (None: no such cycle)."""
+    from daemon.sleep.checkpoints import Checkpoints
 
-    cycle_id: str
-    undone: tuple[tuple[Change, Change], ...]  # (the change, the `reverted` record)
-    dream_revisions: tuple[str, ...] = ()
-    not_reverted: tuple[str, ...] = ()  # dream revisions that could not be, with why
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cycle_id": self.cycle_id,
-            "reverted": [
-                {
-                    "change": c.seq,
-                    "kind": c.kind,
-                    "target": c.target,
-                    "record": r.seq,
-                    "note": r.note,
-                }
-                for c, r in self.undone
-            ],
-            "dream_revisions": list(self.dream_revisions),
-            "not_reverted": list(self.not_reverted),
-        }
-
-
-class ChangeReverter:
-    """Undo recorded changes over one home's memory (the daemon's, or a command's own)."""
-
-    def __init__(
-        self, *, home: Home, db: Database, memory: MemorySystem, settings: Settings, clock: Clock
-    ) -> None:
-        self.home = home
-        self.db = db
-        self.memory = memory
-        self.settings = settings
-        self.clock = clock
-
-    async def revert(self, cycle_id: str, *, change: int | None = None) -> Reverted:
-        """Undo change `change` of cycle `cycle_id`, or (None) every change of the cycle and its
-        applied dream revisions; record each revert. Raises `ChangeError` with what to do.
-
-        A whole cycle is reverted newest change first; one already reverted is passed over,
-        and a cycle with nothing left to revert is refused.
-        """
-        cycle_id = cycle_id.strip()
-        row = await self.db.fetchone("SELECT status FROM sleep_cycles WHERE id = ?", (cycle_id,))
-        if row is None:
-            raise ChangeError(f"no sleep cycle {cycle_id!r}; `reverie sleep list` lists them")
-        if row[0] == "running":
-            raise ChangeError(
-                f"sleep cycle {cycle_id} is still running; revert it once it has finished"
-            )
-        changes = [c for c in await list_changes(self.db, cycle_id) if c.kind != REVERTED]
-        if change is not None:
-            picked = [c for c in changes if c.seq == change]
-            if not picked:
-                numbers = ", ".join(f"#{c.seq}" for c in changes) or "none"
-                raise ChangeError(
-                    f"sleep cycle {cycle_id} has no change #{change} (its changes: {numbers}; "
-                    "`reverie sleep show ID` lists them)"
-                )
-            if picked[0].reverted_at:
-                raise ChangeError(
-                    f"change {picked[0].ref} was already reverted at {picked[0].reverted_at} "
-                    f"(by #{picked[0].reverted_by})"
-                )
-            undone = [(picked[0], await self._revert_one(picked[0]))]
-            return Reverted(cycle_id=cycle_id, undone=tuple(undone))
-        store = RevisionStore(self.home, self.db)
-        revisions = [
-            r for r in await store.for_cycle(cycle_id) if r.status == RevisionStatus.APPLIED
-        ]
-        pending = [c for c in changes if not c.reverted_at]
-        if not pending and not revisions:
-            what = "were all reverted already" if changes else "changed nothing in memory"
-            raise ChangeError(f"sleep cycle {cycle_id}'s changes {what}; nothing to revert")
-        undone = [(c, await self._revert_one(c)) for c in reversed(pending)]
-        done: list[str] = []
-        refused: list[str] = []
-        for revision in revisions:
-            try:
-                await store.revert(revision.id, now=self.clock.now())
-                done.append(revision.id)
-            except RevisionError as exc:
-                refused.append(f"{revision.id}: {exc}")
-        return Reverted(
-            cycle_id=cycle_id,
-            undone=tuple(undone),
-            dream_revisions=tuple(done),
-            not_reverted=tuple(refused),
+    checkpoints = Checkpoints(db)
+    if cycle_id is None:
+        latest = await checkpoints.cycles(limit=1)
+        record = latest[0] if latest else None
+    else:
+        record = await checkpoints.get(cycle_id.strip())
+    if record is None:
+        return None
+    phases = []
+    for phase in (await checkpoints.phases(record.id)).values():
+        started = parse_iso(phase.started_at or "")
+        finished = parse_iso(phase.finished_at or "")
+        phases.append(
+            {
+                "phase": phase.phase,
+                "status": phase.status,
+                "attempts": phase.attempts,
+                "started_at": phase.started_at,
+                "finished_at": phase.finished_at,
+                "seconds": round((finished - started).total_seconds(), 3)
+                if started and finished
+                else None,
+                "changed": phase.report.changed if phase.report else (phase.error or ""),
+            }
         )
-
-    async def _revert_one(self, change: Change) -> Change:
-        undo = {
-            "fact_mined": self._unmine,
-            "fact_superseded": self._unsupersede,
-            "fact_retired": self._unretire,
-            "fact_promoted": self._unpromote,
-            "month_folded": self._unfold,
-            "summary_folded": self._unfold,
-        }.get(change.kind)
-        if undo is None:
-            raise ChangeError(
-                f"change {change.ref} is of kind {change.kind!r}, which cannot be reverted"
-            )
-        at = self.clock.now().isoformat(timespec="seconds")
-        label = f"reverted (sleep change {change.ref})"
-        done = await undo(change, label)
-        note = f"reverted #{change.seq} {change.kind} {change.target}: {done}"
-
-        def work(conn: sqlite3.Connection) -> int:
-            def inside(c: sqlite3.Connection) -> int:
-                seq = _insert(
-                    c, change.cycle_id, at, REVERTED, f"#{change.seq}",
-                    change.after, change.before, note,
-                )  # fmt: skip
-                c.execute(
-                    "UPDATE sleep_changes SET reverted_at = ?, reverted_by = ? "
-                    "WHERE cycle_id = ? AND seq = ?",
-                    (at, seq, change.cycle_id, change.seq),
-                )
-                return seq
-
-            return int(_transaction(conn, inside))
-
-        seq: int = await self.db.run(work)
-        log.info("sleep change reverted", change=change.ref, kind=change.kind, target=change.target)
-        return Change(
-            cycle_id=change.cycle_id, seq=seq, at=at, kind=REVERTED, target=f"#{change.seq}",
-            before=change.after, after=change.before, note=note,
-        )  # fmt: skip
-
-    # --- facts ---------------------------------------------------------------------------
-
-    def _fact_id(self, change: Change, side: dict[str, Any] | None) -> str:
-        return str((side or {}).get("id") or change.target)
-
-    async def _unmine(self, change: Change, label: str) -> str:
-        facts = self.memory.facts
-        await facts.load()
-        uid = self._fact_id(change, change.after)
-        fact = facts.get(uid)
-        if fact is None:
-            raise ChangeError(f"change {change.ref}: fact {uid} is not in the facts log")
-        if not fact.active:
-            return f"{uid} was no longer active ({fact.reason or 'retired'})"
-        await facts.retract(uid, reason=label, origin="system")
-        return f"{uid} retracted"
-
-    async def _unretire(self, change: Change, label: str) -> str:
-        facts = self.memory.facts
-        await facts.load()
-        uid = self._fact_id(change, change.before)
-        fact = facts.get(uid)
-        if fact is None:
-            raise ChangeError(f"change {change.ref}: fact {uid} is not in the facts log")
-        if fact.active:
-            return f"{uid} was active again already"
-        try:
-            await facts.restore(uid, origin="system", reason=label)
-        except FactError as exc:
-            raise ChangeError(f"change {change.ref}: {exc}") from None
-        return f"{uid} active again"
-
-    async def _unsupersede(self, change: Change, label: str) -> str:
-        facts = self.memory.facts
-        await facts.load()
-        old = self._fact_id(change, change.before)
-        new = str((change.after or {}).get("id") or "")
-        reinstate = getattr(facts, "reinstate", None)
-        if reinstate is None:
-            raise ChangeError(
-                f"change {change.ref}: this version cannot undo a supersession; correct "
-                f"{new or 'the new fact'} back by hand (reverie remember --correct)"
-            )
-        fact = facts.get(old)
-        if fact is None:
-            raise ChangeError(f"change {change.ref}: fact {old} is not in the facts log")
-        if fact.active:
-            return f"{old} was current again already"
-        try:
-            await reinstate(old, origin="system", reason=label)
-        except FactError as exc:
-            raise ChangeError(f"change {change.ref}: {exc}") from None
-        return f"{old} current again" + (f", {new} retired" if new else "")
-
-    async def _unpromote(self, change: Change, label: str) -> str:
-        from daemon.sleep.maintenance import sync_pins
-
-        uid = self._fact_id(change, change.after)
-        at = iso(self.clock.now())
-
-        def work(conn: sqlite3.Connection) -> None:
-            def inside(c: sqlite3.Connection) -> None:
-                c.execute("DELETE FROM pinned_facts WHERE fact_id = ?", (uid,))
-                c.execute(
-                    "INSERT INTO sleep_pin_holds(fact_id, held_at, change) VALUES (?,?,?) "
-                    "ON CONFLICT(fact_id) DO UPDATE SET held_at = excluded.held_at, change = excluded.change",
-                    (uid, at, change.ref),
-                )
-
-            _transaction(conn, inside)
-
-        await self.db.run(work)
-        # FACTS.md's block regenerated without it (nothing scored: no new pin comes of this).
-        await sync_pins(
-            self.memory.facts,
-            db=self.db,
-            home=self.home,
-            settings=self.settings,
-            clock=self.clock,
-            score=False,
-        )
-        return f"{uid} unpinned from FACTS.md"
-
-    # --- months --------------------------------------------------------------------------
-
-    async def _unfold(self, change: Change, label: str) -> str:
-        after = change.after or {}
-        month_uid = str(after.get("month_uid") or change.target)
-        reverted = [str(s) for s in after.get("sources") or []]
-        rel = str(after.get("file") or "")
-        if not rel:
-            raise ChangeError(f"change {change.ref}: the fold names no month file")
-        path = self.home.root / rel
-        at = iso(self.clock.now())
-        marks = ",".join("?" * len(reverted)) or "''"
-
-        def unlink(conn: sqlite3.Connection) -> list[str]:
-            def inside(c: sqlite3.Connection) -> list[str]:
-                linked = [
-                    r[0]
-                    for r in c.execute(
-                        f"SELECT source_uid FROM memory_folds WHERE month_uid = ? AND source_uid IN ({marks})",
-                        [month_uid, *reverted],
-                    )
-                ]
-                c.execute(
-                    f"DELETE FROM memory_folds WHERE month_uid = ? AND source_uid IN ({marks})",
-                    [month_uid, *reverted],
-                )
-                c.executemany(
-                    "INSERT OR IGNORE INTO sleep_fold_holds(source_uid, held_at, change) VALUES (?,?,?)",
-                    [(uid, at, change.ref) for uid in reverted],
-                )
-                return linked
-
-            out: list[str] = _transaction(conn, inside)
-            return out
-
-        unlinked: list[str] = await self.db.run(unlink)
-        kept_rows = await self.db.fetchall(
-            "SELECT m.uid, m.kind, m.title, m.text, m.origin, m.created_at, m.session_id, m.source "
-            "FROM memory_folds f JOIN memories m ON m.uid = f.source_uid WHERE f.month_uid = ?",
-            (month_uid,),
-        )
-        kept = [_fold_source(r) for r in kept_rows]
-        index = self.memory.index
-        if kept:
-            month = str(after.get("month") or month_uid.split(":")[1])
-            trust = "imported" if month_uid.endswith(":imported") else "trusted"
-            tz = local_timezone(self.settings)
-            text = render_month(month, trust, kept, tz=tz, updated=self.clock.now())
-            await anyio.to_thread.run_sync(write_month, path, text)
-            meta, body = await anyio.to_thread.run_sync(read_month_file, path)
-            latest = max(s.created_at for s in kept)
-            await index.upsert([month_memory(meta, body, path, created=latest)])
-            return (
-                f"{len(unlinked)} source(s) unfolded from {month_uid}; the month keeps "
-                f"{len(kept)} source(s)"
-            )
-        aside = await anyio.to_thread.run_sync(
-            _set_aside, path, change.ref.replace("#", "-").replace(":", "")
-        )
-        if await index.get(month_uid) is not None:
-            await index.retire(month_uid, at=self.clock.now())
-        where = f"; its file set aside as {aside}" if aside else ""
-        return f"{len(unlinked)} source(s) unfolded; {month_uid} retired{where}"
-
-
-def _fold_source(row: Any) -> FoldSource:
-    created = parse_iso(row["created_at"])
-    assert created is not None
-    return FoldSource(
-        uid=row["uid"], kind=row["kind"], title=row["title"], text=row["text"],
-        origin=row["origin"], created_at=created, session_id=row["session_id"], source=row["source"],
-    )  # fmt: skip
-
-
-def _set_aside(path: Path, tag: str) -> str:
-    """Move a month file out of what a reindex reads (kept, never deleted); return its new name."""
-    if not path.exists():
-        return ""
-    target = path.parent / "reverted" / f"{path.stem}.{tag}{path.suffix}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    path.replace(target)
-    return str(target.relative_to(path.parent.parent.parent))
+    revisions = await RevisionStore(home, db).for_cycle(record.id)
+    return {
+        "cycle_id": record.id,
+        "reason": record.reason,
+        "status": record.status,
+        "started_at": record.started_at.isoformat(),
+        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+        "old_session_id": record.session_id,
+        "new_session_id": record.new_session_id,
+        "woke_early": record.woke_early,
+        "deferred": record.deferred,
+        "phases": phases,
+        "changes": [c.to_json() for c in await list_changes(db, record.id)],
+        "dream_revisions": [
+            {k: v for k, v in r.to_json().items() if k != "diff"} for r in revisions
+        ],
+    }

@@ -55,6 +55,7 @@ from daemon.models.base import ModelError, SpendCapReached
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
+from daemon.sleep.changes import change_counts
 from daemon.sleep.checkpoints import FINAL, Checkpoints, CycleRecord, PhaseStatus
 from daemon.sleep.phases import Phase, PhaseContext, PhaseReport
 from daemon.sleep.wake import WakeNote, WakeUp
@@ -86,6 +87,8 @@ class CycleOutcome:
     woke_early: bool
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     deferred: list[str] = field(default_factory=list)
+    # How many changes of each kind the cycle's change set holds (`reverie sleep show ID`).
+    changes: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +99,7 @@ class CycleOutcome:
             "woke_early": self.woke_early,
             "deferred": self.deferred,
             "steps": self.steps,
+            "changes": self.changes,
         }
 
 
@@ -505,6 +509,7 @@ class SleepCycle:
             if isinstance(ran, dict) and ran.get("details", {}).get("new_session_id"):
                 outcome.new_session_id = str(ran["details"]["new_session_id"])
         outcome.woke_early = self._woken.is_set()
+        outcome.changes = (await change_counts(self.db, [record.id])).get(record.id, {})
         new_id = outcome.new_session_id or (self.trunk.session.id if self.trunk.session else None)
         await self.checkpoints.finish(
             record.id,
@@ -540,6 +545,7 @@ class SleepCycle:
             woke_early=outcome.woke_early,
             deferred=outcome.deferred,
             steps={k: v["status"] for k, v in outcome.steps.items()},
+            changes=outcome.changes,
         )
         await self.bus.publish(
             SleepFinished(
