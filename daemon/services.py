@@ -423,16 +423,21 @@ async def open_services(
             stack.callback(greeting.register(bus))
         if s.notices.checklist:
             # Before the heartbeat job is added below: it is added only when something listens.
-            checklist = StandingChecklist(
-                home=home,
-                db=db,
-                roles=roles,
-                outbox=outbox,
-                zone=zone,
-                now=clock.now,
-                every_minutes=s.notices.checklist_minutes,
-                awake=lambda: lifecycle.state is DaemonState.AWAKE,
-                quiet=courier.in_quiet_hours,
+            checklist = await stack.enter_async_context(
+                StandingChecklist(
+                    home=home,
+                    db=db,
+                    roles=roles,
+                    outbox=outbox,
+                    delegator=delegator,
+                    trunk_session=lambda: trunk.session.id if trunk.session else None,
+                    zone=zone,
+                    now=clock.now,
+                    every_minutes=s.notices.checklist_minutes,
+                    ledger=ledger,
+                    awake=lambda: lifecycle.state is DaemonState.AWAKE,
+                    quiet=courier.in_quiet_hours,
+                )
             )
             stack.callback(checklist.register(bus))
         if bus.handlers(Heartbeat):
