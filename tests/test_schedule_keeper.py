@@ -464,3 +464,25 @@ async def test_a_task_a_restart_interrupted_is_reported_once_never_run_again(
     assert notice.text.startswith("Task failed: count the herons")
     assert "interrupted" in notice.text and "not run again" in notice.text
     assert fire.status == "failed" and fire.notice_id == notice.id
+
+
+async def test_a_schedule_that_cannot_fire_is_set_aside_and_the_others_keep_firing(
+    tmp_path: Path,
+) -> None:
+    clock = SettlingClock(datetime(2026, 3, 2, 10, 0, tzinfo=UTC))
+    async with rig(tmp_path / "db.sqlite", clock, nap_s=600) as r:
+        broken = await r.store.add("every day at 11", "unreadable")
+        fine = await r.store.add("every day at 11:30", "readable")
+        # A row this build cannot read (written by a newer one, or damaged by hand).
+        await r.db.execute(
+            "UPDATE schedules SET rule = ? WHERE id = ?",
+            ('{"kind": "daily", "at": "eleven"}', broken.id),
+        )
+        await r.run_until(datetime(2026, 3, 3, 12, 0, tzinfo=UTC))
+        assert [n.text for n in await r.notices()] == ["readable", "readable"]
+        assert (await r.db.fetchone("SELECT status FROM schedules WHERE id = ?", (broken.id,)))[
+            0
+        ] == "failed"
+        assert len(await r.store.fires(fine.id)) == 2
+        # No wake-up loop on the broken one: one per firing, plus the start and the adds.
+        assert r.keeper.wakeups <= 6, r.keeper.wakeups

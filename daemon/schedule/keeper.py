@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 log = get_logger("schedule")
 
 JOB = "schedules"
+# After a failure to read the schedules, the timer tries again this much later.
+RETRY_S = 60.0
 CRASH_AFTER_FIRE_ENV = "REVERIE_CRASH_AFTER_FIRE"
 INTERRUPTED = (
     "interrupted: the daemon stopped while this task ran; it was not run again on its own"
@@ -169,17 +171,36 @@ class ScheduleKeeper:
         return await self.fire_due(self.scheduler.last_run(JOB))
 
     async def fire_due(self, now: datetime | None = None) -> str:
-        """Fire every schedule due at `now` (default: the clock's); set the timer to the next."""
+        """Fire every schedule due at `now` (default: the clock's); set the timer to the next.
+
+        A schedule whose firing fails is set aside (`failed`, logged) so that it cannot hold
+        the timer at a time already past; a database that cannot be read now is tried again
+        in `RETRY_S`.
+        """
         self.wakeups += 1
         fired = 0
+        nxt: datetime | None = None
         try:
             now = now or self.clock.now()
             for schedule in await self.store.due(now):
-                if await self.fire(schedule, now):
-                    fired += 1
+                try:
+                    if await self.fire(schedule, now):
+                        fired += 1
+                except Exception as exc:
+                    log.error(
+                        "schedule could not fire; set aside",
+                        schedule=schedule.id,
+                        error=repr(exc),
+                        exc_info=True,
+                    )
+                    await self.store.set_aside(schedule.id)
         finally:
             with anyio.CancelScope(shield=True):
-                nxt = await self.store.next_due()
+                try:
+                    nxt = await self.store.next_due()
+                except Exception as exc:
+                    log.error("schedules could not be read; trying again", error=repr(exc))
+                    nxt = self.clock.now() + timedelta(seconds=RETRY_S)
             self.scheduler.set_timer(JOB, nxt)
         return f"fired={fired} next={iso(nxt) if nxt else None}"
 

@@ -10,7 +10,8 @@ Who asked is kept with every schedule: "person" (the command line, or the person
 in). A "tool" schedule is created `pending`: it never fires until the person approves it.
 
 Statuses: `active` (waits for `next_due`), `pending` (waits for the person's approval),
-`done` (a one-off that fired), `cancelled`, `declined` (the person said no).
+`done` (a one-off that fired), `cancelled`, `declined` (the person said no), `failed` (its
+firing raised an error; logged).
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from datetime import datetime, time, tzinfo
 from typing import Any
 
 from daemon.clock import Clock
+from daemon.log import get_logger
 from daemon.schedule.when import Recurrence, Resolved, WhenError, resolve
 from daemon.scheduler import parse_hhmm
 from daemon.settings import ScheduleSettings
 from daemon.store.db import Database
+
+log = get_logger("schedule")
 
 KINDS = ("reminder", "task")
 REQUESTERS = ("person", "agent", "tool")
@@ -322,6 +326,10 @@ class ScheduleStore:
         self._changed()
         return await self._require(found.id)
 
+    async def set_aside(self, schedule_id: str) -> None:
+        """A schedule that could not fire: `failed`, so it cannot hold the timer in the past."""
+        await self._set_status(schedule_id, "failed", next_due=None)
+
     async def _set_status(
         self, schedule_id: str, status: str, *, next_due: datetime | None
     ) -> None:
@@ -349,7 +357,15 @@ class ScheduleStore:
             " AND next_due <= ? ORDER BY next_due",
             (iso(now),),
         )
-        return [schedule_from_row(r) for r in rows]
+        out: list[Schedule] = []
+        for row in rows:
+            try:
+                out.append(schedule_from_row(row))
+            except (ValueError, KeyError, TypeError) as exc:
+                # A row this build cannot read would otherwise hold the timer in the past.
+                log.error("schedule unreadable; set aside", schedule=row["id"], error=repr(exc))
+                await self.set_aside(row["id"])
+        return out
 
     async def fires(self, schedule_id: str | None = None) -> list[Fire]:
         where, params = ("WHERE schedule_id = ?", (schedule_id,)) if schedule_id else ("", ())
