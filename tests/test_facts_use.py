@@ -11,7 +11,9 @@ import pytest
 from daemon.events import TurnFinished
 from daemon.memory.mining import MinedFact
 from daemon.sleep.changes import list_changes
+from daemon.sleep.dreams import DreamsPhase
 from daemon.sleep.mine import MiningPhase
+from daemon.testing import ScriptedModel
 from tests.sleep_phase_support import START, SleepRig, sleep_home, sleep_settings
 
 pytestmark = pytest.mark.anyio
@@ -129,3 +131,28 @@ async def test_a_mined_fact_in_steady_use_is_promoted_bounded_and_by_whose_word(
             assert "deploy window" not in rig.home.facts_file.read_text()
             changes = await list_changes(rig.db, "n2")
             assert [(c.kind, c.target) for c in changes] == [("fact_promoted", pinned.id)]
+
+
+async def test_the_dreams_phase_reviews_the_promotions_of_the_night(tmp_path: Path) -> None:
+    dreams = ScriptedModel(script=lambda request: '{"entry": "A quiet night.", "revisions": []}')
+    settings = sleep_settings(promote_min_uses=2)
+    with anyio.fail_after(60):
+        async with sleep_home(
+            tmp_path / "home", settings=settings, models={"dreams": dreams}
+        ) as rig:
+            outcome = await rig.memory.facts.record_mined(
+                MinedFact(text="My allergist is Dr Berg.", kind="fact", origin="person",
+                          session="d1", message_ids=("d1-m0",), said_at=START)
+            )  # fmt: skip
+            rig.memory.index.uses.note_ids([outcome.id, outcome.id])
+            rig.memory.index.uses.note_ids([outcome.id])
+            ctx = rig.context(cycle_id="n1", since=START - timedelta(hours=1))
+            mining = await MiningPhase().run(ctx)
+            assert mining.details["promoted"]["pinned"] == [outcome.id]
+            assert dreams.calls == []  # nothing new to read: the model is not asked to mine
+            ctx.earlier["mining"] = mining
+            await DreamsPhase().run(ctx)
+            [call] = dreams.calls
+            prompt = call.messages[-1].text
+            assert "Facts promoted tonight into the pinned set" in prompt
+            assert f"[{outcome.id}] (person) My allergist is Dr Berg." in prompt

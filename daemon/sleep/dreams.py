@@ -228,6 +228,18 @@ class DreamsPhase:
             "<<<MATERIAL\n" + "\n\n".join(rendered) + "\nMATERIAL>>>",
             "<<<TOPICS\n" + "\n".join(listing) + "\nTOPICS>>>",
         ]
+        mining = ctx.earlier.get("mining")
+        promoted = (mining.details.get("promoted") or {}).get("pinned", []) if mining else []
+        facts = [f for fid in promoted if (f := ctx.memory.facts.get(str(fid))) is not None]
+        if facts:
+            # For review: a promotion the dream doubts is named in the entry (the person reverts it).
+            parts.append(
+                "Facts promoted tonight into the pinned set because they keep being recalled "
+                "(review them; say in the entry if one should not stand):\n"
+                + "\n".join(
+                    f"[{f.id}] ({f.origin}) {_neutralise(_clip(f.text, 300))}" for f in facts
+                )
+            )
         by_id = {t.id: t for t in topics}
         for tid in shown:
             path: Path = by_id[tid].spec.file
