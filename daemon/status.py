@@ -144,6 +144,10 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             "last_turn": last,
         },
         "forks": await daemon.delegator.status() if daemon.delegator is not None else None,
+        # The MCP servers: name, transport, state, tool count, restarts, last error.
+        "mcp": [server.as_dict() for server in daemon.mcp.status()]
+        if getattr(daemon, "mcp", None) is not None
+        else [],
         "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
         "sleep": await daemon.sleep_cycle.describe() if daemon.sleep_cycle is not None else None,
         # A heartbeat is reported only where a job keeps a record on it (the journal).

@@ -29,7 +29,8 @@ from daemon.settings import McpServer, McpSettings
 from daemon.tools.mcp import McpServers, ProbeFailed, ServerState, probe
 from daemon.tools.mcp_translate import portable_schema, render_result, tool_name
 from daemon.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
-from tests.harness import REPO
+from tests.fakes.anthropic_server import FakeAnthropic, Planned
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
 
 FAKE = REPO / "tests" / "fakes" / "mcp_server.py"
 CTX = ToolContext(session_id="s-mcp", turn_id="t-mcp")
@@ -530,3 +531,159 @@ def test_results_are_rendered_as_text_with_binary_content_summarised() -> None:
     failed = types.CallToolResult(content=[], is_error=True)
     with pytest.raises(ToolError, match="MCP server 'notes' tool 'count' failed: no details"):
         render_result("notes", "count", failed)
+
+
+# --- through the real daemon -------------------------------------------------------------------
+
+DAEMON_CONFIG = """
+[providers.anthropic]
+max_retries = 1
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+timeout_s = 60
+
+[models.summariser]
+provider = "offline"
+[models.recall_planner]
+provider = "offline"
+[models.recall_synthesis]
+provider = "offline"
+[models.heartbeat]
+provider = "offline"
+[models.dreams]
+provider = "offline"
+
+[tools]
+trunk = ["recall", "mcp__notes__*"]
+
+[mcp]
+restart_base_s = 0.2
+
+[[mcp.servers]]
+name = "notes"
+command = {python}
+args = [{fake}]
+env = {{ MCP_FAKE_PIDFILE = {pidfile} }}
+permission = "allow"
+"""
+
+
+def _daemon_status(d: DaemonProcess) -> dict[str, Any]:
+    with Client(d.socket_path, timeout=10) as c:
+        c.hello()
+        data: dict[str, Any] = c.command("status")["data"]
+        return data
+
+
+def _server_state(d: DaemonProcess) -> str | None:
+    servers = _daemon_status(d).get("mcp", [])
+    return next((s["state"] for s in servers if s["name"] == "notes"), None)
+
+
+def test_the_daemon_runs_an_mcp_tool_the_model_calls_and_lists_the_server(
+    tmp_path: Path, pidfile: Path
+) -> None:
+    home = tmp_path / "dhome"
+    home.mkdir()
+    (home / "reverie.toml").write_text(
+        DAEMON_CONFIG.format(
+            python=json.dumps(sys.executable),
+            fake=json.dumps(str(FAKE)),
+            pidfile=json.dumps(str(pidfile)),
+        )
+    )
+    with FakeAnthropic() as fake:
+        d = DaemonProcess(
+            home=home,
+            env=daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+        )
+        fake.enqueue(
+            Planned.tool("mcp__notes__echo", {"text": "Seven herons at the lake."}),
+            Planned(text="The notes server says: seven herons."),
+        )
+        d.start()
+        try:
+            wait_until(lambda: _server_state(d) == "up", 30, "the MCP server up in the daemon")
+            with Client(d.socket_path, timeout=60) as c:
+                c.hello()
+                c.send({"type": "message", "text": "Ask the notes server to echo the heron count."})
+                frames = c.recv_until(lambda f: f["type"] == "done")
+            status = _daemon_status(d)
+            shown = run_cli("status", "--home", str(home), env=d.env)
+            doctor = run_cli("doctor", "--home", str(home), "--json", env=d.env)
+        finally:
+            d.stop()
+    assert "seven herons" in frames[-1]["text"]
+    # The model was offered the server's tools, and read the tool's answer.
+    offered = {t["name"] for t in fake.message_requests[0].body.get("tools", [])}
+    assert {"mcp__notes__echo", "mcp__notes__add"} <= offered
+    second = json.dumps(fake.message_requests[1].body["messages"])
+    assert "Seven herons at the lake." in second
+    [notes] = status["mcp"]
+    assert (notes["name"], notes["state"], notes["restarts"]) == ("notes", "up", 0)
+    assert notes["tools"] >= 6
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^mcp: +notes up · \d+ tools$", shown.stdout, re.M), shown.stdout
+    # doctor asks the running daemon instead of starting a second copy of the server.
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+    assert checks["mcp notes"]["status"] == "ok"
+    assert re.fullmatch(r"up in the daemon: \d+ tools", checks["mcp notes"]["detail"])
+    # The daemon stopped its server on the way out (the pidfile fixture checks it is gone).
+    assert len(_pids(pidfile)) == 1
+
+
+def test_doctor_checks_each_server_it_can_start_and_says_why_one_cannot(
+    tmp_path: Path, pidfile: Path
+) -> None:
+    home = tmp_path / "dhome"
+    home.mkdir()
+    quitter = [
+        "-c",
+        "import sys; sys.stderr.write('NOTES_TOKEN is not set\\n'); sys.exit(1)",
+    ]
+    (home / "reverie.toml").write_text(
+        f"""
+[[mcp.servers]]
+name = "notes"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(FAKE))}]
+env = {{ MCP_FAKE_PIDFILE = {json.dumps(str(pidfile))} }}
+
+[[mcp.servers]]
+name = "ghost"
+command = "no-such-mcp-server"
+
+[[mcp.servers]]
+name = "quitter"
+command = {json.dumps(sys.executable)}
+args = {json.dumps(quitter)}
+
+[[mcp.servers]]
+name = "web"
+url = "ftp://example.org/mcp"
+
+[[mcp.servers]]
+name = "resting"
+command = "no-such-mcp-server"
+enabled = false
+"""
+    )
+    r = run_cli("doctor", "--home", str(home), "--json", env=daemon_env())
+    checks = {c["name"]: c for c in json.loads(r.stdout)}
+    assert r.returncode == 1
+    assert checks["mcp notes"]["status"] == "ok"
+    assert re.fullmatch(r"started and answered: \d+ tools", checks["mcp notes"]["detail"])
+    assert checks["mcp ghost"] == {
+        "name": "mcp ghost",
+        "status": "fail",
+        "detail": "command 'no-such-mcp-server' is not found on PATH",
+        "fix": f"fix [[mcp.servers]] 'ghost' in {home / 'reverie.toml'}",
+    }
+    assert checks["mcp quitter"]["status"] == "fail"
+    assert checks["mcp quitter"]["detail"].startswith("did not start: ")
+    assert checks["mcp quitter"]["detail"].endswith("stderr: NOTES_TOKEN is not set")
+    assert str(home / "mcp" / "quitter.stderr") in checks["mcp quitter"]["fix"]
+    assert checks["mcp web"]["detail"] == "url 'ftp://example.org/mcp' is not an http(s) URL"
+    assert checks["mcp resting"]["status"] == "ok" and "disabled" in checks["mcp resting"]["detail"]
+    # The server doctor started was stopped again.
+    assert len(_pids(pidfile)) == 1

@@ -327,6 +327,91 @@ def _run_sandbox(home: Home, settings: Settings) -> Check:
     )
 
 
+def _mcp_servers(home: Home, settings: Settings) -> list[Check]:
+    """Each configured MCP server: its command or URL, then the running daemon's view of it,
+    or (no daemon) one start of it that lists its tools within `start_timeout_s`."""
+    if not settings.mcp.servers:
+        return []
+    import anyio
+
+    from daemon.tools.mcp import ProbeFailed, check_entry, probe, stderr_path
+
+    live = _live_mcp_servers(home, settings)
+    checks: list[Check] = []
+    for entry in settings.mcp.servers:
+        name = f"mcp {entry.name}"
+        if not entry.enabled:
+            checks.append(Check(name=name, status="ok", detail="disabled (enabled = false)"))
+            continue
+        problem = check_entry(entry, home)
+        if problem is not None:
+            checks.append(
+                Check(
+                    name=name,
+                    status="fail",
+                    detail=problem,
+                    fix=f"fix [[mcp.servers]] {entry.name!r} in {home.config_file}",
+                )
+            )
+            continue
+        running = (live or {}).get(entry.name)
+        if running is not None:
+            checks.append(_live_mcp_check(name, running))
+            continue
+        try:
+            tools = anyio.run(probe, home, entry, settings.mcp.start_timeout_s)
+        except ProbeFailed as exc:
+            log = "" if entry.url else f"; its stderr is in {stderr_path(home, entry.name)}"
+            checks.append(
+                Check(
+                    name=name,
+                    status="fail",
+                    detail=f"did not start: {exc}",
+                    fix=f"start it by hand to see why{log}",
+                )
+            )
+            continue
+        checks.append(
+            Check(
+                name=name,
+                status="ok",
+                detail=f"started and answered: {len(tools)} tool{'' if len(tools) == 1 else 's'}",
+            )
+        )
+    return checks
+
+
+def _live_mcp_servers(home: Home, settings: Settings) -> dict[str, dict[str, Any]] | None:
+    """The running daemon's MCP servers by name, or None when no daemon answers."""
+    from daemon.chat.link import ChatError, DaemonLink, command_data
+
+    path = home.socket_path(settings.chat.socket)
+    if not path.exists():
+        return None
+    try:
+        with DaemonLink.connect(path, timeout=2.0) as link:
+            data = command_data(link.request("status", timeout=10.0))
+    except (ChatError, OSError):
+        return None
+    servers = data.get("mcp") if isinstance(data, dict) else None
+    return {s["name"]: s for s in servers or [] if isinstance(s, dict) and "name" in s}
+
+
+def _live_mcp_check(name: str, server: dict[str, Any]) -> Check:
+    tools, state = server.get("tools", 0), server.get("state")
+    error = f"; last error: {server['last_error']}" if server.get("last_error") else ""
+    if state == "up":
+        return Check(name=name, status="ok", detail=f"up in the daemon: {tools} tools")
+    if state == "starting":
+        return Check(name=name, status="warn", detail="starting in the daemon")
+    return Check(
+        name=name,
+        status="fail",
+        detail=f"{state} in the daemon ({server.get('restarts', 0)} restarts){error}",
+        fix="`reverie status` shows it; the daemon keeps retrying it with backoff",
+    )
+
+
 def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks: list[Check] = [Check(name="config", status="ok", detail="configuration is valid")]
     checks.extend(_home(home))
@@ -337,6 +422,7 @@ def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks.append(_api_key(settings))
     checks.append(_socket(home, settings))
     checks.append(_run_sandbox(home, settings))
+    checks.extend(_mcp_servers(home, settings))
     return checks
 
 

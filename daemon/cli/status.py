@@ -107,6 +107,8 @@ def render(status: dict[str, Any]) -> str:
             f"forks:        {forks.get('running', 0)} running"
             + (f" · so far: {done}" if done else "")
         )
+    for i, server in enumerate(status.get("mcp") or []):
+        lines.append(("mcp:          " if i == 0 else " " * 14) + _mcp_line(server))
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
         lines.append(
@@ -189,3 +191,14 @@ def render(status: dict[str, Any]) -> str:
     if status.get("note"):
         lines.append(f"note:         {status['note']}")
     return "\n".join(lines)
+
+
+def _mcp_line(server: dict[str, Any]) -> str:
+    """One MCP server: `notes up · 9 tools · 1 restart · last error: …`."""
+    tools, restarts = server.get("tools", 0), server.get("restarts", 0)
+    line = f"{server.get('name')} {server.get('state')} · {tools} tool{'' if tools == 1 else 's'}"
+    if restarts:
+        line += f" · {restarts} restart{'' if restarts == 1 else 's'}"
+    if server.get("last_error"):
+        line += f" · last error: {server['last_error']}"
+    return line

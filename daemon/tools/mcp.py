@@ -133,7 +133,8 @@ def _cwd(entry: McpServer, home: Home) -> Path | None:
     return path if path.is_absolute() else home.root / path
 
 
-def _stderr_file(home: Home, name: str) -> Path:
+def stderr_path(home: Home, name: str) -> Path:
+    """Where a stdio server's stderr goes (its own file: the daemon's log stays structured)."""
     return home.root / "mcp" / f"{name}.stderr"
 
 
@@ -311,7 +312,7 @@ class _Link:
 
     def _stderr(self) -> TextIO:
         """The server's stderr file (its own; the daemon's log stays structured)."""
-        path = _stderr_file(self.home, self.name)
+        path = stderr_path(self.home, self.name)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if path.exists() and path.stat().st_size > _STDERR_MAX_BYTES:
             tail = path.read_bytes()[-_STDERR_MAX_BYTES // 2 :]
