@@ -405,3 +405,31 @@ async def test_a_tool_nobody_is_there_to_approve_is_refused_and_the_fork_says_so
 )
 def test_what_a_summary_tells_the_person(summary: str, outcome: str, told: str | None) -> None:
     assert finding(summary, outcome) == told
+
+
+@pytest.mark.anyio
+async def test_one_check_at_a_time_and_the_heartbeat_does_not_wait_for_it(tmp_path: Path) -> None:
+    # The fork's model answers slowly: a heartbeat meanwhile neither waits nor starts another.
+    model = ScriptedModel(
+        lambda request: Reply(
+            wait_s=1.0,
+            tool_calls=(("task_complete", {"summary": NOTHING, "outcome": "success"}),),
+        )
+    )
+    clock = FakeClock(datetime(2026, 3, 3, 12, 0, tzinfo=UTC))
+    with anyio.fail_after(60):
+        async with rig(
+            tmp_path / "home", settings=_settings(), clock=clock, models={"delegate": model}
+        ) as r:
+            (r.home.root / "HEARTBEAT.md").write_text("- Tell me when the build is red.\n")
+            async with _checklist(r) as checklist:
+                started = anyio.current_time()
+                assert await checklist.on_heartbeat(Heartbeat(at=clock.now()))
+                assert anyio.current_time() - started < 0.5 and checklist.running
+                clock.advance(minutes=31)
+                assert not await checklist.on_heartbeat(Heartbeat(at=clock.now()))
+                await checklist.settled()
+                assert not checklist.running
+                assert await _beat(checklist, clock.now())
+            assert len(model.calls) == 2
+            assert await r.services.outbox.pending() == []
