@@ -14,7 +14,7 @@ background. What a server returns is outside text: its output is labelled `tool`
 other binary content are summarised, never passed on.
 
 The SDK is imported only when a server is configured: a daemon without MCP servers pays
-nothing for it.
+nothing for it. How names, schemas and results are translated is `mcp_translate`'s.
 """
 
 from __future__ import annotations
