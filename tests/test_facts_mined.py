@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import anyio
@@ -11,12 +11,12 @@ import pytest
 
 from daemon.context.assembler import ContextAssembler
 from daemon.context.layers import change_noted
-from daemon.memory.mining import rules_for
+from daemon.memory.mining import mine_lines, rules_for
 from daemon.models.anthropic import AnthropicModel
 from daemon.settings import AnthropicSettings
 from daemon.sleep.changes import list_changes
 from daemon.sleep.maintenance import sync_pins
-from daemon.sleep.mine import MiningPhase
+from daemon.sleep.mine import MiningPhase, read_lines
 from daemon.tokens import TokenCounter
 from daemon.topics.router import TopicRouter
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
@@ -298,3 +298,23 @@ async def test_memory_facts_shows_facts_and_a_facts_history(tmp_path: Path) -> N
     assert by_text["my passport expires in 2031"]["source"] == "told"
     missing = run_cli("memory", "facts", "--history", "fact:999", env=env)
     assert missing.returncode != 0 and "no fact with id 'fact:999'" in missing.stderr
+
+
+async def test_a_night_resumed_after_a_crash_records_what_it_had_already_mined(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            await rig.add_session("d1", DAY_ONE[2:4], started=START)
+            ctx = rig.context(cycle_id="c-crash")
+            # The first attempt stored the facts, then died before its change set and cursor.
+            lines, _cursor = await read_lines(ctx)
+            for fact in mine_lines(lines, UTC):
+                await rig.memory.facts.record_mined(fact)
+            stored = {f.id for f in await mined_facts(rig)}
+            assert len(stored) == 2 and await list_changes(rig.db, "c-crash") == []
+            report = await MiningPhase().run(ctx)
+            assert {o["status"] for o in report.details["mined"]["outcomes"]} == {"confirmed"}
+            assert {f.id for f in await mined_facts(rig)} == stored  # not doubled
+            changes = await list_changes(rig.db, "c-crash")
+            assert {(c.kind, c.target) for c in changes} == {("fact_mined", uid) for uid in stored}

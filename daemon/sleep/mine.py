@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +225,7 @@ async def mine(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
     store = ctx.memory.facts
     outcomes: list[dict[str, str]] = []
     for fact in facts:
-        outcome = await record(store, fact, changes)
+        outcome = await record(store, fact, changes, night=ctx.started_at)
         outcomes.append(
             {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
         )
@@ -249,20 +249,30 @@ async def mine(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
     return {"read": len(lines), "by": by, "dropped": dropped, "outcomes": outcomes}
 
 
-async def record(store: FactStore, fact: MinedFact, changes: ChangeSet) -> MinedOutcome:
-    """Store one mined fact and record what it changed in the cycle's change set."""
+async def record(
+    store: FactStore, fact: MinedFact, changes: ChangeSet, *, night: datetime
+) -> MinedOutcome:
+    """Store one mined fact and record what it changed in the cycle's change set.
+
+    A fact this night already wrote before a crash is found again as "confirmed": its change
+    is recorded then (recording is idempotent), so the change set misses nothing it made.
+    """
     outcome = await store.record_mined(fact)
+    status, new_id, old_id = outcome.status, outcome.id, outcome.old_id
+    known = store.get(outcome.id)
+    if status == "confirmed" and known is not None and known.mined and known.created_at >= night:
+        status, old_id = ("superseded" if known.supersedes else "stored"), known.supersedes
     after = {
-        "id": outcome.id, "text": fact.text, "origin": fact.origin, "session": fact.session,
+        "id": new_id, "text": fact.text, "origin": fact.origin, "session": fact.session,
         "message_ids": list(fact.message_ids),
     }  # fmt: skip
-    if outcome.status == "stored":
-        await changes.record("fact_mined", outcome.id, before=None, after=after,
+    if status == "stored":
+        await changes.record("fact_mined", new_id, before=None, after=after,
                              note=f"{fact.origin}: {fact.text[:200]}")  # fmt: skip
-    elif outcome.status == "superseded" and outcome.old_id:
-        old = store.get(outcome.old_id)
-        before = {"id": outcome.old_id, "text": old.text if old else ""}
-        await changes.record("fact_superseded", outcome.old_id, before=before, after=after,
+    elif status == "superseded" and old_id:
+        old = store.get(old_id)
+        before = {"id": old_id, "text": old.text if old else ""}
+        await changes.record("fact_superseded", old_id, before=before, after=after,
                              note=f"{before['text'][:100]} → {fact.text[:100]}")  # fmt: skip
     return outcome
 
