@@ -249,6 +249,8 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "The launch moved to next Tuesday": ("launch", "when", "next Tuesday"),
         "Our office is in Leeds": ("office", "where", "Leeds"),
         "I hate cilantro": ("person", "feeling about cilantro", "hate"),
+        "The shop is on Main Street": ("shop", "where", "Main Street"),
+        "A photo from my daughter Sara's party": ("sara", "relation", "the person's daughter"),
     }
     for sentence, key in said.items():
         [found] = rules_for(sentence)
@@ -257,7 +259,10 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "My back is killing me",
         "my day was fine",
         "I like it",
+        "I love how you paint",
         "my sister is visiting",
+        "Growing my customer base is the main focus",
+        "Doing something I love is awesome",
     ):
         assert all(not f.get("subject") for f in rules_for(nothing)), nothing
 

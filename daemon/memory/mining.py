@@ -106,7 +106,9 @@ _TRANSIENT = frozenset(
     "mistake concern hope plan thought gut feeling understanding apologies god goodness".split()
 )
 _CUT = re.compile(
-    r"\s+(?:and|but|because|so|though|although|which|since|while|unless|whereas|if)\s+", re.I
+    r"\s+(?:and|but|because|so|though|although|which|since|while|unless|whereas|if)\s+"
+    r"|\s+[-–—]\s+",
+    re.I,
 )
 _SKIP_SENTENCE = re.compile(
     r"^\s*(?:if|when|whenever|unless|maybe|perhaps|what if|suppose|imagine|in case|do|does|did|"
@@ -177,7 +179,31 @@ _STATES = frozenset(
     "open closed busy free late early good bad great fine ok okay broken sick tired happy sad "
     "done ready full empty available away back out off up down over new old nice".split()
 )
-_PRONOUNS = frozenset("it that this these those them you him her one".split())
+# Words after which "my X is" opens a clause (so "my X" is its subject).
+_CLAUSE_OPENERS = frozenset(
+    "and but so because now also actually well oh yes yeah no okay ok anyway btw plus then "
+    "still though and, since as i think guess believe know".split()
+)
+_RELATIVE = re.compile(
+    r"\b(?:something|anything|everything|nothing|stuff|things?|what|which|that|who)\s+$", re.I
+)
+
+
+def _opens_clause(sentence: str, start: int) -> bool:
+    before = sentence[:start].rstrip()
+    if not before or before[-1] in ",;:-–—(\"'":
+        return True
+    return before.split()[-1].lower() in _CLAUSE_OPENERS
+
+
+def _bare_name(name: str) -> str:
+    """A name without a possessive ("Sara's birthday" names Sara)."""
+    return re.sub(r"['’]s$", "", name)
+
+
+_PRONOUNS = frozenset(
+    "it that this these those them you him her one how what when where why to".split()
+)
 _SENTENCE = re.compile(r"[^.!?;\n]+[.!?]*")
 
 
@@ -253,7 +279,7 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
         return not any(a < m.end() and m.start() < b for a, b in taken)
 
     for m in _REL_IS_MY.finditer(sentence):
-        name, rel = m.group("name"), m.group("rel").lower()
+        name, rel = _bare_name(m.group("name")), m.group("rel").lower()
         if name in _NOT_NAMES:
             continue
         single = re.fullmatch(_SINGULAR, rel.split()[-1]) is not None
@@ -261,7 +287,7 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
         add(m, kind="person", subject=key[0], attribute=key[1],
             value=name if single else f"the person's {rel}")  # fmt: skip
     for m in _MY_REL_NAME.finditer(sentence):
-        name, rel = m.group("name"), m.group("rel").lower()
+        name, rel = _bare_name(m.group("name")), m.group("rel").lower()
         if name in _NOT_NAMES or not free(m):
             continue
         single = re.fullmatch(_SINGULAR, rel) is not None
@@ -287,8 +313,7 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
         val = _clean_value(m.group("val"))
         if not free(m) or not val:
             continue
-        prep = m.group("prep").lower()
-        attr = "when" if prep == "on" else _where_or_when(val)
+        attr = _where_or_when(val)  # "on Friday" is when; "on Main Street" where
         val = (_place(val) if attr == "where" else _head(val)) or val
         add(m, kind="plan" if attr == "when" else "fact", subject=norm_key(m.group("subj")),
             attribute=attr, value=val)  # fmt: skip
@@ -296,6 +321,8 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
         attr, val = norm_key(m.group("attr")), _clean_value(m.group("val"))
         if not free(m) or not val or not attr or attr.split()[-1] in _TRANSIENT:
             continue
+        if not _opens_clause(sentence, m.start()):
+            continue  # "growing my customer base is …": "my X" is not what the sentence is about
         if re.fullmatch(_RELATION, attr) and not val[:1].isupper():
             continue  # "my sister is visiting": about the sister, not who she is
         if _gerund(val):
@@ -309,15 +336,17 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
             add(m, kind="fact")  # a state of the thing ("my gym is open until ten"), not its value
             continue
         if first in ("in", "at", "on"):
-            key = (attr, "when" if first == "on" else _where_or_when(val))
+            key = (attr, _where_or_when(val))
             val = (_place(val) if key[1] == "where" else _head(val)) or val
         else:
             key = ("person", attr)
         add(m, kind="fact", subject=key[0], attribute=key[1], value=val)
     for m in _FEELING.finditer(sentence):
         obj = _clean_value(m.group("obj"))
-        if not free(m) or not obj or obj.split()[0].lower() in _PRONOUNS:
-            continue  # "I like it": about something said before, not a fact on its own
+        if not free(m) or len(obj) < 4 or obj.split()[0].lower() in _PRONOUNS:
+            continue  # "I like it", "I love how you …": about something said, not a taste
+        if _RELATIVE.search(sentence[: m.start()]):
+            continue  # "something I love is …": the verb belongs to a relative clause
         verb = m.group("verb").lower().replace("’", "'")
         pair = re.split(r"\s+(?:over|to|rather than|instead of|more than)\s+", obj, maxsplit=1)
         if verb == "prefer" and len(pair) == 2:
@@ -329,6 +358,8 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
     for m in _DECISION.finditer(sentence):
         if free(m):
             add(m, kind="decision")
+    if sentence.lower().startswith(("you ", "you'", "your ")):
+        return found  # about the listener, not the person's own plan
     if not found and _FIRST_PERSON.search(sentence) and _PLAN_DATE.search(sentence):
         if _PLAN_MARK.search(sentence):
             found.append({"text": _statement(sentence, 0), "kind": "plan"})
