@@ -28,11 +28,22 @@ from daemon.paths import Home
 from daemon.settings import McpServer, McpSettings
 from daemon.tools.mcp import McpServers, ProbeFailed, ServerState, probe
 from daemon.tools.mcp_translate import portable_schema, render_result, tool_name
-from daemon.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
+from daemon.tools.registry import Tool, ToolContext, ToolError, ToolRegistry, label_untrusted
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
 
 FAKE = REPO / "tests" / "fakes" / "mcp_server.py"
+
+
+def body(content: str) -> str:
+    """The text inside a server answer's untrusted-output label (which must be there)."""
+    head, _, rest = content.partition("\n")
+    assert head.startswith("<tool_output ") and 'trust="untrusted"' in head, content
+    inner = rest.split("\n", 1)[1]  # past the label's one line of explanation
+    assert inner.endswith("\n</tool_output>"), content
+    return inner.removesuffix("\n</tool_output>")
+
+
 CTX = ToolContext(session_id="s-mcp", turn_id="t-mcp")
 
 
@@ -150,9 +161,11 @@ async def test_a_servers_tools_are_offered_namespaced_and_answer_through_the_reg
         assert "mcp__notes__echo" in spec_names
 
         out = await registry.call("mcp__notes__echo", {"text": "the heron is back"}, CTX)
-        assert (out.is_error, out.content) == (False, "the heron is back")
+        # A server's answer is outside text: it arrives inside the untrusted-output label.
+        assert out.is_error is False
+        assert out.content == label_untrusted("mcp__notes__echo", "the heron is back")
         out = await registry.call("mcp__notes__add", {"a": 40, "b": 2}, CTX)
-        assert out.content == "42"
+        assert out.content == label_untrusted("mcp__notes__add", "42")
         # The registry checks arguments against the server's schema before anything is sent.
         out = await registry.call("mcp__notes__add", {"a": "forty", "b": 2}, CTX)
         assert out.is_error and "a must be of type integer" in out.content
@@ -160,15 +173,19 @@ async def test_a_servers_tools_are_offered_namespaced_and_answer_through_the_reg
         out = await registry.call("mcp__notes__fail", {"reason": "the notebook is locked"}, CTX)
         assert out.is_error
         assert "MCP server 'notes' tool 'fail' failed" in out.content
+        # ...and so are the server's own words about a failure.
+        assert 'trust="untrusted"' in out.content and "the notebook is locked" in out.content
         assert "the notebook is locked" in out.content
         # Binary content is summarised, never passed on.
         out = await registry.call("mcp__notes__picture", {}, CTX)
-        assert out.content == "a caption\n[image: image/png, 2 KB]"
+        assert out.content == label_untrusted(
+            "mcp__notes__picture", "a caption\n[image: image/png, 2 KB]"
+        )
         # The daemon's keys stay home; a variable the entry names is passed.
         out = await registry.call("mcp__notes__env", {"name": "FAKE_PROVIDER_API_KEY"}, CTX)
-        assert out.content == "<unset>"
+        assert body(out.content) == "<unset>"
         out = await registry.call("mcp__notes__env", {"name": "NOTES_TOKEN"}, CTX)
-        assert out.content == "token-for-notes"
+        assert body(out.content) == "token-for-notes"
         status = servers.status()[0]
         assert (status.state, status.tools, status.restarts, status.transport) == (
             ServerState.UP,
@@ -209,7 +226,10 @@ async def test_a_server_killed_mid_call_is_a_tool_error_then_restarted_and_used_
         second = _pids(pidfile)[-1]
         assert second != first and not _alive(first)
         out = await registry.call("mcp__notes__echo", {"text": "still here"}, CTX)
-        assert (out.is_error, out.content) == (False, "still here")
+        assert (out.is_error, out.content) == (
+            False,
+            label_untrusted("mcp__notes__echo", "still here"),
+        )
         status = servers.status()[0]
         assert status.restarts == 1
         assert status.last_error is not None and "connection ended" in status.last_error
@@ -227,7 +247,7 @@ async def test_a_server_that_exits_mid_call_is_a_tool_error_and_comes_back(
         assert out.is_error and "is restarting; try again shortly" in out.content
         await _until(lambda: _state(servers) == ServerState.UP, "the server back up")
         assert len(_pids(pidfile)) == 2
-        assert (await registry.call("mcp__notes__add", {"a": 1, "b": 1}, CTX)).content == "2"
+        assert body((await registry.call("mcp__notes__add", {"a": 1, "b": 1}, CTX)).content) == "2"
 
 
 async def test_a_server_that_announces_new_tools_has_them_offered(
@@ -239,10 +259,10 @@ async def test_a_server_that_announces_new_tools_has_them_offered(
         await _until(lambda: _state(servers) == ServerState.UP, "the server up")
         assert "mcp__notes__heron_count" not in registry.names()
         out = await registry.call("mcp__notes__learn", {"name": "heron_count"}, CTX)
-        assert out.content == "learned heron_count"
+        assert body(out.content) == "learned heron_count"
         await _until(lambda: "mcp__notes__heron_count" in registry.names(), "the new tool")
         out = await registry.call("mcp__notes__heron_count", {}, CTX)
-        assert out.content == "I am heron_count"
+        assert body(out.content) == "I am heron_count"
 
 
 async def test_the_entrys_permissions_decide_through_the_daemons_guard(
@@ -262,9 +282,10 @@ async def test_the_entrys_permissions_decide_through_the_daemons_guard(
         registry = ToolRegistry(guard=guard)
         registry.add_source(servers)
         await _until(lambda: _state(servers) == ServerState.UP, "the server up")
-        assert (await registry.call("mcp__notes__echo", {"text": "hi"}, CTX)).content == "hi"
+        said = (await registry.call("mcp__notes__echo", {"text": "hi"}, CTX)).content
+        assert said == label_untrusted("mcp__notes__echo", "hi")
         # A rule outranks the entry's default.
-        assert (await registry.call("mcp__notes__add", {"a": 1, "b": 2}, CTX)).content == "3"
+        assert body((await registry.call("mcp__notes__add", {"a": 1, "b": 2}, CTX)).content) == "3"
         denied = await registry.call("mcp__notes__crash", {}, CTX)
         assert denied.is_error and "denied" in denied.content
         # Asked, with no client of the person's connected: no, and nothing reached the server.
@@ -386,7 +407,9 @@ async def test_a_streamable_http_server_is_used_and_reconnected_after_it_comes_b
             registry.add_source(servers)
             await _until(lambda: _state(servers, "web") == ServerState.UP, "the web server up")
             assert servers.status()[0].transport == "http"
-            assert (await registry.call("mcp__web__add", {"a": 2, "b": 3}, CTX)).content == "5"
+            assert (
+                body((await registry.call("mcp__web__add", {"a": 2, "b": 3}, CTX)).content) == "5"
+            )
             outcome: list[Any] = []
 
             async def slow_call() -> None:
@@ -403,7 +426,7 @@ async def test_a_streamable_http_server_is_used_and_reconnected_after_it_comes_b
             server = _http_server(port, pidfile)
             await _until(lambda: _state(servers, "web") == ServerState.UP, "the web server back")
             out = await registry.call("mcp__web__echo", {"text": "over http"}, CTX)
-            assert out.content == "over http"
+            assert out.content == label_untrusted("mcp__web__echo", "over http")
     finally:
         server.kill()
         server.wait(10)

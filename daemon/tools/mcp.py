@@ -40,7 +40,7 @@ from daemon.log import get_logger
 from daemon.paths import Home
 from daemon.settings import McpServer, McpSettings
 from daemon.tools.mcp_translate import permission_subject, portable_schema, render_result, tool_name
-from daemon.tools.registry import Tool, ToolContext, ToolError
+from daemon.tools.registry import Tool, ToolContext, ToolError, label_untrusted
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectSendStream
@@ -394,6 +394,8 @@ class _Link:
             # The server says the tool only reads: calls in one step may overlap.
             concurrent=bool(annotations and annotations.read_only_hint),
             output_origin="tool",
+            # What a server returns is outside text: delivered in the untrusted-output label.
+            untrusted=True,
             permission=entry.tools.get(remote.name, entry.permission),
             subject=permission_subject(schema),
         )
@@ -416,8 +418,9 @@ class _Link:
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._connection_lost()
                 raise ToolError(self._unavailable()) from None
+            said = label_untrusted(f"mcp__{self.name}__{remote}", exc.error.message)
             raise ToolError(
-                f"MCP server '{self.name}' refused the call to '{remote}': {exc.error.message}"
+                f"MCP server '{self.name}' refused the call to '{remote}': {said}"
             ) from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._connection_lost()

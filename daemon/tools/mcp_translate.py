@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from daemon.tools.registry import ToolError
+from daemon.tools.registry import ToolError, label_untrusted
 
 if TYPE_CHECKING:
     from mcp import types as mcp_types
@@ -133,5 +133,7 @@ def render_result(server: str, remote: str, result: mcp_types.CallToolResult) ->
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     text = "\n".join(parts)
     if result.is_error:
-        raise ToolError(f"MCP server '{server}' tool '{remote}' failed: {text or 'no details'}")
+        # The server's own words: outside text, labelled like its results.
+        said = label_untrusted(f"mcp__{server}__{remote}", text) if text else "no details"
+        raise ToolError(f"MCP server '{server}' tool '{remote}' failed: {said}")
     return text
