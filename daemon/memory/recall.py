@@ -13,6 +13,9 @@
    spend cap) the answer is extractive: the best matching sentences, still cited.
 
 The output is bounded in bytes and cites `[fact:N]` and `[session-…]`.
+
+Size: the five stages and their fallbacks read top to bottom in one place (the planner's
+index itself lives in `planner_index`).
 """
 
 from __future__ import annotations
