@@ -608,11 +608,32 @@ def test_the_chat_client_shows_forks_by_depth() -> None:
             "detail": "count rows",
         }
     ) == ("[  fork fork-b (depth 2) started: count rows]")
+    # One line per call, saying what it does, indented by depth; a call that finished well
+    # adds nothing, a failure adds its own line.
+    assert (
+        notes.describe(
+            {
+                "type": "tool",
+                "name": "recall",
+                "phase": "started",
+                "depth": 1,
+                "fork_id": "fork-a",
+                "summary": "recall: herons",
+            }
+        )
+        == "[  ▸ recall: herons in fork-a]"
+    )
     assert (
         notes.describe(
             {"type": "tool", "name": "recall", "phase": "finished", "depth": 1, "fork_id": "fork-a"}
         )
-        == "[  tool recall finished in fork-a]"
+        is None
+    )
+    assert (
+        notes.describe(
+            {"type": "tool", "name": "recall", "phase": "finished", "depth": 1, "is_error": True}
+        )
+        == "[  tool recall finished (error)]"
     )
     assert (
         notes.describe({"type": "tool", "name": "recall", "phase": "started"})
