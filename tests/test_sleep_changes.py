@@ -96,12 +96,46 @@ async def two_nights(root: Path) -> dict[str, Any]:
 
 
 async def third_night(root: Path) -> dict[str, Any]:
+    """A night after the reverts; a session of March that was never summarised is summarised
+    first, so the month the revert retired gains a source again."""
     cfg = sleep_settings(fold_after_days=30, retire_after_days=7)
     async with rig(root, settings=cfg, phases=NIGHT) as r:
         r.clock.set(START + timedelta(days=41))
+        late = START + timedelta(days=3)
+        await r.db.execute(
+            "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, 'trunk', ?, ?)",
+            ("march-late", str(r.home.trunk_dir / "march-late.jsonl"), late.isoformat()),
+        )
+        await r.db.execute(
+            "INSERT INTO messages(session_id, msg_id, seq, ts, role, content) VALUES (?,?,?,?,?,?)",
+            (
+                "march-late",
+                "march-late-m0",
+                0,
+                late.isoformat(),
+                "user",
+                "The boiler was serviced.",
+            ),
+        )
+        await r.memory.index_session("march-late")
+        await r.memory.summarise_session("march-late", wait=True)
+        await r.db.execute(
+            "UPDATE memories SET created_at = ? WHERE session_id = 'march-late'",
+            (late.isoformat(),),
+        )
         outcome = await r.cycle.run("nightly")
         summaries = await unfolded_summaries(r.db, 50)
-        return {"counts": outcome.changes, "recent": {s.session for s in summaries}}
+        month = await r.memory.index.get("month:2026-03")
+        folded = await r.rows(
+            "SELECT source_uid FROM memory_folds WHERE month_uid = 'month:2026-03'"
+        )
+        return {
+            "counts": outcome.changes,
+            "recent": {s.session for s in summaries},
+            "month_active": month is not None and not month.meta.get("retired_at"),
+            "month_text": month.text if month else "",
+            "folded": {uid for (uid,) in folded},
+        }
 
 
 @pytest.fixture
@@ -223,8 +257,10 @@ def test_a_night_records_its_changes_and_each_revert_restores_what_memory_shows(
 
     # The next night does not redo what was reverted: no refold, no re-pin, no re-retirement.
     third = anyio.run(third_night, home)
-    assert third["counts"] == {}
+    assert third["counts"] == {"month_folded": 1}  # only the late March session
     assert night["nursery_session"] in third["recent"]
+    assert third["month_active"] and "boiler" in third["month_text"].lower()
+    assert "nursery" not in third["month_text"] and all("march-late" in u for u in third["folded"])
     assert PASSPORT not in (home / "FACTS.md").read_text()
     assert night["dentist"] in search_ids(home, "dentist appointment")
 

@@ -217,6 +217,9 @@ async def fold_months(ctx: PhaseContext) -> dict[str, Any]:
         meta, body = await anyio.to_thread.run_sync(read_month_file, path)
         latest = max(s.created_at for s in everything)
         await index.upsert([month_memory(meta, body, path, created=latest)])
+        row = await ctx.db.fetchone("SELECT retired_at FROM memories WHERE uid = ?", (uid,))
+        if row is not None and row[0] is not None:
+            await index.restore(uid)  # retired when its earlier fold was reverted: in use again
         links = [(s.uid, uid, iso(now)) for s in fresh]
 
         def link(conn: Any, links: list[tuple[str, str, str]] = links) -> None:
