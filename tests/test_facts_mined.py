@@ -140,6 +140,12 @@ async def test_the_assembled_context_shows_the_current_value_and_the_change(tmp_
             await MiningPhase().run(rig.context())
             assembled = await _assemble(rig, "who is my dentist these days?")
             assert "My dentist is now Dr Lee. (changed from Dr Olsen on 2026-01-10)" in assembled
+            # Marked as mined, apart from the facts someone asked to keep.
+            [new] = [f for f in await mined_facts(rig) if f.active]
+            assert (
+                f'<memory id="{new.id}" kind="fact" origin="person" source="mined from d2" '
+                'date="2026-01-10" title="said in passing">'
+            ) in assembled
             # The old fact is history: no fact block holds the old value (the day's summary
             # still tells what was said that day, as a record of the day).
             [old] = [f for f in await mined_facts(rig) if not f.active]

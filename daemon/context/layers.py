@@ -148,7 +148,16 @@ def change_noted(item: MemoryItem, *, now: datetime, days: int) -> MemoryItem:
 def memory_entry(
     item: MemoryItem, *, rank: int, body: str | None = None, titled: bool = True
 ) -> Entry:
-    """Wrap a memory item in markers that say where it came from."""
+    """Wrap a memory item in markers that say where it came from.
+
+    A fact mined from conversation says so (title "said in passing", source its session),
+    apart from the facts someone asked to keep.
+    """
+    title, source = (item.title if titled else ""), ""
+    if item.meta.get("source") == "mined":
+        prov = item.meta.get("provenance")
+        session = prov.get("session") if isinstance(prov, dict) else None
+        title, source = "said in passing", f"mined from {session}" if session else "mined"
     return memory_block(
         item.id,
         body if body is not None else item.text,
@@ -156,7 +165,8 @@ def memory_entry(
         kind=item.kind,
         origin=item.origin,
         ts=item.ts,
-        title=item.title if titled else "",
+        source=source,
+        title=title,
         rank=rank,
     )
 
