@@ -213,8 +213,15 @@ async def cmd_show(args: argparse.Namespace) -> int:
         print(f"woke early; deferred to the next sleep: {deferred}")
     print("phases:")
     for phase in view["phases"]:
-        took = f"{phase['seconds']:.1f}s" if phase["seconds"] is not None else "-"
-        print(f"  {phase['phase']:<12} {phase['status']:<9} {took:>7}  {phase['changed']}")
+        seconds = phase["seconds"]
+        took = (
+            "-"
+            if seconds is None
+            else f"{seconds:.1f} s"
+            if seconds >= 1
+            else f"{seconds * 1000:.0f} ms"
+        )
+        print(f"  {phase['phase']:<12} {phase['status']:<9} {took:>8}  {phase['changed']}")
     changes = view["changes"]
     counts: dict[str, int] = {}
     for c in changes:
