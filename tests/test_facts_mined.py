@@ -329,3 +329,22 @@ async def test_a_night_resumed_after_a_crash_records_what_it_had_already_mined(
             assert {f.id for f in await mined_facts(rig)} == stored  # not doubled
             changes = await list_changes(rig.db, "c-crash")
             assert {(c.kind, c.target) for c in changes} == {("fact_mined", uid) for uid in stored}
+
+
+async def test_remembering_a_mined_fact_keeps_it_as_told(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            await rig.add_session("d1", [("user", "My locker code is 4411.")], started=START)
+            await MiningPhase().run(rig.context())
+            [mined] = await mined_facts(rig)
+            # Tool text asking to keep it does not make it anyone's told fact.
+            by_tool = await rig.memory.remember("My locker code is 4411.", origin="tool")
+            assert (by_tool.status, by_tool.id) == ("duplicate", mined.id)
+            kept = await rig.memory.remember("My locker code is 4411.")
+            assert kept.status == "stored" and f"in place of {mined.id}" in kept.message
+            told = rig.memory.facts.get(kept.id)
+            assert told is not None and not told.mined and told.active
+            assert [f.id for f in rig.memory.facts.history(mined.id)] == [mined.id, kept.id]
+            row = await rig.memory.index.get(kept.id)
+            assert row is not None and row.meta["explicit"] and row.meta["source"] == "told"
+            assert [i.id for i in await rig.memory.view.recent_facts(5)] == [kept.id]

@@ -435,8 +435,12 @@ class FactStore:
         async with self._lock:
             await self.load()
             key = normalise(resolved)
+            kept: Fact | None = None  # a mined fact this request asks to keep
             for fact in self.facts(target=target):
                 if normalise(fact.text) == key:
+                    if self._keeps(fact, origin, target):
+                        kept = fact
+                        break
                     return RememberResult(
                         status="duplicate",
                         id=fact.id,
@@ -444,7 +448,9 @@ class FactStore:
                         message=f"already remembered as {fact.id}",
                     )
             kind = "profile" if target == "profile" else "fact"
-            near = await self._similar(resolved, kind)
+            near = None if kept is not None else await self._similar(resolved, kind)
+            if near is not None and self._keeps(self.get(near.id), origin, target):
+                kept, near = self.get(near.id), None
             if near is not None:
                 return RememberResult(
                     status="similar",
@@ -468,12 +474,29 @@ class FactStore:
             if subject:
                 # A later change said in passing ("my dentist is now Dr Lee") finds it by this.
                 event.update(subject=subject, attribute=attribute, value=value)
+            if kept is not None:
+                # Asked to keep what sleep had mined: the told fact takes the mined one's place.
+                event.update(op="correct", supersedes=kept.id)
             written = await anyio.to_thread.run_sync(self.log.append, event)
             fact = self.log.facts[written["id"]]
             await self._index_and_render(fact)
-        log.info("fact remembered", id=fact.id, target=target, origin=origin)
-        return RememberResult(
-            status="stored", id=fact.id, text=fact.text, message=f"remembered as {fact.id}"
+            if kept is not None:
+                await self.index.retire(kept.id, at=fact.created_at, superseded_by=fact.id)
+        log.info("fact remembered", id=fact.id, target=target, origin=origin, kept=kept and kept.id)
+        message = f"remembered as {fact.id}"
+        if kept is not None:
+            message += f" (in place of {kept.id}, which sleep had found said in passing)"
+        return RememberResult(status="stored", id=fact.id, text=fact.text, message=message)
+
+    @staticmethod
+    def _keeps(fact: Fact | None, origin: str, target: str) -> bool:
+        """True when remembering over `fact` keeps it: it was mined, and this word is as trusted."""
+        return (
+            fact is not None
+            and fact.mined
+            and fact.active
+            and fact.target == target
+            and _TRUST.get(origin, 2) <= _TRUST.get(fact.origin, 2)
         )
 
     async def _similar(self, text: str, kind: str) -> MemoryItem | None:
