@@ -47,6 +47,28 @@ def wait_until(pred: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# A daemon home talking to the fake Messages API: the SDK gives up fast, and only the trunk and
+# its forks talk to the fake (every other role runs offline), so its script is theirs alone.
+FAKE_API_CONFIG = """
+[providers.anthropic]
+max_retries = 1
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+timeout_s = 90
+
+[models.summariser]
+provider = "offline"
+[models.recall_planner]
+provider = "offline"
+[models.recall_synthesis]
+provider = "offline"
+[models.heartbeat]
+provider = "offline"
+[models.dreams]
+provider = "offline"
+"""
+
+
 def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         k: v

@@ -12,27 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import REPO, Client, DaemonProcess, daemon_env, wait_until
+from tests.harness import FAKE_API_CONFIG, REPO, Client, DaemonProcess, daemon_env, wait_until
 
-CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 90
-
-# Only the trunk and its forks talk to the fake, so its script is theirs alone.
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
-"""
+CONFIG = FAKE_API_CONFIG
 
 FRAMING = "You are in focused task mode. Your objective is: "
 # Words only the person's message to the trunk contains.

@@ -7,29 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import Client, DaemonProcess, daemon_env
+from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env
 
-CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
-
+CONFIG = (
+    FAKE_API_CONFIG
+    + """
 [tools]
 trunk = ["recall", "delegate"]
 fork = ["recall", "remember", "correct", "retract"]
 """
+)
 
 
 def _offered(req: RecordedRequest) -> set[str]:

@@ -53,7 +53,7 @@ from daemon.sleep.wake import _summary_parts
 from daemon.store.db import Database
 from daemon.tools.registry import label_untrusted
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
-from tests.harness import Client, DaemonProcess, daemon_env
+from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env
 
 pytestmark = pytest.mark.anyio
 
@@ -596,29 +596,15 @@ async def test_a_journal_entry_of_two_hundred_calls_keeps_the_cap(tmp_path: Path
 
 # -- through the real daemon -----------------------------------------------------------------
 
-DAEMON_CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 90
-
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
-
+DAEMON_CONFIG = (
+    FAKE_API_CONFIG
+    + """
 [[permissions.rules]]
 tool = "edit_file"
 match = "notes/*"
 decision = "allow"
 """
+)
 
 
 def test_a_fork_that_read_three_files_and_edited_one_is_in_both_summaries_and_the_journal(

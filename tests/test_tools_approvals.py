@@ -42,7 +42,15 @@ from daemon.tools.registry import Decision, Tool, ToolContext, ToolError, ToolRe
 from daemon.tools.summary import summarise_call
 from daemon.tools.workspace import Workspace
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
+from tests.harness import (
+    FAKE_API_CONFIG,
+    REPO,
+    Client,
+    DaemonProcess,
+    daemon_env,
+    run_cli,
+    wait_until,
+)
 from tests.test_chat_interactive import _read_until
 
 pytestmark = pytest.mark.anyio
@@ -485,24 +493,9 @@ async def test_a_waiting_question_reports_progress_so_a_fork_is_not_taken_for_id
 # --- end to end: the real daemon, the fake Messages API, real socket clients -------------
 
 NOBODY = 65534
-DAEMON_CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 90
-
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
-
+DAEMON_CONFIG = (
+    FAKE_API_CONFIG
+    + """
 [tools]
 # The trunk itself works here, so each scripted call is one of the trunk's.
 trunk = ["*"]
@@ -513,6 +506,7 @@ approval_timeout_s = 2.0
 [chat]
 allow_uids = [65534]
 """
+)
 
 # A page the agent read, with an instruction in it. Text a tool brings in is data.
 INJECTED_PAGE = (

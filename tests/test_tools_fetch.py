@@ -31,7 +31,7 @@ from daemon.tools.netguard import NetworkGuard, non_public_reason
 from daemon.tools.registry import ToolContext, ToolError, ToolOutcome, ToolRegistry
 from daemon.tools.toolbox import work_tools
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import Client, DaemonProcess, daemon_env
+from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env
 
 pytestmark = pytest.mark.anyio
 
@@ -648,27 +648,13 @@ def test_fetch_url_is_a_work_tool_allowed_by_default_and_labelled_as_outside_tex
 
 # --- through the real daemon ------------------------------------------------------------------
 
-DAEMON_CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 90
-
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
-
+DAEMON_CONFIG = (
+    FAKE_API_CONFIG
+    + """
 [tools.fetch]
 allow_hosts = ["127.0.0.1:{port}"]
 """
+)
 
 FORK_FRAMING = "You are in focused task mode. Your objective is: "
 

@@ -21,7 +21,7 @@ from daemon.tools.toolbox import work_tools
 from daemon.tools.tree import LIST_MAX_ENTRIES, SEARCH_MAX_MATCHES
 from daemon.tools.workspace import Workspace
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import Client, DaemonProcess, daemon_env
+from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env
 
 pytestmark = pytest.mark.anyio
 
@@ -605,24 +605,7 @@ async def test_work_tools_offer_the_file_tools_over_the_home_workspace(tmp_path:
 
 # --- through the real daemon ---------------------------------------------------------------
 
-DAEMON_CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 90
-
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
-"""
+DAEMON_CONFIG = FAKE_API_CONFIG
 
 FORK_FRAMING = "You are in focused task mode. Your objective is: "
 HERON_NOTES = "Spring log: seven grey herons at the north shore, fishing in pairs.\n"

@@ -30,7 +30,15 @@ from daemon.tools.mcp import McpServers, ProbeFailed, ServerState, probe
 from daemon.tools.mcp_translate import portable_schema, render_result, tool_name
 from daemon.tools.registry import Tool, ToolContext, ToolError, ToolRegistry, label_untrusted
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
-from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
+from tests.harness import (
+    FAKE_API_CONFIG,
+    REPO,
+    Client,
+    DaemonProcess,
+    daemon_env,
+    run_cli,
+    wait_until,
+)
 
 FAKE = REPO / "tests" / "fakes" / "mcp_server.py"
 
@@ -558,24 +566,9 @@ def test_results_are_rendered_as_text_with_binary_content_summarised() -> None:
 
 # --- through the real daemon -------------------------------------------------------------------
 
-DAEMON_CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 60
-
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
-
+DAEMON_CONFIG = (
+    FAKE_API_CONFIG
+    + """
 [tools]
 trunk = ["recall", "mcp__notes__*"]
 
@@ -589,6 +582,7 @@ args = [{fake}]
 env = {{ MCP_FAKE_PIDFILE = {pidfile} }}
 permission = "allow"
 """
+)
 
 
 def _daemon_status(d: DaemonProcess) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from daemon.tools.registry import ToolContext, ToolError, ToolOutcome, ToolRegis
 from daemon.tools.run import Capture, run_tools
 from daemon.tools.sandbox import Sandbox, scrubbed_env
 from daemon.tools.workspace import Workspace
+from tests.harness import FAKE_API_CONFIG
 
 pytestmark = pytest.mark.anyio
 
@@ -577,24 +578,9 @@ def test_doctor_says_how_run_is_confined(
 
 # --- through the real daemon ---
 
-DAEMON_CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 60
-
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
-
+DAEMON_CONFIG = (
+    FAKE_API_CONFIG
+    + """
 [tools]
 trunk = ["run", "recall"]
 
@@ -602,6 +588,7 @@ trunk = ["run", "recall"]
 # An allow for a command holds every shell operator the command uses.
 rules = [{ tool = "run", match = "echo sandboxed-$((6 * 7)); env; cat ../reverie.toml || echo *", decision = "allow" }]
 """
+)
 
 
 @needs_bwrap
