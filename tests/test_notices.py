@@ -26,7 +26,8 @@ import anyio.lowlevel
 import pytest
 
 from daemon.bus import EventBus
-from daemon.chat.protocol import LineReader
+from daemon.chat.link import DaemonLink
+from daemon.chat.protocol import LineReader, encode, seen
 from daemon.chat.server import ChatServer
 from daemon.chat.stream import UnixConnection, connect_unix
 from daemon.clock import FakeClock
@@ -156,6 +157,9 @@ class Raw:
         self.reader = LineReader(stream, 1 << 24)
         self.frames: list[dict[str, Any]] = []
 
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.stream.send(encode(frame))
+
     async def frame(self) -> dict[str, Any]:
         line = await self.reader.receive()
         assert isinstance(line, bytes), f"expected a frame, got {line!r}"
@@ -206,7 +210,7 @@ def notices_settings(**notices: Any) -> Settings:
     )
 
 
-async def test_a_connected_client_gets_a_notice_at_once_and_it_is_marked_delivered(
+async def test_a_connected_client_gets_a_notice_at_once_and_it_is_delivered_once_it_says_seen(
     tmp_path: Path,
 ) -> None:
     with anyio.fail_after(30):
@@ -233,10 +237,17 @@ async def test_a_connected_client_gets_a_notice_at_once_and_it_is_marked_deliver
                     "late_s": 42.0,
                     "schedule_id": "s-1",
                 }
-                await wait_until(
-                    lambda: _delivered(r, notice.id),
-                    "the notice marked delivered",
-                )
+                # Written to the socket is not shown: pending until the client says `seen`.
+                await r.bus.drain()
+                assert [f for f in await person.quiet_for(0.3) if f["type"] == "notice"] == []
+                assert not _delivered(r, notice.id)
+                assert [n.id for n in await r.services.outbox.pending()] == [notice.id]
+                # An id this connection was not sent is refused; the one it was sent is marked.
+                await person.send(seen(ids=[notice.id, "n-never-sent"]))
+                refused = await person.until("error")
+                assert refused["code"] == "unknown_notice"
+                assert "n-never-sent" in refused["message"] and notice.id not in refused["message"]
+                await wait_until(lambda: _delivered(r, notice.id), "the notice marked delivered")
                 # Posting the same key again (a retry after a crash) sends nothing new.
                 await r.services.outbox.post(
                     kind="reminder", text="Call the plumber", key=notice.key
@@ -266,6 +277,14 @@ async def test_what_came_while_nobody_was_connected_opens_the_next_chat(tmp_path
                 second = await r.services.outbox.post(kind="system", text="Disk 91% full.", key="b")
                 await r.bus.drain()
                 assert [n.id for n in await r.services.outbox.pending()] == [first.id, second.id]
+                # A connection that only reads (a command client) takes the frames, shows
+                # nothing and says no `seen`: both stay pending.
+                async with connected(path) as glance:
+                    assert (await glance.frame())["type"] == "hello"
+                    assert [(await glance.frame())["id"] for _ in range(2)] == [first.id, second.id]
+                    await anyio.sleep(0.2)
+                pending = await r.services.outbox.pending()
+                assert [n.id for n in pending] == [first.id, second.id]
                 async with connected(path) as person:
                     assert (await person.frame())["type"] == "hello"
                     opening = [await person.frame(), await person.frame()]
@@ -273,8 +292,10 @@ async def test_what_came_while_nobody_was_connected_opens_the_next_chat(tmp_path
                         ("notice", first.id),
                         ("notice", second.id),
                     ]
+                    await person.send(seen(ids=[first.id, second.id]))
                     await wait_until(
-                        lambda: _delivered(r, second.id), "the opening notices delivered"
+                        lambda: _delivered(r, first.id) and _delivered(r, second.id),
+                        "the opening notices delivered",
                     )
                 # Delivered once: the next chat opens with nothing.
                 async with connected(path) as again:
@@ -335,6 +356,7 @@ async def test_quiet_hours_hold_a_notice_until_they_end_then_it_is_pushed_and_no
                     tg.cancel_scope.cancel()
                 got = await person.until("notice")
                 assert (got["id"], got["text"]) == (held.id, "The nightly backup failed.")
+                await person.send(seen(ids=[held.id]))
                 await wait_until(lambda: shown.exists(), "the desktop notification")
                 await wait_until(lambda: _delivered(r, held.id), "the notice marked delivered")
             assert shown.read_text() == "The nightly backup failed.\n"
@@ -674,8 +696,10 @@ def test_after_a_sleep_the_first_chat_opens_with_one_greeting_and_a_restart_does
             # The interactive chat opens with it.
             shown = _interactive_chat_shows(home, env, b"Book the train from Porto to Lisbon.")
             assert b"greeting" in shown and b"rested" in shown
-            ((_, kind, text, delivered, _),) = _notice_rows(home)
-            assert kind == "greeting" and delivered is not None
+            # The interactive chat said `seen` once it had printed it.
+            wait_for(lambda: _notice_rows(home)[0][3] is not None, 10, "the greeting delivered")
+            ((_, kind, text, _, _),) = _notice_rows(home)
+            assert kind == "greeting"
             with Client(d.socket_path, timeout=5) as c:
                 c.hello()
                 # The second connection of the same wake: no greeting again.
@@ -768,3 +792,145 @@ async def test_the_greeting_names_what_is_still_scheduled_today_from_the_schedul
         "- 08:00 Stand-up notes\n"
         "- 15:30 Call the plumber"
     )
+
+
+# --- delivered means shown: command-only connections never use a notice up ----------------
+
+SHOWN_CONFIG = """
+[scheduler]
+timezone = "UTC"
+
+[sleep]
+nightly = false
+
+[models.summariser]
+provider = "offline"
+[models.recall_planner]
+provider = "offline"
+[models.recall_synthesis]
+provider = "offline"
+[models.heartbeat]
+provider = "offline"
+"""
+
+
+def _remind_in(home: Path, env: dict[str, str], seconds: int, text: str) -> None:
+    added = run_cli("schedule", "add", f"in {seconds} seconds", text, "--home", str(home), env=env)
+    assert added.returncode == 0, added.stderr
+
+
+def _row(home: Path, text: str) -> tuple[Any, ...] | None:
+    return next((r for r in _notice_rows(home) if r[2] == text), None)
+
+
+def test_status_and_schedule_list_do_not_use_up_a_notice_it_opens_the_next_chat_once(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(SHOWN_CONFIG)
+    with FakeAnthropic() as fake:
+        env = daemon_env({"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url})
+        d = DaemonProcess(home=home, env=env)
+        d.start()
+        try:
+            # Fired while nobody was connected: it waits in the outbox.
+            _remind_in(home, env, 1, "Call the plumber")
+            wait_for(lambda: _row(home, "Call the plumber") is not None, 20, "the reminder")
+
+            # Fired while only command connections were open: pushed to them at once — a
+            # script's raw command client and the `DaemonLink` forwarded commands use — and
+            # neither shows it, so it stays pending.
+            with (
+                Client(d.socket_path, timeout=20) as script,
+                DaemonLink.connect(d.socket_path) as link,
+            ):
+                assert script.hello()["type"] == "hello"
+                opening = script.recv()
+                assert (opening["type"], opening["text"]) == ("notice", "Call the plumber")
+                _remind_in(home, env, 1, "Water the plants")
+                live = script.recv_until(lambda f: f["type"] == "notice")[-1]
+                assert live["text"] == "Water the plants"
+                # The link passes over the notices sent ahead of its command's result.
+                status = link.request("status", timeout=20)
+                assert status["type"] == "result", status
+                assert script.command("status")["type"] == "result"
+            time.sleep(0.3)
+            assert [r[3] for r in _notice_rows(home)] == [None, None]
+
+            # A status check and a schedule listing connect as the person and are sent both.
+            for argv in (("status",), ("schedule", "list")):
+                done = run_cli(*argv, "--home", str(home), env=env)
+                assert done.returncode == 0, done.stderr
+                assert "Call the plumber" not in done.stdout + done.stderr
+            time.sleep(0.3)
+            assert [r[3] for r in _notice_rows(home)] == [None, None]
+
+            # The next chat opens with both (stderr; stdout is the reply), says `seen`, and
+            # that is what delivers them.
+            fake.enqueue(Planned.reply("Hello."))
+            chat = run_cli("chat", "-m", "hello", "--home", str(home), env=env)
+            assert chat.returncode == 0, chat.stderr
+            assert chat.stdout.strip() == "Hello."
+            assert "Call the plumber" in chat.stderr and "Water the plants" in chat.stderr
+            assert chat.stderr.index("Call the plumber") < chat.stderr.index("Water the plants")
+            wait_for(
+                lambda: all(r[3] is not None for r in _notice_rows(home)), 10, "both delivered"
+            )
+            # Shown once: the following chat opens with nothing.
+            fake.enqueue(Planned.reply("Hello again."))
+            again = run_cli("chat", "-m", "hello again", "--home", str(home), env=env)
+            assert again.returncode == 0, again.stderr
+            assert again.stdout.strip() == "Hello again."
+            assert "Call the plumber" not in again.stderr
+            assert "Water the plants" not in again.stderr
+        finally:
+            d.stop()
+
+
+# Another uid's client: sends `seen` for the ids given, prints the frames it gets back.
+GUEST_SEEN = """
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(10)
+s.connect(sys.argv[1])
+lines = s.makefile("rb")
+print(lines.readline().decode().strip(), flush=True)
+s.sendall((json.dumps({"type": "seen", "ids": sys.argv[2:]}) + "\\n").encode())
+print(lines.readline().decode().strip(), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second uid's client needs root to start")
+def test_another_uids_seen_is_forbidden_and_changes_nothing(shared_home: Path) -> None:
+    python = _python_for(NOBODY)
+    if python is None:
+        pytest.skip("no interpreter the other uid can run")
+    home = shared_home
+    (home / "reverie.toml").write_text(SHOWN_CONFIG + "\n[chat]\nallow_uids = [65534]\n")
+    env = daemon_env()
+    d = DaemonProcess(home=home, env=env)
+    d.start()
+    try:
+        d.socket_path.parent.chmod(0o711)
+        d.socket_path.chmod(0o666)
+        _remind_in(home, env, 1, "Call the plumber")
+        wait_for(lambda: _row(home, "Call the plumber") is not None, 20, "the reminder")
+        row = _row(home, "Call the plumber")
+        assert row is not None
+        guest = subprocess.run(
+            [python, "-c", GUEST_SEEN, str(d.socket_path), row[0]],
+            user=NOBODY,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert guest.returncode == 0, guest.stderr
+        hello, answer = (json.loads(line) for line in guest.stdout.splitlines())
+        # It was never sent the notice (the hello is followed by the answer, not a notice).
+        assert hello["type"] == "hello"
+        assert (answer["type"], answer["code"]) == ("error", "forbidden"), answer
+        time.sleep(0.3)
+        assert _row(home, "Call the plumber") == row
+    finally:
+        d.stop()

@@ -8,7 +8,7 @@ events and the lifecycle's state changes into frames.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -17,7 +17,7 @@ import anyio
 from daemon.agent.trunk import Trunk
 from daemon.agent.turns import Delta, ToolPhase, TurnDone, TurnEvent, TurnFailed, TurnObserver
 from daemon.chat import protocol
-from daemon.chat.protocol import ErrorCode
+from daemon.chat.protocol import ErrorCode, ProtocolError
 from daemon.events import MessageAccepted, StateChanged
 from daemon.log import get_logger
 from daemon.store.errors import storage_failure
@@ -58,6 +58,10 @@ class NoticeDesk(Protocol):
     async def attach(self, client: Any) -> bool: ...
 
     def detach(self, client: Any) -> None: ...
+
+    async def seen(self, client: Any, ids: Sequence[str]) -> int:
+        """The client showed these notices; a refusal is a `ProtocolError`."""
+        ...
 
 
 class CommandUnavailable(Exception):
@@ -222,6 +226,8 @@ class ChatGateway:
             await self._command(client, frame)
         elif kind == "approve":
             self._approve(client, frame)
+        elif kind == "seen":
+            await self._seen(client, frame)
         else:
             client.send(protocol.error(ErrorCode.UNKNOWN_TYPE, f"unknown frame type {kind!r}"))
 
@@ -236,6 +242,15 @@ class ChatGateway:
             self.approvals.answer(client, aid, _get(frame, "decision"))
         except ApprovalRefused as exc:
             client.send(protocol.error(exc.code, exc.message, id=aid))
+
+    async def _seen(self, client: Any, frame: Any) -> None:
+        if self.notices is None:
+            client.send(protocol.error(ErrorCode.UNKNOWN_NOTICE, "no notices are sent here"))
+            return
+        try:
+            await self.notices.seen(client, list(_get(frame, "ids") or ()))
+        except ProtocolError as exc:
+            client.send(exc.to_frame())
 
     async def _command(self, client: Any, frame: Any) -> None:
         name = _get(frame, "name") or ""

@@ -107,6 +107,13 @@ class ChatClient:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             raise ChatError("the daemon closed the connection") from None
 
+    async def seen(self, ids: list[str]) -> None:
+        """Tell the daemon these notices were shown to the person (they count as delivered).
+
+        Only a client that printed them says so; a command-only one never does.
+        """
+        await self.send(wire.seen(ids=ids))
+
     async def receive(self, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109 - the timeout becomes a ChatError with a message
         """Return the next frame; raise `ChatError` on end of stream or after `timeout` seconds.
 

@@ -1,7 +1,7 @@
 """Parse and encode the chat socket's frames: newline-delimited JSON objects, one per line.
 
 Client → daemon frames are parsed into frozen dataclasses (`MessageFrame`, `CommandFrame`,
-`CancelFrame`, `ApproveFrame`); anything else raises `ProtocolError` with the code the server puts in its
+`CancelFrame`, `ApproveFrame`, `SeenFrame`); anything else raises `ProtocolError` with the code the server puts in its
 `error` frame. A command's arguments are checked against `COMMAND_ARGS` the same way, so a
 wrong type is refused on the wire (`bad_args`) instead of being coerced by the command. Daemon → client frames are plain dicts built by the small constructors below,
 and the frames clients send by `daemon.chat.wire`'s, re-exported here with its `encode`,
@@ -32,6 +32,7 @@ from daemon.chat.wire import decode as decode
 from daemon.chat.wire import describe_json as _describe_json
 from daemon.chat.wire import encode as encode
 from daemon.chat.wire import message as message
+from daemon.chat.wire import seen as seen
 from daemon.chat.wire import with_fields as _with
 
 # `hello` and `state` frames carry the lifecycle's states, by value.
@@ -66,6 +67,8 @@ class ErrorCode(enum.StrEnum):
     BUSY = "busy"
     # approvals
     UNKNOWN_APPROVAL = "unknown_approval"
+    # notices
+    UNKNOWN_NOTICE = "unknown_notice"
 
 
 # Kept as names for the codes the server uses most.
@@ -81,7 +84,7 @@ NOT_READY: Final = ErrorCode.NOT_READY
 
 BAD_ARGS: Final = ErrorCode.BAD_ARGS
 
-CLIENT_TYPES: Final = ("message", "command", "cancel", "approve")
+CLIENT_TYPES: Final = ("message", "command", "cancel", "approve", "seen")
 ToolPhase: TypeAlias = Literal["started", "finished", "progress"]
 # How the person answers an `approval` frame: this call, not this call, this pattern from now on.
 ApprovalAnswer: TypeAlias = Literal["yes", "no", "always"]
@@ -148,7 +151,15 @@ class ApproveFrame:
     type: Literal["approve"] = "approve"
 
 
-ClientFrame: TypeAlias = MessageFrame | CommandFrame | CancelFrame | ApproveFrame
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SeenFrame:
+    """The person was shown these `notice` frames: they count as delivered."""
+
+    ids: tuple[str, ...]
+    type: Literal["seen"] = "seen"
+
+
+ClientFrame: TypeAlias = MessageFrame | CommandFrame | CancelFrame | ApproveFrame | SeenFrame
 
 # The JSON an argument may hold: "strings" is an array of strings.
 ArgKind: TypeAlias = Literal["string", "boolean", "integer", "strings"]
@@ -192,6 +203,8 @@ COMMAND_ARGS: Final[Mapping[str, Mapping[str, ArgKind]]] = {
 }
 # Open files one command frame may pass.
 MAX_FILES_PER_FRAME: Final = 1
+# Notice ids one `seen` frame may name (a chat opening after a long absence sends one each).
+MAX_SEEN_IDS: Final = 1000
 
 _KIND_NAMES: Final[Mapping[ArgKind, str]] = {
     "string": "a string",
@@ -263,7 +276,7 @@ def parse_client_frame(line: bytes) -> ClientFrame:
     if kind is None:
         raise ProtocolError(
             BAD_FRAME,
-            "frame has no 'type' (expected one of: message, command, cancel, approve)",
+            f"frame has no 'type' (expected one of: {', '.join(CLIENT_TYPES)})",
             id=frame_id,
         )
     if not isinstance(kind, str):
@@ -323,16 +336,38 @@ def parse_client_frame(line: bytes) -> ClientFrame:
                 id=frame_id,
             )
         return ApproveFrame(id=frame_id, decision=decision)
+    if kind == "seen":
+        ids = obj.get("ids")
+        if (
+            not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(i, str) and i.strip() for i in ids)
+        ):
+            got = "nothing" if ids is None else _describe_json(ids)
+            if isinstance(ids, list):
+                got = "an empty array" if not ids else "an array holding something else"
+            raise ProtocolError(
+                BAD_FRAME,
+                f"a seen needs 'ids' as a non-empty array of notice ids, got {got}",
+                id=frame_id,
+            )
+        if len(ids) > MAX_SEEN_IDS:
+            raise ProtocolError(
+                BAD_FRAME,
+                f"a seen names at most {MAX_SEEN_IDS} notices, got {len(ids)}",
+                id=frame_id,
+            )
+        return SeenFrame(ids=tuple(ids))
     shown = kind if len(kind) <= 40 else kind[:40] + "…"
     raise ProtocolError(
         UNKNOWN_TYPE,
-        f"unknown frame type '{shown}' (expected one of: message, command, cancel, approve)",
+        f"unknown frame type '{shown}' (expected one of: {', '.join(CLIENT_TYPES)})",
         id=frame_id,
     )
 
 
 # --- client → daemon frames -------------------------------------------------------------
-# `message`, `command` and `cancel` are `daemon.chat.wire`'s (imported above), so the blocking
+# `message`, `command`, `cancel`, `approve` and `seen` are `daemon.chat.wire`'s (imported above), so the blocking
 # client needs no more than that module; the keys they write are the ones parsed above.
 
 

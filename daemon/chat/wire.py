@@ -2,7 +2,7 @@
 
 A frame is one JSON object on one line. `encode` and `decode` are the only way a frame goes
 on or comes off the wire; `LineBuffer` splits a byte stream into lines under the frame size
-limit; `message`, `command`, `cancel` and `approve` build the frames a client sends.
+limit; `message`, `command`, `cancel`, `approve` and `seen` build the frames a client sends.
 `daemon.chat.protocol` (the server's parser and the daemon's frames) re-exports them, and the blocking client a
 forwarded `reverie memory search` uses imports this module alone: anyio, `typing` and
 dataclasses would cost a cold command a third of its time.
@@ -89,6 +89,15 @@ def cancel(*, turn_id: str | None = None) -> dict[str, Any]:
 def approve(*, id: str, decision: str) -> dict[str, Any]:
     """The person's answer (`yes`, `no` or `always`) to the `approval` frame `id`."""
     return {"type": "approve", "id": id, "decision": decision}
+
+
+def seen(*, ids: list[str]) -> dict[str, Any]:
+    """The `notice` frames `ids` were shown to the person: they count as delivered from now on.
+
+    Only a client that shows notices sends it; one that only runs commands never does, so a
+    notice it was sent stays pending for the next chat.
+    """
+    return {"type": "seen", "ids": list(ids)}
 
 
 # --- line splitting with a size limit ---------------------------------------------------

@@ -6,7 +6,8 @@ interactive client shows it inline (the tool, what it acts on, its diff) and rea
 
 A `notice` (a reminder, a task's result, the morning greeting) is shown as it comes; what
 came while nobody was connected arrives right after `hello`, so a chat opens with it
-(`chat -m` writes notices to stderr, keeping stdout the reply).
+(`chat -m` writes notices to stderr, keeping stdout the reply). Once a notice is printed the
+client answers `seen` with its id: only then does the daemon count it delivered.
 
 The interactive client reads the keyboard with `input()` on the main thread — the only
 thread where Ctrl-C interrupts readline cleanly and the terminal is restored — while the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -60,6 +62,8 @@ Ctrl-C during a reply cancels the turn; at an empty prompt it leaves."""
 # `chat -m` exit status when the daemon went away after saving the message (EX_TEMPFAIL): the
 # reply is owed, not lost, so a script should not send the message again.
 EXIT_SAVED = 75
+# How long `chat -m` waits, once its turn ended, for the `seen` of the notices it showed to go out.
+SEEN_FLUSH_S = 2.0
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -193,8 +197,10 @@ async def send_one(
     streamed = False
     turn: dict[str, str] = {}
     forks: set[str] = set()
-    # Answers decided in `on_frame` (which cannot await), sent in order by a task.
-    send_answer, answers = anyio.create_memory_object_stream[dict[str, Any]](64)
+    # Answers and `seen`s decided in `on_frame` (which cannot await), sent in order by a task;
+    # unbounded because a chat may open with any number of notices.
+    send_answer, answers = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+    answers_sent = anyio.Event()
 
     def answer(frame: dict[str, Any]) -> None:
         if frame.get("turn_id") != turn.get("id") and frame.get("session_id") not in forks:
@@ -218,6 +224,7 @@ async def send_one(
         elif frame.get("type") == "notice":
             # What came while the person was away: on stderr, so stdout stays the reply.
             print(notes.describe(frame), file=sys.stderr, flush=True)
+            send_answer.send_nowait(wire.seen(ids=[str(frame.get("id"))]))
         elif frame.get("type") == "delta":
             out.write(str(frame.get("text", "")))
             out.flush()
@@ -238,13 +245,17 @@ async def send_one(
                     tg.start_soon(
                         _cancel_on_interrupt, client, turn, notes, interrupted, tg.cancel_scope
                     )
-                tg.start_soon(_send_answers, client, answers)
+                tg.start_soon(_send_answers, client, answers, answers_sent)
                 try:
                     done = await client.run_turn(
                         text, on_frame, timeout=timeout, on_accepted=lambda tid: turn.update(id=tid)
                     )
                 except ChatError as exc:
                     failure = exc
+                # The notices shown are told before leaving, or the next chat shows them again.
+                send_answer.close()
+                with anyio.move_on_after(SEEN_FLUSH_S):
+                    await answers_sent.wait()
                 tg.cancel_scope.cancel()
     except ChatError as exc:
         failure = exc
@@ -260,10 +271,21 @@ async def send_one(
     return 130 if done.get("stop_reason") == "cancelled" else 0
 
 
-async def _send_answers(client: ChatClient, answers: MemoryObjectReceiveStream[Any]) -> None:
-    """Send each approval answer as it is decided (`on_frame` cannot await a send itself)."""
-    async for frame in answers:
-        await client.send(frame)
+async def _send_answers(
+    client: ChatClient, answers: MemoryObjectReceiveStream[Any], sent: anyio.Event
+) -> None:
+    """Send each approval answer and `seen` as it is decided (`on_frame` cannot await a send).
+
+    `sent` is set once the queue is closed and emptied, or the daemon went away (nothing more
+    can be told; the turn's own reading reports it).
+    """
+    try:
+        async for frame in answers:
+            await client.send(frame)
+    except ChatError:
+        pass
+    finally:
+        sent.set()
 
 
 async def _cancel_on_interrupt(
@@ -329,6 +351,9 @@ class ChatSession:
         try:
             async for frame in self.client.frames():
                 self._route(frame)
+                if frame.get("type") == "notice":
+                    # Printed by `_route`: now the daemon may count it delivered.
+                    await self.client.seen([str(frame.get("id"))])
             self.lost = "the daemon closed the connection"
         except ChatError as exc:
             self.lost = exc.message

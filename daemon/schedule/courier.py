@@ -2,10 +2,16 @@
 
 The courier listens for `NoticePosted`. Outside quiet hours a new notice goes at once, as a
 `notice` frame, to every connected client of the person's uid (the daemon's own uid; a
-client admitted through `[chat] allow_uids` or root never gets one), and is marked delivered
-once a frame was written to one of them; the notification command (`[notices]
-notify_command`) runs for it too. A client of the person's that connects gets every
-pending notice right after `hello`: what came while they were away opens the chat.
+client admitted through `[chat] allow_uids` or root never gets one); the notification
+command (`[notices] notify_command`) runs for it too. A client of the person's that connects
+gets every pending notice right after `hello`: what came while they were away opens the chat.
+No connection is sent the same notice twice.
+
+Delivered means shown: a notice stays pending until a client of the person's that was sent it
+answers `seen` with its id — what `reverie chat` does once it has printed it. A frame merely
+written to a socket proves nothing: `reverie status`, `reverie schedule list` and every other
+command-only connection are the person's uid too, take the frame and never show it; were that
+delivery, a status check would use up the reminder that should open the next chat.
 
 Quiet hours (`[notices] quiet_hours`, in `[scheduler] timezone`): a notice posted inside the
 window is held — neither pushed nor notified — until the window ends, when a daily job on
@@ -36,8 +42,6 @@ from daemon.settings import NoticesSettings
 
 log = get_logger("notices")
 
-# How long a client's socket may take to take a notice before it counts as not received.
-WRITE_TIMEOUT_S = 10.0
 # The notification command's output is only logged; this much of it.
 NOTIFY_OUTPUT_CHARS = 300
 
@@ -158,26 +162,39 @@ class NoticeCourier:
 
     def _send(self, client: Any, notices: Sequence[Notice]) -> None:
         sent = self._sent.setdefault(client.id, set())
-        fresh = [n for n in notices if n.id not in sent]
-        place: int | None = None
-        for notice in fresh:
-            place = client.send_tracked(notice_frame(notice))
-            if place is None:
-                return
+        for notice in notices:
+            if notice.id in sent:
+                continue
+            if not client.send(notice_frame(notice)):
+                return  # gone: what it was not sent stays pending for the next chat
             sent.add(notice.id)
-        if place is not None and self._tg is not None:
-            self._tg.start_soon(self._confirm, client, place, [n.id for n in fresh])
 
-    async def _confirm(self, client: Any, place: int, ids: list[str]) -> None:
-        """Mark notices delivered once the client's socket took their frames."""
-        with anyio.move_on_after(WRITE_TIMEOUT_S):
-            if await client.written(place):
-                await self.outbox.delivered(ids)
-                log.info("notices delivered", client=client.id, notices=len(ids))
-                return
-        log.info(
-            "notices not delivered (the client went); kept for the next chat", client=client.id
-        )
+    async def seen(self, client: Any, ids: Sequence[str]) -> int:
+        """A client showed these notices: mark them delivered; return how many changed.
+
+        Only a client of the person's may, and only for notices it was sent on this
+        connection: anything else is refused with a `ProtocolError` (the other ids named are
+        still marked). A notice already delivered or acknowledged stays as it was.
+        """
+        if client.uid != self.person_uid:
+            raise protocol.ProtocolError(
+                protocol.FORBIDDEN,
+                f"uid {client.uid} may not mark notices seen: only the daemon's own "
+                f"uid ({self.person_uid}) gets them",
+            )
+        sent = self._sent.get(client.id, set())
+        shown = [i for i in dict.fromkeys(ids) if i in sent]
+        changed = await self.outbox.delivered(shown)
+        if changed:
+            log.info("notices delivered", client=client.id, notices=changed)
+        unknown = [i for i in dict.fromkeys(ids) if i not in sent]
+        if unknown:
+            raise protocol.ProtocolError(
+                protocol.ErrorCode.UNKNOWN_NOTICE,
+                f"not sent to this connection, so not marked: {', '.join(unknown[:10])}"
+                + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""),
+            )
+        return changed
 
     # -- new notices, quiet hours -----------------------------------------------------------
 

@@ -6,8 +6,8 @@ schedule's firing tell the person once across a crash (the firing posts with
 ``fire:<schedule_id>:<due ISO>``; a retry after the crash finds that notice).
 
 A new notice publishes `NoticePosted`; the chat side pushes it to the person's connected
-clients at once and marks it delivered only once a frame was written. What nobody received
-stays pending and opens the next chat. `acknowledge` is the person saying they saw it
+clients at once and marks it delivered only once a client that shows notices answers `seen`
+(`daemon.schedule.courier`). What nobody was shown stays pending and opens the next chat. `acknowledge` is the person saying they saw it
 (`reverie notices --ack`); an acknowledged notice is never pushed again.
 
 `write_notice` is the same insert on a synchronous connection, for a caller that writes its
@@ -241,7 +241,7 @@ class Outbox:
         return [_notice(r) for r in reversed(rows)]
 
     async def delivered(self, ids: Iterable[str]) -> int:
-        """Mark notices delivered (a frame was written to a client); return how many changed."""
+        """Mark notices delivered (a client showed them); return how many changed."""
         return await self._stamp("delivered_at", ids)
 
     async def acknowledge(self, ids: Iterable[str]) -> int:
