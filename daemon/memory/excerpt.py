@@ -5,12 +5,15 @@ bear on the question rather than everything its memory holds:
 
 - a window of messages (`chunks.py`) is cut to its best line (scored by the message's own
   vector against the question's, plus the share of the question's words it uses), the line
-  before and the two after it (an answer usually follows its question), and any other line
-  that scores as well on its own; a gap between kept lines is marked "…";
+  after it, the one before and the second after (an answer usually follows its question),
+  as long as those cost little, and any other line that scores as well on its own; a gap
+  between kept lines is marked "…";
 - a message long enough to crowd out the rest (code, a plan of several hundred words) is
   excerpted to the sentences or lines that share the question's words, "…" where text is left
-  out (its opening, when nothing is shared: the vectors found it);
-- a message already shown by a better result is not shown again: one message, one place;
+  out (its opening, when nothing is shared: the vectors found it); it is also indexed as its
+  passages (`passages`), so the part that answers can be found and shown on its own;
+- a message already shown by a better result is not shown again: one message, one place
+  (its other passages may still be);
 - a window's lines name the date once, where it changes.
 
 An excerpted item's `message_ids` are exactly the messages whose text it shows.
