@@ -304,3 +304,45 @@ def test_sleep_show_and_revert_say_clearly_what_is_wrong(tmp_path: Path) -> None
     unknown = reverie(home, "sleep", "revert", "sleep-nope")
     assert unknown.returncode == 1 and "no sleep cycle 'sleep-nope'" in unknown.stderr
     assert ok(home, "sleep", "list").strip() == "(no sleep cycles yet)"
+
+
+async def dreamt(root: Path) -> str:
+    """A recorded cycle whose dream revised the cooking addendum; returns the original addendum."""
+    from daemon.sleep.checkpoints import Checkpoints, PhaseStatus
+    from daemon.sleep.dreams import DreamsPhase
+    from tests.sleep_phase_support import START as EARLY
+    from tests.sleep_phase_support import sleep_home
+
+    async with sleep_home(root) as rig:
+        original = (rig.home.topics_dir / "cooking.md").read_text()
+        await rig.add_session(
+            "bake", [("user", "My sourdough is flat."), ("assistant", "We decided to proof the sourdough overnight.")],
+            started=EARLY,
+        )  # fmt: skip
+        rig.clock.advance(days=1)
+        checkpoints = Checkpoints(rig.db)
+        await checkpoints.begin(
+            cycle_id="night-1", reason="nightly", session_id="t", at=rig.clock.now()
+        )
+        await DreamsPhase().run(rig.context(since=EARLY - timedelta(hours=1), cycle_id="night-1"))
+        await checkpoints.finish(
+            "night-1", at=rig.clock.now(), status=PhaseStatus.DONE,
+            new_session_id=None, woke_early=False, deferred=[],
+        )  # fmt: skip
+    return original
+
+
+def test_reverting_a_night_reverts_its_dream_revisions_too(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    original = anyio.run(dreamt, home)
+    cooking = home / "topics" / "cooking.md"
+    assert cooking.read_text() != original
+    shown = ok(home, "sleep", "show", "night-1")
+    assert "changes: no memory changes; 1 dream revision(s)" in shown
+    assert "dream applied  addendum cooking" in shown
+    out = ok(home, "sleep", "revert", "night-1")
+    assert out.startswith("reverted dream revision d-")
+    assert cooking.read_text() == original
+    assert json.loads(ok(home, "dreams", "--json"))[0]["status"] == "reverted"
+    again = reverie(home, "sleep", "revert", "night-1")
+    assert again.returncode == 1 and "were all reverted already" in again.stderr

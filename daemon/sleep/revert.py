@@ -130,13 +130,17 @@ class ChangeReverter:
             record = await self._revert_one(picked[0])
             return Reverted(cycle_id=cycle_id, undone=((picked[0], record),))
         store = RevisionStore(self.home, self.db)
-        revisions = [
-            r for r in await store.for_cycle(cycle_id) if r.status == RevisionStatus.APPLIED
-        ]
+        dreamt = await store.for_cycle(cycle_id)
+        revisions = [r for r in dreamt if r.status == RevisionStatus.APPLIED]
         pending = [c for c in changes if not c.reverted_at]
         if not pending and not revisions:
-            what = "were all reverted already" if changes else "changed nothing in memory"
-            raise ChangeError(f"sleep cycle {cycle_id}'s changes {what}; nothing to revert")
+            if changes or any(r.status == RevisionStatus.REVERTED for r in dreamt):
+                raise ChangeError(
+                    f"sleep cycle {cycle_id}'s changes were all reverted already; nothing to revert"
+                )
+            raise ChangeError(
+                f"sleep cycle {cycle_id} changed nothing in memory or the topics; nothing to revert"
+            )
         undone: list[tuple[Change, Change]] = []
         refused: list[str] = []
         for c in reversed(pending):
