@@ -27,7 +27,14 @@ import pytest
 
 from daemon.bus import EventBus
 from daemon.chat.link import DaemonLink
-from daemon.chat.protocol import LineReader, encode, seen
+from daemon.chat.protocol import (
+    LineReader,
+    ProtocolError,
+    SeenFrame,
+    encode,
+    parse_client_frame,
+    seen,
+)
 from daemon.chat.server import ChatServer
 from daemon.chat.stream import UnixConnection, connect_unix
 from daemon.clock import FakeClock
@@ -934,3 +941,18 @@ def test_another_uids_seen_is_forbidden_and_changes_nothing(shared_home: Path) -
         assert _row(home, "Call the plumber") == row
     finally:
         d.stop()
+
+
+def test_a_seen_frame_names_notice_ids_or_is_refused_with_why() -> None:
+    assert parse_client_frame(encode(seen(ids=["n-1", "n-2"]))) == SeenFrame(ids=("n-1", "n-2"))
+    for frame, why in (
+        (b'{"type": "seen"}', "got nothing"),
+        (b'{"type": "seen", "ids": []}', "got an empty array"),
+        (b'{"type": "seen", "ids": "n-1"}', "got a string"),
+        (b'{"type": "seen", "ids": ["n-1", 7]}', "holding something else"),
+        (b'{"type": "seen", "ids": [""]}', "holding something else"),
+        (encode(seen(ids=[f"n-{i}" for i in range(1001)])), "at most 1000 notices, got 1001"),
+    ):
+        with pytest.raises(ProtocolError, match=why) as refused:
+            parse_client_frame(frame)
+        assert refused.value.code == "bad_frame"
