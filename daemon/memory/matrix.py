@@ -11,6 +11,9 @@ search starts from the last saved generation and reads only what changed since. 
 records the database's index identity, epoch and generation; a file that does not match the
 index (another database, a reindex since, a generation the database never reached, a row
 count that disagrees, a torn file) is set aside and the matrix rebuilt from the database.
+
+Size: the matrix, its incremental refresh and its file format change together (a header
+field read wrongly is a stale search), so they stay in one module.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 A query plan's sub-queries are ranked lexically (`LexicalSearcher`) and by vector (the
 in-memory `VectorMatrix`), fused, re-ranked by facet coverage, and extended by a second hop
-over the names the first hop's best hits mention.
+over the names the first hop's best hits mention; `fit` then shapes the results to the budget
+(`excerpt`).
+
+Size: one search pipeline (rank, fuse, facets, hops, time windows, fit) whose stages share
+the candidate pool and the texts read once per search; split, they would pass it around.
 """
 
 from __future__ import annotations
