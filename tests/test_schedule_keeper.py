@@ -345,6 +345,8 @@ def test_a_daemon_killed_between_firing_and_delivery_delivers_once(tmp_path: Pat
             frame = c.recv()
             assert frame["type"] == "notice", frame
             assert frame["schedule_id"] == schedule_id and "call the plumber" in frame["text"]
+            # Delivered once a client that shows notices says it showed it.
+            c.send({"type": "seen", "ids": [frame["id"]]})
             wait_until(
                 lambda: _rows(home, "SELECT delivered_at FROM notices")[0][0] is not None,
                 10,
