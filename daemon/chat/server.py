@@ -120,12 +120,6 @@ class ClientHandle:
         self._outbox, self._inbox = anyio.create_memory_object_stream[bytes](queue_frames)
         self._scope: anyio.CancelScope | None = None
         self._flushed = anyio.Event()
-        # Frames queued and frames written to the socket so far: `written` waits on these for
-        # what must not be counted as received before it left (a notice).
-        self._queued = 0
-        self._written = 0
-        self._batch_frames = 0
-        self._wrote = anyio.Event()
 
     def __repr__(self) -> str:
         return f"ClientHandle(id={self.id!r}, uid={self.uid}, closed={self.closed})"
@@ -141,27 +135,11 @@ class ClientHandle:
             return False
         return self._enqueue(protocol.encode(frame))
 
-    def send_tracked(self, frame: dict[str, Any]) -> int | None:
-        """Queue a frame like `send`; return its place in this client's stream (None: not queued)."""
-        return self._queued if self.send(frame) else None
-
-    async def written(self, place: int) -> bool:
-        """Wait until the frames up to `place` were written to the socket; False if it stopped first.
-
-        Written means handed to the kernel, not read by the peer. Bound it with a timeout.
-        """
-        while self._written < place:
-            if self._flushed.is_set():  # the writer has stopped: nothing more goes out
-                return False
-            await self._wrote.wait()
-        return True
-
     def _enqueue(self, data: bytes) -> bool:
         if self.closed:
             return False
         try:
             self._outbox.send_nowait(data)
-            self._queued += 1
         except anyio.WouldBlock:
             self._drop("too slow: its outgoing queue is full")
             return False
@@ -202,7 +180,6 @@ class ClientHandle:
     def _batch(self, first: bytes) -> bytes:
         """Join frames already waiting, so a burst of deltas costs one system call."""
         parts = [first]
-        self._batch_frames = 1
         size = len(first)
         while size < WRITE_BATCH_BYTES:
             try:
@@ -210,7 +187,6 @@ class ClientHandle:
             except (anyio.WouldBlock, anyio.EndOfStream):
                 break
             parts.append(data)
-            self._batch_frames += 1
             size += len(data)
         return b"".join(parts) if len(parts) > 1 else first
 
@@ -225,9 +201,6 @@ class ClientHandle:
                         await anyio.lowlevel.checkpoint_if_cancelled()
                         unsent, batch = batch, b""
                         await stream.send(unsent)
-                        self._written += self._batch_frames
-                        self._wrote.set()
-                        self._wrote = anyio.Event()
                 except anyio.get_cancelled_exc_class():
                     if not self.closed:
                         await self._flush_on_stop(stream, batch)
@@ -239,7 +212,6 @@ class ClientHandle:
                 self._scope.cancel()
         finally:
             self._flushed.set()
-            self._wrote.set()
 
 
 class ChatServer:
