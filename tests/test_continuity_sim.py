@@ -1,0 +1,64 @@
+"""Continuity through the real daemon (issue 22's check, short): six simulated days, offline.
+
+The full month and a half is `python -m bench.continuity_sim` (see bench/README.md); this runs
+the same scenario generator, daemon run and measurement on six days with a handful of facts, one
+long day reaching the compaction mark, and a sleep cycle after each day.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.continuity_sim import Fact, generate, live, measure, sentences, shown
+
+
+def test_six_days_the_first_turn_after_waking_holds_the_current_values(tmp_path: Path) -> None:
+    scenario = generate(seed=3, days=6)
+    assert {f.kind for f in scenario.facts} == {"passing", "remembered"}
+    assert any(f.superseded for f in scenario.facts if f.kind == "passing")
+    assert any(f.superseded for f in scenario.facts if f.kind == "remembered")
+    home = tmp_path / "home"
+    lived = live(scenario, home)
+    # Every day ended in a night, and the long day wound down on its own at the compaction mark.
+    assert lived["nights"] == 6 and lived["reasons"].get("compaction", 0) >= 1, lived
+    result = measure(scenario, home)
+    missed = [r for r in result["rows"] if not r["held"] or r["superseded_alone"]]
+    assert result["remembered"] == 1.0, missed
+    assert result["superseded_alone"] == 0, missed
+    assert result["passing"] >= 0.9 and result["current_values"] >= 0.95, missed
+    assert result["tokens"]["max"] <= result["tokens"]["budget"] == 8000
+
+
+def test_a_superseded_value_counts_only_in_the_sentence_of_its_subject() -> None:
+    fact = Fact("offsite", "passing", "plan", ("offsite",), "Kotor", superseded=["Bergen"])
+    text = (
+        "We flew through Bergen once. The offsite moves from Bergen to Kotor.\n"
+        "Kotor is lovely in May."
+    )
+    assert shown(sentences(text), fact.anchors, "Kotor")
+    assert shown(sentences(text), fact.anchors, "Bergen")
+    # The value only elsewhere, never beside its subject, is not the fact.
+    assert not shown(sentences("Kotor is lovely. The offsite is soon."), fact.anchors, "Kotor")
+    # Words are whole: "Bergenfield" is not Bergen.
+    assert not shown(sentences("the offsite near Bergenfield"), fact.anchors, "Bergen")
+
+
+def test_every_event_of_a_month_and_a_half_is_said_on_its_day() -> None:
+    import random
+
+    from bench.continuity_sim import day_messages
+
+    for seed, days in [(1, 3), (3, 6), (7, 45), (11, 45)]:
+        scenario = generate(seed=seed, days=days)
+        rng = random.Random(seed)
+        said = {day: day_messages(scenario, day, rng) for day in range(days)}
+        for event in scenario.events:
+            texts = [m.text for m in said[event.day]]
+            assert any(event.text[1:] in t for t in texts), (seed, event, texts)
+    scenario = generate(seed=7, days=45)
+    said = {day: day_messages(scenario, day, random.Random(1)) for day in scenario.long_days}
+    # Each kind the check is about is in the scenario.
+    kinds = {(f.kind, f.category, bool(f.superseded)) for f in scenario.facts}
+    assert ("passing", "person", False) in kinds and ("passing", "plan", True) in kinds
+    assert ("remembered", "remembered", True) in kinds and scenario.long_days
+    assert len(said[scenario.long_days[0]]) >= 36
