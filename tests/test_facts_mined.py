@@ -11,7 +11,7 @@ import pytest
 
 from daemon.context.assembler import ContextAssembler
 from daemon.context.layers import change_noted
-from daemon.memory.mining import mine_lines, rules_for
+from daemon.memory.mining import MinedFact, mine_lines, rules_for
 from daemon.models.anthropic import AnthropicModel
 from daemon.settings import AnthropicSettings
 from daemon.sleep.changes import list_changes
@@ -257,6 +257,13 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "I hate cilantro": ("person", "feeling about cilantro", "hate"),
         "The shop is on Main Street": ("shop", "where", "Main Street"),
         "A photo from my daughter Sara's party": ("sara", "relation", "the person's daughter"),
+        "I moved my gym day from Tuesday to Saturday": ("person", "gym day", "Saturday"),
+        "I go to the gym on Fridays": ("person", "gym day", "Friday"),
+        "We picked ochre for the nursery walls": ("nursery walls", "value", "ochre"),
+        "The nursery walls are going to be sage green": ("nursery walls", "value", "sage green"),
+        "Our dinner is booked at Nomad": ("dinner", "where", "Nomad"),
+        "I signed up for the Berlin half marathon": ("half marathon", "value", "Berlin"),
+        "The half marathon is Copenhagen now, not Berlin": ("half marathon", "value", "Copenhagen"),
     }
     for sentence, key in said.items():
         [found] = rules_for(sentence)
@@ -348,3 +355,24 @@ async def test_remembering_a_mined_fact_keeps_it_as_told(tmp_path: Path) -> None
             row = await rig.memory.index.get(kept.id)
             assert row is not None and row.meta["explicit"] and row.meta["source"] == "told"
             assert [i.id for i in await rig.memory.view.recent_facts(5)] == [kept.id]
+
+
+async def test_a_change_that_names_the_old_value_replaces_a_fact_without_a_key(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            told = await rig.memory.facts.record_mined(
+                MinedFact(text="Tickets for the Lisbon marathon are sorted.", kind="plan",
+                          origin="person", session="d0", message_ids=("d0-m0",), said_at=START)
+            )  # fmt: skip
+            later = START + timedelta(days=3)
+            rig.clock.set(later)
+            await rig.add_session(
+                "d1", [("user", "The marathon is Porto now, not Lisbon.")], started=later
+            )
+            await MiningPhase().run(rig.context())
+            old = rig.memory.facts.get(told.id)
+            assert old is not None and old.superseded_by and old.invalid_from == later
+            new = await rig.memory.index.get(old.superseded_by)
+            assert new is not None and new.meta["changed_from"] == "Lisbon"

@@ -106,6 +106,7 @@ class Fact:
     valid_from: datetime | None = None  # when it became true (said); created_at when unknown
     session: str | None = None  # provenance of a mined fact: the session and messages
     message_ids: tuple[str, ...] = ()
+    replaced: str = ""  # the earlier value its statement names ("from Bergen"), if any
 
     @property
     def active(self) -> bool:
@@ -224,6 +225,7 @@ class FactLog:
                 valid_from=datetime.fromisoformat(valid) if valid else None,
                 session=event.get("session"),
                 message_ids=tuple(str(m) for m in event.get("message_ids") or ()),
+                replaced=str(event.get("replaced") or ""),
             )
             self.facts[uid] = fact
             old = self.facts.get(fact.supersedes or "")
@@ -307,7 +309,8 @@ def _memory_of(fact: Fact, previous: Fact | None = None) -> NewMemory:
             "session": fact.session, "message_ids": list(fact.message_ids)})  # fmt: skip
     if previous is not None:
         meta.update(
-            changed_from=previous.value if previous.value and fact.value else previous.text,
+            changed_from=fact.replaced
+            or (previous.value if previous.value and fact.value else previous.text),
             changed_on=iso(fact.valid_since),
         )
     return NewMemory(
@@ -695,11 +698,16 @@ class FactStore:
         subject, attribute = key
 
         def same(f: Fact) -> bool:
-            # "the team offsite" and later "the offsite": a compound's head names the same thing.
-            s = f.subject
-            return f.attribute == attribute and (
-                s == subject or s.endswith(" " + subject) or subject.endswith(" " + s)
-            )
+            # "the team offsite" and later "the offsite", "the nursery" and "the nursery walls":
+            # one subject's words inside the other's name the same thing.
+            a, b = f" {f.subject} ", f" {subject} "
+            # A thing's "value" and its place or time are one slot ("booked Sora for the
+            # dinner", then "the dinner moved to Nomad").
+            loose = {f.attribute, attribute} <= {"value", "where", "when"} and "value" in {
+                f.attribute,
+                attribute,
+            }
+            return (f.attribute == attribute or loose) and (a in b or b in a)
 
         found = [f for f in self.facts() if f.key and same(f)]
         return max(found, key=lambda f: f.valid_since) if found else None
@@ -724,6 +732,8 @@ class FactStore:
                 await self._confirm(same_text.id, mined.said_at)
                 return MinedOutcome(status="confirmed", id=same_text.id)
             old = self.by_key(mined.key) if mined.key else None
+            if old is None and mined.key and mined.replaces:
+                old = self._naming(mined.replaces, mined.subject)
             if old is not None and normalise(old.value) == normalise(mined.value):
                 await self._confirm(old.id, mined.said_at)
                 return MinedOutcome(status="confirmed", id=old.id)
@@ -761,6 +771,8 @@ class FactStore:
             }
             if mined.key:
                 event.update(subject=mined.subject, attribute=mined.attribute, value=mined.value)
+            if mined.replaces:
+                event["replaced"] = mined.replaces
             if supersede and old is not None:
                 event["supersedes"] = old.id
             written = await anyio.to_thread.run_sync(self.log.append, event)
@@ -772,6 +784,24 @@ class FactStore:
         if supersede and old is not None:
             return MinedOutcome(status="superseded", id=fact.id, old_id=old.id)
         return MinedOutcome(status="stored", id=fact.id)
+
+    def _naming(self, value: str, subject: str) -> Fact | None:
+        """The newest active fact without a key that states `value` of `subject` (by its words).
+
+        "the half marathon is Copenhagen now, not Berlin" replaces "I signed up for the Berlin
+        half marathon" though the rules gave that one no key: the change names what it replaces.
+        """
+        want, head = normalise(value), normalise(subject).split()[-1:] or [""]
+        if not want:
+            return None
+        found = [
+            f
+            for f in self.facts(target="memory")
+            if not f.key
+            and f" {want} " in f" {normalise(f.text)} "
+            and f" {head[0]} " in f" {normalise(f.text)} "
+        ]
+        return max(found, key=lambda f: f.valid_since) if found else None
 
     async def _confirm(self, uid: str, at: datetime) -> None:
         """Note that fact `uid` was said again at `at` (it is not stale; nothing is rewritten)."""

@@ -32,13 +32,11 @@ import anyio
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.memory.facts import FactStore, MinedOutcome, local_timezone
-from daemon.memory.mining import (
+from daemon.memory.mining import Line, MinedFact, mine_lines
+from daemon.memory.mining_model import (
     MINING_PROMPT,
     RECORD_FACTS,
-    Line,
-    MinedFact,
     ModelFacts,
-    mine_lines,
     parse_model_facts,
     render_material,
 )
