@@ -35,6 +35,7 @@ and `tokens`: the largest context of the protocol against the default budget.
 
     nice -n 10 .venv/bin/python -m bench.continuity_sim                 # 45 days, seed 7
     nice -n 10 .venv/bin/python -m bench.continuity_sim --days 6 --seed 3 --keep /tmp/home
+    nice -n 10 .venv/bin/python -m bench.continuity_sim --wording heldout   # same facts, other words
 
 Prints one JSON object (and writes `bench/results/continuity_sim.json`); `--details` adds each
 fact with where it was found or why it was missed.
@@ -290,6 +291,77 @@ ATTRIBUTES = [
     ),
 ]
 
+# A second set of wordings for the same facts, kept apart from the first: `--wording heldout`
+# measures whether what reads the first set reads everyday English or only those sentences.
+# Tune on the first set; read this one only to check.
+HELDOUT: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "offsite": (
+        ("we're doing the offsite in {v} this time", "{v} won the vote for the offsite"),
+        (
+            "scratch {old}, the offsite is going to {v}",
+            "the offsite got relocated to {v} (it was {old})",
+        ),
+    ),
+    "gym": (
+        ("gym is on {v} for me these days", "{v} is my gym day"),
+        (
+            "the gym moves to {v} for me, {old} doesn't work any more",
+            "from now on I hit the gym on {v}, no longer {old}",
+        ),
+    ),
+    "book": (
+        ("{v} is this month's book club read", "at book club we started on {v}"),
+        (
+            "book club dropped {old}; we're onto {v}",
+            "turns out book club is doing {v} rather than {old}",
+        ),
+    ),
+    "nursery": (
+        ("the paint for the nursery arrived: {v}", "{v} it is for the nursery"),
+        (
+            "we went with {v} for the nursery, {old} looked wrong on the wall",
+            "forget {old} for the nursery, it's {v}",
+        ),
+    ),
+    "dinner": (
+        ("got a table at {v} for the anniversary", "{v} has our anniversary reservation"),
+        (
+            "{old} cancelled on us, so the anniversary is at {v}",
+            "we rebooked the anniversary at {v} instead of {old}",
+        ),
+    ),
+    "codename": (
+        ("we're calling the new project {v}", "{v} is the codename they chose for the project"),
+        (
+            "marketing vetoed {old}, the project codename is {v}",
+            "the project goes by {v} from today, {old} is retired",
+        ),
+    ),
+    "race": (
+        ("{v} is the half marathon I'm aiming at", "registered for the half marathon in {v}"),
+        (
+            "I'm doing {v} for the half marathon, {old} sold out",
+            "transferred my half marathon entry from {old} to {v}",
+        ),
+    ),
+    "instrument": (
+        ("weekend lessons: {v}, finally", "I'm learning the {v} at weekend lessons"),
+        (
+            "I gave up on {old}, weekend lessons are {v} from now on",
+            "swapped {old} lessons for {v}",
+        ),
+    ),
+    "flight": (
+        ("Lisbon flight booked, {v}", "flying to Lisbon on {v}, the flight is booked"),
+        (
+            "the airline moved the Lisbon flight to {v} (was {old})",
+            "Lisbon: the flight now leaves {v} rather than {old}",
+        ),
+    ),
+}
+WORDINGS = ("tuning", "heldout")
+
+
 # The facts a person asks to keep: (anchors, text with {v}, value maker, question).
 REMEMBERED = [
     (("garage",), "the garage door code is {v}", "digits4", "what is the garage door code?"),
@@ -421,8 +493,14 @@ def _make_value(kind: str, rng: random.Random) -> str:
     return f"HX-{rng.randint(100000, 999999)}"
 
 
-def generate(seed: int = 7, days: int = 45, start: date | None = None) -> Scenario:
-    """A deterministic scenario for (seed, days, start); the counts of each kind scale with days."""
+def generate(
+    seed: int = 7, days: int = 45, start: date | None = None, wording: str = "tuning"
+) -> Scenario:
+    """A deterministic scenario for (seed, days, start, wording); the counts of each kind scale
+    with days. The wording changes how facts are said, never which facts or when."""
+    if wording not in WORDINGS:
+        raise ValueError(f"wording must be one of {WORDINGS}, not {wording!r}")
+    heldout = wording == "heldout"
     rng = random.Random(seed)
     start = start or datetime.now(UTC).date()
     scale = days / 45
@@ -449,7 +527,11 @@ def generate(seed: int = 7, days: int = 45, start: date | None = None) -> Scenar
             question=question,
         )
         day = intro_day()
-        said = rng.choice([f"my {relation} {name} {deed}", f"{name}, my {relation}, {deed}"])
+        said = rng.choice(
+            [f"{name}, who is my {relation}, {deed}", f"it was {name}, my {relation}, who {deed}"]
+            if heldout
+            else [f"my {relation} {name} {deed}", f"{name}, my {relation}, {deed}"]
+        )
         events.append(Event(day, said, fact=fact.fid))
         fact.said_on.append(day)
         # Referred to later by relation or deed only, once or twice, never by name.
@@ -478,7 +560,8 @@ def generate(seed: int = 7, days: int = 45, start: date | None = None) -> Scenar
         fact = Fact(
             f"{attr.key}", "passing", "plan", attr.anchors, values[0], question=attr.question
         )
-        events.append(Event(day, rng.choice(attr.said).format(v=values[0]), fact=fact.fid))
+        said_forms, changed_forms = HELDOUT[attr.key] if heldout else (attr.said, attr.changed)
+        events.append(Event(day, rng.choice(said_forms).format(v=values[0]), fact=fact.fid))
         fact.said_on.append(day)
         for c in range(changes):
             if day + 1 >= days:
@@ -486,7 +569,7 @@ def generate(seed: int = 7, days: int = 45, start: date | None = None) -> Scenar
             day = rng.randrange(day + 1, min(days, day + 1 + max(2, days // 3)))
             old, new = fact.value, values[c + 1]
             events.append(
-                Event(day, rng.choice(attr.changed).format(old=old, v=new), fact=fact.fid)
+                Event(day, rng.choice(changed_forms).format(old=old, v=new), fact=fact.fid)
             )
             fact.superseded.append(old)
             fact.value = new
@@ -501,7 +584,8 @@ def generate(seed: int = 7, days: int = 45, start: date | None = None) -> Scenar
             f"remembered-{i}", "remembered", "remembered", anchors, value, question=question
         )
         body = text.format(v=value)
-        events.append(Event(day, body if via == "cli" else f"remember that {body}", via, fact.fid))
+        ask = "don't forget that" if heldout else "remember that"
+        events.append(Event(day, body if via == "cli" else f"{ask} {body}", via, fact.fid))
         fact.said_on.append(day)
         if i == 0 and day + 2 < days:
             # A remembered value the person updates later, the same way they told it.
@@ -518,7 +602,7 @@ def generate(seed: int = 7, days: int = 45, start: date | None = None) -> Scenar
             events.append(
                 Event(
                     update_day,
-                    updated if via == "cli" else f"remember that {updated}",
+                    updated if via == "cli" else f"{ask} {updated}",
                     via,
                     fact.fid,
                 )
@@ -650,6 +734,16 @@ def _found_in(context: dict[str, Any], fact: Fact, value: str) -> list[str]:
     ]
 
 
+def _stated_as_current(context: dict[str, Any], fact: Fact, old: str) -> bool:
+    """An old value in a sentence of its own ("the code is 163"), not in the sentence of the
+    change ("moved from Nomad to Brasserie Vaucluse"), which says that it changed."""
+    return any(
+        shown([s], fact.anchors, old) and not _has(s, fact.value)
+        for b in context["blocks"]
+        for s in sentences(b["text"])
+    )
+
+
 def measure(scenario: Scenario, home: Path) -> dict[str, Any]:
     """The first turn after the last wake-up: neutral and per-fact contexts against the truth."""
     neutral = assemble(home, NEUTRAL_PROMPT)
@@ -657,19 +751,25 @@ def measure(scenario: Scenario, home: Path) -> dict[str, Any]:
     for fact in scenario.facts:
         contexts.setdefault(fact.question, assemble(home, fact.question))
     rows: list[dict[str, Any]] = []
-    alone = 0
+    alone = side_by_side = 0
     for fact in scenario.facts:
         own = contexts[fact.question]
         in_neutral = _found_in(neutral, fact, fact.value)
         in_question = _found_in(own, fact, fact.value)
-        stale = []
-        for prompt in {NEUTRAL_PROMPT, fact.question}:
+        stale: list[dict[str, str]] = []
+        # An old value stated as if current while the current one is shown too: allowed by
+        # the check, but the context then holds two answers.
+        beside: list[dict[str, str]] = []
+        for prompt in sorted({NEUTRAL_PROMPT, fact.question}):
             ctx = contexts[prompt]
             current = bool(_found_in(ctx, fact, fact.value))
             for old in fact.superseded:
                 if not current and _found_in(ctx, fact, old):
                     stale.append({"prompt": prompt, "old": old})
+                elif current and _stated_as_current(ctx, fact, old):
+                    beside.append({"prompt": prompt, "old": old})
         alone += len(stale)
+        side_by_side += len(beside)
         rows.append(
             {
                 "fact": fact.fid,
@@ -683,6 +783,7 @@ def measure(scenario: Scenario, home: Path) -> dict[str, Any]:
                 "neutral_layers": in_neutral,
                 "question_layers": in_question,
                 "superseded_alone": stale,
+                "superseded_beside_current": beside,
             }
         )
 
@@ -694,6 +795,7 @@ def measure(scenario: Scenario, home: Path) -> dict[str, Any]:
     return {
         "current_values": share(None),
         "superseded_alone": alone,
+        "superseded_beside_current": side_by_side,
         "remembered": share("remembered"),
         "passing": share("passing"),
         "tokens": {
@@ -764,9 +866,14 @@ def daemon_first_turn(home: Path) -> dict[str, Any]:
 
 
 def run(
-    days: int, seed: int, start: date | None, keep: Path | None, progress: bool
+    days: int,
+    seed: int,
+    start: date | None,
+    keep: Path | None,
+    progress: bool,
+    wording: str = "tuning",
 ) -> dict[str, Any]:
-    scenario = generate(seed, days, start)
+    scenario = generate(seed, days, start, wording)
     root = keep or Path(tempfile.mkdtemp(prefix="continuity-"))
     if keep and root.exists():
         shutil.rmtree(root)
@@ -783,6 +890,7 @@ def run(
     return {
         "days": days,
         "seed": seed,
+        "wording": wording,
         "start": scenario.start.isoformat(),
         "clock": "real (no injectable daemon clock): days back to back, `reverie sleep` nightly",
         "long_days": [d + 1 for d in scenario.long_days],
@@ -803,10 +911,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the scenario's first day (default today: the daemon runs on real time)",
     )
     p.add_argument("--keep", type=Path, default=None, help="keep the home in this directory")
+    p.add_argument(
+        "--wording",
+        choices=WORDINGS,
+        default="tuning",
+        help="how facts are said: the set to tune on, or the one held out to check",
+    )
     p.add_argument("--details", action="store_true", help="each fact: where found or missed")
     p.add_argument("--quiet", action="store_true", help="no per-day progress on stderr")
     args = p.parse_args(argv)
-    out = run(args.days, args.seed, args.start, args.keep, not args.quiet)
+    out = run(args.days, args.seed, args.start, args.keep, not args.quiet, args.wording)
     results = REPO / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / "continuity_sim.json").write_text(json.dumps(out, indent=2, ensure_ascii=False))

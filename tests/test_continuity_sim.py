@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.continuity_sim import Fact, generate, live, measure, sentences, shown
+from bench.continuity_sim import (
+    Fact,
+    _stated_as_current,
+    generate,
+    live,
+    measure,
+    sentences,
+    shown,
+)
 
 
 def test_six_days_the_first_turn_after_waking_holds_the_current_values(tmp_path: Path) -> None:
@@ -41,6 +49,11 @@ def test_a_superseded_value_counts_only_in_the_sentence_of_its_subject() -> None
     assert not shown(sentences("Kotor is lovely. The offsite is soon."), fact.anchors, "Kotor")
     # Words are whole: "Bergenfield" is not Bergen.
     assert not shown(sentences("the offsite near Bergenfield"), fact.anchors, "Bergen")
+    # The sentence of the change says it changed; a sentence of its own states the old value.
+    change = {"blocks": [{"layer": "recall", "text": "The offsite moves from Bergen to Kotor."}]}
+    both = {"blocks": [{"layer": "wake", "text": "The offsite is in Bergen. It is in Kotor."}]}
+    assert not _stated_as_current(change, fact, "Bergen")
+    assert _stated_as_current(both, fact, "Bergen")
 
 
 def test_every_event_of_a_month_and_a_half_is_said_on_its_day() -> None:
@@ -62,3 +75,20 @@ def test_every_event_of_a_month_and_a_half_is_said_on_its_day() -> None:
     assert ("passing", "person", False) in kinds and ("passing", "plan", True) in kinds
     assert ("remembered", "remembered", True) in kinds and scenario.long_days
     assert len(said[scenario.long_days[0]]) >= 36
+
+
+def test_the_held_out_wording_says_the_same_facts_on_the_same_days_in_other_words() -> None:
+    tuning, heldout = generate(seed=7, days=45), generate(seed=7, days=45, wording="heldout")
+    assert [(f.fid, f.value, f.superseded, f.said_on) for f in tuning.facts] == [
+        (f.fid, f.value, f.superseded, f.said_on) for f in heldout.facts
+    ]
+    said = [e for e in tuning.events if e.fact and e.via == "chat"]
+    other = [e for e in heldout.events if e.fact and e.via == "chat"]
+    assert [e.day for e in said] == [e.day for e in other]
+    assert not {e.text for e in said} & {e.text for e in other}
+    # Every fact is still said with one of its subject words beside its value.
+    by_id = {f.fid: f for f in heldout.facts}
+    for e in other:
+        fact = by_id[e.fact]
+        values = [fact.value, *fact.superseded]
+        assert any(shown(sentences(e.text), fact.anchors, v) for v in values), e
