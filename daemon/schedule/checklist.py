@@ -34,13 +34,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
 import anyio
-from anyio.abc import TaskGroup
 
+from daemon.background import BackgroundWork
 from daemon.bus import EventBus
 from daemon.delegate.lineage import ForkRow, ForkStatus
 from daemon.events import Heartbeat
@@ -131,7 +130,7 @@ def finding(summary: str, outcome: str | None) -> str | None:
     return _cut(f"Part of the checklist could not be checked: {text or 'no reason was given.'}")
 
 
-class StandingChecklist:
+class StandingChecklist(BackgroundWork):
     """Checks HEARTBEAT.md on the heartbeat with a fork (see the module's docstring).
 
     `async with` owns the task group the check's fork runs in; leaving it cancels the fork
@@ -170,20 +169,6 @@ class StandingChecklist:
         self.checks = 0
         self._running: anyio.Event | None = None
         self._held: str = ""
-        self._tg: TaskGroup | None = None
-        self._stack: AsyncExitStack | None = None
-
-    async def __aenter__(self) -> StandingChecklist:
-        async with AsyncExitStack() as stack:
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._stack = stack.pop_all()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._stack is not None and self._tg is not None
-        self._tg.cancel_scope.cancel()
-        stack, self._stack, self._tg = self._stack, None, None
-        await stack.__aexit__(None, None, None)
 
     @property
     def path(self) -> anyio.Path:

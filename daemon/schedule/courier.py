@@ -24,13 +24,12 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
 from datetime import datetime, time, timedelta, tzinfo
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 
+from daemon.background import BackgroundWork
 from daemon.bus import EventBus
 from daemon.chat import protocol
 from daemon.clock import Clock
@@ -83,7 +82,7 @@ class QuietHours:
         return opened
 
 
-class NoticeCourier:
+class NoticeCourier(BackgroundWork):
     """Delivers the outbox's notices to the person (see the module's docstring).
 
     An async context manager with one owner: the notification commands and the waits for a
@@ -108,21 +107,7 @@ class NoticeCourier:
         # What each connected client was already sent, so a notice posted while it connects
         # reaches it once.
         self._sent: dict[str, set[str]] = {}
-        self._tg: TaskGroup | None = None
-        self._stack: AsyncExitStack | None = None
         self.notified = 0
-
-    async def __aenter__(self) -> NoticeCourier:
-        async with AsyncExitStack() as stack:
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._stack = stack.pop_all()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._stack is not None and self._tg is not None
-        self._tg.cancel_scope.cancel()
-        stack, self._stack, self._tg = self._stack, None, None
-        await stack.__aexit__(None, None, None)
 
     def register(self, bus: EventBus, scheduler: Scheduler) -> Callable[[], None]:
         """Listen for new notices; release held ones when quiet hours end. Return the unsubscribe."""

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from contextlib import AsyncExitStack
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskGroup
 
 from daemon.agent.records import ScheduleFired
+from daemon.background import BackgroundWork
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.events import JournalNote
@@ -100,7 +99,7 @@ def lateness(seconds: float) -> str:
     return f"{hours // 24} days {hours % 24} h"
 
 
-class ScheduleKeeper:
+class ScheduleKeeper(BackgroundWork):
     """Fires due schedules on the scheduler's timer (see the module's docstring).
 
     `async with` owns the task group the tasks' forks run in; leaving it cancels them (a
@@ -134,22 +133,8 @@ class ScheduleKeeper:
         self.fired = 0
         self.wakeups = 0
         self._tasks_running: set[str] = set()
-        self._tg: TaskGroup | None = None
-        self._stack: AsyncExitStack | None = None
         self._armed = False
         self._crash_after_fire = bool(os.environ.get(CRASH_AFTER_FIRE_ENV))
-
-    async def __aenter__(self) -> ScheduleKeeper:
-        async with AsyncExitStack() as stack:
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._stack = stack.pop_all()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._stack is not None and self._tg is not None
-        self._tg.cancel_scope.cancel()
-        stack, self._stack, self._tg = self._stack, None, None
-        await stack.__aexit__(None, None, None)
 
     async def start(self) -> None:
         """Finish what a restart interrupted, add the timer, and arm it (due now: catch-up)."""
