@@ -17,6 +17,9 @@ they rest on). A fact may carry a key (`subject`, `attribute`): a mined fact wit
 an active fact and another value is a change — it supersedes the old one (`op: correct`,
 `source: mined`), whose validity ends where the new one's begins (`valid_from`); the old
 one stays in history (`history`) and the new one's index row says what it changed from.
+A told fact (`remember`) with the key of a current fact and another value, or naming the
+value it replaces ("now 31, not 12"), supersedes it the same way; a less trusted word than
+the current fact's is refused instead.
 
 Several processes may write (the daemon and `reverie remember`): ids are allocated and lines
 appended under an exclusive `flock` after reading whatever another process appended.
@@ -45,9 +48,8 @@ from daemon.clock import Clock
 from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
-from daemon.memory.dates import resolve_dates
 from daemon.memory.index import MemoryIndex
-from daemon.memory.mining import MinedFact, rules_for
+from daemon.memory.mining import MinedFact, resolve_plan_dates, rules_for
 from daemon.memory.rows import NewMemory, iso
 from daemon.memory.writer import next_generation, write
 from daemon.paths import Home
@@ -339,12 +341,22 @@ class MinedOutcome:
     message: str = ""
 
 
+# "remember that the bike lock combination is now 168": the request, not part of the fact.
+_ASKED = re.compile(r"^(?:please |pls )?(?:remember|note|keep in mind)(?: that|:|,)?\s+", re.I)
+
+
+def fact_change(text: str) -> tuple[str, str, str, str]:
+    """(subject, attribute, value, replaced value) the extractive rules read in a fact's text."""
+    for found in rules_for(_ASKED.sub("", " ".join(text.split()))):
+        if found.get("subject") and found.get("attribute"):
+            return (found["subject"], found["attribute"], found.get("value", ""),
+                    found.get("replaces", ""))  # fmt: skip
+    return "", "", "", ""
+
+
 def fact_key(text: str) -> tuple[str, str, str]:
     """(subject, attribute, value) the extractive rules read in a fact's text ("" when none)."""
-    for found in rules_for(" ".join(text.split())):
-        if found.get("subject") and found.get("attribute"):
-            return found["subject"], found["attribute"], found.get("value", "")
-    return "", "", ""
+    return fact_change(text)[:3]
 
 
 class FactStore:
@@ -418,7 +430,7 @@ class FactStore:
                 f"a fact is one atomic statement; this one is {len(wording)} characters "
                 f"(limit {MAX_FACT_CHARS}): split it into several facts"
             )
-        return wording, resolve_dates(wording, self.clock.now().astimezone(self.tz))
+        return wording, resolve_plan_dates(wording, self.clock.now().astimezone(self.tz))
 
     async def remember(
         self, text: str, *, target: str = "memory", origin: str = "person", tags: Sequence[str] = ()
@@ -450,8 +462,22 @@ class FactStore:
                         text=fact.text,
                         message=f"already remembered as {fact.id}",
                     )
+            subject, attribute, value, replaced = fact_change(wording)
+            changed = None if kept is not None else self._changes(subject, attribute, replaced)
+            if changed is not None and normalise(changed.value) == normalise(value):
+                changed = None  # the same value in other words: the duplicate checks below decide
+            if changed is not None and not self._may_change(changed, origin):
+                return RememberResult(
+                    status="similar", id=changed.id, text=changed.text, similar_to=changed.id,
+                    message=(
+                        f"not stored: {changed.id} ({changed.text!r}) holds this, on the "
+                        f"{changed.origin}'s word, which {origin!r} text does not change; "
+                        f"correct {changed.id} if the person says so"
+                    ),
+                )  # fmt: skip
             kind = "profile" if target == "profile" else "fact"
-            near = None if kept is not None else await self._similar(resolved, kind)
+            skip_near = kept is not None or changed is not None
+            near = None if skip_near else await self._similar(resolved, kind)
             if near is not None and self._keeps(self.get(near.id), origin, target):
                 kept, near = self.get(near.id), None
             if near is not None:
@@ -462,7 +488,6 @@ class FactStore:
                     similar_to=near.id,
                     message=f"not stored: very similar to {near.id} ({near.text!r}); use correct to update it",
                 )
-            subject, attribute, value = fact_key(wording)
             event = {
                 "v": 1,
                 "op": "remember",
@@ -480,16 +505,48 @@ class FactStore:
             if kept is not None:
                 # Asked to keep what sleep had mined: the told fact takes the mined one's place.
                 event.update(op="correct", supersedes=kept.id)
+            if changed is not None:
+                # A new value of a current fact: it supersedes that one as a mined change does
+                # (the old one's validity ends here; it stays in history).
+                event.update(op="correct", supersedes=changed.id, target=changed.target,
+                             valid_from=event["ts"])  # fmt: skip
+                if replaced:
+                    event["replaced"] = replaced
             written = await anyio.to_thread.run_sync(self.log.append, event)
             fact = self.log.facts[written["id"]]
             await self._index_and_render(fact)
             if kept is not None:
                 await self.index.retire(kept.id, at=fact.created_at, superseded_by=fact.id)
-        log.info("fact remembered", id=fact.id, target=target, origin=origin, kept=kept and kept.id)
+            if changed is not None:
+                await self.index.retire(changed.id, at=fact.valid_since, superseded_by=fact.id)
+        log.info("fact remembered", id=fact.id, target=target, origin=origin, kept=kept and kept.id,
+                 supersedes=changed and changed.id)  # fmt: skip
         message = f"remembered as {fact.id}"
         if kept is not None:
             message += f" (in place of {kept.id}, which sleep had found said in passing)"
+        if changed is not None:
+            message += f" in place of {changed.id} ({changed.text!r}), kept in its history"
+            return RememberResult(
+                status="corrected", id=fact.id, text=fact.text, message=message,
+                similar_to=changed.id,
+            )  # fmt: skip
         return RememberResult(status="stored", id=fact.id, text=fact.text, message=message)
+
+    def _changes(self, subject: str, attribute: str, replaced: str) -> Fact | None:
+        """The current fact a told fact gives a new value of: the same key, or the value it replaces."""
+        if not subject:
+            return None
+        old = self.by_key((subject, attribute))
+        if old is None and replaced:
+            old = self._naming(replaced, subject)
+        return old
+
+    @staticmethod
+    def _may_change(old: Fact, origin: str) -> bool:
+        """A fact is superseded only by a word at least as trusted (never the profile by untrusted text)."""
+        return _TRUST.get(origin, 2) <= _TRUST.get(old.origin, 2) and not (
+            old.target == "profile" and origin in UNTRUSTED_ORIGINS
+        )
 
     @staticmethod
     def _keeps(fact: Fact | None, origin: str, target: str) -> bool:

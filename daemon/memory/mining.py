@@ -345,6 +345,58 @@ def _gerund(value: str) -> bool:
     )
 
 
+# A weekday said of a habit ("the gym moves to Saturday", "my gym day is Tuesday", "every
+# Friday") names a day of every week, not one date: resolving it would make a lasting fact
+# look like a dated plan that sleep retires once that date has passed.
+_DAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_ONE_OFF_DAY = re.compile(rf"\b(?:this|next|last|coming)\s+{_DAY}\b", re.I)
+_EVERY_DAY = re.compile(rf"\b(?:every|each)(?: other)?\s+{_DAY}\b", re.I)
+_HABIT_CUE = re.compile(
+    r"\b(?:usually|always|normally|generally|typically|regularly|weekly|every week|each week|"
+    r"any ?more|no longer|from now on|these days|nowadays|most weeks)\b"
+    r"|\b(?:my|our|his|her|their) (?!big |special |last |first |wedding )[a-z][\w'’-]* (?:day|night)s?\b"
+    r"|\bI (?:usually |always |normally |still )?(?:go|head|swim|train|work out|practise|practice"
+    rf"|play|run|cycle|climb|volunteer|teach|work)\b[^.;]*\bon {_DAY}\b",
+    re.I,
+)
+# A move of a habit (not of one event) to another weekday: "the gym moves to Saturday".
+_MOVED_TO_DAY = re.compile(
+    rf"\b(?P<subj>[a-z][\w'’-]*)(?: day)? (?:has |have |is |was )?(?:moved|moves|moving|shifted|shifts|"
+    rf"switched|switches|changed|changes) (?:from {_DAY} )?to {_DAY}\b",
+    re.I,
+)
+_ONE_OFF_THINGS = frozenset(
+    "party dinner lunch breakfast wedding flight trip appointment interview meeting offsite "
+    "visit date call deadline launch show concert match game exam surgery funeral ceremony "
+    "delivery move viewing reservation booking".split()
+)
+_BARE_DAY = re.compile(rf"\b{_DAY}\b(?!\s*\()", re.I)
+
+
+def recurring_days(text: str) -> bool:
+    """True when the weekdays in `text` name a day of every week, not one date."""
+    if _ONE_OFF_DAY.search(text):
+        return False  # "this Saturday", "next Tuesday": a date, whatever else is said
+    if _EVERY_DAY.search(text) or _HABIT_CUE.search(text):
+        return True
+    moved = _MOVED_TO_DAY.search(text)
+    return moved is not None and moved.group("subj").lower() not in _ONE_OFF_THINGS
+
+
+def resolve_plan_dates(text: str, now: datetime) -> str:
+    """`resolve_dates`, except that a weekday of a habit stays a weekday (see `recurring_days`)."""
+    if not recurring_days(text):
+        return resolve_dates(text, now)
+    days: list[str] = []
+
+    def hold(m: re.Match[str]) -> str:
+        days.append(m.group(0))
+        return f"\ue000{len(days) - 1}\ue001"
+
+    held = resolve_dates(_BARE_DAY.sub(hold, text), now)
+    return re.sub("\ue000(\\d+)\ue001", lambda m: days[int(m.group(1))], held)
+
+
 def rules_for(sentence: str) -> list[dict[str, str]]:
     """The facts one sentence of the person's states, by the extractive rules (may be empty)."""
     found: list[dict[str, str]] = []
@@ -497,7 +549,7 @@ def mine_lines(lines: Sequence[Line], tz: tzinfo) -> list[MinedFact]:
             for raw in rules_for(sentence):
                 out.append(
                     MinedFact(
-                        text=resolve_dates(raw["text"], local),
+                        text=resolve_plan_dates(raw["text"], local),
                         kind=raw["kind"],
                         origin=line.origin,
                         session=line.session,

@@ -40,6 +40,7 @@ from daemon.events import SleepHousekeeping
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.memory.facts import Fact, local_timezone
+from daemon.memory.mining import recurring_days
 from daemon.memory.months import (
     FoldSource,
     month_key,
@@ -255,6 +256,8 @@ def stale_date(fact: Fact, today: date, tz: Any, grace_days: int) -> date | None
     """The date that makes `fact` stale, or None: a plan stated on or before its last date, long past."""
     if fact.target != "memory" or not fact.active or fact.restored_at is not None:
         return None
+    if recurring_days(fact.text):
+        return None  # "the gym moves to Saturday (…)": a day of every week, never a past plan
     dates: list[date] = []
     for raw in _DATE.findall(fact.text):
         try:
