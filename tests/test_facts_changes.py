@@ -79,6 +79,7 @@ CHANGES = [
     ("my dentist is Dr Moreau", "my dentist is now Dr Lee"),
     ("the book club is at Marta's flat", "the book club is now at the library"),
     ("my locker number is 12", "please remember my locker number is 31 now, not 12"),
+    ("the guest wifi password is tulip", "don't forget that the guest wifi password is now orchid"),
 ]
 
 

@@ -342,7 +342,11 @@ class MinedOutcome:
 
 
 # "remember that the bike lock combination is now 168": the request, not part of the fact.
-_ASKED = re.compile(r"^(?:please |pls )?(?:remember|note|keep in mind)(?: that|:|,)?\s+", re.I)
+_ASKED = re.compile(
+    r"^(?:please |pls )?(?:remember|note|keep in mind|make a note|don'?t forget|do not forget)"
+    r"(?: that|:|,)?\s+",
+    re.I,
+)
 
 
 def fact_change(text: str) -> tuple[str, str, str, str]:
