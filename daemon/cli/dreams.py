@@ -11,10 +11,9 @@ import argparse
 import json
 from typing import Any
 
-from daemon.cli.support import CommandError, Env, resolve_env
+from daemon.cli.support import CommandError, Env, has_table, open_database, resolve_env
 from daemon.clock import SystemClock
 from daemon.sleep.revisions import Revision, RevisionError, RevisionStore
-from daemon.store.db import Database
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -42,27 +41,6 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     revert.set_defaults(func=_revert)
 
 
-async def _open(env: Env, *, write: bool) -> Database | None:
-    if not env.home.db_file.exists():
-        return None
-    try:
-        return await Database.open(
-            env.home.db_file,
-            readonly=not write,
-            migrate=write,
-            busy_timeout_ms=env.settings.store.busy_timeout_ms,
-        )
-    except Exception as exc:
-        raise CommandError(f"cannot open the database {env.home.db_file}: {exc}") from None
-
-
-async def _has_table(db: Database) -> bool:
-    row = await db.fetchone(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'dream_revisions'"
-    )
-    return row is not None
-
-
 def _line(rev: Revision) -> str:
     when = rev.created_at[:16].replace("T", " ")
     reason = f" — {rev.reason}" if rev.reason else ""
@@ -73,11 +51,11 @@ async def _list(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     if args.limit <= 0:
         raise CommandError("--limit must be a positive number")
-    db = await _open(env, write=False)
+    db = await open_database(env, write=False) if env.home.db_file.exists() else None
     revisions: list[Revision] = []
     if db is not None:
         async with db:
-            if await _has_table(db):
+            if await has_table(db, "dream_revisions"):
                 revisions = await RevisionStore(env.home, db).recent(limit=args.limit)
     if args.json:
         print(json.dumps([r.to_json() for r in revisions], ensure_ascii=False))
@@ -90,11 +68,15 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _get(env: Env, rev_id: str) -> Revision:
-    db = await _open(env, write=False)
+    db = await open_database(env, write=False) if env.home.db_file.exists() else None
     if db is None:
         raise CommandError(f"no dream revision {rev_id!r}; `reverie dreams` lists them")
     async with db:
-        rev = await RevisionStore(env.home, db).get(rev_id) if await _has_table(db) else None
+        rev = (
+            await RevisionStore(env.home, db).get(rev_id)
+            if await has_table(db, "dream_revisions")
+            else None
+        )
     if rev is None:
         raise CommandError(f"no dream revision {rev_id!r}; `reverie dreams` lists them")
     return rev
@@ -115,7 +97,7 @@ async def _show(args: argparse.Namespace) -> int:
 
 async def _revert(args: argparse.Namespace) -> int:
     env = resolve_env(args)
-    db = await _open(env, write=True)
+    db = await open_database(env) if env.home.db_file.exists() else None
     if db is None:
         raise CommandError(f"no dream revision {args.id!r}; `reverie dreams` lists them")
     async with db:

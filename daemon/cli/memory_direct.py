@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING
 import daemon.cli.memory_args as spec
 import daemon.cli.memory_render as render
 from daemon.cli.memory_render import ImportProgress
-from daemon.cli.support import CommandError, Env, print_err, resolve_env
+from daemon.cli.support import CommandError, Env, open_database, print_err, resolve_env
 from daemon.clock import SystemClock
 from daemon.commands import BATCH_QUERIES, ops
 from daemon.log import configure
 from daemon.memory.embedders import Embedder, EmbedderError, NoEmbedder, build_embedder
 from daemon.memory.index import MemoryIndex
 from daemon.memory.transcripts import TranscriptError
-from daemon.store.db import Database
 
 if TYPE_CHECKING:
     from daemon.memory.system import MemorySystem
@@ -54,21 +53,12 @@ def _embedder(env: Env, mode: str = "hybrid") -> Embedder:
         raise CommandError(str(exc)) from None
 
 
-async def _open_db(env: Env) -> Database:
-    try:
-        return await Database.open(
-            env.home.db_file, busy_timeout_ms=env.settings.store.busy_timeout_ms
-        )
-    except Exception as exc:
-        raise CommandError(f"cannot open the memory database {env.home.db_file}: {exc}") from None
-
-
 @asynccontextmanager
 async def open_index(
     env: Env, *, mode: str = "hybrid", background: bool = False
 ) -> AsyncIterator[MemoryIndex]:
     """Open the home's database and a memory index over it (no background task by default)."""
-    async with await _open_db(env) as db:
+    async with await open_database(env) as db:
         embedder = _embedder(env, mode)
         index = MemoryIndex(db, embedder, env.settings.memory, SystemClock(), background=background)
         async with index:
@@ -125,7 +115,7 @@ async def open_memory(env: Env, *, models: bool) -> AsyncIterator[MemorySystem]:
     from daemon.models.roles import ModelRoles
 
     clock = SystemClock()
-    async with await _open_db(env) as db, AsyncExitStack() as stack:
+    async with await open_database(env) as db, AsyncExitStack() as stack:
         roles = (
             await stack.enter_async_context(
                 ModelRoles(env.settings, UsageLedger(db, env.settings.spend, clock))

@@ -13,11 +13,10 @@ import json
 from typing import Any
 
 from daemon.bus import EventBus
-from daemon.cli.support import CommandError, Env, resolve_env
+from daemon.cli.support import CommandError, Env, open_database, resolve_env
 from daemon.clock import SystemClock
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.scheduler import local_zone
-from daemon.store.db import Database
 
 # `--all` shows at most this many, the newest.
 ALL_LIMIT = 100
@@ -40,15 +39,6 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object per notice, one per line")
     p.set_defaults(func=run_notices)
-
-
-async def _open(env: Env) -> Database:
-    try:
-        return await Database.open(
-            env.home.db_file, busy_timeout_ms=env.settings.store.busy_timeout_ms
-        )
-    except Exception as exc:
-        raise CommandError(f"cannot open the database {env.home.db_file}: {exc}") from None
 
 
 def _state(notice: Notice) -> str:
@@ -85,7 +75,7 @@ def render(notices: list[Notice], env: Env) -> str:
 
 async def run_notices(args: argparse.Namespace) -> int:
     env = resolve_env(args)
-    db = await _open(env)
+    db = await open_database(env)
     async with db:
         outbox = Outbox(db, bus=EventBus("notices-cli"), clock=SystemClock())
         if args.ack or args.ack_all:

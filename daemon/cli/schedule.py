@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from daemon.cli.support import CommandError, Env, resolve_env
+from daemon.cli.support import CommandError, Env, open_database, resolve_env
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -83,14 +83,8 @@ async def _direct(env: Env, request: dict[str, Any]) -> dict[str, Any]:
     from daemon.schedule.store import ScheduleError, ScheduleStore
     from daemon.schedule.tools import schedule_command
     from daemon.scheduler import local_zone
-    from daemon.store.db import Database
 
-    try:
-        db = await Database.open(
-            env.home.db_file, busy_timeout_ms=env.settings.store.busy_timeout_ms
-        )
-    except Exception as exc:
-        raise CommandError(f"cannot open the database {env.home.db_file}: {exc}") from None
+    db = await open_database(env)
     async with db:
         store = ScheduleStore(
             db,

@@ -13,8 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.support import CommandError, Env, resolve_env
-from daemon.store.db import Database
+from daemon.cli.support import CommandError, Env, has_table, open_database, resolve_env
 
 # How `show` and `list` name the kinds of change, in the order `show` counts them.
 KIND_LABELS = {
@@ -108,27 +107,6 @@ async def cmd_sleep(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _open(env: Env, *, write: bool) -> Database | None:
-    if not env.home.db_file.exists():
-        return None
-    try:
-        return await Database.open(
-            env.home.db_file,
-            readonly=not write,
-            migrate=write,
-            busy_timeout_ms=env.settings.store.busy_timeout_ms,
-        )
-    except Exception as exc:
-        raise CommandError(f"cannot open the database {env.home.db_file}: {exc}") from None
-
-
-async def _has_changes_table(db: Database) -> bool:
-    row = await db.fetchone(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sleep_changes'"
-    )
-    return row is not None
-
-
 def _counts_line(counts: dict[str, int]) -> str:
     parts = [f"{counts[k]} {w}" for k, w in _COUNT_WORDS.items() if counts.get(k)]
     return ", ".join(parts) or "no memory changes"
@@ -141,11 +119,11 @@ async def cmd_list(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     if args.limit <= 0:
         raise CommandError("--limit must be a positive number")
-    db = await _open(env, write=False)
+    db = await open_database(env, write=False) if env.home.db_file.exists() else None
     out: list[dict[str, Any]] = []
     if db is not None:
         async with db:
-            if await _has_changes_table(db):
+            if await has_table(db, "sleep_changes"):
                 records = await Checkpoints(db).cycles(limit=args.limit)
                 counts = await change_counts(db, [r.id for r in records])
                 for r in records:
@@ -187,11 +165,11 @@ async def cmd_show(args: argparse.Namespace) -> int:
     from daemon.sleep.changes import cycle_view
 
     env = resolve_env(args)
-    db = await _open(env, write=False)
+    db = await open_database(env, write=False) if env.home.db_file.exists() else None
     view = None
     if db is not None:
         async with db:
-            if await _has_changes_table(db):
+            if await has_table(db, "sleep_changes"):
                 view = await cycle_view(db, env.home, args.id)
     if view is None:
         raise CommandError(

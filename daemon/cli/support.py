@@ -11,12 +11,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.cli.locate import home_dir
 from daemon.paths import Home
 from daemon.settings import ConfigError, Settings, load_settings
 from daemon.store.errors import is_database_error
+
+if TYPE_CHECKING:
+    from daemon.store.db import Database
 
 
 class CommandError(Exception):
@@ -97,3 +100,26 @@ def environment_failure(exc: BaseException, home: Path | None) -> str | None:
 
 def print_err(message: str) -> None:
     print(f"reverie: {message}", file=sys.stderr)
+
+
+async def open_database(env: Env, *, write: bool = True) -> Database:
+    """The home's database for a command run without the daemon (read-only: no migration)."""
+    from daemon.store.db import Database
+
+    try:
+        return await Database.open(
+            env.home.db_file,
+            readonly=not write,
+            migrate=write,
+            busy_timeout_ms=env.settings.store.busy_timeout_ms,
+        )
+    except Exception as exc:
+        raise CommandError(f"cannot open the database {env.home.db_file}: {exc}") from None
+
+
+async def has_table(db: Database, name: str) -> bool:
+    """Whether the database has `name` yet (a home older than the migration that adds it)."""
+    row = await db.fetchone(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    )
+    return row is not None
