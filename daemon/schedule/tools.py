@@ -16,7 +16,6 @@ from typing import Any
 
 from daemon.schedule.store import KINDS, ScheduleError, ScheduleStore
 from daemon.tools.approvals import PermissionGuard
-from daemon.tools.policy import subject_of
 from daemon.tools.registry import Tool, ToolContext, ToolError
 
 SCHEDULE_SCHEMA: dict[str, Any] = {
@@ -118,13 +117,8 @@ def schedule_tools(store: ScheduleStore, *, guard: PermissionGuard | None = None
     ) -> str | None:
         if guard is None:
             return "no one could be asked"
-        verdict = guard.policy.decide(tool_, args)
-        if verdict.decision == "allow" and verdict.source != "default":
-            # A configured rule or the person's saved "always" already says yes.
-            return None
         why = f"schedule {schedule_id} was proposed after reading text from a tool"
-        # The guard's own question: the same frame, timeout, record and log as any `ask`.
-        return await guard._ask(tool_, args, ctx, subject_of(tool_, args), why)
+        return await guard.confirm(tool_, args, ctx, why)
 
     async def list_schedules(ctx: ToolContext, args: dict[str, Any]) -> str:
         found = await store.listing(include_ended=bool(args.get("all")))

@@ -223,6 +223,21 @@ class PermissionGuard:
             return reason
         return await self._ask(tool, arguments, ctx, subject, verdict.why)
 
+    async def confirm(
+        self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext, why: str
+    ) -> str | None:
+        """Ask the person about a call their policy would let through on its tool's default.
+
+        For a call made on the strength of untrusted text (a schedule proposed after reading a
+        tool's output): a configured rule or a saved "always" that allows it still stands;
+        otherwise the person is asked — the same frame, timeout, record and log as any `ask`.
+        None when it may go ahead, else why not.
+        """
+        verdict = self.policy.decide(tool, arguments)
+        if verdict.decision == "allow" and verdict.source != "default":
+            return None
+        return await self._ask(tool, arguments, ctx, subject_of(tool, arguments), why)
+
     async def _ask(
         self,
         tool: Tool,
