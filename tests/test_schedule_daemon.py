@@ -12,33 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
-from tests.harness import Client, DaemonProcess, daemon_env, run_cli, wait_until
+from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env, run_cli, wait_until
 
-CONFIG = """
+CONFIG = (
+    FAKE_API_CONFIG
+    + """
 [scheduler]
 timezone = "Europe/London"
-
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 90
-
-# Only the trunk and its forks talk to the fake, so its script is theirs alone.
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
 
 [permissions]
 approval_timeout_s = 20
 """
+)
 
 FRAMING = "You are in focused task mode. Your objective is: "
 
