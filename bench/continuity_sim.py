@@ -359,7 +359,75 @@ HELDOUT: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
 }
-WORDINGS = ("tuning", "heldout")
+# A third set, written once and never tuned on (`--wording unseen`): nobody reads its misses
+# sentence by sentence; it is measured and reported beside the other two. Some changes name the
+# value they replace, some do not.
+UNSEEN: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "offsite": (
+        ("the company retreat, our offsite, is happening in {v}", "offsite venue confirmed: {v}"),
+        (
+            "HR emailed that the offsite is in {v} now",
+            "they ditched {old}: the offsite will take place in {v}",
+        ),
+    ),
+    "gym": (
+        ("I do my gym sessions on {v}", "{v} evenings are for the gym"),
+        (
+            "I can't make {old} anymore, so the gym is on {v} now",
+            "my gym slot changed: it's {v} these days",
+        ),
+    ),
+    "book": (
+        ("book club chose {v} for this month", "our book club book right now is {v}"),
+        (
+            "book club voted {old} out and {v} in",
+            "the book club is reading {v} next, we abandoned {old}",
+        ),
+    ),
+    "nursery": (
+        ("the nursery is being painted {v}", "we settled on {v} paint for the nursery"),
+        (
+            "the nursery walls ended up {v}",
+            "we repainted the nursery in {v} because {old} was too dark",
+        ),
+    ),
+    "dinner": (
+        ("we have a reservation at {v} for our anniversary", "the anniversary meal is at {v}"),
+        (
+            "we moved our anniversary reservation over to {v}",
+            "no more {old}, the anniversary dinner will be at {v}",
+        ),
+    ),
+    "codename": (
+        ("internally the project is called {v}", "the codename for the new project: {v}"),
+        (
+            "the project's been renamed, it's {v} now",
+            "legal made us drop {old}, so the project codename became {v}",
+        ),
+    ),
+    "race": (
+        ("I entered the {v} half marathon", "my half marathon this season is {v}"),
+        (
+            "I'm running the {v} half marathon now instead",
+            "I swapped the {old} half marathon for the one in {v}",
+        ),
+    ),
+    "instrument": (
+        ("I take {v} lessons on weekends", "weekends I have my {v} lessons"),
+        (
+            "I quit {old} and started {v} lessons at the weekend",
+            "the weekend lessons are now for {v}",
+        ),
+    ),
+    "flight": (
+        ("my Lisbon flight is on {v}", "I'm on the Lisbon flight on {v}"),
+        (
+            "the Lisbon flight got rebooked for {v}",
+            "they changed my Lisbon flight from {old} to {v}",
+        ),
+    ),
+}
+WORDINGS = ("tuning", "heldout", "unseen")
 
 
 # The facts a person asks to keep: (anchors, text with {v}, value maker, question).
@@ -500,7 +568,8 @@ def generate(
     with days. The wording changes how facts are said, never which facts or when."""
     if wording not in WORDINGS:
         raise ValueError(f"wording must be one of {WORDINGS}, not {wording!r}")
-    heldout = wording == "heldout"
+    heldout = wording != "tuning"
+    other_forms = UNSEEN if wording == "unseen" else HELDOUT
     rng = random.Random(seed)
     start = start or datetime.now(UTC).date()
     scale = days / 45
@@ -528,7 +597,12 @@ def generate(
         )
         day = intro_day()
         said = rng.choice(
-            [f"{name}, who is my {relation}, {deed}", f"it was {name}, my {relation}, who {deed}"]
+            [f"{name} (my {relation}) {deed}", f"my {relation}, {name}, {deed}"]
+            if wording == "unseen"
+            else [
+                f"{name}, who is my {relation}, {deed}",
+                f"it was {name}, my {relation}, who {deed}",
+            ]
             if heldout
             else [f"my {relation} {name} {deed}", f"{name}, my {relation}, {deed}"]
         )
@@ -560,7 +634,7 @@ def generate(
         fact = Fact(
             f"{attr.key}", "passing", "plan", attr.anchors, values[0], question=attr.question
         )
-        said_forms, changed_forms = HELDOUT[attr.key] if heldout else (attr.said, attr.changed)
+        said_forms, changed_forms = other_forms[attr.key] if heldout else (attr.said, attr.changed)
         events.append(Event(day, rng.choice(said_forms).format(v=values[0]), fact=fact.fid))
         fact.said_on.append(day)
         for c in range(changes):
@@ -584,7 +658,9 @@ def generate(
             f"remembered-{i}", "remembered", "remembered", anchors, value, question=question
         )
         body = text.format(v=value)
-        ask = "don't forget that" if heldout else "remember that"
+        ask = {"tuning": "remember that", "heldout": "don't forget that"}.get(
+            wording, "please keep in mind that"
+        )
         events.append(Event(day, body if via == "cli" else f"{ask} {body}", via, fact.fid))
         fact.said_on.append(day)
         if i == 0 and day + 2 < days:

@@ -93,8 +93,11 @@ def test_every_event_of_a_month_and_a_half_is_said_on_its_day() -> None:
     assert len(said[scenario.long_days[0]]) >= 36
 
 
-def test_the_held_out_wording_says_the_same_facts_on_the_same_days_in_other_words() -> None:
-    tuning, heldout = generate(seed=7, days=45), generate(seed=7, days=45, wording="heldout")
+@pytest.mark.parametrize("wording", ["heldout", "unseen"])
+def test_the_other_wordings_say_the_same_facts_on_the_same_days_in_other_words(
+    wording: str,
+) -> None:
+    tuning, heldout = generate(seed=7, days=45), generate(seed=7, days=45, wording=wording)
     assert [(f.fid, f.value, f.superseded, f.said_on) for f in tuning.facts] == [
         (f.fid, f.value, f.superseded, f.said_on) for f in heldout.facts
     ]
