@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from daemon.memory.mining import Line, mine_lines, resolve_plan_dates
+from daemon.memory.mining_model import parse_model_facts
 from daemon.sleep.maintenance import MaintenancePhase
 from tests.harness import run_cli
 from tests.sleep_phase_support import sleep_home, sleep_settings
@@ -54,6 +55,30 @@ def test_a_weekday_of_a_habit_is_not_read_as_a_date(text: str) -> None:
 @pytest.mark.parametrize(("text", "day"), ONE_OFF)
 def test_a_weekday_of_one_plan_still_resolves_to_its_date(text: str, day: str) -> None:
     assert f"({day})" in resolve_plan_dates(text, SAID)
+
+
+def _model_fact(text: str, said: str, *, attribute: str = "", value: str = "") -> str:
+    line = Line(session="s1", id="m1", ts=SAID, role="user", origin="person", text=said)
+    answer = {"facts": [{"text": text, "kind": "fact", "subject": "person" if attribute else "",
+                         "attribute": attribute, "value": value, "message_ids": ["m1"]}]}  # fmt: skip
+    (fact,) = parse_model_facts(answer, [line], UTC).facts
+    return fact.text
+
+
+def test_the_model_path_keeps_a_habits_weekday_as_a_weekday() -> None:
+    # The model's own sentence carries no habit cue: the line it cites does.
+    said = "Long day. The gym moves to Saturday for me, Tuesday doesn't work any more."
+    assert _model_fact("The person's gym day is Saturday.", said) == (
+        "The person's gym day is Saturday."
+    )
+    # A bare weekday as the value of a "day" attribute is a day of every week.
+    assert "(20" not in _model_fact(
+        "Swimming is on Thursday.", "Swimming is on Thursday.", attribute="swim day",
+        value="Thursday",
+    )  # fmt: skip
+    # A one-off plan from the model still gets its date, even beside a habit in the message.
+    said = "I go swimming every Friday. The dinner moves to Saturday."
+    assert "(2026-11-28)" in _model_fact("The dinner is on Saturday.", said)
 
 
 async def test_a_recurring_fact_is_never_retired_as_a_past_plan(tmp_path: Path) -> None:

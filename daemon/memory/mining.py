@@ -383,9 +383,10 @@ def recurring_days(text: str) -> bool:
     return moved is not None and moved.group("subj").lower() not in _ONE_OFF_THINGS
 
 
-def resolve_plan_dates(text: str, now: datetime) -> str:
-    """`resolve_dates`, except that a weekday of a habit stays a weekday (see `recurring_days`)."""
-    if not recurring_days(text):
+def resolve_plan_dates(text: str, now: datetime, *, recurring: bool | None = None) -> str:
+    """`resolve_dates`, except that a weekday of a habit stays a weekday (see `recurring_days`;
+    `recurring` says so when the caller knows better than the text, as from the line it cites)."""
+    if not (recurring_days(text) if recurring is None else recurring):
         return resolve_dates(text, now)
     days: list[str] = []
 

@@ -14,8 +14,16 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
 
-from daemon.memory.dates import resolve_dates
-from daemon.memory.mining import KINDS, MAX_MINED_CHARS, Line, MinedFact, norm_key, weakest
+from daemon.memory.mining import (
+    KINDS,
+    MAX_MINED_CHARS,
+    Line,
+    MinedFact,
+    norm_key,
+    recurring_days,
+    resolve_plan_dates,
+    weakest,
+)
 from daemon.models.base import ToolSpec
 
 MINING_PROMPT = """You read a day of conversations between a person and their long-running \
@@ -106,18 +114,48 @@ def parse_model_facts(data: Any, lines: Sequence[Line], tz: tzinfo) -> ModelFact
             continue
         kind = str(raw.get("kind") or "fact")
         first = min(cited, key=lambda line: line.ts)
+        attribute = norm_key(str(raw.get("attribute") or ""))
+        value = " ".join(str(raw.get("value") or "").split())[:120]
         result.facts.append(
             MinedFact(
-                text=resolve_dates(text, first.ts.astimezone(tz)),
+                text=resolve_plan_dates(
+                    text,
+                    first.ts.astimezone(tz),
+                    recurring=_habit_day(text, attribute, value, cited),
+                ),
                 kind=kind if kind in KINDS else "fact",
                 origin=weakest(line.origin for line in cited),
                 session=first.session,
                 message_ids=tuple(dict.fromkeys(line.id for line in cited)),
                 said_at=max(line.ts for line in cited),
                 subject=norm_key(str(raw.get("subject") or "")),
-                attribute=norm_key(str(raw.get("attribute") or "")),
-                value=" ".join(str(raw.get("value") or "").split())[:120],
+                attribute=attribute,
+                value=value,
                 replaces=" ".join(str(raw.get("replaces") or "").split())[:120],
             )
         )
     return result
+
+
+_WEEKDAY = re.compile(r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?", re.I)
+
+
+def _habit_day(text: str, attribute: str, value: str, cited: Sequence[Line]) -> bool:
+    """True when the weekdays of a model's fact name a day of every week, not one date.
+
+    The model writes its own sentence ("The person's gym day is Saturday"), so the person's
+    words it cites count as much as its own: a weekday that is a habit there ("the gym moves to
+    Saturday for me") stays a weekday. So does a bare weekday given as the value of a "day"
+    attribute ("gym day": "Saturday"), whatever the sentence around it says.
+    """
+    if recurring_days(text):
+        return True
+    days = {d.lower().rstrip("s") for d in _WEEKDAY.findall(text)}
+    # Only the sentences of the cited lines that say one of the fact's weekdays: a habit
+    # elsewhere in a long message says nothing about this day.
+    for line in cited:
+        for sentence in re.split(r"(?<=[.!?;])\s+|\n+", line.text):
+            said = {d.lower().rstrip("s") for d in _WEEKDAY.findall(sentence)}
+            if said & days and recurring_days(sentence):
+                return True
+    return bool(_WEEKDAY.fullmatch(value.strip())) and attribute.split()[-1:] == ["day"]
