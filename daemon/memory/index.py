@@ -29,8 +29,14 @@ from daemon.log import get_logger
 from daemon.memory.chunks import chunk_session
 from daemon.memory.embedders import Embedder
 from daemon.memory.embedding import EmbeddingWorker
-from daemon.memory.lexical import LexicalSearcher
-from daemon.memory.matrix import StaleMatrix, VectorMatrix, index_state, matrix_path
+from daemon.memory.lexical import LexicalSearcher, PgLexicalSearcher
+from daemon.memory.matrix import (
+    PgVectorMatrix,
+    StaleMatrix,
+    VectorMatrix,
+    index_state,
+    matrix_path,
+)
 from daemon.memory.search import MemorySearch, SearchMode
 from daemon.memory.uses import UseLog
 from daemon.memory.writer import MemoryWriter
@@ -80,11 +86,18 @@ class MemoryIndex:
         self.embedder = embedder
         self.settings = settings
         self.clock = clock
-        self.matrix = VectorMatrix(model=embedder.name, dim=embedder.dim)
+        # The backend's own vector and full-text search; everything else is shared.
+        self.matrix: VectorMatrix
+        if db.is_postgres:
+            self.matrix = PgVectorMatrix(
+                model=embedder.name, dim=embedder.dim, url=db.url, schema=db.schema
+            )
+        else:
+            self.matrix = VectorMatrix(model=embedder.name, dim=embedder.dim)
         self._stack: AsyncExitStack | None = None
         self._refresh_lock = anyio.Lock()
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self.lexical = LexicalSearcher()
+        self.lexical = PgLexicalSearcher() if db.is_postgres else LexicalSearcher()
         self.embedding = EmbeddingWorker(db, embedder, self.refresh)
         self.writer = MemoryWriter(db, self.lexical, self.embedding.wake)
         # What recall shows is counted here (facts' uses: staleness, promotion by use).
@@ -129,6 +142,8 @@ class MemoryIndex:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()
+        if isinstance(self.matrix, PgVectorMatrix):
+            await anyio.to_thread.run_sync(self.matrix.close)
         # The daemon (the one index running an embedding worker) leaves its matrix as it knew
         # it; any other only when it had to rebuild or read much, never for a few rows.
         m = self.matrix
@@ -159,8 +174,18 @@ class MemoryIndex:
             (self.embedder.name,),
         )
         total = sum(r["n"] for r in kinds)
-        page = await self.db.fetchone("PRAGMA page_count")
-        size = await self.db.fetchone("PRAGMA page_size")
+        if self.db.is_postgres:
+            # The namespace's tables and their indexes.
+            row = await self.db.fetchone(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            )
+            db_bytes = int(row[0])
+        else:
+            page = await self.db.fetchone("PRAGMA page_count")
+            size = await self.db.fetchone("PRAGMA page_size")
+            db_bytes = int(page[0]) * int(size[0])
         cached = await self.db.fetchone("SELECT count(*) FROM embeddings")
         return {
             "memories": total,
@@ -171,7 +196,7 @@ class MemoryIndex:
             "with_vector": int(vectors[0]) if self.embedder.dim else 0,
             "pending_vectors": (total - int(vectors[0])) if self.embedder.dim else 0,
             "cached_embeddings": int(cached[0]),
-            "db_bytes": int(page[0]) * int(size[0]),
+            "db_bytes": db_bytes,
             "matrix_bytes": self.matrix.nbytes,
             "matrix": self.matrix_status,
         }

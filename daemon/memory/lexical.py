@@ -1,4 +1,4 @@
-"""Lexical search over FTS5: BM25 on the terms that discriminate, within a row budget.
+"""Lexical search over FTS5 (or PostgreSQL's tsvector): BM25 on the terms that discriminate, within a row budget.
 
 FTS5 must score every row a MATCH selects before it can order them by bm25 (about 1 µs a
 row), so an OR of words found in half the history — a speaker's name on every chunk, a
@@ -13,6 +13,7 @@ after the LIMIT. All of it runs on the database thread, several queries per hop.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -83,11 +84,7 @@ class LexicalSearcher:
         for p in phrases:
             cached = self._df.get(p)
             if cached is None or (cached[1] != generation and cached[0] < RECOUNT_BELOW):
-                count = int(
-                    conn.execute(
-                        "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (p,)
-                    ).fetchone()[0]
-                )
+                count = self._count(conn, p)
                 cached = (count, generation)
                 self._df[p] = cached
             out[p] = cached[0]
@@ -151,13 +148,7 @@ class LexicalSearcher:
         )
         if wide:
             margin = limit + 16
-            got = [
-                r[0]
-                for r in conn.execute(
-                    f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {_BM25} LIMIT ?",
-                    (expr, margin),
-                ).fetchall()
-            ]
+            got = self._ranked(conn, expr, margin)
             if where.include_retired and not where.kinds:
                 return got[:limit]
             kept = [r for r, ok in zip(got, rows_in.allowed(got, where), strict=True) if ok]
@@ -165,8 +156,17 @@ class LexicalSearcher:
                 return kept[:limit]
         return self._joined(conn, expr, limit, where)
 
+    # ----- the full-text index's own SQL (FTS5 here; PostgreSQL's in `PgLexicalSearcher`) -----
+    def _count(self, conn: Any, phrase: str) -> int:
+        sql = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
+        return int(conn.execute(sql, (phrase,)).fetchone()[0])
+
+    def _ranked(self, conn: Any, expr: str, limit: int) -> list[int]:
+        sql = f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {_BM25} LIMIT ?"
+        return [r[0] for r in conn.execute(sql, (expr, limit)).fetchall()]
+
     def _joined(self, conn: Any, expr: str, limit: int, where: RowFilter) -> list[int]:
-        clauses, params = ["memories_fts MATCH ?"], [expr]
+        clauses, params = self._match_clause(expr)
         if where.kinds:
             clauses.append(f"m.kind IN ({','.join('?' * len(where.kinds))})")
             params.extend(where.kinds)
@@ -178,8 +178,83 @@ class LexicalSearcher:
         if where.before is not None:
             clauses.append("coalesce(m.valid_from, m.created_at) < ?")
             params.append(iso(where.before))
+        sql = f"{self._joined_from} WHERE {' AND '.join(clauses)} ORDER BY {self._order} LIMIT ?"
+        return [
+            r[0] for r in conn.execute(sql, (*params, *self._order_params(expr), limit)).fetchall()
+        ]
+
+    _joined_from = (
+        "SELECT m.rowid FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid"
+    )
+    _order = _BM25
+
+    def _match_clause(self, expr: str) -> tuple[list[str], list[Any]]:
+        return ["memories_fts MATCH ?"], [expr]
+
+    def _order_params(self, expr: str) -> tuple[Any, ...]:
+        return ()
+
+
+# PostgreSQL's text search configuration: English stemming, as FTS5's porter tokenizer.
+TS_CONFIG = "english"
+# ts_rank's weights for D, C, B, A: the title (A) counts 2.5 times the text and tags (B), as
+# bm25's 2.0 does on SQLite.
+_TS_RANK = "ts_rank('{0.1, 0.2, 0.4, 1.0}', m.fts, to_tsquery('english', ?))"
+_WORD = re.compile(r"[^\W_]+")
+
+
+def tsquery(expr: str) -> str:
+    """Turn an FTS5 expression of `match_terms` phrases into `to_tsquery` text.
+
+    `"w"` is a word, `"a b"` a phrase (`a <-> b`), `"pre"*` a prefix (`pre:*`); `OR` and
+    `AND` join them. Only word characters reach the query, so no input can change its shape.
+    """
+    out: list[str] = []
+    for token in re.findall(r'"[^"]*"\*?|\bOR\b|\bAND\b', expr):
+        if token in ("OR", "AND"):
+            out.append("|" if token == "OR" else "&")
+            continue
+        words = _WORD.findall(token.rstrip("*").strip('"').lower())
+        if not words:
+            continue
+        if token.endswith("*"):
+            words[-1] += ":*"
+        if out and out[-1] not in ("|", "&"):
+            out.append("|")
+        out.append(words[0] if len(words) == 1 else "(" + " <-> ".join(words) + ")")
+    while out and out[-1] in ("|", "&"):
+        out.pop()
+    return " ".join(out)
+
+
+class PgLexicalSearcher(LexicalSearcher):
+    """The same bounded search over PostgreSQL's tsvector column and its GIN index.
+
+    A term's document frequency is a GIN count; ranking is `ts_rank` over the best matches.
+    """
+
+    _joined_from = "SELECT m.rowid FROM memories m"
+    _order = f"{_TS_RANK} DESC, m.rowid DESC"
+
+    def _count(self, conn: Any, phrase: str) -> int:
+        q = tsquery(phrase)
+        if not q:
+            return 0
+        sql = f"SELECT count(*) FROM memories WHERE fts @@ to_tsquery('{TS_CONFIG}', ?)"
+        return int(conn.execute(sql, (q,)).fetchone()[0])
+
+    def _ranked(self, conn: Any, expr: str, limit: int) -> list[int]:
+        q = tsquery(expr)
+        if not q:
+            return []
         sql = (
-            "SELECT m.rowid FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
-            f"WHERE {' AND '.join(clauses)} ORDER BY {_BM25} LIMIT ?"
+            f"SELECT m.rowid FROM memories m WHERE m.fts @@ to_tsquery('{TS_CONFIG}', ?) "
+            f"ORDER BY {self._order} LIMIT ?"
         )
-        return [r[0] for r in conn.execute(sql, (*params, limit)).fetchall()]
+        return [r[0] for r in conn.execute(sql, (q, q, limit)).fetchall()]
+
+    def _match_clause(self, expr: str) -> tuple[list[str], list[Any]]:
+        return [f"m.fts @@ to_tsquery('{TS_CONFIG}', ?)"], [tsquery(expr)]
+
+    def _order_params(self, expr: str) -> tuple[Any, ...]:
+        return (tsquery(expr),)

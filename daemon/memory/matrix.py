@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -605,3 +606,85 @@ class VectorMatrix:
             explicit[ok] = self._explicit[pos[ok]]
             importance[ok] = self._importance[pos[ok]]
         return created, explicit, importance
+
+
+# HNSW on PostgreSQL: candidates asked of the index per query (at least), and its search breadth.
+HNSW_MIN_CANDIDATES = 100
+HNSW_OVERSAMPLE = 4
+HNSW_EF_SEARCH = 200
+
+
+class PgVectorMatrix(VectorMatrix):
+    """The matrix on PostgreSQL: pgvector's HNSW index picks each query's nearest memories.
+
+    The rows' attributes (kind, retired, time …) and vectors are still loaded as on SQLite:
+    filters, fusion and `similar` read them. `ranked` asks the server's HNSW index for the
+    nearest embeddings of the model's dimension (one partial index per dimension, made on first
+    use), keeps those whose memory passes the window's mask, and scores exactly in numpy only
+    when the approximate candidates leave a window short (a narrow filter). It runs in a worker
+    thread on a connection of its own, beside the database thread.
+    """
+
+    def __init__(self, *, model: str, dim: int, url: str, schema: str) -> None:
+        super().__init__(model=model, dim=dim)
+        self.url = url
+        self.schema = schema
+        self.hnsw_queries = 0
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            from daemon.store.postgres import PgConnection
+
+            conn = PgConnection.connect(self.url, self.schema)
+            d = int(self.dim)
+            conn.raw.execute(
+                f"CREATE INDEX IF NOT EXISTS embeddings_hnsw_{d} ON embeddings "
+                f"USING hnsw ((vector::vector({d})) vector_ip_ops) WHERE dim = {d}"
+            )
+            conn.raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def nearest_rowids(self, query: np.ndarray, want: int) -> list[int]:
+        """The rowids of memories whose embedding is among the HNSW index's `want` nearest."""
+        d = int(self.dim)
+        sql = (
+            "SELECT m.rowid FROM (SELECT content_hash, "
+            f"vector::vector({d}) <#> %s::vector({d}) AS dist FROM embeddings "
+            f"WHERE dim = {d} AND model = %s ORDER BY dist LIMIT {int(want)}) e "
+            "JOIN memories m ON m.content_hash = e.content_hash ORDER BY e.dist, m.rowid"
+        )
+        vec = np.asarray(query, dtype="<f4").tobytes()
+        with self._lock:
+            conn = self._connection()
+            self.hnsw_queries += 1
+            return [int(r[0]) for r in conn.raw.execute(sql, (vec, self.model)).fetchall()]
+
+    def ranked(
+        self, queries: np.ndarray, masks: list[np.ndarray], limit: int
+    ) -> list[list[list[int]]]:
+        q = np.asarray(queries, dtype=np.float32)
+        if q.ndim == 1:
+            q = q.reshape(1, -1)
+        want = max(HNSW_MIN_CANDIDATES, HNSW_OVERSAMPLE * limit)
+        out: list[list[list[int]]] = [[] for _ in masks]
+        for row in q:
+            found = np.asarray(self.nearest_rowids(row, want), dtype=np.int64)
+            pos = self._find(found)
+            for mi, mask in enumerate(masks):
+                ok = pos >= 0
+                ok[ok] = mask[pos[ok]]
+                kept = [int(r) for r in found[ok][:limit]]
+                if len(kept) < limit and int(mask.sum()) > len(kept):
+                    # The index's neighbours fell outside a narrow window: exact for this one.
+                    kept = super().ranked(row.reshape(1, -1), [mask], limit)[0][0]
+                out[mi].append(kept)
+        return out

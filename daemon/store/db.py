@@ -1,7 +1,11 @@
-"""The SQLite index: one WAL database per home, with FTS5, on the stdlib `sqlite3`.
+"""The home's index database: SQLite (the embedded default) or PostgreSQL, behind one handle.
 
-Vectors are BLOBs searched in numpy; no extension is loaded. sqlite-vec was measured for the
-candidate pass and as the vectors' store and lost both (bench/README.md, docs/storage.md).
+SQLite: one WAL database per home, with FTS5, on the stdlib `sqlite3`. Vectors are BLOBs
+searched in numpy; no extension is loaded. sqlite-vec was measured for the candidate pass and
+as the vectors' store and lost both (bench/README.md, docs/storage.md).
+
+PostgreSQL (`[storage] url`): the same tables in the agent's own schema, with pgvector and a
+tsvector column (daemon.store.postgres); the code above it is the same on both.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import aiosqlite
 
 from daemon.log import get_logger
 from daemon.store.migrations import apply_migrations
+from daemon.store.pg_migrations import apply_pg_migrations
+from daemon.store.postgres import PgConnection, is_postgres_url, schema_name
 
 log = get_logger("store")
 
@@ -54,11 +60,29 @@ class Database:
     checkpoint) when the block exits, including on cancellation.
     """
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, readonly: bool) -> None:
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        path: Path,
+        readonly: bool,
+        *,
+        backend: str = "sqlite",
+        url: str = "",
+        schema: str = "",
+    ) -> None:
         self.conn = conn
+        # SQLite: the database file. PostgreSQL: where its beside-files (the persisted vector
+        # matrix) would go — the home's database path, though no file is made there.
         self.path = path
         self.readonly = readonly
+        self.backend = backend
+        self.url = url
+        self.schema = schema
         self._closed = False
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.backend == "postgresql"
 
     @classmethod
     async def open(
@@ -68,7 +92,19 @@ class Database:
         readonly: bool = False,
         migrate: bool = True,
         busy_timeout_ms: int = 5000,
+        url: str | None = None,
+        namespace: str = "default",
     ) -> Database:
+        """Open the home's index: the SQLite file at `path`, or PostgreSQL when `url` names a server.
+
+        On PostgreSQL `namespace` picks the agent's schema; a server that cannot be reached
+        raises `StorageUnavailable` with why.
+        """
+        if is_postgres_url(url):
+            return await cls._open_postgres(
+                path, str(url), namespace, readonly=readonly, migrate=migrate
+            )
+
         def connector() -> sqlite3.Connection:
             return connect_sync(path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
 
@@ -77,6 +113,26 @@ class Database:
         db = cls(aconn, path, readonly)
         if migrate and not readonly:
             await aconn._execute(apply_migrations, aconn._conn)  # type: ignore[attr-defined]
+        return db
+
+    @classmethod
+    async def _open_postgres(
+        cls, path: Path, url: str, namespace: str, *, readonly: bool, migrate: bool
+    ) -> Database:
+        schema = schema_name(namespace)
+
+        def connector() -> Any:
+            conn = PgConnection.connect(url, schema)
+            if readonly:
+                conn.raw.execute("SET default_transaction_read_only = on")
+            return conn
+
+        # aiosqlite runs any connection with the sqlite3 interface on its thread.
+        aconn = aiosqlite.Connection(connector, iter_chunk_size=64)
+        await aconn
+        db = cls(aconn, path, readonly, backend="postgresql", url=url, schema=schema)
+        if migrate and not readonly:
+            await db.run(apply_pg_migrations)
         return db
 
     async def __aenter__(self) -> Database:
@@ -90,7 +146,7 @@ class Database:
             return
         self._closed = True
         try:
-            if not self.readonly:
+            if not self.readonly and not self.is_postgres:
                 await self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except Exception as exc:
             log.warning("final checkpoint failed", error=repr(exc))
@@ -100,6 +156,8 @@ class Database:
         """Checkpoint the WAL (PASSIVE then TRUNCATE when idle); return (busy, log, checkpointed)."""
         # In one step on the database thread: the pragma left open between an execute and a
         # fetch fails another task's commit meanwhile ("SQL statements in progress").
+        if self.is_postgres:
+            return (0, 0, 0)  # the server keeps its own log
         row = await self.run(_wal_checkpoint)
         return (row[0], row[1], row[2]) if row else (0, 0, 0)
 

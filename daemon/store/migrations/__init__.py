@@ -22,13 +22,18 @@ class Migration:
 
 
 def discover() -> list[Migration]:
+    return discover_in(HERE)
+
+
+def discover_in(folder: Path) -> list[Migration]:
+    """The migrations in `folder`, in order (each backend keeps its own folder)."""
     out: list[Migration] = []
-    for path in sorted(HERE.glob("[0-9][0-9][0-9][0-9]_*.sql")):
+    for path in sorted(folder.glob("[0-9][0-9][0-9][0-9]_*.sql")):
         number = int(path.name[:4])
         out.append(Migration(number=number, name=path.stem, sql=path.read_text()))
     numbers = [m.number for m in out]
     if len(numbers) != len(set(numbers)):
-        raise RuntimeError(f"duplicate migration numbers in {HERE}: {numbers}")
+        raise RuntimeError(f"duplicate migration numbers in {folder}: {numbers}")
     return out
 
 
