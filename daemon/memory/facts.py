@@ -793,9 +793,22 @@ class FactStore:
                 await self._confirm(same_text.id, mined.said_at)
                 return MinedOutcome(status="confirmed", id=same_text.id)
             old = self.by_key(mined.key) if mined.key else None
+            if mined.supersedes:
+                # A slot said again: the fact it names, unless something newer holds it now.
+                named = self.get(mined.supersedes)
+                if (
+                    named is not None
+                    and named.active
+                    and (old is None or old.valid_since <= named.valid_since)
+                ):
+                    old = named
             if old is None and mined.key and mined.replaces:
                 old = self._naming(mined.replaces, mined.subject)
-            if old is not None and normalise(old.value) == normalise(mined.value):
+            if (
+                old is not None
+                and not mined.uncertain
+                and normalise(old.value) == normalise(mined.value)
+            ):
                 await self._confirm(old.id, mined.said_at)
                 return MinedOutcome(status="confirmed", id=old.id)
             supersede = (
@@ -823,7 +836,7 @@ class FactStore:
                 "origin": mined.origin,
                 "text": mined.text,
                 "wording": wording,
-                "tags": [],
+                "tags": ["uncertain"] if mined.uncertain else [],
                 "source": "mined",
                 "kind": mined.kind,
                 "valid_from": _iso(mined.said_at),

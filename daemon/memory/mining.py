@@ -58,6 +58,8 @@ class MinedFact:
     attribute: str = ""
     value: str = ""
     replaces: str = ""  # the value the line says this one replaces ("from Bergen", "not Berlin")
+    supersedes: str = ""  # the id of the fact it is known to replace (a slot said again)
+    uncertain: bool = False  # the new value could not be told: the sentence stands in for it
 
     @property
     def key(self) -> tuple[str, str] | None:
@@ -247,7 +249,9 @@ def _clean_value(text: str) -> str:
     # What it is no longer, and when it became so, are not the value ("Sunday now instead of …").
     value = re.split(r",?\s+(?:instead of|rather than|not)\s+|,\s*not\b", value, maxsplit=1)[0]
     value = re.sub(
-        r"(?:\s+(?:now|after all|anymore|any more|these days|from now on))+\s*$", "", value
+        r"(?:\s+(?:now|after all|anymore|any more|these days|from now on))+\s*[.!]*\s*$",
+        "",
+        value,
     )
     value = re.sub(r"\s+", " ", value).strip(" \t\"'“”’.!")
     words = value.split()
@@ -577,3 +581,8 @@ def merge_repeats(facts: Sequence[MinedFact]) -> list[MinedFact]:
             ids = tuple(dict.fromkeys((*first.message_ids, *fact.message_ids)))
             out[key] = replace(first, message_ids=ids, origin=weakest([first.origin, fact.origin]))
     return list(out.values())
+
+
+def person_sentences(text: str) -> list[str]:
+    """The statements of a line, as the rules read them (questions and conditions left out)."""
+    return _sentences(text)

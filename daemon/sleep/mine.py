@@ -22,6 +22,7 @@ are confirmed rather than stored twice, and the cursor moves only after the fact
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from datetime import datetime, tzinfo
 from pathlib import Path
@@ -31,8 +32,15 @@ import anyio
 
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
-from daemon.memory.facts import FactStore, MinedOutcome, local_timezone
-from daemon.memory.mining import Line, MinedFact, mine_lines
+from daemon.memory.facts import Fact, FactStore, MinedOutcome, local_timezone
+from daemon.memory.mining import (
+    MAX_MINED_CHARS,
+    Line,
+    MinedFact,
+    mine_lines,
+    person_sentences,
+    resolve_plan_dates,
+)
 from daemon.memory.mining_model import (
     MINING_PROMPT,
     RECORD_FACTS,
@@ -41,7 +49,8 @@ from daemon.memory.mining_model import (
     render_material,
 )
 from daemon.memory.rows import iso, parse_iso
-from daemon.memory.text import parse_json_reply
+from daemon.memory.slots import restated, slot_anchors, value_shape, values_of_shape
+from daemon.memory.text import content_words, parse_json_reply
 from daemon.models.base import Message, ModelError, SpendCapReached, SystemBlock
 from daemon.sleep.changes import ChangeSet, pin_holds
 from daemon.sleep.maintenance import PIN_TAGS, sync_pins
@@ -227,6 +236,12 @@ async def mine(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
         outcomes.append(
             {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
         )
+    # Whatever read the lines, a known slot said again with another value is a change.
+    for fact in await said_again(store, lines, tz):
+        outcome = await record(store, fact, changes, night=ctx.started_at)
+        outcomes.append(
+            {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
+        )
 
     def advance(conn: Any) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -245,6 +260,88 @@ async def mine(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
     await ctx.db.run(advance)
     log.info("sessions mined", messages=len(lines), facts=len(facts), by=by, dropped=dropped)
     return {"read": len(lines), "by": by, "dropped": dropped, "outcomes": outcomes}
+
+
+_STATEMENT = re.compile(r"[^.!?\n]+[.!?]*")
+
+
+def _statements(text: str) -> list[str]:
+    """The line's sentences that state something (not split at ";": "book club dropped X; we're
+    onto Y" is one change)."""
+    out = []
+    for m in _STATEMENT.finditer(text):
+        s = " ".join(m.group(0).split())
+        if s and person_sentences(s):
+            out.append(s)
+    return out
+
+
+def _slots(fact: Fact) -> list[tuple[str, frozenset[str], bool]]:
+    """(value, subject words, old value must be named) for each value a current fact holds.
+
+    A keyed fact holds its value under its subject's words. A fact without a key holds the
+    names, weekdays, dates and numbers in its text, under its other content words; a change of
+    one of those must name it (nothing else ties the sentence to that fact). A told fact, too,
+    changes only by a sentence that names its old value: the person asked to keep it.
+    """
+    if fact.key and fact.value:
+        return [(fact.value, slot_anchors(fact.subject, fact.attribute), not fact.mined)]
+    if fact.key:
+        return []
+    found: list[str] = []
+    for shape in ("date", "weekday", "number", "name"):
+        for _, value in values_of_shape(fact.text, shape):
+            if value_shape(value) == shape and value not in found:
+                found.append(value)
+    if not found:
+        return []
+    words = " ".join(found).lower()
+    anchors = frozenset(w for w in content_words(fact.text) if len(w) > 3 and w not in words)
+    return [(value, anchors, True) for value in found]
+
+
+async def said_again(store: FactStore, lines: list[Line], tz: tzinfo) -> list[MinedFact]:
+    """Changes of current facts that the person's later sentences state in any construction
+    (`daemon.memory.mining.restated`): each supersedes the fact it names; when the new value
+    cannot be told, the person's sentence stands in for it, marked uncertain — so a value the
+    person has since replaced is never left standing alone as current."""
+    await store.load()
+    current = [f for f in store.facts(target="memory") if f.active]
+    out: list[MinedFact] = []
+    taken: set[str] = set()
+    for line in lines:
+        if line.role != "user":
+            continue
+        for sentence in _statements(line.text):
+            for fact in current:
+                if fact.id in taken or fact.valid_since >= line.ts or line.id in fact.message_ids:
+                    continue
+                for value, anchors, old_required in _slots(fact):
+                    said = restated(sentence, value=value, anchors=anchors, avoid=fact.text,
+                                    old_required=old_required)  # fmt: skip
+                    if said is None:
+                        continue
+                    taken.add(fact.id)  # its newest word wins: later lines are read after
+                    out.append(
+                        MinedFact(
+                            text=resolve_plan_dates(
+                                sentence[:1].upper() + sentence[1:], line.ts.astimezone(tz)
+                            )[:MAX_MINED_CHARS],
+                            kind="change",
+                            origin=line.origin,
+                            session=line.session,
+                            message_ids=(line.id,),
+                            said_at=line.ts,
+                            subject=fact.subject,
+                            attribute=fact.attribute,
+                            value=said.value,
+                            replaces=value,
+                            supersedes=fact.id,
+                            uncertain=not said.value,
+                        )
+                    )
+                    break
+    return out
 
 
 async def record(
