@@ -11,8 +11,10 @@ Size: one section class per system, side by side, so every setting is found in o
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -499,6 +501,70 @@ class McpSettings(_Section):
         return self
 
 
+@dataclass(frozen=True, kw_only=True)
+class ListenAddress:
+    """Where a listener binds: a TCP host and port, or a Unix socket path."""
+
+    host: str = ""
+    port: int = 0
+    path: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> ListenAddress:
+        """Read "HOST:PORT", "[V6]:PORT" or an absolute path; raise `ValueError` saying why not."""
+        text = text.strip()
+        if text.startswith("/"):
+            return cls(path=text)
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"{text!r} is neither HOST:PORT (e.g. 127.0.0.1:8765) nor an absolute Unix socket path"
+            )
+        return cls(host=host.removeprefix("[").removesuffix("]"), port=int(port))
+
+    @property
+    def loopback(self) -> bool:
+        if self.path:
+            return True  # a Unix socket is reachable only on this machine
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False  # a name that could resolve anywhere
+
+    def __str__(self) -> str:
+        if self.path:
+            return self.path
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+class WebSettings(_Section):
+    """The local web console (`daemon.web`): off unless asked for, on loopback unless allowed."""
+
+    enabled: bool = False
+    # "HOST:PORT" (a loopback address unless allow_remote), or an absolute Unix socket path.
+    listen: str = "127.0.0.1:8765"
+    allow_remote: bool = False
+    # Host header names the console answers besides the listen address's own (a proxy's name).
+    hosts: list[str] = Field(default_factory=list)
+
+    @property
+    def address(self) -> ListenAddress:
+        return ListenAddress.parse(self.listen)
+
+    @model_validator(mode="after")
+    def _loopback_unless_allowed(self) -> WebSettings:
+        address = ListenAddress.parse(self.listen)  # ValueError: a readable config error
+        if not address.loopback and not self.allow_remote:
+            raise ValueError(
+                f"web.listen {self.listen!r} is not a loopback address: the console would be "
+                "reachable from other machines; use 127.0.0.1, ::1 or a Unix socket path, or set "
+                "web.allow_remote = true if you mean it"
+            )
+        return self
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -524,6 +590,7 @@ class Settings(_Section):
     workspace: WorkspaceSettings = WorkspaceSettings()
     permissions: PermissionsSettings = PermissionsSettings()
     mcp: McpSettings = McpSettings()
+    web: WebSettings = WebSettings()
     log: LogSettings = LogSettings()
 
 
