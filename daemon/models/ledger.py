@@ -130,6 +130,28 @@ class UsageLedger:
             cache_write_tokens=int(row[5]),
         )
 
+    async def days(self, since: str) -> list[DaySpend]:
+        """Spend per day from `since` (a local date, ISO) on, oldest first; days with no calls left out."""
+        rows = await self.db.fetchall(
+            "SELECT day, COALESCE(SUM(cost_usd),0), COUNT(*), COALESCE(SUM(input_tokens),0),"
+            " COALESCE(SUM(output_tokens),0), COALESCE(SUM(cache_read_tokens),0),"
+            " COALESCE(SUM(cache_write_tokens),0) FROM usage_ledger WHERE day >= ?"
+            " GROUP BY day ORDER BY day",
+            (since,),
+        )
+        return [
+            DaySpend(
+                day=str(r[0]),
+                cost_usd=float(r[1]),
+                calls=int(r[2]),
+                input_tokens=int(r[3]),
+                output_tokens=int(r[4]),
+                cache_read_tokens=int(r[5]),
+                cache_write_tokens=int(r[6]),
+            )
+            for r in rows
+        ]
+
     async def allows(self, *, essential: bool) -> tuple[bool, str]:
         """May a call of this kind run now? Returns (allowed, reason when not)."""
         cap = self.spend.daily_cap_usd

@@ -1,0 +1,60 @@
+"""`/charts`: memory growth by kind, tokens per turn by layer, spend per day, sleep per night."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from daemon.context.assembler import LAYER_ORDER
+from daemon.web import svg
+from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.views import charts as view
+from daemon.web.views.context import recent_turns
+
+TURNS = 60
+SPEND_DAYS = 30
+
+
+async def charts_page(request: Request) -> Response:
+    services = services_of(request)
+    days, growth = await view.memory_growth(services)
+    turns = await recent_turns(services, limit=TURNS)
+    since = (services.clock.now() - timedelta(days=SPEND_DAYS - 1)).astimezone().date()
+    spend = await services.ledger.days(since.isoformat())
+    nights = await view.sleep_per_night(services)
+    return page(
+        request,
+        "charts",
+        {
+            "growth": svg.lines(days, growth, unit="memories", label="memory growth by kind")
+            if days
+            else None,
+            "tokens": svg.stacked_bars(
+                [f"{short_time(t.ts)} {t.turn_id}" for t in turns],
+                {name: [t.layers.get(name, 0) for t in turns] for name in LAYER_ORDER},
+                label="context tokens per turn by layer",
+            )
+            if turns
+            else None,
+            "spend": svg.bars(
+                [d.day for d in spend],
+                [d.cost_usd for d in spend],
+                unit="USD",
+                fmt="{:,.4f}",
+                label="spend per day",
+            )
+            if spend
+            else None,
+            "sleep": svg.bars(
+                [n for n, _ in nights],
+                [m for _, m in nights],
+                unit="minutes",
+                fmt="{:,.1f}",
+                label="sleep per night",
+            )
+            if nights
+            else None,
+        },
+    )

@@ -1,0 +1,47 @@
+"""`/context`: the last turns' context by layer; `?turn=ID` explains one turn."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from daemon.context.assembler import LAYER_ORDER
+from daemon.web import svg
+from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.views import context as view
+
+TURNS_SHOWN = 30
+
+
+async def context_page(request: Request) -> Response:
+    services = services_of(request)
+    turns = await view.recent_turns(services, limit=TURNS_SHOWN)
+    chosen = request.query_params.get("turn", "").strip()
+    detail = await view.turn_detail(services, chosen) if chosen else None
+    status = 404 if chosen and detail is None else 200
+    chart = (
+        svg.stacked_bars(
+            [f"{short_time(t.ts)} {t.turn_id}" for t in turns],
+            {name: [t.layers.get(name, 0) for t in turns] for name in LAYER_ORDER},
+            links=[f"/context?turn={quote(t.turn_id)}" for t in turns],
+            label="context tokens per turn by layer",
+        )
+        if turns
+        else None
+    )
+    return page(
+        request,
+        "context",
+        {
+            "turns": list(reversed(turns)),
+            "chart": chart,
+            "chosen": chosen,
+            "detail": detail,
+            "missing": chosen if status == 404 else "",
+            "layer_colours": {name: svg.colour(i) for i, name in enumerate(LAYER_ORDER)},
+            "short_time": short_time,
+        },
+        status_code=status,
+    )

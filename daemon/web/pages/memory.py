@@ -1,0 +1,66 @@
+"""`/memory`: search (GET), the facts and their history, summaries and months; retract and
+correct a fact (POST, CSRF-checked by the app's middleware)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.views import memory as view
+
+
+async def _context(request: Request) -> dict[str, Any]:
+    services = services_of(request)
+    query = request.query_params.get("q", "")
+    show_all = request.query_params.get("all") == "1"
+    return {
+        "query": query,
+        "results": await view.search(services, query) if query.strip() else None,
+        "show_all": show_all,
+        "facts": await view.facts(services, show_all=show_all),
+        "kinds": await view.kinds(services),
+        "summaries": await view.summaries(services, kind="summary"),
+        "months": await view.summaries(services, kind="month"),
+        "short_time": short_time,
+        "said": "",
+        "error": "",
+    }
+
+
+async def memory_page(request: Request) -> Response:
+    return page(request, "memory", await _context(request))
+
+
+async def retract_fact(request: Request) -> Response:
+    form = await request.form()
+    services = services_of(request)
+    try:
+        said = await view.retract(services, str(form.get("fact", "")), str(form.get("reason", "")))
+    except view.MemoryFormError as exc:
+        return page(
+            request,
+            "memory",
+            {**await _context(request), "error": str(exc)},
+            status_code=400,
+            canonical="/memory",
+        )
+    return page(request, "memory", {**await _context(request), "said": said}, canonical="/memory")
+
+
+async def correct_fact(request: Request) -> Response:
+    form = await request.form()
+    services = services_of(request)
+    try:
+        said = await view.correct(services, str(form.get("fact", "")), str(form.get("text", "")))
+    except view.MemoryFormError as exc:
+        return page(
+            request,
+            "memory",
+            {**await _context(request), "error": str(exc)},
+            status_code=400,
+            canonical="/memory",
+        )
+    return page(request, "memory", {**await _context(request), "said": said}, canonical="/memory")

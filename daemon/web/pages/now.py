@@ -1,0 +1,53 @@
+"""`/`: the state and phase, the timeline of the last days, spend today and per day."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from daemon.web import svg
+from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.views import now as view
+
+TIMELINE_DAYS = 3
+
+
+def _link(kind: str, ref: str) -> str:
+    """Where a mark on the timeline leads: a turn's context, a fork's turn, a sleep cycle."""
+    if kind == "turn":
+        return f"/context?turn={quote(ref)}"
+    if kind == "fork":
+        return f"/journal?turn={quote(ref)}"
+    if kind == "sleep":
+        return f"/sleep#{quote(ref)}"
+    return ""
+
+
+async def now_page(request: Request) -> Response:
+    services = services_of(request)
+    timeline = await view.timeline(services, days=TIMELINE_DAYS)
+    spend = await view.spend(services)
+    days = spend["days"]
+    return page(
+        request,
+        "now",
+        {
+            "state": view.state(services),
+            "timeline_svg": svg.timeline(timeline, link=_link),
+            "timeline": timeline,
+            "days": TIMELINE_DAYS,
+            "short_time": short_time,
+            "spend": spend,
+            "spend_svg": svg.bars(
+                [d.day for d in days],
+                [d.cost_usd for d in days],
+                unit="USD",
+                fmt="{:,.4f}",
+                label="spend per day",
+            )
+            if days
+            else None,
+        },
+    )

@@ -1,0 +1,42 @@
+"""What every page handler shares: the daemon's services, and rendering a page template."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from daemon.services import Services
+
+
+def services_of(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def page(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    *,
+    status_code: int = 200,
+    canonical: str = "",
+) -> Response:
+    """Render `templates/pages/<name>.html` (it extends core's `base.html`).
+
+    `canonical` is the page's own address when it answers a form posted elsewhere.
+    """
+    response: Response = request.app.state.templates.TemplateResponse(
+        request,
+        f"pages/{name}.html",
+        {"page": name, "canonical": canonical or request.url.path, **context},
+        status_code=status_code,
+    )
+    return response
+
+
+def short_time(value: str | None) -> str:
+    """`2026-03-02T09:00:00+00:00` → `2026-03-02 09:00` (as stored: UTC)."""
+    return (value or "")[:16].replace("T", " ")

@@ -1,0 +1,53 @@
+"""The Charts page's series: memory growth by kind, tokens per turn by layer, spend per day,
+sleep per night — each a query over what the daemon already records."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from daemon.memory.rows import parse_iso
+from daemon.scheduler import local_zone
+
+if TYPE_CHECKING:
+    from daemon.services import Services
+
+
+async def memory_growth(services: Services) -> tuple[list[str], dict[str, list[int]]]:
+    """Days (UTC dates memories were made) and, per kind, how many there were by each day's end."""
+    rows = await services.db.fetchall(
+        "SELECT substr(created_at, 1, 10) AS day, kind, COUNT(*) FROM memories"
+        " GROUP BY day, kind ORDER BY day"
+    )
+    days = sorted({str(r[0]) for r in rows})
+    at = {d: i for i, d in enumerate(days)}
+    added: dict[str, list[int]] = {}
+    for day, kind, n in rows:
+        added.setdefault(str(kind), [0] * len(days))[at[str(day)]] += int(n)
+    cumulative: dict[str, list[int]] = {}
+    for kind, per_day in sorted(added.items()):
+        total, series = 0, []
+        for n in per_day:
+            total += n
+            series.append(total)
+        cumulative[kind] = series
+    return days, cumulative
+
+
+async def sleep_per_night(services: Services, *, nights: int = 30) -> list[tuple[str, float]]:
+    """(local date a cycle began, minutes asleep) for the finished cycles of the last nights."""
+    since = (services.clock.now() - timedelta(days=nights)).isoformat()
+    rows = await services.db.fetchall(
+        "SELECT started_at, finished_at FROM sleep_cycles"
+        " WHERE finished_at IS NOT NULL AND started_at >= ? ORDER BY started_at",
+        (since,),
+    )
+    zone = local_zone(services.settings.scheduler.timezone)
+    per_night: dict[str, float] = {}
+    for began, finished in rows:
+        start, end = parse_iso(began), parse_iso(finished)
+        if start is None or end is None:
+            continue
+        night = start.astimezone(zone).date().isoformat()
+        per_night[night] = per_night.get(night, 0.0) + (end - start).total_seconds() / 60
+    return sorted(per_night.items())

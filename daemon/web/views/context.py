@@ -1,0 +1,159 @@
+"""The Context page: the last turns' context by layer, and one turn explained.
+
+A turn's numbers (tokens per layer, what was cut and why, how topics scored) are the report
+the trunk recorded when the turn ran (`turn_reports`). Its blocks are what `reverie context`
+shows: the context assembled again for the turn's message — the memories it recalls today,
+each with the layer that brought it and why that layer holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from daemon.context.assembler import LAYER_ORDER
+
+if TYPE_CHECKING:
+    from daemon.services import Services
+
+# Why a memory is in each layer, in the person's words.
+LAYER_REASONS = {
+    "discipline": "how to read memory: the rules every turn carries",
+    "persona": "who the agent is: the persona files, always loaded",
+    "profile": "about the person: profile facts are always in context",
+    "wake": "written at the last wake-up, or a fact pinned in FACTS.md: always loaded",
+    "themes": "a recent theme across sessions",
+    "recollections": "a recent session summary or fact, carried across sessions",
+    "time": "the current date and time",
+    "topics": "a topic addendum whose words matched the message",
+    "journal": "the newest journal digest: the thread of long-running work",
+    "recall": "recalled for this message by search over all memory (best first)",
+}
+
+# Layers whose text is the agent's own instructions, not memory (their examples are not blocks).
+NOT_MEMORY = frozenset({"discipline", "persona", "time", "topics"})
+_MEMORY = re.compile(r"<memory ([^>]*)>\n?(.*?)\n?</memory>", re.DOTALL)
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnRow:
+    turn_id: str
+    session_id: str
+    ts: str
+    total: int
+    layers: dict[str, int]
+    prompt: str
+
+
+def _layers(report: dict[str, Any]) -> dict[str, int]:
+    rows = report.get("layers") if isinstance(report, dict) else None
+    out = {name: 0 for name in LAYER_ORDER}
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and row.get("name") in out:
+            out[str(row["name"])] = int(row.get("tokens", 0))
+    return out
+
+
+def _report(raw: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+async def _prompts(services: Services, turn_ids: list[str]) -> dict[str, str]:
+    """Each turn's message from the person (the first user message of the turn)."""
+    if not turn_ids:
+        return {}
+    marks = ",".join("?" * len(turn_ids))
+    rows = await services.db.fetchall(
+        f"SELECT turn_id, content FROM messages WHERE role = 'user' AND turn_id IN ({marks})"
+        " ORDER BY seq",
+        tuple(turn_ids),
+    )
+    out: dict[str, str] = {}
+    for turn_id, content in rows:
+        out.setdefault(turn_id, content)
+    return out
+
+
+async def recent_turns(services: Services, *, limit: int = 30) -> list[TurnRow]:
+    """The last `limit` turns, oldest first, with their context tokens per layer."""
+    rows = await services.db.fetchall(
+        "SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports"
+        " ORDER BY ts DESC, rowid DESC LIMIT ?",
+        (limit,),
+    )
+    prompts = await _prompts(services, [r[0] for r in rows])
+    return [
+        TurnRow(
+            turn_id=r[0],
+            session_id=r[1],
+            ts=r[2],
+            total=int(r[3]),
+            layers=_layers(_report(r[4])),
+            prompt=prompts.get(r[0], ""),
+        )
+        for r in reversed(rows)
+    ]
+
+
+def memories_in(text: str) -> list[dict[str, str]]:
+    """The memory blocks in a layer's text: their marker's attributes and their text."""
+    out = []
+    for m in _MEMORY.finditer(text):
+        attrs = dict(_ATTR.findall(m.group(1)))
+        out.append({**attrs, "text": m.group(2).strip()})
+    return out
+
+
+async def turn_detail(services: Services, turn_id: str) -> dict[str, Any] | None:
+    """One turn: its recorded report, its message, and its blocks assembled again (None: unknown)."""
+    row = await services.db.fetchone(
+        "SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports WHERE turn_id = ?",
+        (turn_id,),
+    )
+    if row is None:
+        return None
+    report = _report(row[4])
+    prompt = (await _prompts(services, [turn_id])).get(turn_id, "")
+    previous = await services.db.fetchone(
+        "SELECT content FROM messages WHERE session_id = ? AND role = 'assistant'"
+        " AND seq < (SELECT MIN(seq) FROM messages WHERE turn_id = ?) ORDER BY seq DESC LIMIT 1",
+        (row[1], turn_id),
+    )
+    assembled = await services.assembler.assemble(
+        prompt, previous_reply=previous[0] if previous else ""
+    )
+    names = [r["name"] for r in assembled.report["layers"] if r["tokens"]]
+    blocks = []
+    for name, block in zip(names, assembled.blocks, strict=True):
+        blocks.append(
+            {
+                "layer": name,
+                "why": LAYER_REASONS.get(name, ""),
+                "tokens": next(
+                    r["tokens"] for r in assembled.report["layers"] if r["name"] == name
+                ),
+                "memories": [] if name in NOT_MEMORY else memories_in(block.text),
+                "text": block.text,
+            }
+        )
+    return {
+        "turn_id": row[0],
+        "session_id": row[1],
+        "ts": row[2],
+        "total": int(row[3]),
+        "prompt": prompt,
+        "layers": report.get("layers") or [],
+        "budget": report.get("budget"),
+        "topics": (report.get("topics") or {}).get("scores") or [],
+        "notes": report.get("notes") or [],
+        "rejected": report.get("rejected_contributions") or [],
+        "now_total": assembled.total_tokens,
+        "blocks": blocks,
+    }

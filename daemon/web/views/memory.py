@@ -1,0 +1,99 @@
+"""The Memory page: search, the facts with their history, summaries and months; retract and correct.
+
+Search is `reverie memory search`'s (`ops.search_batch` over the daemon's warm index); the
+facts are `reverie memory facts`'s (`daemon.memory.fact_history`); a retraction or a
+correction is `reverie remember --retract/--correct`'s (`ops.remember`, as the person):
+appended to the fact log, never an edit of what was there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from daemon.commands import ops
+from daemon.memory.fact_history import fact_chain, fact_json, fact_uses
+from daemon.memory.facts import FactError
+
+if TYPE_CHECKING:
+    from daemon.services import Services
+
+SEARCH_K = 20
+# The longest query or fact text the page accepts (a form field, not a document).
+MAX_TEXT = 2000
+
+
+class MemoryFormError(ValueError):
+    """A retraction or correction the memory refused, or a form that does not make one."""
+
+
+async def search(services: Services, query: str, *, k: int = SEARCH_K) -> list[dict[str, Any]]:
+    """Ranked memories for `query`, as `reverie memory search --json` gives them."""
+    query = " ".join(query.split())[:MAX_TEXT]
+    if not query:
+        return []
+    results = await ops.search_batch(services.memory.index, [query], now=services.clock.now(), k=k)
+    return results[0]
+
+
+async def facts(services: Services, *, show_all: bool = False) -> list[dict[str, Any]]:
+    """The facts, newest first (with `show_all`, also those no longer current); each with its
+    chain of values when it has one."""
+    store = services.memory.facts
+    await store.load()
+    uses = await fact_uses(services.db)
+    out = []
+    for fact in reversed(store.facts(include_retired=show_all)):
+        data = fact_json(fact, uses)
+        chain = fact_chain(store.log, fact.id)
+        data["history"] = [fact_json(f, uses) for f in chain] if len(chain) > 1 else []
+        out.append(data)
+    return out
+
+
+async def kinds(services: Services) -> dict[str, int]:
+    """How many memories of each kind the index holds (retired ones left out)."""
+    rows = await services.db.fetchall(
+        "SELECT kind, COUNT(*) FROM memories WHERE retired_at IS NULL GROUP BY kind ORDER BY kind"
+    )
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+async def summaries(services: Services, *, kind: str, limit: int = 12) -> list[dict[str, Any]]:
+    """The newest session summaries (`summary`) or monthly summaries (`month`)."""
+    rows = await services.db.fetchall(
+        "SELECT uid, title, text, created_at, source FROM memories"
+        " WHERE kind = ? AND retired_at IS NULL ORDER BY created_at DESC LIMIT ?",
+        (kind, limit),
+    )
+    return [
+        {"id": r[0], "title": r[1], "text": r[2], "created_at": r[3], "source": r[4]} for r in rows
+    ]
+
+
+async def retract(services: Services, fact_id: str, reason: str) -> str:
+    """Retract a fact as the person; the message to show. Raises `MemoryFormError`."""
+    fact_id = fact_id.strip()
+    if not fact_id:
+        raise MemoryFormError("which fact? the form named none")
+    request = {"retract": fact_id, "reason": " ".join(reason.split())[:MAX_TEXT]}
+    return str((await _remember(services, request))["message"])
+
+
+async def correct(services: Services, fact_id: str, text: str) -> str:
+    """Correct a fact as the person (the new value supersedes it); the message to show."""
+    fact_id, text = fact_id.strip(), " ".join(text.split())
+    if not fact_id:
+        raise MemoryFormError("which fact? the form named none")
+    if not text:
+        raise MemoryFormError("a correction needs the new text")
+    if len(text) > MAX_TEXT:
+        raise MemoryFormError(f"a fact is at most {MAX_TEXT} characters")
+    return str((await _remember(services, {"text": text, "correct": fact_id}))["message"])
+
+
+async def _remember(services: Services, request: dict[str, Any]) -> dict[str, Any]:
+    # As the daemon answers `reverie remember` (its index embeds in the background).
+    try:
+        return await ops.remember(services.memory, request)
+    except (FactError, ValueError) as exc:
+        raise MemoryFormError(str(exc)) from None

@@ -1,0 +1,186 @@
+"""The Now page: state and phase, a timeline of the last days, spend today and per day.
+
+The timeline's bands come from what the daemon records: a sleep cycle up to the end of its
+wind-down phase is the winding-down band, the rest of the cycle the asleep band, everything else awake (the
+daemon keeps no row for the time it was not running, so that reads as awake too). The
+live state closes the last band, so a wind-down that has begun but not yet started a cycle
+(the context filling up) shows as one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from daemon.memory.rows import parse_iso
+from daemon.sleep.cycle import WIND_DOWN
+
+if TYPE_CHECKING:
+    from daemon.services import Services
+
+# How far past now the timeline reaches, so the next scheduled items show on it.
+AHEAD = timedelta(hours=12)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Band:
+    state: str  # awake | winding-down | asleep
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mark:
+    """A point or a span on the timeline: a turn, a fork, a scheduled item, a sleep cycle."""
+
+    kind: str  # turn | fork | schedule | sleep
+    at: datetime
+    end: datetime | None = None
+    label: str = ""
+    ref: str = ""  # what a click opens (a turn id, a cycle id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeline:
+    start: datetime
+    now: datetime
+    end: datetime
+    bands: list[Band]
+    marks: list[Mark]
+
+
+def _at(value: str | None) -> datetime | None:
+    return parse_iso(value)
+
+
+def _when(value: str) -> datetime:
+    """A time the store always records (a row's start)."""
+    at = parse_iso(value)
+    if at is None:
+        raise ValueError(f"a stored time is empty: {value!r}")
+    return at
+
+
+async def _sleep_spans(services: Services, start: datetime, now: datetime) -> list[Band]:
+    """Winding-down and asleep spans of the cycles that overlap [start, now]."""
+    rows = await services.db.fetchall(
+        "SELECT c.started_at, c.finished_at, p.finished_at"
+        " FROM sleep_cycles c LEFT JOIN sleep_phases p ON p.cycle_id = c.id AND p.phase = ?"
+        " WHERE c.finished_at IS NULL OR c.finished_at >= ? ORDER BY c.started_at",
+        (WIND_DOWN, start.isoformat()),
+    )
+    spans: list[Band] = []
+    for began, finished, wd_end in rows:
+        cycle_start = _at(began) or now
+        cycle_end = _at(finished) or now
+        calm_from = _at(wd_end) or (cycle_end if finished else now)
+        # The daemon winds down from the cycle's start (the turn in progress finishes first).
+        spans.append(Band(state="winding-down", start=cycle_start, end=calm_from))
+        if calm_from < cycle_end:
+            spans.append(Band(state="asleep", start=calm_from, end=cycle_end))
+    return spans
+
+
+def _bands(spans: list[Band], start: datetime, now: datetime, live: Band | None) -> list[Band]:
+    """Fill the gaps between recorded spans with awake; clip everything to [start, now]."""
+    if live is not None and not any(s.end >= now and s.state == live.state for s in spans):
+        spans = [*spans, live]
+    out: list[Band] = []
+    cursor = start
+    for span in sorted(spans, key=lambda s: s.start):
+        s, e = max(span.start, cursor), min(span.end, now)
+        if e <= s:
+            continue
+        if s > cursor:
+            out.append(Band(state="awake", start=cursor, end=s))
+        out.append(Band(state=span.state, start=s, end=e))
+        cursor = e
+    if cursor < now:
+        out.append(Band(state="awake", start=cursor, end=now))
+    return out
+
+
+async def timeline(services: Services, *, days: int = 3) -> Timeline:
+    """The last `days` days up to now (and a little after, for what is scheduled)."""
+    now = services.clock.now()
+    start, end = now - timedelta(days=days), now + AHEAD
+    life = services.lifecycle
+    live = (
+        Band(state=life.state.value, start=life.since, end=now)
+        if life.state.value in ("winding-down", "asleep")
+        else None
+    )
+    bands = _bands(await _sleep_spans(services, start, now), start, now, live)
+    since = start.isoformat()
+    marks: list[Mark] = []
+    for turn_id, ts, tokens in await services.db.fetchall(
+        "SELECT turn_id, ts, context_tokens FROM turn_reports WHERE ts >= ? ORDER BY ts",
+        (since,),
+    ):
+        marks.append(
+            Mark(kind="turn", at=_when(ts), label=f"{turn_id} · {tokens:,} tokens", ref=turn_id)
+        )
+    for fork_id, began, ended, status, turn_id in await services.db.fetchall(
+        "SELECT id, started_at, ended_at, status, parent_turn_id FROM forks"
+        " WHERE started_at >= ? OR ended_at IS NULL OR ended_at >= ? ORDER BY started_at",
+        (since, since),
+    ):
+        marks.append(
+            Mark(
+                kind="fork",
+                at=_when(began),
+                end=_at(ended) or now,
+                label=f"{fork_id} ({status})",
+                ref=turn_id,
+            )
+        )
+    for cycle_id, began, finished, reason in await services.db.fetchall(
+        "SELECT id, started_at, finished_at, reason FROM sleep_cycles"
+        " WHERE started_at >= ? ORDER BY started_at",
+        (since,),
+    ):
+        marks.append(
+            Mark(
+                kind="sleep",
+                at=_when(began),
+                end=_at(finished) or now,
+                label=f"{cycle_id} ({reason})",
+                ref=cycle_id,
+            )
+        )
+    for sid, due, status in await services.db.fetchall(
+        "SELECT schedule_id, due_at, status FROM schedule_fires WHERE due_at >= ? ORDER BY due_at",
+        (since,),
+    ):
+        marks.append(Mark(kind="schedule", at=_when(due), label=f"{sid} fired ({status})"))
+    for item in await services.schedules.upcoming(limit=20):
+        if item.next_due is not None and item.next_due <= end:
+            marks.append(
+                Mark(kind="schedule", at=item.next_due, label=f"{item.kind} due: {item.text[:60]}")
+            )
+    return Timeline(start=start, now=now, end=end, bands=bands, marks=marks)
+
+
+async def spend(services: Services, *, days: int = 14) -> dict[str, Any]:
+    """Spend today against the cap, and per day over the last `days` days (the usage ledger)."""
+    today = await services.ledger.today()
+    since = (services.clock.now() - timedelta(days=days - 1)).astimezone().date().isoformat()
+    return {
+        "today": today,
+        "cap_usd": services.settings.spend.daily_cap_usd,
+        "days": await services.ledger.days(since),
+    }
+
+
+def state(services: Services) -> dict[str, Any]:
+    """The lifecycle's state, since when, and the sleep phase (when asleep)."""
+    snap = services.lifecycle.snapshot()
+    trunk = services.trunk
+    return {
+        **snap,
+        "session_id": trunk.session.id if trunk.session else None,
+        "busy": trunk.busy,
+        "current_turn": trunk.current_turn,
+        "queued": len(trunk.inbox.pending()),
+    }

@@ -1,0 +1,292 @@
+"""The console's pages over a real daemon core: what each shows, and every POST.
+
+Each test fills a real home through the daemon's own services (a conversation with a fork,
+a real night's sleep: mining, maintenance, dreams, wake-up; `tests.web_pages_support`) and
+asks the console's ASGI app (`build_app`) for its pages over HTTP, logged in with the token,
+on the daemon's own event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from daemon.memory.fact_history import fact_chain
+from daemon.sleep.revisions import RevisionStore
+from daemon.web import svg
+from daemon.web.views.now import Band, Mark, Timeline
+from tests.web_pages_support import FORK_TASK, TALK, Console, filled_console
+
+pytestmark = pytest.mark.anyio
+
+
+def _facts_lines(console: Console) -> list[str]:
+    return (console.rig.home.memory_dir / "facts.jsonl").read_text().splitlines()
+
+
+def _fact_id(console: Console, text: str) -> str:
+    facts = console.rig.memory.facts.facts()
+    return next(f.id for f in facts if f.text == text)
+
+
+async def test_the_pages_are_behind_the_login(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            console.client.cookies.clear()
+            for path in ("/", "/context", "/memory?q=Lisbon", "/sleep", "/journal", "/charts"):
+                refused = await console.client.get(path)
+                assert refused.status_code == 401, path
+                assert "Lisbon" not in refused.text and "<svg" not in refused.text
+
+
+async def test_now_shows_the_state_the_timeline_and_the_spend(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            page = await console.client.get("/")
+            assert page.status_code == 200
+            html = page.text
+            assert 'class="state state-awake">awake<' in html
+            # The night's wind-down and sleep are bands of their own, between awake ones.
+            bands = re.findall(r'class="band band-([a-z-]+)"', html)
+            assert bands == ["awake", "winding-down", "asleep", "awake"], bands
+            # Every turn is a mark that opens its context; the fork opens its turn's tree.
+            rows = await console.rig.rows("SELECT turn_id FROM turn_reports")
+            for (turn_id,) in rows:
+                assert f'href="/context?turn={turn_id}"' in html
+            kelp = console.turns[TALK[2]]
+            assert f'href="/journal?turn={kelp}"' in html
+            cycle = (await console.rig.rows("SELECT id FROM sleep_cycles"))[0][0]
+            assert f'href="/sleep#{cycle}"' in html
+            assert "1 fork," in html and "1 sleep cycle." in html
+            # Spend: today's line and each day's row agree with the ledger.
+            today = await console.rig.services.ledger.today()
+            assert f"${today.cost_usd:.4f}</strong>" in html
+            assert f"· {today.calls} calls ·" in html
+            for day, spent, calls in await console.rig.rows(
+                "SELECT day, SUM(cost_usd), COUNT(*) FROM usage_ledger GROUP BY day"
+            ):
+                assert f"<tr><td>{day}</td><td>{spent:.4f}</td><td>{calls}</td>" in html
+
+
+async def test_context_shows_each_turn_by_layer_and_explains_one(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            page = await console.client.get("/context")
+            assert page.status_code == 200
+            for turn_id in console.turns.values():
+                assert f'<a href="/context?turn={turn_id}"><g class="bar"' in page.text
+            report = json.loads(
+                (
+                    await console.rig.rows(
+                        "SELECT report FROM turn_reports WHERE turn_id = ?",
+                        (console.turns[TALK[0]],),
+                    )
+                )[0][0]
+            )
+            persona = next(r["tokens"] for r in report["layers"] if r["name"] == "persona")
+            assert f"persona: {persona:,} tokens" in page.text
+
+            detail = await console.client.get(f"/context?turn={console.turns[TALK[0]]}")
+            assert detail.status_code == 200
+            html = detail.text
+            assert '<blockquote class="prompt">My sister Ana lives in Lisbon.</blockquote>' in html
+            assert f"<td>{report['layers'][1]['kept']}/{report['layers'][1]['items']}</td>" in html
+            # The fact mined from that message is among the blocks, with the layer that holds it
+            # and why: the turn's message recalls it now.
+            ana = _fact_id(console, "My sister Ana lives in Lisbon.")
+            block = html[html.index(f'<span class="mem-id">{ana}</span>') :]
+            assert re.match(r'.*?<div class="why">in (recollections|recall): ', block, re.DOTALL)
+            assert "My sister Ana lives in Lisbon." in block[:800]
+            # The instructions are shown as text, never taken for memories.
+            assert "<strong>discipline</strong> · " in html and "· 0 memories — how to read" in html
+
+            missing = await console.client.get("/context?turn=turn-nope")
+            assert missing.status_code == 404 and "No turn turn-nope on record" in missing.text
+
+
+async def test_memory_searches_lists_facts_summaries_and_months(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            found = await console.client.get("/memory", params={"q": "where does Ana live"})
+            assert found.status_code == 200
+            results = found.text[found.text.index('id="results"') : found.text.index('id="facts"')]
+            ana = _fact_id(console, "My sister Ana lives in Lisbon.")
+            assert "Lisbon" in results and f'<span class="mem-id">{ana}</span>' in results
+            blank = await console.client.get("/memory", params={"q": "   "})
+            assert blank.status_code == 200 and 'id="results"' not in blank.text
+            facts = found.text[found.text.index('id="facts"') : found.text.index('id="summaries"')]
+            for fact in console.rig.memory.facts.facts():
+                assert f'id="{fact.id}"' in facts
+            summary = (await console.rig.rows("SELECT uid FROM memories WHERE kind = 'summary'"))[0]
+            assert f'<span class="mem-id">{summary[0]}</span>' in found.text
+            assert "none yet (sleep folds older days into months)" in found.text
+
+
+async def test_retract_and_correct_append_to_the_fact_log_and_need_the_csrf_token(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            dentist = _fact_id(console, "my dentist is Dr Vidal")
+            ana = _fact_id(console, "My sister Ana lives in Lisbon.")
+            before = _facts_lines(console)
+
+            forged = await console.client.post(
+                "/memory/retract", data={"fact": dentist, "reason": "forged"}
+            )
+            assert forged.status_code == 403 and _facts_lines(console) == before
+            wrong = await console.client.post(
+                "/memory/retract", data={"fact": dentist, "csrf": "not-the-token"}
+            )
+            assert wrong.status_code == 403 and _facts_lines(console) == before
+
+            token = await console.csrf()
+            done = await console.client.post(
+                "/memory/retract", data={"fact": dentist, "reason": "moved away", "csrf": token}
+            )
+            assert done.status_code == 200 and f"{dentist} retracted" in done.text
+            after = _facts_lines(console)
+            # Appended, never rewritten: every line that was there is there, in order.
+            assert after[: len(before)] == before and len(after) == len(before) + 1
+            assert console.rig.memory.facts.get(dentist).retired_at is not None  # type: ignore[union-attr]
+            assert f'id="{dentist}"' not in done.text  # only current facts by default
+            everything = await console.client.get("/memory", params={"all": "1"})
+            row = everything.text[everything.text.index(f'id="{dentist}"') :]
+            assert "retired: moved away" in row[:1500]
+
+            corrected = await console.client.post(
+                "/memory/correct",
+                data={"fact": ana, "text": "My sister Ana lives in Porto.", "csrf": token},
+            )
+            assert corrected.status_code == 200, corrected.text
+            assert _facts_lines(console)[: len(after)] == after
+            new = console.rig.memory.facts.current(ana)
+            assert new is not None and new.id != ana and new.text == "My sister Ana lives in Porto."
+            assert [f.id for f in fact_chain(console.rig.memory.facts.log, new.id)] == [ana, new.id]
+            history = corrected.text[corrected.text.index(f'id="{new.id}"') :]
+            assert "history (2 values)" in history[:3000] and "Lisbon" in history[:3000]
+
+            for data, why in (
+                ({"fact": "fact:999", "text": "x"}, "fact:999"),
+                ({"fact": ana, "text": "   "}, "a correction needs the new text"),
+                ({"fact": "", "text": "x"}, "which fact?"),
+            ):
+                refused = await console.client.post("/memory/correct", data={**data, "csrf": token})
+                assert refused.status_code == 400 and why in refused.text, refused.text
+            assert _facts_lines(console)[: len(after)] == after
+
+
+async def test_sleep_shows_cycles_wake_notes_and_reverts_a_dream_revision(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            home = console.rig.home
+            page = await console.client.get("/sleep")
+            assert page.status_code == 200
+            cycle = (await console.rig.rows("SELECT id FROM sleep_cycles"))[0][0]
+            article = page.text[page.text.index(f'id="{cycle}"') :]
+            for phase in ("wind_down", "mining", "maintenance", "dreams", "wake_up"):
+                assert f"<td>{phase}</td><td>done</td>" in article
+            assert "fact mined" in article
+            assert home.wake_file.read_text().splitlines()[0] in page.text
+            store = RevisionStore(home, console.rig.db)
+            rev = next(r for r in await store.recent() if r.target == "cooking")
+            cooking = home.root / rev.files[0].path
+            assert cooking.read_text() == rev.files[0].after
+            shown = page.text[
+                page.text.index(f'<article class="revision status-applied" id="{rev.id}"') :
+            ]
+            assert '<span class="d-add">+## Lessons</span>' in shown
+            assert f"Revert {rev.id}</button>" in shown
+
+            forged = await console.client.post("/sleep/revert", data={"revision": rev.id})
+            assert forged.status_code == 403 and cooking.read_text() == rev.files[0].after
+
+            token = await console.csrf("/sleep")
+            done = await console.client.post(
+                "/sleep/revert", data={"revision": rev.id, "csrf": token}
+            )
+            assert done.status_code == 200
+            assert f"reverted {rev.id}: {rev.files[0].path} restored" in done.text
+            assert cooking.read_text() == rev.files[0].before
+            assert (await store.get(rev.id)).status == "reverted"  # type: ignore[union-attr]
+            assert f'<article class="revision status-reverted" id="{rev.id}"' in done.text
+
+            again = await console.client.post(
+                "/sleep/revert", data={"revision": rev.id, "csrf": token}
+            )
+            assert again.status_code == 400 and "already reverted" in again.text
+            unknown = await console.client.post(
+                "/sleep/revert", data={"revision": "d-00000000", "csrf": token}
+            )
+            assert unknown.status_code == 400 and "no dream revision" in unknown.text
+
+
+async def test_journal_by_day_and_a_turns_fork_tree(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            page = await console.client.get("/journal")
+            assert page.status_code == 200
+            day = console.rig.clock.now().astimezone(UTC).date().isoformat()
+            assert f'href="/journal?day={day}" class="chosen"' in page.text
+            assert page.text.count('<article class="entry">') >= 1
+            kelp = console.turns[TALK[2]]
+            assert f'<a href="/journal?turn={kelp}">{kelp}</a> — 1 fork' in page.text
+
+            tree = await console.client.get("/journal", params={"turn": kelp})
+            (fork_id, tokens) = (
+                await console.rig.rows(
+                    "SELECT id, tokens FROM forks WHERE parent_turn_id = ?", (kelp,)
+                )
+            )[0]
+            node = tree.text[tree.text.index(f'<span class="mem-id">{fork_id}</span>') :]
+            assert '<span class="badge">complete</span> depth 1' in node
+            assert f"{tokens:,} tokens" in node and FORK_TASK in node and "42 rows of kelp" in node
+
+            none = await console.client.get("/journal", params={"turn": console.turns[TALK[0]]})
+            assert "this turn started no forks" in none.text
+            bad = await console.client.get("/journal", params={"day": "yesterday-ish"})
+            assert bad.status_code == 400 and "is not a date" in bad.text
+
+
+async def test_charts_draw_memory_tokens_spend_and_sleep(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            page = await console.client.get("/charts")
+            assert page.status_code == 200
+            for label in (
+                "memory growth by kind",
+                "context tokens per turn by layer",
+                "spend per day",
+                "sleep per night",
+            ):
+                assert f'aria-label="{label}"' in page.text
+            kinds = await console.rig.rows("SELECT DISTINCT kind FROM memories")
+            growth = page.text[page.text.index('aria-label="memory growth by kind"') :]
+            for (kind,) in kinds:
+                assert f'class="legend">{kind}</text>' in growth.split("</svg>")[0]
+
+
+def test_the_timeline_escapes_what_the_stores_hold() -> None:
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    tl = Timeline(
+        start=start,
+        now=start + timedelta(days=1),
+        end=start + timedelta(days=1, hours=12),
+        bands=[Band(state="awake", start=start, end=start + timedelta(days=1))],
+        marks=[
+            Mark(
+                kind="turn",
+                at=start + timedelta(hours=3),
+                label="<script>alert(1)</script>",
+                ref='"x',
+            ),
+        ],
+    )
+    drawn = str(svg.timeline(tl, link=lambda kind, ref: f"/context?turn={ref}"))
+    assert "<script>" not in drawn and "&lt;script&gt;" in drawn
+    assert 'href="/context?turn=&#34;x"' in drawn
