@@ -55,6 +55,7 @@ def test_a_change_is_read_from_the_slot_not_the_construction(
         ("I rode my bike 40 km today, the lock is fine now.", "163", slot_anchors("bike lock", "value")),
         ("Tomas said the offsite was fun.", "Bergen", slot_anchors("team offsite", "where")),
         ("I went to the gym on Sunday.", "Saturday", GYM),  # no word of change
+        ("Ugh, Saturday at the gym was packed again.", "Saturday", GYM),  # a past day, not a change
         ("The offsite moved to Kotor.", "Bergen", GYM),  # another subject
     ],
 )  # fmt: skip

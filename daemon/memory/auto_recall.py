@@ -19,13 +19,16 @@ and cut to a token budget.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.index import MemoryIndex
 from daemon.memory.months import focus_month, months_in_place
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
+from daemon.memory.rows import row_to_item
+from daemon.memory.slots import slot_anchors
 from daemon.memory.text import content_words
 from daemon.memory.uses import stale_weight
 from daemon.settings import MemorySettings
@@ -163,6 +166,9 @@ class IndexMemoryView:
         # bear on the message.
         out = await self.index.searcher.fit(prompt, out, len(out))
 
+        # A message or summary that states a value since changed is shown with the change.
+        out = await self._changed_since(out)
+
         budget = self.settings.auto_recall_tokens
         # Long items are clipped so that `auto_recall_min` of them fit the budget together:
         # three relevant memories, shortened, beat one whole chunk.
@@ -183,6 +189,110 @@ class IndexMemoryView:
             used += cost
         self.index.uses.note(chosen)  # counted in memory; written after the turn
         return chosen
+
+    async def _changed_since(self, items: list[MemoryItem]) -> list[MemoryItem]:
+        """`items`, each sentence that states a value since superseded labelled with it.
+
+        The fact store knows which values changed (`superseded_by`); the messages and
+        summaries that said the old value do not, and recall finds them by the same words as
+        the question ("They told us the offsite will be in Bergen" for "where is the
+        offsite?"). Such a sentence — in the message a superseded fact was mined from, or
+        naming the old value beside the fact's subject — is labelled in place with the current
+        value ("… in Bergen [since changed: now Trieste]."), so the old value is never shown
+        as if it held.
+        """
+        said = [i for i in items if i.kind not in ("fact", "profile")]
+        if not said:
+            return items
+        rows = await self.index.db.fetchall(_CHANGED_FACTS)
+        if not rows:
+            return items
+        facts = {r["uid"]: row_to_item(r) for r in rows}
+        changes: list[_Change] = []
+        for old in facts.values():
+            cur, seen = old, {old.id}
+            while (nxt := str(cur.meta.get("superseded_by") or "")) and nxt not in seen:
+                if nxt not in facts:
+                    break
+                seen.add(nxt)
+                cur = facts[nxt]
+            if cur is old or cur.meta.get("retired_at"):
+                continue  # retracted, or its successor is unknown: nothing current to show
+            changes.append(_Change.of(old, cur))
+        if not changes:
+            return items
+        labelled = {i.id: _label_changes(i, changes) for i in said}
+        return [replace(i, text=labelled[i.id]) if i.id in labelled else i for i in items]
+
+
+_CHANGED_FACTS = (
+    "SELECT * FROM memories WHERE kind IN ('fact', 'profile') "
+    "AND (superseded_by IS NOT NULL OR supersedes IS NOT NULL)"
+)
+
+
+@dataclass(frozen=True)
+class _Change:
+    """A superseded value: what stated it, how to find it, and what holds now."""
+
+    old: str  # the old value ("Bergen"); "" when the fact had none
+    anchors: frozenset[str]  # the subject's words
+    message_ids: frozenset[str]  # the messages it was mined from
+    now: str  # the label: the current value, or the current fact's text
+
+    @staticmethod
+    def of(old: MemoryItem, cur: MemoryItem) -> _Change:
+        value = str(old.meta.get("value") or "") or str(cur.meta.get("changed_from") or "")
+        subject, attribute = (
+            str(old.meta.get("subject") or ""),
+            str(old.meta.get("attribute") or ""),
+        )
+        provenance = old.meta.get("provenance")
+        ids = provenance.get("message_ids", []) if isinstance(provenance, dict) else []
+        current = str(cur.meta.get("value") or "")
+        return _Change(
+            old=value,
+            anchors=slot_anchors(subject, attribute) if subject else frozenset(),
+            message_ids=frozenset(str(i) for i in ids),
+            now=f"now {current}" if current else cur.text.strip().rstrip(".!"),
+        )
+
+
+_SENTENCE_END = re.compile(r"[^.!?\n]+(?:[.!?]+|(?=\n)|$)")
+
+
+def _label_changes(item: MemoryItem, changes: list[_Change]) -> str:
+    """`item`'s text with each sentence stating a superseded value labelled in place."""
+    ids = set(item.message_ids)
+    parts: list[str] = []
+    last = 0
+    text = item.text
+    for m in _SENTENCE_END.finditer(text):
+        sentence = m.group(0)
+        low = sentence.lower()
+        words = set(re.findall(r"[\w'-]+", low))
+        label = ""
+        for change in changes:
+            if not change.old or not _says(low, change.old.lower()):
+                continue
+            if change.now.lower().removeprefix("now ") in low:
+                continue  # the sentence of the change itself
+            if (ids & change.message_ids) or (
+                change.anchors and any(a in words or f"{a}s" in words for a in change.anchors)
+            ):
+                label = f" [since changed: {change.now}]"
+                break
+        if label:
+            body = sentence.rstrip()
+            stop = len(body) - len(body.rstrip(".!?"))
+            cut = m.start() + len(body) - stop
+            parts.append(text[last:cut] + label)
+            last = cut
+    return "".join(parts) + text[last:] if parts else text
+
+
+def _says(sentence: str, value: str) -> bool:
+    return re.search(r"(?<![\w-])" + re.escape(value) + r"(?![\w-])", sentence) is not None
 
 
 def _rank(item: MemoryItem) -> tuple[float, bool]:

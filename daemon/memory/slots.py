@@ -31,7 +31,7 @@ _CHANGE_CUE = re.compile(
     r"actually|turns? out|turned out|ended up|went with|going with|switch\w*|chang\w*|mov(?:e|ed|es|ing)|"
     r"swap\w*|replac\w*|renam\w*|rebook\w*|reschedul\w*|relocat\w*|postpon\w*|pushed back|"
     r"brought forward|drop\w*|ditch\w*|scratch|forget|cancel\w*|quit|gave up|give up|veto\w*|"
-    r"transferr?\w*|retired?|became|become|was|were|used to|no more|over to)\b|n't\b",
+    r"transferr?\w*|retired?|became|become|used to|no more|over to|it was)\b|n't\b",
     re.I,
 )
 # A value's slot in a sentence that does not name the old one: after a copula or preposition.

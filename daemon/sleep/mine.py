@@ -284,8 +284,10 @@ def _slots(fact: Fact) -> list[tuple[str, frozenset[str], bool]]:
     one of those must name it (nothing else ties the sentence to that fact). A told fact, too,
     changes only by a sentence that names its old value: the person asked to keep it.
     """
-    if fact.key and fact.value:
-        return [(fact.value, slot_anchors(fact.subject, fact.attribute), not fact.mined)]
+    if fact.key and (fact.value or fact.replaced):
+        # A stand-in whose new value was unclear still tells the old one it replaced.
+        value = fact.value or fact.replaced
+        return [(value, slot_anchors(fact.subject, fact.attribute), not fact.mined)]
     if fact.key:
         return []
     found: list[str] = []
