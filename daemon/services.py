@@ -201,7 +201,7 @@ async def open_services(
     bus = bus if bus is not None else EventBus("daemon-bus")
     lifecycle = Lifecycle(clock, bus)
     async with AsyncExitStack() as stack:
-        db = await Database.open(home.db_file, busy_timeout_ms=s.store.busy_timeout_ms)
+        db = await Database.open_configured(home.db_file, s)
         stack.push_async_callback(db.close)
         await stack.enter_async_context(bus)
         ledger = UsageLedger(db, s.spend, clock)

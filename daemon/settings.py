@@ -128,6 +128,34 @@ class StoreSettings(_Section):
     busy_timeout_ms: int = Field(5000, ge=0)
 
 
+class StorageSettings(_Section):
+    """Where the memory store lives: the home's SQLite file, or a PostgreSQL server (pgvector)."""
+
+    # Empty: SQLite beside the home. "postgresql://user@host:5432/db": that server; its
+    # password comes from REVERIE_STORAGE_PASSWORD, PGPASSWORD, ~/.pgpass or the systemd
+    # credential `reverie-storage-password`, never from this file.
+    url: str = ""
+    # The agent's schema on the server; empty: the [agent] name.
+    namespace: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _server_url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        if not v:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"{v!r} is not a postgresql://user@host/db URL")
+        if parts.password or "password=" in parts.query:
+            raise ValueError(
+                "the URL holds a password: put it in REVERIE_STORAGE_PASSWORD, PGPASSWORD, "
+                "~/.pgpass or the systemd credential reverie-storage-password instead"
+            )
+        return v
+
+
 class MemorySettings(_Section):
     embedder: Literal["auto", "none", "minilm", "local", "api", "hash"] = "auto"
     embed_model: str = "all-MiniLM-L6-v2"
@@ -577,6 +605,7 @@ class Settings(_Section):
     spend: SpendSettings = SpendSettings()
     chat: ChatSettings = ChatSettings()
     store: StoreSettings = StoreSettings()
+    storage: StorageSettings = StorageSettings()
     memory: MemorySettings = MemorySettings()
     context: ContextSettings = ContextSettings()
     topics: TopicsSettings = TopicsSettings()

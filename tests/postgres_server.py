@@ -16,6 +16,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -46,7 +47,7 @@ class _Server:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self._handle = pgserver.get_server(self._dir / "data", cleanup_mode="stop")
-                self.url = self._handle.get_uri()  # type: ignore[attr-defined]
+                self.url = database_url(self._handle.get_uri(), "postgres")  # type: ignore[attr-defined]
         except Exception as exc:
             self.why_not = f"PostgreSQL could not start: {exc!r}"[:300]
 
@@ -62,11 +63,10 @@ class _Server:
 
 def database_url(base: str, name: str) -> str:
     """The server URL `base` with its database set to `name`."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    params = conninfo_to_dict(base)
-    params["dbname"] = name
-    return make_conninfo(**params)
+    parts = urlsplit(base)
+    # The wheel's server trusts local connections: no password, so none in the URL.
+    netloc = parts.netloc.replace(":@", "@")
+    return urlunsplit((parts.scheme, netloc, f"/{name}", parts.query, ""))
 
 
 @pytest.fixture(scope="session")

@@ -116,6 +116,31 @@ class Database:
         return db
 
     @classmethod
+    async def open_configured(
+        cls, path: Path, settings: Any, *, readonly: bool = False, migrate: bool = True
+    ) -> Database:
+        """Open the store `settings` name: `[storage] url` (PostgreSQL) or the SQLite file `path`."""
+        return await cls.open(
+            path,
+            readonly=readonly,
+            migrate=migrate,
+            busy_timeout_ms=settings.store.busy_timeout_ms,
+            url=settings.storage.url or None,
+            namespace=settings.storage.namespace or settings.agent.name,
+        )
+
+    @property
+    def describe(self) -> str:
+        """Where the store is, for a person: the file, or the server and schema (no password)."""
+        if not self.is_postgres:
+            return f"sqlite {self.path}"
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(self.url)
+        where = f"{info.get('host') or 'localhost'}/{info.get('dbname') or ''}"
+        return f"postgresql {where} (schema {self.schema})"
+
+    @classmethod
     async def _open_postgres(
         cls, path: Path, url: str, namespace: str, *, readonly: bool, migrate: bool
     ) -> Database:

@@ -3,7 +3,7 @@
 The daemon's queries are written once, in the SQLite dialect the embedded store speaks.
 On PostgreSQL each statement passes through `to_postgres` (cached per text) before it is
 sent: `?` and `:name` become psycopg placeholders, `INSERT OR IGNORE` and `INSERT OR
-REPLACE` become `ON CONFLICT` clauses, `IS ?` becomes `IS NOT DISTINCT FROM`, `LIKE` keeps
+REPLACE` become `ON CONFLICT` clauses, `IS x` becomes `IS NOT DISTINCT FROM x`, `LIKE` keeps
 SQLite's case-insensitive meaning, and `BEGIN IMMEDIATE` is a plain `BEGIN` (PostgreSQL's
 row locks do what SQLite's write lock did). Scalar `max(a, b)`/`min(a, b)`, `sum` of a
 condition and `sqlite_master` are given to PostgreSQL as functions and a view by its first
@@ -20,7 +20,9 @@ from collections.abc import Callable, Mapping
 _SEGMENTS = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/)", re.S)
 _PLACEHOLDER = re.compile(r"\?|(?<![:\w]):([A-Za-z_]\w*)")
 _BEGIN = re.compile(r"^\s*BEGIN\s+(IMMEDIATE|DEFERRED|EXCLUSIVE)\b", re.I)
-_IS_PARAM = re.compile(r"\bIS\s+(NOT\s+)?\?", re.I)
+# SQLite's `a IS b` / `a IS NOT b` compare any values, NULL included.
+_IS_NOT = re.compile(r"\bIS\s+NOT\s+(?!NULL\b|TRUE\b|FALSE\b|DISTINCT\b)", re.I)
+_IS = re.compile(r"\bIS\s+(?!NOT\b|NULL\b|TRUE\b|FALSE\b|DISTINCT\b)", re.I)
 _LIKE = re.compile(r"(?<![\w.])LIKE\b", re.I)
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
 _OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.I)
@@ -45,9 +47,11 @@ class Translator:
         self,
         primary_keys: Callable[[str], tuple[str, ...]],
         identity: Callable[[str], str | None],
+        columns: Callable[[str], frozenset[str]],
     ) -> None:
         self._primary_keys = primary_keys
         self._identity = identity
+        self._columns = columns
         self._cache: dict[tuple[str, bool], tuple[str, str | None]] = {}
 
     def __call__(self, sql: str, *, named: bool = False) -> tuple[str, str | None]:
@@ -88,8 +92,58 @@ class Translator:
             returning = self._identity(m.group(1))
             if returning:
                 suffix += f" RETURNING {returning}"
+        if (m := _INSERT_INTO.match(body)) and (at := _DO_UPDATE.search(body)):
+            head, tail = body[: at.end()], body[at.end() :]
+            body = head + _qualify(tail, m.group(1), self._columns(m.group(1)))
         body = _BEGIN.sub("BEGIN", body)
         return _rewrite_code(body, named) + suffix, returning
+
+
+_DO_UPDATE = re.compile(r"\bDO\s+UPDATE\s+SET\b", re.I)
+_TOKEN = re.compile(r"[A-Za-z_][\w]*|\.|,|\(|\)|=")
+
+
+def _qualify(tail: str, table: str, columns: frozenset[str]) -> str:
+    """Name the table on a column read in `ON CONFLICT DO UPDATE SET …` (and its WHERE).
+
+    SQLite reads a bare column there as the existing row's; PostgreSQL calls it ambiguous
+    (it could be `excluded`'s). Assignment targets stay bare, as PostgreSQL requires.
+    """
+    out: list[str] = []
+    expecting_target = True
+    depth = 0
+    for i, part in enumerate(_SEGMENTS.split(tail)):
+        if i % 2:
+            out.append(part)
+            expecting_target = False
+            continue
+        pieces: list[str] = []
+        last = 0
+        prev = ""
+        for m in _TOKEN.finditer(part):
+            tok = m.group(0)
+            pieces.append(part[last : m.start()])
+            last = m.end()
+            word = tok.lower()
+            if tok == "(":
+                depth += 1
+            elif tok == ")":
+                depth -= 1
+            elif tok == "," and depth == 0:
+                expecting_target = True
+            elif word == "where" and depth == 0:
+                expecting_target = False
+            elif tok[0].isalpha() or tok[0] == "_":
+                follows = part[m.end() :].lstrip()[:1]
+                if expecting_target:
+                    expecting_target = False
+                elif word in columns and prev != "." and follows not in (".", "("):
+                    tok = f"{table}.{tok}"
+            pieces.append(tok)
+            prev = tok
+        pieces.append(part[last:])
+        out.append("".join(pieces))
+    return "".join(out)
 
 
 def _rewrite_code(sql: str, named: bool) -> str:
@@ -99,9 +153,8 @@ def _rewrite_code(sql: str, named: bool) -> str:
         # psycopg reads `%` in the whole statement, literals included.
         part = part.replace("%", "%%")
         if i % 2 == 0:
-            part = _IS_PARAM.sub(
-                lambda m: "IS DISTINCT FROM ?" if m.group(1) else "IS NOT DISTINCT FROM ?", part
-            )
+            part = _IS_NOT.sub("IS DISTINCT FROM ", part)
+            part = _IS.sub("IS NOT DISTINCT FROM ", part)
             part = _LIKE.sub("ILIKE", part)
             part = _PLACEHOLDER.sub(
                 lambda m: (

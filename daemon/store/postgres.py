@@ -196,7 +196,8 @@ class PgConnection:
         self.row_factory: Any = None  # accepted and ignored: rows always read by name and index
         self._keys: dict[str, tuple[str, ...]] = {}
         self._identities: dict[str, str | None] = {}
-        self.translate = Translator(self._primary_keys, self._identity)
+        self._cols: dict[str, frozenset[str]] = {}
+        self.translate = Translator(self._primary_keys, self._identity, self._columns)
 
     @classmethod
     def connect(cls, url: str, schema: str, *, connect_timeout_s: int = 10) -> PgConnection:
@@ -283,6 +284,16 @@ class PgConnection:
             ).fetchall()
             self._keys[table] = tuple(r[0] for r in rows)
         return self._keys[table]
+
+    def _columns(self, table: str) -> frozenset[str]:
+        if table not in self._cols:
+            rows = self.raw.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+                "AND attnum > 0 AND NOT attisdropped",
+                (table,),
+            ).fetchall()
+            self._cols[table] = frozenset(r[0] for r in rows)
+        return self._cols[table]
 
     def _identity(self, table: str) -> str | None:
         if table not in self._identities:
