@@ -158,7 +158,12 @@ def stacked_bars(
             group = f'<a href="{escape(links[i])}">{group}</a>'
         body.append(group)
     body.append(
-        _legend(names, x=left, y=14, colours=lambda i: colour(list(series).index(names[i])))
+        _legend(
+            names,
+            x=_legend_x(left, unit),
+            y=14,
+            colours=lambda i: colour(list(series).index(names[i])),
+        )
     )
     return _svg(width, height, body, label)
 
@@ -174,7 +179,7 @@ def bars(
     label: str = "bars",
 ) -> Markup:
     """One bar per label, labelled under the bars (every few when they are many)."""
-    left, bottom, top = 56, 28, 12
+    left, bottom, top = 56, 28, 24
     peak = max(values, default=0) or 1
     inner_h = height - top - bottom
     step = (width - left - 10) / max(len(labels), 1)
@@ -225,12 +230,19 @@ def lines(
     every = max(1, int(n / 8) + 1)
     for i, day in enumerate(labels):
         if i % every == 0 or i == n - 1:
+            # The first and last labels sit inside the chart, not half outside it.
+            anchor = "start" if i == 0 else "end" if i == n - 1 else "middle"
             body.append(
-                f'<text x="{_num(left + step * i)}" y="{height - 8}" class="axis" text-anchor="middle">'
+                f'<text x="{_num(left + step * i)}" y="{height - 8}" class="axis" text-anchor="{anchor}">'
                 f"{escape(day)}</text>"
             )
-    body.append(_legend(names, x=left, y=14, colours=colour))
+    body.append(_legend(names, x=_legend_x(left, unit), y=14, colours=colour))
     return _svg(width, height, body, label)
+
+
+def _legend_x(left: int, unit: str) -> float:
+    """Where a legend starts: after the unit's label at the top left."""
+    return max(left, 16 + 7 * len(unit))
 
 
 def _y_axis(
