@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
@@ -69,6 +70,9 @@ from daemon.tools.workspace import Workspace
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
 
+if TYPE_CHECKING:
+    from daemon.web.server import WebConsole
+
 log = get_logger("services")
 
 SleepPhases = Callable[[Trunk], Sequence[Phase]]
@@ -114,6 +118,8 @@ class Services:
     schedules: ScheduleStore
     keeper: ScheduleKeeper
     watcher: FileWatcher | None
+    # The local web console, once `serve` started it (`[web] enabled`).
+    web: WebConsole | None = None
 
     @property
     def state(self) -> str:
@@ -139,6 +145,12 @@ class Services:
                 await tg.start(self.scheduler.run, name="scheduler")
             if self.watcher is not None:
                 tg.start_soon(self.watcher.run, name="topic-watcher")
+            if self.settings.web.enabled:
+                from daemon.web.server import WebConsole
+
+                # A console that cannot listen says why (log, status); the daemon serves on.
+                self.web = WebConsole(self)
+                await tg.start(self.web.serve, name="web-console")
             self.lifecycle.transition(DaemonState.AWAKE, detail="ready")
             task_status.started()
 

@@ -148,6 +148,8 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         "mcp": [server.as_dict() for server in daemon.mcp.status()]
         if getattr(daemon, "mcp", None) is not None
         else [],
+        # The web console: listening (its URL), failed (why), open pages, requests served.
+        "web": daemon.web.describe() if getattr(daemon, "web", None) is not None else None,
         "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
         "sleep": await daemon.sleep_cycle.describe() if daemon.sleep_cycle is not None else None,
         # A heartbeat is reported only where a job keeps a record on it (the journal).

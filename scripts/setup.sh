@@ -11,9 +11,14 @@ py="${PYTHON:-python3}"
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v rg >/dev/null 2>&1 || missing+=(ripgrep)
+# The web console's browser tests drive Debian's headless Chromium (dev only).
+if [ "$kind" = dev ]; then
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+fi
 if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) \
-    || echo "setup: could not install ${missing[*]}; run stays off, search_files searches in Python" >&2
+    || echo "setup: could not install ${missing[*]}; run stays off, search_files searches in Python, browser tests skip" >&2
 fi
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "daemon.cli.notices",
     "daemon.cli.permissions",
     "daemon.cli.schedule",
+    "daemon.cli.web",
 )
 
 # Commands whose module is known: only it is imported, so `reverie memory search` on the
@@ -39,6 +40,7 @@ COMMAND_OWNERS = {
     "notices": "daemon.cli.notices",
     "permissions": "daemon.cli.permissions",
     "schedule": "daemon.cli.schedule",
+    "web": "daemon.cli.web",
 }
 
 

@@ -109,6 +109,10 @@ def render(status: dict[str, Any]) -> str:
         )
     for i, server in enumerate(status.get("mcp") or []):
         lines.append(("mcp:          " if i == 0 else " " * 14) + _mcp_line(server))
+    web = status.get("web")
+    if web:
+        shown = web.get("url") if web.get("state") == "listening" else web.get("error")
+        lines.append(f"console:      {web.get('state')} · {shown or web.get('listen')}")
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
         lines.append(

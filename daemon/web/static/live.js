@@ -76,5 +76,7 @@
   window.Reverie.csrf = csrf;
   on("hello", setState);
   on("state", setState);
-  connect();
+  // Connect once every script of the page has run, so none misses the first events.
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", connect);
+  else connect();
 })();
