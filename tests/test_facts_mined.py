@@ -264,6 +264,13 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "Our dinner is booked at Nomad": ("dinner", "where", "Nomad"),
         "I signed up for the Berlin half marathon": ("half marathon", "value", "Berlin"),
         "The half marathon is Copenhagen now, not Berlin": ("half marathon", "value", "Copenhagen"),
+        # The value first, a bare noun first, naming, doing a thing somewhere.
+        "Thursday is my yoga day": ("person", "yoga day", "Thursday"),
+        "Kestrel is the name we chose for the boat": ("boat name", "value", "Kestrel"),
+        "Choir is on Wednesdays these days": ("choir", "when", "Wednesdays"),
+        "We're calling the new puppy Biscuit": ("new puppy", "value", "Biscuit"),
+        "We're having the reunion at Casa Rosa": ("reunion", "where", "Casa Rosa"),
+        "Registered for the triathlon in Ghent": ("triathlon", "value", "Ghent"),
     }
     for sentence, key in said.items():
         [found] = rules_for(sentence)
@@ -276,6 +283,10 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "my sister is visiting",
         "Growing my customer base is the main focus",
         "Doing something I love is awesome",
+        "Monday is the worst day",
+        "Anyway is the best",
+        "Work is on fire",
+        "Tomorrow is my problem",
     ):
         assert all(not f.get("subject") for f in rules_for(nothing)), nothing
 

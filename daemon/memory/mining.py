@@ -14,7 +14,11 @@ they relate to the person, dates and plans, things that changed. Two sources:
 
 A fact may carry a key — `subject` and `attribute` ("person" / "dentist", "offsite" /
 "where") — so a later fact with the same key and another value is a change of the same
-knowledge, not a second fact (`daemon.memory.facts.FactStore.record_mined`).
+knowledge, not a second fact (`daemon.memory.facts.FactStore.record_mined`). A change the
+rules cannot read is caught from the stored fact's side (`daemon.memory.slots`).
+
+Size: the extractive rules are one set — the constructions read one sentence together, each
+claiming its span so that another does not read it again — and are kept in one module.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 
 from daemon.memory.dates import resolve_dates
+from daemon.memory.text import STOP_WORDS
 
 # Weakest last, as in `daemon.agent.provenance`: a fact is as trusted as its weakest source.
 _STRENGTH = ("person", "agent", "tool")
@@ -119,7 +124,7 @@ _SKIP_SENTENCE = re.compile(
     re.I,
 )
 _DATE_LIKE = re.compile(
-    r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|today|tonight|tomorrow|"
+    r"\b(?:(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?|today|tonight|tomorrow|"
     r"yesterday|next|this|january|february|march|april|may|june|july|august|september|october|"
     r"november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec|morning|noon|"
     r"midnight|weekend|week|month|year)\b|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b"
@@ -194,6 +199,43 @@ _PICKED_FOR = re.compile(
     r"decided on|booked|got) (?P<val>[^,;]+?) for (?P<subj>(?:the|our|my) (?:[a-z][\w'’-]* ){0,3}"
     r"[a-z][\w'’-]*)",
     re.I,
+)
+# The value first, then what it is: "Sunday is my gym day", "Heron is the codename they chose
+# for the project", "Piranesi is this month's book club read".
+_VALUE_FIRST = re.compile(
+    r"^(?:so |well |and |ok |okay )?(?P<val>[A-Z][\w'’-]*(?: (?:of |and |the )*[A-Z][\w'’-]*)*) "
+    r"(?:is|are|'s|will be|remains) (?:now |still |actually )?(?P<det>my|our|the|this|these|his|her|their)"
+    r"(?: [a-z]+['’]s)? (?P<subj>[a-z][\w'’-]*(?: [a-z][\w'’-]*){0,3})",
+)
+# A relative clause or a preposition ends the noun phrase a value-first sentence names.
+_PHRASE_END = frozenset(
+    "i i'm we we're they they're he she you that which who whose where when for with at in on "
+    "to from by of this next".split()
+)
+_JUDGED = re.compile(r"\b(?:\w+est|worst|best|first|last|least|most|only)\b", re.I)
+_FOR_WHAT = re.compile(r"\bfor (?:the|our|my) (?P<what>[a-z][\w'’-]*(?: [a-z][\w'’-]*)?)\s*[.!]*$")
+# A bare noun opening the sentence: "Gym is on Sunday for me these days".
+_BARE_AT = re.compile(
+    r"^(?P<subj>[A-Za-z][a-z'’-]+(?: [a-z][\w'’-]+)?) (?:is|are) (?:now |still |usually )?"
+    r"(?P<prep>on|in|at) (?P<val>[^,;]+)"
+)
+# Naming: "we're calling the new project Heron", "they named the boat Skylark".
+_CALLING = re.compile(
+    r"\b(?i:(?:I|we|they|everyone|people)(?:'re|'ve| are| have)?(?: been| now| just)? "
+    r"(?:calling|call|named|name|naming|renamed|christened) )(?P<subj>(?:the|our|my) "
+    r"(?:[a-z][\w'’-]* ){0,2}[a-z][\w'’-]*) (?P<val>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*)"
+)
+# Doing a thing somewhere: "we're doing the offsite in Bergen this time", "we're having the
+# party at Nomad" — the place (a name) is where the thing is.
+_DOING_AT = re.compile(
+    r"\b(?i:(?:I|we|they)(?:'re|'ll| are| will| am|'m)? (?:be )?(?:doing|having|holding|hosting|"
+    r"running|throwing) )(?P<subj>(?:the|our|my) (?:[a-z][\w'’-]* ){0,2}[a-z][\w'’-]*) "
+    r"(?P<prep>in|at) (?P<val>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*)"
+)
+# Signing up for a thing somewhere: "registered for the half marathon in Berlin".
+_SIGNED_UP_IN = re.compile(
+    r"\b(?i:(?:signed up for|registered for|entered|enrolled in|booked) the )"
+    r"(?P<subj>[a-z][\w'’-]*(?: [a-z][\w'’-]*){0,2}) in (?P<val>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*)"
 )
 _FEELING = re.compile(
     r"\bI (?:really |absolutely |just |also |do |still |totally |kind of |kinda )*"
@@ -463,6 +505,57 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
             else (norm_key(subj), "value")
         )
         add(m, kind="decision", subject=key[0], attribute=key[1], value=val)
+    for m in _SIGNED_UP_IN.finditer(sentence):
+        if free(m):
+            subj = norm_key(_subject_phrase(m.group("subj")))
+            add(m, kind="decision", subject=subj, attribute="value", value=m.group("val"))
+    for m in _CALLING.finditer(sentence):
+        if free(m):
+            subj = norm_key(_subject_phrase(m.group("subj")))
+            add(m, kind="fact", subject=subj, attribute="value", value=m.group("val"))
+    for m in _DOING_AT.finditer(sentence):
+        val = _clean_value(m.group("val"))
+        if free(m) and val:
+            attr = _where_or_when(val)
+            add(m, kind="plan", subject=norm_key(_subject_phrase(m.group("subj"))),
+                attribute=attr, value=val)  # fmt: skip
+    for m in _VALUE_FIRST.finditer(sentence):
+        val = m.group("val")
+        if (
+            not free(m)
+            or val.split()[0] in _NOT_NAMES
+            or (val.lower() in STOP_WORDS and not _BARE_DAY.fullmatch(val))
+        ):
+            continue  # "Anyway is the best": a sentence's first word, not a name
+        words = m.group("subj").split()
+        cut = next((i for i, w in enumerate(words) if w.lower() in _PHRASE_END), len(words))
+        phrase = " ".join(words[:cut])
+        last = phrase.split()[-1].lower() if phrase else ""
+        if not phrase or phrase.lower() in _TRANSIENT or last in _STATES or _JUDGED.search(phrase):
+            continue  # "X is the best", "X is my problem": a judgement, not a value
+        if m.group("det") == "my":
+            subj, attr = "person", norm_key(phrase)
+        else:
+            # "the codename they chose for the project": the project's codename.
+            what = _FOR_WHAT.search(sentence[m.start("subj") :])
+            subj = norm_key(f"{what.group('what')} {phrase}" if what else phrase)
+            attr = "value"
+        if re.fullmatch(_RELATION, norm_key(phrase)):
+            continue  # "Tomas is my brother": a relation, read above
+        add(m, kind="fact", subject=subj, attribute=attr, value=val)
+    for m in _BARE_AT.finditer(sentence):
+        val = _clean_value(m.group("val"))
+        subj = norm_key(m.group("subj"))
+        if not free(m) or not val or subj.split()[0] in _SUBJECT_STOP or subj in _PRONOUNS:
+            continue
+        if m.group("subj").split()[0] in _NOT_NAMES:
+            continue
+        if not (val[:1].isupper() or _DATE_LIKE.match(val)):
+            continue  # "work is on fire": a place or a time is a name or a date
+        attr = _where_or_when(val)
+        val = (_place(val) if attr == "where" else _head(val)) or val
+        add(m, kind="plan" if attr == "when" else "fact", subject=subj, attribute=attr,
+            value=val)  # fmt: skip
     for m in _THE_X_AT.finditer(sentence):
         val = _clean_value(m.group("val"))
         if not free(m) or not val:
