@@ -37,6 +37,10 @@ and `tokens`: the largest context of the protocol against the default budget.
     nice -n 10 .venv/bin/python -m bench.continuity_sim --days 6 --seed 3 --keep /tmp/home
     nice -n 10 .venv/bin/python -m bench.continuity_sim --wording heldout   # same facts, other words
 
+Three wordings say the same facts on the same days: `tuning` (the first, which the rules
+were once fitted to), `heldout` (the set to tune on now) and `unseen` (written once, never
+tuned on, its misses never read one by one: only its numbers are reported).
+
 Prints one JSON object (and writes `bench/results/continuity_sim.json`); `--details` adds each
 fact with where it was found or why it was missed.
 """
@@ -292,8 +296,8 @@ ATTRIBUTES = [
 ]
 
 # A second set of wordings for the same facts, kept apart from the first: `--wording heldout`
-# measures whether what reads the first set reads everyday English or only those sentences.
-# Tune on the first set; read this one only to check.
+# measured whether what reads the first set reads everyday English or only those sentences.
+# The rules were fitted to the first set, so this one is the set to tune on now.
 HELDOUT: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "offsite": (
         ("we're doing the offsite in {v} this time", "{v} won the vote for the offsite"),
@@ -991,7 +995,8 @@ def main(argv: list[str] | None = None) -> int:
         "--wording",
         choices=WORDINGS,
         default="tuning",
-        help="how facts are said: the set to tune on, or the one held out to check",
+        help="how facts are said: the first set, the one to tune on (heldout), or the one "
+        "never tuned on (unseen)",
     )
     p.add_argument("--details", action="store_true", help="each fact: where found or missed")
     p.add_argument("--quiet", action="store_true", help="no per-day progress on stderr")
