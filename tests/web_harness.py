@@ -6,8 +6,9 @@ Selenium-driven Debian Chromium, logged in through a one-time link made with the
 token. `screenshot(driver, name)` writes `test-artifacts/web/<name>.png`. Without Chromium or
 chromedriver the browser tests skip with one line saying what to install.
 
-Use: `from tests.web_harness import browser, console  # noqa: F401` in a test module, or the
-`Console` and `start_browser` helpers directly.
+Use: `from tests.web_harness import browser, console  # noqa: F401` in a test module, or
+`start_console(tmp_path, config, env)` and `open_browser(console)` for a daemon of your own
+(the fake Messages API, approvals).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,12 +151,10 @@ def wait_for(driver: Any, pred: Callable[[Any], Any], what: str, timeout: float 
 
 
 def wait_live(driver: Any) -> None:
-    """Wait until the page's event stream is open (the badge says live)."""
+    """Wait until the page's event stream is open and has said hello (live.js marks the body)."""
     wait_for(
         driver,
-        lambda d: d.execute_script(
-            "var s = document.getElementById('live-status'); return s && s.textContent === 'live';"
-        ),
+        lambda d: d.execute_script("return document.body.getAttribute('data-live-ready') === '1';"),
         "the page's live stream to open",
     )
 
@@ -196,9 +196,9 @@ class Browser:
         self.driver.get(self.base_url + path)
 
 
-@pytest.fixture
-def browser(console: Console) -> Iterator[Browser]:
-    """A logged-in headless Chromium on the console (skips when Chromium is missing)."""
+@contextmanager
+def open_browser(console: Console) -> Iterator[Browser]:
+    """A headless Chromium logged in to `console` (skips the test when Chromium is missing)."""
     missing = chromium_missing()
     if missing:
         pytest.skip(f"browser tests need Chromium: {missing}")
@@ -210,3 +210,10 @@ def browser(console: Console) -> Iterator[Browser]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def browser(console: Console) -> Iterator[Browser]:
+    """A logged-in headless Chromium on the offline console."""
+    with open_browser(console) as b:
+        yield b

@@ -91,7 +91,10 @@
     });
     card.appendChild(answers);
     card.appendChild(el("p", "muted status", "No answer within " + Math.round(frame.timeout_s) + " s is a no."));
-    add(card);
+    // In place: inside the turn that asks, under its tool calls.
+    if (frame.turn_id) turn(frame.turn_id).node.appendChild(card);
+    else add(card);
+    log.scrollTop = log.scrollHeight;
   }
 
   function settle(card, text) {

@@ -74,7 +74,10 @@
   window.Reverie.live = { on: on };
   window.Reverie.post = post;
   window.Reverie.csrf = csrf;
-  on("hello", setState);
+  on("hello", function (data) {
+    setState(data);
+    document.body.setAttribute("data-live-ready", "1");
+  });
   on("state", setState);
   // Connect once every script of the page has run, so none misses the first events.
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", connect);

@@ -1,0 +1,241 @@
+"""The console in a real headless Chromium against the real daemon: log in, chat, approve, live state.
+
+The trunk talks to the fake Messages API (tests/fakes) so its replies stream word by word and
+it can call a tool that asks the person; every other role runs offline. Screenshots of the
+login page and the chat page go to test-artifacts/web/.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic_server import FakeAnthropic, Planned
+from tests.harness import FAKE_API_CONFIG, Client
+from tests.web_harness import (
+    Browser,
+    Console,
+    chromium_missing,
+    open_browser,
+    screenshot,
+    start_browser,
+    start_console,
+    wait_for,
+    wait_live,
+)
+
+CONFIG = (
+    FAKE_API_CONFIG
+    + """
+[tools]
+trunk = ["*"]
+
+[permissions]
+approval_timeout_s = 60.0
+"""
+)
+
+REPLY = (
+    "Herons stand still for a long time before they strike, and they can wait in cold water "
+    "for an hour without moving a feather while the fish forget them."
+)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic() as api:
+        yield api
+
+
+@pytest.fixture
+def console(tmp_path: Path, fake: FakeAnthropic) -> Iterator[Console]:
+    env = {"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}
+    running = start_console(tmp_path, CONFIG, env)
+    try:
+        yield running
+    finally:
+        running.daemon.stop()
+
+
+@pytest.fixture
+def browser(console: Console) -> Iterator[Browser]:
+    with open_browser(console) as b:
+        yield b
+
+
+def _chat(browser: Browser) -> Any:
+    driver = browser.driver
+    browser.open("/chat")
+    wait_live(driver)
+    wait_for(driver, lambda d: d.find_element("id", "chat-input").is_enabled(), "chat input")
+    return driver
+
+
+def _send(driver: Any, text: str) -> None:
+    driver.find_element("id", "chat-input").send_keys(text)
+    driver.find_element("id", "chat-send").click()
+
+
+def _transcript_text(home: Path) -> str:
+    return "".join(p.read_text() for p in sorted((home / "sessions" / "trunk").glob("*.jsonl")))
+
+
+def test_log_in_see_the_state_send_a_message_and_watch_the_reply_stream(
+    browser: Browser, fake: FakeAnthropic
+) -> None:
+    fake.enqueue(Planned.reply(REPLY, chunk_delay_s=0.08))
+    driver = browser.driver
+    # Logged in through the one-time link: the layout shows the daemon's state.
+    badge = driver.find_element("id", "state-text")
+    assert badge.text.startswith("awake")
+    driver = _chat(browser)
+    browser.screenshot("chat-empty")
+    _send(driver, "Tell me about herons.")
+    sent = wait_for(
+        driver,
+        lambda d: d.find_elements("css selector", ".msg.person[data-state='sent']"),
+        "the message to show as sent",
+    )[0]
+    # Shown as sent only once acknowledged: it is on disk by then.
+    assert "Tell me about herons." in _transcript_text(browser.console.home) or any(
+        "Tell me about herons." in p.read_text() for p in browser.console.home.rglob("*.jsonl")
+    )
+    turn_id = sent.get_attribute("data-turn")
+    agent = f".msg.agent[data-turn='{turn_id}']"
+    # Part of the reply is on the page while the rest is still coming.
+    partial = wait_for(
+        driver,
+        lambda d: [
+            e.text
+            for e in d.find_elements("css selector", agent)
+            if e.text and e.get_attribute("data-done") != "1"
+        ],
+        "part of the reply to stream in",
+    )[0]
+    assert REPLY.startswith(partial.strip()) and len(partial.strip()) < len(REPLY)
+    wait_for(
+        driver,
+        lambda d: d.find_element("css selector", agent).get_attribute("data-done") == "1",
+        "the reply to finish",
+    )
+    assert driver.find_element("css selector", agent + " .body").text == REPLY
+    browser.screenshot("chat-reply")
+
+
+def test_an_approval_is_answered_in_place_and_the_call_runs(
+    browser: Browser, fake: FakeAnthropic
+) -> None:
+    fake.enqueue(
+        Planned.tool("write_file", {"path": "notes.md", "content": "heron count: 7\n"}),
+        Planned.reply("Written."),
+        Planned.tool("write_file", {"path": "other.md", "content": "no\n"}),
+        Planned.reply("Not written, as you said."),
+    )
+    driver = _chat(browser)
+    _send(driver, "Write the heron count to notes.md.")
+    card = wait_for(
+        driver, lambda d: d.find_elements("css selector", ".approval"), "the approval question"
+    )[0]
+    assert "write_file" in card.text and "+heron count: 7" in card.text
+    browser.screenshot("chat-approval")
+    card.find_element("css selector", "button[data-decision='yes']").click()
+    wait_for(
+        driver,
+        lambda d: d.find_element("css selector", ".approval").get_attribute("data-answer") == "yes",
+        "the question to be settled as yes",
+    )
+    wait_for(
+        driver,
+        lambda d: "Written." in d.find_element("css selector", ".msg.agent[data-done='1']").text,
+        "the turn to finish",
+    )
+    tool = driver.find_element("css selector", ".msg.agent li[data-tool='write_file']")
+    assert "done" in tool.get_attribute("class"), tool.get_attribute("outerHTML")
+    notes = browser.console.home / "workspace" / "notes.md"
+    assert notes.read_text() == "heron count: 7\n"
+    # Deny: the call does not run.
+    _send(driver, "Now write other.md.")
+    wait_for(
+        driver,
+        lambda d: len(d.find_elements("css selector", ".approval")) == 2,
+        "the second question",
+    )
+    second = driver.find_elements("css selector", ".approval")[1]
+    second.find_element("css selector", "button[data-decision='no']").click()
+    wait_for(
+        driver,
+        lambda d: (
+            d.find_elements("css selector", ".approval")[1].get_attribute("data-answer") == "no"
+        ),
+        "the second question to be settled as no",
+    )
+    wait_for(
+        driver,
+        lambda d: len(d.find_elements("css selector", ".msg.agent[data-done='1']")) == 2,
+        "the second turn to finish",
+    )
+    assert not (browser.console.home / "workspace" / "other.md").exists()
+    browser.screenshot("chat-approval-answered")
+    records = [
+        json.loads(line)
+        for line in _transcript_text(browser.console.home).splitlines()
+        if '"approval"' in line
+    ]
+    assert [
+        (r["tool"], r["decision"], r["by"]) for r in records if r.get("type") == "approval"
+    ] == [
+        ("write_file", "yes", "person"),
+        ("write_file", "no", "person"),
+    ]
+
+
+def test_the_state_badge_follows_a_sleep_live(browser: Browser) -> None:
+    driver = _chat(browser)
+    driver.execute_script(
+        "window.seen = []; Reverie.live.on('state', function (d) { window.seen.push(d.state); });"
+    )
+    with Client(browser.console.daemon.socket_path, timeout=30) as c:
+        c.hello()
+        started = c.command("sleep")
+        assert started["type"] == "result", started
+    wait_for(
+        driver,
+        lambda d: (
+            "asleep" in d.execute_script("return window.seen")
+            and d.execute_script("return window.seen").count("awake") >= 1
+        ),
+        "the badge to follow the sleep and the waking",
+        timeout=60,
+    )
+    assert driver.find_element("id", "state-text").text.startswith("awake")
+    assert "state-awake" in driver.find_element("id", "state-badge").get_attribute("class")
+
+
+def test_the_login_page_and_a_used_link(console: Console, tmp_path: Path) -> None:
+    missing = chromium_missing()
+    if missing:
+        pytest.skip(f"browser tests need Chromium: {missing}")
+    driver = start_browser(tmp_path / "profile")
+    try:
+        link = console.login_link()
+        driver.get(link)
+        wait_for(driver, lambda d: "/login" not in d.current_url, "the link to log in")
+        wait_live(driver)
+        driver.delete_all_cookies()
+        driver.get(link)
+        error = driver.find_element("css selector", ".error")
+        assert "used already" in error.text
+        screenshot(driver, "login-used-link")
+        token = (console.home / "web.token").read_text().strip()
+        driver.find_element("id", "token").send_keys(token)
+        driver.find_element("css selector", "form button[type='submit']").click()
+        wait_for(driver, lambda d: "/login" not in d.current_url, "the token to log in")
+        wait_live(driver)
+        driver.get(console.base_url + "/login")
+        screenshot(driver, "login")
+    finally:
+        driver.quit()
