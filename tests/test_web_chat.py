@@ -239,3 +239,38 @@ def test_the_login_page_and_a_used_link(console: Console, tmp_path: Path) -> Non
         screenshot(driver, "login")
     finally:
         driver.quit()
+
+
+def test_a_forks_progress_shows_in_the_turn_as_it_happens(tmp_path: Path) -> None:
+    console = start_console(tmp_path)  # the offline model delegates when asked to
+    try:
+        with open_browser(console) as browser:
+            driver = _chat(browser)
+            # What the fork's line looked like at each change, to see it running before done.
+            driver.execute_script(
+                "window.forkSeen = [];"
+                "new MutationObserver(function () {"
+                "  var li = document.querySelector(\"li[data-tool='fork']\");"
+                "  if (li) window.forkSeen.push(li.className);"
+                "}).observe(document.getElementById('chat-log'),"
+                "  {subtree: true, childList: true, attributes: true, characterData: true});"
+            )
+            _send(driver, "Please delegate: find what we know about the kiln")
+            wait_for(
+                driver,
+                lambda d: d.find_elements("css selector", ".msg.agent[data-done='1']"),
+                "the turn to finish",
+                timeout=60,
+            )
+            fork = driver.find_element("css selector", ".msg.agent li[data-tool='fork']")
+            assert fork.get_attribute("class") == "done", fork.get_attribute("outerHTML")
+            assert fork.text.startswith("fork fork-") and "complete" in fork.text
+            assert driver.execute_script("return window.forkSeen")[0] == "running"
+            inner = driver.find_elements("css selector", ".msg.agent li[data-fork]")
+            names = {li.get_attribute("data-tool") for li in inner}
+            assert {"fork", "task_complete"} <= names, names
+            nested = [li for li in inner if li.get_attribute("data-tool") == "task_complete"]
+            assert nested and nested[0].get_attribute("style").startswith("padding-left: 1.2rem")
+            browser.screenshot("chat-fork")
+    finally:
+        console.daemon.stop()

@@ -48,30 +48,29 @@
   }
 
   function toolLine(t, frame) {
-    // One line per call: a fork by its id, another tool by its name and order.
-    var key = frame.fork_id || frame.name + "#" + (frame.phase === "started" ? Object.keys(t.calls).length : "");
-    var li = t.calls[key];
-    if (!li && frame.phase !== "started") {
-      for (var k in t.calls) {
-        if (k.indexOf(frame.name + "#") === 0 && t.calls[k].className === "running") li = t.calls[k];
+    // One line per call, its phases on it: a later phase goes to the oldest call of that
+    // name in that fork still running (a fork's own line is its `fork` call).
+    var key = (frame.fork_id || "") + "/" + frame.name;
+    var li = null;
+    if (frame.phase !== "started") {
+      var running = t.tools.querySelectorAll("li.running");
+      for (var i = 0; i < running.length && !li; i++) {
+        if (running[i].getAttribute("data-key") === key) li = running[i];
       }
     }
     if (!li) {
       li = el("li", "running");
       li.style.paddingLeft = ((frame.depth || 0) * 1.2) + "rem";
+      li.setAttribute("data-key", key);
       li.setAttribute("data-tool", frame.name);
-      t.calls[key] = li;
+      if (frame.fork_id) li.setAttribute("data-fork", frame.fork_id);
       t.tools.appendChild(li);
     }
-    var label = (frame.fork_id ? "fork " + frame.fork_id : frame.name);
-    var what = frame.summary || frame.detail || "";
-    if (frame.phase === "finished") {
-      li.className = frame.is_error ? "failed" : "done";
-      li.textContent = label + (frame.detail ? " — " + frame.detail : (li.getAttribute("data-what") ? " — " + li.getAttribute("data-what") : ""));
-    } else {
-      if (frame.summary) li.setAttribute("data-what", frame.summary);
-      li.textContent = label + (what ? " — " + what : "");
-    }
+    var label = frame.name === "fork" && frame.fork_id ? "fork " + frame.fork_id : frame.name;
+    if (frame.summary) li.setAttribute("data-what", frame.summary);
+    var what = frame.detail || li.getAttribute("data-what") || "";
+    if (frame.phase === "finished") li.className = frame.is_error ? "failed" : "done";
+    li.textContent = label + (what ? " — " + what : "");
   }
 
   function approval(frame) {
