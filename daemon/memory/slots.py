@@ -196,3 +196,13 @@ def restated(
 
 def _as_value(found: str, shape: str) -> str:
     return found.rstrip("sS").capitalize() if shape == "weekday" and found else found
+
+
+def says_change(sentence: str) -> bool:
+    """True when `sentence` has a word of change (a cheap first test before `restated`)."""
+    return _CHANGE_CUE.search(sentence) is not None
+
+
+def sentence_words(sentence: str) -> frozenset[str]:
+    """The folded words of `sentence`, to test a slot's anchors against."""
+    return frozenset(_fold(sentence).split())

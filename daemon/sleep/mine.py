@@ -49,7 +49,14 @@ from daemon.memory.mining_model import (
     render_material,
 )
 from daemon.memory.rows import iso, parse_iso
-from daemon.memory.slots import restated, slot_anchors, value_shape, values_of_shape
+from daemon.memory.slots import (
+    restated,
+    says_change,
+    sentence_words,
+    slot_anchors,
+    value_shape,
+    values_of_shape,
+)
 from daemon.memory.text import content_words, parse_json_reply
 from daemon.models.base import Message, ModelError, SpendCapReached, SystemBlock
 from daemon.sleep.changes import ChangeSet, pin_holds
@@ -309,16 +316,22 @@ async def said_again(store: FactStore, lines: list[Line], tz: tzinfo) -> list[Mi
     person has since replaced is never left standing alone as current."""
     await store.load()
     current = [f for f in store.facts(target="memory") if f.active]
+    slots = {f.id: _slots(f) for f in current}
     out: list[MinedFact] = []
     taken: set[str] = set()
     for line in lines:
         if line.role != "user":
             continue
         for sentence in _statements(line.text):
+            if not says_change(sentence):
+                continue  # most sentences: one test each, not one per fact
+            words = sentence_words(sentence)
             for fact in current:
                 if fact.id in taken or fact.valid_since >= line.ts or line.id in fact.message_ids:
                     continue
-                for value, anchors, old_required in _slots(fact):
+                for value, anchors, old_required in slots[fact.id]:
+                    if not any(a in words or f"{a}s" in words for a in anchors):
+                        continue
                     said = restated(sentence, value=value, anchors=anchors, avoid=fact.text,
                                     old_required=old_required)  # fmt: skip
                     if said is None:
