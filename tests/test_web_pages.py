@@ -19,6 +19,7 @@ import pytest
 from daemon.memory.fact_history import fact_chain
 from daemon.sleep.revisions import RevisionStore
 from daemon.web import svg
+from daemon.web.views import memory as memory_view
 from daemon.web.views.now import Band, Mark, Timeline
 from tests.web_pages_support import FORK_TASK, TALK, Console, filled_console
 
@@ -125,6 +126,11 @@ async def test_memory_searches_lists_facts_summaries_and_months(tmp_path: Path) 
             summary = (await console.rig.rows("SELECT uid FROM memories WHERE kind = 'summary'"))[0]
             assert f'<span class="mem-id">{summary[0]}</span>' in found.text
             assert "none yet (sleep folds older days into months)" in found.text
+            # A long list of facts is cut to the newest, and the page says how many there are.
+            newest, total = await memory_view.facts(console.rig.services, limit=2)
+            everything = console.rig.memory.facts.facts()
+            assert total == len(everything) > 2
+            assert [f["id"] for f in newest] == [f.id for f in reversed(everything[-2:])]
 
 
 async def test_retract_and_correct_append_to_the_fact_log_and_need_the_csrf_token(

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from daemon.services import Services
 
 SEARCH_K = 20
+# Facts listed on the page, newest first (search finds any of them).
+FACTS_SHOWN = 300
 # The longest query or fact text the page accepts (a form field, not a document).
 MAX_TEXT = 2000
 
@@ -35,19 +37,22 @@ async def search(services: Services, query: str, *, k: int = SEARCH_K) -> list[d
     return results[0]
 
 
-async def facts(services: Services, *, show_all: bool = False) -> list[dict[str, Any]]:
-    """The facts, newest first (with `show_all`, also those no longer current); each with its
-    chain of values when it has one."""
+async def facts(
+    services: Services, *, show_all: bool = False, limit: int = FACTS_SHOWN
+) -> tuple[list[dict[str, Any]], int]:
+    """The newest `limit` facts (with `show_all`, also those no longer current), each with its
+    chain of values when it has one; and how many there are in all."""
     store = services.memory.facts
     await store.load()
     uses = await fact_uses(services.db)
+    chosen = store.facts(include_retired=show_all)
     out = []
-    for fact in reversed(store.facts(include_retired=show_all)):
+    for fact in reversed(chosen[-limit:]):
         data = fact_json(fact, uses)
         chain = fact_chain(store.log, fact.id)
         data["history"] = [fact_json(f, uses) for f in chain] if len(chain) > 1 else []
         out.append(data)
-    return out
+    return out, len(chosen)
 
 
 async def kinds(services: Services) -> dict[str, int]:
