@@ -60,3 +60,28 @@ def test_a_daemon_on_postgresql_answers_remembers_and_searches(
         ).fetchall()
     assert ("the boiler is serviced every March",) in facts
     assert any("Ana moved to Porto" in s[0] for s in said)
+
+
+def test_a_daemon_on_postgresql_sleeps_a_whole_cycle(
+    daemon: DaemonProcess,
+    pg_url: str,  # noqa: F811
+) -> None:
+    daemon.start()
+    with Client(daemon.socket_path) as c:
+        c.hello()
+        c.chat("remember that the boiler service is due in April")
+        c.chat("My neighbour Tomas is lending us his ladder. Should we paint the fence first?")
+    out = run_cli("sleep", "--wait", "--home", str(daemon.home), timeout=120)
+    assert out.returncode == 0, out.stderr + daemon.logs()
+    assert "wind_down" in out.stdout and "wake_up" in out.stdout and "done" in out.stdout
+    wake = (daemon.home / "WAKE.md").read_text()
+    assert "boiler service is due in April" in wake
+    assert daemon.stop() == 0
+    with psycopg.connect(pg_url) as conn:
+        phases = conn.execute(
+            "SELECT phase, status FROM agent_reverie.sleep_phases ORDER BY seq"
+        ).fetchall()
+    assert phases and all(status in ("done", "skipped", "deferred") for _, status in phases)
+    assert ("maintenance", "done") in phases or any(p == "maintenance" for p, _ in phases)
+    errors = [e for e in daemon.log_events() if e.get("level") == "error"]
+    assert not errors, errors[:3]

@@ -107,11 +107,8 @@ async def open_database(env: Env, *, write: bool = True) -> Database:
     from daemon.store.db import Database
 
     try:
-        return await Database.open(
-            env.home.db_file,
-            readonly=not write,
-            migrate=write,
-            busy_timeout_ms=env.settings.store.busy_timeout_ms,
+        return await Database.open_configured(
+            env.home.db_file, env.settings, readonly=not write, migrate=write
         )
     except Exception as exc:
         raise CommandError(f"cannot open the database {env.home.db_file}: {exc}") from None

@@ -183,10 +183,21 @@ class LexicalSearcher:
             r[0] for r in conn.execute(sql, (*params, *self._order_params(expr), limit)).fetchall()
         ]
 
+    def matching(self, conn: Any, expr: str, *, kind: str, limit: int) -> list[tuple[Any, str]]:
+        """(session id, text) of the best `limit` memories of `kind` matching `expr`, unbounded."""
+        clauses, params = self._match_clause(expr)
+        sql = (
+            self._joined_from.replace("SELECT m.rowid", "SELECT m.session_id, m.text")
+            + f" WHERE {' AND '.join(clauses)} AND m.kind = ? ORDER BY {self._plain_order} LIMIT ?"
+        )
+        args = (*params, kind, *self._order_params(expr), limit)
+        return [(r[0], r[1]) for r in conn.execute(sql, args).fetchall()]
+
     _joined_from = (
         "SELECT m.rowid FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid"
     )
     _order = _BM25
+    _plain_order = "bm25(memories_fts)"
 
     def _match_clause(self, expr: str) -> tuple[list[str], list[Any]]:
         return ["memories_fts MATCH ?"], [expr]
@@ -235,6 +246,7 @@ class PgLexicalSearcher(LexicalSearcher):
 
     _joined_from = "SELECT m.rowid FROM memories m"
     _order = f"{_TS_RANK} DESC, m.rowid DESC"
+    _plain_order = _order
 
     def _count(self, conn: Any, phrase: str) -> int:
         q = tsquery(phrase)
@@ -258,3 +270,8 @@ class PgLexicalSearcher(LexicalSearcher):
 
     def _order_params(self, expr: str) -> tuple[Any, ...]:
         return (tsquery(expr),)
+
+
+def lexical_searcher(db: Any) -> LexicalSearcher:
+    """The full-text searcher of `db`'s backend (FTS5 on SQLite, tsvector on PostgreSQL)."""
+    return PgLexicalSearcher() if getattr(db, "is_postgres", False) else LexicalSearcher()

@@ -281,12 +281,10 @@ class MemorySystem:
     @asynccontextmanager
     async def open_view(cls, home: Home, settings: Settings) -> AsyncIterator[MemoryView]:
         """Open a read-only `MemoryView` over a home's index (no models; safe while the daemon runs)."""
-        readonly = home.db_file.exists()
-        db = await Database.open(
-            home.db_file,
-            readonly=readonly,
-            migrate=not readonly,
-            busy_timeout_ms=settings.store.busy_timeout_ms,
+        # A server's store is migrated by whoever opens it first; a SQLite file by its writer.
+        readonly = home.db_file.exists() and not settings.storage.url
+        db = await Database.open_configured(
+            home.db_file, settings, readonly=readonly, migrate=not readonly
         )
         try:
             index = MemoryIndex(db, _build_embedder(settings), settings.memory, SystemClock())

@@ -40,6 +40,7 @@ from daemon.events import SleepHousekeeping
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.memory.facts import Fact, local_timezone
+from daemon.memory.lexical import lexical_searcher
 from daemon.memory.mining import recurring_days
 from daemon.memory.months import (
     FoldSource,
@@ -330,12 +331,9 @@ async def _mentions(db: Database, fact: Fact) -> int:
     expr = fts_match(fact.text)
     if len(wanted) < 2 or expr is None:
         return 0
-    # Straight to FTS5 (no fusion, no hydration): this runs for every unpinned fact each night.
-    rows = await db.fetchall(
-        "SELECT m.session_id, m.text FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
-        "WHERE memories_fts MATCH ? AND m.kind = 'chunk' ORDER BY bm25(memories_fts) LIMIT 30",
-        (expr,),
-    )
+    # Straight to full text (no fusion, no hydration): this runs for every unpinned fact each night.
+    searcher = lexical_searcher(db)
+    rows = await db.run(lambda conn: searcher.matching(conn, expr, kind="chunk", limit=30))
     sessions = {
         row[0]
         for row in rows
@@ -488,6 +486,9 @@ def _write_pinned(home: Home, block: str, empty: bool) -> bool:
 
 async def compact(ctx: PhaseContext) -> dict[str, Any]:
     """Checkpoint the WAL; VACUUM when at least the configured fraction of pages is free."""
+    if ctx.db.is_postgres:
+        # The server's autovacuum keeps its tables; there is no WAL of ours to checkpoint.
+        return {"vacuumed": False, "summary": "PostgreSQL: the server's autovacuum compacts"}
     pages = int((await ctx.db.fetchone("PRAGMA page_count"))[0])
     free = int((await ctx.db.fetchone("PRAGMA freelist_count"))[0])
     fraction = free / pages if pages else 0.0

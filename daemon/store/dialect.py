@@ -23,6 +23,8 @@ _BEGIN = re.compile(r"^\s*BEGIN\s+(IMMEDIATE|DEFERRED|EXCLUSIVE)\b", re.I)
 # SQLite's `a IS b` / `a IS NOT b` compare any values, NULL included.
 _IS_NOT = re.compile(r"\bIS\s+NOT\s+(?!NULL\b|TRUE\b|FALSE\b|DISTINCT\b)", re.I)
 _IS = re.compile(r"\bIS\s+(?!NOT\b|NULL\b|TRUE\b|FALSE\b|DISTINCT\b)", re.I)
+# A parameter's type comes from what it is compared with; `? IS NULL` compares it with nothing.
+_PARAM_IS_NULL = re.compile(r"(\?|(?<![:\w]):[A-Za-z_]\w*)(\s+IS\s+(?:NOT\s+)?NULL\b)", re.I)
 _LIKE = re.compile(r"(?<![\w.])LIKE\b", re.I)
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
 _OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.I)
@@ -153,6 +155,7 @@ def _rewrite_code(sql: str, named: bool) -> str:
         # psycopg reads `%` in the whole statement, literals included.
         part = part.replace("%", "%%")
         if i % 2 == 0:
+            part = _PARAM_IS_NULL.sub(r"CAST(\1 AS text)\2", part)
             part = _IS_NOT.sub("IS DISTINCT FROM ", part)
             part = _IS.sub("IS NOT DISTINCT FROM ", part)
             part = _LIKE.sub("ILIKE", part)
