@@ -274,3 +274,18 @@ def test_a_forks_progress_shows_in_the_turn_as_it_happens(tmp_path: Path) -> Non
             browser.screenshot("chat-fork")
     finally:
         console.daemon.stop()
+
+
+def test_a_page_left_for_another_closes_its_stream(browser: Browser) -> None:
+    driver = _chat(browser)
+
+    def pages_open() -> int:
+        with Client(browser.console.daemon.socket_path, timeout=10) as c:
+            c.hello()
+            return int(c.command("status")["data"]["web"]["pages_open"])
+
+    assert pages_open() == 1
+    driver.get(browser.base_url + "/login")  # kept in the back-forward cache, stream closed
+    wait_for(driver, lambda d: pages_open() == 0, "the left page's stream to close")
+    driver.back()
+    wait_for(driver, lambda d: pages_open() == 1, "the page's stream to reopen on return")

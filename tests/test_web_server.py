@@ -140,3 +140,22 @@ def console_and_stream(tmp_path: Path):
         console.daemon.stop()
         reader.join(10)
         http.close()
+
+
+def test_a_page_that_goes_away_is_let_go_at_once(tmp_path: Path) -> None:
+    console = start_console(tmp_path)
+    try:
+        with httpx.Client(timeout=10) as http:
+            http.get(console.login_link())
+            with http.stream("GET", f"{console.base_url}/events?chat=1") as events:
+                lines = events.iter_lines()
+                assert next(lines).startswith("retry:")
+                assert next(lines) == "" and next(lines) == "event: hello"
+                assert _status(console.daemon)["web"]["pages_open"] == 1
+        # Gone without a keep-alive having to find out: its chat client leaves the gateway.
+        deadline = time.monotonic() + 2
+        while _status(console.daemon)["web"]["pages_open"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _status(console.daemon)["web"]["pages_open"] == 0
+    finally:
+        console.daemon.stop()

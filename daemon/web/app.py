@@ -21,7 +21,7 @@ from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -30,7 +30,7 @@ from daemon.log import get_logger
 from daemon.web import chat, pages
 from daemon.web.auth import COOKIE, CSRF_FIELD, SESSION_TTL_S, ConsoleAuth, ConsoleGuard
 from daemon.web.chat import ChatDesk
-from daemon.web.live import LiveFeed
+from daemon.web.live import EventStreamResponse, LiveFeed
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -171,10 +171,8 @@ async def events(request: Request) -> Response:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(DISCONNECT_TIMEOUT_S):
                     await services.gateway.client_disconnected(client)
 
-    return StreamingResponse(
-        stream(),
-        media_type="text/event-stream",
-        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    return EventStreamResponse(
+        stream(), headers={"cache-control": "no-store", "x-accel-buffering": "no"}
     )
 
 

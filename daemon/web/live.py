@@ -21,6 +21,8 @@ from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from daemon.bus import EventBus
 from daemon.events import (
@@ -95,6 +97,37 @@ class PageStream:
                     yield ": keep-alive\n\n"
                 else:
                     yield f"event: {item[0]}\ndata: {item[1]}\n\n"
+
+
+class EventStreamResponse(StreamingResponse):
+    """A server-sent event stream that ends as soon as the browser goes away.
+
+    Starlette's own streaming response notices a closed tab only at its next write (up to a
+    keep-alive later); this one listens for the disconnect, so a page's chat client leaves
+    the gateway at once (a question is then put to the pages still open, or settled as no).
+    """
+
+    media_type = "text/event-stream"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def stream() -> None:
+                try:
+                    await self.stream_response(send)
+                except OSError:
+                    pass  # the peer is gone; the listener below notices too
+                finally:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(stream, name="web-event-stream")
+            await self.listen_for_disconnect(receive)
+            tg.cancel_scope.cancel()
+        # A stream cut between two events has its generator's cleanup run now, not at GC.
+        close = getattr(self.body_iterator, "aclose", None)
+        if close is not None:
+            with anyio.CancelScope(shield=True):
+                await close()
 
 
 class LiveFeed:

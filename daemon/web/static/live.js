@@ -79,6 +79,10 @@
     document.body.setAttribute("data-live-ready", "1");
   });
   on("state", setState);
+  // A page left for another is kept alive in the back-forward cache, its stream with it:
+  // close the stream on the way out (the server lets its chat client go), reopen on return.
+  window.addEventListener("pagehide", function () { if (source) source.close(); });
+  window.addEventListener("pageshow", function (event) { if (event.persisted) connect(); });
   // Connect once every script of the page has run, so none misses the first events.
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", connect);
   else connect();
