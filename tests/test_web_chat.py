@@ -94,16 +94,16 @@ def test_log_in_see_the_state_send_a_message_and_watch_the_reply_stream(
     assert badge.text.startswith("awake")
     driver = _chat(browser)
     browser.screenshot("chat-empty")
-    _send(driver, "Tell me about herons.")
+    _send(driver, "Tell me about <b>herons</b>.")
     sent = wait_for(
         driver,
         lambda d: d.find_elements("css selector", ".msg.person[data-state='sent']"),
         "the message to show as sent",
     )[0]
     # Shown as sent only once acknowledged: it is on disk by then.
-    assert "Tell me about herons." in _transcript_text(browser.console.home) or any(
-        "Tell me about herons." in p.read_text() for p in browser.console.home.rglob("*.jsonl")
-    )
+    home = browser.console.home
+    said = "Tell me about <b>herons</b>."
+    assert said in (home / "inbox.jsonl").read_text() + _transcript_text(home)
     turn_id = sent.get_attribute("data-turn")
     agent = f".msg.agent[data-turn='{turn_id}']"
     # Part of the reply is on the page while the rest is still coming.
@@ -124,6 +124,12 @@ def test_log_in_see_the_state_send_a_message_and_watch_the_reply_stream(
     )
     assert driver.find_element("css selector", agent + " .body").text == REPLY
     browser.screenshot("chat-reply")
+    # Opened again, the page shows the session's last turns, as text (never as markup).
+    driver = _chat(browser)
+    mine = driver.find_element("css selector", f".msg.person[data-turn='{turn_id}']")
+    assert mine.text == "Tell me about <b>herons</b>."
+    assert not mine.find_elements("css selector", "b")
+    assert driver.find_element("css selector", agent + " .body").text == REPLY
 
 
 def test_an_approval_is_answered_in_place_and_the_call_runs(

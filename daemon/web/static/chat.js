@@ -200,6 +200,7 @@
     }
   });
 
+  log.scrollTop = log.scrollHeight;  // the session's last turns, newest at the bottom
   Reverie.live.on("hello", function (data) {
     client = data.client;
     input.disabled = sendButton.disabled = !client;
