@@ -72,6 +72,10 @@ async def test_now_shows_the_state_the_timeline_and_the_spend(tmp_path: Path) ->
                 "SELECT day, SUM(cost_usd), COUNT(*) FROM usage_ledger GROUP BY day"
             ):
                 assert f"<tr><td>{day}</td><td>{spent:.4f}</td><td>{calls}</td>" in html
+            # The timeline zooms by days within bounds; anything else is the default three.
+            assert "The last 1 day " in (await console.client.get("/?days=1")).text
+            for odd in ("0", "999", "three"):
+                assert "The last 3 days " in (await console.client.get(f"/?days={odd}")).text
 
 
 async def test_context_shows_each_turn_by_layer_and_explains_one(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ async def charts_page(request: Request) -> Response:
                 fmt="{:,.4f}",
                 label="spend per day",
             )
-            if spend
+            if any(d.cost_usd for d in spend)
             else None,
             "sleep": svg.bars(
                 [n for n, _ in nights],

@@ -12,6 +12,8 @@ from daemon.web.pages.render import page, services_of, short_time
 from daemon.web.views import now as view
 
 TIMELINE_DAYS = 3
+# `?days=N` zooms the timeline out (or in) within these bounds.
+DAYS_RANGE = range(1, 31)
 
 
 def _link(kind: str, ref: str) -> str:
@@ -27,7 +29,9 @@ def _link(kind: str, ref: str) -> str:
 
 async def now_page(request: Request) -> Response:
     services = services_of(request)
-    timeline = await view.timeline(services, days=TIMELINE_DAYS)
+    asked = request.query_params.get("days", "")
+    days_shown = int(asked) if asked.isdigit() and int(asked) in DAYS_RANGE else TIMELINE_DAYS
+    timeline = await view.timeline(services, days=days_shown)
     spend = await view.spend(services)
     days = spend["days"]
     return page(
@@ -37,7 +41,8 @@ async def now_page(request: Request) -> Response:
             "state": view.state(services),
             "timeline_svg": svg.timeline(timeline, link=_link),
             "timeline": timeline,
-            "days": TIMELINE_DAYS,
+            "days": days_shown,
+            "zoom": [n for n in (1, 3, 7, 14, 30) if n != days_shown],
             "short_time": short_time,
             "spend": spend,
             "spend_svg": svg.bars(
@@ -47,7 +52,8 @@ async def now_page(request: Request) -> Response:
                 fmt="{:,.4f}",
                 label="spend per day",
             )
-            if days
+            # Nothing to draw while every call was free (the offline model).
+            if any(d.cost_usd for d in days)
             else None,
         },
     )
