@@ -85,3 +85,51 @@ def test_a_daemon_on_postgresql_sleeps_a_whole_cycle(
     assert ("maintenance", "done") in phases or any(p == "maintenance" for p, _ in phases)
     errors = [e for e in daemon.log_events() if e.get("level") == "error"]
     assert not errors, errors[:3]
+
+
+def _search(home: Path, query: str) -> list[str]:
+    r = run_cli("memory", "search", query, "--home", str(home), "--json")
+    assert r.returncode == 0, r.stderr
+    hits = json.loads(r.stdout)
+    hits = hits.get("results", hits) if isinstance(hits, dict) else hits
+    return [h["text"] for h in hits]
+
+
+def test_two_agents_on_one_database_share_what_is_shared_and_nothing_else(
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811
+) -> None:
+    ada = DaemonProcess(home=pg_home(tmp_path / "ada", pg_url, "Ada"), env=daemon_env())
+    bob = DaemonProcess(home=pg_home(tmp_path / "bob", pg_url, "Bob"), env=daemon_env())
+    try:
+        ada.start()
+        bob.start()
+        private = "the spare key is under the blue flower pot"
+        shared = "the household wifi password is written on the fridge"
+        r = run_cli("remember", private, "--home", str(ada.home), "--json")
+        assert r.returncode == 0, r.stderr
+        r = run_cli("remember", "--shared", shared, "--home", str(ada.home), "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["id"].startswith("shared:")
+        # Both chat at once while the facts land.
+        with Client(ada.socket_path) as a, Client(bob.socket_path) as b:
+            a.hello()
+            b.hello()
+            a.chat("Where did we put the spare key?")
+            b.chat("What is the wifi password?")
+        assert private in _search(ada.home, "spare key flower pot")
+        assert shared in _search(ada.home, "wifi password fridge")
+        assert shared in _search(bob.home, "wifi password fridge")
+        assert not any("flower pot" in t for t in _search(bob.home, "spare key flower pot"))
+        r = run_cli("recall", "where is the spare key?", "--home", str(bob.home), "--json")
+        assert r.returncode == 0, r.stderr
+        assert "flower pot" not in r.stdout
+        # Sharing needs the shared namespace: a SQLite home says so.
+        plain = Home(tmp_path / "plain")
+        plain.ensure()
+        r = run_cli("remember", "--shared", shared, "--home", str(plain.root))
+        assert r.returncode != 0 and "PostgreSQL" in r.stderr
+    finally:
+        for d in (ada, bob):
+            if d.proc is not None and d.proc.poll() is None:
+                assert d.stop() == 0

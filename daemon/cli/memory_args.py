@@ -19,6 +19,7 @@ MODES = ("hybrid", "lexical", "vector")
 REMEMBER_EPILOG = """examples:
   reverie remember "my dentist appointment is tomorrow at 10"
   reverie remember --target profile "I prefer tea to coffee"
+  reverie remember --shared "our wifi password is on the fridge"
   reverie remember --correct fact:12 "the appointment moved to Friday"
   reverie remember --retract fact:12 --reason "cancelled"
   reverie remember --restore fact:12
@@ -120,6 +121,13 @@ REMEMBER: Spec = (
             "default": [],
             "metavar": "TAG",
             "help": "a keyword (repeatable)",
+        },
+    ),
+    (
+        ("--shared",),
+        {
+            "action": "store_true",
+            "help": "share the fact with every agent on this PostgreSQL store ([storage] url)",
         },
     ),
     (
@@ -243,6 +251,7 @@ def remember_request(args: argparse.Namespace) -> dict[str, Any]:
         "restore": restore,
         "pin": pin,
         "reason": args.reason,
+        "shared": bool(getattr(args, "shared", False)),
     }
 
 

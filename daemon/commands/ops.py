@@ -178,6 +178,11 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
         raise ValueError("remember needs TEXT (or --retract ID)")
     if correct is not None:
         return asdict(await memory.correct(str(correct), text, origin="person"))
+    if request.get("shared"):
+        from daemon.memory.shared import share_fact
+
+        shared_tags = tuple(str(t) for t in request.get("tags") or [])
+        return await share_fact(memory.index, text, origin="person", tags=shared_tags)
     target = str(request.get("target") or "memory")
     tags = [str(t) for t in request.get("tags") or []]
     return asdict(await memory.remember(text, target=target, origin="person", tags=tags))

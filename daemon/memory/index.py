@@ -38,6 +38,7 @@ from daemon.memory.matrix import (
     matrix_path,
 )
 from daemon.memory.search import MemorySearch, SearchMode
+from daemon.memory.shared import SharedFacts
 from daemon.memory.uses import UseLog
 from daemon.memory.writer import MemoryWriter
 from daemon.settings import MemorySettings
@@ -98,6 +99,8 @@ class MemoryIndex:
         self._refresh_lock = anyio.Lock()
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.lexical = PgLexicalSearcher() if db.is_postgres else LexicalSearcher()
+        # On PostgreSQL: what the person shared with every agent, copied in before a search.
+        self.shared = SharedFacts(self)
         self.embedding = EmbeddingWorker(db, embedder, self.refresh)
         self.writer = MemoryWriter(db, self.lexical, self.embedding.wake)
         # What recall shows is counted here (facts' uses: staleness, promotion by use).
@@ -209,6 +212,7 @@ class MemoryIndex:
         the index (see `VectorMatrix.load`) and reads only what changed since; otherwise it
         builds the matrix from the database. Once enough has changed, the file is rewritten.
         """
+        await self.shared.sync()
         async with self._refresh_lock:
             if not self._matrix_checked:
                 self._matrix_checked = True

@@ -27,8 +27,8 @@ _IS = re.compile(r"\bIS\s+(?!NOT\b|NULL\b|TRUE\b|FALSE\b|DISTINCT\b)", re.I)
 _PARAM_IS_NULL = re.compile(r"(\?|(?<![:\w]):[A-Za-z_]\w*)(\s+IS\s+(?:NOT\s+)?NULL\b)", re.I)
 _LIKE = re.compile(r"(?<![\w.])LIKE\b", re.I)
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
-_OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.I)
-_INSERT_INTO = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.I)
+_OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+([\w.]+)\s*\(([^)]*)\)", re.I)
+_INSERT_INTO = re.compile(r"^\s*INSERT\s+INTO\s+([\w.]+)", re.I)
 
 _CACHE_MAX = 2048
 
