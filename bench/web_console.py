@@ -1,10 +1,11 @@
 """Server time of the console's Memory page and of a memory search on it, at 100k memories.
 
     nice -n 10 .venv/bin/python -m bench.web_console                    # 100k memories, hash vectors
-    nice -n 10 .venv/bin/python -m bench.web_console --size 10000 --embedder minilm
+    nice -n 10 .venv/bin/python -m bench.web_console --embedder minilm    # queries encoded by MiniLM
 
 The home is filled the way `bench.cli_latency` fills one (the real importer over a synthetic
-dialogue, vectors of the embedder's size), plus told facts through the memory's own
+dialogue, stand-in vectors of the embedder's size; each query is encoded by the real model),
+plus told facts through the memory's own
 `remember`. The daemon's services are then built over it (`open_services`, as `reverie run`
 builds them) and the console's ASGI app (`build_app`) is asked, in-process and logged in:
 `GET /memory` (the facts, kinds, summaries and months) and `GET /memory?q=…` (the page with a
@@ -29,6 +30,7 @@ import httpx
 
 from bench.cli_latency import QUERIES, RESULTS, StandIn, build_home, embedder_names
 from daemon.clock import SystemClock
+from daemon.memory.embedders import build_embedder
 from daemon.paths import Home
 from daemon.services import open_services
 from daemon.settings import Settings
@@ -66,9 +68,15 @@ async def measure(root: Path, size: int, embedder: str, facts: int, rounds: int)
     built = {"reused": True} if reused else await build_home(root, size, [embedder])
     name, dim = embedder_names(embedder)
     settings = Settings()
+    # The home's vectors are stand-ins of the right size; a query is embedded by the real model.
+    queries = (
+        StandIn(name, dim)
+        if embedder == "hash"
+        else build_embedder(settings.memory.model_copy(update={"embedder": embedder}))
+    )
     out: dict[str, Any] = {"size": size, "embedder": embedder, **built}
     async with open_services(
-        home, settings, SystemClock(), embedder=StandIn(name, dim), watch_files=False
+        home, settings, SystemClock(), embedder=queries, watch_files=False
     ) as services:
         t = time.perf_counter()
         for i in range(0 if reused else facts):

@@ -85,7 +85,7 @@ async def recent_turns(services: Services, *, limit: int = 30) -> list[TurnRow]:
     """The last `limit` turns, oldest first, with their context tokens per layer."""
     rows = await services.db.fetchall(
         "SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports"
-        " ORDER BY ts DESC, rowid DESC LIMIT ?",
+        " ORDER BY ts DESC, turn_id DESC LIMIT ?",
         (limit,),
     )
     prompts = await _prompts(services, [r[0] for r in rows])
