@@ -1,6 +1,7 @@
 """The console's pages over a real daemon core: what each shows, and every POST.
 
-Each test fills a real home through the daemon's own services (a conversation with a fork,
+Each test fills a real home through the daemon's own services (the last one with its store on
+a real PostgreSQL server) (a conversation with a fork,
 a real night's sleep: mining, maintenance, dreams, wake-up; `tests.web_pages_support`) and
 asks the console's ASGI app (`build_app`) for its pages over HTTP, logged in with the token,
 on the daemon's own event loop.
@@ -17,10 +18,12 @@ import anyio
 import pytest
 
 from daemon.memory.fact_history import fact_chain
+from daemon.settings import SchedulerSettings, Settings, StorageSettings
 from daemon.sleep.revisions import RevisionStore
 from daemon.web import svg
 from daemon.web.views import memory as memory_view
 from daemon.web.views.now import Band, Mark, Timeline
+from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.web_pages_support import FORK_TASK, TALK, Console, filled_console
 
 pytestmark = pytest.mark.anyio
@@ -300,3 +303,39 @@ def test_the_timeline_escapes_what_the_stores_hold() -> None:
     drawn = str(svg.timeline(tl, link=lambda kind, ref: f"/context?turn={ref}"))
     assert "<script>" not in drawn and "&lt;script&gt;" in drawn
     assert 'href="/context?turn=&#34;x"' in drawn
+
+
+async def test_every_page_and_post_on_postgresql(tmp_path: Path, pg_url: str) -> None:  # noqa: F811
+    settings = Settings(
+        scheduler=SchedulerSettings(timezone="UTC"), storage=StorageSettings(url=pg_url)
+    )
+    with anyio.fail_after(120):
+        async with filled_console(tmp_path / "home", settings=settings) as console:
+            assert console.rig.db.is_postgres
+            kelp = console.turns[TALK[2]]
+            for path in (
+                "/",
+                "/context",
+                f"/context?turn={console.turns[TALK[0]]}",
+                "/memory?q=where+does+Ana+live",
+                "/memory?all=1",
+                "/sleep",
+                "/journal",
+                f"/journal?turn={kelp}",
+                "/charts",
+            ):
+                page = await console.client.get(path)
+                assert page.status_code == 200, (path, page.text[-2000:])
+            assert "Lisbon" in (await console.client.get("/memory?q=Lisbon")).text
+            token = await console.csrf()
+            dentist = _fact_id(console, "my dentist is Dr Vidal")
+            done = await console.client.post(
+                "/memory/retract", data={"fact": dentist, "csrf": token}
+            )
+            assert done.status_code == 200 and f"{dentist} retracted" in done.text
+            rev = (await RevisionStore(console.rig.home, console.rig.db).recent())[0]
+            reverted = await console.client.post(
+                "/sleep/revert", data={"revision": rev.id, "csrf": token}
+            )
+            assert reverted.status_code == 200 and f"reverted {rev.id}" in reverted.text
+            assert (console.rig.home.root / rev.files[0].path).read_text() == rev.files[0].before

@@ -20,6 +20,7 @@ import httpx
 from daemon.events import JournalNote, SleepStarted
 from daemon.models.base import ModelRequest, ToolResultBlock
 from daemon.services import nightly_phases
+from daemon.settings import Settings
 from daemon.testing import Reply, ScriptedModel
 from daemon.web.app import build_app
 from daemon.web.auth import ConsoleAuth
@@ -74,9 +75,10 @@ class Console:
 
 
 @asynccontextmanager
-async def filled_console(root: Path) -> AsyncIterator[Console]:
+async def filled_console(root: Path, *, settings: Settings | None = None) -> AsyncIterator[Console]:
     async with rig(
         root,
+        settings=settings,
         phases=nightly_phases,
         models={"trunk": ScriptedModel(trunk_script), "delegate": ScriptedModel(fork_script)},
     ) as r:
