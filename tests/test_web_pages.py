@@ -1,10 +1,10 @@
 """The console's pages over a real daemon core: what each shows, and every POST.
 
-Each test fills a real home through the daemon's own services (the last one with its store on
-a real PostgreSQL server) (a conversation with a fork,
-a real night's sleep: mining, maintenance, dreams, wake-up; `tests.web_pages_support`) and
-asks the console's ASGI app (`build_app`) for its pages over HTTP, logged in with the token,
-on the daemon's own event loop.
+Each test fills a real home through the daemon's own services (a conversation with a fork, a
+real night's sleep: mining, maintenance, dreams, wake-up; `tests.web_pages_support`) and asks
+the console's ASGI app (`build_app`) for its pages over HTTP, logged in with the token, on the
+daemon's own event loop. The last test does it all again with the store on a real PostgreSQL
+server.
 """
 
 from __future__ import annotations
