@@ -271,6 +271,9 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "We're calling the new puppy Biscuit": ("new puppy", "value", "Biscuit"),
         "We're having the reunion at Casa Rosa": ("reunion", "where", "Casa Rosa"),
         "Registered for the triathlon in Ghent": ("triathlon", "value", "Ghent"),
+        "The choir rehearsal got relocated to St Anne's": ("choir rehearsal", "where", "St Anne's"),
+        "The vet moved the checkup to 14 June": ("checkup", "when", "14 June"),
+        "The boat goes by Skylark": ("boat", "value", "Skylark"),
     }
     for sentence, key in said.items():
         [found] = rules_for(sentence)
@@ -287,6 +290,8 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "Anyway is the best",
         "Work is on fire",
         "Tomorrow is my problem",
+        "I walked the dog to Anna's house",
+        "My mum went to Paris",
     ):
         assert all(not f.get("subject") for f in rules_for(nothing)), nothing
 

@@ -228,9 +228,25 @@ _CALLING = re.compile(
 # Doing a thing somewhere: "we're doing the offsite in Bergen this time", "we're having the
 # party at Nomad" — the place (a name) is where the thing is.
 _DOING_AT = re.compile(
-    r"\b(?i:(?:I|we|they)(?:'re|'ll| are| will| am|'m)? (?:be )?(?:doing|having|holding|hosting|"
-    r"running|throwing) )(?P<subj>(?:the|our|my) (?:[a-z][\w'’-]* ){0,2}[a-z][\w'’-]*) "
+    r"\b(?i:(?:I|we|they)(?:'re|'ll|'ve| are| will| am|'m| have| just)? (?:be )?"
+    r"(?:doing|having|holding|hosting|running|throwing|had|held|got|put|set|[a-z]+ed) )(?P<subj>(?:the|our|my) (?:[a-z][\w'’-]* ){0,2}[a-z][\w'’-]*) "
     r"(?P<prep>in|at) (?P<val>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*)"
+)
+# A thing that went, or was sent, somewhere else: "the offsite got relocated to Kotor", "the
+# offsite is going to Kotor", "the airline moved the Lisbon flight to 19 March" — any verb of
+# motion in the past, with a new place or time that is a name or a date.
+_WENT_TO = re.compile(
+    r"\b(?:(?P<subj>(?i:the|our|my) (?:[A-Za-z][\w'’-]* ){0,3}?[a-z][\w'’-]*) (?i:is |was |got |"
+    r"has |have |has been |have been )?(?i:[a-z]+ed|is going|going|goes|went|moves|moving)"
+    r"|(?i:[a-z]+ed) (?P<obj>(?i:the|our|my) (?:[A-Za-z][\w'’-]* ){0,3}?[a-z][\w'’-]*))"
+    r"(?: from (?P<old>[^,;]+?))? to (?P<new>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*"
+    r"|\d{1,2}(?:st|nd|rd|th)? [A-Z][a-z]+|(?i:(?:monday|tuesday|wednesday|thursday|friday|"
+    r"saturday|sunday)s?))(?!['’]s)\b"
+)
+# Known by a name: "the project goes by Basalt", "the boat is called Skylark".
+_GOES_BY = re.compile(
+    r"\b(?P<subj>(?i:the|our|my) (?:[a-z][\w'’-]* ){0,2}[a-z][\w'’-]*) "
+    r"(?i:goes by|is called|is named|is known as|now goes by) (?P<val>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*)"
 )
 # Signing up for a thing somewhere: "registered for the half marathon in Berlin".
 _SIGNED_UP_IN = re.compile(
@@ -309,8 +325,12 @@ def _head(value: str) -> str:
     return _PREP.split(value, maxsplit=1)[0].strip()
 
 
+_DAY_MONTH = re.compile(r"\d{1,2}(?:st|nd|rd|th)?(?: of)? [A-Z][a-z]+\b")
+
+
 def _where_or_when(value: str) -> str:
-    return "when" if _DATE_LIKE.match(_head(value)) else "where"
+    head = _head(value)
+    return "when" if _DATE_LIKE.match(head) or _DAY_MONTH.match(head) else "where"
 
 
 def _place(value: str) -> str:
@@ -510,6 +530,22 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
             subj = norm_key(_subject_phrase(m.group("subj")))
             add(m, kind="decision", subject=subj, attribute="value", value=m.group("val"))
     for m in _CALLING.finditer(sentence):
+        if free(m):
+            subj = norm_key(_subject_phrase(m.group("subj")))
+            add(m, kind="fact", subject=subj, attribute="value", value=m.group("val"))
+    for m in _WENT_TO.finditer(sentence):
+        phrase = m.group("subj") or m.group("obj")
+        new = _clean_value(m.group("new"))
+        if not free(m) or not new or norm_key(phrase).split()[-1:] in (["way"], ["back"]):
+            continue
+        if m.group("obj") and not (m.group("old") or _DATE_LIKE.search(new)):
+            continue  # "I walked the dog to Anna": taking a thing somewhere is no change of it
+        if re.fullmatch(_RELATION, norm_key(phrase).split()[-1].removesuffix("s")):
+            continue  # "my mum went to Paris": a person's trip, not a value of theirs
+        key, new = _change_key(phrase, "moved", new)
+        add(m, kind="change", subject=key[0], attribute=key[1], value=new,
+            replaces=_clean_value(m.group("old") or ""))  # fmt: skip
+    for m in _GOES_BY.finditer(sentence):
         if free(m):
             subj = norm_key(_subject_phrase(m.group("subj")))
             add(m, kind="fact", subject=subj, attribute="value", value=m.group("val"))

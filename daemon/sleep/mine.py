@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import anyio
 
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
-from daemon.memory.facts import Fact, FactStore, MinedOutcome, local_timezone
+from daemon.memory.facts import Fact, FactStore, MinedOutcome, local_timezone, normalise
 from daemon.memory.mining import (
     MAX_MINED_CHARS,
     Line,
@@ -237,14 +238,10 @@ async def mine(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
     if not by.startswith("the dreams model"):
         facts = mine_lines(lines, tz)
     store = ctx.memory.facts
+    # Whatever read the lines, a known slot said again with another value is a change.
+    facts = with_slot_changes(facts, await said_again(store, lines, tz))
     outcomes: list[dict[str, str]] = []
     for fact in facts:
-        outcome = await record(store, fact, changes, night=ctx.started_at)
-        outcomes.append(
-            {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
-        )
-    # Whatever read the lines, a known slot said again with another value is a change.
-    for fact in await said_again(store, lines, tz):
         outcome = await record(store, fact, changes, night=ctx.started_at)
         outcomes.append(
             {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
@@ -336,7 +333,7 @@ async def said_again(store: FactStore, lines: list[Line], tz: tzinfo) -> list[Mi
                                     old_required=old_required)  # fmt: skip
                     if said is None:
                         continue
-                    taken.add(fact.id)  # its newest word wins: later lines are read after
+                    taken.add(fact.id)  # one change of a fact a night: the next night reads on
                     out.append(
                         MinedFact(
                             text=resolve_plan_dates(
@@ -357,6 +354,36 @@ async def said_again(store: FactStore, lines: list[Line], tz: tzinfo) -> list[Mi
                     )
                     break
     return out
+
+
+def with_slot_changes(facts: list[MinedFact], slot: list[MinedFact]) -> list[MinedFact]:
+    """The night's facts with the slot changes (`said_again`) joined in, in the order said.
+
+    A sentence both read gives one fact: what the rules (or the model) made of it — its key and
+    value — that also supersedes the fact the slot change names ("the offsite got relocated to
+    Trieste (it was Bergen)" is (offsite, where) = Trieste, and it replaces "they told us the
+    offsite will be in Bergen", which had no key).
+    """
+    left = list(slot)
+    out: list[MinedFact] = []
+    for fact in facts:
+        text = normalise(fact.text)
+        same = next(
+            (c for c in left if set(c.message_ids) & set(fact.message_ids)
+             and text and text in normalise(c.text)),
+            None,
+        )  # fmt: skip
+        if same is not None and not fact.supersedes:
+            left.remove(same)
+            fact = replace(
+                fact, supersedes=same.supersedes, replaces=fact.replaces or same.replaces
+            )
+            if not fact.key:
+                fact = replace(fact, subject=same.subject, attribute=same.attribute,
+                               value=same.value, uncertain=same.uncertain)  # fmt: skip
+        out.append(fact)
+    out.extend(left)
+    return sorted(out, key=lambda f: f.said_at)
 
 
 async def record(
