@@ -155,3 +155,16 @@ def test_the_default_listener_is_loopback_and_remote_needs_saying_so(tmp_path: P
     with pytest.raises(ConfigError, match="HOST:PORT"):
         load_settings(tmp_path)
     assert WebSettings(listen="/run/reverie/web.sock").address.path == "/run/reverie/web.sock"
+
+
+async def test_every_response_forbids_framing_and_foreign_scripts(console) -> None:
+    client, _ = console
+    for response in (
+        await client.get("/login"),
+        await client.get("/chat"),
+        await client.get("/login", headers={"host": "evil.example"}),
+    ):
+        policy = response.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["referrer-policy"] == "same-origin"

@@ -46,6 +46,19 @@ PUBLIC_PREFIXES = ("/login", "/static/")
 # A form body read for its CSRF field is at most this big (the console has no uploads).
 MAX_FORM_BYTES = 1_048_576
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# On every response: scripts and everything else from the console itself only, never framed
+# (an Allow button under another site's overlay), no address in a Referer to another site.
+SECURITY_HEADERS = (
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        b"img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+        b"form-action 'self'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -243,6 +256,9 @@ class ConsoleGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self._guard(scope, receive, _hardened(send))
+
+    async def _guard(self, scope: Scope, receive: Receive, send: Send) -> None:
         host = (_header(scope, b"host") or "").lower()
         if host not in self.auth.hosts:
             # Another name pointing here (DNS rebinding) gets nothing, not even the login page.
@@ -297,6 +313,16 @@ class ConsoleGuard:
         if origin is None:
             return True  # not a browser's cross-site request (those carry an Origin)
         return urlsplit(origin).netloc.lower() == host
+
+
+def _hardened(send: Send) -> Send:
+    async def hardened(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = dict(message)
+            message["headers"] = [*message.get("headers", ()), *SECURITY_HEADERS]
+        await send(message)
+
+    return hardened
 
 
 async def _read_body(receive: Receive) -> tuple[bytes | None, list[Message]]:
