@@ -103,6 +103,8 @@ async def test_context_shows_each_turn_by_layer_and_explains_one(tmp_path: Path)
             assert detail.status_code == 200
             html = detail.text
             assert '<blockquote class="prompt">My sister Ana lives in Lisbon.</blockquote>' in html
+            chosen = re.findall(r'<g class="bar chosen" data-label="[^"]*?(turn-[0-9a-f]+)"', html)
+            assert chosen == [console.turns[TALK[0]]]
             assert f"<td>{report['layers'][1]['kept']}/{report['layers'][1]['items']}</td>" in html
             # The fact mined from that message is among the blocks, with the layer that holds it
             # and why: the turn's message recalls it now.

@@ -128,8 +128,10 @@ def stacked_bars(
     links: Sequence[str] | None = None,
     unit: str = "tokens",
     label: str = "stacked bars",
+    chosen: int | None = None,
 ) -> Markup:
-    """One bar per label, stacked by series (in the order given); a bar links where `links` says."""
+    """One bar per label, stacked by series (in the order given); a bar links where `links`
+    says, and the `chosen` one is outlined."""
     left, bottom, top = 56, 24, 26
     names = [n for n in series if any(series[n])]
     totals = [sum(series[n][i] for n in names) for i in range(len(labels))]
@@ -153,7 +155,8 @@ def stacked_bars(
                 f' fill="{colour(list(series).index(key))}"><title>{escape(name)} · {escape(key)}:'
                 f" {value:,.0f} {unit}</title></rect>"
             )
-        group = f'<g class="bar" data-label="{escape(name)}">{"".join(parts)}</g>'
+        mark = " chosen" if i == chosen else ""
+        group = f'<g class="bar{mark}" data-label="{escape(name)}">{"".join(parts)}</g>'
         if links is not None:
             group = f'<a href="{escape(links[i])}">{group}</a>'
         body.append(group)

@@ -27,6 +27,7 @@ async def context_page(request: Request) -> Response:
             {name: [t.layers.get(name, 0) for t in turns] for name in LAYER_ORDER},
             links=[f"/context?turn={quote(t.turn_id)}" for t in turns],
             label="context tokens per turn by layer",
+            chosen=next((i for i, t in enumerate(turns) if t.turn_id == chosen), None),
         )
         if turns
         else None
