@@ -133,3 +133,56 @@ def test_two_agents_on_one_database_share_what_is_shared_and_nothing_else(
         for d in (ada, bob):
             if d.proc is not None and d.proc.poll() is None:
                 assert d.stop() == 0
+
+
+def test_a_sqlite_home_moves_to_postgresql_and_the_daemon_finds_the_same_memories(
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811
+) -> None:
+    home = tmp_path / "home"
+    d = DaemonProcess(home=home, env=daemon_env())
+    d.start()
+    facts = [
+        "the boiler is serviced every March",
+        "my sister Ana lives in Porto and works as an architect",
+        "the allotment plot number is 42 by the north gate",
+    ]
+    try:
+        for f in facts:
+            assert run_cli("remember", f, "--home", str(home)).returncode == 0
+        with Client(d.socket_path) as c:
+            c.hello()
+            c.chat("We planted tomatoes and basil at the allotment today.")
+        asked = dict(
+            zip(
+                ("boiler serviced", "sister Porto architect", "allotment plot gate"),
+                facts,
+                strict=True,
+            )
+        )
+        before = {q: _search(home, q)[:3] for q in asked}
+        assert all(asked[q] in hits for q, hits in before.items())
+        r = run_cli("memory", "migrate", "--to", pg_url, "--home", str(home))
+        assert r.returncode != 0 and "stop the daemon" in r.stderr
+    finally:
+        assert d.stop() == 0
+    r = run_cli("memory", "migrate", "--to", pg_url, "--home", str(home), "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["ok"] and report["counts"]["memories"][0] == report["counts"]["memories"][1] > 3
+    assert report["found_after"] >= report["found_before"] > 0
+    # Pointed at the server, the daemon answers from the copied store.
+    (home / "reverie.toml").write_text(f'[storage]\nurl = "{pg_url}"\n')
+    d = DaemonProcess(home=home, env=daemon_env())
+    d.start()
+    try:
+        for q in asked:
+            assert asked[q] in _search(home, q)[:3], q
+        assert run_cli("remember", "the bins go out at dawn", "--home", str(home)).returncode == 0
+        assert "the bins go out at dawn" in _search(home, "bins dawn")
+    finally:
+        assert d.stop() == 0
+    # Rebuilt from the files alone, the server's index finds them again.
+    r = run_cli("memory", "reindex", "--home", str(home), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "the boiler is serviced every March" in _search(home, "boiler serviced")

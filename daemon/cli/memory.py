@@ -74,6 +74,18 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     reindex.set_defaults(func=_direct("daemon.cli.memory_direct", "reindex"))
 
+    move = sub.add_parser(
+        "migrate",
+        parents=[common],
+        help="copy the home's SQLite store to a PostgreSQL server and check the copy",
+    )
+    move.add_argument(
+        "--to", required=True, metavar="URL", help="postgresql://user@host/db (no password)"
+    )
+    move.add_argument("--namespace", help="the agent's schema there (default: the [agent] name)")
+    move.add_argument("--json", action="store_true", help="the report as one JSON object")
+    move.set_defaults(func=_direct("daemon.cli.memory_migrate", "migrate"))
+
     stats = sub.add_parser("stats", parents=[common], help="what the memory index holds")
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(func=_direct("daemon.cli.memory_direct", "stats"))
