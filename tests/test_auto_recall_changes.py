@@ -66,3 +66,19 @@ async def test_a_message_never_mined_is_labelled_by_the_old_value_beside_its_sub
                 for sentence in text.split("."):
                     if "Tuesday" in sentence and "gym" in sentence:
                         assert "Sunday" in sentence, text
+
+
+async def test_a_value_the_change_names_as_replaced_is_labelled_though_no_fact_held_it(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            await _day(rig, 0, ["Bergen won the vote for the offsite."])
+            assert not [f for f in rig.memory.facts.facts() if "Bergen" in f.text]
+            await _day(rig, 3, ["Scratch Bergen, the offsite is going to Trieste."])
+            [fact] = [f for f in rig.memory.facts.facts() if f.mined]
+            assert (fact.value, fact.replaced) == ("Trieste", "Bergen")
+            recalled = [i.text for i in await rig.memory.view.auto_recall("where is the offsite?")]
+            vote = [t for t in recalled if "vote" in t]
+            assert vote, recalled
+            assert all("the offsite [since changed: now Trieste]." in t for t in vote), vote

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from daemon.memory.mining import MinedFact
+from daemon.memory.mining import MinedFact, rules_for
 from daemon.memory.slots import restated, slot_anchors
 from daemon.sleep.changes import list_changes
 from daemon.sleep.mine import MiningPhase
@@ -133,3 +133,18 @@ async def test_a_fact_without_a_key_changes_only_by_a_sentence_naming_its_value(
             new = facts.get(old.superseded_by or "")
             assert new is not None and new.replaced == "Bergen" and "Trieste" in new.text
             assert new.tags == ()  # the new value is clear: not marked uncertain
+
+
+@pytest.mark.parametrize(
+    ("sentence", "replaced"),
+    [
+        ("Scratch Bergen, the offsite is going to Kotor.", "Bergen"),
+        ("Marketing vetoed Heron, the project codename is Juniper.", "Heron"),
+        ("The offsite is in Kotor this year.", ""),  # no word of change
+    ],
+)
+def test_a_change_naming_two_values_of_one_shape_replaces_the_other(
+    sentence: str, replaced: str
+) -> None:
+    [found] = [f for f in rules_for(sentence) if f.get("subject")]
+    assert found["replaces"] == replaced

@@ -219,6 +219,16 @@ class IndexMemoryView:
             if cur is old or cur.meta.get("retired_at"):
                 continue  # retracted, or its successor is unknown: nothing current to show
             changes.append(_Change.of(old, cur))
+        for fact in facts.values():
+            # A current value whose statement named the one it replaced, though no fact held
+            # that one ("scratch Bergen, the offsite is going to Kotor").
+            replaced, value = (
+                str(fact.meta.get("replaced") or ""),
+                str(fact.meta.get("value") or ""),
+            )
+            if replaced and value and not fact.meta.get("retired_at") and fact.meta.get("subject"):
+                changes.append(_Change(old=replaced, now=f"now {value}", message_ids=frozenset(),
+                    anchors=slot_anchors(str(fact.meta["subject"]), str(fact.meta.get("attribute") or ""))))  # fmt: skip
         if not changes:
             return items
         labelled = {i.id: _label_changes(i, changes) for i in said}
@@ -227,7 +237,7 @@ class IndexMemoryView:
 
 _CHANGED_FACTS = (
     "SELECT * FROM memories WHERE kind IN ('fact', 'profile') "
-    "AND (superseded_by IS NOT NULL OR supersedes IS NOT NULL)"
+    "AND (superseded_by IS NOT NULL OR supersedes IS NOT NULL OR meta LIKE '%\"replaced\"%')"
 )
 
 

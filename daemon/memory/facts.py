@@ -309,6 +309,8 @@ def _memory_of(fact: Fact, previous: Fact | None = None) -> NewMemory:
     if fact.mined:
         meta.update(mined_kind=fact.mined_kind, provenance={
             "session": fact.session, "message_ids": list(fact.message_ids)})  # fmt: skip
+    if fact.replaced and fact.value:
+        meta["replaced"] = fact.replaced  # the value its statement names as replaced
     if previous is not None:
         meta.update(
             changed_from=fact.replaced

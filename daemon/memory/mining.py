@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 
 from daemon.memory.dates import resolve_dates
+from daemon.memory.slots import says_change, value_shape, values_of_shape
 from daemon.memory.text import STOP_WORDS
 
 # Weakest last, as in `daemon.agent.provenance`: a fact is as trusted as its weakest source.
@@ -464,6 +465,25 @@ def resolve_plan_dates(text: str, now: datetime, *, recurring: bool | None = Non
     return re.sub("\ue000(\\d+)\ue001", lambda m: days[int(m.group(1))], held)
 
 
+def other_value(sentence: str, value: str, subject: str) -> str:
+    """The value a sentence of change replaces when it names two of one shape: "scratch Bergen,
+    the offsite is going to Kotor" — Kotor the new, so Bergen the old ("" when not exactly one)."""
+    if not value or not says_change(sentence):
+        return ""
+    shape = value_shape(value)
+    new, words = norm_key(value), set(norm_key(subject).split())
+    others = [
+        (start, found)
+        for start, found in values_of_shape(sentence, shape)
+        if norm_key(found) != new
+        and norm_key(found) not in new
+        and not set(norm_key(found).split()) & words
+    ]
+    if len(others) > 1:
+        others = [(start, found) for start, found in others if start > 0]
+    return others[0][1] if len(others) == 1 else ""
+
+
 def rules_for(sentence: str) -> list[dict[str, str]]:
     """The facts one sentence of the person's states, by the extractive rules (may be empty)."""
     found: list[dict[str, str]] = []
@@ -471,7 +491,9 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
 
     def add(m: re.Match[str], **fact: str) -> None:
         if fact.get("subject") and not fact.get("replaces"):
-            fact["replaces"] = _replaced(sentence[m.start() :])
+            fact["replaces"] = _replaced(sentence[m.start() :]) or other_value(
+                sentence, fact.get("value", ""), f"{fact['subject']} {fact.get('attribute', '')}"
+            )
         found.append({"text": _statement(sentence, m.start()), **fact})
         taken.append(m.span())
 

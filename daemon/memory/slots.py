@@ -93,6 +93,12 @@ def _names(sentence: str) -> list[tuple[int, str]]:
         text = re.sub(r"['’]s$", "", text)
         if text.lower() not in _NOT_VALUES:
             out.append((tokens[i].start(), text))
+        if i == 0 and end > 0:
+            # A sentence's capital may open a name or stand before one ("Scratch Bergen, …"):
+            # the name without its first word is a candidate too.
+            rest = re.sub(r"['’]s$", "", sentence[tokens[1].start() : tokens[end].end()])
+            if rest.lower() not in _NOT_VALUES and rest.split()[0] not in _NAME_JOINERS:
+                out.append((tokens[1].start(), rest))
         i = end + 1
     return out
 
