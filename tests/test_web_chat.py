@@ -45,23 +45,26 @@ REPLY = (
 )
 
 
-@pytest.fixture
+# One daemon and one browser for the tests of this module that talk to the fake API (each
+# test scripts the replies it needs and finds its own turns by id): start-ups are most of
+# a browser test's time.
+@pytest.fixture(scope="module")
 def fake() -> Iterator[FakeAnthropic]:
     with FakeAnthropic() as api:
         yield api
 
 
-@pytest.fixture
-def console(tmp_path: Path, fake: FakeAnthropic) -> Iterator[Console]:
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory, fake: FakeAnthropic) -> Iterator[Console]:
     env = {"ANTHROPIC_API_KEY": "k", "REVERIE_ANTHROPIC_BASE_URL": fake.url}
-    running = start_console(tmp_path, CONFIG, env)
+    running = start_console(tmp_path_factory.mktemp("web-chat"), CONFIG, env)
     try:
         yield running
     finally:
         running.daemon.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser(console: Console) -> Iterator[Browser]:
     with open_browser(console) as b:
         yield b
@@ -75,9 +78,32 @@ def _chat(browser: Browser) -> Any:
     return driver
 
 
-def _send(driver: Any, text: str) -> None:
+def _send(driver: Any, text: str) -> str:
+    """Send `text` from the page; return its turn id once the page shows it as sent."""
+    before = len(driver.find_elements("css selector", ".msg.person"))
     driver.find_element("id", "chat-input").send_keys(text)
     driver.find_element("id", "chat-send").click()
+    mine = wait_for(
+        driver,
+        lambda d: [
+            e
+            for e in d.find_elements("css selector", ".msg.person")[before:]
+            if e.get_attribute("data-state") == "sent"
+        ],
+        "the message to show as sent",
+    )[0]
+    return str(mine.get_attribute("data-turn"))
+
+
+def _turn_done(driver: Any, turn_id: str) -> Any:
+    agent = f".msg.agent[data-turn='{turn_id}']"
+    wait_for(
+        driver,
+        lambda d: d.find_element("css selector", agent).get_attribute("data-done") == "1",
+        f"turn {turn_id} to finish",
+        timeout=30,
+    )
+    return driver.find_element("css selector", agent)
 
 
 def _transcript_text(home: Path) -> str:
@@ -94,17 +120,11 @@ def test_log_in_see_the_state_send_a_message_and_watch_the_reply_stream(
     assert badge.text.startswith("awake")
     driver = _chat(browser)
     browser.screenshot("chat-empty")
-    _send(driver, "Tell me about <b>herons</b>.")
-    sent = wait_for(
-        driver,
-        lambda d: d.find_elements("css selector", ".msg.person[data-state='sent']"),
-        "the message to show as sent",
-    )[0]
+    said = "Tell me about <b>herons</b>."
+    turn_id = _send(driver, said)
     # Shown as sent only once acknowledged: it is on disk by then.
     home = browser.console.home
-    said = "Tell me about <b>herons</b>."
     assert said in (home / "inbox.jsonl").read_text() + _transcript_text(home)
-    turn_id = sent.get_attribute("data-turn")
     agent = f".msg.agent[data-turn='{turn_id}']"
     # Part of the reply is on the page while the rest is still coming.
     partial = wait_for(
@@ -117,19 +137,32 @@ def test_log_in_see_the_state_send_a_message_and_watch_the_reply_stream(
         "part of the reply to stream in",
     )[0]
     assert REPLY.startswith(partial.strip()) and len(partial.strip()) < len(REPLY)
-    wait_for(
-        driver,
-        lambda d: d.find_element("css selector", agent).get_attribute("data-done") == "1",
-        "the reply to finish",
-    )
-    assert driver.find_element("css selector", agent + " .body").text == REPLY
+    assert _turn_done(driver, turn_id).find_element("css selector", ".body").text == REPLY
     browser.screenshot("chat-reply")
     # Opened again, the page shows the session's last turns, as text (never as markup).
     driver = _chat(browser)
     mine = driver.find_element("css selector", f".msg.person[data-turn='{turn_id}']")
-    assert mine.text == "Tell me about <b>herons</b>."
+    assert mine.text == said
     assert not mine.find_elements("css selector", "b")
     assert driver.find_element("css selector", agent + " .body").text == REPLY
+
+
+def _question(driver: Any, turn_id: str) -> Any:
+    return wait_for(
+        driver,
+        lambda d: d.find_elements("css selector", f".msg.agent[data-turn='{turn_id}'] .approval"),
+        f"turn {turn_id}'s question",
+    )[0]
+
+
+def _answer(driver: Any, turn_id: str, decision: str) -> None:
+    card = _question(driver, turn_id)
+    card.find_element("css selector", f"button[data-decision='{decision}']").click()
+    wait_for(
+        driver,
+        lambda d: _question(d, turn_id).get_attribute("data-answer") == decision,
+        f"the question to be settled as {decision}",
+    )
 
 
 def test_an_approval_is_answered_in_place_and_the_call_runs(
@@ -142,49 +175,27 @@ def test_an_approval_is_answered_in_place_and_the_call_runs(
         Planned.reply("Not written, as you said."),
     )
     driver = _chat(browser)
-    _send(driver, "Write the heron count to notes.md.")
-    card = wait_for(
-        driver, lambda d: d.find_elements("css selector", ".approval"), "the approval question"
-    )[0]
+    wrote = _send(driver, "Write the heron count to notes.md.")
+    card = _question(driver, wrote)
     assert "write_file" in card.text and "+heron count: 7" in card.text
     browser.screenshot("chat-approval")
-    card.find_element("css selector", "button[data-decision='yes']").click()
-    wait_for(
-        driver,
-        lambda d: d.find_element("css selector", ".approval").get_attribute("data-answer") == "yes",
-        "the question to be settled as yes",
-    )
-    wait_for(
-        driver,
-        lambda d: "Written." in d.find_element("css selector", ".msg.agent[data-done='1']").text,
-        "the turn to finish",
-    )
-    tool = driver.find_element("css selector", ".msg.agent li[data-tool='write_file']")
-    assert "done" in tool.get_attribute("class"), tool.get_attribute("outerHTML")
-    notes = browser.console.home / "workspace" / "notes.md"
-    assert notes.read_text() == "heron count: 7\n"
+    _answer(driver, wrote, "yes")
+    turn = _turn_done(driver, wrote)
+    assert "Written." in turn.text
+    tool = turn.find_element("css selector", "li[data-tool='write_file']")
+    assert tool.get_attribute("class") == "done", tool.get_attribute("outerHTML")
+    workspace = browser.console.home / "workspace"
+    assert (workspace / "notes.md").read_text() == "heron count: 7\n"
     # Deny: the call does not run.
-    _send(driver, "Now write other.md.")
-    wait_for(
-        driver,
-        lambda d: len(d.find_elements("css selector", ".approval")) == 2,
-        "the second question",
+    declined = _send(driver, "Now write other.md.")
+    _answer(driver, declined, "no")
+    turn = _turn_done(driver, declined)
+    assert "Not written" in turn.text
+    assert (
+        turn.find_element("css selector", "li[data-tool='write_file']").get_attribute("class")
+        == "failed"
     )
-    second = driver.find_elements("css selector", ".approval")[1]
-    second.find_element("css selector", "button[data-decision='no']").click()
-    wait_for(
-        driver,
-        lambda d: (
-            d.find_elements("css selector", ".approval")[1].get_attribute("data-answer") == "no"
-        ),
-        "the second question to be settled as no",
-    )
-    wait_for(
-        driver,
-        lambda d: len(d.find_elements("css selector", ".msg.agent[data-done='1']")) == 2,
-        "the second turn to finish",
-    )
-    assert not (browser.console.home / "workspace" / "other.md").exists()
+    assert not (workspace / "other.md").exists()
     browser.screenshot("chat-approval-answered")
     records = [
         json.loads(line)
@@ -290,7 +301,7 @@ def test_a_page_left_for_another_closes_its_stream(browser: Browser) -> None:
             c.hello()
             return int(c.command("status")["data"]["web"]["pages_open"])
 
-    assert pages_open() == 1
+    wait_for(driver, lambda d: pages_open() == 1, "this page's stream alone to be open")
     driver.get(browser.base_url + "/login")  # kept in the back-forward cache, stream closed
     wait_for(driver, lambda d: pages_open() == 0, "the left page's stream to close")
     driver.back()

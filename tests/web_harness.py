@@ -81,9 +81,16 @@ class Console:
                 return line.split(None, 2)[2].strip()
         raise AssertionError(f"no login link in: {out.stdout}")
 
+    def signed_link(self) -> str:
+        """A one-time login link signed here with the home's token (what `reverie web` does)."""
+        from daemon.web.auth import login_link
+
+        token = (self.home / "web.token").read_text().strip()
+        return f"{self.base_url}/login?once={login_link(token)}"
+
     def login(self, driver: Any) -> None:
         """Log `driver` in through a one-time link and wait for the page to be live."""
-        driver.get(self.login_link())
+        driver.get(self.signed_link())
         wait_for(driver, lambda d: "/login" not in d.current_url, "the login to go through")
         wait_live(driver)
 
