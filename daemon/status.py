@@ -114,6 +114,7 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         "state_since": life["since"],
         "phase": life["phase"],
         "home": str(daemon.home.root),
+        "store": daemon.db.describe,
         "trunk": {
             "session_id": trunk.session.id if trunk and trunk.session else None,
             "messages": trunk.session.message_count() if trunk and trunk.session else 0,
@@ -171,10 +172,11 @@ async def live_status(daemon: Any) -> dict[str, Any]:
 async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
     """Status read from the store when the daemon is not running."""
     out: dict[str, Any] = {"running": False, "state": "stopped", "home": str(home.root)}
-    if not home.db_file.exists():
+    if not settings.storage.url and not home.db_file.exists():
         out["note"] = "no database yet: the daemon has never run in this home"
         return out
-    async with await Database.open(home.db_file, readonly=True) as db:
+    async with await Database.open_configured(home.db_file, settings, readonly=True) as db:
+        out["store"] = db.describe
         row = await db.fetchone("SELECT value FROM kv WHERE key = 'trunk_session'")
         session_id = json.loads(row[0]) if row else None
         count = 0

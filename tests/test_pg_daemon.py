@@ -186,3 +186,58 @@ def test_a_sqlite_home_moves_to_postgresql_and_the_daemon_finds_the_same_memorie
     r = run_cli("memory", "reindex", "--home", str(home), timeout=120)
     assert r.returncode == 0, r.stderr
     assert "the boiler is serviced every March" in _search(home, "boiler serviced")
+
+
+def test_doctor_checks_the_server_pgvector_and_the_schema_version(
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811
+) -> None:
+    def storage_checks(home: Path) -> dict[str, dict[str, str]]:
+        r = run_cli("doctor", "--json", "--home", str(home))
+        return {c["name"]: c for c in json.loads(r.stdout) if c["name"].startswith("storage")}
+
+    home = pg_home(tmp_path / "home", pg_url)
+    fresh = storage_checks(home)
+    assert fresh["storage.server"]["status"] == "ok"
+    assert fresh["storage.pgvector"]["status"] in ("ok", "warn")
+    assert (
+        fresh["storage.schema"]["status"] == "warn"
+        and "not created" in fresh["storage.schema"]["detail"]
+    )
+    d = DaemonProcess(home=home, env=daemon_env())
+    d.start()
+    assert d.stop() == 0
+    ready = storage_checks(home)
+    assert ready["storage.pgvector"]["status"] == "ok"
+    assert (
+        ready["storage.schema"]["status"] == "ok"
+        and "agent_reverie" in ready["storage.schema"]["detail"]
+    )
+    away = pg_home(tmp_path / "away", "postgresql://nobody@/nowhere?host=/nonexistent")
+    gone = storage_checks(away)
+    assert (
+        gone["storage.server"]["status"] == "fail"
+        and "cannot reach" in gone["storage.server"]["detail"]
+    )
+    plain = Home(tmp_path / "plain")
+    plain.ensure()
+    assert storage_checks(plain.root)["storage"]["detail"].startswith("sqlite")
+
+
+def test_status_names_the_backend(daemon: DaemonProcess) -> None:
+    daemon.start()
+    try:
+        r = run_cli("status", "--home", str(daemon.home))
+        assert r.returncode == 0, r.stderr
+        assert "store:        postgresql" in r.stdout and "schema agent_reverie" in r.stdout
+    finally:
+        assert daemon.stop() == 0
+    data = json.loads(run_cli("status", "--json", "--home", str(daemon.home)).stdout)
+    assert data["running"] is False and data["store"].startswith("postgresql")
+    plain = DaemonProcess(home=daemon.home.parent / "plain", env=daemon_env())
+    plain.start()
+    try:
+        r = run_cli("status", "--json", "--home", str(plain.home))
+        assert json.loads(r.stdout)["store"].startswith("sqlite")
+    finally:
+        assert plain.stop() == 0

@@ -51,6 +51,88 @@ def _fts5() -> Check:
         conn.close()
 
 
+def _storage(settings: Settings) -> list[Check]:
+    """Where the store lives; on PostgreSQL: the server, pgvector and the schema's version."""
+    if not settings.storage.url:
+        return [Check(name="storage", status="ok", detail="sqlite: the home's reverie.db")]
+    from daemon.store.pg_migrations import discover
+    from daemon.store.postgres import probe
+
+    namespace = settings.storage.namespace or settings.agent.name
+    found = probe(settings.storage.url, namespace)
+    if "error" in found:
+        return [
+            Check(
+                name="storage.server",
+                status="fail",
+                detail=f"cannot reach {settings.storage.url}: {found['error']}",
+                fix="check [storage] url, that the server runs, and the password "
+                "(REVERIE_STORAGE_PASSWORD, PGPASSWORD, ~/.pgpass or the systemd credential)",
+            )
+        ]
+    checks = [Check(name="storage.server", status="ok", detail=f"PostgreSQL {found['server']}")]
+    if found["vector_installed"]:
+        checks.append(
+            Check(
+                name="storage.pgvector", status="ok", detail=f"pgvector {found['vector_installed']}"
+            )
+        )
+    elif found["vector_available"]:
+        checks.append(
+            Check(
+                name="storage.pgvector",
+                status="warn",
+                detail=f"pgvector {found['vector_available']} available, not yet created",
+                fix="the daemon creates it on start if its role may; else, as a superuser: "
+                "CREATE EXTENSION vector",
+            )
+        )
+    else:
+        checks.append(
+            Check(
+                name="storage.pgvector",
+                status="fail",
+                detail="the server has no pgvector extension",
+                fix="install pgvector on the server (e.g. the postgresql-NN-pgvector package)",
+            )
+        )
+    known = [m.name for m in discover()]
+    applied = found["applied"]
+    schema = found["schema"]
+    if applied is None:
+        checks.append(
+            Check(
+                name="storage.schema",
+                status="warn",
+                detail=f"schema {schema} not created yet",
+                fix="start the daemon once (or run `reverie memory migrate --to URL`)",
+            )
+        )
+    elif unknown := sorted(set(applied) - set(known)):
+        checks.append(
+            Check(
+                name="storage.schema",
+                status="fail",
+                detail=f"schema {schema} has migrations this version does not know: {unknown}",
+                fix="run the Reverie version that wrote them (a newer one)",
+            )
+        )
+    elif pending := [m for m in known if m not in applied]:
+        checks.append(
+            Check(
+                name="storage.schema",
+                status="warn",
+                detail=f"schema {schema} at {applied[-1]}: {len(pending)} migration(s) pending",
+                fix="the daemon applies them on its next start",
+            )
+        )
+    else:
+        checks.append(
+            Check(name="storage.schema", status="ok", detail=f"schema {schema} at {known[-1]}")
+        )
+    return checks
+
+
 def _tokenizer() -> Check:
     from daemon.tokens import TokenCounter
 
@@ -416,6 +498,7 @@ def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks: list[Check] = [Check(name="config", status="ok", detail="configuration is valid")]
     checks.extend(_home(home))
     checks.append(_fts5())
+    checks.extend(_storage(settings))
     checks.append(_tokenizer())
     checks.append(_embedder(settings))
     checks.append(_topics(home))

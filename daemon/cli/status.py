@@ -59,6 +59,8 @@ def render(status: dict[str, Any]) -> str:
     if status.get("state_since"):
         state += f" · since {status['state_since']}"
     lines = [f"state:        {state}"]
+    if status.get("store"):
+        lines.append(f"store:        {status['store']}")
     trunk = status.get("trunk") or {}
     if trunk:
         lines.append(

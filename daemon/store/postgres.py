@@ -349,3 +349,41 @@ def prepare_schema(raw: Any, schema: str) -> None:
     ).fetchone()
     path = [f'"{schema}"'] + ([f'"{ext[0]}"'] if ext and ext[0] != schema else [])
     raw.execute(f"SET search_path TO {', '.join(path)}")
+
+
+def probe(url: str, namespace: str, *, timeout_s: int = 5) -> dict[str, Any]:
+    """What `reverie doctor` reports of a server, read without changing anything.
+
+    Keys: `server` (version) or `error`; `vector_available` / `vector_installed` (versions or
+    None); `schema`; `applied` (migration names in the agent's schema, None: no schema yet).
+    """
+    out: dict[str, Any] = {"schema": schema_name(namespace)}
+    try:
+        import psycopg
+    except ImportError:
+        out["error"] = "psycopg is not installed: pip install 'reverie[postgres]'"
+        return out
+    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": timeout_s}
+    password = server_password()
+    if password:
+        kwargs["password"] = password
+    try:
+        with psycopg.connect(url, **kwargs) as conn:
+            out["server"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+            row = conn.execute(
+                "SELECT default_version, installed_version FROM pg_available_extensions "
+                "WHERE name = 'vector'"
+            ).fetchone()
+            out["vector_available"] = row[0] if row else None
+            out["vector_installed"] = row[1] if row else None
+            has = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f'"{out["schema"]}"._migrations',)
+            ).fetchone()
+            if has and has[0]:
+                rows = conn.execute(f'SELECT name FROM "{out["schema"]}"._migrations').fetchall()
+                out["applied"] = sorted(r[0] for r in rows)
+            else:
+                out["applied"] = None
+    except psycopg.Error as exc:
+        out["error"] = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+    return out
