@@ -51,6 +51,8 @@ async def test_the_pages_are_behind_the_login(tmp_path: Path) -> None:
 async def test_now_shows_the_state_the_timeline_and_the_spend(tmp_path: Path) -> None:
     with anyio.fail_after(60):
         async with filled_console(tmp_path / "home") as console:
+            soon = await console.rig.services.schedules.add("in 2 hours", "water the ferns")
+            later = await console.rig.services.schedules.add("in 3 days", "renew the passport")
             page = await console.client.get("/")
             assert page.status_code == 200
             html = page.text
@@ -67,6 +69,10 @@ async def test_now_shows_the_state_the_timeline_and_the_spend(tmp_path: Path) ->
             cycle = (await console.rig.rows("SELECT id FROM sleep_cycles"))[0][0]
             assert f'href="/sleep#{cycle}"' in html
             assert "1 fork," in html and "1 sleep cycle." in html
+            # What is due within the next hours is on the timeline; what is days away is not.
+            marks = re.findall(r'class="mark mark-schedule"[^>]*><title>([^<]*)</title>', html)
+            assert marks == [f"reminder due: water the ferns · {soon.next_due:%Y-%m-%d %H:%M}"]
+            assert later.text not in html
             # Spend: today's line and each day's row agree with the ledger.
             today = await console.rig.services.ledger.today()
             assert f"${today.cost_usd:.4f}</strong>" in html
