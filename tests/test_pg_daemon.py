@@ -241,3 +241,36 @@ def test_status_names_the_backend(daemon: DaemonProcess) -> None:
         assert json.loads(r.stdout)["store"].startswith("sqlite")
     finally:
         assert plain.stop() == 0
+
+
+def test_maintenance_waits_for_the_daemon_holding_the_namespace_and_runs_once_it_dies(
+    daemon: DaemonProcess,
+    pg_url: str,  # noqa: F811
+) -> None:
+    daemon.start()
+    home = str(daemon.home)
+    try:
+        with Client(daemon.socket_path) as c:
+            c.hello()
+            c.chat("remember that the boiler service is due in April")
+        # Another daemon of this namespace is mid-maintenance: it holds the namespace's lock.
+        other = psycopg.connect(pg_url, autocommit=True)
+        other.execute("SELECT pg_advisory_lock(hashtext('reverie.agent_reverie.maintenance'))")
+        out = run_cli("sleep", "--wait", "--home", home, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "another daemon is maintaining this namespace" in out.stdout
+        # It is killed mid-cycle: its session ends, the server frees the lock.
+        other.close()
+        out = run_cli("sleep", "--wait", "--home", home, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "another daemon" not in out.stdout and "maintenance" in out.stdout
+    finally:
+        assert daemon.stop() == 0
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT p.report FROM agent_reverie.sleep_phases p "
+            "JOIN agent_reverie.sleep_cycles c ON c.id = p.cycle_id "
+            "WHERE p.phase = 'maintenance' ORDER BY c.started_at"
+        ).fetchall()
+    assert len(rows) == 2
+    assert "another daemon" in rows[0][0] and "another daemon" not in rows[1][0]

@@ -234,3 +234,34 @@ async def test_a_namespace_never_reads_another_agents_memories(
     async with open_db(namespace="ada") as db, memory(db) as index:
         hits = await index.search("spare key blue pot", k=5)
         assert hits and hits[0].text.startswith("Ada's private note")
+
+
+@pytest.mark.anyio
+async def test_exclusive_work_is_held_by_one_store_handle_at_a_time(
+    open_db: Opener, request: pytest.FixtureRequest
+) -> None:
+    postgres = request.node.callspec.params["open_db"] == "postgresql"
+    async with open_db() as first, open_db() as second:
+        async with first.exclusive("maintenance") as held:
+            assert held
+            async with second.exclusive("maintenance") as also:
+                # On SQLite the home's lock already keeps a second daemon out.
+                assert also is not postgres
+            async with second.exclusive("another job") as other:
+                assert other
+        async with second.exclusive("maintenance") as after:
+            assert after
+    if postgres:
+        # A holder that dies (its connection closed, unlocked or not) frees the work.
+        holder = await Database.open(Path("unused"), url=first.url, namespace="contract")
+        async with holder.exclusive("maintenance") as held:
+            assert held
+            await holder.conn.close()
+            async with open_db() as third:
+                # The server ends the dead session's backend (and its locks) a moment later.
+                with anyio.fail_after(5):
+                    while True:
+                        async with third.exclusive("maintenance") as freed:
+                            if freed:
+                                break
+                        await anyio.sleep(0.05)

@@ -86,6 +86,19 @@ class MaintenancePhase:
     optional = True
 
     async def run(self, ctx: PhaseContext) -> PhaseReport:
+        # Daemons sharing a namespace on PostgreSQL maintain it one at a time.
+        async with ctx.db.exclusive("maintenance") as held:
+            if held:
+                return await self._run(ctx)
+        log.info("maintenance skipped: another daemon holds this namespace's maintenance")
+        return PhaseReport(
+            phase=self.name,
+            changed="skipped: another daemon is maintaining this namespace now",
+            details={"skipped": "another daemon holds the maintenance lock"},
+            nothing_changed=True,
+        )
+
+    async def _run(self, ctx: PhaseContext) -> PhaseReport:
         folded = await fold_months(ctx)
         retired = await retire_stale(ctx)
         pinned = await pin_facts(ctx)

@@ -11,10 +11,13 @@ tsvector column (daemon.store.postgres); the code above it is the same on both.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import anyio
 
 from daemon.log import get_logger
 from daemon.store.migrations import apply_migrations
@@ -159,6 +162,32 @@ class Database:
         if migrate and not readonly:
             await db.run(apply_pg_migrations)
         return db
+
+    @asynccontextmanager
+    async def exclusive(self, work: str) -> AsyncIterator[bool]:
+        """Hold `work` for this namespace alone while the block runs; yield False if another holds it.
+
+        On PostgreSQL several daemons may write one namespace: a session advisory lock (tried,
+        never waited for) keeps, e.g., its nightly maintenance to one of them at a time, and the
+        server releases it when the holder's connection ends — a daemon killed mid-way frees
+        it for the next. A SQLite store has one daemon already (the home's lock): always held.
+        """
+        if not self.is_postgres:
+            yield True
+            return
+        key = f"reverie.{self.schema}.{work}"
+        row = await self.fetchone("SELECT pg_try_advisory_lock(hashtext(?))", (key,))
+        if not row[0]:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.fetchone("SELECT pg_advisory_unlock(hashtext(?))", (key,))
+                except Exception as exc:  # the connection is gone: so is the lock
+                    log.warning("advisory unlock failed", work=work, error=repr(exc))
 
     async def __aenter__(self) -> Database:
         return self
