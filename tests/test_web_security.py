@@ -20,7 +20,7 @@ from daemon.paths import Home
 from daemon.services import Services, open_services
 from daemon.settings import ConfigError, WebSettings, load_settings
 from daemon.web.app import build_app
-from daemon.web.auth import COOKIE, ConsoleAuth, ensure_token, login_link, token_path
+from daemon.web.auth import ConsoleAuth, ensure_token, login_link, token_path
 
 pytestmark = pytest.mark.anyio
 
@@ -81,10 +81,11 @@ async def test_a_one_time_link_works_once(console) -> None:
     first = await client.get(f"/login?once={once}&next=/chat")
     assert first.status_code == 303 and first.headers["location"] == "/chat"
     cookie = first.headers["set-cookie"]
-    assert f"{COOKIE}=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert f"{auth.cookie}=" in cookie and auth.cookie == "reverie_session_8765"
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
     client.cookies.clear()
     again = await client.get(f"/login?once={once}")
-    assert again.status_code == 403 and COOKIE not in again.headers.get("set-cookie", "")
+    assert again.status_code == 403 and auth.cookie not in again.headers.get("set-cookie", "")
     assert (await client.get("/events")).status_code == 401
 
 

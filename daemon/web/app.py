@@ -28,7 +28,7 @@ from starlette.templating import Jinja2Templates
 
 from daemon.log import get_logger
 from daemon.web import chat, pages
-from daemon.web.auth import COOKIE, CSRF_FIELD, SESSION_TTL_S, ConsoleAuth, ConsoleGuard
+from daemon.web.auth import CSRF_FIELD, SESSION_TTL_S, ConsoleAuth, ConsoleGuard
 from daemon.web.chat import ChatDesk
 from daemon.web.live import EventStreamResponse, LiveFeed
 
@@ -90,7 +90,7 @@ def _next_path(raw: str | None) -> str:
 def _logged_in(auth: ConsoleAuth, session_id: str, target: str) -> Response:
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
-        COOKIE,
+        auth.cookie,
         session_id,
         max_age=int(SESSION_TTL_S),
         httponly=True,
@@ -142,7 +142,7 @@ async def logout(request: Request) -> Response:
     if session is not None:
         request.app.state.auth.close_session(session.id)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(COOKIE, path="/")
+    response.delete_cookie(request.app.state.auth.cookie, path="/")
     return response
 
 

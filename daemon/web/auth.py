@@ -145,6 +145,9 @@ class ConsoleAuth:
 
     token: str
     hosts: frozenset[str]
+    # Cookies are per host, not per port: each console's cookie is named after its port, so
+    # two homes' consoles on one machine do not log each other out.
+    cookie: str = COOKIE
     sessions: dict[str, Session] = field(default_factory=dict)
     # One-time links already exchanged, until they would have expired anyway.
     _used: dict[str, float] = field(default_factory=dict)
@@ -152,7 +155,12 @@ class ConsoleAuth:
 
     @classmethod
     def for_home(cls, home_root: Path, settings: WebSettings) -> ConsoleAuth:
-        return cls(token=ensure_token(home_root), hosts=allowed_hosts(settings))
+        port = settings.address.port
+        return cls(
+            token=ensure_token(home_root),
+            hosts=allowed_hosts(settings),
+            cookie=f"{COOKIE}_{port}" if port else COOKIE,
+        )
 
     def check_token(self, offered: str) -> bool:
         return hmac.compare_digest(offered.strip().encode(), self.token.encode())
@@ -267,7 +275,7 @@ class ConsoleGuard:
             return
         path: str = scope["path"]
         method: str = scope["method"]
-        session = self.auth.session(_cookie(scope, COOKIE))
+        session = self.auth.session(_cookie(scope, self.auth.cookie))
         scope["reverie.session"] = session
         if method not in SAFE_METHODS and not self._same_origin(scope, host):
             await _plain(send, 403, "refused: the request came from another origin")
