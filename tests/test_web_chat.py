@@ -8,10 +8,12 @@ login page and the chat page go to test-artifacts/web/.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
@@ -208,6 +210,39 @@ def test_an_approval_is_answered_in_place_and_the_call_runs(
         ("write_file", "yes", "person"),
         ("write_file", "no", "person"),
     ]
+
+
+def test_a_notice_waiting_opens_the_chat_and_counts_as_seen(browser: Browser) -> None:
+    home = browser.console.home
+
+    async def post() -> str:
+        from daemon.bus import EventBus
+        from daemon.clock import SystemClock
+        from daemon.schedule.outbox import Outbox
+        from daemon.store.db import Database
+
+        async with await Database.open(home / "reverie.db") as db:
+            outbox = Outbox(db, bus=EventBus("test"), clock=SystemClock())
+            notice = await outbox.post(kind="reminder", text="Call the plumber.", key="t-1")
+            return notice.id
+
+    notice_id = anyio.run(post)
+    driver = _chat(browser)
+    shown = wait_for(
+        driver,
+        lambda d: d.find_elements("css selector", f".msg.notice[data-notice='{notice_id}']"),
+        "the notice to open the chat",
+    )[0]
+    assert shown.text == "Call the plumber."
+
+    def delivered() -> bool:
+        with sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True) as conn:
+            row = conn.execute(
+                "SELECT delivered_at FROM notices WHERE id = ?", (notice_id,)
+            ).fetchone()
+        return row is not None and row[0] is not None
+
+    wait_for(driver, lambda d: delivered(), "the notice to count as seen")
 
 
 def test_the_state_badge_follows_a_sleep_live(browser: Browser) -> None:
