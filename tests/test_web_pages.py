@@ -288,8 +288,12 @@ async def test_charts_draw_memory_tokens_spend_and_sleep(tmp_path: Path) -> None
                 assert f'aria-label="{label}"' in page.text
             kinds = await console.rig.rows("SELECT DISTINCT kind FROM memories")
             growth = page.text[page.text.index('aria-label="memory growth by kind"') :]
+            drawn = growth.split("</svg>")[0]
             for (kind,) in kinds:
-                assert f'class="legend">{kind}</text>' in growth.split("</svg>")[0]
+                assert f'class="legend">{kind}</text>' in drawn
+            # A dot a day for each kind: a home a day old still shows its one day.
+            days = await console.rig.rows("SELECT DISTINCT substr(created_at, 1, 10) FROM memories")
+            assert drawn.count("<circle ") == len(days) * len(kinds)
 
 
 def test_the_timeline_escapes_what_the_stores_hold() -> None:

@@ -230,6 +230,12 @@ def lines(
             f'<polyline points="{points}" fill="none" stroke="{colour(s)}" stroke-width="2">'
             f"<title>{escape(name)}: {series[name][-1] if series[name] else 0:,.0f}</title></polyline>"
         )
+        # A dot on each day, so a series of one day (a new home) is seen too.
+        for i, v in enumerate(series[name]):
+            body.append(
+                f'<circle cx="{_num(left + step * i)}" cy="{_num(top + inner_h - inner_h * v / peak)}"'
+                f' r="3" fill="{colour(s)}"><title>{escape(labels[i])} · {escape(name)}: {v:,.0f}</title></circle>'
+            )
     every = max(1, int(n / 8) + 1)
     for i, day in enumerate(labels):
         if i % every == 0 or i == n - 1:
@@ -256,7 +262,7 @@ def _y_axis(
     for q in (0, 0.25, 0.5, 0.75, 1.0):
         y = top + inner_h * (1 - q)
         value = peak * q
-        text = f"{value:,.0f}" if peak >= 10 else f"{value:.2f}"
+        text = f"{value:,.0f}" if peak >= 10 else f"{value:.2f}".rstrip("0").rstrip(".")
         out.append(
             f'<line x1="{left}" x2="{width - 10}" y1="{_num(y)}" y2="{_num(y)}" class="grid"/>'
             f'<text x="{left - 4}" y="{_num(y + 4)}" class="axis" text-anchor="end">{text}</text>'
