@@ -95,3 +95,48 @@ def pg_url(pg_server: str) -> Iterator[str]:
     finally:
         with psycopg.connect(pg_server, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+class DedicatedServer:
+    """A server of one test's own, to stop and start again (an outage) without touching others."""
+
+    def __init__(self, root: Path) -> None:
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+
+            self._pg = pgserver
+            self.handle = pgserver.get_server(root, cleanup_mode="stop")
+        self.url = database_url(self.handle.get_uri(), "postgres")
+
+    def stop(self) -> None:
+        """Stop it now (fast: open sessions are ended, as when a server goes down)."""
+        self._pg.pg_ctl(
+            ["-w", "-m", "fast", "stop"], pgdata=self.handle.pgdata, user=self.handle.system_user
+        )
+
+    def start(self) -> None:
+        self.handle.ensure_postgres_running()
+
+    def close(self) -> None:
+        try:
+            self.handle.cleanup()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def dedicated_pg() -> Iterator[DedicatedServer]:
+    """A fresh server for this test alone (skips where the test server cannot start)."""
+    root = Path(tempfile.mkdtemp(prefix="rvpgd-"))
+    try:
+        server = DedicatedServer(root / "data")
+    except Exception as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"no PostgreSQL for this test: {exc!r}"[:300])
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(root, ignore_errors=True)

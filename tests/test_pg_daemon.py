@@ -10,7 +10,7 @@ import pytest
 
 from daemon.paths import Home
 from tests.harness import Client, DaemonProcess, daemon_env, run_cli
-from tests.postgres_server import pg_server, pg_url  # noqa: F401
+from tests.postgres_server import DedicatedServer, dedicated_pg, pg_server, pg_url  # noqa: F401
 
 
 def pg_home(root: Path, url: str, name: str = "Reverie") -> Path:
@@ -274,3 +274,33 @@ def test_maintenance_waits_for_the_daemon_holding_the_namespace_and_runs_once_it
         ).fetchall()
     assert len(rows) == 2
     assert "another daemon" in rows[0][0] and "another daemon" not in rows[1][0]
+
+
+def test_a_message_sent_while_the_server_is_away_is_kept_and_answered_when_it_returns(
+    tmp_path: Path,
+    dedicated_pg: DedicatedServer,  # noqa: F811
+) -> None:
+    d = DaemonProcess(home=pg_home(tmp_path / "home", dedicated_pg.url), env=daemon_env())
+    d.start()
+    try:
+        with Client(d.socket_path, timeout=60) as c:
+            c.hello()
+            _, frames = c.chat("Before the outage: the gate code is 4711.")
+            assert frames[-1]["type"] == "done"
+            dedicated_pg.stop()
+            c.send({"type": "message", "text": "During the outage: the shed key is blue."})
+            told = c.recv_until(lambda f: f.get("type") in ("error", "done"))
+            assert told[-1]["type"] == "error" and told[-1].get("code") == "storage", told[-1]
+            assert "PostgreSQL server is away" in told[-1]["message"]
+            # The message is on disk, in the home, while the server is down.
+            assert "the shed key is blue" in (d.home / "inbox.jsonl").read_text()
+            dedicated_pg.start()
+            # The kept turn is retried with backoff and answered once the server is back.
+            done = c.recv_until(lambda f: f.get("type") == "done")
+            assert "shed key is blue" in done[-1]["text"]
+        r = run_cli("memory", "search", "shed key blue", "--home", str(d.home), "--json")
+        assert r.returncode == 0, r.stderr
+        assert "shed key is blue" in r.stdout
+    finally:
+        if d.proc is not None and d.proc.poll() is None:
+            assert d.stop() == 0

@@ -666,7 +666,8 @@ class PgVectorMatrix(VectorMatrix):
         with self._lock:
             conn = self._connection()
             self.hnsw_queries += 1
-            return [int(r[0]) for r in conn.raw.execute(sql, (vec, self.model)).fetchall()]
+            rows = conn._resilient(lambda: conn.raw.execute(sql, (vec, self.model)).fetchall())
+            return [int(r[0]) for r in rows]
 
     def ranked(
         self, queries: np.ndarray, masks: list[np.ndarray], limit: int

@@ -1,4 +1,5 @@
-"""Which failures mean the home's storage refuses writes: a full disk, a quota, a read-only mount.
+"""Which failures mean the home's storage refuses writes: a full disk, a quota, a read-only mount,
+a PostgreSQL server that is away.
 
 Such a failure is nobody's bug and passes once space is back, so the daemon keeps what it has
 and waits instead of failing the work (or dying). The same condition reaches us as an `OSError`
@@ -39,6 +40,11 @@ def storage_failure(exc: BaseException) -> str | None:
         return reasons[0] if reasons and all(reasons) else None
     if isinstance(exc, OSError) and exc.errno in _OS_ERRNOS:
         return exc.strerror or str(exc)
+    from daemon.store.postgres import StorageUnavailable
+
+    if isinstance(exc, StorageUnavailable):
+        # The PostgreSQL server is away: like a full disk, nobody's bug, and it passes.
+        return str(exc)
     if is_database_error(exc):
         # The error carries SQLite's own result code; the extended codes keep it in the low byte.
         code = getattr(exc, "sqlite_errorcode", None)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,6 +33,8 @@ import numpy as np
 from daemon.store.dialect import Translator, is_named
 
 SHARED_SCHEMA = "shared"
+# Reconnection attempts after a lost connection (0.2 s, doubling to 2 s between them).
+RECONNECT_TRIES = 4
 # The systemd credential that holds the server password (`LoadCredential=`).
 CREDENTIAL_NAME = "reverie-storage-password"
 PASSWORD_ENV = "REVERIE_STORAGE_PASSWORD"
@@ -207,9 +210,10 @@ class PgConnection:
     outside `BEGIN … COMMIT` commits by itself.
     """
 
-    def __init__(self, raw: Any, schema: str) -> None:
+    def __init__(self, raw: Any, schema: str, url: str = "") -> None:
         self.raw = raw
         self.schema = schema
+        self.url = url
         self.row_factory: Any = None  # accepted and ignored: rows always read by name and index
         self._keys: dict[str, tuple[str, ...]] = {}
         self._identities: dict[str, str | None] = {}
@@ -238,13 +242,14 @@ class PgConnection:
         except BaseException:
             raw.close()
             raise
-        return cls(raw, schema)
+        return cls(raw, schema, url)
 
     # ----- the sqlite3.Connection subset -------------------------------------------------------
     def execute(self, sql: str, params: Any = ()) -> PgCursor:
         named = is_named(params)
         text, returning = self.translate(sql, named=named)
-        cur = self.raw.execute(text, params if named else tuple(params))
+        args = params if named else tuple(params)
+        cur = self._resilient(lambda: self.raw.execute(text, args))
         rows = self._rows(cur)
         lastrowid = None
         if returning:
@@ -260,9 +265,65 @@ class PgConnection:
         text, returning = self.translate(sql, named=named)
         if returning:
             text = text[: text.rfind(" RETURNING ")]
-        with self.raw.cursor() as cur:
-            cur.executemany(text, seq if named else [tuple(p) for p in seq])
-            return PgCursor([], cur.rowcount, None, None)
+        batch = seq if named else [tuple(p) for p in seq]
+
+        def run() -> int:
+            with self.raw.cursor() as cur:
+                cur.executemany(text, batch)
+                return int(cur.rowcount)
+
+        return PgCursor([], self._resilient(run), None, None)
+
+    # ----- a server that goes away ---------------------------------------------------------------
+    def _resilient(self, statement: Callable[[], Any]) -> Any:
+        """Run `statement`; when the connection is lost, reconnect and run it again once.
+
+        Outside a transaction the statement stood alone (autocommit), so it runs again on a
+        new connection. Inside one, the server has rolled the whole transaction back: the
+        connection is renewed for what comes next and the caller is told, as it would be of a
+        full disk. While the server stays away, `StorageUnavailable` says so (the daemon keeps
+        an accepted message in its inbox and tries again: `daemon.store.errors`).
+        """
+        import psycopg
+
+        idle = not self.in_transaction
+        try:
+            return statement()
+        except psycopg.OperationalError as exc:
+            if not self.raw.broken and not self.raw.closed:
+                raise
+            lost = exc
+        self._reconnect(lost)
+        if not idle:
+            raise StorageUnavailable(
+                f"the connection to the PostgreSQL server was lost mid-transaction ({lost}); "
+                "nothing of it was kept"
+            )
+        try:
+            return statement()
+        except psycopg.OperationalError as exc:
+            raise StorageUnavailable(f"the PostgreSQL server is away: {exc}") from exc
+
+    def _reconnect(self, lost: BaseException) -> None:
+        """Open a new session, retrying with backoff for a few seconds; raise if it stays away."""
+        delay = 0.2
+        for attempt in range(RECONNECT_TRIES):
+            try:
+                fresh = PgConnection.connect(self.url, self.schema, connect_timeout_s=3)
+            except StorageUnavailable:
+                if attempt == RECONNECT_TRIES - 1:
+                    raise StorageUnavailable(
+                        f"the PostgreSQL server is away ({str(lost).strip() or repr(lost)})"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            try:
+                self.raw.close()
+            except Exception:
+                pass
+            self.raw = fresh.raw
+            return
 
     def cursor(self) -> PgConnection:
         return self
