@@ -133,6 +133,13 @@ async def test_memory_searches_lists_facts_summaries_and_months(tmp_path: Path) 
             results = found.text[found.text.index('id="results"') : found.text.index('id="facts"')]
             ana = _fact_id(console, "My sister Ana lives in Lisbon.")
             assert "Lisbon" in results and f'<span class="mem-id">{ana}</span>' in results
+            counts = dict(
+                await console.rig.rows("SELECT kind, COUNT(*) FROM memories GROUP BY kind")
+            )
+            assert (
+                f"{counts['fact']} facts" in found.text
+                and f"{counts['chunk']:,} chunks" in found.text
+            )
             blank = await console.client.get("/memory", params={"q": "   "})
             assert blank.status_code == 200 and 'id="results"' not in blank.text
             facts = found.text[found.text.index('id="facts"') : found.text.index('id="summaries"')]
