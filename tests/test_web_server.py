@@ -24,7 +24,9 @@ def _status(console: DaemonProcess) -> dict:
         return c.command("status")["data"]
 
 
-def test_reverie_web_prints_a_link_that_logs_in_once(tmp_path: Path) -> None:
+def test_reverie_web_prints_a_link_that_logs_in_once_and_a_page_gone_is_let_go(
+    tmp_path: Path,
+) -> None:
     console = start_console(tmp_path)
     try:
         link = console.login_link()
@@ -43,8 +45,24 @@ def test_reverie_web_prints_a_link_that_logs_in_once(tmp_path: Path) -> None:
         assert web["state"] == "listening" and web["url"] == f"{console.base_url}/"
         # The token is never written to the log.
         assert token.read_text().strip() not in console.daemon.logs()
+        _a_page_that_goes_away_is_let_go_at_once(console)
     finally:
         console.daemon.stop()
+
+
+def _a_page_that_goes_away_is_let_go_at_once(console: Console) -> None:
+    with httpx.Client(timeout=10) as http:
+        http.get(console.signed_link())
+        with http.stream("GET", f"{console.base_url}/events?chat=1") as events:
+            lines = events.iter_lines()
+            assert next(lines).startswith("retry:")
+            assert next(lines) == "" and next(lines) == "event: hello"
+            assert _status(console.daemon)["web"]["pages_open"] == 1
+    # Gone without a keep-alive having to find out: its chat client leaves the gateway.
+    deadline = time.monotonic() + 2
+    while _status(console.daemon)["web"]["pages_open"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _status(console.daemon)["web"]["pages_open"] == 0
 
 
 def test_reverie_web_says_when_the_daemon_or_the_console_is_not_running(tmp_path: Path) -> None:
@@ -140,22 +158,3 @@ def console_and_stream(tmp_path: Path):
         console.daemon.stop()
         reader.join(10)
         http.close()
-
-
-def test_a_page_that_goes_away_is_let_go_at_once(tmp_path: Path) -> None:
-    console = start_console(tmp_path)
-    try:
-        with httpx.Client(timeout=10) as http:
-            http.get(console.login_link())
-            with http.stream("GET", f"{console.base_url}/events?chat=1") as events:
-                lines = events.iter_lines()
-                assert next(lines).startswith("retry:")
-                assert next(lines) == "" and next(lines) == "event: hello"
-                assert _status(console.daemon)["web"]["pages_open"] == 1
-        # Gone without a keep-alive having to find out: its chat client leaves the gateway.
-        deadline = time.monotonic() + 2
-        while _status(console.daemon)["web"]["pages_open"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _status(console.daemon)["web"]["pages_open"] == 0
-    finally:
-        console.daemon.stop()
