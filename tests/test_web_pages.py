@@ -199,6 +199,10 @@ async def test_retract_and_correct_append_to_the_fact_log_and_need_the_csrf_toke
             history = corrected.text[corrected.text.index(f'id="{new.id}"') :]
             assert "history (2 values)" in history[:3000] and "Lisbon" in history[:3000]
 
+            unknown = await console.client.post(
+                "/memory/retract", data={"fact": "fact:999", "csrf": token}
+            )
+            assert unknown.status_code == 400 and "fact:999" in unknown.text, unknown.text
             for data, why in (
                 ({"fact": "fact:999", "text": "x"}, "fact:999"),
                 ({"fact": ana, "text": "   "}, "a correction needs the new text"),
