@@ -169,3 +169,12 @@ async def test_every_response_forbids_framing_and_foreign_scripts(console) -> No
         assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy
         assert response.headers["x-frame-options"] == "DENY"
         assert response.headers["referrer-policy"] == "same-origin"
+
+
+def test_the_host_names_answered_are_the_listen_address_s_and_those_configured() -> None:
+    from daemon.web.auth import allowed_hosts
+
+    assert allowed_hosts(WebSettings()) == {"127.0.0.1:8765", "localhost:8765"}
+    assert allowed_hosts(WebSettings(listen="[::1]:9000")) == {"[::1]:9000", "localhost:9000"}
+    proxied = WebSettings(listen="/run/reverie/web.sock", hosts=["Reverie.Example"])
+    assert allowed_hosts(proxied) == {"localhost", "reverie.example"}
