@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from bench.memory_search import write_transcript
 from daemon.paths import Home
-from tests.harness import Client, DaemonProcess, daemon_env, run_cli
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli
 from tests.postgres_server import DedicatedServer, dedicated_pg, pg_server, pg_url  # noqa: F401
 
 
@@ -111,12 +114,49 @@ def test_two_agents_on_one_database_share_what_is_shared_and_nothing_else(
         r = run_cli("remember", "--shared", shared, "--home", str(ada.home), "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["id"].startswith("shared:")
-        # Both chat at once while the facts land.
+        # Both import a history and chat at once, on the one server.
+        for who, seed in ((ada, 1), (bob, 2)):
+            write_transcript(who.home.parent / f"{who.home.name}.jsonl", 400, seed=seed)
+        imports = [
+            subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "daemon.cli", "memory", "import"),
+                    *(str(who.home.parent / f"{who.home.name}.jsonl"), "--home", str(who.home)),
+                ],
+                cwd=REPO,
+                env=daemon_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for who in (ada, bob)
+        ]
         with Client(ada.socket_path) as a, Client(bob.socket_path) as b:
             a.hello()
             b.hello()
-            a.chat("Where did we put the spare key?")
-            b.chat("What is the wifi password?")
+            for n in range(3):
+                a.send({"type": "message", "text": f"Where did we put the spare key? ({n})"})
+                b.send({"type": "message", "text": f"What is the wifi password? ({n})"})
+            for c in (a, b):
+                finished = 0
+                while finished < 3:
+                    finished += c.recv().get("type") == "done"
+        for p in imports:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        for who in (ada, bob):
+            with psycopg.connect(pg_url) as conn:
+                schema = f"agent_{who.home.name}"
+                imported = conn.execute(
+                    f"SELECT count(*) FROM {schema}.messages m JOIN {schema}.sessions s "
+                    "ON s.id = m.session_id WHERE s.kind = 'imported'"
+                ).fetchone()
+                said = conn.execute(
+                    f"SELECT count(*) FROM {schema}.messages WHERE role = 'user' AND "
+                    "(content LIKE 'Where did we put%' OR content LIKE 'What is the wifi%')"
+                ).fetchone()
+            assert imported is not None and imported[0] == 400, who.home.name
+            assert said is not None and said[0] == 3, who.home.name
         assert private in _search(ada.home, "spare key flower pot")
         assert shared in _search(ada.home, "wifi password fridge")
         assert shared in _search(bob.home, "wifi password fridge")
