@@ -212,6 +212,22 @@ def test_an_approval_is_answered_in_place_and_the_call_runs(
     ]
 
 
+def test_stop_cancels_the_turn_being_answered(browser: Browser, fake: FakeAnthropic) -> None:
+    fake.enqueue(Planned.reply(" ".join(["slowly"] * 200), chunk_delay_s=0.1))
+    driver = _chat(browser)
+    turn_id = _send(driver, "Say slowly, many times over.")
+    agent = f".msg.agent[data-turn='{turn_id}']"
+    wait_for(driver, lambda d: d.find_element("css selector", agent).text, "the reply to begin")
+    stop = driver.find_element("id", "chat-stop")
+    assert stop.is_displayed()
+    stop.click()
+    turn = _turn_done(driver, turn_id)
+    assert "failed" in turn.get_attribute("class")
+    assert "cancel" in turn.find_element("css selector", ".meta").text
+    assert len(turn.find_element("css selector", ".body").text.split()) < 200
+    wait_for(driver, lambda d: not d.find_element("id", "chat-stop").is_displayed(), "Stop to go")
+
+
 def test_a_notice_waiting_opens_the_chat_and_counts_as_seen(browser: Browser) -> None:
     home = browser.console.home
 

@@ -8,8 +8,25 @@
   var form = document.getElementById("chat-form");
   var input = document.getElementById("chat-input");
   var sendButton = document.getElementById("chat-send");
+  var stopButton = document.getElementById("chat-stop");
   var client = null;
   var turns = {};
+  // Turns of this page's still being answered, oldest first (Stop cancels the oldest).
+  var running = [];
+
+  function runningChanged() {
+    stopButton.hidden = running.length === 0;
+  }
+
+  function started(id) {
+    if (running.indexOf(id) < 0) running.push(id);
+    runningChanged();
+  }
+
+  function ended(id) {
+    running = running.filter(function (t) { return t !== id; });
+    runningChanged();
+  }
 
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -126,13 +143,24 @@
         toolLine(turn(frame.turn_id), frame);
         break;
       case "done":
+        ended(frame.turn_id);
         t = turn(frame.turn_id);
+        if (t.node.classList.contains("waiting")) {
+          t.node.classList.remove("waiting");
+          meta(t.node, "");
+        }
         if (!t.body.textContent && frame.text) t.body.textContent = frame.text;
         t.node.classList.remove("streaming");
         t.node.setAttribute("data-done", "1");
         break;
       case "error":
-        if (frame.turn_id) {
+        if (frame.turn_id && frame.code === "model_unavailable") {
+          // The model is down: the message stays queued and is answered once it is back.
+          t = turn(frame.turn_id);
+          t.node.classList.add("waiting");
+          meta(t.node, frame.message);
+        } else if (frame.turn_id) {
+          ended(frame.turn_id);
           t = turn(frame.turn_id);
           t.node.classList.remove("streaming");
           t.node.classList.add("failed");
@@ -172,6 +200,7 @@
         mine.setAttribute("data-turn", r.turn_id);
         meta(mine, r.queued ? "sent · queued behind " + r.queued : "sent");
         turn(r.turn_id);
+        if (!turns[r.turn_id].node.getAttribute("data-done")) started(r.turn_id);
         return true;
       }
       mine.setAttribute("data-state", "failed");
@@ -192,6 +221,10 @@
     if (!text.trim() || !client) return;
     input.value = "";
     send(text).then(function (ok) { if (!ok && !input.value) input.value = text; });
+  });
+  stopButton.addEventListener("click", function () {
+    if (!running.length) return;
+    Reverie.post("/chat/cancel", { client: client, turn_id: running[0] });
   });
   input.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && !event.shiftKey) {
