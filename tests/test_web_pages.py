@@ -22,7 +22,7 @@ from daemon.settings import SchedulerSettings, Settings, StorageSettings
 from daemon.sleep.revisions import RevisionStore
 from daemon.web import svg
 from daemon.web.views import memory as memory_view
-from daemon.web.views.now import Band, Mark, Timeline
+from daemon.web.views.now import Band, Mark, Timeline, fill_bands
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.web_pages_support import FORK_TASK, TALK, Console, filled_console
 
@@ -362,3 +362,30 @@ async def test_every_page_and_post_on_postgresql(tmp_path: Path, pg_url: str) ->
             )
             assert reverted.status_code == 200 and f"reverted {rev.id}" in reverted.text
             assert (console.rig.home.root / rev.files[0].path).read_text() == rev.files[0].before
+
+
+def test_the_bands_fill_the_gaps_with_awake_and_end_with_the_live_state() -> None:
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    now = start + timedelta(days=1)
+    night = [
+        Band(
+            state="winding-down", start=start + timedelta(hours=1), end=start + timedelta(hours=2)
+        ),
+        Band(state="asleep", start=start + timedelta(hours=2), end=start + timedelta(hours=5)),
+    ]
+    # A wind-down begun on a full context, before any cycle started: only the live state knows.
+    live = Band(state="winding-down", start=now - timedelta(minutes=10), end=now)
+    bands = fill_bands(night, start, now, live)
+    assert [(b.state, b.start, b.end) for b in bands] == [
+        ("awake", start, start + timedelta(hours=1)),
+        ("winding-down", start + timedelta(hours=1), start + timedelta(hours=2)),
+        ("asleep", start + timedelta(hours=2), start + timedelta(hours=5)),
+        ("awake", start + timedelta(hours=5), now - timedelta(minutes=10)),
+        ("winding-down", now - timedelta(minutes=10), now),
+    ]
+    # A cycle from before the window is clipped to it; nothing is drawn after now.
+    early = [Band(state="asleep", start=start - timedelta(hours=3), end=start + timedelta(hours=1))]
+    assert [(b.state, b.start) for b in fill_bands(early, start, now, None)] == [
+        ("asleep", start),
+        ("awake", start + timedelta(hours=1)),
+    ]

@@ -50,10 +50,6 @@ class Timeline:
     marks: list[Mark]
 
 
-def _at(value: str | None) -> datetime | None:
-    return parse_iso(value)
-
-
 def _when(value: str) -> datetime:
     """A time the store always records (a row's start)."""
     at = parse_iso(value)
@@ -72,9 +68,9 @@ async def _sleep_spans(services: Services, start: datetime, now: datetime) -> li
     )
     spans: list[Band] = []
     for began, finished, wd_end in rows:
-        cycle_start = _at(began) or now
-        cycle_end = _at(finished) or now
-        calm_from = _at(wd_end) or (cycle_end if finished else now)
+        cycle_start = parse_iso(began) or now
+        cycle_end = parse_iso(finished) or now
+        calm_from = parse_iso(wd_end) or (cycle_end if finished else now)
         # The daemon winds down from the cycle's start (the turn in progress finishes first).
         spans.append(Band(state="winding-down", start=cycle_start, end=calm_from))
         if calm_from < cycle_end:
@@ -82,7 +78,7 @@ async def _sleep_spans(services: Services, start: datetime, now: datetime) -> li
     return spans
 
 
-def _bands(spans: list[Band], start: datetime, now: datetime, live: Band | None) -> list[Band]:
+def fill_bands(spans: list[Band], start: datetime, now: datetime, live: Band | None) -> list[Band]:
     """Fill the gaps between recorded spans with awake; clip everything to [start, now]."""
     if live is not None and not any(s.end >= now and s.state == live.state for s in spans):
         spans = [*spans, live]
@@ -111,7 +107,7 @@ async def timeline(services: Services, *, days: int = 3) -> Timeline:
         if life.state.value in ("winding-down", "asleep")
         else None
     )
-    bands = _bands(await _sleep_spans(services, start, now), start, now, live)
+    bands = fill_bands(await _sleep_spans(services, start, now), start, now, live)
     since = start.isoformat()
     marks: list[Mark] = []
     for turn_id, ts, tokens in await services.db.fetchall(
@@ -130,7 +126,7 @@ async def timeline(services: Services, *, days: int = 3) -> Timeline:
             Mark(
                 kind="fork",
                 at=_when(began),
-                end=_at(ended) or now,
+                end=parse_iso(ended) or now,
                 label=f"{fork_id} ({status})",
                 ref=turn_id,
             )
@@ -144,7 +140,7 @@ async def timeline(services: Services, *, days: int = 3) -> Timeline:
             Mark(
                 kind="sleep",
                 at=_when(began),
-                end=_at(finished) or now,
+                end=parse_iso(finished) or now,
                 label=f"{cycle_id} ({reason})",
                 ref=cycle_id,
             )
