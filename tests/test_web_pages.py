@@ -118,6 +118,10 @@ async def test_context_shows_each_turn_by_layer_and_explains_one(tmp_path: Path)
             block = html[html.index(f'<span class="mem-id">{ana}</span>') :]
             assert re.match(r'.*?<div class="why">in (recollections|recall): ', block, re.DOTALL)
             assert "My sister Ana lives in Lisbon." in block[:800]
+            # What automatic recall brought is said with the words it shares with the message.
+            assert re.search(
+                r"in recall: [^<]*— shares [^<]*\blisbon\b[^<]* with the message", html
+            )
             # The instructions are shown as text, never taken for memories.
             assert "<strong>discipline</strong> · " in html and "· 0 memories — how to read" in html
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daemon.context.assembler import LAYER_ORDER
+from daemon.memory.text import content_words
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -102,12 +103,16 @@ async def recent_turns(services: Services, *, limit: int = 30) -> list[TurnRow]:
     ]
 
 
-def memories_in(text: str) -> list[dict[str, str]]:
-    """The memory blocks in a layer's text: their marker's attributes and their text."""
+def memories_in(text: str, *, prompt: str = "") -> list[dict[str, Any]]:
+    """The memory blocks in a layer's text: their marker's attributes, their text, and the
+    message's content words each shares (what automatic recall's relevance floor reads)."""
+    asked = set(content_words(prompt))
     out = []
     for m in _MEMORY.finditer(text):
-        attrs = dict(_ATTR.findall(m.group(1)))
-        out.append({**attrs, "text": m.group(2).strip()})
+        attrs: dict[str, Any] = dict(_ATTR.findall(m.group(1)))
+        body = m.group(2).strip()
+        shared = [w for w in dict.fromkeys(content_words(body)) if w in asked]
+        out.append({**attrs, "text": body, "shared": shared})
     return out
 
 
@@ -139,7 +144,7 @@ async def turn_detail(services: Services, turn_id: str) -> dict[str, Any] | None
                 "tokens": next(
                     r["tokens"] for r in assembled.report["layers"] if r["name"] == name
                 ),
-                "memories": [] if name in NOT_MEMORY else memories_in(block.text),
+                "memories": [] if name in NOT_MEMORY else memories_in(block.text, prompt=prompt),
                 "text": block.text,
             }
         )
