@@ -46,6 +46,17 @@ def test_reverie_web_prints_a_link_that_logs_in_once_and_a_page_gone_is_let_go(
         # The token is never written to the log.
         assert token.read_text().strip() not in console.daemon.logs()
         _a_page_that_goes_away_is_let_go_at_once(console)
+        # --open hands the link to the system's browser ($BROWSER here: echo prints it again).
+        opened = run_cli(
+            "web",
+            "--open",
+            "--home",
+            str(console.home),
+            env={**console.daemon.env, "BROWSER": "echo"},
+        )
+        assert opened.returncode == 0, opened.stderr
+        links = [w for w in opened.stdout.split() if "/login?once=" in w]
+        assert len(links) == 2 and links[0] == links[1], opened.stdout
     finally:
         console.daemon.stop()
 
