@@ -88,6 +88,11 @@ def test_a_daemon_on_postgresql_sleeps_a_whole_cycle(
     assert ("maintenance", "done") in phases or any(p == "maintenance" for p, _ in phases)
     errors = [e for e in daemon.log_events() if e.get("level") == "error"]
     assert not errors, errors[:3]
+    # With the daemon stopped, the commands that read the store read the server's.
+    listed = run_cli("sleep", "list", "--home", str(daemon.home))
+    assert listed.returncode == 0 and "manual" in listed.stdout, listed.stderr
+    facts = run_cli("memory", "facts", "--home", str(daemon.home))
+    assert facts.returncode == 0 and "boiler service is due in April" in facts.stdout
 
 
 def _search(home: Path, query: str) -> list[str]:

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from daemon.cli.support import CommandError, Env, has_table, open_database, resolve_env
+from daemon.cli.support import CommandError, Env, has_store, has_table, open_database, resolve_env
 from daemon.clock import SystemClock
 from daemon.sleep.revisions import Revision, RevisionError, RevisionStore
 
@@ -51,7 +51,7 @@ async def _list(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     if args.limit <= 0:
         raise CommandError("--limit must be a positive number")
-    db = await open_database(env, write=False) if env.home.db_file.exists() else None
+    db = await open_database(env, write=False) if has_store(env) else None
     revisions: list[Revision] = []
     if db is not None:
         async with db:
@@ -68,7 +68,7 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _get(env: Env, rev_id: str) -> Revision:
-    db = await open_database(env, write=False) if env.home.db_file.exists() else None
+    db = await open_database(env, write=False) if has_store(env) else None
     if db is None:
         raise CommandError(f"no dream revision {rev_id!r}; `reverie dreams` lists them")
     async with db:
@@ -97,7 +97,7 @@ async def _show(args: argparse.Namespace) -> int:
 
 async def _revert(args: argparse.Namespace) -> int:
     env = resolve_env(args)
-    db = await open_database(env) if env.home.db_file.exists() else None
+    db = await open_database(env) if has_store(env) else None
     if db is None:
         raise CommandError(f"no dream revision {args.id!r}; `reverie dreams` lists them")
     async with db:

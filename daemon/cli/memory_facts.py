@@ -16,10 +16,9 @@ from typing import Any
 
 import anyio
 
-from daemon.cli.support import CommandError, resolve_env
+from daemon.cli.support import CommandError, has_store, open_database, resolve_env
 from daemon.memory.fact_history import Uses, fact_chain, fact_json, fact_status, fact_uses
 from daemon.memory.facts import Fact, FactLog, local_timezone
-from daemon.store.db import Database
 
 
 def _line(fact: Fact, uses: Uses, tz: Any) -> str:
@@ -34,9 +33,9 @@ def _line(fact: Fact, uses: Uses, tz: Any) -> str:
 
 
 async def _uses(env: Any) -> Uses:
-    if not env.home.db_file.exists():
+    if not has_store(env):
         return {}
-    db = await Database.open(env.home.db_file, readonly=True, migrate=False)
+    db = await open_database(env, write=False)
     try:
         return await fact_uses(db)
     finally:

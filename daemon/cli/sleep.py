@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.support import CommandError, Env, has_table, open_database, resolve_env
+from daemon.cli.support import CommandError, Env, has_store, has_table, open_database, resolve_env
 
 # How `show` and `list` name the kinds of change, in the order `show` counts them.
 KIND_LABELS = {
@@ -119,7 +119,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     if args.limit <= 0:
         raise CommandError("--limit must be a positive number")
-    db = await open_database(env, write=False) if env.home.db_file.exists() else None
+    db = await open_database(env, write=False) if has_store(env) else None
     out: list[dict[str, Any]] = []
     if db is not None:
         async with db:
@@ -165,7 +165,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
     from daemon.sleep.changes import cycle_view
 
     env = resolve_env(args)
-    db = await open_database(env, write=False) if env.home.db_file.exists() else None
+    db = await open_database(env, write=False) if has_store(env) else None
     view = None
     if db is not None:
         async with db:
@@ -226,7 +226,7 @@ async def cmd_revert(args: argparse.Namespace) -> int:
     from daemon.sleep.revert import ChangeReverter
 
     env = resolve_env(args)
-    if not env.home.db_file.exists():
+    if not has_store(env):
         raise CommandError(f"no sleep cycle {args.id!r}; `reverie sleep list` lists them")
     async with open_memory(env, models=False) as memory:
         reverter = ChangeReverter(

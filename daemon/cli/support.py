@@ -102,6 +102,11 @@ def print_err(message: str) -> None:
     print(f"reverie: {message}", file=sys.stderr)
 
 
+def has_store(env: Env) -> bool:
+    """Whether the home has a store to read: a PostgreSQL one ([storage] url) or its SQLite file."""
+    return bool(env.settings.storage.url) or env.home.db_file.exists()
+
+
 async def open_database(env: Env, *, write: bool = True) -> Database:
     """The home's database for a command run without the daemon (read-only: no migration)."""
     from daemon.store.db import Database
