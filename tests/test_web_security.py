@@ -106,6 +106,10 @@ async def test_the_token_pasted_into_the_form_logs_in_a_wrong_one_does_not(conso
     right = await client.post("/login", data={"token": auth.token, "next": "//evil.example/"})
     assert right.status_code == 303 and right.headers["location"] == "/"
     assert len(auth.sessions) == 1
+    # Never sent on to another site, however the address is written.
+    for elsewhere in ("https://evil.example/", "/\\evil.example", "/\\/evil.example", "evil"):
+        out = await client.post("/login", data={"token": auth.token, "next": elsewhere})
+        assert out.headers["location"] == "/", elsewhere
 
 
 async def test_a_post_without_the_csrf_token_is_refused(console) -> None:

@@ -82,7 +82,15 @@ def _next_path(raw: str | None) -> str:
     if not raw:
         return "/"
     parts = urlsplit(raw)
-    if parts.scheme or parts.netloc or not raw.startswith("/") or raw.startswith("//"):
+    # A browser reads a backslash as "/": "/\\evil.example" would leave the console too.
+    if (
+        parts.scheme
+        or parts.netloc
+        or not raw.startswith("/")
+        or raw.startswith("//")
+        or "\\" in raw
+        or not raw.isprintable()
+    ):
         return "/"
     return raw
 
