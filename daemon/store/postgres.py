@@ -18,6 +18,7 @@ Each agent's tables live in its own schema (its namespace), set as the connectio
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import struct
@@ -104,7 +105,8 @@ class Row(tuple):  # type: ignore[type-arg]
         return list(self._names)
 
 
-def _row_class(names: Sequence[str]) -> type[Row]:
+@functools.lru_cache(maxsize=512)
+def _row_class(names: tuple[str, ...]) -> type[Row]:
     index: dict[str, int] = {}
     for i, n in enumerate(names):
         index.setdefault(n, i)
@@ -349,7 +351,7 @@ class PgConnection:
     def _rows(self, cur: Any) -> list[Row]:
         if cur.description is None:
             return []
-        cls = _row_class([d.name for d in cur.description])
+        cls = _row_class(tuple(d.name for d in cur.description))
         return [cls(r) for r in cur.fetchall()]
 
     def _primary_keys(self, table: str) -> tuple[str, ...]:
