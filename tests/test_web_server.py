@@ -5,6 +5,8 @@ Real daemon subprocesses (tests/harness.py) with `[web] enabled`, spoken to over
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import stat
 import threading
@@ -68,7 +70,20 @@ def _a_page_that_goes_away_is_let_go_at_once(console: Console) -> None:
             lines = events.iter_lines()
             assert next(lines).startswith("retry:")
             assert next(lines) == "" and next(lines) == "event: hello"
+            client_id = json.loads(next(lines).removeprefix("data: "))["client"]
             assert _status(console.daemon)["web"]["pages_open"] == 1
+            # Another session cannot speak through this page's chat client.
+            with httpx.Client(timeout=10) as other:
+                other.get(console.signed_link())
+                page = other.get(f"{console.base_url}/chat").text
+                csrf = re.search(r'name="csrf-token" content="([^"]+)"', page)
+                assert csrf is not None
+                refused = other.post(
+                    f"{console.base_url}/chat/message",
+                    json={"client": client_id, "text": "not yours"},
+                    headers={"x-csrf-token": csrf.group(1)},
+                )
+                assert refused.status_code == 409
     # Gone without a keep-alive having to find out: its chat client leaves the gateway.
     deadline = time.monotonic() + 2
     while _status(console.daemon)["web"]["pages_open"] and time.monotonic() < deadline:

@@ -82,7 +82,7 @@ def _next_path(raw: str | None) -> str:
     if not raw:
         return "/"
     parts = urlsplit(raw)
-    # A browser reads a backslash as "/": "/\\evil.example" would leave the console too.
+    # A browser reads a backslash as "/": "/\evil.example" would leave the console too.
     if (
         parts.scheme
         or parts.netloc

@@ -92,7 +92,7 @@ class ChatDesk:
     def of(self, request: Request, client_id: Any) -> WebChatClient | None:
         client = self.clients.get(client_id) if isinstance(client_id, str) else None
         session = request.scope.get("reverie.session")
-        if client is None or session is None or client.session_id != session.id:
+        if client is None or client.closed or session is None or client.session_id != session.id:
             return None
         return client
 
