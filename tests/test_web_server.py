@@ -125,6 +125,8 @@ def test_a_port_already_taken_is_a_log_line_and_a_status_not_a_dead_daemon(tmp_p
                 assert frames[-1]["type"] == "done"
             out = run_cli("web", "--home", str(home))
             assert out.returncode != 0 and "not serving" in out.stderr
+            shown = run_cli("status", "--home", str(home))
+            assert f"console:      failed · cannot listen on 127.0.0.1:{port}" in shown.stdout
         finally:
             assert daemon.stop() == 0
 
