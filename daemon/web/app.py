@@ -137,7 +137,7 @@ async def login(request: Request) -> Response:
             "login.html",
             {
                 "error": "This login link was used already or has expired: "
-                "run `reverie web` for a new one, or paste the token.",
+                "run reverie web for a new one, or paste the token.",
                 "next": target,
             },
             status_code=403,
