@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from daemon.memory.mining import MinedFact, rules_for
-from daemon.memory.slots import restated, slot_anchors
+from daemon.memory.slots import restated, slot_anchors, values_of_shape
 from daemon.sleep.changes import list_changes
 from daemon.sleep.mine import MiningPhase
 from tests.sleep_phase_support import START, SleepRig, sleep_home
@@ -56,6 +56,11 @@ def test_a_change_is_read_from_the_slot_not_the_construction(
         ("Tomas said the offsite was fun.", "Bergen", slot_anchors("team offsite", "where")),
         ("I went to the gym on Sunday.", "Saturday", GYM),  # no word of change
         ("Ugh, Saturday at the gym was packed again.", "Saturday", GYM),  # a past day, not a change
+        # A common word beside "now" or "was" is no change of a value without a shape.
+        ("The party was awesome now that the love is back.", "awesome",
+         slot_anchors("love around you", "value")),
+        ("I love the nursery now, terracotta suits it.", "terracotta",
+         slot_anchors("nursery walls", "value")),
         ("The offsite moved to Kotor.", "Bergen", GYM),  # another subject
     ],
 )  # fmt: skip
@@ -148,3 +153,21 @@ def test_a_change_naming_two_values_of_one_shape_replaces_the_other(
 ) -> None:
     [found] = [f for f in rules_for(sentence) if f.get("subject")]
     assert found["replaces"] == replaced
+
+
+def test_punctuation_ends_a_name_and_a_first_word_is_not_one_alone() -> None:
+    assert values_of_shape("Thanks, I just like helping people.", "name") == [(0, "Thanks")]
+    assert values_of_shape("We met Ana Lopez, Tom, Eva.", "name") == [
+        (7, "Ana Lopez"), (18, "Tom"), (23, "Eva")
+    ]  # fmt: skip
+
+
+async def test_a_taste_said_again_is_not_a_change_of_it(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            await _night(rig, 0, "I love running my own studio.", "c0")
+            mined = await _night(rig, 2, "I used to love spending time in the studio.", "c2")
+            assert "superseded" not in [o["status"] for o in mined["outcomes"]]
+            await _night(rig, 3, "Last week I decided to run for office again.", "c3")
+            mined = await _night(rig, 5, "Last week I dropped off the cakes at the shelter.", "c5")
+            assert "superseded" not in [o["status"] for o in mined["outcomes"]]

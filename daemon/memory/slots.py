@@ -31,7 +31,16 @@ _CHANGE_CUE = re.compile(
     r"actually|turns? out|turned out|ended up|went with|going with|switch\w*|chang\w*|mov(?:e|ed|es|ing)|"
     r"swap\w*|replac\w*|renam\w*|rebook\w*|reschedul\w*|relocat\w*|postpon\w*|pushed back|"
     r"brought forward|drop\w*|ditch\w*|scratch|forget|cancel\w*|quit|gave up|give up|veto\w*|"
-    r"transferr?\w*|retired?|became|become|used to|no more|over to|it was)\b|n't\b",
+    r"transferr?\w*|retired?|became|become|used to|no more|over to)\b|n't\b",
+    re.I,
+)
+# A value of no particular shape ("terracotta", "cello") changes only by words that say the old
+# one is gone: "now" or "not" beside a common word is too weak a sign ("I love it now").
+_STRONG_CUE = re.compile(
+    r"\b(?:no longer|any ?more|instead|rather than|from now on|switch\w*|chang\w*|"
+    r"mov(?:e|ed|es|ing)|swap\w*|replac\w*|renam\w*|rebook\w*|reschedul\w*|relocat\w*|"
+    r"postpon\w*|pushed back|brought forward|drop\w*|ditch\w*|scratch|forget|cancel\w*|quit|"
+    r"gave up|give up|veto\w*|transferr?\w*|retired?|used to|no more|over to|repaint\w*)\b",
     re.I,
 )
 # A value's slot in a sentence that does not name the old one: after a copula or preposition.
@@ -82,6 +91,8 @@ def _names(sentence: str) -> list[tuple[int, str]]:
         end = i
         while j < len(tokens):
             w = tokens[j].group(0)
+            if sentence[tokens[j - 1].end() : tokens[j].start()] != " ":
+                break  # "Thanks, I": punctuation ends a name
             if w[:1].isupper() and not _WEEKDAY_WORD.fullmatch(w):
                 end = j
                 j += 1
@@ -173,6 +184,8 @@ def restated(
     if old_required and not named:
         return None
     shape = value_shape(value)
+    if shape == "word" and (len(value.split()) > 3 or not _STRONG_CUE.search(sentence)):
+        return None
     kept = _fold(avoid)
     others: list[tuple[int, str]] = []
     for start, found in values_of_shape(sentence, shape):

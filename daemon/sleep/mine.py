@@ -288,6 +288,8 @@ def _slots(fact: Fact) -> list[tuple[str, frozenset[str], bool]]:
     one of those must name it (nothing else ties the sentence to that fact). A told fact, too,
     changes only by a sentence that names its old value: the person asked to keep it.
     """
+    if fact.attribute.startswith(("feeling about", "choice between")):
+        return []  # a taste's value is a verb of feeling ("love"), not a value said again
     if fact.key and (fact.value or fact.replaced):
         # A stand-in whose new value was unclear still tells the old one it replaced.
         value = fact.value or fact.replaced
@@ -296,7 +298,9 @@ def _slots(fact: Fact) -> list[tuple[str, frozenset[str], bool]]:
         return []
     found: list[str] = []
     for shape in ("date", "weekday", "number", "name"):
-        for _, value in values_of_shape(fact.text, shape):
+        for start, value in values_of_shape(fact.text, shape):
+            if start == 0 and shape == "name":
+                continue  # a sentence's first word ("Last week …", "Thanks") is no name
             if value_shape(value) == shape and value not in found:
                 found.append(value)
     if not found:
