@@ -321,6 +321,8 @@ class MemoryIndex:
         the first query that needs a vector tries again.
         """
         try:
+            if isinstance(self.matrix, PgVectorMatrix) and self.embedder.dim > 0:
+                await anyio.to_thread.run_sync(self.matrix.prepare_index)
             await self.refresh()
             if self.matrix.vector_count:
                 await self.query_vectors(["warm up"])

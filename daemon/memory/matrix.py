@@ -647,6 +647,15 @@ class PgVectorMatrix(VectorMatrix):
             self._conn = conn
         return self._conn
 
+    def prepare_index(self) -> None:
+        """Make sure the HNSW index of this dimension exists (the daemon does at start, off the loop).
+
+        Made on an empty store it costs nothing and is kept up as rows arrive; made over a large
+        one (moved in, or the embedder changed) it is built once, here, before the first search.
+        """
+        with self._lock:
+            self._connection()
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
