@@ -62,6 +62,7 @@ def test_a_change_is_read_from_the_slot_not_the_construction(
         ("I love the nursery now, terracotta suits it.", "terracotta",
          slot_anchors("nursery walls", "value")),
         ("The offsite moved to Kotor.", "Bergen", GYM),  # another subject
+        ("I can't go to the gym on Friday, work is crazy.", "Saturday", GYM),  # one day
     ],
 )  # fmt: skip
 def test_a_sentence_that_changes_nothing_is_not_read_as_a_change(

@@ -43,6 +43,8 @@ _STRONG_CUE = re.compile(
     r"gave up|give up|veto\w*|transferr?\w*|retired?|used to|no more|over to|repaint\w*)\b",
     re.I,
 )
+_NOW = re.compile(r"\b(?:now|these days|nowadays|from now on)\b", re.I)
+_NEGATED = re.compile(r"\b(?:not|no|never|can't|cannot|won't)\b|n't\b", re.I)
 # A value's slot in a sentence that does not name the old one: after a copula or preposition.
 _SLOT_BEFORE = frozenset(
     "to in at is be for on now became become are with by it's its 's: , was".split()
@@ -201,6 +203,13 @@ def restated(
     if named:
         new = others[0][1] if len(others) == 1 else ""
         return Restated(value=_as_value(new, shape), old=value)
+    if not (
+        _STRONG_CUE.search(sentence) or (_NOW.search(sentence) and not _NEGATED.search(sentence))
+    ):
+        # The old value not named: only a word that the value changed, or "now" unnegated
+        # ("the gym is on Sunday now"), makes another value a change ("I can't go to the gym
+        # on Friday" is one day, not a new gym day).
+        return None
     slotted = [
         (start, found)
         for start, found in others
