@@ -274,6 +274,7 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "The choir rehearsal got relocated to St Anne's": ("choir rehearsal", "where", "St Anne's"),
         "The vet moved the checkup to 14 June": ("checkup", "when", "14 June"),
         "The boat goes by Skylark": ("boat", "value", "Skylark"),
+        "We're using Postgres for the store": ("store", "value", "Postgres"),
     }
     for sentence, key in said.items():
         [found] = rules_for(sentence)
@@ -292,6 +293,7 @@ def test_the_rules_are_general_english_not_a_script() -> None:
         "Tomorrow is my problem",
         "I walked the dog to Anna's house",
         "My mum went to Paris",
+        "I'm running late for the meeting",
     ):
         assert all(not f.get("subject") for f in rules_for(nothing)), nothing
 

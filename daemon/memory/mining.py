@@ -196,8 +196,9 @@ _CHANGED_BY_US = re.compile(
 )
 # "we picked terracotta for the nursery walls", "I booked Nomad for our anniversary dinner".
 _PICKED_FOR = re.compile(
-    r"\b(?:we|I)(?:'ve| have)? (?:finally |just |now )?(?:picked|chose|went with|settled on|"
-    r"decided on|booked|got) (?P<val>[^,;]+?) for (?P<subj>(?:the|our|my) (?:[a-z][\w'’-]* ){0,3}"
+    r"\b(?:we|I)(?:'ve| have|'re|'m| are| am)? (?:finally |just |now |still )?(?:picked|chose|"
+    r"went with|settled on|decided on|booked|got|doing|running|taking|using|choosing|going with|"
+    r"sticking with|opting for) (?P<val>[^,;]+?) for (?P<subj>(?:the|our|my) (?:[a-z][\w'’-]* ){0,3}"
     r"[a-z][\w'’-]*)",
     re.I,
 )
@@ -538,8 +539,8 @@ def rules_for(sentence: str) -> list[dict[str, str]]:
             add(m, kind="decision", subject=subj, attribute="value", value=m.group("val"))
     for m in _PICKED_FOR.finditer(sentence):
         val = _clean_value(m.group("val"))
-        if not free(m) or not val or val.split()[0].lower() in _PRONOUNS:
-            continue
+        if not free(m) or not val or val.split()[0].lower() in _PRONOUNS | _STATES:
+            continue  # "I'm running late for the meeting": how, not what
         subj = _subject_phrase(m.group("subj"))
         key = (
             ("person", norm_key(subj))
