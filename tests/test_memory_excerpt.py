@@ -132,6 +132,23 @@ def test_a_long_message_is_excerpted_around_what_matched() -> None:
     assert opening.startswith("Paragraph 0") and opening.endswith(GAP)
 
 
+def test_a_message_of_a_few_sentences_is_cut_to_the_one_that_answers() -> None:
+    content = (
+        "Thanks so much, it has been a wonderful but busy month for all of us here. "
+        "The kids keep asking about the summer holidays and where we might go next. "
+        "I finally signed up for a pottery class on Thursday evenings at the studio. "
+        "Anyway, how have you been lately, and how is the new job treating you?"
+    )
+    question = Question.of("When is the pottery class?")
+    short = excerpt_message(content, question)
+    assert "signed up for a pottery class on Thursday evenings" in short
+    assert "summer holidays" not in short and "busy month" not in short
+    assert short.startswith(GAP) and len(short) <= len(content) / 2
+    # A sentence or two is never cut.
+    two = "I finally signed up for a pottery class. It is on Thursdays."
+    assert excerpt_message(two, question) == two
+
+
 async def test_a_long_message_is_excerpted_in_search_results(tmp_path: Path) -> None:
     plan = "\n".join(
         f"Step {n}: copy the assets bucket, check the checksums, update the runbook."

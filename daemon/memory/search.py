@@ -53,10 +53,15 @@ HOP_WEIGHT = 1.0
 ABOUT_POOL = 200
 ABOUT_WEIGHT = 3.0
 # Facet coverage: the share of the question's words an item has boosts its fused score.
-FACET_WEIGHT = 0.3
+FACET_WEIGHT = 0.6
 FACET_POOL = 30
 # Items ranked for a plan search, per item asked for, before fitting drops repeated messages.
 FIT_POOL = 2
+# Pseudo-relevance feedback: the question's vector moved towards its best few hits finds what
+# they have in common with it ("what activities does Mel do?" → the pottery class found,
+# swimming with the kids follows). One more vector ranking, fused like the others.
+FEEDBACK_SEEDS = 3
+FEEDBACK_WEIGHT = 1.0
 
 
 # "Maya (8 May 2023): " -> "Maya: ": the same words from the same speaker on another day.
@@ -386,6 +391,35 @@ class MemorySearch:
             for per_query in kept
         ]
 
+    async def _feedback(
+        self,
+        question: str,
+        ranked: list[dict[int, float]],
+        *,
+        weights: Sequence[float],
+        where: RowFilter,
+        limit: int,
+    ) -> dict[int, float] | None:
+        """A vector ranking for the question moved towards its best hits so far (the centroid
+        of `FEEDBACK_SEEDS` hits' vectors, weighted as the question); None without vectors."""
+        if self.embedder.dim == 0 or not self.matrix.vector_count or not ranked:
+            return None
+        seeds = self._combine(ranked, FEEDBACK_SEEDS, weights)
+        found = self.matrix.vectors([r for r, _ in seeds])
+        if not found:
+            return None
+        asked = await self.query_vectors([question])
+        if asked is None:
+            return None
+        centroid = np.mean(np.stack(list(found.values())), axis=0)
+        moved = asked[0] / max(float(np.linalg.norm(asked[0])), 1e-9)
+        moved = moved + centroid / max(float(np.linalg.norm(centroid)), 1e-9)
+        moved = (moved / max(float(np.linalg.norm(moved)), 1e-9)).astype(np.float32)
+        [[near]] = await anyio.to_thread.run_sync(
+            lambda: self.matrix.ranked(moved, self._vector_masks([where]), limit)
+        )
+        return {r: self._vector_weight / (RRF_K + rank + 1) for rank, r in enumerate(near)}
+
     async def _second_hop(
         self, plan: QueryPlan, first: list[tuple[int, float]], where: RowFilter
     ) -> tuple[list[dict[int, float]], dict[str, str]]:
@@ -535,6 +569,21 @@ class MemorySearch:
             for wi, focus in enumerate(await self._about(plan, windows, known)):
                 ranked[wi] = [*ranked[wi], *focus]
                 window_weights[wi] += [ABOUT_WEIGHT] * len(focus)
+        # Over the whole history, and not in automatic recall (`vector_queries` set): recall
+        # runs every turn on whatever was said, and a message of several clauses has best hits
+        # about one of them, which the moved vector would pile on at the others' expense.
+        # Inside a time window it drowned what the question asks about a person (`_about`).
+        if mode != "lexical" and vector_queries is None:
+            fed = await self._feedback(
+                plan.text,
+                ranked[0],
+                weights=window_weights[0],
+                where=windows[0],
+                limit=max(CANDIDATES, 3 * k),
+            )
+            if fed is not None:
+                ranked[0] = [*ranked[0], fed]
+                window_weights[0] += [FEEDBACK_WEIGHT]
         weights = window_weights[0]
         first = self._combine(ranked[0], HOP_SEEDS, weights)
         chains: dict[str, str] = {}
