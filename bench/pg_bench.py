@@ -18,7 +18,7 @@ The hashing embedder's vectors have little neighbourhood structure, so recall is
 on vectors shaped like a real history (`bench.matrix_sketch`: all-MiniLM-L6-v2 over the
 synthetic datasets' messages, then mixtures of them, the datasets' questions as queries; when
 the packaged weights load): the HNSW index as the daemon builds and asks it (`vector_ip_ops`
-on `vector::vector(384)`, `hnsw.ef_search` 200, 100 candidates) and the numpy matrix, each
+on `vector::vector(384)`, m 16, ef_construction 128, `hnsw.ef_search` 400, 100 candidates) and the numpy matrix, each
 against exact search, with their query times (`--vectors-only` runs just this).
 Writes JSON to `bench/results/pg_bench.json`.
 """
@@ -140,7 +140,7 @@ def minilm_vectors(size: int, queries: int) -> tuple[np.ndarray, np.ndarray] | N
 
 def vector_recall(vecs: np.ndarray, qv: np.ndarray, url: str) -> dict[str, Any]:
     """HNSW as the daemon builds and asks it, and the numpy matrix, against exact, on `vecs`."""
-    from daemon.memory.matrix import HNSW_EF_SEARCH, HNSW_MIN_CANDIDATES
+    from daemon.memory.matrix import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_MIN_CANDIDATES
     from daemon.store.postgres import PgConnection
 
     n, d = vecs.shape
@@ -175,7 +175,8 @@ def vector_recall(vecs: np.ndarray, qv: np.ndarray, url: str) -> dict[str, Any]:
         out["pg_insert_s"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
         raw.execute(
-            f"CREATE INDEX ON vecs USING hnsw ((vector::vector({d})) vector_ip_ops) WHERE dim = {d}"
+            f"CREATE INDEX ON vecs USING hnsw ((vector::vector({d})) vector_ip_ops) "
+            f"WITH (m = 16, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dim = {d}"
         )
         out["hnsw_build_s"] = round(time.perf_counter() - t, 1)
         raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")

@@ -608,10 +608,14 @@ class VectorMatrix:
         return created, explicit, importance
 
 
-# HNSW on PostgreSQL: candidates asked of the index per query (at least), and its search breadth.
+# HNSW on PostgreSQL: candidates asked of the index per query (at least), its search breadth,
+# and how carefully it is built. On 100k MiniLM-shaped vectors (bench.pg_bench) pgvector's
+# defaults (ef_construction 64, ef_search 40→200) kept 0.78 of the exact top 10; building with
+# 128 and searching 400 wide keeps 0.95 for 4 ms a query (p50), at twice the build time.
 HNSW_MIN_CANDIDATES = 100
 HNSW_OVERSAMPLE = 4
-HNSW_EF_SEARCH = 200
+HNSW_EF_SEARCH = 400
+HNSW_EF_CONSTRUCTION = 128
 
 
 class PgVectorMatrix(VectorMatrix):
@@ -641,7 +645,8 @@ class PgVectorMatrix(VectorMatrix):
             d = int(self.dim)
             conn.raw.execute(
                 f"CREATE INDEX IF NOT EXISTS embeddings_hnsw_{d} ON embeddings "
-                f"USING hnsw ((vector::vector({d})) vector_ip_ops) WHERE dim = {d}"
+                f"USING hnsw ((vector::vector({d})) vector_ip_ops) "
+                f"WITH (m = 16, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dim = {d}"
             )
             conn.raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
             self._conn = conn
