@@ -376,7 +376,8 @@ class Trunk:
         return self._current is not None
 
     async def wait_idle(self) -> None:
-        """Return once no turn is running (immediately when idle)."""
+        """Return once no turn is running or finishing (its reply delivered; immediately when
+        idle)."""
         await self._idle.wait()
 
     @property
@@ -601,7 +602,12 @@ class Trunk:
                 # Checked with no await since the head was taken: a hold is never overtaken.
                 await self._released.wait()
                 continue
-            kept = await self._answer(entry)
+            try:
+                kept = await self._answer(entry)
+            finally:
+                # Idle once the turn is wholly finished — the inbox told, the reply delivered —
+                # so a hold (the sleep cycle's) never overtakes a reply it waited for.
+                self._idle.set()
             if kept is None:
                 continue
             # The backoff follows the outage's own attempt count, so a turn cancelled during
@@ -685,7 +691,6 @@ class Trunk:
                 error = (ErrorCode.INTERNAL, f"an internal error stopped this turn ({exc!r})")
         finally:
             self._current = None
-            self._idle.set()
         if scope.cancelled_caught or entry.id in self._cancelled:
             self._cancelled.discard(entry.id)
             observer = self._observers.get(entry.id, ignore)
