@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 from pathlib import Path
 
 import anyio
@@ -18,7 +18,6 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.memory.embedders import Embedder, HashEmbedder
 from daemon.memory.index import MemoryIndex
-from daemon.memory.rows import NewMemory
 from daemon.memory.system import MemorySystem
 from daemon.models.base import Usage
 from daemon.models.ledger import UsageLedger
@@ -29,8 +28,7 @@ from daemon.settings import MemorySettings, ScheduleSettings, SpendSettings
 from daemon.store.db import Database
 from tests.memory_support import NOW, settings, unexpected
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
-
-T0 = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
+from tests.test_memory_index import FACTS, T0, fact
 
 Opener = Callable[..., AbstractAsyncContextManager[Database]]
 
@@ -58,25 +56,6 @@ async def memory(db: Database, embedder: Embedder | None = None) -> AsyncIterato
     index = MemoryIndex(db, embedder or HashEmbedder(), MemorySettings(), FakeClock(T0))
     async with index:
         yield index
-
-
-def fact(n: int, text: str, *, days: int = 0, **kw: object) -> NewMemory:
-    return NewMemory(
-        uid=f"fact:{n}",
-        kind="fact",
-        text=text,
-        origin="person",
-        created_at=T0 + timedelta(days=days),
-        **kw,
-    )  # type: ignore[arg-type]
-
-
-FACTS = [
-    fact(1, "My sister Ana lives in Porto and works as an architect", days=1),
-    fact(2, "I am allergic to peanuts", days=2, explicit=True),
-    fact(3, "The Reverie project deploys with systemd on a small VPS", days=3),
-    fact(4, "We adopted a grey cat named Miso last spring", days=4),
-]
 
 
 @pytest.mark.anyio

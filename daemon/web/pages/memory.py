@@ -3,13 +3,18 @@ correct a fact (POST, CSRF-checked by the app's middleware)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.web.pages.render import page, services_of, short_time
 from daemon.web.views import memory as view
+
+if TYPE_CHECKING:
+    from daemon.services import Services
 
 
 async def _context(request: Request) -> dict[str, Any]:
@@ -36,11 +41,13 @@ async def memory_page(request: Request) -> Response:
     return page(request, "memory", await _context(request))
 
 
-async def retract_fact(request: Request) -> Response:
+async def _fact_form(
+    request: Request, act: Callable[[Services, FormData], Awaitable[str]]
+) -> Response:
+    """Run a fact form (retract, correct) and show the page with what it did or why not."""
     form = await request.form()
-    services = services_of(request)
     try:
-        said = await view.retract(services, str(form.get("fact", "")), str(form.get("reason", "")))
+        said = await act(services_of(request), form)
     except view.MemoryFormError as exc:
         return page(
             request,
@@ -50,19 +57,21 @@ async def retract_fact(request: Request) -> Response:
             canonical="/memory",
         )
     return page(request, "memory", {**await _context(request), "said": said}, canonical="/memory")
+
+
+async def retract_fact(request: Request) -> Response:
+    return await _fact_form(
+        request,
+        lambda services, form: view.retract(
+            services, str(form.get("fact", "")), str(form.get("reason", ""))
+        ),
+    )
 
 
 async def correct_fact(request: Request) -> Response:
-    form = await request.form()
-    services = services_of(request)
-    try:
-        said = await view.correct(services, str(form.get("fact", "")), str(form.get("text", "")))
-    except view.MemoryFormError as exc:
-        return page(
-            request,
-            "memory",
-            {**await _context(request), "error": str(exc)},
-            status_code=400,
-            canonical="/memory",
-        )
-    return page(request, "memory", {**await _context(request), "said": said}, canonical="/memory")
+    return await _fact_form(
+        request,
+        lambda services, form: view.correct(
+            services, str(form.get("fact", "")), str(form.get("text", ""))
+        ),
+    )
