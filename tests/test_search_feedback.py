@@ -67,8 +67,8 @@ async def test_the_best_hit_brings_what_shares_its_subject(tmp_path: Path) -> No
         await index.flush()
         with anyio.fail_after(30):
             searched = await index.search_plan(question, k=2)
-            # Automatic recall (vector_queries set) ranks without the moved vector.
-            recalled = await index.search_plan(question, k=2, vector_queries=1)
+            # As automatic recall asks: without the moved vector.
+            recalled = await index.search_plan(question, k=2, vector_queries=1, feedback=False)
     assert [i.id for i in searched] == ["fact:100", "fact:101"]
     assert [i.id for i in recalled][:1] == ["fact:100"]
     assert "fact:101" not in [i.id for i in recalled]

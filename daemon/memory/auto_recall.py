@@ -121,6 +121,7 @@ class IndexMemoryView:
             kinds=["fact", "profile", "summary", "chunk", "month"],
             vector_queries=1,
             fit=False,
+            feedback=False,
         )
         found = [focus_month(item, wanted) for item in found]  # a month: the lines asked about
         embedder = self.index.embedder

@@ -519,6 +519,7 @@ class MemorySearch:
         include_retired: bool = False,
         vector_queries: int | None = None,
         fit: bool = True,
+        feedback: bool = True,
     ) -> list[MemoryItem]:
         """Search a decomposed query: its time window is a preference, not a wall.
 
@@ -532,6 +533,8 @@ class MemorySearch:
         the rest are searched by BM25 alone (automatic recall, which runs every turn).
         With `fit` (the default) the results are fitted to the question (`fit`); without it
         the caller fits them itself (automatic recall, after its relevance floor).
+        `feedback=False` leaves out the ranking by the question's vector moved towards its
+        best hits (`_feedback`; automatic recall, which runs on whatever was said).
         """
         queries = [q for q in dict.fromkeys(q.strip() for q in plan.all_queries()) if q]
         if not queries or k <= 0:
@@ -569,11 +572,11 @@ class MemorySearch:
             for wi, focus in enumerate(await self._about(plan, windows, known)):
                 ranked[wi] = [*ranked[wi], *focus]
                 window_weights[wi] += [ABOUT_WEIGHT] * len(focus)
-        # Over the whole history, and not in automatic recall (`vector_queries` set): recall
-        # runs every turn on whatever was said, and a message of several clauses has best hits
+        # Over the whole history, and not in automatic recall (`feedback=False`): recall runs
+        # every turn on whatever was said, and a message of several clauses has best hits
         # about one of them, which the moved vector would pile on at the others' expense.
         # Inside a time window it drowned what the question asks about a person (`_about`).
-        if mode != "lexical" and vector_queries is None:
+        if feedback and mode != "lexical":
             fed = await self._feedback(
                 plan.text,
                 ranked[0],
