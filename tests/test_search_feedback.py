@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.commands.ops import search_batch
 from daemon.memory.embedders import MiniLMEmbedder, minilm_available
 from daemon.memory.query import decompose
 from daemon.memory.rows import NewMemory
@@ -67,8 +68,13 @@ async def test_the_best_hit_brings_what_shares_its_subject(tmp_path: Path) -> No
         await index.flush()
         with anyio.fail_after(30):
             searched = await index.search_plan(question, k=2)
+            # `memory search` (hybrid: one vector pass per question) ranks with it too.
+            [batch] = await search_batch(
+                index, ["what do we do outdoors with the children?"], now=T0, k=2
+            )
             # As automatic recall asks: without the moved vector.
             recalled = await index.search_plan(question, k=2, vector_queries=1, feedback=False)
     assert [i.id for i in searched] == ["fact:100", "fact:101"]
+    assert [r["id"] for r in batch] == ["fact:100", "fact:101"]
     assert [i.id for i in recalled][:1] == ["fact:100"]
     assert "fact:101" not in [i.id for i in recalled]
