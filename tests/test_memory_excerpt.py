@@ -149,6 +149,16 @@ def test_a_message_of_a_few_sentences_is_cut_to_the_one_that_answers() -> None:
     assert excerpt_message(two, question) == two
 
 
+def test_a_passage_of_a_long_message_is_not_cut_to_a_sentence() -> None:
+    passage = " ".join(
+        f"Step {n}: copy the assets bucket, check the checksums, update the runbook."
+        for n in range(6)
+    )
+    question = Question.of("when do we check the checksums?")
+    assert excerpt_message(passage, question, passage=True) == passage
+    assert len(excerpt_message(passage, question)) < len(passage)
+
+
 async def test_a_long_message_is_excerpted_in_search_results(tmp_path: Path) -> None:
     plan = "\n".join(
         f"Step {n}: copy the assets bucket, check the checksums, update the runbook."

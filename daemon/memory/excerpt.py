@@ -147,7 +147,7 @@ def passages(content: str) -> list[str]:
     return out
 
 
-def excerpt_message(content: str, question: Question) -> str:
+def excerpt_message(content: str, question: Question, *, passage: bool = False) -> str:
     """`content` cut to what bears on `question`, when it is more than a few lines; whole
     when it is short.
 
@@ -158,7 +158,7 @@ def excerpt_message(content: str, question: Question) -> str:
     keeps its opening.
     """
     size = count_tokens(content)
-    if size <= MEDIUM_MESSAGE_TOKENS:
+    if size <= (LONG_MESSAGE_TOKENS if passage else MEDIUM_MESSAGE_TOKENS):
         return content
     budget = EXCERPT_TOKENS if size > LONG_MESSAGE_TOKENS else SENTENCES_TOKENS
     pieces = _pieces(content)
@@ -221,13 +221,17 @@ def _clip(text: str, tokens: int) -> str:
     return " ".join(words[:lo]) + " " + GAP
 
 
-def excerpt_line(line: str, question: Question) -> str:
-    """A message line with its content excerpted (`excerpt_message`), its label kept."""
+def excerpt_line(line: str, question: Question, *, passage: bool = False) -> str:
+    """A message line with its content excerpted (`excerpt_message`), its label kept.
+
+    A passage of a long message is already the part of it that matched: it is cut only as a
+    long message is, never to a sentence or two (on long messages that lost the evidence's
+    sentence more often than it saved tokens: bench/README.md, "Recall that fits")."""
     parts = split_label(line)
     if parts is None:
-        return excerpt_message(line, question)
+        return excerpt_message(line, question, passage=passage)
     who, when, content = parts
-    short = excerpt_message(content, question)
+    short = excerpt_message(content, question, passage=passage)
     if short is content:
         return line
     return f"{who} ({when}): {short}" if when else f"{who}: {short}"
@@ -338,7 +342,7 @@ def fit(
             continue
         via = str(item.meta.get("via") or "")
         passage = item.id if item.meta.get("passage") is not None else None
-        shows = [excerpt_line(line.text, question) for line in lines]
+        shows = [excerpt_line(line.text, question, passage=passage is not None) for line in lines]
         if len(lines) > 1:
             costs = [
                 0 if _blocked(ln, shown, passage) else count_tokens(t)
