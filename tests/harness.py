@@ -47,15 +47,9 @@ def wait_until(pred: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-# A daemon home talking to the fake Messages API: the SDK gives up fast, and only the trunk and
-# its forks talk to the fake (every other role runs offline), so its script is theirs alone.
-FAKE_API_CONFIG = """
-[providers.anthropic]
-max_retries = 1
-backoff_base_s = 0.05
-backoff_max_s = 0.1
-timeout_s = 90
-
+# Every model role but the trunk's (and its forks') answered offline, so a fake Messages API's
+# script is the trunk's alone.
+OFFLINE_ROLES = """
 [models.summariser]
 provider = "offline"
 [models.recall_planner]
@@ -67,6 +61,19 @@ provider = "offline"
 [models.dreams]
 provider = "offline"
 """
+
+# A daemon home talking to the fake Messages API: the SDK gives up fast, and only the trunk and
+# its forks talk to the fake.
+FAKE_API_CONFIG = (
+    """
+[providers.anthropic]
+max_retries = 1
+backoff_base_s = 0.05
+backoff_max_s = 0.1
+timeout_s = 90
+"""
+    + OFFLINE_ROLES
+)
 
 
 def daemon_env(extra: dict[str, str] | None = None) -> dict[str, str]:

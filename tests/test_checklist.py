@@ -32,14 +32,15 @@ from daemon.settings import (
 )
 from daemon.testing import Reply, ScriptedModel
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import Client, DaemonProcess, daemon_env
+from tests.harness import OFFLINE_ROLES, Client, DaemonProcess, daemon_env
 from tests.harness import wait_until as wait_for
 from tests.sleep_support import Rig, rig
 
 FRAMING = "You are in focused task mode. Your objective is: "
 ITEM = "- check whether build/status.txt says FAILED"
 
-CONFIG = """
+CONFIG = (
+    """
 [scheduler]
 timezone = "UTC"
 
@@ -53,17 +54,9 @@ checklist_minutes = {every}
 nightly = false
 
 # Only the checklist's fork talks to the fake, so every request it sees is the fork's.
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
-[models.dreams]
-provider = "offline"
 """
+    + OFFLINE_ROLES
+)
 
 
 def _tool_results(body: dict[str, Any]) -> list[str]:

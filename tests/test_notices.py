@@ -58,7 +58,7 @@ from daemon.settings import (
 )
 from daemon.store.db import Database
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
-from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli
+from tests.harness import OFFLINE_ROLES, REPO, Client, DaemonProcess, daemon_env, run_cli
 from tests.harness import wait_until as wait_for
 from tests.sleep_support import START, Rig, rig, wait_until
 from tests.test_checklist import is_check
@@ -424,7 +424,8 @@ class ChecklistFake(FakeAnthropic):
         return [r for r in self.message_requests if is_check(r.body)]
 
 
-DAEMON_CONFIG = """
+DAEMON_CONFIG = (
+    """
 [scheduler]
 timezone = "UTC"
 
@@ -441,15 +442,9 @@ allow_uids = [65534]
 nightly = false
 
 # Only the trunk and the checklist's forks talk to the fake (not the forks' summaries).
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
 """
+    + OFFLINE_ROLES
+)
 
 CHECKLIST = """# My checklist
 <!-- Things to look at on each heartbeat. -->
@@ -803,22 +798,17 @@ async def test_the_greeting_names_what_is_still_scheduled_today_from_the_schedul
 
 # --- delivered means shown: command-only connections never use a notice up ----------------
 
-SHOWN_CONFIG = """
+SHOWN_CONFIG = (
+    """
 [scheduler]
 timezone = "UTC"
 
 [sleep]
 nightly = false
 
-[models.summariser]
-provider = "offline"
-[models.recall_planner]
-provider = "offline"
-[models.recall_synthesis]
-provider = "offline"
-[models.heartbeat]
-provider = "offline"
 """
+    + OFFLINE_ROLES
+)
 
 
 def _remind_in(home: Path, env: dict[str, str], seconds: int, text: str) -> None:
