@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.context.assembler import LAYER_ORDER
 from daemon.web import svg
-from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.pages.render import page, services_of, short_time, spend_bars
 from daemon.web.views import charts as view
+from daemon.web.views import now as now_view
 from daemon.web.views.context import recent_turns
 
 TURNS = 60
@@ -21,8 +20,7 @@ async def charts_page(request: Request) -> Response:
     services = services_of(request)
     days, growth = await view.memory_growth(services)
     turns = await recent_turns(services, limit=TURNS)
-    since = (services.clock.now() - timedelta(days=SPEND_DAYS - 1)).astimezone().date()
-    spend = await services.ledger.days(since.isoformat())
+    spend = await now_view.spend_per_day(services, days=SPEND_DAYS)
     nights = await view.sleep_per_night(services)
     return page(
         request,
@@ -38,15 +36,7 @@ async def charts_page(request: Request) -> Response:
             )
             if turns
             else None,
-            "spend": svg.bars(
-                [d.day for d in spend],
-                [d.cost_usd for d in spend],
-                unit="USD",
-                fmt="{:,.4f}",
-                label="spend per day",
-            )
-            if any(d.cost_usd for d in spend)
-            else None,
+            "spend": spend_bars(spend),
             "sleep": svg.bars(
                 [n for n, _ in nights],
                 [m for _, m in nights],

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.web import svg
-from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.pages.render import page, services_of, short_time, spend_bars
 from daemon.web.views import now as view
 
 TIMELINE_DAYS = 3
@@ -33,7 +33,6 @@ async def now_page(request: Request) -> Response:
     days_shown = int(asked) if asked.isdigit() and int(asked) in DAYS_RANGE else TIMELINE_DAYS
     timeline = await view.timeline(services, days=days_shown)
     spend = await view.spend(services)
-    days = spend["days"]
     return page(
         request,
         "now",
@@ -45,15 +44,6 @@ async def now_page(request: Request) -> Response:
             "zoom": [n for n in (1, 3, 7, 14, 30) if n != days_shown],
             "short_time": short_time,
             "spend": spend,
-            "spend_svg": svg.bars(
-                [d.day for d in days],
-                [d.cost_usd for d in days],
-                unit="USD",
-                fmt="{:,.4f}",
-                label="spend per day",
-            )
-            # Nothing to draw while every call was free (the offline model).
-            if any(d.cost_usd for d in days)
-            else None,
+            "spend_svg": spend_bars(spend["days"]),
         },
     )

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
 
+from daemon.web import svg
+
 if TYPE_CHECKING:
+    from daemon.models.ledger import DaySpend
     from daemon.services import Services
 
 
@@ -40,3 +44,16 @@ def page(
 def short_time(value: str | None) -> str:
     """`2026-03-02T09:00:00+00:00` → `2026-03-02 09:00` (as stored: UTC)."""
     return (value or "")[:16].replace("T", " ")
+
+
+def spend_bars(days: list[DaySpend]) -> Markup | None:
+    """Spend per day as bars; None while every call was free (the offline model)."""
+    if not any(d.cost_usd for d in days):
+        return None
+    return svg.bars(
+        [d.day for d in days],
+        [d.cost_usd for d in days],
+        unit="USD",
+        fmt="{:,.4f}",
+        label="spend per day",
+    )

@@ -17,6 +17,7 @@ from daemon.memory.rows import parse_iso
 from daemon.sleep.cycle import WIND_DOWN
 
 if TYPE_CHECKING:
+    from daemon.models.ledger import DaySpend
     from daemon.services import Services
 
 # How far past now the timeline reaches, so the next scheduled items show on it.
@@ -158,14 +159,18 @@ async def timeline(services: Services, *, days: int = 3) -> Timeline:
     return Timeline(start=start, now=now, end=end, bands=bands, marks=marks)
 
 
-async def spend(services: Services, *, days: int = 14) -> dict[str, Any]:
-    """Spend today against the cap, and per day over the last `days` days (the usage ledger)."""
-    today = await services.ledger.today()
+async def spend_per_day(services: Services, *, days: int) -> list[DaySpend]:
+    """Spend per local day over the last `days` days, today included (the usage ledger)."""
     since = (services.clock.now() - timedelta(days=days - 1)).astimezone().date().isoformat()
+    return await services.ledger.days(since)
+
+
+async def spend(services: Services, *, days: int = 14) -> dict[str, Any]:
+    """Spend today against the cap, and per day over the last `days` days."""
     return {
-        "today": today,
+        "today": await services.ledger.today(),
         "cap_usd": services.settings.spend.daily_cap_usd,
-        "days": await services.ledger.days(since),
+        "days": await spend_per_day(services, days=days),
     }
 
 
