@@ -648,7 +648,7 @@ class PgVectorMatrix(VectorMatrix):
                 f"USING hnsw ((vector::vector({d})) vector_ip_ops) "
                 f"WITH (m = 16, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dim = {d}"
             )
-            conn.raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
+            conn.set_session(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
             self._conn = conn
         return self._conn
 

@@ -152,7 +152,7 @@ class Database:
         def connector() -> Any:
             conn = PgConnection.connect(url, schema)
             if readonly:
-                conn.raw.execute("SET default_transaction_read_only = on")
+                conn.set_session("SET default_transaction_read_only = on")
             return conn
 
         # aiosqlite runs any connection with the sqlite3 interface on its thread.

@@ -220,6 +220,7 @@ class PgConnection:
         self._keys: dict[str, tuple[str, ...]] = {}
         self._identities: dict[str, str | None] = {}
         self._cols: dict[str, frozenset[str]] = {}
+        self._session: list[str] = []
         self.translate = Translator(self._primary_keys, self._identity, self._columns)
 
     @classmethod
@@ -245,6 +246,11 @@ class PgConnection:
             raw.close()
             raise
         return cls(raw, schema, url)
+
+    def set_session(self, statement: str) -> None:
+        """Run a session setting (`SET …`) now and again on every connection a reconnect opens."""
+        self.raw.execute(statement)
+        self._session.append(statement)
 
     # ----- the sqlite3.Connection subset -------------------------------------------------------
     def execute(self, sql: str, params: Any = ()) -> PgCursor:
@@ -325,6 +331,8 @@ class PgConnection:
             except Exception:
                 pass
             self.raw = fresh.raw
+            for statement in self._session:
+                self.raw.execute(statement)
             return
 
     def cursor(self) -> PgConnection:
