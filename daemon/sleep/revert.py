@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from daemon.log import get_logger
-from daemon.memory.facts import FactError, local_timezone
+from daemon.memory.facts import Fact, FactError, local_timezone
 from daemon.memory.months import (
     FoldSource,
     month_memory,
@@ -209,48 +209,43 @@ class ChangeReverter:
     def _fact_id(self, change: Change, side: dict[str, Any] | None) -> str:
         return str((side or {}).get("id") or change.target)
 
-    async def _unmine(self, change: Change, label: str) -> str:
+    async def _logged_fact(self, change: Change, side: dict[str, Any] | None) -> Fact:
+        """The fact a change names (on `side`), as the facts log holds it now."""
         facts = self.memory.facts
         await facts.load()
-        uid = self._fact_id(change, change.after)
+        uid = self._fact_id(change, side)
         fact = facts.get(uid)
         if fact is None:
             raise ChangeError(f"change {change.ref}: fact {uid} is not in the facts log")
+        return fact
+
+    async def _unmine(self, change: Change, label: str) -> str:
+        fact = await self._logged_fact(change, change.after)
         if not fact.active:
-            return f"{uid} was no longer active ({fact.reason or 'retired'})"
-        await facts.retract(uid, reason=label, origin="system")
-        return f"{uid} retracted"
+            return f"{fact.id} was no longer active ({fact.reason or 'retired'})"
+        await self.memory.facts.retract(fact.id, reason=label, origin="system")
+        return f"{fact.id} retracted"
 
     async def _unretire(self, change: Change, label: str) -> str:
-        facts = self.memory.facts
-        await facts.load()
-        uid = self._fact_id(change, change.before)
-        fact = facts.get(uid)
-        if fact is None:
-            raise ChangeError(f"change {change.ref}: fact {uid} is not in the facts log")
+        fact = await self._logged_fact(change, change.before)
         if fact.active:
-            return f"{uid} was active again already"
+            return f"{fact.id} was active again already"
         try:
-            await facts.restore(uid, origin="system", reason=label)
+            await self.memory.facts.restore(fact.id, origin="system", reason=label)
         except FactError as exc:
             raise ChangeError(f"change {change.ref}: {exc}") from None
-        return f"{uid} active again"
+        return f"{fact.id} active again"
 
     async def _unsupersede(self, change: Change, label: str) -> str:
-        facts = self.memory.facts
-        await facts.load()
-        old = self._fact_id(change, change.before)
+        fact = await self._logged_fact(change, change.before)
         new = str((change.after or {}).get("id") or "")
-        fact = facts.get(old)
-        if fact is None:
-            raise ChangeError(f"change {change.ref}: fact {old} is not in the facts log")
         if fact.active:
-            return f"{old} was current again already"
+            return f"{fact.id} was current again already"
         try:
-            await facts.reinstate(old, origin="system", reason=label)
+            await self.memory.facts.reinstate(fact.id, origin="system", reason=label)
         except FactError as exc:
             raise ChangeError(f"change {change.ref}: {exc}") from None
-        return f"{old} current again" + (f", {new} retired" if new else "")
+        return f"{fact.id} current again" + (f", {new} retired" if new else "")
 
     async def _unpromote(self, change: Change, label: str) -> str:
         uid = self._fact_id(change, change.after)
