@@ -2,8 +2,8 @@
 
 `build_app(services, auth)` is the seam the pages build on: `app.state.services` is the
 running daemon's `Services`, `app.state.templates` the Jinja environment over
-`daemon/web/templates/` (globals `nav`, `csrf_input()`, `csrf_token()`; every page extends
-`base.html`), and every route of `daemon.web.pages.ROUTES` is served behind the login. Core
+`daemon/web/templates/` (globals `nav`, `csrf_input()`, `csrf_token()`, `short_time()`;
+every page extends `base.html`), and every route of `daemon.web.pages.ROUTES` is served behind the login. Core
 routes: `/login`, `/logout`, `/events` (the live stream), `/chat…`, `/static/…`.
 """
 
@@ -31,6 +31,7 @@ from daemon.web import chat, pages
 from daemon.web.auth import CSRF_FIELD, SESSION_TTL_S, ConsoleAuth, ConsoleGuard
 from daemon.web.chat import ChatDesk
 from daemon.web.live import EventStreamResponse, LiveFeed
+from daemon.web.pages.render import short_time
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -73,6 +74,7 @@ def make_templates(services: Services) -> Jinja2Templates:
         csrf_token=_csrf_token,
         csrf_input=_csrf_input,
         agent_name=services.settings.agent.name,
+        short_time=short_time,
     )
     return templates
 

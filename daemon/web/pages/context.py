@@ -42,7 +42,6 @@ async def context_page(request: Request) -> Response:
             "detail": detail,
             "missing": chosen if status == 404 else "",
             "layer_colours": {name: svg.colour(i) for i, name in enumerate(LAYER_ORDER)},
-            "short_time": short_time,
         },
         status_code=status,
     )

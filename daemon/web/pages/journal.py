@@ -7,7 +7,7 @@ from datetime import date
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.pages.render import page, services_of
 from daemon.web.views import journal as view
 
 
@@ -34,7 +34,6 @@ async def journal_page(request: Request) -> Response:
             "tree": await view.fork_tree(services, turn) if turn else [],
             "delegating": await view.turns_with_forks(services),
             "error": error,
-            "short_time": short_time,
         },
         status_code=400 if error else 200,
     )

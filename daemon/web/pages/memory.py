@@ -10,7 +10,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.pages.render import page, services_of
 from daemon.web.views import memory as view
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ async def _context(request: Request) -> dict[str, Any]:
         "kinds": await view.kinds(services),
         "summaries": await view.summaries(services, kind="summary"),
         "months": await view.summaries(services, kind="month"),
-        "short_time": short_time,
         "said": "",
         "error": "",
     }

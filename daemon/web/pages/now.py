@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.web import svg
-from daemon.web.pages.render import page, services_of, short_time, spend_bars
+from daemon.web.pages.render import page, services_of, spend_bars
 from daemon.web.views import now as view
 
 TIMELINE_DAYS = 3
@@ -42,7 +42,6 @@ async def now_page(request: Request) -> Response:
             "timeline": timeline,
             "days": days_shown,
             "zoom": [n for n in (1, 3, 7, 14, 30) if n != days_shown],
-            "short_time": short_time,
             "spend": spend,
             "spend_svg": spend_bars(spend["days"]),
         },

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.sleep.revisions import RevisionError
-from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.pages.render import page, services_of
 from daemon.web.views import sleep as view
 
 
@@ -19,7 +19,6 @@ async def _context(request: Request) -> dict[str, Any]:
         "cycles": await view.cycles(services),
         "revisions": await view.revisions(services),
         "wake": await view.wake_notes(services),
-        "short_time": short_time,
         "said": "",
         "error": "",
     }
