@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,9 @@ async def memory_system(
     bus: EventBus | None = None,
     topic_addenda: Callable[[str, str], str] | None = None,
     embedder: Embedder | None = None,
+    db: Database | None = None,
 ) -> AsyncIterator[MemorySystem]:
+    """The memory system of a home at `root`, on its own SQLite file or on `db` when given."""
     home = Home(root)
     home.ensure()
     cfg = config or settings()
@@ -69,7 +71,9 @@ async def memory_system(
         role: unexpected(role) for role in ("summariser", "recall_planner", "recall_synthesis")
     }
     overrides.update(models or {})
-    async with await Database.open(home.db_file) as db:
+    async with AsyncExitStack() as stack:
+        if db is None:
+            db = await stack.enter_async_context(await Database.open(home.db_file))
         async with ModelRoles(cfg, UsageLedger(db, cfg.spend, clk), overrides=overrides) as roles:
             system = MemorySystem(
                 home=home,

@@ -18,15 +18,12 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.memory.embedders import Embedder, HashEmbedder
 from daemon.memory.index import MemoryIndex
-from daemon.memory.system import MemorySystem
 from daemon.models.base import Usage
 from daemon.models.ledger import UsageLedger
-from daemon.models.roles import ModelRoles
-from daemon.paths import Home
 from daemon.schedule.store import ScheduleStore
 from daemon.settings import MemorySettings, ScheduleSettings, SpendSettings
 from daemon.store.db import Database
-from tests.memory_support import NOW, settings, unexpected
+from tests.memory_support import NOW, memory_system
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.test_memory_index import FACTS, T0, fact
 
@@ -97,32 +94,10 @@ async def test_memories_upsert_get_search(open_db: Opener) -> None:
             assert stats["pending_vectors"] == 0 and stats["db_bytes"] > 0
 
 
-@asynccontextmanager
-async def facts_on(db: Database, root: Path) -> AsyncIterator[MemorySystem]:
-    """The memory system (facts, index, views) of a home whose store is `db`."""
-    home = Home(root)
-    home.ensure()
-    cfg = settings()
-    clock = FakeClock(NOW)
-    overrides = {r: unexpected(r) for r in ("summariser", "recall_planner", "recall_synthesis")}
-    async with ModelRoles(cfg, UsageLedger(db, cfg.spend, clock), overrides=overrides) as roles:
-        system = MemorySystem(
-            home=home,
-            db=db,
-            settings=cfg,
-            roles=roles,
-            bus=None,
-            clock=clock,
-            embedder=HashEmbedder(),
-        )
-        async with system:
-            yield system
-
-
 @pytest.mark.anyio
 async def test_facts_keep_their_history(open_db: Opener, tmp_path: Path) -> None:
     with anyio.fail_after(30):
-        async with open_db() as db, facts_on(db, tmp_path / "home") as memory:
+        async with open_db() as db, memory_system(tmp_path / "home", db=db) as memory:
             old = await memory.remember("The team meeting is on Thursdays")
             new = await memory.correct(
                 old.id, "The team meeting moved to Wednesdays", origin="person"
