@@ -10,7 +10,6 @@ among the best hits on PostgreSQL when it was on SQLite.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.store.db import Database
@@ -22,26 +21,6 @@ _SKIP = ("_migrations", "sqlite_")
 # Memories searched for by their own words in the check, and how far down a hit may be.
 SAMPLE = 20
 TOP = 5
-
-
-@dataclass
-class MigrationReport:
-    """What was copied and what the check found."""
-
-    copied: dict[str, int] = field(default_factory=dict)
-    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
-    searched: int = 0
-    found_before: int = 0
-    found_after: int = 0
-    missing: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return (
-            all(a == b for a, b in self.counts.values())
-            and self.found_after >= self.found_before
-            and not self.missing
-        )
 
 
 async def source_tables(src: Database) -> list[str]:
