@@ -186,11 +186,6 @@ async def events(request: Request) -> Response:
     )
 
 
-async def home(request: Request) -> Response:
-    # The pages' own "/" wins when they serve one (their routes come first).
-    return RedirectResponse(navigation()[0][0] if pages.NAV else "/chat", status_code=303)
-
-
 def build_app(services: Services, auth: ConsoleAuth) -> Starlette:
     """The console for the running daemon's `services`, every route behind `auth`."""
     feed = LiveFeed(services.bus)
@@ -211,7 +206,6 @@ def build_app(services: Services, auth: ConsoleAuth) -> Starlette:
         *chat.ROUTES,
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
         *pages.ROUTES,
-        Route("/", home, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,

@@ -117,13 +117,13 @@ def _client(request: Request, data: dict[str, Any]) -> WebChatClient | None:
 GONE = "this page's chat connection is gone; reload the page"
 
 
-def _answered(reply: dict[str, Any] | None, ok_status: int = 200) -> JSONResponse:
+def _answered(reply: dict[str, Any] | None) -> JSONResponse:
     if reply is None:
-        return JSONResponse({"type": "ok"}, status_code=ok_status)
+        return JSONResponse({"type": "ok"})
     if reply.get("type") == "error":
         status = 503 if reply.get("code") in ("storage", "unavailable", "busy") else 409
         return JSONResponse(reply, status_code=status)
-    return JSONResponse(reply, status_code=ok_status)
+    return JSONResponse(reply)
 
 
 async def send_message(request: Request) -> Response:
