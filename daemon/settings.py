@@ -141,19 +141,24 @@ class StorageSettings(_Section):
     @field_validator("url")
     @classmethod
     def _server_url(cls, v: str) -> str:
-        from urllib.parse import urlsplit
-
-        if not v:
-            return v
-        parts = urlsplit(v)
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise ValueError(f"{v!r} is not a postgresql://user@host/db URL")
-        if parts.password or "password=" in parts.query:
-            raise ValueError(
-                "the URL holds a password: put it in REVERIE_STORAGE_PASSWORD, PGPASSWORD, "
-                "~/.pgpass or the systemd credential reverie-storage-password instead"
-            )
+        if v and (problem := server_url_problem(v)):
+            raise ValueError(problem)
         return v
+
+
+def server_url_problem(url: str) -> str | None:
+    """Why `url` cannot name the store's server (not postgresql://, or it holds a password), or None."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        return f"{url!r} is not a postgresql://user@host/db URL"
+    if parts.password or "password=" in parts.query:
+        return (
+            "the URL holds a password: put it in REVERIE_STORAGE_PASSWORD, PGPASSWORD, "
+            "~/.pgpass or the systemd credential reverie-storage-password instead"
+        )
+    return None
 
 
 class MemorySettings(_Section):

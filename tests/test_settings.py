@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.settings import ConfigError, load_settings, secret
+from daemon.settings import ConfigError, load_settings, secret, server_url_problem
 
 
 def test_embedded_defaults_load_and_the_shipped_file_documents_them(tmp_path: Path) -> None:
@@ -65,3 +65,11 @@ def test_secret_from_environment_or_systemd_credentials(tmp_path: Path) -> None:
     (tmp_path / "MY_KEY").write_text("from-credential\n")
     assert secret("MY_KEY", {"CREDENTIALS_DIRECTORY": str(tmp_path)}) == "from-credential"
     assert secret("OTHER", {"CREDENTIALS_DIRECTORY": str(tmp_path)}) is None
+
+
+def test_a_storage_url_names_a_postgresql_server_without_a_password() -> None:
+    assert server_url_problem("postgresql://ada@db.lan:5432/reverie") is None
+    assert server_url_problem("postgres://ada@db.lan/reverie?sslmode=require") is None
+    assert "password" in (server_url_problem("postgresql://ada:s3cret@db.lan/reverie") or "")
+    assert "password" in (server_url_problem("postgresql://db.lan/r?password=s3cret") or "")
+    assert "not a postgresql" in (server_url_problem("mysql://ada@db.lan/reverie") or "")

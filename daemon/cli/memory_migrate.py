@@ -19,6 +19,7 @@ from daemon.cli.memory_direct import _embedder, _quiet_logs
 from daemon.cli.support import CommandError, Env, print_err, resolve_env
 from daemon.clock import SystemClock
 from daemon.memory.index import MemoryIndex
+from daemon.settings import server_url_problem
 from daemon.store.db import Database
 from daemon.store.migrate import (
     compare_counts,
@@ -26,19 +27,15 @@ from daemon.store.migrate import (
     found_by_own_words,
     sample_queries,
 )
-from daemon.store.postgres import StorageUnavailable, is_postgres_url
+from daemon.store.postgres import StorageUnavailable
 
 
 async def migrate(args: argparse.Namespace) -> int:
     env = resolve_env(args, create=False)
     _quiet_logs(env)
     url = str(args.to)
-    if not is_postgres_url(url):
-        raise CommandError(f"--to wants a postgresql://user@host/db URL, not {url!r}", code=2)
-    if "@" in url and ":" in url.split("@", 1)[0].split("//", 1)[-1]:
-        raise CommandError(
-            "the URL holds a password: give it in REVERIE_STORAGE_PASSWORD or PGPASSWORD", code=2
-        )
+    if problem := server_url_problem(url):
+        raise CommandError(f"--to: {problem}", code=2)
     if not env.home.db_file.exists():
         raise CommandError(f"no SQLite store to move: {env.home.db_file} does not exist")
     namespace = args.namespace or env.settings.storage.namespace or env.settings.agent.name
