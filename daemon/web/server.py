@@ -152,7 +152,10 @@ class WebConsole:
 
         address = self.settings.address
         try:
-            auth = ConsoleAuth.for_home(self.services.home.root, self.settings)
+            # The token file may be made (and fsynced) here: off the event loop.
+            auth = await anyio.to_thread.run_sync(
+                ConsoleAuth.for_home, self.services.home.root, self.settings
+            )
             sock = bind(address)
         except (ConsoleServerError, OSError, ValueError) as exc:
             self.state, self.error = "failed", str(exc)
