@@ -90,6 +90,15 @@ def server_password(environ: dict[str, str] | None = None) -> str | None:
     return None
 
 
+def connect_options(timeout_s: int) -> dict[str, Any]:
+    """psycopg's `connect` arguments for the store's server: autocommit, a timeout, the password."""
+    options: dict[str, Any] = {"autocommit": True, "connect_timeout": timeout_s}
+    password = server_password()
+    if password:
+        options["password"] = password
+    return options
+
+
 class Row(tuple):  # type: ignore[type-arg]
     """A result row read by position or by column name, like `sqlite3.Row`."""
 
@@ -231,12 +240,8 @@ class PgConnection:
             raise StorageUnavailable(
                 "PostgreSQL storage needs psycopg: pip install 'reverie[postgres]'"
             ) from exc
-        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": connect_timeout_s}
-        password = server_password()
-        if password:
-            kwargs["password"] = password
         try:
-            raw = psycopg.connect(url, **kwargs)
+            raw = psycopg.connect(url, **connect_options(connect_timeout_s))
         except psycopg.OperationalError as exc:
             raise StorageUnavailable(f"cannot reach the PostgreSQL server: {exc}") from exc
         try:
@@ -434,12 +439,8 @@ def probe(url: str, namespace: str, *, timeout_s: int = 5) -> dict[str, Any]:
     except ImportError:
         out["error"] = "psycopg is not installed: pip install 'reverie[postgres]'"
         return out
-    kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": timeout_s}
-    password = server_password()
-    if password:
-        kwargs["password"] = password
     try:
-        with psycopg.connect(url, **kwargs) as conn:
+        with psycopg.connect(url, **connect_options(timeout_s)) as conn:
             out["server"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
             row = conn.execute(
                 "SELECT default_version, installed_version FROM pg_available_extensions "
