@@ -1,7 +1,7 @@
 """One contract over both storage backends: SQLite (embedded) and PostgreSQL with pgvector.
 
 Every test here runs twice, on a fresh SQLite file and on a fresh database of a real
-PostgreSQL server (tests/pgserver.py), through the same daemon code: what the daemon stores
+PostgreSQL server (tests/postgres_server.py), through the same daemon code: what the daemon stores
 and finds must not depend on where it is stored.
 """
 
