@@ -5,9 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.context.assembler import LAYER_ORDER
 from daemon.web import svg
-from daemon.web.pages.render import page, services_of, short_time, spend_bars
+from daemon.web.pages.render import layer_bars, page, services_of, spend_bars
 from daemon.web.views import charts as view
 from daemon.web.views import now as now_view
 from daemon.web.views.context import recent_turns
@@ -29,13 +28,7 @@ async def charts_page(request: Request) -> Response:
             "growth": svg.lines(days, growth, unit="memories", label="memory growth by kind")
             if days
             else None,
-            "tokens": svg.stacked_bars(
-                [f"{short_time(t.ts)} {t.turn_id}" for t in turns],
-                {name: [t.layers.get(name, 0) for t in turns] for name in LAYER_ORDER},
-                label="context tokens per turn by layer",
-            )
-            if turns
-            else None,
+            "tokens": layer_bars(turns),
             "spend": spend_bars(spend),
             "sleep": svg.bars(
                 [n for n, _ in nights],

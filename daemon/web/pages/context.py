@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from daemon.context.assembler import LAYER_ORDER
 from daemon.web import svg
-from daemon.web.pages.render import page, services_of, short_time
+from daemon.web.pages.render import layer_bars, page, services_of
 from daemon.web.views import context as view
 
 TURNS_SHOWN = 30
@@ -21,16 +21,10 @@ async def context_page(request: Request) -> Response:
     chosen = request.query_params.get("turn", "").strip()
     detail = await view.turn_detail(services, chosen) if chosen else None
     status = 404 if chosen and detail is None else 200
-    chart = (
-        svg.stacked_bars(
-            [f"{short_time(t.ts)} {t.turn_id}" for t in turns],
-            {name: [t.layers.get(name, 0) for t in turns] for name in LAYER_ORDER},
-            links=[f"/context?turn={quote(t.turn_id)}" for t in turns],
-            label="context tokens per turn by layer",
-            chosen=next((i for i, t in enumerate(turns) if t.turn_id == chosen), None),
-        )
-        if turns
-        else None
+    chart = layer_bars(
+        turns,
+        links=[f"/context?turn={quote(t.turn_id)}" for t in turns],
+        chosen=next((i for i, t in enumerate(turns) if t.turn_id == chosen), None),
     )
     return page(
         request,

@@ -8,11 +8,13 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
 
+from daemon.context.assembler import LAYER_ORDER
 from daemon.web import svg
 
 if TYPE_CHECKING:
     from daemon.models.ledger import DaySpend
     from daemon.services import Services
+    from daemon.web.views.context import TurnRow
 
 
 def services_of(request: Request) -> Services:
@@ -56,4 +58,19 @@ def spend_bars(days: list[DaySpend]) -> Markup | None:
         unit="USD",
         fmt="{:,.4f}",
         label="spend per day",
+    )
+
+
+def layer_bars(
+    turns: list[TurnRow], *, links: list[str] | None = None, chosen: int | None = None
+) -> Markup | None:
+    """Context tokens per turn, stacked by layer; None when there are no turns."""
+    if not turns:
+        return None
+    return svg.stacked_bars(
+        [f"{short_time(t.ts)} {t.turn_id}" for t in turns],
+        {name: [t.layers.get(name, 0) for t in turns] for name in LAYER_ORDER},
+        links=links,
+        label="context tokens per turn by layer",
+        chosen=chosen,
     )
