@@ -13,6 +13,8 @@ from daemon.web.pages.render import layer_bars, page, services_of
 from daemon.web.views import context as view
 
 TURNS_SHOWN = 30
+# The legend's colour per layer, as the chart stacks them.
+LAYER_COLOURS = {name: svg.colour(i) for i, name in enumerate(LAYER_ORDER)}
 
 
 async def context_page(request: Request) -> Response:
@@ -35,7 +37,7 @@ async def context_page(request: Request) -> Response:
             "chosen": chosen,
             "detail": detail,
             "missing": chosen if status == 404 else "",
-            "layer_colours": {name: svg.colour(i) for i, name in enumerate(LAYER_ORDER)},
+            "layer_colours": LAYER_COLOURS,
         },
         status_code=status,
     )
