@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -45,6 +47,15 @@ def wait_until(pred: Any, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def unavailable(reason: str) -> None:
+    """Skip a test whose real component (a PostgreSQL server, Chromium) cannot run here — or,
+    where `REVERIE_TESTS_REQUIRE_ALL` is set (CI sets it), fail it: there a skip would let the
+    test pass without ever running."""
+    if os.environ.get("REVERIE_TESTS_REQUIRE_ALL"):
+        pytest.fail(f"required by REVERIE_TESTS_REQUIRE_ALL: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 # Every model role but the trunk's (and its forks') answered offline, so a fake Messages API's

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from tests.harness import unavailable
+
 
 class _Server:
     def __init__(self) -> None:
@@ -75,7 +77,7 @@ def pg_server() -> Iterator[str]:
     server = _Server()
     server.start()
     if not server.url:
-        pytest.skip(f"no PostgreSQL for this run: {server.why_not}")
+        unavailable(f"no PostgreSQL for this run: {server.why_not}")
     try:
         yield server.url
     finally:
@@ -134,7 +136,7 @@ def dedicated_pg() -> Iterator[DedicatedServer]:
         server = DedicatedServer(root / "data")
     except Exception as exc:
         shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"no PostgreSQL for this test: {exc!r}"[:300])
+        unavailable(f"no PostgreSQL for this test: {exc!r}"[:300])
     try:
         yield server
     finally:

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import REPO, DaemonProcess, daemon_env, run_cli
+from tests.harness import REPO, DaemonProcess, daemon_env, run_cli, unavailable
 
 ARTIFACTS = REPO / "test-artifacts" / "web"
 CHROMIUM = "/usr/bin/chromium"
@@ -208,7 +208,7 @@ def open_browser(console: Console) -> Iterator[Browser]:
     """A headless Chromium logged in to `console` (skips the test when Chromium is missing)."""
     missing = chromium_missing()
     if missing:
-        pytest.skip(f"browser tests need Chromium: {missing}")
+        unavailable(f"browser tests need Chromium: {missing}")
     profile = Path(tempfile.mkdtemp(prefix="reverie-chromium-"))
     driver = start_browser(profile)
     try:
