@@ -1159,7 +1159,11 @@ def test_a_question_answered_elsewhere_is_put_away_by_the_interactive_chat(
                     other.send({"type": "approve", "id": ask["id"], "decision": "yes"})
                     _until_done(other, turn)
                 at = _read_until(fd, b"answered yes from another client", 20, seen, at)
+                # The note is printed above the prompt, which is drawn again after it.
+                at = _read_until(fd, b"> ", 20, seen, at)
                 os.write(fd, b"\r")
+                # Ctrl-D only once the next prompt is read: one typed between two prompts
+                # reaches the terminal in cooked mode and is lost, and the chat waits for ever.
                 at = _read_until(fd, b"> ", 20, seen, at)
                 os.write(fd, b"\x04")
                 _, status = os.waitpid(pid, 0)
