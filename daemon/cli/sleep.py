@@ -23,6 +23,9 @@ KIND_LABELS = {
     "fact_promoted": "fact promoted",
     "month_folded": "month folded",
     "summary_folded": "summary folded",
+    "shared_fact_folded": "shared duplicate",
+    "shared_fact_superseded": "shared superseded",
+    "shared_fact_retired": "shared retired",
     "reverted": "reverted",
 }
 _COUNT_WORDS = {
@@ -32,6 +35,9 @@ _COUNT_WORDS = {
     "fact_promoted": "promoted",
     "month_folded": "months folded",
     "summary_folded": "summaries folded",
+    "shared_fact_folded": "shared duplicates folded",
+    "shared_fact_superseded": "shared superseded",
+    "shared_fact_retired": "shared retired",
     "reverted": "reverted",
 }
 

@@ -159,6 +159,10 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
         if text:
             raise ValueError("--retract takes no TEXT; give the reason with --reason")
         reason = str(request.get("reason") or "") or "retracted by the person"
+        if str(retract).startswith("shared:"):
+            from daemon.memory.shared import retract_shared
+
+            return await retract_shared(memory.index, str(retract), reason=reason)
         await memory.retract(str(retract), reason=reason, origin="person")
         return {"status": "retracted", "id": retract, "message": f"{retract} retracted"}
     restore = request.get("restore")
@@ -176,6 +180,10 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
         return await pin_fact(memory, str(pin))
     if not text:
         raise ValueError("remember needs TEXT (or --retract ID)")
+    if correct is not None and str(correct).startswith("shared:"):
+        from daemon.memory.shared import correct_shared
+
+        return await correct_shared(memory.index, str(correct), text, origin="person")
     if correct is not None:
         return asdict(await memory.correct(str(correct), text, origin="person"))
     if request.get("shared"):

@@ -7,6 +7,13 @@ agent copies those facts into its own index (uid `shared:<id>`, tagged `shared`)
 searches, so search, recall and the context read them as any fact, and nothing but the shared
 table is ever read across agents. The copy is incremental (a version sequence stamps every
 change) and starts again from nothing after a reindex, whose new epoch it notices.
+
+Shared facts are append-only, as an agent's own are: a retraction or correction by the person
+(`reverie remember --retract/--correct shared:ID`) and the nightly shared maintenance
+(`daemon.sleep.shared_upkeep`) retire a row — with when it stopped holding (`invalid_from`),
+what replaced it (`superseded_by`), why, and which agent and cycle did it — and never delete
+one. Each change takes a new version, so every agent's copy follows: a retired shared fact
+leaves its index's current values and stays in its history.
 """
 
 from __future__ import annotations
@@ -51,9 +58,9 @@ async def share_fact(
         raise ValueError("remember --shared needs TEXT")
     now = iso(datetime.now(UTC))
     fact_id = await db.execute(
-        "INSERT INTO shared.facts(text, tags, origin, author, created_at, version) "
-        "VALUES (?, ?, ?, ?, ?, nextval('shared.facts_version'))",
-        (text, " ".join(tags), origin, db.schema, now),
+        "INSERT INTO shared.facts(text, tags, origin, author, created_at, valid_from, version) "
+        "VALUES (?, ?, ?, ?, ?, ?, nextval('shared.facts_version'))",
+        (text, " ".join(tags), origin, db.schema, now, now),
     )
     await SharedFacts(index).sync(force=True)
     uid = shared_uid(fact_id)
@@ -62,6 +69,131 @@ async def share_fact(
         "id": uid,
         "text": text,
         "message": f"shared {uid}: every agent on this store reads it",
+    }
+
+
+def shared_id(uid: str) -> int | None:
+    """The row id of a shared fact's uid (`shared:12` → 12); None for any other uid."""
+    prefix, _, rest = str(uid).strip().partition(":")
+    return int(rest) if prefix == "shared" and rest.isdigit() else None
+
+
+def _require_postgres(db: Database, what: str) -> None:
+    if not db.is_postgres:
+        raise SharingUnavailable(
+            f"{what} needs the store on PostgreSQL ([storage] url): a SQLite store has no shared facts"
+        )
+
+
+async def _current_row(db: Database, fact_id: int) -> Any:
+    row = await db.fetchone(
+        "SELECT id, text, tags, origin, retired_at, retired_as, superseded_by "
+        "FROM shared.facts WHERE id = ?",
+        (fact_id,),
+    )
+    if row is None:
+        raise ValueError(
+            f"no shared fact {shared_uid(fact_id)} (`reverie memory search` finds them)"
+        )
+    if row["retired_at"]:
+        newer = (
+            f", superseded by {shared_uid(row['superseded_by'])}" if row["superseded_by"] else ""
+        )
+        raise ValueError(
+            f"shared fact {shared_uid(fact_id)} no longer holds ({row['retired_as'] or 'retired'} "
+            f"at {row['retired_at']}{newer}); it stays in history"
+        )
+    return row
+
+
+async def retract_shared(
+    index: MemoryIndex, uid: str, *, reason: str, by: str = "person"
+) -> dict[str, Any]:
+    """Withdraw a shared fact for every agent; the row stays, retired, in history."""
+    db = index.db
+    _require_postgres(db, "retracting a shared fact")
+    fact_id = shared_id(uid)
+    if fact_id is None:
+        raise ValueError(f"{uid!r} is not a shared fact's id (shared:N)")
+    row = await _current_row(db, fact_id)
+    now = iso(datetime.now(UTC))
+    reason = " ".join(reason.split()) or f"retracted by the {by}"
+    # `retired_at IS NULL`: another agent's retraction or a night's maintenance that got there
+    # first wins, and this one says so instead of stamping over it.
+    moved = await db.run(
+        lambda conn: (
+            conn.execute(
+                "UPDATE shared.facts SET retired_at = ?, invalid_from = ?, retired_as = 'retracted', "
+                "retired_reason = ?, retired_by = ?, retired_cycle = NULL, "
+                "version = nextval('shared.facts_version') WHERE id = ? AND retired_at IS NULL",
+                (now, now, reason, db.schema, fact_id),
+            ).rowcount
+        )
+    )
+    if not moved:
+        await _current_row(db, fact_id)  # raises with what retired it meanwhile
+    await SharedFacts(index).sync(force=True)
+    log.info("shared fact retracted", id=fact_id, schema=db.schema)
+    return {
+        "status": "retracted",
+        "id": shared_uid(fact_id),
+        "text": row["text"],
+        "message": f"{shared_uid(fact_id)} retracted for every agent (kept in history): {reason}",
+    }
+
+
+async def correct_shared(
+    index: MemoryIndex, uid: str, text: str, *, origin: str = "person"
+) -> dict[str, Any]:
+    """Supersede a shared fact with `text` for every agent: a new row, the old one in history."""
+    db = index.db
+    _require_postgres(db, "correcting a shared fact")
+    fact_id = shared_id(uid)
+    if fact_id is None:
+        raise ValueError(f"{uid!r} is not a shared fact's id (shared:N)")
+    text = " ".join(text.split())
+    if not text:
+        raise ValueError("--correct needs the corrected TEXT")
+    old = await _current_row(db, fact_id)
+    now = iso(datetime.now(UTC))
+
+    def work(conn: Any) -> int:
+        # One transaction: the new value and the old one's retirement appear together or not
+        # at all, and a row retired meanwhile by another agent refuses the correction.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            new_id = int(
+                conn.execute(
+                    "INSERT INTO shared.facts(text, tags, origin, author, created_at, valid_from, "
+                    "version) VALUES (?, ?, ?, ?, ?, ?, nextval('shared.facts_version'))",
+                    (text, old["tags"], origin, db.schema, now, now),
+                ).lastrowid
+            )
+            moved = conn.execute(
+                "UPDATE shared.facts SET retired_at = ?, invalid_from = ?, superseded_by = ?, "
+                "retired_as = 'corrected', retired_reason = ?, retired_by = ?, "
+                "retired_cycle = NULL, version = nextval('shared.facts_version') "
+                "WHERE id = ? AND retired_at IS NULL",
+                (now, now, new_id, f"corrected by the {origin}", db.schema, fact_id),
+            ).rowcount
+            if not moved:
+                raise ValueError(f"shared fact {shared_uid(fact_id)} was retired meanwhile")
+            conn.execute("COMMIT")
+            return new_id
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    new_id = int(await db.run(work))
+    await SharedFacts(index).sync(force=True)
+    log.info("shared fact corrected", id=fact_id, new=new_id, schema=db.schema)
+    return {
+        "status": "corrected",
+        "id": shared_uid(new_id),
+        "text": text,
+        "similar_to": shared_uid(fact_id),
+        "message": f"{shared_uid(new_id)} supersedes {shared_uid(fact_id)} for every agent "
+        "(the old value stays in history)",
     }
 
 
@@ -91,8 +223,8 @@ class SharedFacts:
         seen_epoch, _, seen = (mark[0] if mark else "").partition(":")
         since = int(seen) if seen_epoch == epoch and seen.isdigit() else 0
         rows = await db.fetchall(
-            "SELECT id, text, tags, origin, author, created_at, retired_at, version "
-            "FROM shared.facts WHERE version > ? ORDER BY version",
+            "SELECT id, text, tags, origin, author, created_at, valid_from, retired_at, "
+            "superseded_by, version FROM shared.facts WHERE version > ? ORDER BY version",
             (since,),
         )
         if not rows:
@@ -104,6 +236,7 @@ class SharedFacts:
                 text=r["text"],
                 origin="person" if r["origin"] == "person" else "agent",
                 created_at=parse_iso(r["created_at"]) or datetime.now(UTC),
+                valid_from=parse_iso(r["valid_from"]),
                 tags=(*(t for t in r["tags"].split() if t), "shared"),
                 explicit=True,
                 source="shared",
@@ -114,8 +247,12 @@ class SharedFacts:
         await self.index.upsert(fresh)
         for r in rows:
             if r["retired_at"]:
+                # Retired: out of the current values, kept in history, pointing at what
+                # replaced it (a newer value, a correction, the copy a duplicate folded into).
                 await self.index.retire(
-                    shared_uid(r["id"]), at=parse_iso(r["retired_at"]) or datetime.now(UTC)
+                    shared_uid(r["id"]),
+                    at=parse_iso(r["retired_at"]) or datetime.now(UTC),
+                    superseded_by=shared_uid(r["superseded_by"]) if r["superseded_by"] else None,
                 )
         await db.execute(
             "INSERT INTO kv(key, value, updated_at) VALUES (?, ?, ?) "

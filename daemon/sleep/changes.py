@@ -3,6 +3,7 @@
 Whatever a cycle changes in memory is recorded as one change in `sleep_changes`, before the
 write it describes (as a dream revision is): a fact mined, a fact superseded by a newer
 value, a fact retired, a fact promoted into FACTS.md, day-level memories folded into a month.
+On PostgreSQL the shared facts' nightly upkeep records its changes here too (`shared_fact_*`).
 Each change keeps the state it replaced (`before`) and the one it made (`after`), numbered
 within its cycle (`#N`). `record` is idempotent per (cycle, kind, target), so a phase re-run
 after a crash finds its own change instead of recording it twice.
@@ -35,6 +36,12 @@ ChangeKind = Literal[
     "fact_promoted",
     "month_folded",
     "summary_folded",
+    # The shared namespace's upkeep (`daemon.sleep.shared_upkeep`): a shared fact folded into
+    # its duplicate, superseded by a newer value, retired as a past plan. Not revertible here:
+    # the person corrects a shared fact with `reverie remember --correct shared:ID`.
+    "shared_fact_folded",
+    "shared_fact_superseded",
+    "shared_fact_retired",
 ]
 CHANGE_KINDS: tuple[str, ...] = get_args(ChangeKind)
 REVERTED = "reverted"  # the kind of the change that records a revert

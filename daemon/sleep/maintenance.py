@@ -1,6 +1,6 @@
 """The maintenance phase of sleep: fold old memories by month, pin important facts, retire stale ones, compact the database.
 
-Four sub-steps, each idempotent on its own (a second run finds its earlier work and changes
+Five sub-steps, each idempotent on its own (a second run finds its earlier work and changes
 nothing), none calling a model:
 
 - **fold**: session summaries — and chunks of sessions that never got a summary — older than
@@ -19,6 +19,10 @@ nothing), none calling a model:
   date, is retracted `retire_after_days` after its last date — through the fact log's
   append-only `retract` event, with a reason, so `FactStore.restore` undoes it; a restored
   fact is never retired again.
+- **shared** (PostgreSQL only): the shared namespace's facts — duplicates folded, changed
+  values superseded, past plans retired — by one daemon at a time, under the shared
+  namespace's own advisory lock (`daemon.sleep.shared_upkeep`); a daemon that finds it held
+  skips the step and says so.
 - **compact**: the WAL is checkpointed; `VACUUM` runs only when enough pages are free.
 
 Between retire and compact, other systems do their upkeep on `sleep_housekeeping` (fork
@@ -31,7 +35,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
@@ -102,6 +106,9 @@ class MaintenancePhase:
         folded = await fold_months(ctx)
         retired = await retire_stale(ctx)
         pinned = await pin_facts(ctx)
+        from daemon.sleep.shared_upkeep import maintain_shared  # it uses `past_plan` from here
+
+        shared = await maintain_shared(ctx)
         upkeep = await ctx.bus.gather(SleepHousekeeping(cycle_id=ctx.cycle_id, at=ctx.clock.now()))
         kept = [line for _handler, line in upkeep.of(str)]
         compacted = await compact(ctx)
@@ -125,9 +132,13 @@ class MaintenancePhase:
             ids = [r["id"] for r in retired]
             shown = ", ".join(ids[:8]) + (f", … {len(ids) - 8} more" if len(ids) > 8 else "")
             parts.append(f"retired {len(retired)} stale fact(s) ({shown})")
-        idle = not parts and not any(kept) and not compacted["vacuumed"]
+        idle = (
+            not parts and not any(kept) and not compacted["vacuumed"] and not shared.get("changes")
+        )
         if not parts:
             parts.append("nothing to fold, pin or retire")
+        if shared["summary"]:
+            parts.append(shared["summary"])
         parts.extend(line for line in kept if line)
         parts.append(compacted["summary"])
         files = tuple(folded["files"]) + ((str(ctx.home.facts_file),) if pinned["written"] else ())
@@ -140,6 +151,7 @@ class MaintenancePhase:
                 "retired": retired,
                 "housekeeping": kept,
                 "compact": compacted,
+                "shared": shared,
             },
             files=files,
             nothing_changed=idle,
@@ -270,10 +282,20 @@ def stale_date(fact: Fact, today: date, tz: Any, grace_days: int) -> date | None
     """The date that makes `fact` stale, or None: a plan stated on or before its last date, long past."""
     if fact.target != "memory" or not fact.active or fact.restored_at is not None:
         return None
-    if recurring_days(fact.text):
+    return past_plan(fact.text, fact.created_at, today=today, tz=tz, grace_days=grace_days)
+
+
+def past_plan(
+    text: str, stated_at: datetime, *, today: date, tz: Any, grace_days: int
+) -> date | None:
+    """The last date of a plan `text` states, when it passed `grace_days` before `today`; else None.
+
+    Shared with the shared facts' upkeep (`daemon.sleep.shared_upkeep`): one rule for both.
+    """
+    if recurring_days(text):
         return None  # "the gym moves to Saturday (…)": a day of every week, never a past plan
     dates: list[date] = []
-    for raw in _DATE.findall(fact.text):
+    for raw in _DATE.findall(text):
         try:
             dates.append(date.fromisoformat(raw))
         except ValueError:
@@ -281,7 +303,7 @@ def stale_date(fact: Fact, today: date, tz: Any, grace_days: int) -> date | None
     if not dates:
         return None
     last = max(dates)
-    stated = fact.created_at.astimezone(tz).date()
+    stated = stated_at.astimezone(tz).date()
     if last < stated:
         return None  # a past event when it was told ("born on …"): history, not a plan
     return last if last + timedelta(days=grace_days) < today else None

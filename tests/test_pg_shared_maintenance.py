@@ -1,0 +1,237 @@
+"""Two daemons, two homes, one database: the shared facts maintained by one daemon at a time.
+
+Ada and Bob are real daemons on one PostgreSQL database. Both chat and import at once and share
+facts (a duplicate, a changed value, a past plan). Ada's sleep is stopped inside the shared
+upkeep — the test holds a row of `shared.facts` so her update waits there, with the shared
+lock held — and killed; Bob's sleep skips the step while she holds it, then finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.memory_search import write_transcript
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
+from tests.postgres_server import pg_server, pg_url  # noqa: F401
+from tests.test_pg_daemon import pg_home
+
+UPKEEP = "reverie shared maintenance"
+
+
+def _share(home: Path, text: str) -> int:
+    r = run_cli("remember", "--shared", text, "--home", str(home), "--json")
+    assert r.returncode == 0, r.stderr
+    return int(json.loads(r.stdout)["id"].removeprefix("shared:"))
+
+
+def _search(home: Path, query: str, *extra: str) -> list[str]:
+    r = run_cli("memory", "search", query, "--home", str(home), "--json", *extra)
+    assert r.returncode == 0, r.stderr
+    hits = json.loads(r.stdout)
+    hits = hits.get("results", hits) if isinstance(hits, dict) else hits
+    return [h["text"] for h in hits]
+
+
+def _row(url: str, fact_id: int) -> dict[str, Any]:
+    with psycopg.connect(url) as conn:
+        cur = conn.execute("SELECT * FROM shared.facts WHERE id = %s", (fact_id,))
+        names = [d.name for d in cur.description or ()]
+        row = cur.fetchone()
+    assert row is not None
+    return dict(zip(names, row, strict=True))
+
+
+def _upkeep_sessions(url: str, schema: str, *, waiting: bool) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            + (" AND wait_event_type = 'Lock'" if waiting else ""),
+            (f"{UPKEEP} {schema}",),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _chat_and_import(ada: DaemonProcess, bob: DaemonProcess) -> None:
+    """Both daemons import a history and answer chat at once, on the one server."""
+    for who, seed in ((ada, 1), (bob, 2)):
+        write_transcript(who.home.parent / f"{who.home.name}.jsonl", 150, seed=seed)
+    imports = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "-m", "daemon.cli", "memory", "import"),
+                *(str(who.home.parent / f"{who.home.name}.jsonl"), "--home", str(who.home)),
+            ],
+            cwd=REPO,
+            env=daemon_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for who in (ada, bob)
+    ]
+    with Client(ada.socket_path) as a, Client(bob.socket_path) as b:
+        a.hello()
+        b.hello()
+        for n in range(2):
+            a.send({"type": "message", "text": f"Where did we put the spare key? ({n})"})
+            b.send({"type": "message", "text": f"Where is the team offsite this year? ({n})"})
+        for c in (a, b):
+            finished = 0
+            while finished < 2:
+                finished += c.recv().get("type") == "done"
+    for p in imports:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+
+
+def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811
+) -> None:
+    ada = DaemonProcess(home=pg_home(tmp_path / "ada", pg_url, "Ada"), env=daemon_env())
+    bob = DaemonProcess(home=pg_home(tmp_path / "bob", pg_url, "Bob"), env=daemon_env())
+    holder: psycopg.Connection[Any] | None = None
+    try:
+        ada.start()
+        bob.start()
+        private = "the spare key is under the blue flower pot"
+        r = run_cli("remember", private, "--home", str(ada.home))
+        assert r.returncode == 0, r.stderr
+        porto = _share(ada.home, "The team offsite is in Porto")
+        wifi = _share(ada.home, "The household wifi password is on the fridge")
+        wifi_again = _share(bob.home, "the household wifi password is on the fridge.")
+        lisbon = _share(bob.home, "The team offsite moved to Lisbon")
+        # A plan shared weeks before its date, which has since passed.
+        today = datetime.now(UTC)
+        day = (today - timedelta(days=30)).date().isoformat()
+        plumber = _share(bob.home, f"The plumber comes on {day} to fix the boiler")
+        said = (today - timedelta(days=45)).isoformat()
+        with psycopg.connect(pg_url) as conn:
+            conn.execute(
+                "UPDATE shared.facts SET created_at = %s, valid_from = %s WHERE id = %s",
+                (said, said, plumber),
+            )
+        bins = _share(ada.home, "The recycling bins go out on Thursday evenings")
+        _chat_and_import(ada, bob)
+
+        # Ada sleeps; the test holds Porto's row, so her shared upkeep stops at it with the
+        # shared lock held, after folding the duplicate (a change of its own, committed).
+        holder = psycopg.connect(pg_url)
+        holder.execute("SELECT id FROM shared.facts WHERE id = %s FOR UPDATE", (porto,))
+        ada_sleep = subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli", "sleep", "--wait", "--home", str(ada.home)],
+            cwd=REPO,
+            env=daemon_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_until(
+            lambda: _upkeep_sessions(pg_url, "agent_ada", waiting=True) == 1,
+            180,
+            "Ada's shared upkeep to wait on the held row",
+        )
+        folded = _row(pg_url, wifi_again)
+        assert folded["retired_as"] == "duplicate" and folded["superseded_by"] == wifi
+        assert folded["retired_by"] == "agent_ada" and folded["retired_cycle"]
+        # Bob sleeps meanwhile: the shared step is Ada's, so his cycle skips it and says so.
+        out = run_cli("sleep", "--wait", "--home", str(bob.home), timeout=180)
+        assert out.returncode == 0, out.stderr + bob.logs()
+        assert "shared facts: skipped, another daemon is maintaining them now" in out.stdout
+        assert _row(pg_url, porto)["retired_at"] is None
+
+        # Ada is killed mid-step; the held row is let go; her session (and lock) ends.
+        ada.kill()
+        ada_sleep.communicate(timeout=60)
+        holder.rollback()
+        holder.close()
+        holder = None
+        wait_until(
+            lambda: _upkeep_sessions(pg_url, "agent_ada", waiting=False) == 0,
+            60,
+            "the killed daemon's shared session to end",
+        )
+        # Bob's next sleep finishes the shared upkeep, and says what it changed.
+        out = run_cli("sleep", "--wait", "--home", str(bob.home), timeout=180)
+        assert out.returncode == 0, out.stderr + bob.logs()
+        assert f"superseded 1 changed value(s) (shared:{porto} by shared:{lisbon})" in out.stdout
+        assert f"retired 1 past plan(s) (shared:{plumber})" in out.stdout
+        assert "duplicate" not in out.stdout  # Ada's change, made once, not again
+        shown = run_cli("sleep", "show", "--home", str(bob.home), "--json")
+        assert shown.returncode == 0, shown.stderr
+        changes = {(c["kind"], c["target"]) for c in json.loads(shown.stdout)["changes"]}
+        assert {
+            ("shared_fact_superseded", f"shared:{porto}"),
+            ("shared_fact_retired", f"shared:{plumber}"),
+        } <= changes
+
+        # The shared facts end correct: one of each duplicate current, the new value current
+        # with the old in history, the past plan retired; nothing deleted.
+        assert _row(pg_url, wifi)["retired_at"] is None
+        assert _row(pg_url, wifi_again)["retired_by"] == "agent_ada"
+        old = _row(pg_url, porto)
+        assert old["retired_as"] == "superseded" and old["superseded_by"] == lisbon
+        assert old["retired_by"] == "agent_bob" and old["invalid_from"]
+        assert old["invalid_from"] == _row(pg_url, lisbon)["valid_from"]
+        assert _row(pg_url, lisbon)["retired_at"] is None
+        assert _row(pg_url, plumber)["retired_as"] == "stale"
+        # Bob's copies follow: the old value leaves the current ones, kept in history.
+        current = _search(bob.home, "team offsite")
+        assert "The team offsite moved to Lisbon" in current
+        assert "The team offsite is in Porto" not in current
+        assert "The team offsite is in Porto" in _search(
+            bob.home, "team offsite", "--include-retired"
+        )
+        assert not any("plumber" in t for t in _search(bob.home, "plumber boiler"))
+        assert len([t for t in _search(bob.home, "wifi password fridge") if "wifi" in t]) == 1
+        # Ada's private fact never reaches Bob.
+        assert not any("flower pot" in t for t in _search(bob.home, "spare key flower pot"))
+        r = run_cli("recall", "where is the spare key?", "--home", str(bob.home), "--json")
+        assert r.returncode == 0 and "flower pot" not in r.stdout
+
+        # The person retracts and corrects shared facts from the CLI: append-only.
+        r = run_cli(
+            "remember", "--retract", f"shared:{bins}", "--reason", "the council collects now",
+            "--home", str(bob.home), "--json",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["status"] == "retracted"
+        assert _row(pg_url, bins)["retired_as"] == "retracted"
+        again = run_cli("remember", "--retract", f"shared:{bins}", "--home", str(bob.home))
+        assert again.returncode != 0 and "no longer holds" in again.stderr
+        r = run_cli(
+            "remember", "--correct", f"shared:{lisbon}", "The team offsite moved to Madrid",
+            "--home", str(bob.home), "--json",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        madrid = int(json.loads(r.stdout)["id"].removeprefix("shared:"))
+        corrected = _row(pg_url, lisbon)
+        assert corrected["retired_as"] == "corrected" and corrected["superseded_by"] == madrid
+        current = _search(bob.home, "team offsite")
+        assert "The team offsite moved to Madrid" in current
+        assert "The team offsite moved to Lisbon" not in current
+        assert not any("recycling" in t for t in _search(bob.home, "recycling bins Thursday"))
+
+        # Ada comes back: her copies follow every change made while she was away.
+        ada = DaemonProcess(home=ada.home, env=daemon_env())
+        ada.start()
+        current = _search(ada.home, "team offsite")
+        assert "The team offsite moved to Madrid" in current
+        assert not {"The team offsite moved to Lisbon", "The team offsite is in Porto"} & set(
+            current
+        )
+        assert not any("recycling" in t for t in _search(ada.home, "recycling bins Thursday"))
+        assert private in _search(ada.home, "spare key flower pot")
+    finally:
+        if holder is not None:
+            holder.close()
+        for d in (ada, bob):
+            if d.proc is not None and d.proc.poll() is None:
+                d.stop()
