@@ -245,6 +245,15 @@ async def open_services(
                 name="memory.index_fork",
             )
         )
+
+        async def catch_up(sessions: set[str]) -> None:
+            # The PostgreSQL server is back and the queued writes are in: index what only the
+            # home's files hold (facts remembered meanwhile, the new messages' chunks).
+            await memory.facts.sync()
+            for session_id in sorted(sessions):
+                await memory.index_session(session_id)
+
+        db.after_outage(catch_up)
         journal = await stack.enter_async_context(
             JournalHeartbeat(
                 home=home, db=db, settings=s, roles=roles, clock=clock, index=memory.index

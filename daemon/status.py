@@ -19,6 +19,26 @@ from daemon.settings import Settings
 from daemon.sleep.cycle import planned_nightly, sleep_status
 from daemon.store.db import Database
 from daemon.store.errors import free_bytes
+from daemon.store.postgres import StoreAway
+
+
+async def _unless_away(read: Any, default: Any = None) -> Any:
+    """A store read for status, or `default` while the PostgreSQL server is away."""
+    try:
+        return await read
+    except StoreAway:
+        return default
+
+
+def _store_line(db: Database, away: dict[str, Any] | None) -> str:
+    if away is None:
+        return db.describe
+    since = datetime.fromisoformat(away["since"])
+    queued = away["queued_writes"]
+    return (
+        f"{db.describe} — AWAY since {since:%Y-%m-%d %H:%M:%S %Z} "
+        f"({queued} write{'s' if queued != 1 else ''} queued in the home)"
+    )
 
 
 async def _last_turn(db: Database) -> dict[str, Any] | None:
@@ -89,7 +109,8 @@ async def live_status(daemon: Any) -> dict[str, Any]:
     db: Database = daemon.db
     trunk = daemon.trunk
     settings: Settings = daemon.settings
-    last = await _last_turn(db)
+    away = db.outage()
+    last = await _unless_away(_last_turn(db))
     window = settings.models.trunk.context_window
     current = trunk.session.id if trunk and trunk.session else None
     if last is not None and last.get("session_id") != current:
@@ -114,7 +135,10 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         "state_since": life["since"],
         "phase": life["phase"],
         "home": str(daemon.home.root),
-        "store": daemon.db.describe,
+        "store": _store_line(db, away),
+        # The PostgreSQL server away (the store fails fast, writes are queued): since, why,
+        # probes so far, the current probe interval, queued writes. None while it answers.
+        "store_away": away,
         "trunk": {
             "session_id": trunk.session.id if trunk and trunk.session else None,
             "messages": trunk.session.message_count() if trunk and trunk.session else 0,
@@ -144,7 +168,9 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             "compaction_threshold": settings.agent.compaction_threshold,
             "last_turn": last,
         },
-        "forks": await daemon.delegator.status() if daemon.delegator is not None else None,
+        "forks": (
+            await _unless_away(daemon.delegator.status()) if daemon.delegator is not None else None
+        ),
         # The MCP servers: name, transport, state, tool count, restarts, last error.
         "mcp": [server.as_dict() for server in daemon.mcp.status()]
         if getattr(daemon, "mcp", None) is not None
@@ -152,7 +178,11 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         # The web console: listening (its URL), failed (why), open pages, requests served.
         "web": daemon.web.describe() if getattr(daemon, "web", None) is not None else None,
         "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
-        "sleep": await daemon.sleep_cycle.describe() if daemon.sleep_cycle is not None else None,
+        "sleep": (
+            await _unless_away(daemon.sleep_cycle.describe())
+            if daemon.sleep_cycle is not None
+            else None
+        ),
         # A heartbeat is reported only where a job keeps a record on it (the journal).
         "next_heartbeat": heartbeat["next_run"] if heartbeat else None,
         # Only a run that finished its check counts as a heartbeat (a failed one does not).
@@ -160,8 +190,12 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         "last_heartbeat_result": heartbeat["last_result"] if heartbeat else None,
         "jobs": jobs,
         "journal": journal,
-        "spend": await _spend(db, settings),
-        "schedules": await daemon.keeper.describe() if getattr(daemon, "keeper", None) else None,
+        "spend": await _unless_away(_spend(db, settings)),
+        "schedules": (
+            await _unless_away(daemon.keeper.describe())
+            if getattr(daemon, "keeper", None)
+            else None
+        ),
         "started_at": daemon.started_at.isoformat(),
         # Vector search needs both an embedder that makes vectors and somewhere to search them.
         "vector_search": bool(embedder is not None and embedder.dim > 0),

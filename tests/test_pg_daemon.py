@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -325,27 +326,66 @@ def test_a_message_sent_while_the_server_is_away_is_kept_and_answered_when_it_re
     tmp_path: Path,
     dedicated_pg: DedicatedServer,  # noqa: F811
 ) -> None:
+    """While the server is away the trunk answers from what it has and queues its writes;
+    once the server is back they land, each once."""
     d = DaemonProcess(home=pg_home(tmp_path / "home", dedicated_pg.url), env=daemon_env())
     d.start()
+    home = str(d.home)
+    outage = ["During the outage: the shed key is blue.", "Also the ladder is in the garage."]
     try:
         with Client(d.socket_path, timeout=60) as c:
             c.hello()
             _, frames = c.chat("Before the outage: the gate code is 4711.")
             assert frames[-1]["type"] == "done"
             dedicated_pg.stop()
-            c.send({"type": "message", "text": "During the outage: the shed key is blue."})
-            told = c.recv_until(lambda f: f.get("type") in ("error", "done"))
-            assert told[-1]["type"] == "error" and told[-1].get("code") == "storage", told[-1]
-            assert "PostgreSQL server is away" in told[-1]["message"]
-            # The message is on disk, in the home, while the server is down.
-            assert "the shed key is blue" in (d.home / "inbox.jsonl").read_text()
+            for text in outage:
+                _, frames = c.chat(text)
+                # Answered, the reply streamed, though the store cannot be read or written.
+                assert frames[-1]["type"] == "done", frames[-1]
+                assert any(f["type"] == "delta" for f in frames)
+            r = run_cli("remember", "the bike lock code is 2580", "--home", home, "--json")
+            assert r.returncode == 0, r.stdout + r.stderr + d.logs()[-6000:]
+            status = c.command("status")
+            away = status.get("store_away") or status.get("data", {}).get("store_away")
+            assert away and away["queued_writes"] > 0, status
+            # The transcript, the home's truth, holds both sides of every outage turn.
+            said = "".join(p.read_text() for p in (d.home / "sessions" / "trunk").glob("*.jsonl"))
+            assert all(text in said for text in outage)
+            queue = d.home / "store-queue.jsonl"
+            assert queue.exists()
             dedicated_pg.start()
-            # The kept turn is retried with backoff and answered once the server is back.
-            done = c.recv_until(lambda f: f.get("type") == "done")
-            assert "shed key is blue" in done[-1]["text"]
-        r = run_cli("memory", "search", "shed key blue", "--home", str(d.home), "--json")
-        assert r.returncode == 0, r.stderr
-        assert "shed key is blue" in r.stdout
+        # Within a bounded wait the queued writes land and the catch-up indexes the rest.
+        found = ""
+        for _ in range(60):
+            r = run_cli("memory", "search", "shed key blue", "--home", home, "--json")
+            r2 = run_cli("memory", "search", "bike lock code", "--home", home, "--json")
+            found = r.stdout + r2.stdout
+            if "shed key is blue" in r.stdout and "2580" in r2.stdout:
+                break
+            time.sleep(1)
+        assert "shed key is blue" in found and "2580" in found, found + d.logs()
+        assert not queue.exists()
+        assert d.stop() == 0
+        with psycopg.connect(dedicated_pg.url) as conn:
+            users = conn.execute(
+                "SELECT content, count(*) FROM agent_reverie.messages WHERE role = 'user'"
+                " GROUP BY content"
+            ).fetchall()
+            replies = conn.execute(
+                "SELECT count(*) FROM agent_reverie.messages WHERE role = 'assistant'"
+            ).fetchone()
+            ledger = conn.execute(
+                "SELECT count(DISTINCT turn_id), count(*) FROM agent_reverie.usage_ledger"
+                " WHERE role = 'trunk'"
+            ).fetchone()
+            reports = conn.execute("SELECT count(*) FROM agent_reverie.turn_reports").fetchone()
+        # Every message indexed once, every turn's spend and report recorded once.
+        counts = dict(users)
+        assert all(counts.get(text) == 1 for text in outage), counts
+        assert sum(counts.values()) == 3, counts
+        assert replies is not None and replies[0] == 3
+        assert ledger == (3, 3), ledger
+        assert reports is not None and reports[0] == 3
     finally:
         if d.proc is not None and d.proc.poll() is None:
             assert d.stop() == 0

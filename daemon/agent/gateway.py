@@ -21,6 +21,7 @@ from daemon.chat.protocol import ErrorCode, ProtocolError
 from daemon.events import MessageAccepted, StateChanged
 from daemon.log import get_logger
 from daemon.store.errors import storage_failure
+from daemon.store.postgres import StoreAway
 from daemon.tools.approvals import ApprovalRefused, Approvals
 
 log = get_logger("gateway")
@@ -137,7 +138,12 @@ class ChatGateway:
         if self.approvals is not None:
             self.approvals.attach(client)
         if self.notices is not None:
-            await self.notices.attach(client)
+            try:
+                await self.notices.attach(client)
+            except StoreAway as exc:
+                # The outbox lives in the store: its notices wait for a connection made once
+                # the server is back, and this one is served meanwhile.
+                log.warning("notices not delivered: the store's server is away", error=str(exc))
 
     async def client_finished_sending(self, client: Any) -> None:
         """Return once every turn this client started has been answered."""

@@ -114,7 +114,9 @@ class Session:
 
     async def _index_message(self, rec: MessageRecord) -> None:
         self._seq += 1
-        await self.db.execute(
+        # While a PostgreSQL server is away the row is queued in the home and applied when it
+        # is back (the transcript, written first, holds the message either way).
+        await self.db.write(
             "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content, turn_id)"
             " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(session_id, msg_id) DO NOTHING",
             (
@@ -127,6 +129,7 @@ class Session:
                 rec.content,
                 rec.turn_id,
             ),
+            session=self.id,
         )
 
     @property

@@ -49,6 +49,9 @@ TRUNK_KEY = "trunk_session"
 # most, however long the model's backoff has grown.
 STORAGE_RETRY_MAX_S = 30.0
 SWITCH_KEY = "trunk_switch"
+# How often the trunk looks whether a PostgreSQL server that went away is back (each look is
+# free until the store's own probe is due).
+STORE_WATCH_S = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,7 +238,7 @@ class Trunk:
         return json.loads(row[0]) if row else None
 
     async def _kv_set(self, key: str, value: Any) -> None:
-        await self.db.execute(
+        await self.db.write(
             "INSERT INTO kv(key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value, updated_at=excluded.updated_at",
             (key, json.dumps(value), self.clock.now().isoformat()),
         )
@@ -262,7 +265,7 @@ class Trunk:
         with anyio.CancelScope(shield=True):
             # An index note (rebuilt from the transcript): never worth a failed shutdown.
             with unless_storage_refuses(log, "session end not indexed", session=session.id):
-                await self.db.execute(
+                await self.db.write(
                     "UPDATE sessions SET ended_at = ? WHERE id = ?",
                     (self.clock.now().isoformat(), session.id),
                 )
@@ -595,7 +598,23 @@ class Trunk:
         Each answered turn is published as `TurnFinished`; the bus delivers it beside the next
         turn (indexing it for memory), so a message sent right after a reply does not wait.
         """
-        task_status.started()
+        async with anyio.create_task_group() as tg:
+            if getattr(self.db, "queue", None) is not None:
+                tg.start_soon(self._watch_store)
+            task_status.started()
+            await self._serve()
+
+    async def _watch_store(self) -> None:
+        """While the PostgreSQL server is away, probe it (the store's own backoff decides when)
+        even with no turn running, and once it is back catch up what was queued meanwhile."""
+        while True:
+            await anyio.sleep(STORE_WATCH_S)
+            try:
+                await self.db.catch_up()
+            except Exception as exc:  # a probe's failure is the store's to report; keep watching
+                log.warning("store catch-up failed", error=repr(exc))
+
+    async def _serve(self) -> None:
         while True:
             entry = await self.inbox.next()
             if self._holds:
@@ -741,7 +760,7 @@ class Trunk:
         if result.report:
             # An explanation of the turn, not the turn: the reply stands without it.
             with unless_storage_refuses(log, "turn report not stored", turn_id=entry.id):
-                await self.db.execute(
+                await self.db.write(
                     "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
                     (
                         entry.id,

@@ -57,6 +57,7 @@ from daemon.memory.pins import CONFIRMED, split_facts_file
 from daemon.models.base import SystemBlock
 from daemon.paths import Home
 from daemon.settings import Settings
+from daemon.store.postgres import StoreAway
 from daemon.tokens import TokenCounter
 from daemon.topics.router import ADDENDA_HEADING, TopicRouter, TopicScore, render_topic
 
@@ -88,6 +89,24 @@ UNTRUSTED_ALLOWED = frozenset({"themes", "recollections", "recall", "journal"})
 PERSONA_NAMES = ("SOUL.md", "STYLE.md", "REGISTER.md")
 HANDLER_PRIORITY = 900
 _GIST_CHARS = 220
+# The layer each memory read feeds: what a turn goes without when the store cannot answer.
+ASK_LAYERS = {
+    "profile_facts": "profile",
+    "recent_entries": "themes",
+    "recent_summaries": "recollections",
+    "recent_facts": "recollections",
+    "auto_recall": "recall",
+}
+# Shown to the model, inside the never-cut `time` layer, when the store's server is away: so it
+# does not claim to have searched a memory it could not read.
+STORE_AWAY_NOTICE = (
+    '<notice kind="memory-unavailable">\n'
+    "Memory search is unavailable right now: the memory store's server cannot be reached. "
+    "Recalled memories, facts from the index and session summaries are missing from this "
+    "prompt, and the memory tools may fail. Answer from this conversation and what is shown "
+    "above; do not say you searched or checked your memory.\n"
+    "</notice>"
+)
 _COUNT_CACHE_MAX = 20_000
 
 
@@ -116,6 +135,8 @@ class _Draft:
     timings: dict[str, float]
     scores: list[TopicScore]
     query: str
+    # Memory reads left out because the store's server is away: call -> why.
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 class ContextAssembler:
@@ -234,9 +255,10 @@ class ContextAssembler:
         }
         got: dict[str, list[MemoryItem]] = {}
         ask_notes: dict[str, list[str]] = {name: [] for name in asks}
+        skipped: dict[str, str] = {}
 
         async def ask(name: str) -> None:
-            found = await self._ask(name, ask_notes[name], asks[name])
+            found = await self._ask(name, ask_notes[name], asks[name], skipped)
             got[name] = (
                 [item for item in found if item.session not in excluded] if excluded else found
             )
@@ -276,7 +298,7 @@ class ContextAssembler:
             if session_id
             else None
         )
-        recalled = await self._recall(prompt, previous_reply, shown, notes, live)
+        recalled = await self._recall(prompt, previous_reply, shown, notes, live, skipped)
         recalled = [change_noted(i, now=now, days=days) for i in recalled]
         if excluded:
             recalled = [item for item in recalled if item.session not in excluded]
@@ -288,6 +310,8 @@ class ContextAssembler:
         chosen = [s for s in scores if s.selected]
         layers["topics"] = self._topics_layer(chosen)
         layers["journal"] = self._journal_layer(notes)
+        if skipped:
+            layers["time"].entries.append(Entry(key="store-away", body=STORE_AWAY_NOTICE, rank=1))
         return _Draft(
             started=started,
             layers=layers,
@@ -295,6 +319,7 @@ class ContextAssembler:
             timings=timings,
             scores=scores,
             query=query,
+            skipped=skipped,
         )
 
     def _compose(self, draft: _Draft, contributions: Sequence[Contribution]) -> AssembledContext:
@@ -322,6 +347,7 @@ class ContextAssembler:
             query=draft.query,
             notes=notes,
             rejected=rejected,
+            skipped=draft.skipped,
         )
         result = AssembledContext(
             blocks=blocks,
@@ -336,7 +362,11 @@ class ContextAssembler:
     # -- memory access ---------------------------------------------------------------------
 
     async def _ask(
-        self, what: str, notes: list[str], call: Callable[[MemoryView], Awaitable[list[MemoryItem]]]
+        self,
+        what: str,
+        notes: list[str],
+        call: Callable[[MemoryView], Awaitable[list[MemoryItem]]],
+        skipped: dict[str, str],
     ) -> list[MemoryItem]:
         if self.view is None:
             return []
@@ -344,6 +374,11 @@ class ContextAssembler:
             return list(await call(self.view))
         except anyio.get_cancelled_exc_class():
             raise
+        except StoreAway as exc:
+            # Not a failure of this turn: the server is away and the store says so at once.
+            skipped[what] = f"the memory store's server is away ({exc})"
+            notes.append(f"memory {what} skipped: the store's server is away; its layer is missing")
+            return []
         except Exception as exc:
             log.warning("memory view failed; layer left out this turn", call=what, error=repr(exc))
             notes.append(
@@ -358,6 +393,7 @@ class ContextAssembler:
         shown: frozenset[str],
         notes: list[str],
         live: LiveHistory | None,
+        skipped: dict[str, str],
     ) -> list[MemoryItem]:
         mem = self.settings.memory
         if not mem.auto_recall or mem.auto_recall_max <= 0 or not prompt.strip():
@@ -372,6 +408,7 @@ class ContextAssembler:
                 limit=mem.auto_recall_max,
                 live=live,
             ),
+            skipped,
         )
 
     # -- layer builders --------------------------------------------------------------------
@@ -669,6 +706,7 @@ class ContextAssembler:
         query: str,
         notes: list[str],
         rejected: list[dict[str, str]],
+        skipped: dict[str, str],
     ) -> dict[str, Any]:
         rows: list[dict[str, Any]] = []
         for name in LAYER_ORDER:
@@ -698,7 +736,14 @@ class ContextAssembler:
             "over_budget": over,
             "counter": self.counter.backend,
             "cache_breakpoints": breakpoints,
-            "memory": "available" if self.view is not None else "unavailable",
+            "memory": (
+                "unavailable" if self.view is None else "store away" if skipped else "available"
+            ),
+            # The layers left out because the store's server was away, and why.
+            "skipped_layers": [
+                {"layer": ASK_LAYERS.get(call, call), "read": call, "reason": why}
+                for call, why in sorted(skipped.items())
+            ],
             "layers": rows,
             "topics": {
                 "point": "system_prompt",

@@ -54,6 +54,7 @@ from daemon.memory.rows import NewMemory, iso
 from daemon.memory.writer import next_generation, write
 from daemon.paths import Home
 from daemon.settings import Settings
+from daemon.store.postgres import StoreAway
 
 log = get_logger("memory.facts")
 
@@ -567,7 +568,13 @@ class FactStore:
 
     async def _similar(self, text: str, kind: str) -> MemoryItem | None:
         threshold = self.settings.memory.near_duplicate_threshold
-        for item in await self.index.similar(text, [kind], threshold):
+        try:
+            similar = await self.index.similar(text, [kind], threshold)
+        except StoreAway:
+            # The store's server is away: exact duplicates are still caught from the log; a
+            # near one is not, rather than refusing what the person asked to keep.
+            return None
+        for item in similar:
             fact = self.get(item.id)
             if fact is not None and fact.active:
                 return item
@@ -752,7 +759,11 @@ class FactStore:
         return True
 
     async def _index_and_render(self, fact: Fact) -> None:
-        await self.index.upsert([_memory_of(fact, self.get(fact.supersedes or ""))])
+        try:
+            await self.index.upsert([_memory_of(fact, self.get(fact.supersedes or ""))])
+        except StoreAway:
+            # The log holds it: `sync` indexes it once the server is back.
+            log.warning("fact kept in the log; indexed when the store is back", id=fact.id)
         await self.render()
 
     # --- mined facts ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ from daemon.log import get_logger
 from daemon.models.base import Usage
 from daemon.settings import Price, SpendSettings
 from daemon.store.db import Database
+from daemon.store.postgres import StoreAway
 
 log = get_logger("ledger")
 
@@ -65,6 +66,10 @@ class UsageLedger:
         self.spend = spend
         self.clock = clock or SystemClock()
         self._unpriced: set[str] = set()
+        # Today's spend as last read, and what was queued since (the server away): the cap
+        # still holds while the ledger cannot be read.
+        self._known: DaySpend | None = None
+        self._away_spend: dict[str, float] = {}
 
     def _day(self, when: datetime | None = None) -> str:
         return (when or self.clock.now()).astimezone().date().isoformat()
@@ -91,7 +96,9 @@ class UsageLedger:
             )
         cost = cost_of(usage, price)
         now = self.clock.now()
-        await self.db.execute(
+        # Spend is never lost: while a PostgreSQL server is away the row is queued in the home
+        # and applied when it is back; the cap meanwhile counts it from `_away_spend`.
+        applied = await self.db.write(
             "INSERT INTO usage_ledger(ts, day, role, provider, model, input_tokens, output_tokens,"
             " cache_read_tokens, cache_write_tokens, cost_usd, session_id, turn_id)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -110,6 +117,9 @@ class UsageLedger:
                 turn_id,
             ),
         )
+        if not applied:
+            day = self._day(now)
+            self._away_spend[day] = self._away_spend.get(day, 0.0) + cost
         return cost
 
     async def today(self) -> DaySpend:
@@ -157,7 +167,15 @@ class UsageLedger:
         cap = self.spend.daily_cap_usd
         if cap <= 0:
             return True, ""
-        spent = (await self.today()).cost_usd
+        try:
+            today = await self.today()
+            self._known, self._away_spend = today, {}
+            spent = today.cost_usd
+        except StoreAway:
+            # The server is away: what was spent when last read, and every call queued since.
+            day = self._day()
+            known = self._known.cost_usd if self._known and self._known.day == day else 0.0
+            spent = known + self._away_spend.get(day, 0.0)
         limit = cap if essential else cap * self.spend.non_essential_fraction
         if spent >= limit:
             kind = "essential" if essential else "non-essential"

@@ -11,8 +11,9 @@ tsvector column (daemon.store.postgres); the code above it is the same on both.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,9 @@ import anyio
 
 from daemon.log import get_logger
 from daemon.store.migrations import apply_migrations
+from daemon.store.outage import QUEUE_NAME, WriteQueue
 from daemon.store.pg_migrations import apply_pg_migrations
-from daemon.store.postgres import PgConnection, is_postgres_url, schema_name
+from daemon.store.postgres import PgConnection, StoreAway, is_postgres_url, schema_name
 
 log = get_logger("store")
 
@@ -82,10 +84,76 @@ class Database:
         self.url = url
         self.schema = schema
         self._closed = False
+        # PostgreSQL opened for writing: the writes queued while the server is away.
+        self.queue: WriteQueue | None = None
+        self._after_outage: list[Callable[[set[str]], Awaitable[Any]]] = []
 
     @property
     def is_postgres(self) -> bool:
         return self.backend == "postgresql"
+
+    # ----- a server that goes away (PostgreSQL) ---------------------------------------------
+    @property
+    def away_since(self) -> datetime | None:
+        """When the PostgreSQL server was found away (None: it answers, or this is SQLite)."""
+        if not self.is_postgres:
+            return None
+        raw = getattr(self.conn, "_conn", None)
+        breaker = getattr(raw, "breaker", None)
+        return breaker.since if breaker is not None else None
+
+    def outage(self) -> dict[str, Any] | None:
+        """The server's absence for status: since, why, probes, writes queued (None: not away)."""
+        raw = getattr(self.conn, "_conn", None)
+        breaker = getattr(raw, "breaker", None)
+        if breaker is None or breaker.since is None:
+            return None
+        return {
+            "since": breaker.since.isoformat(),
+            "error": breaker.error,
+            "probes": breaker.probes,
+            "retry_in_s": round(breaker.delay, 1),
+            "queued_writes": self.queue.pending() if self.queue is not None else 0,
+        }
+
+    async def write(self, sql: str, params: Any = (), *, session: str | None = None) -> bool:
+        """Run a write the store may take later; return False when it was queued instead.
+
+        On PostgreSQL, a write refused because the server is away is appended to the home's
+        queue (fsynced) and applied, in order, when the server is back (daemon.store.outage);
+        `session` names the session whose messages it indexes. Only for writes that stand
+        alone and whose result nobody reads back. On SQLite (and a read-only handle) it is
+        `execute`: a full disk raises as ever.
+        """
+        if self.queue is None:
+            await self.execute(sql, params)
+            return True
+        applied: bool = await self.run(_write_or_queue, self.queue, sql, params, session)
+        return applied
+
+    def after_outage(self, fn: Callable[[set[str]], Awaitable[Any]]) -> None:
+        """Run `fn(sessions)` once the queued writes are applied (the sessions whose messages
+        they indexed): catching up what is rebuilt from the home's files (facts, chunks)."""
+        self._after_outage.append(fn)
+
+    async def catch_up(self) -> int:
+        """Probe the server when due; after a replay, run the `after_outage` hooks. Return the
+        number of queued writes applied since the last call (0: none, or still away)."""
+        if self.queue is None:
+            return 0
+        if self.away_since is not None:
+            try:
+                await self.fetchone("SELECT 1")
+            except StoreAway:
+                return 0
+        applied, sessions = self.queue.take_applied()
+        if applied or sessions:
+            for fn in self._after_outage:
+                try:
+                    await fn(sessions)
+                except Exception as exc:
+                    log.warning("catching up after the outage failed", error=repr(exc))
+        return applied
 
     @classmethod
     async def open(
@@ -161,6 +229,12 @@ class Database:
         db = cls(aconn, path, readonly, backend="postgresql", url=url, schema=schema)
         if migrate and not readonly:
             await db.run(apply_pg_migrations)
+        if not readonly:
+            queue = db.queue = WriteQueue(path.with_name(QUEUE_NAME))
+            raw: PgConnection = aconn._conn  # type: ignore[attr-defined,assignment]
+            raw.on_back = queue.replay
+            # Writes a daemon stopped mid-outage left queued go in before anything reads.
+            await db.run(queue.replay)
         return db
 
     @asynccontextmanager
@@ -231,3 +305,18 @@ class Database:
         """Execute one statement (autocommit); return lastrowid."""
         async with self.conn.execute(sql, params) as cur:
             return cur.lastrowid or 0
+
+
+def _write_or_queue(
+    conn: PgConnection, queue: WriteQueue, sql: str, params: Any, session: str | None
+) -> bool:
+    """On the database thread: run the write, or queue it while the server is away.
+
+    On the one thread, so a replay (also run here) never misses an entry appended beside it.
+    """
+    try:
+        conn.execute(sql, params)
+    except StoreAway:
+        queue.append(sql, params, session=session)
+        return False
+    return True

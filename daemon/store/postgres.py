@@ -24,6 +24,7 @@ import re
 import struct
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,6 +37,10 @@ from daemon.store.dialect import Translator, is_named
 SHARED_SCHEMA = "shared"
 # Reconnection attempts after a lost connection (0.2 s, doubling to 2 s between them).
 RECONNECT_TRIES = 4
+# Once the server is known away, one reconnection is tried this long after the last failed
+# one (doubling up to the cap); every store call in between fails at once (`StoreAway`).
+PROBE_FIRST_S = 1.0
+PROBE_MAX_S = 15.0
 # The systemd credential that holds the server password (`LoadCredential=`).
 CREDENTIAL_NAME = "reverie-storage-password"
 PASSWORD_ENV = "REVERIE_STORAGE_PASSWORD"
@@ -60,6 +65,59 @@ CREATE INDEX IF NOT EXISTS facts_version ON shared.facts(version);
 
 class StorageUnavailable(Exception):
     """The PostgreSQL backend cannot be used (driver missing, server unreachable, no pgvector)."""
+
+
+class StoreAway(StorageUnavailable):
+    """The PostgreSQL server is known to be away: the call was not tried (or its retry failed).
+
+    Distinct from a full disk: the daemon goes on answering without the store meanwhile and
+    queues the writes it can take later (daemon.store.outage).
+    """
+
+
+class Breaker:
+    """Whether the server is away, since when, and when to try it again (capped backoff).
+
+    Read from the event loop (status, the context) while the database thread changes it:
+    plain attributes, each replaced whole.
+    """
+
+    def __init__(self) -> None:
+        self.since: datetime | None = None
+        self.error = ""
+        self.delay = PROBE_FIRST_S
+        self.next_probe = 0.0  # time.monotonic()
+        self.probes = 0
+
+    @property
+    def away(self) -> bool:
+        return self.since is not None
+
+    def trip(self, error: str) -> None:
+        """The server is away: fail fast until the next probe."""
+        if self.since is None:
+            self.since = datetime.now(UTC)
+            self.delay = PROBE_FIRST_S
+        else:
+            self.delay = min(self.delay * 2, PROBE_MAX_S)
+        self.error = error
+        self.next_probe = time.monotonic() + self.delay
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_probe
+
+    def close(self) -> None:
+        self.since = None
+        self.error = ""
+        self.delay = PROBE_FIRST_S
+        self.probes = 0
+
+    def refusal(self) -> StoreAway:
+        since = f"{self.since:%H:%M:%S} UTC" if self.since else "now"
+        wait = max(0.0, self.next_probe - time.monotonic())
+        return StoreAway(
+            f"the PostgreSQL server is away since {since} ({self.error}); next try in {wait:.0f}s"
+        )
 
 
 def is_postgres_url(url: str | None) -> bool:
@@ -231,6 +289,12 @@ class PgConnection:
         self._cols: dict[str, frozenset[str]] = {}
         self._session: list[str] = []
         self.translate = Translator(self._primary_keys, self._identity, self._columns)
+        self.breaker = Breaker()
+        # Called on the database thread once a probe finds the server back, before the
+        # statement that probed runs: the writes queued meanwhile are applied first
+        # (daemon.store.outage). Raising keeps the server counted as away.
+        self.on_back: Callable[[PgConnection], None] | None = None
+        self._replaying = False
 
     @classmethod
     def connect(cls, url: str, schema: str, *, connect_timeout_s: int = 10) -> PgConnection:
@@ -260,9 +324,14 @@ class PgConnection:
     # ----- the sqlite3.Connection subset -------------------------------------------------------
     def execute(self, sql: str, params: Any = ()) -> PgCursor:
         named = is_named(params)
-        text, returning = self.translate(sql, named=named)
         args = params if named else tuple(params)
-        cur = self._resilient(lambda: self.raw.execute(text, args))
+
+        def run() -> tuple[Any, str | None]:
+            # Translated inside the retried call: the translation may read the catalogue.
+            text, returning = self.translate(sql, named=named)
+            return self.raw.execute(text, args), returning
+
+        cur, returning = self._resilient(run)
         rows = self._rows(cur)
         lastrowid = None
         if returning:
@@ -275,12 +344,12 @@ class PgConnection:
         if not seq:
             return PgCursor([], 0, None, None)
         named = is_named(seq[0])
-        text, returning = self.translate(sql, named=named)
-        if returning:
-            text = text[: text.rfind(" RETURNING ")]
         batch = seq if named else [tuple(p) for p in seq]
 
         def run() -> int:
+            text, returning = self.translate(sql, named=named)
+            if returning:
+                text = text[: text.rfind(" RETURNING ")]
             with self.raw.cursor() as cur:
                 cur.executemany(text, batch)
                 return int(cur.rowcount)
@@ -294,11 +363,14 @@ class PgConnection:
         Outside a transaction the statement stood alone (autocommit), so it runs again on a
         new connection. Inside one, the server has rolled the whole transaction back: the
         connection is renewed for what comes next and the caller is told, as it would be of a
-        full disk. While the server stays away, `StorageUnavailable` says so (the daemon keeps
-        an accepted message in its inbox and tries again: `daemon.store.errors`).
+        full disk. When the server stays away the breaker opens: `StoreAway` is raised at
+        once by every call until a probe (capped backoff) finds the server back — a turn
+        makes many store calls, and none of them may wait out the reconnection backoff.
         """
         import psycopg
 
+        if self.breaker.away:
+            self._probe()
         idle = not self.in_transaction
         try:
             return statement()
@@ -306,7 +378,11 @@ class PgConnection:
             if not self.raw.broken and not self.raw.closed:
                 raise
             lost = exc
-        self._reconnect(lost)
+        try:
+            self._reconnect(lost)
+        except StorageUnavailable as exc:
+            self.breaker.trip(str(exc))
+            raise self.breaker.refusal() from None
         if not idle:
             raise StorageUnavailable(
                 f"the connection to the PostgreSQL server was lost mid-transaction ({lost}); "
@@ -315,14 +391,50 @@ class PgConnection:
         try:
             return statement()
         except psycopg.OperationalError as exc:
-            raise StorageUnavailable(f"the PostgreSQL server is away: {exc}") from exc
+            if not self.raw.broken and not self.raw.closed:
+                raise
+            self.breaker.trip(f"the connection was lost again: {exc}")
+            raise self.breaker.refusal() from exc
+
+    def _probe(self) -> None:
+        """While away: raise `StoreAway` at once, or, when a probe is due, try the server once.
+
+        A server found back first gets the writes queued meanwhile (`on_back`), so nothing
+        reads the store before they are in it.
+        """
+        if self._replaying:
+            return  # the queue being applied runs on the session the probe just opened
+        if not self.breaker.due():
+            raise self.breaker.refusal()
+        self.breaker.probes += 1
+        try:
+            self._renew(connect_timeout_s=3)
+        except StorageUnavailable as exc:
+            self.breaker.trip(str(exc))
+            raise self.breaker.refusal() from None
+        self.back()
+
+    def back(self) -> None:
+        """The server answers: apply what was queued, then close the breaker (or trip it again)."""
+        import psycopg
+
+        if self.on_back is not None:
+            self._replaying = True
+            try:
+                self.on_back(self)
+            except (psycopg.OperationalError, StorageUnavailable) as exc:
+                self.breaker.trip(f"the server went away again while the queue was applied: {exc}")
+                raise self.breaker.refusal() from None
+            finally:
+                self._replaying = False
+        self.breaker.close()
 
     def _reconnect(self, lost: BaseException) -> None:
         """Open a new session, retrying with backoff for a few seconds; raise if it stays away."""
         delay = 0.2
         for attempt in range(RECONNECT_TRIES):
             try:
-                fresh = PgConnection.connect(self.url, self.schema, connect_timeout_s=3)
+                self._renew(connect_timeout_s=3)
             except StorageUnavailable:
                 if attempt == RECONNECT_TRIES - 1:
                     raise StorageUnavailable(
@@ -331,14 +443,24 @@ class PgConnection:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            try:
-                self.raw.close()
-            except Exception:
-                pass
-            self.raw = fresh.raw
-            for statement in self._session:
-                self.raw.execute(statement)
             return
+
+    def _renew(self, *, connect_timeout_s: int) -> None:
+        """Replace the session by a new one, set as the old one was (raise if none opens)."""
+        import psycopg
+
+        fresh = PgConnection.connect(self.url, self.schema, connect_timeout_s=connect_timeout_s)
+        try:
+            for statement in self._session:
+                fresh.raw.execute(statement)
+        except psycopg.OperationalError as exc:
+            fresh.raw.close()
+            raise StorageUnavailable(f"the new session was lost at once: {exc}") from exc
+        try:
+            self.raw.close()
+        except Exception:
+            pass
+        self.raw = fresh.raw
 
     def cursor(self) -> PgConnection:
         return self
@@ -347,9 +469,17 @@ class PgConnection:
     def in_transaction(self) -> bool:
         from psycopg import pq
 
+        if self.raw.broken or self.raw.closed:
+            return False  # the server rolled it back with the session
         return bool(self.raw.info.transaction_status != pq.TransactionStatus.IDLE)
 
     def commit(self) -> None:
+        if self.raw.broken or self.raw.closed:
+            # Whatever the transaction held went with the session: never report it kept.
+            raise StorageUnavailable(
+                "the connection to the PostgreSQL server was lost before COMMIT; "
+                "nothing of the transaction was kept"
+            )
         if self.in_transaction:
             self.raw.execute("COMMIT")
 
