@@ -379,6 +379,10 @@ def test_a_message_sent_while_the_server_is_away_is_kept_and_answered_when_it_re
                 " WHERE role = 'trunk'"
             ).fetchone()
             reports = conn.execute("SELECT count(*) FROM agent_reverie.turn_reports").fetchone()
+            skipped = [
+                json.loads(r[0]).get("skipped_layers")
+                for r in conn.execute("SELECT report FROM agent_reverie.turn_reports").fetchall()
+            ]
         # Every message indexed once, every turn's spend and report recorded once.
         counts = dict(users)
         assert all(counts.get(text) == 1 for text in outage), counts
@@ -386,6 +390,9 @@ def test_a_message_sent_while_the_server_is_away_is_kept_and_answered_when_it_re
         assert replies is not None and replies[0] == 3
         assert ledger == (3, 3), ledger
         assert reports is not None and reports[0] == 3
+        # The outage turns' reports say which memory layers they went without, and why.
+        assert sum(1 for layers in skipped if layers) == 2, skipped
+        assert all("away" in row["reason"] for layers in skipped for row in layers or ())
     finally:
         if d.proc is not None and d.proc.poll() is None:
             assert d.stop() == 0

@@ -85,6 +85,8 @@ class WriteQueue:
         Raises what the connection raises (the server gone again): what was applied stays
         applied and noted, the rest waits for the next replay.
         """
+        import psycopg
+
         with self._lock:
             queue_id, entries = self._read()
             if queue_id is None:
@@ -100,21 +102,29 @@ class WriteQueue:
                 conn.execute("BEGIN")
                 try:
                     conn.execute(entry["sql"], _params(entry["params"]))
-                    conn.execute(
-                        _MARK_SQL,
-                        (APPLIED_KEY, json.dumps({"queue": queue_id, "upto": n}), _now()),
-                    )
+                except psycopg.OperationalError:
+                    conn.rollback()
+                    raise
+                except psycopg.Error as exc:
+                    # The statement itself is refused (not the server gone): it would be
+                    # refused every time, so it is logged and passed, never blocking the rest.
+                    conn.rollback()
+                    log.error("a queued write was refused; passed over", n=n, error=repr(exc))
+                    conn.execute("BEGIN")
+                mark = json.dumps({"queue": queue_id, "upto": n})
+                try:
+                    conn.execute(_MARK_SQL, (APPLIED_KEY, mark, _now()))
                     conn.commit()
                 except BaseException:
                     conn.rollback()
                     raise
                 applied += 1
+                self._applied += 1
                 if entry.get("session"):
                     self._applied_sessions.add(str(entry["session"]))
             self.path.unlink(missing_ok=True)
             _sync_dir(self.path.parent)
             self._count = 0
-            self._applied += applied
             if applied:
                 log.info("writes queued while the store was away applied", count=applied)
 

@@ -1,0 +1,220 @@
+"""The PostgreSQL store while its server is away: the breaker, the queue of writes, the context.
+
+Against real servers (tests/postgres_server.py): a shared one for the queue, a dedicated one
+stopped and started for the outage itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from daemon.clock import SystemClock
+from daemon.context.assembler import ContextAssembler
+from daemon.memory.system import MemorySystem
+from daemon.paths import Home
+from daemon.settings import Settings
+from daemon.store.db import Database
+from daemon.store.outage import APPLIED_KEY, WriteQueue
+from daemon.store.postgres import (
+    PROBE_MAX_S,
+    Breaker,
+    PgConnection,
+    StorageUnavailable,
+    StoreAway,
+)
+from daemon.tokens import TokenCounter
+from daemon.topics.router import TopicRouter
+from tests.postgres_server import DedicatedServer, dedicated_pg, pg_server, pg_url  # noqa: F401
+
+KV = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT, updated_at TEXT)"
+
+
+def wait_back(conn: PgConnection) -> None:
+    """Call the store until the server answers again (the breaker's probe decides when)."""
+    for _ in range(240):
+        try:
+            conn.execute("SELECT 1")
+            return
+        except StoreAway:
+            time.sleep(0.25)
+    raise AssertionError("the server never came back")
+
+
+def test_the_breaker_backs_off_to_its_cap_and_waits_between_probes() -> None:
+    breaker = Breaker()
+    breaker.trip("refused")
+    since = breaker.since
+    assert breaker.away and not breaker.due()
+    for _ in range(10):
+        breaker.trip("refused again")
+    assert breaker.since == since  # the outage began at the first failure
+    assert breaker.delay == PROBE_MAX_S
+    assert "away since" in str(breaker.refusal())
+    breaker.close()
+    assert not breaker.away
+
+
+def test_once_the_server_is_away_calls_fail_fast_until_a_probe_finds_it_back(
+    dedicated_pg: DedicatedServer,  # noqa: F811
+) -> None:
+    conn = PgConnection.connect(dedicated_pg.url, "agent_breaker")
+    backs: list[int] = []
+    # What runs first on the server found back (the daemon applies its queue here).
+    conn.on_back = lambda c: backs.append(c.execute("SELECT 41 + 1").fetchone()[0])  # type: ignore[index]
+    try:
+        dedicated_pg.stop()
+        with pytest.raises(StoreAway):
+            conn.execute("SELECT 1")
+        assert conn.breaker.away and conn.breaker.probes == 0
+        # Known away: the next calls are refused without trying the server at all.
+        for _ in range(20):
+            with pytest.raises(StoreAway):
+                conn.execute("SELECT 1")
+        assert conn.breaker.probes <= 1
+        dedicated_pg.start()
+        wait_back(conn)
+        assert backs == [42]
+        assert not conn.breaker.away
+        assert conn.execute("SELECT 2").fetchone()[0] == 2  # type: ignore[index]
+    finally:
+        conn.close()
+
+
+def test_queued_writes_apply_in_order_once_even_when_a_replay_is_cut_short(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    conn = PgConnection.connect(pg_url, "agent_queue")
+    try:
+        conn.execute(KV)
+        conn.execute("CREATE TABLE ledger (id BIGSERIAL PRIMARY KEY, v TEXT)")
+        conn.execute("CREATE TABLE flag (x INT)")
+        queue = WriteQueue(tmp_path / "store-queue.jsonl")
+        for v in ("a", "b"):
+            queue.append("INSERT INTO ledger(v) VALUES (?)", (v,))
+        # The server session ends half-way through the replay (as when the server goes again),
+        # the first time only.
+        queue.append(
+            "SELECT CASE WHEN (SELECT count(*) FROM flag) = 0 "
+            "THEN pg_terminate_backend(pg_backend_pid()) ELSE true END",
+            (),
+        )
+        for v in ("c", "d"):
+            queue.append("INSERT INTO ledger(v) VALUES (?)", (v,), session="trunk-x")
+        assert queue.pending() == 5
+        # Lost mid-transaction: that entry's transaction is gone and the caller told.
+        with pytest.raises(StorageUnavailable):
+            queue.replay(conn)
+        assert [r[0] for r in conn.execute("SELECT v FROM ledger ORDER BY id").fetchall()] == [
+            "a",
+            "b",
+        ]
+        assert queue.path.exists()
+        conn.execute("INSERT INTO flag VALUES (1)")
+        queue.replay(conn)
+        rows = conn.execute("SELECT v FROM ledger ORDER BY id").fetchall()
+        assert [r[0] for r in rows] == ["a", "b", "c", "d"]  # in order, none twice
+        assert not queue.path.exists()
+        mark = conn.execute("SELECT value FROM kv WHERE key = ?", (APPLIED_KEY,)).fetchone()
+        assert mark is not None and json.loads(mark[0])["upto"] == 5
+        applied, sessions = queue.take_applied()
+        assert applied == 5 and sessions == {"trunk-x"}
+        queue.replay(conn)  # nothing left: nothing applied again
+        assert conn.execute("SELECT count(*) FROM ledger").fetchone()[0] == 4  # type: ignore[index]
+    finally:
+        conn.close()
+
+
+def test_a_refused_queued_write_is_passed_over_without_blocking_the_rest(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    conn = PgConnection.connect(pg_url, "agent_poison")
+    try:
+        conn.execute(KV)
+        conn.execute("CREATE TABLE ledger (id BIGSERIAL PRIMARY KEY, v TEXT)")
+        queue = WriteQueue(tmp_path / "store-queue.jsonl")
+        queue.append("INSERT INTO ledger(v) VALUES (?)", ("a",))
+        queue.append("INSERT INTO no_such_table(v) VALUES (?)", ("lost",))
+        queue.append("INSERT INTO ledger(v) VALUES (?)", ("b",))
+        queue.replay(conn)
+        rows = conn.execute("SELECT v FROM ledger ORDER BY id").fetchall()
+        assert [r[0] for r in rows] == ["a", "b"]
+        assert not queue.path.exists()
+    finally:
+        conn.close()
+
+
+@pytest.mark.anyio
+async def test_a_turn_while_the_server_is_away_skips_the_memory_layers_and_says_so(
+    tmp_path: Path,
+    dedicated_pg: DedicatedServer,  # noqa: F811
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = Settings.model_validate({"storage": {"url": dedicated_pg.url}})
+    async with MemorySystem.open_view(home, settings) as view:
+        assembler = ContextAssembler(
+            home=home,
+            settings=settings,
+            view=view,
+            router=TopicRouter(home, settings.topics),
+            counter=TokenCounter(),
+            clock=SystemClock(),
+        )
+        before = await assembler.assemble("what is the gate code?")
+        assert before.report["skipped_layers"] == []
+        assert "memory-unavailable" not in before.text
+        dedicated_pg.stop()
+        try:
+            with anyio.fail_after(120):
+                during = await assembler.assemble("what is the gate code?")
+        finally:
+            dedicated_pg.start()
+    skipped = {row["layer"] for row in during.report["skipped_layers"]}
+    assert {"profile", "themes", "recollections", "recall"} <= skipped
+    assert all("away" in row["reason"] for row in during.report["skipped_layers"])
+    assert during.report["memory"] == "store away"
+    # The model is told, inside a delimited notice, that it cannot search its memory now.
+    assert '<notice kind="memory-unavailable">' in during.text
+    assert "do not say you searched" in during.text
+
+
+@pytest.mark.anyio
+async def test_a_write_while_the_server_is_away_is_queued_and_lands_when_it_returns(
+    tmp_path: Path,
+    dedicated_pg: DedicatedServer,  # noqa: F811
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = Settings.model_validate({"storage": {"url": dedicated_pg.url}})
+    async with await Database.open_configured(home.db_file, settings) as db:
+        caught: list[set[str]] = []
+
+        async def after(sessions: set[str]) -> None:
+            caught.append(sessions)
+
+        db.after_outage(after)
+        put = "INSERT INTO kv(key, value, updated_at) VALUES (?,?,?)"
+        assert await db.write(put, ("k1", '"one"', "t"))
+        dedicated_pg.stop()
+        try:
+            assert not await db.write(put, ("k2", '"two"', "t"), session="trunk-1")
+            assert not await db.write(put, ("k3", '"three"', "t"))
+            away = db.outage()
+            assert away is not None and away["queued_writes"] == 2 and away["since"]
+            assert db.away_since is not None
+        finally:
+            dedicated_pg.start()
+        for _ in range(240):
+            if await db.catch_up():
+                break
+            await anyio.sleep(0.25)
+        assert db.outage() is None and caught == [{"trunk-1"}]
+        rows = await db.fetchall("SELECT key FROM kv WHERE key LIKE 'k%' ORDER BY key")
+        assert [r[0] for r in rows] == ["k1", "k2", "k3"]
