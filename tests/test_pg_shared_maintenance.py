@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from bench.memory_search import write_transcript
 from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
@@ -87,10 +88,11 @@ def _chat_and_import(ada: DaemonProcess, bob: DaemonProcess) -> None:
             while finished < 2:
                 finished += c.recv().get("type") == "done"
     for p in imports:
-        _, err = p.communicate(timeout=180)
+        _, err = p.communicate(timeout=90)
         assert p.returncode == 0, err
 
 
+@pytest.mark.timeout(300)  # two daemons, two imports and three sleeps on a loaded machine
 def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
     tmp_path: Path,
     pg_url: str,  # noqa: F811
@@ -135,14 +137,14 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
         )
         wait_until(
             lambda: _upkeep_sessions(pg_url, "agent_ada", waiting=True) == 1,
-            180,
+            90,
             "Ada's shared upkeep to wait on the held row",
         )
         folded = _row(pg_url, wifi_again)
         assert folded["retired_as"] == "duplicate" and folded["superseded_by"] == wifi
         assert folded["retired_by"] == "agent_ada" and folded["retired_cycle"]
         # Bob sleeps meanwhile: the shared step is Ada's, so his cycle skips it and says so.
-        out = run_cli("sleep", "--wait", "--home", str(bob.home), timeout=180)
+        out = run_cli("sleep", "--wait", "--home", str(bob.home), timeout=90)
         assert out.returncode == 0, out.stderr + bob.logs()
         assert "shared facts: skipped, another daemon is maintaining them now" in out.stdout
         assert _row(pg_url, porto)["retired_at"] is None
@@ -159,7 +161,7 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
             "the killed daemon's shared session to end",
         )
         # Bob's next sleep finishes the shared upkeep, and says what it changed.
-        out = run_cli("sleep", "--wait", "--home", str(bob.home), timeout=180)
+        out = run_cli("sleep", "--wait", "--home", str(bob.home), timeout=90)
         assert out.returncode == 0, out.stderr + bob.logs()
         assert f"superseded 1 changed value(s) (shared:{porto} by shared:{lisbon})" in out.stdout
         assert f"retired 1 past plan(s) (shared:{plumber})" in out.stdout
