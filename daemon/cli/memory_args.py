@@ -22,13 +22,16 @@ REMEMBER_EPILOG = """examples:
   reverie remember --shared "our wifi password is on the fridge"
   reverie remember --correct fact:12 "the appointment moved to Friday"
   reverie remember --retract fact:12 --reason "cancelled"
+  reverie remember --retract shared:3 --reason "we moved"
   reverie remember --restore fact:12
   reverie remember --pin fact:12
 
 Relative dates are pinned at write time ("tomorrow (2026-03-04)"). Corrections and
-retractions never delete: the old fact stays in history (memory/facts.jsonl). Sleep pins
-your own important facts in FACTS.md; a fact the agent stored is only proposed (MEMORY.md
-and the journal say so) until you confirm it with --pin; text from tools is never pinned."""
+retractions never delete: the old fact stays in history (memory/facts.jsonl; a shared
+fact, shared:N, in the store's shared namespace, and the change reaches every agent).
+Sleep pins your own important facts in FACTS.md; a fact the agent stored is only proposed
+(MEMORY.md and the journal say so) until you confirm it with --pin; text from tools is
+never pinned."""
 
 
 class UsageError(Exception):
@@ -135,12 +138,16 @@ REMEMBER: Spec = (
         {
             "group": "action",
             "metavar": "ID",
-            "help": "supersede fact ID (e.g. fact:12) with TEXT",
+            "help": "supersede fact ID (e.g. fact:12; shared:3 for every agent) with TEXT",
         },
     ),
     (
         ("--retract",),
-        {"group": "action", "metavar": "ID", "help": "withdraw fact ID; it stays in history"},
+        {
+            "group": "action",
+            "metavar": "ID",
+            "help": "withdraw fact ID (shared:3: for every agent); it stays in history",
+        },
     ),
     (
         ("--restore",),

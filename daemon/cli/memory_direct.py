@@ -212,7 +212,7 @@ async def remember(args: argparse.Namespace) -> int:
     async with open_memory(env, models=True) as memory:
         try:
             out = await ops.remember(memory, request)
-        except FactError as exc:
+        except (FactError, ValueError) as exc:  # a refused fact; a shared one that no longer holds
             raise CommandError(str(exc)) from None
         await memory.index.flush()
     render.remember_result(out, as_json=args.json, out=sys.stdout)
