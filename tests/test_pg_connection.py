@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
 import psycopg
 
+from daemon.store.db import Database
 from daemon.store.postgres import PgConnection
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 
@@ -21,3 +25,28 @@ def test_session_settings_survive_a_reconnect(pg_url: str) -> None:  # noqa: F81
         assert row is not None and row[0] == "on"
     finally:
         conn.close()
+
+
+def _schemas(url: str) -> set[str]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT nspname FROM pg_namespace").fetchall()
+    return {r[0] for r in rows}
+
+
+def test_a_read_only_open_creates_nothing_on_the_server(pg_url: str, tmp_path: Path) -> None:  # noqa: F811
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("CREATE EXTENSION IF NOT EXISTS vector")  # the server's owner did, once
+
+    async def main() -> None:
+        async with await Database.open(
+            tmp_path / "reverie.db", url=pg_url, namespace="reader", readonly=True
+        ) as db:
+            assert (await db.fetchone("SELECT 1"))[0] == 1
+            # A reconnect opens the reader's session the same way.
+            pid = (await db.fetchone("SELECT pg_backend_pid()"))[0]
+            with psycopg.connect(pg_url, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            assert (await db.fetchone("SELECT 2"))[0] == 2
+
+    anyio.run(main)
+    assert not {"agent_reader", "shared"} & _schemas(pg_url)

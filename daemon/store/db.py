@@ -218,7 +218,7 @@ class Database:
         schema = schema_name(namespace)
 
         def connector() -> Any:
-            conn = PgConnection.connect(url, schema)
+            conn = PgConnection.connect(url, schema, readonly=readonly)
             if readonly:
                 conn.set_session("SET default_transaction_read_only = on")
             return conn

@@ -279,10 +279,12 @@ class PgConnection:
     outside `BEGIN … COMMIT` commits by itself.
     """
 
-    def __init__(self, raw: Any, schema: str, url: str = "") -> None:
+    def __init__(self, raw: Any, schema: str, url: str = "", *, readonly: bool = False) -> None:
         self.raw = raw
         self.schema = schema
         self.url = url
+        # A reader's session: it never makes the schema (no DDL), on a reconnect either.
+        self.readonly = readonly
         self.row_factory: Any = None  # accepted and ignored: rows always read by name and index
         self._keys: dict[str, tuple[str, ...]] = {}
         self._identities: dict[str, str | None] = {}
@@ -297,7 +299,11 @@ class PgConnection:
         self._replaying = False
 
     @classmethod
-    def connect(cls, url: str, schema: str, *, connect_timeout_s: int = 10) -> PgConnection:
+    def connect(
+        cls, url: str, schema: str, *, connect_timeout_s: int = 10, readonly: bool = False
+    ) -> PgConnection:
+        """Open a session on the agent's schema; `readonly` reads what is there and creates
+        nothing (no extension, no schema: a CLI reader never changes the server)."""
         try:
             import psycopg
         except ImportError as exc:  # pragma: no cover - depends on the install
@@ -309,12 +315,15 @@ class PgConnection:
         except psycopg.OperationalError as exc:
             raise StorageUnavailable(f"cannot reach the PostgreSQL server: {exc}") from exc
         try:
-            prepare_schema(raw, schema)
+            if readonly:
+                use_schema(raw, schema)
+            else:
+                prepare_schema(raw, schema)
             _adapt(raw)
         except BaseException:
             raw.close()
             raise
-        return cls(raw, schema, url)
+        return cls(raw, schema, url, readonly=readonly)
 
     def set_session(self, statement: str) -> None:
         """Run a session setting (`SET …`) now and again on every connection a reconnect opens."""
@@ -449,7 +458,9 @@ class PgConnection:
         """Replace the session by a new one, set as the old one was (raise if none opens)."""
         import psycopg
 
-        fresh = PgConnection.connect(self.url, self.schema, connect_timeout_s=connect_timeout_s)
+        fresh = PgConnection.connect(
+            self.url, self.schema, connect_timeout_s=connect_timeout_s, readonly=self.readonly
+        )
         try:
             for statement in self._session:
                 fresh.raw.execute(statement)
@@ -548,6 +559,11 @@ def prepare_schema(raw: Any, schema: str) -> None:
         raw.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         raw.execute(f'CREATE SCHEMA IF NOT EXISTS "{SHARED_SCHEMA}"')
         raw.execute(SHARED_DDL)
+    use_schema(raw, schema)
+
+
+def use_schema(raw: Any, schema: str) -> None:
+    """Read and write the agent's schema (its `search_path`), pgvector's types beside it."""
     # The extension's types and operators live where it was created (usually public).
     ext = raw.execute(
         "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
