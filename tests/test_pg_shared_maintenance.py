@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from bench.memory_search import write_transcript
+from daemon.sleep.shared_upkeep import SharedRow, plan
 from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.test_pg_daemon import pg_home
@@ -237,3 +238,46 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
         for d in (ada, bob):
             if d.proc is not None and d.proc.poll() is None:
                 d.stop()
+
+
+def _rows(*texts: str, origin: str = "person") -> list[SharedRow]:
+    t0 = datetime(2026, 3, 1, tzinfo=UTC)
+    return [
+        SharedRow(id=i, text=t, origin=origin, author="agent_x", valid_from=t0 + timedelta(days=i))
+        for i, t in enumerate(texts, start=1)
+    ]
+
+
+def _planned(rows: list[SharedRow], today: str = "2026-03-20") -> list[tuple[str, int, int | None]]:
+    now = datetime.fromisoformat(today).replace(tzinfo=UTC)
+    out = plan(rows, now=now, today=now.date(), tz=UTC, grace_days=7)
+    return [(r.kind, r.row.id, r.by.id if r.by else None) for r in out]
+
+
+def test_the_shared_upkeep_plans_folds_supersessions_and_past_plans() -> None:
+    rows = _rows(
+        "The team offsite is in Porto",
+        "the team offsite is in porto.",  # the same fact again: folded into #1
+        "The wifi password is on the fridge",
+        "The team offsite moved to Lisbon",  # a new value of #1's slot
+        "The plumber comes on 2026-03-10",  # stated before its date, long past by the 20th
+        "The team offsite is in Lisbon",  # the same value as #4 again: no change
+    )
+    assert _planned(rows) == [
+        ("duplicate", 2, 1),
+        ("superseded", 1, 4),
+        ("stale", 5, None),
+    ]
+    # Within the grace days a past plan stays; nothing current changes twice.
+    assert ("stale", 5, None) not in _planned(rows, today="2026-03-15")
+
+
+def test_an_agents_shared_word_never_supersedes_the_persons() -> None:
+    person = _rows("The team offsite is in Porto")
+    agent = [
+        SharedRow(
+            id=2, text="The team offsite moved to Lisbon", origin="agent", author="agent_y",
+            valid_from=person[0].valid_from + timedelta(days=1),
+        )
+    ]  # fmt: skip
+    assert _planned(person + agent) == []
