@@ -50,3 +50,64 @@ def test_a_read_only_open_creates_nothing_on_the_server(pg_url: str, tmp_path: P
 
     anyio.run(main)
     assert not {"agent_reader", "shared"} & _schemas(pg_url)
+
+
+def _try_lock(conn: psycopg.Connection, key: str) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
+    return bool(row and row[0])
+
+
+def _kill(url: str, pid: int) -> None:
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def test_a_session_lock_held_across_a_reconnect_is_taken_again(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    key = "reverie.agent_locks.maintenance"
+
+    async def main() -> None:
+        async with await Database.open(
+            tmp_path / "reverie.db", url=pg_url, namespace="locks"
+        ) as db:
+            async with db.exclusive("maintenance") as held:
+                assert held
+                _kill(pg_url, (await db.fetchone("SELECT pg_backend_pid()"))[0])
+                await db.fetchone("SELECT 1")  # renews the session, and the lock with it
+                assert db.still_holds("maintenance")
+                with psycopg.connect(pg_url, autocommit=True) as other:
+                    assert not _try_lock(other, key)
+            with psycopg.connect(pg_url, autocommit=True) as other:
+                assert _try_lock(other, key)  # released at the block's end
+
+    anyio.run(main)
+
+
+def test_a_holder_whose_lock_another_took_during_a_reconnect_knows_it_lost_it(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    key = "reverie.agent_lost.maintenance"
+
+    async def main() -> None:
+        async with await Database.open(tmp_path / "reverie.db", url=pg_url, namespace="lost") as db:
+            with psycopg.connect(pg_url, autocommit=True) as rival:
+                async with db.exclusive("maintenance") as held:
+                    assert held
+                    _kill(pg_url, (await db.fetchone("SELECT pg_backend_pid()"))[0])
+                    # The server frees the dead session's lock a moment later: the rival takes it.
+                    for _ in range(200):
+                        if _try_lock(rival, key):
+                            break
+                        await anyio.sleep(0.05)
+                    else:
+                        raise AssertionError("the rival never got the lock")
+                    await db.fetchone("SELECT 1")
+                    assert not db.still_holds("maintenance")
+                # The rival's lock is left alone by the holder that lost it.
+                with psycopg.connect(pg_url, autocommit=True) as third:
+                    assert not _try_lock(third, key)
+
+    anyio.run(main)

@@ -96,16 +96,13 @@ class Database:
     @property
     def away_since(self) -> datetime | None:
         """When the PostgreSQL server was found away (None: it answers, or this is SQLite)."""
-        if not self.is_postgres:
-            return None
-        raw = getattr(self.conn, "_conn", None)
-        breaker = getattr(raw, "breaker", None)
-        return breaker.since if breaker is not None else None
+        raw = self._pg()
+        return raw.breaker.since if raw is not None else None
 
     def outage(self) -> dict[str, Any] | None:
         """The server's absence for status: since, why, probes, writes queued (None: not away)."""
-        raw = getattr(self.conn, "_conn", None)
-        breaker = getattr(raw, "breaker", None)
+        raw = self._pg()
+        breaker = raw.breaker if raw is not None else None
         if breaker is None or breaker.since is None:
             return None
         return {
@@ -244,24 +241,47 @@ class Database:
         On PostgreSQL several daemons may write one namespace: a session advisory lock (tried,
         never waited for) keeps, e.g., its nightly maintenance to one of them at a time, and the
         server releases it when the holder's connection ends — a daemon killed mid-way frees
-        it for the next. A SQLite store has one daemon already (the home's lock): always held.
+        it for the next. A reconnect mid-block takes the lock again on the new session; if
+        another daemon took it in between, `still_holds(work)` turns False and the block
+        should stop. A SQLite store has one daemon already (the home's lock): always held.
         """
         if not self.is_postgres:
             yield True
             return
-        key = f"reverie.{self.schema}.{work}"
-        row = await self.fetchone("SELECT pg_try_advisory_lock(hashtext(?))", (key,))
-        if not row[0]:
+        key = self._lock_key(work)
+        held: bool = await self.run(PgConnection.advisory_lock, key)
+        if not held:
             yield False
             return
         try:
             yield True
         finally:
             with anyio.CancelScope(shield=True):
+                if not self.still_holds(work):
+                    log.error("the lock was lost to a reconnect and taken by another", work=work)
                 try:
-                    await self.fetchone("SELECT pg_advisory_unlock(hashtext(?))", (key,))
+                    await self.run(PgConnection.advisory_unlock, key)
                 except Exception as exc:  # the connection is gone: so is the lock
                     log.warning("advisory unlock failed", work=work, error=repr(exc))
+
+    def still_holds(self, work: str) -> bool:
+        """Whether this handle still holds `work` taken with `exclusive` (False once a
+        reconnect found another daemon had taken it). Always True on SQLite."""
+        if not self.is_postgres:
+            return True
+        raw = self._pg()
+        return raw is not None and self._lock_key(work) in raw.locks
+
+    def _pg(self) -> PgConnection | None:
+        """The PostgreSQL connection under aiosqlite (None: closed, or SQLite)."""
+        try:
+            raw = self.conn._conn  # type: ignore[attr-defined]
+        except (AttributeError, ValueError):  # aiosqlite: "no active connection"
+            return None
+        return raw if isinstance(raw, PgConnection) else None
+
+    def _lock_key(self, work: str) -> str:
+        return f"reverie.{self.schema}.{work}"
 
     async def __aenter__(self) -> Database:
         return self

@@ -297,6 +297,10 @@ class PgConnection:
         # (daemon.store.outage). Raising keeps the server counted as away.
         self.on_back: Callable[[PgConnection], None] | None = None
         self._replaying = False
+        # Session advisory locks this connection holds (by key), taken again on the session a
+        # reconnect opens; those another session took meanwhile move to `lost_locks`.
+        self.locks: set[str] = set()
+        self.lost_locks: set[str] = set()
 
     @classmethod
     def connect(
@@ -461,9 +465,18 @@ class PgConnection:
         fresh = PgConnection.connect(
             self.url, self.schema, connect_timeout_s=connect_timeout_s, readonly=self.readonly
         )
+        lost: set[str] = set()
         try:
             for statement in self._session:
                 fresh.raw.execute(statement)
+            # A session lock ended with the old session: take it again at once, or learn that
+            # another daemon took it in between (its holder must stop: `Database.still_holds`).
+            for key in sorted(self.locks):
+                row = fresh.raw.execute(
+                    "SELECT pg_try_advisory_lock(hashtext(%s))", (key,)
+                ).fetchone()
+                if not (row and row[0]):
+                    lost.add(key)
         except psycopg.OperationalError as exc:
             fresh.raw.close()
             raise StorageUnavailable(f"the new session was lost at once: {exc}") from exc
@@ -472,9 +485,28 @@ class PgConnection:
         except Exception:
             pass
         self.raw = fresh.raw
+        self.locks -= lost
+        self.lost_locks |= lost
 
     def cursor(self) -> PgConnection:
         return self
+
+    # ----- session advisory locks -----------------------------------------------------------
+    def advisory_lock(self, key: str) -> bool:
+        """Try the session advisory lock `key` (never wait); True when this session holds it."""
+        row = self.execute("SELECT pg_try_advisory_lock(hashtext(?))", (key,)).fetchone()
+        held = bool(row and row[0])
+        if held:
+            self.locks.add(key)
+            self.lost_locks.discard(key)
+        return held
+
+    def advisory_unlock(self, key: str) -> None:
+        """Release `key` (a lock lost to a reconnect is not this session's to release)."""
+        self.lost_locks.discard(key)
+        if key in self.locks:
+            self.locks.discard(key)
+            self.execute("SELECT pg_advisory_unlock(hashtext(?))", (key,))
 
     @property
     def in_transaction(self) -> bool:
