@@ -122,6 +122,7 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
                 (said, said, plumber),
             )
         bins = _share(ada.home, "The recycling bins go out on Thursday evenings")
+        tuner = _share(bob.home, "The piano tuner visits in the spring")
         _chat_and_import(ada, bob)
 
         # Ada sleeps; the test holds Porto's row, so her shared upkeep stops at it with the
@@ -141,6 +142,13 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
             90,
             "Ada's shared upkeep to wait on the held row",
         )
+        with psycopg.connect(pg_url) as conn:
+            held = conn.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = %s",
+                (f"{UPKEEP} agent_ada",),
+            ).fetchone()
+        assert held == (1,)  # the shared namespace's lock, on Ada's upkeep session
         folded = _row(pg_url, wifi_again)
         assert folded["retired_as"] == "duplicate" and folded["superseded_by"] == wifi
         assert folded["retired_by"] == "agent_ada" and folded["retired_cycle"]
@@ -149,6 +157,17 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
         assert out.returncode == 0, out.stderr + bob.logs()
         assert "shared facts: skipped, another daemon is maintaining them now" in out.stdout
         assert _row(pg_url, porto)["retired_at"] is None
+        skipped = json.loads(run_cli("sleep", "show", "--home", str(bob.home), "--json").stdout)
+        # As if Bob had died between committing a change and recording it: the row carries
+        # his stamp; his next upkeep records it in that cycle's change set.
+        with psycopg.connect(pg_url) as conn:
+            conn.execute(
+                "UPDATE shared.facts SET retired_at = now()::text, invalid_from = now()::text, "
+                "retired_as = 'stale', retired_reason = 'stale: its date passed', "
+                "retired_by = 'agent_bob', retired_cycle = %s, "
+                "version = nextval('shared.facts_version') WHERE id = %s",
+                (skipped["cycle_id"], tuner),
+            )
 
         # Ada is killed mid-step; the held row is let go; her session (and lock) ends.
         ada.kill()
@@ -174,6 +193,10 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
             ("shared_fact_superseded", f"shared:{porto}"),
             ("shared_fact_retired", f"shared:{plumber}"),
         } <= changes
+        late = run_cli("sleep", "show", skipped["cycle_id"], "--home", str(bob.home), "--json")
+        assert ("shared_fact_retired", f"shared:{tuner}") in {
+            (c["kind"], c["target"]) for c in json.loads(late.stdout)["changes"]
+        }
 
         # The shared facts end correct: one of each duplicate current, the new value current
         # with the old in history, the past plan retired; nothing deleted.
@@ -232,6 +255,15 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
         )
         assert not any("recycling" in t for t in _search(ada.home, "recycling bins Thursday"))
         assert private in _search(ada.home, "spare key flower pot")
+        # Ada's one change before she was killed is in her cycle's change set.
+        r = run_cli("sleep", "show", folded["retired_cycle"], "--home", str(ada.home), "--json")
+        assert r.returncode == 0, r.stderr
+        ada_changes = [
+            (c["kind"], c["target"])
+            for c in json.loads(r.stdout)["changes"]
+            if c["kind"].startswith("shared_")
+        ]
+        assert ada_changes == [("shared_fact_folded", f"shared:{wifi_again}")]
     finally:
         if holder is not None:
             holder.close()
