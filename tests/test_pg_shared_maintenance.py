@@ -193,6 +193,12 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
             ("shared_fact_superseded", f"shared:{porto}"),
             ("shared_fact_retired", f"shared:{plumber}"),
         } <= changes
+        view = json.loads(shown.stdout)
+        seq = next(c["change"] for c in view["changes"] if c["target"] == f"shared:{porto}")
+        r = run_cli(
+            "sleep", "revert", view["cycle_id"], "--change", str(seq), "--home", str(bob.home)
+        )  # fmt: skip
+        assert r.returncode != 0 and "changed a shared fact" in r.stderr, r.stderr
         late = run_cli("sleep", "show", skipped["cycle_id"], "--home", str(bob.home), "--json")
         assert ("shared_fact_retired", f"shared:{tuner}") in {
             (c["kind"], c["target"]) for c in json.loads(late.stdout)["changes"]

@@ -173,6 +173,14 @@ class ChangeReverter:
             "month_folded": self._unfold,
             "summary_folded": self._unfold,
         }.get(change.kind)
+        if undo is None and change.kind.startswith("shared_fact_"):
+            # The shared namespace is every agent's: one agent's revert would undo what the
+            # others already read. The person corrects the shared fact itself instead.
+            raise ChangeError(
+                f"change {change.ref} changed a shared fact, which a sleep revert does not undo; "
+                f"restate it with `reverie remember --shared` or correct it with "
+                f"`reverie remember --correct {change.target} TEXT`"
+            )
         if undo is None:
             raise ChangeError(
                 f"change {change.ref} is of kind {change.kind!r}, which cannot be reverted"
