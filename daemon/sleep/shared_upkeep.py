@@ -108,7 +108,7 @@ def plan(
         if first is not r:
             out.append(
                 Retirement(
-                    kind="duplicate", row=r, by=first, invalid_from=r.valid_from,
+                    kind="duplicate", row=r, by=first, invalid_from=now,
                     reason=f"the same fact as {shared_uid(first.id)} (folded into it)",
                 )
             )  # fmt: skip
