@@ -6,9 +6,10 @@ from pathlib import Path
 
 import anyio
 import psycopg
+import pytest
 
 from daemon.store.db import Database
-from daemon.store.postgres import PgConnection
+from daemon.store.postgres import PgConnection, StorageUnavailable
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 
 
@@ -111,3 +112,23 @@ def test_a_holder_whose_lock_another_took_during_a_reconnect_knows_it_lost_it(
                     assert not _try_lock(third, key)
 
     anyio.run(main)
+
+
+def test_after_a_lost_connection_only_a_statement_safe_to_repeat_is_run_again(
+    pg_url: str,  # noqa: F811
+) -> None:
+    conn = PgConnection.connect(pg_url, "agent_rerun")
+    try:
+        conn.execute("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT UNIQUE)")
+        # A plain INSERT may have committed before the connection died: it is not run again,
+        # and the caller is told so (its own retry path decides).
+        _kill(pg_url, conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        with pytest.raises(StorageUnavailable, match="not run again"):
+            conn.execute("INSERT INTO t(v) VALUES (?)", ("plain",))
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 0  # type: ignore[index]
+        # One that ignores a row already there runs again on the new session.
+        _kill(pg_url, conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        conn.execute("INSERT OR IGNORE INTO t(v) VALUES (?)", ("ignored",))
+        assert conn.execute("SELECT v FROM t").fetchall() == [("ignored",)]
+    finally:
+        conn.close()

@@ -24,7 +24,13 @@ from daemon.log import get_logger
 from daemon.store.migrations import apply_migrations
 from daemon.store.outage import QUEUE_NAME, WriteQueue
 from daemon.store.pg_migrations import apply_pg_migrations
-from daemon.store.postgres import PgConnection, StoreAway, is_postgres_url, schema_name
+from daemon.store.postgres import (
+    PgConnection,
+    StoreAway,
+    is_postgres_url,
+    rerun_safe,
+    schema_name,
+)
 
 log = get_logger("store")
 
@@ -336,7 +342,9 @@ def _write_or_queue(
     """
     try:
         conn.execute(sql, params)
-    except StoreAway:
+    except StoreAway as exc:
+        if exc.tried and not rerun_safe(sql):
+            raise  # it may already be in: queued, it could land twice
         queue.append(sql, params, session=session)
         return False
     return True

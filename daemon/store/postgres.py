@@ -74,6 +74,45 @@ class StoreAway(StorageUnavailable):
     queues the writes it can take later (daemon.store.outage).
     """
 
+    # True when the statement reached the connection before the server went (its effect is
+    # unknown); False when it was refused without being tried.
+    tried: bool = False
+
+
+# Statements run twice to the same effect: reads, and writes that ignore or replace a row
+# already there. Anything else may double a row if it is run again after a lost connection.
+_READ = re.compile(r"^\s*(SELECT|SHOW|SET|VALUES|EXPLAIN)\b", re.IGNORECASE)
+_IDEMPOTENT = re.compile(
+    r"\bON\s+CONFLICT\b.*\bDO\s+NOTHING\b|^\s*INSERT\s+OR\s+(IGNORE|REPLACE)\b|"
+    r"^\s*REPLACE\b|\bIF\s+NOT\s+EXISTS\b|\bIF\s+EXISTS\b",
+    re.IGNORECASE | re.DOTALL,
+)
+_UPSERT = re.compile(r"\bON\s+CONFLICT\b.*?\bDO\s+UPDATE\s+SET\s+(.*)$", re.IGNORECASE | re.DOTALL)
+
+
+_AGAIN = re.compile(r"^\s*(BEGIN|ROLLBACK|DELETE)\b", re.IGNORECASE)
+_UPDATE = re.compile(
+    r"^\s*UPDATE\s+\S+\s+SET\s+(.*?)(?:\s+WHERE\s+.*)?$", re.IGNORECASE | re.DOTALL
+)
+_ASSIGN = re.compile(r"(?:^|,)\s*(\w+)\s*=(?!=)")
+
+
+def rerun_safe(sql: str) -> bool:
+    """Whether `sql` (SQLite's dialect) may be run again when it is unknown if it ran.
+
+    An UPDATE is, when no column it sets is read on the right (`x = ?`, not `x = x + 1`).
+    """
+    if _READ.match(sql) or _IDEMPOTENT.search(sql) or _AGAIN.match(sql):
+        return True
+    # An upsert's update is, when it sets from the new row (`excluded.x`), never the old one.
+    update = _UPSERT.search(sql) or _UPDATE.match(sql)
+    if update is None:
+        return False
+    sets = re.split(r"\s+WHERE\s+", update.group(1), flags=re.IGNORECASE)[0]
+    targets = _ASSIGN.findall(sets)
+    values = re.sub(r"\bexcluded\.\w+", "", " ".join(_ASSIGN.split(sets)[2::2]), flags=re.I)
+    return bool(targets) and not any(re.search(rf"\b{t}\b", values) for t in targets)
+
 
 class Breaker:
     """Whether the server is away, since when, and when to try it again (capped backoff).
@@ -344,7 +383,7 @@ class PgConnection:
             text, returning = self.translate(sql, named=named)
             return self.raw.execute(text, args), returning
 
-        cur, returning = self._resilient(run)
+        cur, returning = self._resilient(run, rerun=rerun_safe(sql))
         rows = self._rows(cur)
         lastrowid = None
         if returning:
@@ -367,14 +406,17 @@ class PgConnection:
                 cur.executemany(text, batch)
                 return int(cur.rowcount)
 
-        return PgCursor([], self._resilient(run), None, None)
+        return PgCursor([], self._resilient(run, rerun=rerun_safe(sql)), None, None)
 
     # ----- a server that goes away ---------------------------------------------------------------
-    def _resilient(self, statement: Callable[[], Any]) -> Any:
+    def _resilient(self, statement: Callable[[], Any], *, rerun: bool = True) -> Any:
         """Run `statement`; when the connection is lost, reconnect and run it again once.
 
         Outside a transaction the statement stood alone (autocommit), so it runs again on a
-        new connection. Inside one, the server has rolled the whole transaction back: the
+        new connection — when running it twice does no harm (`rerun`: a read, an upsert, an
+        `INSERT OR IGNORE`): a lone write may have committed before the connection died, so
+        any other is not run again, and the caller is told (`StorageUnavailable`), as it would
+        be of a full disk, to take its own retry path. Inside a transaction, the server has rolled the whole transaction back: the
         connection is renewed for what comes next and the caller is told, as it would be of a
         full disk. When the server stays away the breaker opens: `StoreAway` is raised at
         once by every call until a probe (capped backoff) finds the server back — a turn
@@ -395,11 +437,18 @@ class PgConnection:
             self._reconnect(lost)
         except StorageUnavailable as exc:
             self.breaker.trip(str(exc))
-            raise self.breaker.refusal() from None
+            refusal = self.breaker.refusal()
+            refusal.tried = True  # sent before the server went: it may have been applied
+            raise refusal from None
         if not idle:
             raise StorageUnavailable(
                 f"the connection to the PostgreSQL server was lost mid-transaction ({lost}); "
                 "nothing of it was kept"
+            )
+        if not rerun:
+            raise StorageUnavailable(
+                f"the connection to the PostgreSQL server was lost during a write ({lost}); "
+                "it may have been applied, so it is not run again"
             )
         try:
             return statement()
