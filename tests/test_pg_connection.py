@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import anyio
@@ -118,17 +120,27 @@ def test_after_a_lost_connection_only_a_statement_safe_to_repeat_is_run_again(
     pg_url: str,  # noqa: F811
 ) -> None:
     conn = PgConnection.connect(pg_url, "agent_rerun")
+
+    def cut() -> None:
+        # The connection drops with no word from the server (a network failure): whether a
+        # statement sent then ran cannot be known.
+        socket.socket(fileno=os.dup(conn.raw.fileno())).shutdown(socket.SHUT_RDWR)
+
     try:
         conn.execute("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT UNIQUE)")
         # A plain INSERT may have committed before the connection died: it is not run again,
         # and the caller is told so (its own retry path decides).
-        _kill(pg_url, conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        cut()
         with pytest.raises(StorageUnavailable, match="not run again"):
             conn.execute("INSERT INTO t(v) VALUES (?)", ("plain",))
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 0  # type: ignore[index]
         # One that ignores a row already there runs again on the new session.
-        _kill(pg_url, conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        cut()
         conn.execute("INSERT OR IGNORE INTO t(v) VALUES (?)", ("ignored",))
         assert conn.execute("SELECT v FROM t").fetchall() == [("ignored",)]
+        # The server saying it ended the session means the statement never ran: run again.
+        _kill(pg_url, conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        conn.execute("INSERT INTO t(v) VALUES (?)", ("after a kill",))
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 2  # type: ignore[index]
     finally:
         conn.close()

@@ -348,6 +348,8 @@ def test_a_message_sent_while_the_server_is_away_is_kept_and_answered_when_it_re
             status = c.command("status")
             away = status.get("store_away") or status.get("data", {}).get("store_away")
             assert away and away["queued_writes"] > 0, status
+            store = status.get("store") or status.get("data", {}).get("store")
+            assert "AWAY since" in store, status
             # The transcript, the home's truth, holds both sides of every outage turn.
             said = "".join(p.read_text() for p in (d.home / "sessions" / "trunk").glob("*.jsonl"))
             assert all(text in said for text in outage)

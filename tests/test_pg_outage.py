@@ -16,6 +16,8 @@ import pytest
 from daemon.clock import SystemClock
 from daemon.context.assembler import ContextAssembler
 from daemon.memory.system import MemorySystem
+from daemon.models.base import Usage
+from daemon.models.ledger import UsageLedger
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.store.db import Database
@@ -221,3 +223,37 @@ async def test_a_write_while_the_server_is_away_is_queued_and_lands_when_it_retu
         assert db.outage() is None and caught == [{"trunk-1"}]
         rows = await db.fetchall("SELECT key FROM kv WHERE key LIKE 'k%' ORDER BY key")
         assert [r[0] for r in rows] == ["k1", "k2", "k3"]
+
+
+@pytest.mark.anyio
+async def test_spend_while_the_server_is_away_counts_against_the_cap_and_is_not_lost(
+    tmp_path: Path,
+    dedicated_pg: DedicatedServer,  # noqa: F811
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = Settings.model_validate(
+        {
+            "storage": {"url": dedicated_pg.url},
+            "spend": {"daily_cap_usd": 1.0, "prices": {"m": {"input": 1.0, "output": 0.0}}},
+        }
+    )
+    call = Usage(input_tokens=600_000, output_tokens=0)  # $0.60 a call
+    async with await Database.open_configured(home.db_file, settings) as db:
+        ledger = UsageLedger(db, settings.spend, SystemClock())
+        await ledger.record(role="trunk", provider="p", model="m", usage=call, turn_id="t1")
+        assert (await ledger.allows(essential=True))[0]
+        dedicated_pg.stop()
+        try:
+            await ledger.record(role="trunk", provider="p", model="m", usage=call, turn_id="t2")
+            # The ledger cannot be read, and the cap still holds: $1.20 of $1.00.
+            allowed, why = await ledger.allows(essential=True)
+            assert not allowed and "1.20" in why
+        finally:
+            dedicated_pg.start()
+        for _ in range(240):
+            if await db.catch_up():
+                break
+            await anyio.sleep(0.25)
+        today = await ledger.today()
+        assert today.calls == 2 and round(today.cost_usd, 2) == 1.2

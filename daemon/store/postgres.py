@@ -74,8 +74,8 @@ class StoreAway(StorageUnavailable):
     queues the writes it can take later (daemon.store.outage).
     """
 
-    # True when the statement reached the connection before the server went (its effect is
-    # unknown); False when it was refused without being tried.
+    # True when the statement was cut off with no word from the server (its effect unknown);
+    # False when it was refused untried or the server said it ended the session first.
     tried: bool = False
 
 
@@ -413,10 +413,11 @@ class PgConnection:
         """Run `statement`; when the connection is lost, reconnect and run it again once.
 
         Outside a transaction the statement stood alone (autocommit), so it runs again on a
-        new connection — when running it twice does no harm (`rerun`: a read, an upsert, an
-        `INSERT OR IGNORE`): a lone write may have committed before the connection died, so
-        any other is not run again, and the caller is told (`StorageUnavailable`), as it would
-        be of a full disk, to take its own retry path. Inside a transaction, the server has rolled the whole transaction back: the
+        new connection when the server said it ended the session (it did not run), or when
+        running it twice does no harm (`rerun`: a read, an upsert, an `INSERT OR IGNORE`). A
+        write cut off with no word from the server may have committed: it is not run again,
+        and the caller is told (`StorageUnavailable`), as it would be of a full disk, to take
+        its own retry path. Inside a transaction, the server has rolled the whole transaction back: the
         connection is renewed for what comes next and the caller is told, as it would be of a
         full disk. When the server stays away the breaker opens: `StoreAway` is raised at
         once by every call until a probe (capped backoff) finds the server back — a turn
@@ -433,19 +434,22 @@ class PgConnection:
             if not self.raw.broken and not self.raw.closed:
                 raise
             lost = exc
+        # The server said it ended the session (shutdown, terminated): the statement did not
+        # run. Without a word from it (the network, a crash) it may have run and committed.
+        ended = str(getattr(lost, "sqlstate", None) or "").startswith("57P")
         try:
             self._reconnect(lost)
         except StorageUnavailable as exc:
             self.breaker.trip(str(exc))
             refusal = self.breaker.refusal()
-            refusal.tried = True  # sent before the server went: it may have been applied
+            refusal.tried = not ended
             raise refusal from None
         if not idle:
             raise StorageUnavailable(
                 f"the connection to the PostgreSQL server was lost mid-transaction ({lost}); "
                 "nothing of it was kept"
             )
-        if not rerun:
+        if not rerun and not ended:
             raise StorageUnavailable(
                 f"the connection to the PostgreSQL server was lost during a write ({lost}); "
                 "it may have been applied, so it is not run again"
