@@ -439,8 +439,8 @@ class PgConnection:
         ended = str(getattr(lost, "sqlstate", None) or "").startswith("57P")
         try:
             self._reconnect(lost)
-        except StorageUnavailable as exc:
-            self.breaker.trip(str(exc))
+        except StorageUnavailable:
+            self.breaker.trip(str(lost).strip() or repr(lost))
             refusal = self.breaker.refusal()
             refusal.tried = not ended
             raise refusal from None
