@@ -21,14 +21,8 @@ from daemon.models.ledger import UsageLedger
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.store.db import Database
-from daemon.store.outage import APPLIED_KEY, WriteQueue
-from daemon.store.postgres import (
-    PROBE_MAX_S,
-    Breaker,
-    PgConnection,
-    StorageUnavailable,
-    StoreAway,
-)
+from daemon.store.outage import APPLIED_KEY, PROBE_MAX_S, Breaker, WriteQueue
+from daemon.store.postgres import PgConnection, StorageUnavailable, StoreAway
 from daemon.tokens import TokenCounter
 from daemon.topics.router import TopicRouter
 from tests.postgres_server import DedicatedServer, dedicated_pg, pg_server, pg_url  # noqa: F401

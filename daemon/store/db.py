@@ -22,15 +22,9 @@ import anyio
 
 from daemon.log import get_logger
 from daemon.store.migrations import apply_migrations
-from daemon.store.outage import QUEUE_NAME, WriteQueue
+from daemon.store.outage import QUEUE_NAME, WriteQueue, rerun_safe
 from daemon.store.pg_migrations import apply_pg_migrations
-from daemon.store.postgres import (
-    PgConnection,
-    StoreAway,
-    is_postgres_url,
-    rerun_safe,
-    schema_name,
-)
+from daemon.store.postgres import PgConnection, StoreAway, is_postgres_url, schema_name
 
 log = get_logger("store")
 

@@ -1,4 +1,12 @@
-"""Writes the PostgreSQL store takes later: queued in the home while the server is away.
+"""The PostgreSQL store while its server is away: the breaker, what may run twice, and the
+writes it takes later, queued in the home.
+
+The breaker (`Breaker`): once the server is known away every store call fails at once, and
+one reconnection is tried after a backoff (capped), so a turn's many store calls never each
+wait out a reconnection. `rerun_safe` says which statements may be run again after a lost
+connection without their work being done twice.
+
+The queue (`WriteQueue`): writes the PostgreSQL store takes later, while the server is away.
 
 While the server is away (`daemon.store.postgres.StoreAway`) the daemon goes on answering,
 and the writes it would have made to the store are appended here, one JSON line each,
@@ -18,9 +26,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +39,97 @@ from daemon.log import get_logger
 
 log = get_logger("store.outage")
 
+# Once the server is known away, one reconnection is tried this long after the last failed
+# one (doubling up to the cap); every store call in between fails at once (`StoreAway`).
+PROBE_FIRST_S = 1.0
+PROBE_MAX_S = 15.0
 QUEUE_NAME = "store-queue.jsonl"
 APPLIED_KEY = "store_queue_applied"
 _MARK_SQL = (
     "INSERT INTO kv(key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET "
     "value=excluded.value, updated_at=excluded.updated_at"
 )
+
+
+# Statements run twice to the same effect: reads, and writes that ignore or replace a row
+# already there. Anything else may double a row if it is run again after a lost connection.
+_READ = re.compile(r"^\s*(SELECT|SHOW|SET|VALUES|EXPLAIN)\b", re.IGNORECASE)
+_IDEMPOTENT = re.compile(
+    r"\bON\s+CONFLICT\b.*\bDO\s+NOTHING\b|^\s*INSERT\s+OR\s+(IGNORE|REPLACE)\b|"
+    r"^\s*REPLACE\b|\bIF\s+NOT\s+EXISTS\b|\bIF\s+EXISTS\b",
+    re.IGNORECASE | re.DOTALL,
+)
+_UPSERT = re.compile(r"\bON\s+CONFLICT\b.*?\bDO\s+UPDATE\s+SET\s+(.*)$", re.IGNORECASE | re.DOTALL)
+
+
+_AGAIN = re.compile(r"^\s*(BEGIN|ROLLBACK|DELETE)\b", re.IGNORECASE)
+_UPDATE = re.compile(
+    r"^\s*UPDATE\s+\S+\s+SET\s+(.*?)(?:\s+WHERE\s+.*)?$", re.IGNORECASE | re.DOTALL
+)
+_ASSIGN = re.compile(r"(?:^|,)\s*(\w+)\s*=(?!=)")
+
+
+def rerun_safe(sql: str) -> bool:
+    """Whether `sql` (SQLite's dialect) may be run again when it is unknown if it ran.
+
+    An UPDATE is, when no column it sets is read on the right (`x = ?`, not `x = x + 1`).
+    """
+    if _READ.match(sql) or _IDEMPOTENT.search(sql) or _AGAIN.match(sql):
+        return True
+    # An upsert's update is, when it sets from the new row (`excluded.x`), never the old one.
+    update = _UPSERT.search(sql) or _UPDATE.match(sql)
+    if update is None:
+        return False
+    sets = re.split(r"\s+WHERE\s+", update.group(1), flags=re.IGNORECASE)[0]
+    targets = _ASSIGN.findall(sets)
+    values = re.sub(r"\bexcluded\.\w+", "", " ".join(_ASSIGN.split(sets)[2::2]), flags=re.I)
+    return bool(targets) and not any(re.search(rf"\b{t}\b", values) for t in targets)
+
+
+class Breaker:
+    """Whether the server is away, since when, and when to try it again (capped backoff).
+
+    Read from the event loop (status, the context) while the database thread changes it:
+    plain attributes, each replaced whole.
+    """
+
+    def __init__(self) -> None:
+        self.since: datetime | None = None
+        self.error = ""
+        self.delay = PROBE_FIRST_S
+        self.next_probe = 0.0  # time.monotonic()
+        self.probes = 0
+
+    @property
+    def away(self) -> bool:
+        return self.since is not None
+
+    def trip(self, error: str) -> None:
+        """The server is away: fail fast until the next probe."""
+        if self.since is None:
+            self.since = datetime.now(UTC)
+            self.delay = PROBE_FIRST_S
+        else:
+            self.delay = min(self.delay * 2, PROBE_MAX_S)
+        self.error = error
+        self.next_probe = time.monotonic() + self.delay
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_probe
+
+    def close(self) -> None:
+        self.since = None
+        self.error = ""
+        self.delay = PROBE_FIRST_S
+        self.probes = 0
+
+    def refusal(self) -> str:
+        """Why a store call is refused now, for the `StoreAway` it raises."""
+        since = f"{self.since:%H:%M:%S} UTC" if self.since else "now"
+        wait = max(0.0, self.next_probe - time.monotonic())
+        return (
+            f"the PostgreSQL server is away since {since} ({self.error}); next try in {wait:.0f}s"
+        )
 
 
 class WriteQueue:
@@ -176,8 +272,6 @@ def _params(stored: Any) -> Any:
 
 
 def _now() -> str:
-    from datetime import UTC, datetime
-
     return datetime.now(UTC).isoformat()
 
 

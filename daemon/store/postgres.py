@@ -14,6 +14,10 @@ back as int or float, never Decimal.
 
 Each agent's tables live in its own schema (its namespace), set as the connection's
 `search_path`, so a statement without a schema name reads and writes that agent's tables only.
+
+Size: the sqlite3-shaped connection, its value adapters, and the reconnection it rests on
+(session settings and advisory locks carried over, the breaker consulted) belong together;
+the outage's policy — breaker, what may run twice, the queue — is `daemon.store.outage`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import re
 import struct
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,15 +35,15 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from daemon.log import get_logger
 from daemon.store.dialect import Translator, is_named
+from daemon.store.outage import Breaker, rerun_safe
+
+log = get_logger("store.postgres")
 
 SHARED_SCHEMA = "shared"
 # Reconnection attempts after a lost connection (0.2 s, doubling to 2 s between them).
 RECONNECT_TRIES = 4
-# Once the server is known away, one reconnection is tried this long after the last failed
-# one (doubling up to the cap); every store call in between fails at once (`StoreAway`).
-PROBE_FIRST_S = 1.0
-PROBE_MAX_S = 15.0
 # The systemd credential that holds the server password (`LoadCredential=`).
 CREDENTIAL_NAME = "reverie-storage-password"
 PASSWORD_ENV = "REVERIE_STORAGE_PASSWORD"
@@ -77,86 +80,6 @@ class StoreAway(StorageUnavailable):
     # True when the statement was cut off with no word from the server (its effect unknown);
     # False when it was refused untried or the server said it ended the session first.
     tried: bool = False
-
-
-# Statements run twice to the same effect: reads, and writes that ignore or replace a row
-# already there. Anything else may double a row if it is run again after a lost connection.
-_READ = re.compile(r"^\s*(SELECT|SHOW|SET|VALUES|EXPLAIN)\b", re.IGNORECASE)
-_IDEMPOTENT = re.compile(
-    r"\bON\s+CONFLICT\b.*\bDO\s+NOTHING\b|^\s*INSERT\s+OR\s+(IGNORE|REPLACE)\b|"
-    r"^\s*REPLACE\b|\bIF\s+NOT\s+EXISTS\b|\bIF\s+EXISTS\b",
-    re.IGNORECASE | re.DOTALL,
-)
-_UPSERT = re.compile(r"\bON\s+CONFLICT\b.*?\bDO\s+UPDATE\s+SET\s+(.*)$", re.IGNORECASE | re.DOTALL)
-
-
-_AGAIN = re.compile(r"^\s*(BEGIN|ROLLBACK|DELETE)\b", re.IGNORECASE)
-_UPDATE = re.compile(
-    r"^\s*UPDATE\s+\S+\s+SET\s+(.*?)(?:\s+WHERE\s+.*)?$", re.IGNORECASE | re.DOTALL
-)
-_ASSIGN = re.compile(r"(?:^|,)\s*(\w+)\s*=(?!=)")
-
-
-def rerun_safe(sql: str) -> bool:
-    """Whether `sql` (SQLite's dialect) may be run again when it is unknown if it ran.
-
-    An UPDATE is, when no column it sets is read on the right (`x = ?`, not `x = x + 1`).
-    """
-    if _READ.match(sql) or _IDEMPOTENT.search(sql) or _AGAIN.match(sql):
-        return True
-    # An upsert's update is, when it sets from the new row (`excluded.x`), never the old one.
-    update = _UPSERT.search(sql) or _UPDATE.match(sql)
-    if update is None:
-        return False
-    sets = re.split(r"\s+WHERE\s+", update.group(1), flags=re.IGNORECASE)[0]
-    targets = _ASSIGN.findall(sets)
-    values = re.sub(r"\bexcluded\.\w+", "", " ".join(_ASSIGN.split(sets)[2::2]), flags=re.I)
-    return bool(targets) and not any(re.search(rf"\b{t}\b", values) for t in targets)
-
-
-class Breaker:
-    """Whether the server is away, since when, and when to try it again (capped backoff).
-
-    Read from the event loop (status, the context) while the database thread changes it:
-    plain attributes, each replaced whole.
-    """
-
-    def __init__(self) -> None:
-        self.since: datetime | None = None
-        self.error = ""
-        self.delay = PROBE_FIRST_S
-        self.next_probe = 0.0  # time.monotonic()
-        self.probes = 0
-
-    @property
-    def away(self) -> bool:
-        return self.since is not None
-
-    def trip(self, error: str) -> None:
-        """The server is away: fail fast until the next probe."""
-        if self.since is None:
-            self.since = datetime.now(UTC)
-            self.delay = PROBE_FIRST_S
-        else:
-            self.delay = min(self.delay * 2, PROBE_MAX_S)
-        self.error = error
-        self.next_probe = time.monotonic() + self.delay
-
-    def due(self) -> bool:
-        return time.monotonic() >= self.next_probe
-
-    def close(self) -> None:
-        self.since = None
-        self.error = ""
-        self.delay = PROBE_FIRST_S
-        self.probes = 0
-
-    def refusal(self) -> StoreAway:
-        since = f"{self.since:%H:%M:%S} UTC" if self.since else "now"
-        wait = max(0.0, self.next_probe - time.monotonic())
-        return StoreAway(
-            f"the PostgreSQL server is away since {since} ({self.error}); next try in {wait:.0f}s"
-        )
 
 
 def is_postgres_url(url: str | None) -> bool:
@@ -441,7 +364,7 @@ class PgConnection:
             self._reconnect(lost)
         except StorageUnavailable:
             self.breaker.trip(str(lost).strip() or repr(lost))
-            refusal = self.breaker.refusal()
+            refusal = self._refusal()
             refusal.tried = not ended
             raise refusal from None
         if not idle:
@@ -460,7 +383,7 @@ class PgConnection:
             if not self.raw.broken and not self.raw.closed:
                 raise
             self.breaker.trip(f"the connection was lost again: {exc}")
-            raise self.breaker.refusal() from exc
+            raise self._refusal() from exc
 
     def _probe(self) -> None:
         """While away: raise `StoreAway` at once, or, when a probe is due, try the server once.
@@ -471,14 +394,17 @@ class PgConnection:
         if self._replaying:
             return  # the queue being applied runs on the session the probe just opened
         if not self.breaker.due():
-            raise self.breaker.refusal()
+            raise self._refusal()
         self.breaker.probes += 1
         try:
             self._renew(connect_timeout_s=3)
         except StorageUnavailable as exc:
             self.breaker.trip(str(exc))
-            raise self.breaker.refusal() from None
+            raise self._refusal() from None
         self.back()
+
+    def _refusal(self) -> StoreAway:
+        return StoreAway(self.breaker.refusal())
 
     def back(self) -> None:
         """The server answers: apply what was queued, then close the breaker (or trip it again)."""
@@ -490,7 +416,11 @@ class PgConnection:
                 self.on_back(self)
             except (psycopg.OperationalError, StorageUnavailable) as exc:
                 self.breaker.trip(f"the server went away again while the queue was applied: {exc}")
-                raise self.breaker.refusal() from None
+                raise self._refusal() from None
+            except Exception as exc:
+                # Not the server: a queue that cannot be read must not keep the store away
+                # for good. It stays in the home, applied when the store is next opened.
+                log.error("the queued writes could not be applied", error=repr(exc))
             finally:
                 self._replaying = False
         self.breaker.close()
