@@ -345,6 +345,11 @@ def test_a_message_sent_while_the_server_is_away_is_kept_and_answered_when_it_re
                 assert any(f["type"] == "delta" for f in frames)
             r = run_cli("remember", "the bike lock code is 2580", "--home", home, "--json")
             assert r.returncode == 0, r.stdout + r.stderr + d.logs()[-6000:]
+            fact = json.loads(r.stdout)["id"]
+            # A change to a fact the index holds waits for the server (nothing half-applied).
+            r = run_cli("remember", "--retract", fact, "--reason", "x", "--home", home)
+            assert r.returncode != 0 and "nothing was changed" in r.stdout + r.stderr
+            assert "retract" not in "".join(p.read_text() for p in d.home.rglob("facts.jsonl"))
             status = c.command("status")
             away = status.get("store_away") or status.get("data", {}).get("store_away")
             assert away and away["queued_writes"] > 0, status

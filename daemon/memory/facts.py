@@ -566,6 +566,16 @@ class FactStore:
             and _TRUST.get(origin, 2) <= _TRUST.get(fact.origin, 2)
         )
 
+    def _require_store(self) -> None:
+        """Refuse a change to a fact already indexed while the store's server is away: the
+        log would take it and the index keep the old state (only new facts are caught up)."""
+        since = self.index.db.away_since
+        if since is not None:
+            raise FactError(
+                f"the memory store's server is away since {since:%H:%M:%S %Z}; "
+                "corrections and retractions wait until it is back (nothing was changed)"
+            )
+
     async def _similar(self, text: str, kind: str) -> MemoryItem | None:
         threshold = self.settings.memory.near_duplicate_threshold
         try:
@@ -598,6 +608,7 @@ class FactStore:
     async def correct(self, uid: str, text: str, *, origin: str) -> RememberResult:
         """Supersede fact `uid` with `text`; the old fact stays in history, linked to the new one."""
         self._check_origin(origin)
+        self._require_store()
         wording, resolved = self._prepare(text)
         async with self._lock:
             await self.load()
@@ -640,6 +651,7 @@ class FactStore:
     async def retract(self, uid: str, *, reason: str, origin: str) -> Fact:
         """Retire fact `uid` with `reason`; it stays searchable as history."""
         self._check_origin(origin)
+        self._require_store()
         async with self._lock:
             await self.load()
             old = self._require_active(uid.strip())
@@ -666,6 +678,7 @@ class FactStore:
     async def restore(self, uid: str, *, origin: str, reason: str = "restored") -> Fact:
         """Undo the retraction of fact `uid` (an append-only `restore` event); it is active again."""
         self._check_origin(origin)
+        self._require_store()
         async with self._lock:
             await self.load()
             fact = self.get(uid.strip())
