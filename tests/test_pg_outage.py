@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import anyio
+import psycopg
 import pytest
 
 from daemon.clock import SystemClock
@@ -25,6 +26,7 @@ from daemon.store.outage import APPLIED_KEY, PROBE_MAX_S, Breaker, WriteQueue
 from daemon.store.postgres import PgConnection, StorageUnavailable, StoreAway
 from daemon.tokens import TokenCounter
 from daemon.topics.router import TopicRouter
+from tests.harness import Client, DaemonProcess, daemon_env
 from tests.postgres_server import DedicatedServer, dedicated_pg, pg_server, pg_url  # noqa: F401
 
 KV = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT, updated_at TEXT)"
@@ -251,3 +253,39 @@ async def test_spend_while_the_server_is_away_counts_against_the_cap_and_is_not_
             await anyio.sleep(0.25)
         today = await ledger.today()
         assert today.calls == 2 and round(today.cost_usd, 2) == 1.2
+
+
+def test_a_daemon_stopped_during_the_outage_applies_its_queue_when_it_next_starts(
+    tmp_path: Path,
+    dedicated_pg: DedicatedServer,  # noqa: F811
+) -> None:
+    root = tmp_path / "home"
+    Home(root).ensure()
+    (root / "reverie.toml").write_text(f'[storage]\nurl = "{dedicated_pg.url}"\n')
+    d = DaemonProcess(home=root, env=daemon_env())
+    d.start()
+    try:
+        with Client(d.socket_path, timeout=60) as c:
+            c.hello()
+            assert c.chat("Before: the pond is ten metres long.")[1][-1]["type"] == "done"
+            dedicated_pg.stop()
+            _, frames = c.chat("During: the heron visits at dawn.")
+            assert frames[-1]["type"] == "done", frames[-1]
+        # Stopping while the server is away loses nothing: the queue stays in the home.
+        assert d.stop() == 0, d.logs()
+        assert (root / "store-queue.jsonl").exists()
+        dedicated_pg.start()
+        d.start()
+        assert not (root / "store-queue.jsonl").exists()  # applied before the daemon served
+        assert d.stop() == 0
+    finally:
+        if d.proc is not None and d.proc.poll() is None:
+            d.proc.kill()
+            d.wait(10)
+    with psycopg.connect(dedicated_pg.url) as conn:
+        said = conn.execute(
+            "SELECT content, count(*) FROM agent_reverie.messages GROUP BY content"
+        ).fetchall()
+    counts = dict(said)
+    assert counts.get("During: the heron visits at dawn.") == 1, counts
+    assert counts.get("Before: the pond is ten metres long.") == 1, counts
