@@ -32,10 +32,9 @@ is safe to run again after a crash, and a failing one is logged without failing 
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
@@ -45,7 +44,6 @@ from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.memory.facts import Fact, local_timezone
 from daemon.memory.lexical import lexical_searcher
-from daemon.memory.mining import recurring_days
 from daemon.memory.months import (
     FoldSource,
     month_key,
@@ -62,6 +60,8 @@ from daemon.memory.query import fts_match, terms
 from daemon.memory.rows import iso, parse_iso
 from daemon.sleep.changes import ChangeSet, fold_holds, pin_holds
 from daemon.sleep.phases import PhaseContext, PhaseReport
+from daemon.sleep.plans import past_plan
+from daemon.sleep.shared_upkeep import maintain_shared
 
 if TYPE_CHECKING:
     from daemon.clock import Clock
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
 log = get_logger("sleep.maintenance")
 
 PIN_TAGS = frozenset({"important", "pin", "pinned", "critical"})
-_DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
 _MENTION_SHARE = 0.6  # a chunk mentions a fact when it holds this share of the fact's words
 
 
@@ -81,6 +80,28 @@ _MENTION_SHARE = 0.6  # a chunk mentions a fact when it holds this share of the 
 class Importance:
     score: float
     why: tuple[str, ...]
+
+
+class _LockLost(Exception):
+    """This namespace's maintenance lock went to another daemon mid-phase."""
+
+    def __init__(self, step: str) -> None:
+        super().__init__(step)
+        self.step = step
+
+
+async def _still_held(ctx: PhaseContext, step: str) -> None:
+    """Stop the phase between steps once its lock is another daemon's.
+
+    A PostgreSQL session lock ends with its session; a reconnect takes it again unless another
+    daemon got there first (`Database.still_holds`). Each step computes what is left to do, so
+    the daemon that holds the lock now finishes the rest. The probe is one statement: a
+    connection lost since the last step is renewed by it, and the lock with it or not.
+    """
+    if ctx.db.is_postgres:
+        await ctx.db.fetchone("SELECT 1")
+    if not ctx.db.still_holds("maintenance"):
+        raise _LockLost(step)
 
 
 class MaintenancePhase:
@@ -93,7 +114,21 @@ class MaintenancePhase:
         # Daemons sharing a namespace on PostgreSQL maintain it one at a time.
         async with ctx.db.exclusive("maintenance") as held:
             if held:
-                return await self._run(ctx)
+                try:
+                    return await self._run(ctx)
+                except _LockLost as lost:
+                    log.warning(
+                        "maintenance stopped: its lock went to another daemon", after=lost.step
+                    )
+                    return PhaseReport(
+                        phase=self.name,
+                        changed=(
+                            f"stopped after {lost.step}: the connection to the store was renewed "
+                            "and another daemon had taken this namespace's maintenance meanwhile "
+                            "(it does the rest)"
+                        ),
+                        details={"stopped": "maintenance lock lost", "after": lost.step},
+                    )
         log.info("maintenance skipped: another daemon holds this namespace's maintenance")
         return PhaseReport(
             phase=self.name,
@@ -104,13 +139,15 @@ class MaintenancePhase:
 
     async def _run(self, ctx: PhaseContext) -> PhaseReport:
         folded = await fold_months(ctx)
+        await _still_held(ctx, "folding months")
         retired = await retire_stale(ctx)
+        await _still_held(ctx, "retiring stale facts")
         pinned = await pin_facts(ctx)
-        from daemon.sleep.shared_upkeep import maintain_shared  # it uses `past_plan` from here
-
+        await _still_held(ctx, "pinning")
         shared = await maintain_shared(ctx)
         upkeep = await ctx.bus.gather(SleepHousekeeping(cycle_id=ctx.cycle_id, at=ctx.clock.now()))
         kept = [line for _handler, line in upkeep.of(str)]
+        await _still_held(ctx, "housekeeping")
         compacted = await compact(ctx)
         parts = []
         if folded["sources"]:
@@ -283,30 +320,6 @@ def stale_date(fact: Fact, today: date, tz: Any, grace_days: int) -> date | None
     if fact.target != "memory" or not fact.active or fact.restored_at is not None:
         return None
     return past_plan(fact.text, fact.created_at, today=today, tz=tz, grace_days=grace_days)
-
-
-def past_plan(
-    text: str, stated_at: datetime, *, today: date, tz: Any, grace_days: int
-) -> date | None:
-    """The last date of a plan `text` states, when it passed `grace_days` before `today`; else None.
-
-    Shared with the shared facts' upkeep (`daemon.sleep.shared_upkeep`): one rule for both.
-    """
-    if recurring_days(text):
-        return None  # "the gym moves to Saturday (…)": a day of every week, never a past plan
-    dates: list[date] = []
-    for raw in _DATE.findall(text):
-        try:
-            dates.append(date.fromisoformat(raw))
-        except ValueError:
-            continue
-    if not dates:
-        return None
-    last = max(dates)
-    stated = stated_at.astimezone(tz).date()
-    if last < stated:
-        return None  # a past event when it was told ("born on …"): history, not a plan
-    return last if last + timedelta(days=grace_days) < today else None
 
 
 async def retire_stale(ctx: PhaseContext) -> list[dict[str, str]]:

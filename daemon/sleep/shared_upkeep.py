@@ -11,7 +11,7 @@ model, each computed from the facts current now:
   facts are, `FactStore.by_key`) supersedes the older one, whose `invalid_from` is the newer
   one's `valid_from`. An agent's word never supersedes the person's.
 - **past plans**: a shared fact about a dated plan whose date passed is retired, by the rule
-  that retires an agent's own (`daemon.sleep.maintenance.past_plan`).
+  that retires an agent's own (`daemon.sleep.plans.past_plan`).
 
 Nothing is deleted: a retired row keeps its text, when it stopped holding, what replaced it,
 why, and which agent and cycle retired it, and takes a new version so every agent's copy
@@ -42,6 +42,7 @@ from daemon.memory.facts import fact_change, local_timezone, normalise
 from daemon.memory.rows import iso, parse_iso
 from daemon.memory.shared import shared_uid
 from daemon.sleep.changes import ChangeKind, ChangeSet
+from daemon.sleep.plans import past_plan
 
 if TYPE_CHECKING:
     from daemon.sleep.phases import PhaseContext
@@ -96,8 +97,6 @@ def plan(
     rows: list[SharedRow], *, now: datetime, today: Any, tz: Any, grace_days: int
 ) -> list[Retirement]:
     """What tonight's upkeep retires among the current shared facts `rows`, in the order to do it."""
-    from daemon.sleep.maintenance import past_plan
-
     out: list[Retirement] = []
     gone: set[int] = set()
     # Duplicates: the oldest copy stays.
