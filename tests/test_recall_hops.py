@@ -12,7 +12,7 @@ import pytest
 from bench.memory_dataset import ANSWERS, CHATTER, generate_dialogue
 from daemon.cli import main
 from daemon.clock import FakeClock
-from daemon.memory.embedders import MiniLMEmbedder, minilm_available
+from daemon.memory.embedders import MiniLMEmbedder, NoEmbedder, minilm_available
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose, terms
@@ -190,8 +190,9 @@ async def test_a_question_about_a_person_is_asked_of_the_memories_naming_them(
             with anyio.fail_after(60):
                 await import_file(src, home=home, index=index)
                 await index.flush()
-                focused = await index.search_plan(plan, k=5)
-                plain = await index.search_plan(replace(plan, about=()), k=5)
+                # Without feedback, which finds the line by the words of her other lines.
+                focused = await index.search_plan(plan, k=5, feedback=False)
+                plain = await index.search_plan(replace(plan, about=()), k=5, feedback=False)
     assert any(TEACHER in i.text for i in focused)
     assert not any(TEACHER in i.text for i in plain)
 
@@ -345,3 +346,28 @@ async def test_automatic_recall_brings_what_the_second_hop_found(tmp_path: Path)
         texts = [i.text for i in shown]
         assert any("anatomy exams" in t for t in texts), texts
         assert any("got into medical school" in t for t in texts), texts
+
+
+@pytest.mark.anyio
+async def test_feedback_searches_the_words_the_best_hits_share(tmp_path: Path) -> None:
+    """ "What pets does Nate have?": his lines about the pets all say "turtles", and the line
+    that says only that ("a bigger tank, the turtles can swim") shares no word with the
+    question. The question searched again with the words its best hits share finds it (no
+    vectors here: by words alone)."""
+    lines = [
+        ("user", "Nate here: my pets keep me busy, the turtles especially."),
+        ("user", "Nate here: feeding the pets takes an hour, the turtles eat lettuce."),
+        ("user", "Bought a bigger tank, the turtles can finally swim around."),
+    ]
+    lines += [("user", f"Ana here: the weather is {w} again today.") for w in WEATHER]
+    lines += [("user", f"Ana here: the {w} game went badly, I lost.") for w in WEATHER]
+    config = Settings.model_validate({"memory": {"chunk_messages": 1}})
+    with anyio.fail_after(60):
+        async with memory_system(tmp_path, config=config, embedder=NoEmbedder()) as memory:
+            await add_session(memory.db, "s", lines)
+            await memory.index_session("s")
+            plan = decompose("What pets does Nate have?", now=NOW)
+            fed = await memory.index.search_plan(plan, k=5)
+            plain = await memory.index.search_plan(plan, k=5, feedback=False)
+    assert any("bigger tank" in i.text for i in fed)
+    assert not any("bigger tank" in i.text for i in plain)
