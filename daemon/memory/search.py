@@ -642,7 +642,7 @@ class MemorySearch:
             if fed is not None:
                 ranked[0] = [*ranked[0], fed]
                 window_weights[0] += [FEEDBACK_WEIGHT]
-        if feedback and mode != "vector":
+        if feedback and mode != "vector" and LEXICAL_FEEDBACK_WEIGHT > 0:
             worded = await self._lexical_feedback(
                 plan.text,
                 ranked[0],
