@@ -82,3 +82,38 @@ async def test_a_value_the_change_names_as_replaced_is_labelled_though_no_fact_h
             vote = [t for t in recalled if "vote" in t]
             assert vote, recalled
             assert all("the offsite [since changed: now Trieste]." in t for t in vote), vote
+
+
+async def test_a_change_no_rule_read_is_shown_beside_the_first_statement(
+    tmp_path: Path,
+) -> None:
+    """No fact holds the codename (no night has read it), and the sentence of the change
+    shares only "project" with the question, so recall's best hits are the lines that say
+    "project codename": the change is shown beside the first statement."""
+    said = [
+        "The codename for the new project is Marigold.",
+        "We spent the whole meeting arguing about the project codename.",
+        "Nobody outside the team may know the project codename.",
+        "A project codename should be short and easy to say.",
+        "The project codename list is pinned on the whiteboard.",
+        "I keep forgetting whether the project codename is secret.",
+        "The garden needs water, and the cat is sulking again.",
+        "The project's been renamed, it's Heron now.",
+        "The project budget meeting went fine.",
+    ]
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            for day, line in enumerate(said):  # no night's mining: no fact holds any of it
+                when = START + timedelta(days=day)
+                rig.clock.set(when + timedelta(hours=2))
+                await rig.add_session(f"d{day}", [("user", line)], started=when, summarise=False)
+            recalled = [
+                i.text for i in await rig.memory.view.auto_recall("what's the project codename?")
+            ]
+            assert not any("renamed" in t and "[said later" not in t for t in recalled), recalled
+            first = [t for t in recalled if "Marigold" in t]
+            assert first, recalled
+            assert all("[said later, 12 January 2026: " in t for t in first), first
+            assert "it's Heron now" in first[0]
+            # What was said later without a word of change is not taken for one.
+            assert not any("budget" in t for t in recalled), recalled

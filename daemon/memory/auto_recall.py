@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from functools import lru_cache
 
 from daemon.memory.api import LiveHistory, MemoryItem
@@ -28,7 +29,8 @@ from daemon.memory.index import MemoryIndex
 from daemon.memory.months import focus_month, months_in_place
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
 from daemon.memory.rows import row_to_item
-from daemon.memory.slots import slot_anchors
+from daemon.memory.search import undated
+from daemon.memory.slots import says_it_changed, slot_anchors
 from daemon.memory.text import content_words
 from daemon.memory.uses import stale_weight
 from daemon.settings import MemorySettings
@@ -188,6 +190,14 @@ class IndexMemoryView:
                 continue
             chosen.append(item if text == item.text else replace(item, text=text))
             used += cost
+        # A message shown with what was said of the same thing later, when that says it
+        # changed though no fact holds either; the last unlabelled items make room for it.
+        chosen = await self._said_later(chosen, wanted)
+        while sum(count_tokens(i.text) for i in chosen) > budget:
+            spare = [k for k, i in enumerate(chosen) if "said_later" not in i.meta]
+            if not spare:
+                break
+            chosen.pop(spare[-1])
         self.index.uses.note(chosen)  # counted in memory; written after the turn
         return chosen
 
@@ -234,6 +244,76 @@ class IndexMemoryView:
             return items
         labelled = {i.id: _label_changes(i, changes) for i in said}
         return [replace(i, text=labelled[i.id]) if i.id in labelled else i for i in items]
+
+    async def _said_later(
+        self, items: list[MemoryItem], wanted: frozenset[str]
+    ) -> list[MemoryItem]:
+        """`items`, a message among them followed by the latest later sentence that says the
+        thing it speaks of changed ("internally the project is called Marigold" … [said later,
+        12 March: the project's been renamed, it's Heron now]).
+
+        `_changed_since` labels a value the fact store saw replaced; a value no rule read (said
+        in words the extractive rules were not shaped on) has no fact to be superseded, and
+        recall finds its first statement by the question's words, not the sentence of the
+        change, which may share only the subject ("project") with it. So the subject of each
+        message — the question's words it uses — is looked up among later messages, by words
+        alone (one BM25 pass per subject, `_LATER_LOOKUPS` at most), and the latest later
+        sentence naming the subject with a word of change is shown beside the best-ranked
+        message before it, so the old value is never shown alone as if it held.
+        """
+        shown = {m for i in items for m in i.message_ids}
+        out = list(items)
+        # Messages that speak of the same thing share one lookup, from the earliest of them.
+        subjects: dict[frozenset[str], list[tuple[int, datetime]]] = {}
+        for pos, item in enumerate(items):
+            subject = wanted & _stems(item.text)
+            if item.kind == "chunk" and item.ts is not None and subject:
+                subjects.setdefault(subject, []).append((pos, item.ts))
+        for subject, dated in list(subjects.items())[:_LATER_LOOKUPS]:
+            words = [
+                w for p, _ in dated for w in content_words(items[p].text) if _stems(w) & subject
+            ]
+            since = min(ts for _, ts in dated)
+            later = await self.index.search(
+                " ".join(dict.fromkeys(words)),
+                k=_LATER_CANDIDATES,
+                kinds=["chunk"],
+                mode="lexical",
+                after=since + timedelta(seconds=1),
+            )
+            changes: list[tuple[datetime, MemoryItem, str]] = []
+            for cand in later:
+                if cand.ts is None or set(cand.message_ids) & shown:
+                    continue
+                for m in _SENTENCE_END.finditer(undated(cand.text)):
+                    sentence = m.group(0).strip()
+                    if subject & _stems(sentence) and says_it_changed(sentence):
+                        changes.append((cand.ts, cand, sentence))
+                        break
+            if not changes:
+                continue
+            when, cand, sentence = max(changes, key=lambda c: c[0])  # the latest word of it
+            if count_tokens(sentence) > _LATER_TOKENS:
+                sentence = _clip_tokens(sentence, _LATER_TOKENS)
+            label = f"[said later, {when.day} {when:%B %Y}: {sentence}]"
+            # Once, beside the best-ranked message it follows: the others are its context.
+            before = [p for p, ts in dated if ts < when]
+            if not before:
+                continue
+            item = out[before[0]]
+            out[before[0]] = replace(
+                item,
+                text=f"{item.text}\n{label}",
+                message_ids=(*item.message_ids, *cand.message_ids),
+                meta={**item.meta, "said_later": cand.id},
+            )
+            shown |= set(cand.message_ids)
+        return out
+
+
+_LATER_LOOKUPS = 3  # subjects a turn looks for later words about (one BM25 pass each)
+_LATER_CANDIDATES = 20
+_LATER_TOKENS = 40
 
 
 _CHANGED_FACTS = (

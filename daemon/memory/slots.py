@@ -203,9 +203,7 @@ def restated(
     if named:
         new = others[0][1] if len(others) == 1 else ""
         return Restated(value=_as_value(new, shape), old=value)
-    if not (
-        _STRONG_CUE.search(sentence) or (_NOW.search(sentence) and not _NEGATED.search(sentence))
-    ):
+    if not says_it_changed(sentence):
         # The old value not named: only a word that the value changed, or "now" unnegated
         # ("the gym is on Sunday now"), makes another value a change ("I can't go to the gym
         # on Friday" is one day, not a new gym day).
@@ -229,6 +227,14 @@ def _as_value(found: str, shape: str) -> str:
 def says_change(sentence: str) -> bool:
     """True when `sentence` has a word of change (a cheap first test before `restated`)."""
     return _CHANGE_CUE.search(sentence) is not None
+
+
+def says_it_changed(sentence: str) -> bool:
+    """True when `sentence` says something changed without naming what it was: a word that a
+    value changed ("renamed", "moved", "instead") or "now" unnegated ("it's Heron now")."""
+    return bool(
+        _STRONG_CUE.search(sentence) or (_NOW.search(sentence) and not _NEGATED.search(sentence))
+    )
 
 
 def sentence_words(sentence: str) -> frozenset[str]:
