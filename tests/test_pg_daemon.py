@@ -104,6 +104,42 @@ def _search(home: Path, query: str) -> list[str]:
     return [h["text"] for h in hits]
 
 
+def chat_and_import(
+    ada: DaemonProcess, bob: DaemonProcess, *, lines: int, turns: int, bob_asks: str
+) -> None:
+    """Both daemons import a history of `lines` messages and answer `turns` messages each,
+    all at once, on the one server."""
+    for who, seed in ((ada, 1), (bob, 2)):
+        write_transcript(who.home.parent / f"{who.home.name}.jsonl", lines, seed=seed)
+    imports = [
+        subprocess.Popen(
+            [
+                *(sys.executable, "-m", "daemon.cli", "memory", "import"),
+                *(str(who.home.parent / f"{who.home.name}.jsonl"), "--home", str(who.home)),
+            ],
+            cwd=REPO,
+            env=daemon_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for who in (ada, bob)
+    ]
+    with Client(ada.socket_path) as a, Client(bob.socket_path) as b:
+        a.hello()
+        b.hello()
+        for n in range(turns):
+            a.send({"type": "message", "text": f"Where did we put the spare key? ({n})"})
+            b.send({"type": "message", "text": f"{bob_asks} ({n})"})
+        for c in (a, b):
+            finished = 0
+            while finished < turns:
+                finished += c.recv().get("type") == "done"
+    for p in imports:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+
+
 def test_two_agents_on_one_database_share_what_is_shared_and_nothing_else(
     tmp_path: Path,
     pg_url: str,  # noqa: F811
@@ -121,35 +157,7 @@ def test_two_agents_on_one_database_share_what_is_shared_and_nothing_else(
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["id"].startswith("shared:")
         # Both import a history and chat at once, on the one server.
-        for who, seed in ((ada, 1), (bob, 2)):
-            write_transcript(who.home.parent / f"{who.home.name}.jsonl", 400, seed=seed)
-        imports = [
-            subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "daemon.cli", "memory", "import"),
-                    *(str(who.home.parent / f"{who.home.name}.jsonl"), "--home", str(who.home)),
-                ],
-                cwd=REPO,
-                env=daemon_env(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for who in (ada, bob)
-        ]
-        with Client(ada.socket_path) as a, Client(bob.socket_path) as b:
-            a.hello()
-            b.hello()
-            for n in range(3):
-                a.send({"type": "message", "text": f"Where did we put the spare key? ({n})"})
-                b.send({"type": "message", "text": f"What is the wifi password? ({n})"})
-            for c in (a, b):
-                finished = 0
-                while finished < 3:
-                    finished += c.recv().get("type") == "done"
-        for p in imports:
-            _, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
+        chat_and_import(ada, bob, lines=400, turns=3, bob_asks="What is the wifi password?")
         for who in (ada, bob):
             with psycopg.connect(pg_url) as conn:
                 schema = f"agent_{who.home.name}"

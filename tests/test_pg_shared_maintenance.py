@@ -18,11 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from bench.memory_search import write_transcript
 from daemon.sleep.shared_upkeep import SharedRow, plan
-from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
+from tests.harness import REPO, DaemonProcess, daemon_env, run_cli, wait_until
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
-from tests.test_pg_daemon import pg_home
+from tests.test_pg_daemon import chat_and_import, pg_home
 
 UPKEEP = "reverie shared maintenance"
 
@@ -60,39 +59,6 @@ def _upkeep_sessions(url: str, schema: str, *, waiting: bool) -> int:
     return int(row[0]) if row else 0
 
 
-def _chat_and_import(ada: DaemonProcess, bob: DaemonProcess) -> None:
-    """Both daemons import a history and answer chat at once, on the one server."""
-    for who, seed in ((ada, 1), (bob, 2)):
-        write_transcript(who.home.parent / f"{who.home.name}.jsonl", 150, seed=seed)
-    imports = [
-        subprocess.Popen(
-            [
-                *(sys.executable, "-m", "daemon.cli", "memory", "import"),
-                *(str(who.home.parent / f"{who.home.name}.jsonl"), "--home", str(who.home)),
-            ],
-            cwd=REPO,
-            env=daemon_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for who in (ada, bob)
-    ]
-    with Client(ada.socket_path) as a, Client(bob.socket_path) as b:
-        a.hello()
-        b.hello()
-        for n in range(2):
-            a.send({"type": "message", "text": f"Where did we put the spare key? ({n})"})
-            b.send({"type": "message", "text": f"Where is the team offsite this year? ({n})"})
-        for c in (a, b):
-            finished = 0
-            while finished < 2:
-                finished += c.recv().get("type") == "done"
-    for p in imports:
-        _, err = p.communicate(timeout=90)
-        assert p.returncode == 0, err
-
-
 @pytest.mark.timeout(300)  # two daemons, two imports and three sleeps on a loaded machine
 def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
     tmp_path: Path,
@@ -123,7 +89,9 @@ def test_one_daemon_killed_mid_shared_upkeep_and_the_other_finishing_it(
             )
         bins = _share(ada.home, "The recycling bins go out on Thursday evenings")
         tuner = _share(bob.home, "The piano tuner visits in the spring")
-        _chat_and_import(ada, bob)
+        chat_and_import(
+            ada, bob, lines=150, turns=2, bob_asks="Where is the team offsite this year?"
+        )
 
         # Ada sleeps; the test holds Porto's row, so her shared upkeep stops at it with the
         # shared lock held, after folding the duplicate (a change of its own, committed).
