@@ -138,7 +138,9 @@ def minilm_vectors(size: int, queries: int) -> tuple[np.ndarray, np.ndarray] | N
     return rows(base, size, np.random.default_rng(5)), np.asarray(qv, dtype=np.float32)
 
 
-def vector_recall(vecs: np.ndarray, qv: np.ndarray, url: str) -> dict[str, Any]:
+def vector_recall(
+    vecs: np.ndarray, qv: np.ndarray, url: str, ef_searches: tuple[int, ...] = ()
+) -> dict[str, Any]:
     """HNSW as the daemon builds and asks it, and the numpy matrix, against exact, on `vecs`."""
     from daemon.memory.matrix import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_MIN_CANDIDATES
     from daemon.store.postgres import PgConnection
@@ -192,6 +194,19 @@ def vector_recall(vecs: np.ndarray, qv: np.ndarray, url: str) -> dict[str, Any]:
             got.append(ids[:K])
         out["hnsw_recall_at_10"] = round(recall_at_k(exact, got), 4)
         out["hnsw_p50_ms"], out["hnsw_p95_ms"] = round(pct(times, 50), 2), round(pct(times, 95), 2)
+        # The same index searched wider (`--ef-search`): what recall costs at this size.
+        for ef in ef_searches:
+            raw.execute(f"SET hnsw.ef_search = {ef}")
+            times, got = [], []
+            wide = sql.replace(f"LIMIT {HNSW_MIN_CANDIDATES}", f"LIMIT {max(ef, K)}")
+            for q in qv:
+                t = time.perf_counter()
+                ids = [r[0] for r in raw.execute(wide, (q.astype("<f4").tobytes(),)).fetchall()]
+                times.append((time.perf_counter() - t) * 1000)
+                got.append(ids[:K])
+            out[f"hnsw_ef{ef}_recall_at_10"] = round(recall_at_k(exact, got), 4)
+            out[f"hnsw_ef{ef}_p50_ms"] = round(pct(times, 50), 2)
+            out[f"hnsw_ef{ef}_p95_ms"] = round(pct(times, 95), 2)
     finally:
         conn.close()
     return out
@@ -230,6 +245,11 @@ def main() -> None:
     ap.add_argument(
         "--vectors-only", action="store_true", help="only the MiniLM vector recall, no import"
     )
+    ap.add_argument(
+        "--ef-search",
+        default="",
+        help="also search the HNSW index with these hnsw.ef_search values, e.g. 1000,2000",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     results: list[dict[str, Any]] = []
@@ -240,7 +260,8 @@ def main() -> None:
             for size in sizes:
                 made = minilm_vectors(size, args.queries)
                 if made is not None:
-                    row = vector_recall(*made, fresh_database(base, f"bench_vectors_{size}"))
+                    efs = tuple(int(e) for e in args.ef_search.split(",") if e)
+                    row = vector_recall(*made, fresh_database(base, f"bench_vectors_{size}"), efs)
                     row["vectors"] = "all-MiniLM-L6-v2 (real messages, then mixtures)"
                     results.append(row)
                     print(json.dumps(row), flush=True)
