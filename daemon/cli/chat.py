@@ -669,8 +669,20 @@ class InteractiveChat:
         return True
 
     def _turn(self, portal: Any, session: ChatSession, text: str) -> None:
-        portal.call(session.start_turn, text)
+        # A Ctrl-C while the message goes out cancels the turn it starts: the sending runs on
+        # (the message may be on the daemon's disk already), then the cancel follows it.
+        started = portal.start_task_soon(session.start_turn, text)
         cancelled = False
+        while True:
+            try:
+                started.result()
+                break
+            except KeyboardInterrupt:
+                if not cancelled:
+                    cancelled = True
+                    self.screen.note("cancelling…")
+        if cancelled:
+            portal.call(session.cancel_turn)
         while True:
             try:
                 done = portal.call(session.wait_turn, self.turn_timeout)
