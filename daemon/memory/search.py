@@ -68,6 +68,8 @@ FEEDBACK_WEIGHT = 1.0
 # recall@10 82.4 → 85.3; weighted above the question (1.0: 89.9), as the about question is.
 LEXICAL_FEEDBACK_WEIGHT = 1.25
 FEEDBACK_TERMS = 5
+# A word only one hit uses would pull that hit up by its own words: two of them must share it.
+FEEDBACK_MIN_SHARED = 2
 
 
 # "Maya (8 May 2023): " -> "Maya: ": the same words from the same speaker on another day.
@@ -438,9 +440,10 @@ class MemorySearch:
     ) -> dict[int, float] | None:
         """A BM25 ranking for the question and the words its best hits have in common.
 
-        Of the words the best `FEEDBACK_SEEDS` hits use and the question does not, the
-        `FEEDBACK_TERMS` that most of them share and the fewest memories use: what the
-        question is about, said the way the conversation says it. None when they share none.
+        Of the words at least `FEEDBACK_MIN_SHARED` of the best `FEEDBACK_SEEDS` hits use and
+        the question does not, the `FEEDBACK_TERMS` that most of them share and the fewest
+        memories use: what the question is about, said the way the conversation says it. None
+        when they share none.
         """
         seeds = self._combine(ranked, FEEDBACK_SEEDS, weights)
         if not seeds:
@@ -453,6 +456,7 @@ class MemorySearch:
             for w in {w for w in terms(said) if w.isalpha() and len(w) > 2}:
                 if stem(w) not in asked:
                     shared[w] = shared.get(w, 0) + 1
+        shared = {w: n for w, n in shared.items() if n >= FEEDBACK_MIN_SHARED}
         if not shared:
             return None
         rows = len(self.matrix)
@@ -642,7 +646,7 @@ class MemorySearch:
             if fed is not None:
                 ranked[0] = [*ranked[0], fed]
                 window_weights[0] += [FEEDBACK_WEIGHT]
-        if feedback and mode != "vector" and LEXICAL_FEEDBACK_WEIGHT > 0:
+        if feedback and mode == "hybrid" and LEXICAL_FEEDBACK_WEIGHT > 0:
             worded = await self._lexical_feedback(
                 plan.text,
                 ranked[0],
