@@ -261,6 +261,8 @@ def main() -> None:
                 made = minilm_vectors(size, args.queries)
                 if made is not None:
                     efs = tuple(int(e) for e in args.ef_search.split(",") if e)
+                    if any(not 1 <= e <= 1000 for e in efs):
+                        ap.error("--ef-search: pgvector takes hnsw.ef_search from 1 to 1000")
                     row = vector_recall(*made, fresh_database(base, f"bench_vectors_{size}"), efs)
                     row["vectors"] = "all-MiniLM-L6-v2 (real messages, then mixtures)"
                     results.append(row)
