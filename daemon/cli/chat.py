@@ -576,6 +576,10 @@ class InteractiveChat:
         self.screen = Screen(sys.stdout, readline=self.readline)
 
     def run(self) -> int:
+        if sys.stdin.isatty() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            # Started by something that ignores Ctrl-C (a background launcher, `nohup`), which
+            # a child inherits: at a terminal, Ctrl-C is how the person cancels a reply.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         self._load_history()
         try:
             with start_blocking_portal() as portal:
