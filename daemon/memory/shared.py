@@ -106,16 +106,21 @@ async def _current_row(db: Database, fact_id: int) -> Any:
     return row
 
 
+async def _current(db: Database, uid: str, doing: str) -> tuple[int, Any]:
+    """The shared fact `uid` names and its row, current; raise saying why not."""
+    _require_postgres(db, doing)
+    fact_id = shared_id(uid)
+    if fact_id is None:
+        raise ValueError(f"{uid!r} is not a shared fact's id (shared:N)")
+    return fact_id, await _current_row(db, fact_id)
+
+
 async def retract_shared(
     index: MemoryIndex, uid: str, *, reason: str, by: str = "person"
 ) -> dict[str, Any]:
     """Withdraw a shared fact for every agent; the row stays, retired, in history."""
     db = index.db
-    _require_postgres(db, "retracting a shared fact")
-    fact_id = shared_id(uid)
-    if fact_id is None:
-        raise ValueError(f"{uid!r} is not a shared fact's id (shared:N)")
-    row = await _current_row(db, fact_id)
+    fact_id, row = await _current(db, uid, "retracting a shared fact")
     now = iso(datetime.now(UTC))
     reason = " ".join(reason.split()) or f"retracted by the {by}"
     # `retired_at IS NULL`: another agent's retraction or a night's maintenance that got there
@@ -147,14 +152,10 @@ async def correct_shared(
 ) -> dict[str, Any]:
     """Supersede a shared fact with `text` for every agent: a new row, the old one in history."""
     db = index.db
-    _require_postgres(db, "correcting a shared fact")
-    fact_id = shared_id(uid)
-    if fact_id is None:
-        raise ValueError(f"{uid!r} is not a shared fact's id (shared:N)")
     text = " ".join(text.split())
     if not text:
         raise ValueError("--correct needs the corrected TEXT")
-    old = await _current_row(db, fact_id)
+    fact_id, old = await _current(db, uid, "correcting a shared fact")
     now = iso(datetime.now(UTC))
 
     def work(conn: Any) -> int:
