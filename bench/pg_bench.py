@@ -18,7 +18,8 @@ The hashing embedder's vectors have little neighbourhood structure, so recall is
 on vectors shaped like a real history (`bench.matrix_sketch`: all-MiniLM-L6-v2 over the
 synthetic datasets' messages, then mixtures of them, the datasets' questions as queries; when
 the packaged weights load): the HNSW index as the daemon builds and asks it (`vector_ip_ops`
-on `vector::vector(384)`, m 16, ef_construction 128, `hnsw.ef_search` 400, 100 candidates) and the numpy matrix, each
+on `vector::vector(384)`, m 32, ef_construction 200, built with 2 GB, `hnsw.ef_search` 400,
+100 candidates) and the numpy matrix, each
 against exact search, with their query times (`--vectors-only` runs just this).
 Writes JSON to `bench/results/pg_bench.json`.
 """
@@ -142,8 +143,8 @@ def vector_recall(
     vecs: np.ndarray, qv: np.ndarray, url: str, ef_searches: tuple[int, ...] = ()
 ) -> dict[str, Any]:
     """HNSW as the daemon builds and asks it, and the numpy matrix, against exact, on `vecs`."""
-    from daemon.memory.matrix import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_MIN_CANDIDATES
-    from daemon.store.postgres import PgConnection
+    from daemon.memory.matrix import HNSW_EF_SEARCH, HNSW_MIN_CANDIDATES, hnsw_index_sql
+    from daemon.store.postgres import DEFAULT_BUILD_MEMORY, PgConnection
 
     n, d = vecs.shape
     out: dict[str, Any] = {"rows": n, "queries": len(qv)}
@@ -176,10 +177,9 @@ def vector_recall(
             )
         out["pg_insert_s"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
-        raw.execute(
-            f"CREATE INDEX ON vecs USING hnsw ((vector::vector({d})) vector_ip_ops) "
-            f"WITH (m = 16, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dim = {d}"
-        )
+        # As the daemon builds it (`build_hnsw_index`): its parameters, its build memory.
+        raw.execute(f"SET maintenance_work_mem = '{DEFAULT_BUILD_MEMORY}'")
+        raw.execute(hnsw_index_sql(d, table="vecs", name="vecs_hnsw"))
         out["hnsw_build_s"] = round(time.perf_counter() - t, 1)
         raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
         times, got = [], []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +138,18 @@ class StorageSettings(_Section):
     url: str = ""
     # The agent's schema on the server; empty: the [agent] name.
     namespace: str = ""
+    # The most memory the server may use to build the vector index (`maintenance_work_mem`
+    # for that one statement): a graph that fits builds several times faster than one that
+    # spills to disk. It takes only what the vectors need — ~2.7 GB at 1M memories of 384
+    # dimensions — so this is a ceiling; lower it on a server short of memory.
+    index_build_memory: str = "2GB"  # = daemon.store.postgres.DEFAULT_BUILD_MEMORY
+
+    @field_validator("index_build_memory")
+    @classmethod
+    def _memory_size(cls, v: str) -> str:
+        if not re.fullmatch(r"\d+\s*(kB|MB|GB|TB)", v.strip()):
+            raise ValueError(f"{v!r} is not a size PostgreSQL reads, such as '512MB' or '2GB'")
+        return v.strip()
 
     @field_validator("url")
     @classmethod

@@ -18,6 +18,7 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.memory.embedders import Embedder, HashEmbedder
 from daemon.memory.index import MemoryIndex
+from daemon.memory.matrix import hnsw_index_name
 from daemon.models.base import Usage
 from daemon.models.ledger import UsageLedger
 from daemon.schedule.store import ScheduleStore
@@ -81,12 +82,15 @@ async def test_memories_upsert_get_search(open_db: Opener) -> None:
             vec = await index.search("grey cat Miso", k=1, mode="vector")
             assert vec[0].id == "fact:4"
             if db.is_postgres:
-                # The vector side ran on the server's HNSW index, not only on numpy.
+                # The index stands once prepared (the daemon does at start); the vector side
+                # then runs on the server's HNSW index, not only on numpy.
+                await anyio.to_thread.run_sync(index.matrix.prepare_index)  # type: ignore[attr-defined]
+                assert (await index.search("grey cat Miso", k=1, mode="vector"))[0].id == "fact:4"
                 assert index.matrix.hnsw_queries > 0  # type: ignore[attr-defined]
                 made = await db.fetchone(
                     "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() "
                     "AND indexname = ?",
-                    (f"embeddings_hnsw_{index.embedder.dim}",),
+                    (hnsw_index_name(index.embedder.dim),),
                 )
                 assert made[0] == 1
             stats = await index.stats()

@@ -91,7 +91,11 @@ class MemoryIndex:
         self.matrix: VectorMatrix
         if db.is_postgres:
             self.matrix = PgVectorMatrix(
-                model=embedder.name, dim=embedder.dim, url=db.url, schema=db.schema
+                model=embedder.name,
+                dim=embedder.dim,
+                url=db.url,
+                schema=db.schema,
+                build_memory=db.build_memory,
             )
         else:
             self.matrix = VectorMatrix(model=embedder.name, dim=embedder.dim)

@@ -29,8 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daemon.log import get_logger
+from daemon.store.postgres import DEFAULT_BUILD_MEMORY
+
 if TYPE_CHECKING:
     from daemon.memory.lexical import RowFilter
+
+log = get_logger("memory.matrix")
 
 KIND_CODES = {"fact": 0, "profile": 1, "summary": 2, "chunk": 3, "month": 4, "journal": 5}
 
@@ -609,13 +614,68 @@ class VectorMatrix:
 
 
 # HNSW on PostgreSQL: candidates asked of the index per query (at least), its search breadth,
-# and how carefully it is built. On 100k MiniLM-shaped vectors (bench.pg_bench) pgvector's
-# defaults (ef_construction 64, ef_search 40→200) kept 0.78 of the exact top 10; building with
-# 128 and searching 400 wide keeps 0.95 for 4 ms a query (p50), at twice the build time.
+# and how its graph is built. On MiniLM-shaped vectors (bench.pg_bench) a graph of m 16 kept
+# 0.94 of the exact top 10 at 100k but 0.82 at 300k and 0.59 at 1M; m 32 with ef_construction
+# 200 keeps 0.94 at 300k for 6 ms a query (p50) at about twice the build time.
 HNSW_MIN_CANDIDATES = 100
 HNSW_OVERSAMPLE = 4
 HNSW_EF_SEARCH = 400
-HNSW_EF_CONSTRUCTION = 128
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 200
+
+
+def hnsw_index_name(dim: int) -> str:
+    """The name of the index of one dimension, built as this version builds it."""
+    return f"embeddings_hnsw_{int(dim)}_m{HNSW_M}_ef{HNSW_EF_CONSTRUCTION}"
+
+
+def hnsw_index_sql(dim: int, *, table: str = "embeddings", name: str | None = None) -> str:
+    """`CREATE INDEX CONCURRENTLY` of the HNSW index over `table`'s vectors of one dimension."""
+    d = int(dim)
+    return (
+        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name or hnsw_index_name(d)} ON {table} "
+        f"USING hnsw ((vector::vector({d})) vector_ip_ops) "
+        f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dim = {d}"
+    )
+
+
+def build_hnsw_index(raw: Any, dim: int, build_memory: str) -> list[str]:
+    """Make the index of `dim` on the connection's schema, valid; drop older builds of it.
+
+    Built `CONCURRENTLY`, so the embedding writes go on meanwhile; with `maintenance_work_mem`
+    at `build_memory` for this statement, so the graph is built in memory while it fits. A
+    build cut short leaves an invalid index: it is dropped and built again. An index of the
+    same dimension built with other parameters (an earlier version's) is dropped once this one
+    stands. Returns what was done, for the log.
+    """
+    d = int(dim)
+    name = hnsw_index_name(d)
+    found = {
+        str(r[0]): bool(r[1])
+        for r in raw.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid "
+            "JOIN pg_namespace n ON n.oid = t.relnamespace "
+            "WHERE n.nspname = current_schema() AND t.relname = 'embeddings'"
+        ).fetchall()
+    }
+    done: list[str] = []
+    if found.get(name) is False:
+        raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        done.append(f"dropped {name} (a build cut short)")
+    if not found.get(name):
+        raw.execute(f"SET maintenance_work_mem = '{build_memory}'")
+        try:
+            raw.execute(hnsw_index_sql(d, name=name))
+        finally:
+            raw.execute("RESET maintenance_work_mem")
+        done.append(f"built {name}")
+    older = f"embeddings_hnsw_{d}"
+    for other in sorted(found):
+        if other != name and (other == older or other.startswith(older + "_")):
+            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {other}")
+            done.append(f"dropped {other} (an earlier build)")
+    return done
 
 
 class PgVectorMatrix(VectorMatrix):
@@ -623,17 +683,29 @@ class PgVectorMatrix(VectorMatrix):
 
     The rows' attributes (kind, retired, time …) and vectors are still loaded as on SQLite:
     filters, fusion and `similar` read them. `ranked` asks the server's HNSW index for the
-    nearest embeddings of the model's dimension (one partial index per dimension, made on first
-    use), keeps those whose memory passes the window's mask, and scores exactly in numpy only
-    when the approximate candidates leave a window short (a narrow filter). It runs in a worker
-    thread on a connection of its own, beside the database thread.
+    nearest embeddings of the model's dimension (one partial index per dimension, made by
+    `prepare_index`), keeps those whose memory passes the window's mask, and scores exactly in
+    numpy only when the approximate candidates leave a window short (a narrow filter) — or
+    while the index is not there yet (being built), as the SQLite matrix does. It runs in a
+    worker thread on a connection of its own, beside the database thread.
     """
 
-    def __init__(self, *, model: str, dim: int, url: str, schema: str) -> None:
+    def __init__(
+        self,
+        *,
+        model: str,
+        dim: int,
+        url: str,
+        schema: str,
+        build_memory: str = DEFAULT_BUILD_MEMORY,
+    ) -> None:
         super().__init__(model=model, dim=dim)
         self.url = url
         self.schema = schema
+        self.build_memory = build_memory
         self.hnsw_queries = 0
+        # Whether the index of this dimension stands (None: not looked yet).
+        self.index_ready: bool | None = None
         self._conn: Any = None
         self._lock = threading.Lock()
 
@@ -642,24 +714,47 @@ class PgVectorMatrix(VectorMatrix):
             from daemon.store.postgres import PgConnection
 
             conn = PgConnection.connect(self.url, self.schema)
-            d = int(self.dim)
-            conn.raw.execute(
-                f"CREATE INDEX IF NOT EXISTS embeddings_hnsw_{d} ON embeddings "
-                f"USING hnsw ((vector::vector({d})) vector_ip_ops) "
-                f"WITH (m = 16, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dim = {d}"
-            )
             conn.set_session(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
             self._conn = conn
         return self._conn
 
     def prepare_index(self) -> None:
-        """Make sure the HNSW index of this dimension exists (the daemon does at start, off the loop).
+        """Make sure the HNSW index of this dimension stands (the daemon does at start, off the loop).
 
-        Made on an empty store it costs nothing and is kept up as rows arrive; made over a large
-        one (moved in, or the embedder changed) it is built once, here, before the first search.
+        Made on an empty store it costs nothing and is kept up as rows arrive; over a large one
+        (moved in, the embedder changed, or an earlier version's build) it is built here, on a
+        connection of its own: searches meanwhile are exact in numpy, writes go on.
         """
-        with self._lock:
-            self._connection()
+        from daemon.store.postgres import PgConnection
+
+        conn = PgConnection.connect(self.url, self.schema)
+        try:
+            done = build_hnsw_index(conn.raw, self.dim, self.build_memory)
+        finally:
+            conn.close()
+        if done:
+            log.info("vector index", done="; ".join(done), schema=self.schema)
+        self.index_ready = True
+
+    def _index_stands(self) -> bool:
+        """Whether the index is there to ask (looked up once, then known)."""
+        if self.index_ready is None:
+            with self._lock:
+                conn = self._connection()
+                row = conn._resilient(
+                    lambda: conn.raw.execute(
+                        "SELECT i.indisvalid FROM pg_index i "
+                        "JOIN pg_class c ON c.oid = i.indexrelid "
+                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE n.nspname = current_schema() AND c.relname = %s",
+                        (hnsw_index_name(self.dim),),
+                    ).fetchone()
+                )
+            if row is not None and row[0]:
+                self.index_ready = True
+            else:
+                return False  # looked again next time: the daemon may be building it
+        return bool(self.index_ready)
 
     def close(self) -> None:
         with self._lock:
@@ -689,6 +784,8 @@ class PgVectorMatrix(VectorMatrix):
         q = np.asarray(queries, dtype=np.float32)
         if q.ndim == 1:
             q = q.reshape(1, -1)
+        if not self._index_stands():
+            return super().ranked(q, masks, limit)
         want = max(HNSW_MIN_CANDIDATES, HNSW_OVERSAMPLE * limit)
         out: list[list[list[int]]] = [[] for _ in masks]
         for row in q:

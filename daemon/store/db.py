@@ -24,7 +24,13 @@ from daemon.log import get_logger
 from daemon.store.migrations import apply_migrations
 from daemon.store.outage import QUEUE_NAME, WriteQueue, rerun_safe
 from daemon.store.pg_migrations import apply_pg_migrations
-from daemon.store.postgres import PgConnection, StoreAway, is_postgres_url, schema_name
+from daemon.store.postgres import (
+    DEFAULT_BUILD_MEMORY,
+    PgConnection,
+    StoreAway,
+    is_postgres_url,
+    schema_name,
+)
 
 log = get_logger("store")
 
@@ -74,6 +80,7 @@ class Database:
         backend: str = "sqlite",
         url: str = "",
         schema: str = "",
+        build_memory: str = DEFAULT_BUILD_MEMORY,
     ) -> None:
         self.conn = conn
         # SQLite: the database file. PostgreSQL: where its beside-files (the persisted vector
@@ -83,6 +90,8 @@ class Database:
         self.backend = backend
         self.url = url
         self.schema = schema
+        # PostgreSQL: the most memory the server may use to build the vector index.
+        self.build_memory = build_memory
         self._closed = False
         # PostgreSQL opened for writing: the writes queued while the server is away.
         self.queue: WriteQueue | None = None
@@ -162,6 +171,7 @@ class Database:
         busy_timeout_ms: int = 5000,
         url: str | None = None,
         namespace: str = "default",
+        build_memory: str = DEFAULT_BUILD_MEMORY,
     ) -> Database:
         """Open the home's index: the SQLite file at `path`, or PostgreSQL when `url` names a server.
 
@@ -170,7 +180,12 @@ class Database:
         """
         if is_postgres_url(url):
             return await cls._open_postgres(
-                path, str(url), namespace, readonly=readonly, migrate=migrate
+                path,
+                str(url),
+                namespace,
+                readonly=readonly,
+                migrate=migrate,
+                build_memory=build_memory,
             )
 
         def connector() -> sqlite3.Connection:
@@ -195,6 +210,7 @@ class Database:
             busy_timeout_ms=settings.store.busy_timeout_ms,
             url=settings.storage.url or None,
             namespace=settings.storage.namespace or settings.agent.name,
+            build_memory=settings.storage.index_build_memory,
         )
 
     @property
@@ -210,7 +226,14 @@ class Database:
 
     @classmethod
     async def _open_postgres(
-        cls, path: Path, url: str, namespace: str, *, readonly: bool, migrate: bool
+        cls,
+        path: Path,
+        url: str,
+        namespace: str,
+        *,
+        readonly: bool,
+        migrate: bool,
+        build_memory: str = DEFAULT_BUILD_MEMORY,
     ) -> Database:
         schema = schema_name(namespace)
 
@@ -223,7 +246,15 @@ class Database:
         # aiosqlite runs any connection with the sqlite3 interface on its thread.
         aconn = aiosqlite.Connection(connector, iter_chunk_size=64)
         await aconn
-        db = cls(aconn, path, readonly, backend="postgresql", url=url, schema=schema)
+        db = cls(
+            aconn,
+            path,
+            readonly,
+            backend="postgresql",
+            url=url,
+            schema=schema,
+            build_memory=build_memory,
+        )
         if migrate and not readonly:
             await db.run(apply_pg_migrations)
         if not readonly:

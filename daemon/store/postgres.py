@@ -46,6 +46,8 @@ SHARED_SCHEMA = "shared"
 RECONNECT_TRIES = 4
 # The systemd credential that holds the server password (`LoadCredential=`).
 CREDENTIAL_NAME = "reverie-storage-password"
+# The most memory the server may use to build the vector index, unless `[storage]` says.
+DEFAULT_BUILD_MEMORY = "2GB"
 PASSWORD_ENV = "REVERIE_STORAGE_PASSWORD"
 
 

@@ -1,0 +1,159 @@
+"""The HNSW index on PostgreSQL: built as this version builds it, replaced when an older build
+stands, rebuilt when a build was cut short, built in the memory `[storage]` allows, and never
+in the way of a search (exact in numpy until it stands).
+
+Against a real PostgreSQL server with pgvector (tests/postgres_server.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+from daemon.clock import FakeClock
+from daemon.memory.embedders import HashEmbedder
+from daemon.memory.index import MemoryIndex
+from daemon.memory.matrix import PgVectorMatrix, build_hnsw_index, hnsw_index_name
+from daemon.settings import ConfigError, MemorySettings, Settings, load_settings
+from daemon.store.db import Database
+from daemon.store.postgres import PgConnection
+from tests.postgres_server import pg_server, pg_url  # noqa: F401
+from tests.test_memory_index import T0, fact
+
+TEXTS = [
+    f"{who} {verb} the {thing} on {day}"
+    for who in ("Ana", "Ben", "Caro", "Dev", "Eli")
+    for verb in ("moved", "painted", "sold", "fixed")
+    for thing in ("kiln", "boat", "piano")
+    for day in ("Monday", "Friday")
+]
+
+
+def _indexes(url: str, schema: str) -> dict[str, bool]:
+    conn = PgConnection.connect(url, schema)
+    try:
+        rows = conn.raw.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid "
+            "JOIN pg_namespace n ON n.oid = t.relnamespace "
+            "WHERE n.nspname = current_schema() AND t.relname = 'embeddings' "
+            "AND c.relname LIKE 'embeddings_hnsw%%'"
+        ).fetchall()
+        return {str(r[0]): bool(r[1]) for r in rows}
+    finally:
+        conn.close()
+
+
+def _raw(url: str, schema: str, sql: str) -> None:
+    conn = PgConnection.connect(url, schema)
+    try:
+        conn.raw.execute(sql)
+    finally:
+        conn.close()
+
+
+@pytest.mark.anyio
+async def test_an_earlier_build_is_replaced_and_searches_meanwhile_are_exact(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with await Database.open(tmp_path / "reverie.db", url=pg_url, namespace="a") as db:
+            index = MemoryIndex(
+                db, HashEmbedder(), MemorySettings(), FakeClock(T0), background=False
+            )
+            async with index:
+                await index.upsert([fact(i, t) for i, t in enumerate(TEXTS, 1)])
+                await index.flush()
+                d = index.embedder.dim
+                # What an earlier version built: m 16 under the old name.
+                _raw(
+                    pg_url,
+                    db.schema,
+                    f"CREATE INDEX embeddings_hnsw_{d} ON embeddings USING hnsw "
+                    f"((vector::vector({d})) vector_ip_ops) WITH (m = 16) WHERE dim = {d}",
+                )
+                matrix = index.matrix
+                assert isinstance(matrix, PgVectorMatrix)
+                # Before this version's index stands, a vector search is exact, in numpy.
+                query = (await index.query_vectors(["Caro sold the piano on Friday"]))[0]
+                mask = matrix.mask(
+                    kinds=None, include_retired=True, after=None, before=None, need_vector=True
+                )
+                exact = [r for r, _ in matrix.top(matrix.similarities(query)[:, 0], mask, 5)]
+                got = await anyio.to_thread.run_sync(
+                    lambda: matrix.ranked(query.reshape(1, -1), [mask], 5)[0][0]
+                )
+                assert got == exact and matrix.hnsw_queries == 0
+
+                await anyio.to_thread.run_sync(matrix.prepare_index)
+                assert _indexes(pg_url, db.schema) == {hnsw_index_name(d): True}
+                hits = await index.search(
+                    "Caro sold the piano on Friday", k=3, mode="vector", query_vector=query
+                )
+                assert matrix.hnsw_queries > 0 and hits[0].text == "Caro sold the piano on Friday"
+
+                # A build cut short (an invalid index) is not asked, and is built again.
+                _raw(
+                    pg_url,
+                    db.schema,
+                    "UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
+                    f"'{db.schema}.{hnsw_index_name(d)}'::regclass",
+                )
+                again = PgVectorMatrix(model=matrix.model, dim=d, url=pg_url, schema=db.schema)
+                try:
+                    assert not again._index_stands()
+                    await anyio.to_thread.run_sync(again.prepare_index)
+                    assert _indexes(pg_url, db.schema) == {hnsw_index_name(d): True}
+                    assert again._index_stands()
+                finally:
+                    again.close()
+
+
+def _spilled(url: str, schema: str, build_memory: str) -> bool:
+    """Build the index over the schema's vectors with `build_memory`; whether the graph spilled."""
+    conn = PgConnection.connect(url, schema)
+    notices: list[str] = []
+    conn.raw.add_notice_handler(lambda d: notices.append(str(d.message_primary)))
+    try:
+        conn.raw.execute(f"DROP INDEX IF EXISTS {hnsw_index_name(384)}")
+        build_hnsw_index(conn.raw, 384, build_memory)
+    finally:
+        conn.close()
+    return any("no longer fits into maintenance_work_mem" in n for n in notices)
+
+
+@pytest.mark.anyio
+async def test_the_index_is_built_in_the_memory_storage_allows(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async with await Database.open(tmp_path / "reverie.db", url=pg_url, namespace="b") as db:
+        rng = np.random.default_rng(3)
+        vecs = rng.normal(size=(2000, 384)).astype("<f4")
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        conn = PgConnection.connect(pg_url, db.schema)
+        try:
+            with conn.raw.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO embeddings(content_hash, model, dim, vector, version) "
+                    "VALUES (%s, 'bench', 384, %s, 1)",
+                    [(f"h{i}", v.tobytes()) for i, v in enumerate(vecs)],
+                )
+        finally:
+            conn.close()
+        # 2,000 vectors of 384 dimensions need ~5 MB of graph: 1 MB spills, 256 MB does not.
+        assert await anyio.to_thread.run_sync(_spilled, pg_url, db.schema, "1MB")
+        assert not await anyio.to_thread.run_sync(_spilled, pg_url, db.schema, "256MB")
+
+
+def test_storage_names_the_build_memory(tmp_path: Path) -> None:
+    (tmp_path / "reverie.toml").write_text('[storage]\nindex_build_memory = "512MB"\n')
+    assert load_settings(tmp_path).storage.index_build_memory == "512MB"
+    assert Settings().storage.index_build_memory == "2GB"
+    (tmp_path / "reverie.toml").write_text('[storage]\nindex_build_memory = "lots"\n')
+    with pytest.raises(ConfigError, match="not a size PostgreSQL reads"):
+        load_settings(tmp_path)
