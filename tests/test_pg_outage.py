@@ -289,3 +289,42 @@ def test_a_daemon_stopped_during_the_outage_applies_its_queue_when_it_next_start
     counts = dict(said)
     assert counts.get("During: the heron visits at dawn.") == 1, counts
     assert counts.get("Before: the pond is ten metres long.") == 1, counts
+
+
+@pytest.mark.anyio
+async def test_the_daemons_watch_sleeps_while_the_server_answers_and_wakes_when_it_goes(
+    tmp_path: Path,
+    dedicated_pg: DedicatedServer,  # noqa: F811
+) -> None:
+    """`store_trouble` (what the trunk's store watch waits on) returns only once the breaker
+    trips: no wake-ups while the server answers, one as soon as a store call finds it away."""
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = Settings.model_validate({"storage": {"url": dedicated_pg.url}})
+    async with await Database.open_configured(home.db_file, settings) as db:
+        woke: list[float] = []
+
+        async def watch() -> None:
+            await db.store_trouble()
+            woke.append(time.monotonic())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            for _ in range(6):
+                await anyio.sleep(0.25)
+                await db.fetchone("SELECT 1")
+            assert woke == []  # the server answered throughout
+            dedicated_pg.stop()
+            try:
+                with pytest.raises(StoreAway):
+                    await db.fetchone("SELECT 1")
+                tripped = time.monotonic()
+                with anyio.fail_after(5):
+                    while not woke:
+                        await anyio.sleep(0.05)
+                assert woke[0] - tripped < 1.0
+                # Already away: asked again, it returns at once.
+                with anyio.fail_after(1):
+                    await db.store_trouble()
+            finally:
+                dedicated_pg.start()

@@ -606,13 +606,19 @@ class Trunk:
 
     async def _watch_store(self) -> None:
         """While the PostgreSQL server is away, probe it (the store's own backoff decides when)
-        even with no turn running, and once it is back catch up what was queued meanwhile."""
+        even with no turn running, and once it is back catch up what was queued meanwhile.
+
+        While the server answers it sleeps until the store's breaker trips: no wake-ups. (The
+        first look also catches up a queue the store applied as it opened.)"""
         while True:
             await anyio.sleep(STORE_WATCH_S)
             try:
                 await self.db.catch_up()
             except Exception as exc:  # a probe's failure is the store's to report; keep watching
                 log.warning("store catch-up failed", error=repr(exc))
+                continue
+            if self.db.away_since is None:
+                await self.db.store_trouble()
 
     async def _serve(self) -> None:
         while True:

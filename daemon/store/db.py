@@ -10,6 +10,8 @@ tsvector column (daemon.store.postgres); the code above it is the same on both.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -107,6 +109,27 @@ class Database:
         """When the PostgreSQL server was found away (None: it answers, or this is SQLite)."""
         raw = self._pg()
         return raw.breaker.since if raw is not None else None
+
+    async def store_trouble(self) -> None:
+        """Return once the PostgreSQL server is found away (at once if it is; never on SQLite)."""
+        raw = self._pg()
+        if raw is None:
+            await anyio.sleep_forever()
+            return
+        breaker = raw.breaker
+        loop = asyncio.get_running_loop()
+        tripped = asyncio.Event()
+
+        def told() -> None:  # on the database thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(tripped.set)
+
+        breaker.on_trip = told
+        try:
+            if not breaker.away:  # tripped before `told` was in place: nothing to wait for
+                await tripped.wait()
+        finally:
+            breaker.on_trip = None
 
     def outage(self) -> dict[str, Any] | None:
         """The server's absence for status: since, why, probes, writes queued (None: not away)."""

@@ -30,7 +30,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,9 @@ class Breaker:
         self.delay = PROBE_FIRST_S
         self.next_probe = 0.0  # time.monotonic()
         self.probes = 0
+        # Told (on the database thread) each time the breaker trips: the daemon's watcher
+        # sleeps until then instead of looking every second while the server answers.
+        self.on_trip: Callable[[], None] | None = None
 
     @property
     def away(self) -> bool:
@@ -113,6 +116,8 @@ class Breaker:
             self.delay = min(self.delay * 2, PROBE_MAX_S)
         self.error = error
         self.next_probe = time.monotonic() + self.delay
+        if self.on_trip is not None:
+            self.on_trip()
 
     def due(self) -> bool:
         return time.monotonic() >= self.next_probe
