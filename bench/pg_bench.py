@@ -18,8 +18,8 @@ The hashing embedder's vectors have little neighbourhood structure, so recall is
 on vectors shaped like a real history (`bench.matrix_sketch`: all-MiniLM-L6-v2 over the
 synthetic datasets' messages, then mixtures of them, the datasets' questions as queries; when
 the packaged weights load): the HNSW index as the daemon builds and asks it (`vector_ip_ops`
-on `vector::vector(384)`, m 32, ef_construction 200, built with 2 GB, `hnsw.ef_search` 400,
-100 candidates) and the numpy matrix, each
+on `vector::vector(384)`, m 32, ef_construction 200, built with 2 GB, `hnsw.ef_search` 400
+widening to 1,000 at 1M, 100 candidates) and the numpy matrix, each
 against exact search, with their query times (`--vectors-only` runs just this).
 Writes JSON to `bench/results/pg_bench.json`.
 """
@@ -143,7 +143,7 @@ def vector_recall(
     vecs: np.ndarray, qv: np.ndarray, url: str, ef_searches: tuple[int, ...] = ()
 ) -> dict[str, Any]:
     """HNSW as the daemon builds and asks it, and the numpy matrix, against exact, on `vecs`."""
-    from daemon.memory.matrix import HNSW_EF_SEARCH, HNSW_MIN_CANDIDATES, hnsw_index_sql
+    from daemon.memory.matrix import HNSW_MIN_CANDIDATES, hnsw_ef_search, hnsw_index_sql
     from daemon.store.postgres import DEFAULT_BUILD_MEMORY, PgConnection
 
     n, d = vecs.shape
@@ -181,7 +181,8 @@ def vector_recall(
         raw.execute(f"SET maintenance_work_mem = '{DEFAULT_BUILD_MEMORY}'")
         raw.execute(hnsw_index_sql(d, table="vecs", name="vecs_hnsw"))
         out["hnsw_build_s"] = round(time.perf_counter() - t, 1)
-        raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
+        out["hnsw_ef_search"] = hnsw_ef_search(n)  # as the daemon asks it at this size
+        raw.execute(f"SET hnsw.ef_search = {out['hnsw_ef_search']}")
         times, got = [], []
         sql = (
             f"SELECT id FROM vecs WHERE dim = {d} ORDER BY vector::vector({d}) <#> %s::vector({d}) "

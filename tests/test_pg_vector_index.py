@@ -16,7 +16,14 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.index import MemoryIndex
-from daemon.memory.matrix import PgVectorMatrix, build_hnsw_index, hnsw_index_name
+from daemon.memory.matrix import (
+    HNSW_EF_SEARCH,
+    HNSW_EF_SEARCH_MAX,
+    PgVectorMatrix,
+    build_hnsw_index,
+    hnsw_ef_search,
+    hnsw_index_name,
+)
 from daemon.settings import ConfigError, MemorySettings, Settings, load_settings
 from daemon.store.db import Database
 from daemon.store.postgres import PgConnection
@@ -95,6 +102,9 @@ async def test_an_earlier_build_is_replaced_and_searches_meanwhile_are_exact(
                     "Caro sold the piano on Friday", k=3, mode="vector", query_vector=query
                 )
                 assert matrix.hnsw_queries > 0 and hits[0].text == "Caro sold the piano on Friday"
+                # Searched as wide as the daemon means to at this size (the server's default: 40).
+                shown = matrix._conn.raw.execute("SHOW hnsw.ef_search").fetchone()[0]
+                assert int(shown) == hnsw_ef_search(matrix.vector_count) == HNSW_EF_SEARCH
 
                 # A build cut short (an invalid index) is not asked, and is built again.
                 _raw(
@@ -157,3 +167,11 @@ def test_storage_names_the_build_memory(tmp_path: Path) -> None:
     (tmp_path / "reverie.toml").write_text('[storage]\nindex_build_memory = "lots"\n')
     with pytest.raises(ConfigError, match="not a size PostgreSQL reads"):
         load_settings(tmp_path)
+
+
+def test_the_search_widens_as_the_store_grows() -> None:
+    sizes = [1_000, 100_000, 200_000, 300_000, 500_000, 1_000_000, 10_000_000]
+    widths = [hnsw_ef_search(n) for n in sizes]
+    assert widths[:3] == [HNSW_EF_SEARCH] * 3
+    assert widths == sorted(widths) and HNSW_EF_SEARCH < widths[3] < widths[4] < widths[5]
+    assert widths[5] == widths[6] == HNSW_EF_SEARCH_MAX  # pgvector takes no more than 1,000

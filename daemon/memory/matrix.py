@@ -616,12 +616,25 @@ class VectorMatrix:
 # HNSW on PostgreSQL: candidates asked of the index per query (at least), its search breadth,
 # and how its graph is built. On MiniLM-shaped vectors (bench.pg_bench) a graph of m 16 kept
 # 0.94 of the exact top 10 at 100k but 0.82 at 300k and 0.59 at 1M; m 32 with ef_construction
-# 200 keeps 0.94 at 300k for 6 ms a query (p50) at about twice the build time.
+# 200 keeps 0.94 at 300k for 6 ms a query (p50) at about twice the build time, and at 1M 0.80
+# searched 400 wide (8 ms), 0.87 searched 1,000 wide (22 ms). So the search widens as the store
+# grows: 400 up to 200k vectors, then with the size to pgvector's most, 1,000, at 1M.
 HNSW_MIN_CANDIDATES = 100
 HNSW_OVERSAMPLE = 4
 HNSW_EF_SEARCH = 400
+HNSW_EF_SEARCH_MAX = 1000
+HNSW_WIDEN_FROM = 200_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
+
+
+def hnsw_ef_search(vectors: int) -> int:
+    """How wide the index is searched (`hnsw.ef_search`) over `vectors` rows, in steps of 50."""
+    if vectors <= HNSW_WIDEN_FROM:
+        return HNSW_EF_SEARCH
+    # 400 × (n / 200k)^0.57: 1,000 at 1M.
+    ef = HNSW_EF_SEARCH * (vectors / HNSW_WIDEN_FROM) ** 0.57
+    return int(min(HNSW_EF_SEARCH_MAX, round(ef / 50) * 50))
 
 
 def hnsw_index_name(dim: int) -> str:
@@ -708,14 +721,14 @@ class PgVectorMatrix(VectorMatrix):
         self.index_ready: bool | None = None
         self._conn: Any = None
         self._lock = threading.Lock()
+        # The `hnsw.ef_search` set on which server session (a reconnect opens a new one).
+        self._ef_set: tuple[Any, int] | None = None
 
     def _connection(self) -> Any:
         if self._conn is None:
             from daemon.store.postgres import PgConnection
 
-            conn = PgConnection.connect(self.url, self.schema)
-            conn.set_session(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
-            self._conn = conn
+            self._conn = PgConnection.connect(self.url, self.schema)
         return self._conn
 
     def prepare_index(self) -> None:
@@ -772,10 +785,19 @@ class PgVectorMatrix(VectorMatrix):
             "JOIN memories m ON m.content_hash = e.content_hash ORDER BY e.dist, m.rowid"
         )
         vec = np.asarray(query, dtype="<f4").tobytes()
+        ef = hnsw_ef_search(self.vector_count)
         with self._lock:
             conn = self._connection()
             self.hnsw_queries += 1
-            rows = conn._resilient(lambda: conn.raw.execute(sql, (vec, self.model)).fetchall())
+
+            def ask() -> list[Any]:
+                raw = conn.raw
+                if self._ef_set is None or self._ef_set[0] is not raw or self._ef_set[1] != ef:
+                    raw.execute(f"SET hnsw.ef_search = {ef}")
+                    self._ef_set = (raw, ef)
+                return list(raw.execute(sql, (vec, self.model)).fetchall())
+
+            rows = conn._resilient(ask)
             return [int(r[0]) for r in rows]
 
     def ranked(
