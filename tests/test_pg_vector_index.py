@@ -175,3 +175,55 @@ def test_the_search_widens_as_the_store_grows() -> None:
     assert widths[:3] == [HNSW_EF_SEARCH] * 3
     assert widths == sorted(widths) and HNSW_EF_SEARCH < widths[3] < widths[4] < widths[5]
     assert widths[5] == widths[6] == HNSW_EF_SEARCH_MAX  # pgvector takes no more than 1,000
+
+
+def _index_oid(url: str, schema: str, dim: int) -> int | None:
+    conn = PgConnection.connect(url, schema)
+    try:
+        row = conn.raw.execute(
+            "SELECT c.oid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relname = %s AND i.indisvalid",
+            (hnsw_index_name(dim),),
+        ).fetchone()
+        return int(row[0]) if row else None
+    finally:
+        conn.close()
+
+
+@pytest.mark.anyio
+async def test_a_large_backlog_goes_in_with_the_index_set_aside_and_built_again_after(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    def notes(start: int, n: int) -> list:
+        return [fact(i, f"note {i}: the {TEXTS[i % len(TEXTS)]}") for i in range(start, start + n)]
+
+    with anyio.fail_after(120):
+        async with await Database.open(tmp_path / "reverie.db", url=pg_url, namespace="c") as db:
+            index = MemoryIndex(
+                db, HashEmbedder(), MemorySettings(), FakeClock(T0), background=False
+            )
+            async with index:
+                matrix = index.matrix
+                assert isinstance(matrix, PgVectorMatrix)
+                d = index.embedder.dim
+                await index.upsert(notes(1, 30))
+                await index.flush()
+                await anyio.to_thread.run_sync(matrix.prepare_index)
+                first = _index_oid(pg_url, db.schema, d)
+                assert first is not None
+                # A backlog under the threshold is linked into the standing index.
+                await index.upsert(notes(100, 600))
+                await index.flush()
+                assert _index_oid(pg_url, db.schema, d) == first
+                # One over it (and over half what is indexed): set aside, built again after.
+                matrix.set_aside_min = 500
+                await index.upsert(notes(1000, 700))
+                await index.flush()
+                rebuilt = _index_oid(pg_url, db.schema, d)
+                assert rebuilt is not None and rebuilt != first and matrix.index_ready
+                asked = matrix.hnsw_queries
+                hits = await index.search("note 1500", k=3, mode="vector")
+                assert matrix.hnsw_queries > asked and hits
+                assert (await index.stats())["pending_vectors"] == 0

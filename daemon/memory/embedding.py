@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -32,11 +33,18 @@ class EmbeddingWorker:
     """
 
     def __init__(
-        self, db: Database, embedder: Embedder, refresh: Callable[[], Awaitable[None]]
+        self,
+        db: Database,
+        embedder: Embedder,
+        refresh: Callable[[], Awaitable[None]],
+        bulk: Callable[[int], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self.db = db
         self.embedder = embedder
         self.refresh = refresh
+        # Around a backlog of at least a round (`bulk(pending)`): the backend may set its
+        # vector index aside while the backlog goes in and build it again after.
+        self.bulk = bulk
         self._wake = anyio.Event()
         self._embed_lock = anyio.Lock()
         self.embed_errors = 0
@@ -58,24 +66,43 @@ class EmbeddingWorker:
             await self._embed_pending(progress)
         await self.refresh()
 
+    async def _count_pending(self) -> int:
+        row = await self.db.fetchone(
+            "SELECT count(DISTINCT m.content_hash) FROM memories m "
+            "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? WHERE e.content_hash IS NULL",
+            (self.embedder.name,),
+        )
+        return int(row[0])
+
+    async def _next_round(self, after: int) -> list[Any]:
+        return await self.db.fetchall(
+            "SELECT m.rowid, m.content_hash, m.title, m.text, m.meta FROM memories m "
+            "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+            "WHERE m.rowid > ? AND e.content_hash IS NULL ORDER BY m.rowid LIMIT ?",
+            (self.embedder.name, after, EMBED_ROUND),
+        )
+
     async def _embed_pending(self, progress: Callable[[dict[str, Any]], None] | None = None) -> int:
-        done, after = 0, 0
         total = 0
         if progress is not None:
-            row = await self.db.fetchone(
-                "SELECT count(DISTINCT m.content_hash) FROM memories m "
-                "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? WHERE e.content_hash IS NULL",
-                (self.embedder.name,),
-            )
-            total = int(row[0])
+            total = await self._count_pending()
             progress({"phase": "embed", "done": 0, "total": total})
+        batch = await self._next_round(0)
+        if self.bulk is not None and len(batch) == EMBED_ROUND:
+            # A full round: counted (only now: the count reads every memory) and handed to
+            # the backend, which may embed it with its vector index set aside.
+            async with self.bulk(total or await self._count_pending()):
+                return await self._embed_rounds(batch, progress, total)
+        return await self._embed_rounds(batch, progress, total)
+
+    async def _embed_rounds(
+        self,
+        batch: list[Any],
+        progress: Callable[[dict[str, Any]], None] | None,
+        total: int,
+    ) -> int:
+        done = 0
         while True:
-            batch = await self.db.fetchall(
-                "SELECT m.rowid, m.content_hash, m.title, m.text, m.meta FROM memories m "
-                "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
-                "WHERE m.rowid > ? AND e.content_hash IS NULL ORDER BY m.rowid LIMIT ?",
-                (self.embedder.name, after, EMBED_ROUND),
-            )
             if not batch:
                 return done
             after = batch[-1][0]
@@ -95,6 +122,7 @@ class EmbeddingWorker:
             done += stored
             if progress is not None:
                 progress({"phase": "embed", "done": min(done, total), "total": total})
+            batch = await self._next_round(after)
 
     async def _store_vectors(self, vectors: dict[str, np.ndarray]) -> int:
         """Store vectors by content hash (one write, one new generation); return how many."""

@@ -16,8 +16,8 @@ background, `MemorySearch` (search.py) ranks.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,9 @@ class MemoryIndex:
         self.lexical = PgLexicalSearcher() if db.is_postgres else LexicalSearcher()
         # On PostgreSQL: what the person shared with every agent, copied in before a search.
         self.shared = SharedFacts(self)
-        self.embedding = EmbeddingWorker(db, embedder, self.refresh)
+        self.embedding = EmbeddingWorker(
+            db, embedder, self.refresh, bulk=self._bulk if db.is_postgres else None
+        )
         self.writer = MemoryWriter(db, self.lexical, self.embedding.wake)
         # What recall shows is counted here (facts' uses: staleness, promotion by use).
         self.uses = UseLog(db, clock)
@@ -316,6 +318,22 @@ class MemoryIndex:
                 if len(self._query_cache) > QUERY_CACHE:
                     self._query_cache.popitem(last=False)
         return np.vstack([self._query_cache[q] for q in queries])
+
+    @asynccontextmanager
+    async def _bulk(self, pending: int) -> AsyncIterator[None]:
+        """Around a large embedding backlog on PostgreSQL: the HNSW index set aside and built
+        again after, when that is cheaper than keeping it up row by row (`PgVectorMatrix`).
+
+        Searches meanwhile are exact in numpy. Cut short (the daemon stopping), the index is
+        left to the next start, which builds it before embedding anything else."""
+        m = self.matrix
+        if not isinstance(m, PgVectorMatrix) or not m.worth_setting_aside(pending):
+            yield
+            return
+        log.info("vector index set aside for a large backlog", pending=pending)
+        await anyio.to_thread.run_sync(m.set_aside)
+        yield
+        await anyio.to_thread.run_sync(m.prepare_index)
 
     async def _warm_up(self) -> None:
         """Load the persisted matrix and, when it holds vectors, the embedding model (daemon start).
