@@ -2,6 +2,7 @@
 
     nice -n 10 .venv/bin/python -m bench.pg_bench --sizes 100000 [--queries 200]
     .venv/bin/python -m bench.pg_bench --sizes 1000000          # the slow run (an hour or more)
+    .venv/bin/python -m bench.pg_bench --sizes 1000000 --skip-vectors   # its part through the index
 
 For each size and each backend the same synthetic transcript (`bench.memory_search`) is
 imported through the real importer into a fresh store — SQLite in a temporary home, PostgreSQL
@@ -247,6 +248,11 @@ def main() -> None:
         "--vectors-only", action="store_true", help="only the MiniLM vector recall, no import"
     )
     ap.add_argument(
+        "--skip-vectors",
+        action="store_true",
+        help="only the part through the daemon's index (import, embedding, search), no MiniLM",
+    )
+    ap.add_argument(
         "--ef-search",
         default="",
         help="also search the HNSW index with these hnsw.ef_search values, e.g. 1000,2000",
@@ -259,7 +265,7 @@ def main() -> None:
         base, handle = (args.url, None) if args.url else start_server(work / "pgdata")
         try:
             for size in sizes:
-                made = minilm_vectors(size, args.queries)
+                made = None if args.skip_vectors else minilm_vectors(size, args.queries)
                 if made is not None:
                     efs = tuple(int(e) for e in args.ef_search.split(",") if e)
                     if any(not 1 <= e <= 1000 for e in efs):
