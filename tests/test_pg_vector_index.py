@@ -223,6 +223,13 @@ async def test_a_large_backlog_goes_in_with_the_index_set_aside_and_built_again_
                 await index.flush()
                 rebuilt = _index_oid(pg_url, db.schema, d)
                 assert rebuilt is not None and rebuilt != first and matrix.index_ready
+                # The tables' statistics were brought up to date for the plans that follow.
+                analyzed = await db.fetchall(
+                    "SELECT relname FROM pg_stat_user_tables WHERE schemaname = current_schema() "
+                    "AND last_analyze IS NOT NULL ORDER BY relname",
+                    (),
+                )
+                assert [r[0] for r in analyzed] == ["embeddings", "memories"]
                 asked = matrix.hnsw_queries
                 hits = await index.search("note 1500", k=3, mode="vector")
                 assert matrix.hnsw_queries > asked and hits

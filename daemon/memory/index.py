@@ -333,7 +333,7 @@ class MemoryIndex:
         log.info("vector index set aside for a large backlog", pending=pending)
         await anyio.to_thread.run_sync(m.set_aside)
         yield
-        await anyio.to_thread.run_sync(m.prepare_index)
+        await anyio.to_thread.run_sync(m.rebuild)
 
     async def _warm_up(self) -> None:
         """Load the persisted matrix and, when it holds vectors, the embedding model (daemon start).

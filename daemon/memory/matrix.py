@@ -770,6 +770,19 @@ class PgVectorMatrix(VectorMatrix):
         finally:
             conn.close()
 
+    def rebuild(self) -> None:
+        """After a backlog went in with the index set aside: the tables' statistics brought up
+        to date (a plan made on stale ones joins the index's neighbours by scanning every
+        memory), then the index built again."""
+        from daemon.store.postgres import PgConnection
+
+        conn = PgConnection.connect(self.url, self.schema)
+        try:
+            conn.raw.execute("ANALYZE embeddings, memories")
+        finally:
+            conn.close()
+        self.prepare_index()
+
     def _index_stands(self) -> bool:
         """Whether the index is there to ask (looked up once, then known)."""
         if self.index_ready is None:
