@@ -411,3 +411,17 @@ def test_a_message_sent_while_the_server_is_away_is_kept_and_answered_when_it_re
     finally:
         if d.proc is not None and d.proc.poll() is None:
             assert d.stop() == 0
+
+
+def test_a_daemon_started_while_its_server_is_away_says_so_and_exits_to_be_started_again(
+    tmp_path: Path,
+) -> None:
+    """No server: exit 75 (EX_TEMPFAIL, systemd starts it again) with one line naming the
+    server — not a full disk's advice, not a traceback — and the home's inbox untouched."""
+    home = pg_home(tmp_path / "away", "postgresql://nobody@127.0.0.1:1/nowhere")
+    for _ in range(3):  # the traceback was a race at exit: asked a few times
+        r = run_cli("run", "--home", str(home))
+        assert r.returncode == 75, r.stderr
+        assert "the memory store's server cannot be reached" in r.stderr
+        assert "127.0.0.1" in r.stderr and "[storage] url" in r.stderr
+        assert "free some space" not in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -168,9 +168,19 @@ def _environment_failure(exc: BaseException, args: argparse.Namespace) -> int:
 
     from daemon.cli.locate import home_dir
     from daemon.cli.support import environment_failure, print_err
-    from daemon.store.errors import free_bytes, storage_failure
+    from daemon.store.errors import free_bytes, storage_failure, store_server_away
 
     home = Path(home_dir(args))
+    server = store_server_away(exc)
+    if server is not None:
+        # Temporary too (EX_TEMPFAIL): under systemd the daemon is started again, and answers
+        # once the server does; the home's files (transcripts, facts) are untouched meanwhile.
+        print_err(
+            f"the memory store's server cannot be reached ({server}); the daemon needs it to "
+            "start — check the server and [storage] url, then try again"
+            " — messages already accepted are kept and answered then"
+        )
+        return 75
     full = storage_failure(exc)
     if full is not None:
         # Temporary by nature (EX_TEMPFAIL): under systemd the daemon is started again and

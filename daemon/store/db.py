@@ -66,6 +66,20 @@ def connect_sync(
     return conn
 
 
+async def _connected(aconn: aiosqlite.Connection) -> None:
+    """Await aiosqlite's connection; when the connector fails, wait for its thread to end.
+
+    aiosqlite stops the thread by handing it one more call whose result it posts to the event
+    loop; a command that exits at once on the error (a server that cannot be reached) would
+    otherwise close the loop first and the thread die printing a traceback."""
+    try:
+        await aconn
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(aconn._thread.join, 5.0)
+        raise
+
+
 class Database:
     """An async handle on the home's index database (aiosqlite over the stdlib `sqlite3`).
 
@@ -215,7 +229,7 @@ class Database:
             return connect_sync(path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
 
         aconn = aiosqlite.Connection(connector, iter_chunk_size=64)
-        await aconn
+        await _connected(aconn)
         db = cls(aconn, path, readonly)
         if migrate and not readonly:
             await aconn._execute(apply_migrations, aconn._conn)  # type: ignore[attr-defined]
@@ -268,7 +282,7 @@ class Database:
 
         # aiosqlite runs any connection with the sqlite3 interface on its thread.
         aconn = aiosqlite.Connection(connector, iter_chunk_size=64)
-        await aconn
+        await _connected(aconn)
         db = cls(
             aconn,
             path,

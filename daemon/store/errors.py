@@ -29,6 +29,16 @@ def is_database_error(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.Error)
 
 
+def store_server_away(exc: BaseException) -> str | None:
+    """Why `exc` means the PostgreSQL server cannot be reached (for a person), else None."""
+    if isinstance(exc, BaseExceptionGroup):
+        reasons = [store_server_away(e) for e in exc.exceptions]
+        return reasons[0] if reasons and all(reasons) else None
+    from daemon.store.postgres import StorageUnavailable
+
+    return str(exc).strip() if isinstance(exc, StorageUnavailable) else None
+
+
 def storage_failure(exc: BaseException) -> str | None:
     """Say why `exc` means storage refuses writes (for a person to read), else None.
 
