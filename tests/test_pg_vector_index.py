@@ -7,6 +7,7 @@ Against a real PostgreSQL server with pgvector (tests/postgres_server.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -234,3 +235,44 @@ async def test_a_large_backlog_goes_in_with_the_index_set_aside_and_built_again_
                 hits = await index.search("note 1500", k=3, mode="vector")
                 assert matrix.hnsw_queries > asked and hits
                 assert (await index.stats())["pending_vectors"] == 0
+
+
+class _FailsAfter(HashEmbedder):
+    """The hashing embedder, failing from its `calls`-th batch on (an endpoint going down)."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls = calls
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls -= 1
+        if self.calls < 0:
+            raise ConnectionError("the embedding endpoint went away")
+        return await super().embed(texts)
+
+
+@pytest.mark.anyio
+async def test_an_embedder_failing_part_way_leaves_the_index_built_over_what_went_in(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(120):
+        async with await Database.open(tmp_path / "reverie.db", url=pg_url, namespace="e") as db:
+            index = MemoryIndex(
+                db, _FailsAfter(2), MemorySettings(), FakeClock(T0), background=False
+            )
+            async with index:
+                matrix = index.matrix
+                assert isinstance(matrix, PgVectorMatrix)
+                await anyio.to_thread.run_sync(matrix.prepare_index)
+                first = _index_oid(pg_url, db.schema, index.embedder.dim)
+                matrix.set_aside_min = 500
+                await index.upsert(
+                    [fact(i, f"note {i}: the {TEXTS[i % len(TEXTS)]}") for i in range(1, 1500)]
+                )
+                with pytest.raises(ConnectionError):
+                    await index.flush()
+                rebuilt = _index_oid(pg_url, db.schema, index.embedder.dim)
+                assert rebuilt is not None and rebuilt != first and matrix.index_ready
+                stats = await index.stats()
+                assert 0 < stats["with_vector"] < stats["memories"]

@@ -324,15 +324,22 @@ class MemoryIndex:
         """Around a large embedding backlog on PostgreSQL: the HNSW index set aside and built
         again after, when that is cheaper than keeping it up row by row (`PgVectorMatrix`).
 
-        Searches meanwhile are exact in numpy. Cut short (the daemon stopping), the index is
-        left to the next start, which builds it before embedding anything else."""
+        Searches meanwhile are exact in numpy. An embedder that fails part way leaves the index
+        built over what went in (the rest follows on the worker's retry); the daemon stopping
+        leaves it to the next start, which builds it before embedding anything else."""
         m = self.matrix
         if not isinstance(m, PgVectorMatrix) or not m.worth_setting_aside(pending):
             yield
             return
         log.info("vector index set aside for a large backlog", pending=pending)
         await anyio.to_thread.run_sync(m.set_aside)
-        yield
+        try:
+            yield
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception:
+            await anyio.to_thread.run_sync(m.rebuild)
+            raise
         await anyio.to_thread.run_sync(m.rebuild)
 
     async def _warm_up(self) -> None:
