@@ -276,3 +276,45 @@ async def test_an_embedder_failing_part_way_leaves_the_index_built_over_what_wen
                 assert rebuilt is not None and rebuilt != first and matrix.index_ready
                 stats = await index.stats()
                 assert 0 < stats["with_vector"] < stats["memories"]
+
+
+@pytest.mark.anyio
+async def test_two_builds_of_one_index_at_once_wait_for_each_other(
+    pg_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The daemon's start and a reindex (or two daemons on one namespace) preparing the same
+    index: the second waits for the first and finds it standing — it does not take the index
+    being built for one cut short and drop it under the builder."""
+    async with await Database.open(tmp_path / "reverie.db", url=pg_url, namespace="f") as db:
+        rng = np.random.default_rng(5)
+        vecs = rng.normal(size=(6000, 384)).astype("<f4")
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        conn = PgConnection.connect(pg_url, db.schema)
+        try:
+            with conn.raw.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO embeddings(content_hash, model, dim, vector, version) "
+                    "VALUES (%s, 'bench', 384, %s, 1)",
+                    [(f"h{i}", v.tobytes()) for i, v in enumerate(vecs)],
+                )
+        finally:
+            conn.close()
+        builders = [
+            PgVectorMatrix(model="bench", dim=384, url=pg_url, schema=db.schema) for _ in range(2)
+        ]
+        failures: list[BaseException] = []
+
+        def build(m: PgVectorMatrix) -> None:
+            try:
+                m.prepare_index()
+            except BaseException as exc:
+                failures.append(exc)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, build, builders[0])
+                await anyio.sleep(0.3)  # the first is building by now
+                tg.start_soon(anyio.to_thread.run_sync, build, builders[1])
+        assert failures == []
+        assert _indexes(pg_url, db.schema) == {hnsw_index_name(384): True}

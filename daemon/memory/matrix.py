@@ -18,11 +18,13 @@ field read wrongly is a stale search), so they stay in one module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import threading
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -631,6 +633,8 @@ HNSW_EF_CONSTRUCTION = 200
 # already there several times faster than it links them in one by one (100k hashing vectors:
 # 590 s kept up row by row).
 HNSW_SET_ASIDE_MIN = 20_000
+# How often a second build of the same index looks whether the first is done.
+HNSW_LOCK_POLL_S = 0.5
 
 
 def hnsw_ef_search(vectors: int) -> int:
@@ -667,6 +671,30 @@ def build_hnsw_index(raw: Any, dim: int, build_memory: str) -> list[str]:
     stands. Returns what was done, for the log.
     """
     d = int(dim)
+    with hnsw_index_lock(raw, d):
+        return _build_hnsw_index(raw, d, build_memory)
+
+
+@contextlib.contextmanager
+def hnsw_index_lock(raw: Any, dim: int) -> Iterator[None]:
+    """Hold the schema's index of `dim` alone: one build or drop at a time (the daemon's start,
+    a reindex, another daemon on the same namespace); the second waits, then finds the index
+    standing. Without it, an index another session is building looks like one cut short
+    (neither is valid yet), and dropping it fails."""
+    key = f"reverie.hnsw.{int(dim)}"
+    # Tried, not waited for in the server: a session waiting inside a statement would be a
+    # transaction the holder's `CREATE INDEX CONCURRENTLY` waits on in turn (a deadlock).
+    while not raw.execute(
+        "SELECT pg_try_advisory_lock(hashtext(current_schema() || %s))", (key,)
+    ).fetchone()[0]:
+        time.sleep(HNSW_LOCK_POLL_S)
+    try:
+        yield
+    finally:
+        raw.execute("SELECT pg_advisory_unlock(hashtext(current_schema() || %s))", (key,))
+
+
+def _build_hnsw_index(raw: Any, d: int, build_memory: str) -> list[str]:
     name = hnsw_index_name(d)
     found = {
         str(r[0]): bool(r[1])
@@ -766,7 +794,8 @@ class PgVectorMatrix(VectorMatrix):
         self.index_ready = False
         conn = PgConnection.connect(self.url, self.schema)
         try:
-            conn.raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {hnsw_index_name(self.dim)}")
+            with hnsw_index_lock(conn.raw, self.dim):
+                conn.raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {hnsw_index_name(self.dim)}")
         finally:
             conn.close()
 
