@@ -124,6 +124,22 @@ async def test_an_earlier_build_is_replaced_and_searches_meanwhile_are_exact(
                     again.close()
 
 
+def _fill(url: str, schema: str, n: int, *, seed: int) -> None:
+    """`n` random unit vectors of 384 dimensions in the schema's embeddings (model 'bench')."""
+    vecs = np.random.default_rng(seed).normal(size=(n, 384)).astype("<f4")
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    conn = PgConnection.connect(url, schema)
+    try:
+        with conn.raw.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO embeddings(content_hash, model, dim, vector, version) "
+                "VALUES (%s, 'bench', 384, %s, 1)",
+                [(f"h{i}", v.tobytes()) for i, v in enumerate(vecs)],
+            )
+    finally:
+        conn.close()
+
+
 def _spilled(url: str, schema: str, build_memory: str) -> bool:
     """Build the index over the schema's vectors with `build_memory`; whether the graph spilled."""
     conn = PgConnection.connect(url, schema)
@@ -143,19 +159,7 @@ async def test_the_index_is_built_in_the_memory_storage_allows(
     tmp_path: Path,
 ) -> None:
     async with await Database.open(tmp_path / "reverie.db", url=pg_url, namespace="b") as db:
-        rng = np.random.default_rng(3)
-        vecs = rng.normal(size=(2000, 384)).astype("<f4")
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        conn = PgConnection.connect(pg_url, db.schema)
-        try:
-            with conn.raw.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO embeddings(content_hash, model, dim, vector, version) "
-                    "VALUES (%s, 'bench', 384, %s, 1)",
-                    [(f"h{i}", v.tobytes()) for i, v in enumerate(vecs)],
-                )
-        finally:
-            conn.close()
+        _fill(pg_url, db.schema, 2000, seed=3)
         # 2,000 vectors of 384 dimensions need ~5 MB of graph: 1 MB spills, 256 MB does not.
         assert await anyio.to_thread.run_sync(_spilled, pg_url, db.schema, "1MB")
         assert not await anyio.to_thread.run_sync(_spilled, pg_url, db.schema, "256MB")
@@ -287,19 +291,7 @@ async def test_two_builds_of_one_index_at_once_wait_for_each_other(
     index: the second waits for the first and finds it standing — it does not take the index
     being built for one cut short and drop it under the builder."""
     async with await Database.open(tmp_path / "reverie.db", url=pg_url, namespace="f") as db:
-        rng = np.random.default_rng(5)
-        vecs = rng.normal(size=(6000, 384)).astype("<f4")
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        conn = PgConnection.connect(pg_url, db.schema)
-        try:
-            with conn.raw.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO embeddings(content_hash, model, dim, vector, version) "
-                    "VALUES (%s, 'bench', 384, %s, 1)",
-                    [(f"h{i}", v.tobytes()) for i, v in enumerate(vecs)],
-                )
-        finally:
-            conn.close()
+        _fill(pg_url, db.schema, 6000, seed=5)
         builders = [
             PgVectorMatrix(model="bench", dim=384, url=pg_url, schema=db.schema) for _ in range(2)
         ]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from daemon.log import get_logger
-from daemon.store.postgres import DEFAULT_BUILD_MEMORY
+from daemon.store.postgres import DEFAULT_BUILD_MEMORY, PgConnection
 
 if TYPE_CHECKING:
     from daemon.memory.lexical import RowFilter
@@ -760,10 +760,17 @@ class PgVectorMatrix(VectorMatrix):
 
     def _connection(self) -> Any:
         if self._conn is None:
-            from daemon.store.postgres import PgConnection
-
             self._conn = PgConnection.connect(self.url, self.schema)
         return self._conn
+
+    @contextlib.contextmanager
+    def _own_connection(self) -> Iterator[Any]:
+        """A connection of its own for a build or a drop (the search's stays free), closed after."""
+        conn = PgConnection.connect(self.url, self.schema)
+        try:
+            yield conn.raw
+        finally:
+            conn.close()
 
     def prepare_index(self) -> None:
         """Make sure the HNSW index of this dimension stands (the daemon does at start, off the loop).
@@ -772,13 +779,11 @@ class PgVectorMatrix(VectorMatrix):
         (moved in, the embedder changed, or an earlier version's build) it is built here, on a
         connection of its own: searches meanwhile are exact in numpy, writes go on.
         """
-        from daemon.store.postgres import PgConnection
+        with self._own_connection() as raw:
+            self._build(raw)
 
-        conn = PgConnection.connect(self.url, self.schema)
-        try:
-            done = build_hnsw_index(conn.raw, self.dim, self.build_memory)
-        finally:
-            conn.close()
+    def _build(self, raw: Any) -> None:
+        done = build_hnsw_index(raw, self.dim, self.build_memory)
         if done:
             log.info("vector index", done="; ".join(done), schema=self.schema)
         self.index_ready = True
@@ -789,28 +794,17 @@ class PgVectorMatrix(VectorMatrix):
 
     def set_aside(self) -> None:
         """Drop the index of this dimension (`prepare_index` builds it again); searches go exact."""
-        from daemon.store.postgres import PgConnection
-
         self.index_ready = False
-        conn = PgConnection.connect(self.url, self.schema)
-        try:
-            with hnsw_index_lock(conn.raw, self.dim):
-                conn.raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {hnsw_index_name(self.dim)}")
-        finally:
-            conn.close()
+        with self._own_connection() as raw, hnsw_index_lock(raw, self.dim):
+            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {hnsw_index_name(self.dim)}")
 
     def rebuild(self) -> None:
         """After a backlog went in with the index set aside: the tables' statistics brought up
         to date (a plan made on stale ones joins the index's neighbours by scanning every
         memory), then the index built again."""
-        from daemon.store.postgres import PgConnection
-
-        conn = PgConnection.connect(self.url, self.schema)
-        try:
-            conn.raw.execute("ANALYZE embeddings, memories")
-        finally:
-            conn.close()
-        self.prepare_index()
+        with self._own_connection() as raw:
+            raw.execute("ANALYZE embeddings, memories")
+            self._build(raw)
 
     def _index_stands(self) -> bool:
         """Whether the index is there to ask (looked up once, then known)."""
