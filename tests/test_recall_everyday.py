@@ -437,6 +437,40 @@ async def test_overlapping_windows_are_pooled_from_their_messages_never_encoded_
         assert np.allclose(vectors[uid], mean / np.linalg.norm(mean), atol=1e-6)
 
 
+async def test_the_embedding_worker_finds_stored_vectors_by_their_key_never_by_model(
+    tmp_path: Path,
+) -> None:
+    """Each round's lookups go by content hash: a walk over the model's vectors per round made a
+    large backlog quadratic (the planner's choice for a join, with no statistics gathered)."""
+    home = Home(tmp_path)
+    home.ensure()
+    chat = [("user" if i % 2 else "assistant", f"message {i} about the kiln") for i in range(300)]
+    statements: list[str] = []
+    async with await Database.open(home.db_file) as db:
+        async with MemoryIndex(
+            db, HashEmbedder(), MemorySettings(), FakeClock(NOW), background=False
+        ) as index:
+            await add_session(db, "pottery", chat)
+            await index.index_session("pottery")
+            await db.run(lambda conn: conn.set_trace_callback(statements.append))
+            try:
+                await index.embedding._embed_pending()
+            finally:
+                await db.run(lambda conn: conn.set_trace_callback(None))
+            reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+            steps = [
+                r[3]
+                for sql in reads
+                if "embeddings" in sql
+                for r in await db.fetchall(f"EXPLAIN QUERY PLAN {sql}")
+            ]
+    assert any("vector" in sql and "embeddings" in sql for sql in reads)  # windows were pooled
+    # The steps on the vectors' table ("SEARCH e …", "SEARCH embeddings …").
+    steps = [s for s in steps if s.split()[1] in ("e", "embeddings")]
+    assert steps
+    assert all("content_hash=?" in step for step in steps), steps
+
+
 async def test_items_covering_more_of_the_question_rise_among_near_equals(tmp_path: Path) -> None:
     async with memory_system(tmp_path) as memory:
         await memory.index.upsert([

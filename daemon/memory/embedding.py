@@ -153,16 +153,29 @@ class EmbeddingWorker:
         """
         if not windows:
             return {}, []
+        # Two lookups, each on a unique key (uid, then content hash and model), so the plan
+        # never rests on statistics: joined in one statement, SQLite without ANALYZE walked
+        # every vector of the model for each round (quadratic over a large backlog).
         uids = sorted({u for part in windows.values() for u in part})
-        found: dict[str, np.ndarray] = {}
+        hashes: dict[str, str] = {}
         for i in range(0, len(uids), 500):
             chunk = uids[i : i + 500]
             rows = await self.db.fetchall(
-                "SELECT m.uid, e.vector FROM memories m JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
-                f"WHERE m.uid IN ({','.join('?' * len(chunk))})",
+                f"SELECT uid, content_hash FROM memories WHERE uid IN ({','.join('?' * len(chunk))})",
+                tuple(chunk),
+            )
+            hashes.update((r[0], r[1]) for r in rows)
+        wanted = sorted(set(hashes.values()))
+        vectors: dict[str, np.ndarray] = {}
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            rows = await self.db.fetchall(
+                "SELECT content_hash, vector FROM embeddings WHERE model = ? "
+                f"AND content_hash IN ({','.join('?' * len(chunk))})",
                 (self.embedder.name, *chunk),
             )
-            found.update((r[0], np.frombuffer(r[1], dtype=np.float32)) for r in rows)
+            vectors.update((r[0], np.frombuffer(r[1], dtype=np.float32)) for r in rows)
+        found = {u: vectors[h] for u, h in hashes.items() if h in vectors}
         pooled: dict[str, np.ndarray] = {}
         left: list[str] = []
         for h, part in windows.items():
