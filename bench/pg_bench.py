@@ -2,7 +2,7 @@
 
     nice -n 10 .venv/bin/python -m bench.pg_bench --sizes 100000 [--queries 200]
     .venv/bin/python -m bench.pg_bench --sizes 1000000          # the slow run (an hour or more)
-    .venv/bin/python -m bench.pg_bench --sizes 1000000 --skip-vectors   # its part through the index
+    .venv/bin/python -m bench.pg_bench --sizes 1000000 --skip-vectors   # its part through the index (~70 min)
 
 For each size and each backend the same synthetic transcript (`bench.memory_search`) is
 imported through the real importer into a fresh store — SQLite in a temporary home, PostgreSQL
