@@ -19,7 +19,6 @@ from daemon.clock import FakeClock
 from daemon.memory.embedders import Embedder, HashEmbedder
 from daemon.memory.index import MemoryIndex
 from daemon.memory.matrix import hnsw_index_name
-from daemon.memory.query import match_terms
 from daemon.models.base import Usage
 from daemon.models.ledger import UsageLedger
 from daemon.schedule.store import ScheduleStore
@@ -172,30 +171,6 @@ async def test_sessions_and_messages_index(open_db: Opener) -> None:
         )
         assert [r["content"] for r in rows] == [f"line {i}" for i in range(5)]
         assert [r[0] for r in rows] == list(range(5))
-
-
-@pytest.mark.anyio
-async def test_a_frequent_term_is_counted_as_far_as_the_choice_of_terms_needs(
-    open_db: Opener,
-) -> None:
-    """Past the lexical budget (and the share that makes a term common) a count changes no
-    choice: counting stops there (on PostgreSQL an exact count visits every matching row), the
-    same on both backends, which choose the same terms and find the same hits."""
-    async with open_db() as db, memory(db) as index:
-        await index.upsert(
-            [fact(i, f"note {i}: tea with the neighbours") for i in range(1, 41)]
-            + [fact(41, "the tea kettle whistles on the stove")]
-        )
-        lexical = index.lexical
-        lexical.budget = 10
-        phrases = match_terms("tea kettle")
-        enough = 11  # past the budget; 5% of 41 rows is less
-        df = await db.run(lambda conn: lexical.doc_freqs(conn, phrases, 41))
-        assert df[phrases[1]] == 1
-        assert df[phrases[0]] == enough
-        assert lexical.match(phrases, df) == phrases[1]  # the rare term alone, on both
-        hits = await index.search("tea kettle", k=3, mode="lexical")
-    assert [h.id for h in hits] == ["fact:41"]
 
 
 @pytest.mark.anyio

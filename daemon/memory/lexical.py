@@ -81,16 +81,10 @@ class LexicalSearcher:
             self._df.clear()
             self._df_rows = rows
         out: dict[str, int] = {}
-        # Counted only this far, on both backends: past it a count changes no choice of terms
-        # (`match`'s budget, `informative`'s share), and an exact count visits every match (on
-        # PostgreSQL a frequent term's took over a second at 1M memories). An IDF read from
-        # these counts is flat above it: such a term is common either way. The share is taken
-        # of the most rows these cached counts will be read against (up to 10% more, above).
-        enough = max(self.budget, int(COMMON_SHARE * (1.1 * self._df_rows + 50)), 5) + 1
         for p in phrases:
             cached = self._df.get(p)
             if cached is None or (cached[1] != generation and cached[0] < RECOUNT_BELOW):
-                count = self._count(conn, p, enough)
+                count = self._count(conn, p)
                 cached = (count, generation)
                 self._df[p] = cached
             out[p] = cached[0]
@@ -163,12 +157,9 @@ class LexicalSearcher:
         return self._joined(conn, expr, limit, where)
 
     # ----- the full-text index's own SQL (FTS5 here; PostgreSQL's in `PgLexicalSearcher`) -----
-    def _count(self, conn: Any, phrase: str, enough: int) -> int:
-        sql = (
-            "SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH ? LIMIT ?) "
-            "AS found"
-        )
-        return int(conn.execute(sql, (phrase, enough)).fetchone()[0])
+    def _count(self, conn: Any, phrase: str) -> int:
+        sql = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
+        return int(conn.execute(sql, (phrase,)).fetchone()[0])
 
     def _ranked(self, conn: Any, expr: str, limit: int) -> list[int]:
         sql = f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {_BM25} LIMIT ?"
@@ -257,15 +248,12 @@ class PgLexicalSearcher(LexicalSearcher):
     _order = f"{_TS_RANK} DESC, m.rowid DESC"
     _plain_order = _order
 
-    def _count(self, conn: Any, phrase: str, enough: int) -> int:
+    def _count(self, conn: Any, phrase: str) -> int:
         q = tsquery(phrase)
         if not q:
             return 0
-        sql = (
-            "SELECT count(*) FROM (SELECT 1 FROM memories "
-            f"WHERE fts @@ to_tsquery('{TS_CONFIG}', ?) LIMIT ?) AS found"
-        )
-        return int(conn.execute(sql, (q, enough)).fetchone()[0])
+        sql = f"SELECT count(*) FROM memories WHERE fts @@ to_tsquery('{TS_CONFIG}', ?)"
+        return int(conn.execute(sql, (q,)).fetchone()[0])
 
     def _ranked(self, conn: Any, expr: str, limit: int) -> list[int]:
         q = tsquery(expr)
