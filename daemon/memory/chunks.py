@@ -44,14 +44,7 @@ def _origin(session_kind: str, roles: set[str]) -> Origin:
 
 
 async def _existing(db: Any, uids: list[str]) -> int:
-    found = 0
-    for i in range(0, len(uids), 500):
-        part = uids[i : i + 500]
-        row = await db.fetchone(
-            f"SELECT count(*) FROM memories WHERE uid IN ({','.join('?' * len(part))})", part
-        )
-        found += int(row[0])
-    return found
+    return len(await db.fetch_in("SELECT uid FROM memories WHERE uid IN ({})", uids))
 
 
 async def chunk_session(index: MemoryIndex, session_id: str) -> int:

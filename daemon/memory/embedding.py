@@ -157,24 +157,20 @@ class EmbeddingWorker:
         # never rests on statistics: joined in one statement, SQLite without ANALYZE walked
         # every vector of the model for each round (quadratic over a large backlog).
         uids = sorted({u for part in windows.values() for u in part})
-        hashes: dict[str, str] = {}
-        for i in range(0, len(uids), 500):
-            chunk = uids[i : i + 500]
-            rows = await self.db.fetchall(
-                f"SELECT uid, content_hash FROM memories WHERE uid IN ({','.join('?' * len(chunk))})",
-                tuple(chunk),
+        hashes = {
+            r[0]: r[1]
+            for r in await self.db.fetch_in(
+                "SELECT uid, content_hash FROM memories WHERE uid IN ({})", uids
             )
-            hashes.update((r[0], r[1]) for r in rows)
-        wanted = sorted(set(hashes.values()))
-        vectors: dict[str, np.ndarray] = {}
-        for i in range(0, len(wanted), 500):
-            chunk = wanted[i : i + 500]
-            rows = await self.db.fetchall(
-                "SELECT content_hash, vector FROM embeddings WHERE model = ? "
-                f"AND content_hash IN ({','.join('?' * len(chunk))})",
-                (self.embedder.name, *chunk),
+        }
+        vectors = {
+            r[0]: np.frombuffer(r[1], dtype=np.float32)
+            for r in await self.db.fetch_in(
+                "SELECT content_hash, vector FROM embeddings WHERE model = ? AND content_hash IN ({})",
+                sorted(set(hashes.values())),
+                (self.embedder.name,),
             )
-            vectors.update((r[0], np.frombuffer(r[1], dtype=np.float32)) for r in rows)
+        }
         found = {u: vectors[h] for u, h in hashes.items() if h in vectors}
         pooled: dict[str, np.ndarray] = {}
         left: list[str] = []

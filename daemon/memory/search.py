@@ -727,14 +727,12 @@ class MemorySearch:
             ):
                 windows[item.id] = [str(p) for p in parts]
         wanted = sorted({uid for parts in windows.values() for uid in parts})
-        rows: dict[str, tuple[int, str]] = {}
-        for i in range(0, len(wanted), 500):
-            part = wanted[i : i + 500]
-            for r in await self.db.fetchall(
-                f"SELECT rowid, uid, text FROM memories WHERE uid IN ({','.join('?' * len(part))})",
-                part,
-            ):
-                rows[r[1]] = (int(r[0]), r[2] or "")
+        rows: dict[str, tuple[int, str]] = {
+            r[1]: (int(r[0]), r[2] or "")
+            for r in await self.db.fetch_in(
+                "SELECT rowid, uid, text FROM memories WHERE uid IN ({})", wanted
+            )
+        }
         lines_of: dict[str, list[Line]] = {}
         for item in items:
             if item.id in windows:

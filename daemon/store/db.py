@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -384,6 +384,17 @@ class Database:
     async def fetchall(self, sql: str, params: Any = ()) -> list[Any]:
         async with self.conn.execute(sql, params) as cur:
             return list(await cur.fetchall())
+
+    async def fetch_in(
+        self, sql: str, keys: Sequence[Any], params: Sequence[Any] = (), *, per: int = 500
+    ) -> list[Any]:
+        """Rows of `sql` for every key, `per` keys a statement: its `{}` becomes their
+        placeholders, bound after `params` (a long list stays within SQLite's variable limit)."""
+        out: list[Any] = []
+        for i in range(0, len(keys), per):
+            part = list(keys[i : i + per])
+            out.extend(await self.fetchall(sql.format(",".join("?" * len(part))), (*params, *part)))
+        return out
 
     async def fetchone(self, sql: str, params: Any = ()) -> Any:
         async with self.conn.execute(sql, params) as cur:
