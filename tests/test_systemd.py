@@ -163,7 +163,8 @@ def test_the_system_unit_says_what_the_daemon_expects() -> None:
     for key, value in {
         "Type": "notify",
         "NotifyAccess": "main",
-        "ExecStart": "/usr/local/bin/reverie run",
+        "ExecStart": "/opt/reverie/bin/reverie run",
+        "LoadCredential": "ANTHROPIC_API_KEY:/etc/reverie/credentials/anthropic_api_key",
         "WatchdogSec": "30",
         "Restart": "on-failure",
         "TimeoutStopSec": "20",
