@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ class HomeLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            first = os.pread(fd, 32, 0).decode(errors="replace").partition("\n")[0]
+            holder = first.strip() or "?"
             os.close(fd)
             raise HomeLocked(
                 f"another daemon (pid {holder}) is already running with home {self.path.parent}"
@@ -58,6 +60,14 @@ class HomeLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
         return self
+
+    def record_socket(self, path: Path) -> None:
+        """Write where the chat socket listens under the pid, for clients that cannot see
+        `$RUNTIME_DIRECTORY` (`daemon.cli.locate.recorded_socket` reads it)."""
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n{path}\n".encode(), 0)
 
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:
@@ -83,16 +93,16 @@ class Daemon:
         graceful stop (also during start-up), a second exits at once.
         """
         code = 1
-        with HomeLock(self.home.lock_file):
+        with HomeLock(self.home.lock_file) as lock:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._signals, name="signals")
                 try:
-                    code = await self._serve()
+                    code = await self._serve(lock)
                 finally:
                     outer.cancel_scope.cancel()
         return code
 
-    async def _serve(self) -> int:
+    async def _serve(self, lock: HomeLock | None = None) -> int:
         from daemon.chat.server import ChatServer
         from daemon.systemd import Notifier, watchdog_loop
 
@@ -125,7 +135,10 @@ class Daemon:
                     "warm up",
                     name="tokenizer-warm-up",
                 )
+                if lock is not None:
+                    lock.record_socket(socket_path)
                 notifier.ready(status=f"awake; socket {socket_path}")
+                say_ready(self.home, socket_path)
                 log.info(
                     "daemon ready",
                     home=str(self.home.root),
@@ -168,6 +181,20 @@ class Daemon:
                         "second signal: exiting immediately", signal=signal.Signals(signum).name
                     )
                     os._exit(1)
+
+
+def ready_line(home: Home, socket_path: Path) -> str:
+    """The one human line that says the daemon listens, and how to talk to it."""
+    return f"reverie: ready — socket {socket_path}; chat with `reverie chat --home {home.root}`"
+
+
+def say_ready(home: Home, socket_path: Path) -> None:
+    """Print `ready_line` on stderr: the JSON log lines on stdout stay JSON for their readers
+    (journald shows both), and a person watching a pipe or a terminal reads one plain line."""
+    try:
+        print(ready_line(home, socket_path), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # no stderr to write to (closed): the log line says the same
 
 
 def register_commands(services: Services) -> None:

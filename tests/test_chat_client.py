@@ -118,6 +118,7 @@ async def test_no_socket_means_not_running(sock: Path) -> None:
         await command(sock, "status")
     assert str(info.value) == (
         f"the daemon is not running (no socket at {sock}); start it with `reverie run`"
+        " (or `./scripts/run-daemon.sh` in a checkout)"
     )
 
 
@@ -334,8 +335,8 @@ async def test_chat_m_without_a_daemon(
     err = capsys.readouterr().err
     assert code == 1
     assert (
-        err
-        == f"reverie: the daemon is not running (no socket at {sock}); start it with `reverie run`\n"
+        err == f"reverie: the daemon is not running (no socket at {sock}); start it with"
+        " `reverie run` (or `./scripts/run-daemon.sh` in a checkout)\n"
     )
 
 

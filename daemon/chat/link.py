@@ -61,10 +61,12 @@ def new_id() -> str:
     return os.urandom(6).hex()
 
 
+# How to start the daemon, wherever a command finds it not running: installed, or in a checkout.
+START_HINT = "start it with `reverie run` (or `./scripts/run-daemon.sh` in a checkout)"
+
+
 def not_running(path: str | os.PathLike[str]) -> ChatError:
-    return ChatError(
-        f"the daemon is not running (no socket at {os.fspath(path)}); start it with `reverie run`"
-    )
+    return ChatError(f"the daemon is not running (no socket at {os.fspath(path)}); {START_HINT}")
 
 
 def connect_failure(path: str | os.PathLike[str], exc: OSError) -> ChatError:

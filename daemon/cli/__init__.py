@@ -66,6 +66,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reverie", description="Reverie: a 24/7 agent daemon built for continuity."
     )
+    parser.add_argument(
+        "--version", action=_version_action(), nargs=0, help="print the version and exit"
+    )
     parser.add_argument("--home", metavar="DIR", help=home_help)
     parser.add_argument("--config", metavar="FILE", help=config_help)
     # Subcommands accept the same options after their name; SUPPRESS keeps a value given
@@ -79,6 +82,29 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         module = importlib.import_module(name)
         module.add_commands(sub, common)
     return parser
+
+
+def version() -> str:
+    """The installed package's version (`reverie X.Y.Z`), read from its metadata."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return f"reverie {dist_version('reverie')}"
+    except PackageNotFoundError:
+        return "reverie (version unknown: the package is not installed)"
+
+
+def _version_action() -> type[argparse.Action]:
+    """`--version`, whose answer is looked up only when asked (the metadata costs ~10 ms)."""
+    import argparse
+
+    class Version(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+            print(version())
+            parser.exit()
+
+    return Version
 
 
 def _run(func: Any, args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.cli.locate import socket_for
 from daemon.cli.support import resolve_env
 from daemon.paths import PERSONA_FILES, Home, persona_problem
 from daemon.settings import Settings, secret
@@ -336,7 +337,7 @@ def _home(home: Home) -> list[Check]:
 
 
 def _socket(home: Home, settings: Settings) -> Check:
-    path = home.socket_path(settings.chat.socket)
+    path = socket_for(home, settings.chat.socket, announce=False)
     if not path.exists():
         parent = path.parent
         if parent.exists() and not os.access(parent, os.W_OK):
@@ -346,7 +347,11 @@ def _socket(home: Home, settings: Settings) -> Check:
                 detail=f"cannot create {path}: {parent} not writable",
                 fix=f"fix permissions of {parent}",
             )
-        return Check(name="socket", status="ok", detail=f"{path} (daemon not running)")
+        from daemon.chat.link import START_HINT
+
+        return Check(
+            name="socket", status="ok", detail=f"{path} (daemon not running; {START_HINT})"
+        )
     mode = stat.S_IMODE(path.stat().st_mode)
     dmode = stat.S_IMODE(path.parent.stat().st_mode)
     from daemon.chat.link import ChatError, DaemonLink
@@ -467,7 +472,7 @@ def _live_mcp_servers(home: Home, settings: Settings) -> dict[str, dict[str, Any
     """The running daemon's MCP servers by name, or None when no daemon answers."""
     from daemon.chat.link import ChatError, DaemonLink, command_data
 
-    path = home.socket_path(settings.chat.socket)
+    path = socket_for(home, settings.chat.socket, announce=False)
     if not path.exists():
         return None
     try:

@@ -100,5 +100,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"  config:   {env.home.config_file}")
     print(f"  persona:  {env.home.persona_dir}/ ({', '.join(PERSONA_FILES)})")
     print(f"  topics:   {env.home.matrix_file} + {env.home.topics_dir}/")
-    print(f"start it with: reverie run --home {env.home.root}")
+    print(
+        f"start it with: reverie run --home {env.home.root}"
+        f" (or ./scripts/run-daemon.sh --home {env.home.root} in a checkout)"
+    )
     return 0

@@ -3,7 +3,10 @@
 One resolver for every command: the forwarder asks it before anything heavy is imported,
 and the direct path builds its `Home` from the same answer. `socket_path` reads the socket
 setting without the settings module (a forwarded command cannot afford pydantic);
-`socket_for` is what a client that has loaded the settings uses (`reverie chat`).
+`socket_for` is what a command that has loaded the settings uses (`chat`, `status`,
+`doctor`, `sleep`, `web`). Both end in `find_socket`, which looks past the home's own
+socket path when no daemon listens there: a daemon under systemd listens in its unit's
+runtime directory (`$RUNTIME_DIRECTORY`, which a shell does not see).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ def home_dir(args: Any) -> str:
 
 
 def socket_path(home: str, config: str | None) -> str | None:
-    """Resolve the socket the way the settings do (home TOML → --config → environment).
+    """Resolve the socket the way the settings do (home TOML → --config → environment),
+    then look past an absent one as `find_socket` does.
 
     Returns None when a configuration file cannot be read: the full CLI then reports it.
     """
@@ -68,21 +72,45 @@ def socket_path(home: str, config: str | None) -> str | None:
         return os.path.join(home, os.path.expanduser(configured))  # an absolute path stays as it is
     if os.environ.get("RUNTIME_DIRECTORY"):
         return os.path.join(os.environ["RUNTIME_DIRECTORY"].split(":")[0], "reverie.sock")
-    return os.path.join(home, "run", "reverie.sock")
+    return find_socket(os.path.join(home, "run", "reverie.sock"), home, pinned=False)
 
 
-def socket_for(home: Home, configured: str | None, *, announce: bool = True) -> Path:
-    """Resolve the daemon's chat socket for a client.
+def recorded_socket(home: str) -> str | None:
+    """The socket the home's daemon said it listens on (the second line of `reverie.lock`).
 
-    The home's own socket first; when it is absent and nothing pins the path, the
-    sockets of the shipped systemd units (a shell does not see the service's
-    `$RUNTIME_DIRECTORY`), saying so on stderr when one is used.
+    The daemon writes it once its socket listens, so a client finds a daemon whose socket is
+    in a runtime directory it cannot see. None when no daemon recorded one.
     """
-    from daemon.systemd import unit_socket_paths
+    try:
+        with open(os.path.join(home, "reverie.lock"), encoding="utf-8", errors="replace") as fh:
+            lines = fh.read(8192).splitlines()
+    except OSError:
+        return None
+    path = lines[1].strip() if len(lines) > 1 else ""
+    return path if os.path.isabs(path) else None
 
-    primary = home.socket_path(configured)
-    if primary.exists() or configured or os.environ.get("RUNTIME_DIRECTORY"):
+
+def find_socket(primary: str, home: str, *, pinned: bool, announce: bool = True) -> str:
+    """Where a client finds the daemon of `home`, whose own socket path is `primary`.
+
+    `primary` when a socket is there, or when the path is pinned (configured, or
+    `$RUNTIME_DIRECTORY` is set: the client runs beside the daemon). Otherwise the socket the
+    home's daemon recorded (`recorded_socket`), then the sockets of the shipped systemd units
+    (user unit first), the first that exists — saying so on stderr when `announce`. When none
+    exists, `primary`, so "not running" names the home's own path.
+    """
+    if pinned or os.environ.get("RUNTIME_DIRECTORY") or os.path.exists(primary):
         return primary
+    recorded = recorded_socket(home)
+    if recorded is not None and recorded != primary and os.path.exists(recorded):
+        if announce:
+            print(
+                f"reverie: using the socket the daemon of {home} listens on: {recorded}",
+                file=sys.stderr,
+            )
+        return recorded
+    from daemon.systemd import unit_socket_paths  # anyio: only when the home has no socket
+
     for candidate in unit_socket_paths():
         if candidate.exists():
             if announce:
@@ -90,5 +118,17 @@ def socket_for(home: Home, configured: str | None, *, announce: bool = True) -> 
                     f"reverie: no daemon socket at {primary}; using the systemd unit's {candidate}",
                     file=sys.stderr,
                 )
-            return candidate
+            return str(candidate)
     return primary
+
+
+def socket_for(home: Home, configured: str | None, *, announce: bool = True) -> Path:
+    """Resolve the daemon's chat socket for a command that has loaded the settings.
+
+    `configured` is `chat.socket` (which `$REVERIE_SOCKET` sets); see `find_socket`.
+    """
+    from pathlib import Path
+
+    primary = home.socket_path(configured)
+    found = find_socket(str(primary), str(home.root), pinned=bool(configured), announce=announce)
+    return Path(found)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from daemon.cli.locate import socket_for
 from daemon.cli.support import CommandError, Env, has_store, has_table, open_database, resolve_env
 
 # How `show` and `list` name the kinds of change, in the order `show` counts them.
@@ -84,8 +85,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _socket(env: Env) -> Path:
-    path: Path = env.home.socket_path(env.settings.chat.socket)
-    return path
+    return socket_for(env.home, env.settings.chat.socket)
 
 
 async def cmd_sleep(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import argparse
 import json
 from typing import Any
 
+from daemon.cli.locate import socket_for
 from daemon.cli.support import CommandError, resolve_env, unwritable
 from daemon.store.errors import is_database_error
 
@@ -26,7 +27,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
     from daemon.chat.client import ChatError, command
 
     env = resolve_env(args)
-    sock = env.home.socket_path(env.settings.chat.socket)
+    sock = socket_for(env.home, env.settings.chat.socket)
     data: dict[str, Any] | None = None
     if sock.exists():
         try:
@@ -196,6 +197,10 @@ def render(status: dict[str, Any]) -> str:
         )
     if status.get("note"):
         lines.append(f"note:         {status['note']}")
+    if not status.get("running"):
+        from daemon.chat.link import START_HINT
+
+        lines.append(f"daemon:       not running; {START_HINT}")
     return "\n".join(lines)
 
 

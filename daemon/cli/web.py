@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from daemon.cli.locate import socket_for
 from daemon.cli.support import CommandError, resolve_env
 
 
@@ -38,7 +39,7 @@ async def cmd_web(args: argparse.Namespace) -> int:
             f"the web console is off: set `enabled = true` under [web] in {config} "
             "and restart the daemon"
         )
-    sock = env.home.socket_path(env.settings.chat.socket)
+    sock = socket_for(env.home, env.settings.chat.socket)
     try:
         status = await command(sock, "status", timeout=10.0)
     except ChatError as exc:
