@@ -1,19 +1,23 @@
 """The file tools: read, list, search, write and edit files inside the workspace roots.
 
-Every path goes through `Workspace.resolve`, so `..`, absolute paths outside the roots and
-symlinks that lead out are refused before a byte is read or written. What a listing or a
-search sees lives in `tree`. Writes replace a file atomically (a temporary file beside it,
-then `os.replace`), keep its mode, and never follow a link at the temporary name. The tools
-block on the file system, so their work runs in a worker thread.
+Every path is walked by `Workspace.open`, one name at a time from its root with `O_NOFOLLOW`,
+and the tool then acts only on the descriptors that walk holds: `..`, absolute paths outside
+the roots and symlinks that lead out are refused before a byte is read or written, and a
+directory swapped for a symlink after the walk leads nowhere. What a listing or a search sees
+lives in `tree`. Writes replace a file atomically (a temporary file made in the directory the
+walk holds, then renamed there), keep its mode, and never follow a link at the temporary
+name. Reads go in bounded blocks, so a line of any length costs at most the read limit. The
+tools block on the file system, so their work runs in a worker thread.
 """
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import os
+import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -25,21 +29,30 @@ import anyio
 
 from daemon.settings import Settings
 from daemon.tools.registry import Tool, ToolContext, ToolError, cap_output
+from daemon.tools.summary import visible
 from daemon.tools.tree import LIST_MAX_ENTRIES, SEARCH_MAX_MATCHES, list_entries, search_tree
-from daemon.tools.workspace import Workspace
+from daemon.tools.workspace import Opened, Workspace
 
 T = TypeVar("T")
 
 # A file is binary when its first bytes hold a NUL (git and ripgrep decide the same way).
 _SNIFF_BYTES = 8192
+# A file is read this many bytes at a time; only the lines asked for are kept.
+READ_BLOCK_BYTES = 1 << 20
 # The diff a write or an edit returns to the model; the preview shown to the person is larger.
 RESULT_DIFF_CHARS = 4_000
 PREVIEW_DIFF_CHARS = 20_000
 
 
 async def _in_thread(fn: Callable[[], T]) -> T:
-    # A cancelled call stops waiting; the thread finishes its file operation on its own.
+    # A cancelled call stops waiting; the thread finishes its file operation on its own (it
+    # owns every descriptor it opens, so nothing it holds is closed under it).
     return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+
+
+def _opened_fd(opened: Opened) -> int:
+    assert opened.fd is not None
+    return opened.fd
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,13 +63,16 @@ def _is_binary(head: bytes) -> bool:
     return b"\0" in head
 
 
-def _decode(data: bytes, shown: str) -> str:
+def _decode(data: bytes, shown: str, offset: int, *, cut: bool) -> str:
     try:
+        if cut:
+            # A line cut at the read limit may end inside a character: that half is left out.
+            return codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ToolError(
-            f"{shown} is not UTF-8 text (byte {exc.start} cannot be decoded); read_file shows "
-            "text files only"
+            f"{shown} is not UTF-8 text (byte {offset + exc.start} cannot be decoded); "
+            "read_file shows text files only"
         ) from None
 
 
@@ -78,40 +94,86 @@ def _numbered(lines: list[str], first: int, limit: int) -> tuple[list[str], int]
     return out, len(out)
 
 
-def _split_lines(text: str) -> list[str]:
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line starts no new one
-    return [line.removesuffix("\r") for line in lines]
+@dataclass
+class _Range:
+    """What a bounded read of lines start..end found."""
+
+    lines: list[bytearray]  # the lines asked for, each at most the read limit, no newline
+    lengths: list[int]  # each one's whole length in bytes
+    total: int  # how many lines the file has
 
 
-def _read_range(
-    real: Path, shown: str, start: int, end: int | None, max_bytes: int
-) -> tuple[list[str], int]:
-    """Lines start..end (1-based, inclusive) and how many lines the file has."""
-    kept: list[bytes] = []
-    size = 0
-    total = 0
-    with real.open("rb") as fh:
-        for raw in fh:
-            total += 1
-            if b"\0" in raw:
-                raise ToolError(f"{shown} is a binary file; read_file shows text files only")
-            if total >= start and (end is None or total <= end):
-                size += len(raw)
-                if size > max_bytes:
+def _read_range(fd: int, shown: str, start: int, end: int | None, max_bytes: int) -> _Range:
+    """Lines start..end (1-based, inclusive), reading `fd` READ_BLOCK_BYTES at a time.
+
+    Memory stays within `max_bytes` plus a block whatever the file holds: a line longer than
+    `max_bytes` keeps only its first `max_bytes` (the rest is counted, never kept), and lines
+    past `max_bytes` together are refused with a request for fewer.
+    """
+    found = _Range([], [], 0)
+    kept = 0
+    line = 1  # the line the next byte belongs to
+    begun = False  # a byte (or the newline) of `line` has been seen
+    while block := os.read(fd, READ_BLOCK_BYTES):
+        if b"\0" in block:
+            raise ToolError(f"{shown} is a binary file; read_file shows text files only")
+        at = 0
+        while at < len(block):
+            if end is not None and line > end:
+                # Past the range: only the count of lines is still wanted.
+                line += block.count(b"\n", at)
+                begun = not block.endswith(b"\n")
+                break
+            newline = block.find(b"\n", at)
+            stop = len(block) if newline < 0 else newline
+            if line >= start and (end is None or line <= end):
+                if not begun:
+                    found.lines.append(bytearray())
+                    found.lengths.append(0)
+                piece = block[at:stop]
+                found.lengths[-1] += len(piece)
+                room = max_bytes - len(found.lines[-1])
+                if len(found.lines) > 1 and kept + len(piece) > max_bytes:
                     last = end if end is not None else "the end"
                     raise ToolError(
                         f"lines {start}-{last} of {shown} are more than the {max_bytes}-byte "
                         "read limit; ask for fewer lines"
                     )
-                kept.append(raw)
-    return _split_lines(_decode(b"".join(kept), shown)), total
+                found.lines[-1] += piece[:room]
+                kept += min(len(piece), room)
+            begun = True
+            if newline < 0:
+                break
+            line += 1
+            begun = False
+            at = newline + 1
+    found.total = line if begun else line - 1
+    return found
+
+
+def _range_text(
+    found: _Range, shown: str, start: int, max_bytes: int
+) -> tuple[list[str], list[str]]:
+    """The lines as text, and a note for each one cut at the read limit."""
+    texts: list[str] = []
+    notes: list[str] = []
+    offset = 0
+    for number, (raw, length) in enumerate(zip(found.lines, found.lengths, strict=True), start):
+        cut = length > len(raw)
+        text = _decode(bytes(raw), shown, offset, cut=cut)
+        offset += len(raw)
+        if cut:
+            notes.append(
+                f"[line {number} is {length} bytes, over the {max_bytes}-byte read limit: "
+                f"only its first {len(raw)} bytes were read]"
+            )
+        texts.append(text.removesuffix("\r"))
+    return texts, notes
 
 
 def read_text_file(
-    real: Path,
-    shown: str,
+    workspace: Workspace,
+    path: str,
     *,
     start_line: int | None,
     end_line: int | None,
@@ -119,40 +181,61 @@ def read_text_file(
     max_chars: int,
 ) -> str:
     """The file's lines numbered like `cat -n`; refusals say what to ask for instead."""
-    if real.is_dir():
+    with workspace.open(path) as opened:
+        return _read_opened(
+            _opened_fd(opened),
+            workspace.show(opened.path),
+            start_line=start_line,
+            end_line=end_line,
+            max_bytes=max_bytes,
+            max_chars=max_chars,
+        )
+
+
+def _read_opened(
+    fd: int,
+    shown: str,
+    *,
+    start_line: int | None,
+    end_line: int | None,
+    max_bytes: int,
+    max_chars: int,
+) -> str:
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{shown} is a directory; list it with list_files")
-    if not real.is_file():
+    if not stat.S_ISREG(st.st_mode):
         raise ToolError(f"{shown} is not a regular file")
-    size = real.stat().st_size
-    with real.open("rb") as fh:
-        head = fh.read(_SNIFF_BYTES)
+    head = os.pread(fd, _SNIFF_BYTES, 0)
     if _is_binary(head):
-        raise ToolError(f"{shown} is a binary file ({size} bytes); read_file shows text files only")
+        raise ToolError(
+            f"{shown} is a binary file ({st.st_size} bytes); read_file shows text files only"
+        )
     start = start_line or 1
     if end_line is not None and end_line < start:
         raise ToolError(f"end_line ({end_line}) is before start_line ({start})")
     ranged = start_line is not None or end_line is not None
-    if not ranged and size > max_bytes:
+    if not ranged and st.st_size > max_bytes:
         raise ToolError(
-            f"{shown} is {size} bytes, over the {max_bytes}-byte read limit; read it in parts "
-            "with start_line and end_line (for example start_line=1, end_line=400)"
+            f"{shown} is {st.st_size} bytes, over the {max_bytes}-byte read limit; read it in "
+            "parts with start_line and end_line (for example start_line=1, end_line=400)"
         )
-    lines, total = _read_range(real, shown, start, end_line, max_bytes)
-    if total == 0:
+    found = _read_range(fd, shown, start, end_line, max_bytes)
+    if found.total == 0:
         return f"({shown} is empty)"
-    if start > total:
-        raise ToolError(f"{shown} has {total} lines; start_line {start} is past the end")
-    # Room for the note that says where the output stopped.
-    rows, shown_count = _numbered(lines, start, max_chars - 200)
+    if start > found.total:
+        raise ToolError(f"{shown} has {found.total} lines; start_line {start} is past the end")
+    lines, notes = _range_text(found, shown, start, max_bytes)
+    # Room for the notes that say where the output stopped.
+    rows, shown_count = _numbered(lines, start, max_chars - 300)
     last = start + shown_count - 1
-    notes: list[str] = []
     if shown_count < len(lines):
         notes.append(
-            f"[stopped at line {last} of {total}: the output limit; continue with "
+            f"[stopped at line {last} of {found.total}: the output limit; continue with "
             f"start_line={last + 1}]"
         )
-    elif ranged and (start > 1 or last < total):
-        notes.append(f"[lines {start}-{last} of {total}]")
+    elif ranged and (start > 1 or last < found.total):
+        notes.append(f"[lines {start}-{last} of {found.total}]")
     return "\n".join(rows + notes)
 
 
@@ -189,21 +272,29 @@ def _current_umask() -> int:
     return 0o022
 
 
-def replace_file(real: Path, data: bytes) -> None:
-    """Write `data` to `real` atomically, keeping the file's mode and, where allowed, its owner
-    (a new file: mode 0666 & ~umask).
+def replace_file(parent: int, name: str, data: bytes, st: os.stat_result | None) -> None:
+    """Write `data` as `name` in the directory `parent` atomically, keeping the mode and,
+    where allowed, the owner of the file `st` describes (a new file: mode 0666 & ~umask).
 
-    The temporary file is made with O_EXCL under a random name, so no link planted beside the
-    target can redirect the write.
+    The temporary file is made with O_EXCL|O_NOFOLLOW under a random name in the same
+    directory descriptor and renamed there, so no link planted beside the target, and no
+    directory swapped on the way, can redirect the write.
     """
-    parent = real.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    try:
-        st: os.stat_result | None = real.stat()
-    except FileNotFoundError:
-        st = None
     mode = stat.S_IMODE(st.st_mode) if st else 0o666 & ~_current_umask()
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{real.name}.", suffix=".tmp")
+    for _ in range(100):
+        tmp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=parent,
+            )
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name beside {name}")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -214,13 +305,13 @@ def replace_file(real: Path, data: bytes) -> None:
                     os.fchown(fh.fileno(), st.st_uid, st.st_gid)
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
-        os.replace(tmp, real)
+        os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         with suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=parent)
         raise
     with suppress(OSError):
-        dir_fd = os.open(parent, os.O_RDONLY)
+        dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
         try:
             os.fsync(dir_fd)
         finally:
@@ -229,11 +320,11 @@ def replace_file(real: Path, data: bytes) -> None:
 
 @dataclass(frozen=True)
 class _Change:
-    real: Path
     shown: str
     before: str
     after: str
     existed: bool
+    st: os.stat_result | None = None
     line: int | None = None
 
     @property
@@ -244,22 +335,29 @@ class _Change:
         return unified_diff(self.before, self.after, self.shown, new_file=not self.existed)
 
 
-def _writable_target(workspace: Workspace, path: str) -> Path:
-    if path.endswith(("/", os.sep)):
-        raise ToolError(f"{path!r} names a directory; give a file path")
-    real = workspace.resolve(path, must_exist=False)
-    if real.is_dir():
-        raise ToolError(f"{workspace.relative(real)} is a directory; give a file path")
-    if real.exists() and not real.is_file():
-        raise ToolError(f"{workspace.relative(real)} is not a regular file")
-    return real
+def _regular(opened: Opened, shown: str) -> os.stat_result | None:
+    """The stat of the file `opened` holds (None when there is none yet); refuses the rest."""
+    if opened.fd is None:
+        return None
+    st = os.fstat(opened.fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError(f"{shown} is a directory; give a file path")
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(f"{shown} is not a regular file")
+    return st
 
 
-def _existing_text(real: Path, shown: str, max_bytes: int) -> str:
-    size = real.stat().st_size
+def _existing_text(fd: int, st: os.stat_result, shown: str, max_bytes: int) -> str:
+    if st.st_size > max_bytes:
+        raise ToolError(f"{shown} is {st.st_size} bytes, over the {max_bytes}-byte write limit")
+    chunks: list[bytes] = []
+    size = 0
+    while size <= max_bytes and (chunk := os.pread(fd, READ_BLOCK_BYTES, size)):
+        chunks.append(chunk)
+        size += len(chunk)
     if size > max_bytes:
-        raise ToolError(f"{shown} is {size} bytes, over the {max_bytes}-byte write limit")
-    data = real.read_bytes()
+        raise ToolError(f"{shown} is over the {max_bytes}-byte write limit")
+    data = b"".join(chunks)
     if _is_binary(data):
         raise ToolError(f"{shown} is a binary file; the file tools change text files only")
     try:
@@ -270,33 +368,35 @@ def _existing_text(real: Path, shown: str, max_bytes: int) -> str:
         ) from None
 
 
-def plan_write(workspace: Workspace, path: str, content: str, max_bytes: int) -> _Change:
-    real = _writable_target(workspace, path)
-    shown = workspace.relative(real)
+def _check_write(path: str, content: str, max_bytes: int) -> None:
+    # Before any walk: a refused write makes no directory.
+    if path.endswith(("/", os.sep)):
+        raise ToolError(f"{path!r} names a directory; give a file path")
     size = len(content.encode("utf-8"))
     if size > max_bytes:
         raise ToolError(f"the content is {size} bytes, over the {max_bytes}-byte write limit")
-    existed = real.exists()
+
+
+def plan_write(workspace: Workspace, opened: Opened, content: str, max_bytes: int) -> _Change:
+    shown = workspace.show(opened.path)
+    st = _regular(opened, shown)
     before = ""
-    if existed:
+    if st is not None:
         # Replacing a binary or huge file is still allowed; only its diff is not shown.
         try:
-            before = _existing_text(real, shown, max_bytes)
+            before = _existing_text(_opened_fd(opened), st, shown, max_bytes)
         except ToolError:
-            before = f"({shown}: {real.stat().st_size} bytes not shown)\n"
-    return _Change(real, shown, before, content, existed)
+            before = f"({shown}: {st.st_size} bytes not shown)\n"
+    return _Change(shown, before, content, st is not None, st)
 
 
-def plan_edit(workspace: Workspace, path: str, old: str, new: str, max_bytes: int) -> _Change:
-    real = workspace.resolve(path)
-    shown = workspace.relative(real)
-    if real.is_dir():
-        raise ToolError(f"{shown} is a directory; give a file path")
-    if not real.is_file():
-        raise ToolError(f"{shown} is not a regular file")
+def plan_edit(workspace: Workspace, opened: Opened, old: str, new: str, max_bytes: int) -> _Change:
+    shown = workspace.show(opened.path)
+    st = _regular(opened, shown)
+    assert st is not None
     if old == new:
         raise ToolError("old_string and new_string are the same; there is nothing to change")
-    before = _existing_text(real, shown, max_bytes)
+    before = _existing_text(_opened_fd(opened), st, shown, max_bytes)
     count = before.count(old)
     if count == 0 and "\r\n" in before and "\n" in old and "\r" not in old:
         # read_file shows CRLF lines without their \r, so the model quotes them with \n alone:
@@ -320,12 +420,14 @@ def plan_edit(workspace: Workspace, path: str, old: str, new: str, max_bytes: in
         raise ToolError(
             f"the edited file would be {size} bytes, over the {max_bytes}-byte write limit"
         )
-    return _Change(real, shown, before, after, True, line=before.count("\n", 0, at) + 1)
+    return _Change(shown, before, after, True, st, line=before.count("\n", 0, at) + 1)
 
 
-def _apply(change: _Change) -> None:
+def _apply(opened: Opened, change: _Change) -> None:
+    if opened.parent is None or opened.name is None:
+        raise ToolError(f"{change.shown} is a directory; give a file path")
     try:
-        replace_file(change.real, change.data)
+        replace_file(opened.parent, opened.name, change.data, change.st)
     except OSError as exc:
         raise ToolError(f"could not write {change.shown}: {exc.strerror or exc}") from None
 
@@ -359,29 +461,30 @@ def file_tools(workspace: Workspace, settings: Settings, *, use_ripgrep: bool = 
 
         return call
 
+    def named(path: str) -> str:
+        return visible(path, keep="")
+
     async def read_file(ctx: ToolContext, args: dict[str, Any]) -> str:
-        real = workspace.resolve(args["path"])
-        shown = workspace.relative(real)
         job = partial(
             read_text_file,
-            real,
-            shown,
+            workspace,
+            args["path"],
             start_line=args.get("start_line"),
             end_line=args.get("end_line"),
             max_bytes=read_max,
             max_chars=output_max,
         )
-        return await _in_thread(guarded(job, f"read {shown}"))
+        return await _in_thread(guarded(job, f"read {named(args['path'])}"))
 
     async def list_files(ctx: ToolContext, args: dict[str, Any]) -> str:
-        top = workspace.resolve(args.get("path") or ".")
-        job = partial(list_entries, workspace, top, args.get("pattern"), max_chars=output_max)
-        return await _in_thread(guarded(job, f"list {workspace.relative(top)}"))
+        path = args.get("path") or "."
+        job = partial(list_entries, workspace, path, args.get("pattern"), max_chars=output_max)
+        return await _in_thread(guarded(job, f"list {named(path)}"))
 
     async def search_files(ctx: ToolContext, args: dict[str, Any]) -> str:
         return await search_tree(
             workspace,
-            workspace.resolve(args.get("path") or "."),
+            args.get("path") or ".",
             args["pattern"],
             glob=args.get("glob"),
             ignore_case=bool(args.get("ignore_case", False)),
@@ -389,41 +492,52 @@ def file_tools(workspace: Workspace, settings: Settings, *, use_ripgrep: bool = 
             max_chars=output_max,
         )
 
+    def preview_write(path: str, content: str) -> _Change:
+        _check_write(path, content, write_max)
+        with workspace.open(path, must_exist=False) as opened:
+            return plan_write(workspace, opened, content, write_max)
+
     async def write_preview(ctx: ToolContext, args: dict[str, Any]) -> str:
-        job = partial(plan_write, workspace, args["path"], args["content"], write_max)
-        change = await _in_thread(guarded(job, f"read {args['path']}"))
+        job = partial(preview_write, args["path"], args["content"])
+        change = await _in_thread(guarded(job, f"read {named(args['path'])}"))
         return cap_output(change.diff() or "(no change)", PREVIEW_DIFF_CHARS)
 
     async def write_file(ctx: ToolContext, args: dict[str, Any]) -> str:
         def job() -> str:
-            change = plan_write(workspace, args["path"], args["content"], write_max)
-            _apply(change)
+            _check_write(args["path"], args["content"], write_max)
+            # The walk makes the missing directories and holds the one the file goes in:
+            # the file is read, made and renamed there, never looked up by its path again.
+            with workspace.open(args["path"], must_exist=False, create_dirs=True) as opened:
+                change = plan_write(workspace, opened, args["content"], write_max)
+                _apply(opened, change)
             verb = "replaced" if change.existed else "created"
             diff = change.diff() or "(the content was already the same)"
             return f"wrote {len(change.data)} bytes to {change.shown} ({verb})\n\n" + cap_output(
                 diff, RESULT_DIFF_CHARS
             )
 
-        return await _in_thread(guarded(job, f"write {args['path']}"))
+        return await _in_thread(guarded(job, f"write {named(args['path'])}"))
+
+    def planned_edit(args: dict[str, Any], *, apply: bool) -> _Change:
+        with workspace.open(args["path"]) as opened:
+            change = plan_edit(workspace, opened, args["old_string"], args["new_string"], write_max)
+            if apply:
+                _apply(opened, change)
+        return change
 
     async def edit_preview(ctx: ToolContext, args: dict[str, Any]) -> str:
-        job = partial(
-            plan_edit, workspace, args["path"], args["old_string"], args["new_string"], write_max
-        )
-        change = await _in_thread(guarded(job, f"read {args['path']}"))
+        job = partial(planned_edit, args, apply=False)
+        change = await _in_thread(guarded(job, f"read {named(args['path'])}"))
         return cap_output(change.diff(), PREVIEW_DIFF_CHARS)
 
     async def edit_file(ctx: ToolContext, args: dict[str, Any]) -> str:
         def job() -> str:
-            change = plan_edit(
-                workspace, args["path"], args["old_string"], args["new_string"], write_max
-            )
-            _apply(change)
+            change = planned_edit(args, apply=True)
             return f"edited {change.shown} at line {change.line}\n\n" + cap_output(
                 change.diff(), RESULT_DIFF_CHARS
             )
 
-        return await _in_thread(guarded(job, f"edit {args['path']}"))
+        return await _in_thread(guarded(job, f"edit {named(args['path'])}"))
 
     return [
         Tool(

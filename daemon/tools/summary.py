@@ -22,18 +22,19 @@ _LEAD: Final = ("command", "path", "url", "pattern", "query", "task", "text")
 _redactor = Redactor()
 
 
-def visible(text: str) -> str:
+def visible(text: str, *, keep: str = "\n\t") -> str:
     """`text` with every control and format character written out (`\\x1b`, `\\u202e`).
 
     What a model wrote reaches a terminal in approval prompts and tool lines: an escape
     sequence could erase or recolour part of a command, a bidirectional override reorder it,
-    so the person would approve something other than what runs. Line breaks and tabs stay.
+    so the person would approve something other than what runs. The characters in `keep`
+    stay (line breaks and tabs, unless a name is shown: `keep=""`).
     """
     if text.isprintable():
         return text
     out = []
     for ch in text:
-        if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp"):
+        if ch in keep or unicodedata.category(ch) not in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp"):
             out.append(ch)
         else:
             code = ord(ch)
