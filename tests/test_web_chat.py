@@ -199,6 +199,15 @@ def test_an_approval_is_answered_in_place_and_the_call_runs(
     )
     assert not (workspace / "other.md").exists()
     browser.screenshot("chat-approval-answered")
+    # Opened again, each turn still shows its tool calls: done, and refused.
+    driver = _chat(browser)
+    for turn_id, status, what in ((wrote, "done", "notes.md"), (declined, "failed", "other.md")):
+        line = driver.find_element(
+            "css selector", f".msg.agent[data-turn='{turn_id}'] li[data-tool='write_file']"
+        )
+        assert line.get_attribute("class") == status, line.get_attribute("outerHTML")
+        assert line.text == f"write_file — write_file: {what}"
+    browser.screenshot("chat-tools-after-reload")
     records = [
         json.loads(line)
         for line in _transcript_text(browser.console.home).splitlines()
@@ -340,6 +349,19 @@ def test_a_forks_progress_shows_in_the_turn_as_it_happens(tmp_path: Path) -> Non
             nested = [li for li in inner if li.get_attribute("data-tool") == "task_complete"]
             assert nested and nested[0].get_attribute("style").startswith("padding-left: 1.2rem")
             browser.screenshot("chat-fork")
+            live = [
+                (li.get_attribute("data-tool"), li.get_attribute("class"), li.text)
+                for li in driver.find_elements("css selector", ".msg.agent li")
+            ]
+            # Opened again: the same lines, read from the transcripts and the fork lineage.
+            driver = _chat(browser)
+            again = driver.find_elements("css selector", ".msg.agent li")
+            assert [
+                (li.get_attribute("data-tool"), li.get_attribute("class"), li.text) for li in again
+            ] == live
+            fork = driver.find_element("css selector", ".msg.agent li[data-tool='fork']")
+            assert fork.get_attribute("style").startswith("padding-left: 1.2rem")
+            browser.screenshot("chat-fork-after-reload")
     finally:
         console.daemon.stop()
 

@@ -31,7 +31,7 @@ from daemon.web import chat, pages
 from daemon.web.auth import CSRF_FIELD, SESSION_TTL_S, ConsoleAuth, ConsoleGuard
 from daemon.web.chat import ChatDesk
 from daemon.web.live import EventStreamResponse, LiveFeed
-from daemon.web.pages.render import short_time
+from daemon.web.pages.render import counted, short_time
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -75,6 +75,7 @@ def make_templates(services: Services) -> Jinja2Templates:
         csrf_input=_csrf_input,
         agent_name=services.settings.agent.name,
         short_time=short_time,
+        counted=counted,
     )
     return templates
 

@@ -33,14 +33,13 @@ from daemon.chat.protocol import (
     SeenFrame,
 )
 from daemon.log import get_logger
+from daemon.web.chat_history import recent_turns
 from daemon.web.live import PageStream
 
 log = get_logger("web.chat")
 
 # A message typed into the page is at most this long (the socket's frame limit is larger).
 MAX_MESSAGE_CHARS = 100_000
-# The chat page opens with this many of the session's last turns.
-HISTORY_TURNS = 20
 
 
 class WebChatClient:
@@ -184,23 +183,9 @@ async def seen(request: Request) -> Response:
     return JSONResponse({"type": "ok"})
 
 
-def recent_turns(services: Any, limit: int = HISTORY_TURNS) -> list[dict[str, str]]:
-    """The trunk session's last turns as the page first shows them: what was said, the reply."""
-    session = services.trunk.session
-    if session is None:
-        return []
-    shown = []
-    for turn_id, messages in session.history():
-        if turn_id.startswith("schedule:") or not messages:
-            continue  # a scheduled task's note, not a conversation
-        reply = next((m.text for m in reversed(messages) if m.role == "assistant" and m.text), "")
-        shown.append({"turn_id": turn_id, "person": messages[0].text, "reply": reply})
-    return shown[-limit:]
-
-
 async def chat_page(request: Request) -> Response:
     templates = request.app.state.templates
-    turns = recent_turns(request.app.state.services)
+    turns = await recent_turns(request.app.state.services)
     return templates.TemplateResponse(request, "chat.html", {"turns": turns})
 
 

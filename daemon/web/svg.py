@@ -7,6 +7,7 @@ that opens something is a link, and every shape has a `<title>` the browser show
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -135,11 +136,13 @@ def stacked_bars(
     left, bottom, top = 56, 24, 26
     names = [n for n in series if any(series[n])]
     totals = [sum(series[n][i] for n in names) for i in range(len(labels))]
-    peak = max(totals, default=0) or 1
     inner_h = height - top - bottom
     step = (width - left - 10) / max(len(labels), 1)
     bar_w = max(min(step * 0.7, 48), 2)
-    body = _y_axis(peak, left=left, top=top, inner_h=inner_h, width=width, unit=unit)
+    high, body = _y_axis(
+        max(totals, default=0), left=left, top=top, inner_h=inner_h, width=width, unit=unit,
+        integer=True,
+    )  # fmt: skip
     for i, name in enumerate(labels):
         x = left + step * i + (step - bar_w) / 2
         y = float(top + inner_h)
@@ -148,7 +151,7 @@ def stacked_bars(
             value = series[key][i]
             if not value:
                 continue
-            h = inner_h * value / peak
+            h = inner_h * value / high
             y -= h
             parts.append(
                 f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(bar_w)}" height="{_num(h)}"'
@@ -180,26 +183,41 @@ def bars(
     unit: str = "",
     fmt: str = "{:,.2f}",
     label: str = "bars",
+    integer: bool = False,
+    ticks: Sequence[str] | None = None,
 ) -> Markup:
-    """One bar per label, labelled under the bars (every few when they are many)."""
+    """One bar per label, labelled under the bars (every few when they are many).
+
+    `ticks` are the labels written under the bars (the labels themselves when not given);
+    with a dozen bars or fewer each carries its value above it, so a few bars read at once.
+    """
     left, bottom, top = 56, 28, 24
-    peak = max(values, default=0) or 1
     inner_h = height - top - bottom
     step = (width - left - 10) / max(len(labels), 1)
     bar_w = max(min(step * 0.7, 48), 2)
     every = max(1, int(60 / step) + 1)
-    body = _y_axis(peak, left=left, top=top, inner_h=inner_h, width=width, unit=unit)
+    high, body = _y_axis(
+        max(values, default=0), left=left, top=top, inner_h=inner_h, width=width, unit=unit,
+        integer=integer,
+    )  # fmt: skip
+    under = list(ticks) if ticks is not None else list(labels)
     for i, (name, value) in enumerate(zip(labels, values, strict=True)):
         x = left + step * i + (step - bar_w) / 2
-        h = inner_h * value / peak
+        h = inner_h * value / high
+        said = fmt.format(value)
         body.append(
             f'<rect x="{_num(x)}" y="{_num(top + inner_h - h)}" width="{_num(bar_w)}" height="{_num(h)}"'
-            f' fill="{PALETTE[0]}"><title>{escape(name)}: {escape(fmt.format(value))} {escape(unit)}</title></rect>'
+            f' fill="{PALETTE[0]}"><title>{escape(name)}: {escape(said)} {escape(unit)}</title></rect>'
         )
+        if len(labels) <= 12:
+            body.append(
+                f'<text x="{_num(x + bar_w / 2)}" y="{_num(top + inner_h - h - 4)}" class="axis value"'
+                f' text-anchor="middle">{escape(said)}</text>'
+            )
         if i % every == 0:
             body.append(
                 f'<text x="{_num(x + bar_w / 2)}" y="{height - 8}" class="axis" text-anchor="middle">'
-                f"{escape(name[5:] if len(name) == 10 else name)}</text>"
+                f"{escape(under[i])}</text>"
             )
     return _svg(width, height, body, label)
 
@@ -212,18 +230,21 @@ def lines(
     height: int = 240,
     unit: str = "",
     label: str = "lines",
+    integer: bool = False,
 ) -> Markup:
     """One line per series over the labels (dates), with a legend."""
     left, bottom, top = 56, 28, 26
-    peak = max((max(v, default=0) for v in series.values()), default=0) or 1
+    peak = max((max(v, default=0) for v in series.values()), default=0)
     inner_h = height - top - bottom
     n = len(labels)
     step = (width - left - 10) / max(n - 1, 1)
-    body = _y_axis(peak, left=left, top=top, inner_h=inner_h, width=width, unit=unit)
+    high, body = _y_axis(
+        peak, left=left, top=top, inner_h=inner_h, width=width, unit=unit, integer=integer
+    )
     names = list(series)
     for s, name in enumerate(names):
         points = " ".join(
-            f"{_num(left + step * i)},{_num(top + inner_h - inner_h * v / peak)}"
+            f"{_num(left + step * i)},{_num(top + inner_h - inner_h * v / high)}"
             for i, v in enumerate(series[name])
         )
         body.append(
@@ -233,7 +254,7 @@ def lines(
         # A dot on each day, so a series of one day (a new home) is seen too.
         for i, v in enumerate(series[name]):
             body.append(
-                f'<circle cx="{_num(left + step * i)}" cy="{_num(top + inner_h - inner_h * v / peak)}"'
+                f'<circle cx="{_num(left + step * i)}" cy="{_num(top + inner_h - inner_h * v / high)}"'
                 f' r="3" fill="{colour(s)}"><title>{escape(labels[i])} · {escape(name)}: {v:,.0f}</title></circle>'
             )
     every = max(1, int(n / 8) + 1)
@@ -254,19 +275,62 @@ def _legend_x(left: int, unit: str) -> float:
     return max(left, 16 + 7 * len(unit))
 
 
+def nice_ticks(peak: float, *, count: int = 5, integer: bool = False) -> list[float]:
+    """Axis ticks from 0 to just above `peak`, in steps of 1, 2 or 5 times a power of ten.
+
+    At most `count` intervals; `integer` keeps the step whole (counts of things). A peak of
+    nothing draws 0 to 1.
+    """
+    peak = peak if peak > 0 else 1.0
+    raw = peak / max(count, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next((m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9)), 10 * power)
+    if integer:
+        step = max(step, 1.0)
+    n = math.ceil(peak / step - 1e-9)
+    return [round(i * step, 12) for i in range(n + 1)]
+
+
+def tick_label(value: float, ticks: Sequence[float]) -> str:
+    """`value` with as many decimals as the ticks' step needs, and thousands separated."""
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 0
+    return f"{value:,.{decimals}f}"
+
+
+def duration_unit(peak_seconds: float) -> tuple[str, float]:
+    """The unit a chart of durations reads best in: (its name, seconds in one)."""
+    if peak_seconds < 120:
+        return "seconds", 1.0
+    if peak_seconds < 120 * 60:
+        return "minutes", 60.0
+    return "hours", 3600.0
+
+
 def _y_axis(
-    peak: float, *, left: int, top: int, inner_h: float, width: int, unit: str
-) -> list[str]:
-    """Gridlines at a quarter, half, three quarters and the top, labelled with their value."""
+    peak: float,
+    *,
+    left: int,
+    top: int,
+    inner_h: float,
+    width: int,
+    unit: str,
+    integer: bool = False,
+) -> tuple[float, list[str]]:
+    """Gridlines at nice values up to just above `peak`, labelled, with the unit on top.
+
+    Returns the axis's top value (what a full-height mark is worth) and the markup.
+    """
+    ticks = nice_ticks(peak, integer=integer)
+    high = ticks[-1]
     out = []
-    for q in (0, 0.25, 0.5, 0.75, 1.0):
-        y = top + inner_h * (1 - q)
-        value = peak * q
-        text = f"{value:,.0f}" if peak >= 10 else f"{value:.2f}".rstrip("0").rstrip(".")
+    for value in ticks:
+        y = top + inner_h * (1 - value / high)
         out.append(
             f'<line x1="{left}" x2="{width - 10}" y1="{_num(y)}" y2="{_num(y)}" class="grid"/>'
-            f'<text x="{left - 4}" y="{_num(y + 4)}" class="axis" text-anchor="end">{text}</text>'
+            f'<text x="{left - 4}" y="{_num(y + 4)}" class="axis tick" text-anchor="end">'
+            f"{tick_label(value, ticks)}</text>"
         )
     if unit:
-        out.append(f'<text x="4" y="{top - 14}" class="axis">{escape(unit)}</text>')
-    return out
+        out.append(f'<text x="4" y="{top - 14}" class="axis unit">{escape(unit)}</text>')
+    return high, out

@@ -48,6 +48,15 @@ def short_time(value: str | None) -> str:
     return (value or "")[:16].replace("T", " ")
 
 
+# How a kind of memory reads when there are several of it.
+PLURALS = {"summary": "summaries"}
+
+
+def counted(n: int, kind: str) -> str:
+    """`1 fact`, `4 facts`, `2 summaries`."""
+    return f"{n:,} {kind if n == 1 else PLURALS.get(kind, kind + 's')}"
+
+
 def spend_bars(days: list[DaySpend]) -> Markup | None:
     """Spend per day as bars; None while every call was free (the offline model)."""
     if not any(d.cost_usd for d in days):
@@ -58,6 +67,7 @@ def spend_bars(days: list[DaySpend]) -> Markup | None:
         unit="USD",
         fmt="{:,.4f}",
         label="spend per day",
+        ticks=[d.day[5:] for d in days],
     )
 
 

@@ -3,7 +3,7 @@ sleep per night — each a query over what the daemon already records."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, date, timedelta
 from typing import TYPE_CHECKING
 
 from daemon.memory.rows import parse_iso
@@ -14,12 +14,18 @@ if TYPE_CHECKING:
 
 
 async def memory_growth(services: Services) -> tuple[list[str], dict[str, list[int]]]:
-    """Days (UTC dates memories were made) and, per kind, how many there were by each day's end."""
+    """Every day (UTC) from the first memory's to today, and, per kind, how many memories of
+    it there were by each day's end (days nothing was made on hold the day before's count)."""
     rows = await services.db.fetchall(
         "SELECT substr(created_at, 1, 10) AS day, kind, COUNT(*) FROM memories"
         " GROUP BY day, kind ORDER BY day"
     )
-    days = sorted({str(r[0]) for r in rows})
+    made = sorted({str(r[0]) for r in rows})
+    if not made:
+        return [], {}
+    first = date.fromisoformat(made[0])
+    last = max(date.fromisoformat(made[-1]), services.clock.now().astimezone(UTC).date())
+    days = [(first + timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
     at = {d: i for i, d in enumerate(days)}
     added: dict[str, list[int]] = {}
     for day, kind, n in rows:
@@ -35,7 +41,7 @@ async def memory_growth(services: Services) -> tuple[list[str], dict[str, list[i
 
 
 async def sleep_per_night(services: Services, *, nights: int = 30) -> list[tuple[str, float]]:
-    """(local date a cycle began, minutes asleep) for the finished cycles of the last nights."""
+    """(local date a cycle began, seconds asleep) for the finished cycles of the last nights."""
     since = (services.clock.now() - timedelta(days=nights)).isoformat()
     rows = await services.db.fetchall(
         "SELECT started_at, finished_at FROM sleep_cycles"
@@ -49,5 +55,5 @@ async def sleep_per_night(services: Services, *, nights: int = 30) -> list[tuple
         if start is None or end is None:
             continue
         night = start.astimezone(zone).date().isoformat()
-        per_night[night] = per_night.get(night, 0.0) + (end - start).total_seconds() / 60
+        per_night[night] = per_night.get(night, 0.0) + (end - start).total_seconds()
     return sorted(per_night.items())
