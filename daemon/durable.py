@@ -10,13 +10,19 @@ Every file Reverie owns is written one of two ways:
   never half of either.
 
 All functions block: call them from a worker thread (`anyio.to_thread.run_sync`).
+
+Every fsync here goes through `fsync`, the one call that makes a write durable. A test can
+route it through a function of its own with `fsync_through` (which must still sync) to see
+that a write was synced before it was acknowledged — a crash test cannot: the page cache
+survives a killed process, so a write that was never synced still reads back after a kill.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,28 @@ log = get_logger("durable")
 # (file, line number) of unreadable lines already reported: files are append-only, so a torn
 # line stays where it is, and a file read on every turn must not warn on every turn.
 _REPORTED: set[tuple[str, int]] = set()
+
+_fsync: Callable[[int], None] = os.fsync
+
+
+def fsync(fd: int) -> None:
+    """Flush `fd`'s data to the disk (`os.fsync`, or what `fsync_through` installed)."""
+    _fsync(fd)
+
+
+@contextmanager
+def fsync_through(sync: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, every fsync of this module is `sync(fd)`; `sync` must call `os.fsync`.
+
+    For tests that count or inspect syncs; not thread-aware beyond the block's extent.
+    """
+    global _fsync
+    before = _fsync
+    _fsync = sync
+    try:
+        yield
+    finally:
+        _fsync = before
 
 
 def append_lines(path: Path, lines: Iterable[str], *, mode: int = 0o600) -> None:
@@ -41,7 +69,7 @@ def append_lines(path: Path, lines: Iterable[str], *, mode: int = 0o600) -> None
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
         os.write(fd, data)
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
 
@@ -56,7 +84,7 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None) -> N
         view = memoryview(raw)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
     try:
@@ -73,7 +101,7 @@ def _fsync_dir(directory: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
+        fsync(fd)
     except OSError:
         pass  # some filesystems refuse a directory fsync; the rename is still atomic
     finally:

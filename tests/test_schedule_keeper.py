@@ -22,7 +22,7 @@ import pytest
 
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
-from daemon.events import JournalNote
+from daemon.events import JournalNote, NoticePosted
 from daemon.schedule.keeper import JOB, ScheduleKeeper
 from daemon.schedule.keeper import journaled as journaled_for
 from daemon.schedule.outbox import Notice, Outbox
@@ -31,6 +31,7 @@ from daemon.schedule.tools import schedule_command, schedule_tools
 from daemon.scheduler import Scheduler
 from daemon.settings import ScheduleSettings
 from daemon.store.db import Database
+from tests.faults import CRASH_STATUS
 from tests.harness import REPO, Client, DaemonProcess, daemon_env, run_cli, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -251,13 +252,18 @@ async def test_daylight_saving_in_london_march_and_october(tmp_path: Path) -> No
 async def test_a_firing_found_done_after_a_crash_is_not_repeated(tmp_path: Path) -> None:
     clock = SettlingClock(datetime(2026, 3, 2, 10, 0, tzinfo=UTC))
     async with rig(tmp_path / "db.sqlite", clock) as r:
+        announced: list[NoticePosted] = []
+        r.bus.on(NoticePosted, announced.append, name="test.announced")
         made = await r.store.add("in 5 minutes", "tea")
         clock.advance(minutes=5)
         (due,) = await r.store.due(clock.now())
         assert await r.keeper.fire(due, clock.now())
-        # The same due schedule fired again (a retry after a crash mid-way): nothing new.
+        # The same occurrence fired again (a retry after a crash mid-way, or a replay of the
+        # schedule as it was read): nothing new, and the person is told once.
         assert await r.keeper.fire(due, clock.now())
-        assert len(await r.notices()) == 1
+        await r.bus.drain()
+        (notice,) = await r.notices()
+        assert [e.notice_id for e in announced] == [notice.id]
         assert len(await r.store.fires(made.id)) == 1
         assert (await r.store.get(made.id)).fired_count == 1  # type: ignore[union-attr]
 
@@ -297,13 +303,15 @@ def _rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-def _start_unprobed(d: DaemonProcess) -> None:
+def _start_unprobed(d: DaemonProcess, *, crash_at: str | None = None) -> None:
     """Start the daemon and wait for it to be ready without connecting (a probe is a client:
-    it would be handed what is pending)."""
+    it would be handed what is pending). `crash_at`: a fault point where it dies at once
+    (`tests/faults.py` installs the crash; the daemon has no switch for it)."""
     d.log_path = d.home.parent / f"daemon-{len(d.started)}.log"
     d._log = open(d.log_path, "wb")  # closed by d.wait()
+    program = ["tests.faults", crash_at] if crash_at else ["daemon.cli"]
     d.proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "run", "--home", str(d.home)],
+        [sys.executable, "-m", *program, "run", "--home", str(d.home)],
         cwd=REPO,
         env=d.env,
         stdout=d._log,
@@ -329,9 +337,9 @@ def test_a_daemon_killed_between_firing_and_delivery_delivers_once(tmp_path: Pat
     assert added.returncode == 0, added.stderr
     schedule_id = added.stdout.split()[1].rstrip(":")
     # The daemon exits abruptly right after the firing is committed, before anyone is told.
-    d = DaemonProcess(home=home, env={**env, "REVERIE_CRASH_AFTER_FIRE": "1"})
-    _start_unprobed(d)
-    assert d.wait(30) == 137, d.logs()
+    d = DaemonProcess(home=home, env=env)
+    _start_unprobed(d, crash_at="schedule.fire_committed")
+    assert d.wait(30) == CRASH_STATUS, d.logs()
     fired = _rows(home, "SELECT schedule_id, due_at FROM schedule_fires")
     assert fired == [(schedule_id, due.isoformat())]
     ((key, delivered),) = _rows(home, "SELECT key, delivered_at FROM notices")

@@ -22,14 +22,12 @@ marked late and by how much; a repeating schedule fires once (a catch-up) and mo
 next occurrence after now — never a burst. `[schedule] catch_up = false` skips the missed
 run of a repeating schedule instead.
 
-Test hook: with `REVERIE_CRASH_AFTER_FIRE=1` in its environment the daemon exits abruptly
-right after a reminder's firing is committed and before anyone is told — the moment a crash
-between firing and delivery would strike.
+The moment after a firing's commit and before anyone is told is the fault point
+`schedule.fire_committed` (`daemon.faults`): the crash tests stop the daemon there.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
@@ -41,6 +39,7 @@ from daemon.background import BackgroundWork
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.events import JournalNote
+from daemon.faults import fault_point
 from daemon.log import get_logger
 from daemon.schedule.outbox import Notice, Outbox, write_notice
 from daemon.schedule.store import Fire, Schedule, ScheduleStore, iso, schedule_status
@@ -58,7 +57,6 @@ log = get_logger("schedule")
 JOB = "schedules"
 # After a failure to read the schedules, the timer tries again this much later.
 RETRY_S = 60.0
-CRASH_AFTER_FIRE_ENV = "REVERIE_CRASH_AFTER_FIRE"
 INTERRUPTED = (
     "interrupted: the daemon stopped while this task ran; it was not run again on its own"
     " (ask for it again if it is still wanted)"
@@ -134,7 +132,6 @@ class ScheduleKeeper(BackgroundWork):
         self.wakeups = 0
         self._tasks_running: set[str] = set()
         self._armed = False
-        self._crash_after_fire = bool(os.environ.get(CRASH_AFTER_FIRE_ENV))
 
     async def start(self) -> None:
         """Finish what a restart interrupted, add the timer, and arm it (due now: catch-up)."""
@@ -258,8 +255,7 @@ class ScheduleKeeper(BackgroundWork):
 
         with anyio.CancelScope(shield=True):
             notice, created = await self.store.db.run(commit)
-        if self._crash_after_fire and schedule.kind == "reminder":
-            os._exit(137)
+        fault_point("schedule.fire_committed")
         self.fired += 1
         log.info(
             "schedule fired",
