@@ -744,7 +744,8 @@ async def test_the_greeting_is_extractive_once_per_wake_and_not_after_a_mid_conv
         assert first is not None and first.kind == "greeting" and first.key == "greeting:s-3"
         assert first.text == (
             "Good morning — I slept and I'm rested.\n"
-            "Still open from yesterday:\n"
+            # No message of s-2 is in this database: the day they are from is not named.
+            "Still open:\n"
             "- Ask Ada whether her Lisbon flat is free on 12 May.\n"
             "- Book the train from Porto to Lisbon."
         )
@@ -755,12 +756,12 @@ async def test_the_greeting_is_extractive_once_per_wake_and_not_after_a_mid_conv
         assert await todays_schedule(db, UTC, clock.now()) == []
 
 
-def test_open_threads_fall_back_to_open_questions_then_where_things_stand() -> None:
+def test_open_threads_are_the_open_questions_never_where_things_stand() -> None:
     offline = (
         "# Wake\n\n## Where things stand\n- A quiet day.\n\n## Open questions\n- Which hotel?\n"
     )
     assert open_threads(offline) == ["Which hotel?"]
-    assert open_threads("## Where things stand\n- A quiet day.\n") == ["A quiet day."]
+    assert open_threads("## Where things stand\n- A quiet day.\n") == []
     assert open_threads("") == []
     assert compose_greeting([], [], datetime(2026, 3, 3, 19, 0)) == (
         "Good evening — I slept and I'm rested.\nNothing is waiting on us today."

@@ -1,9 +1,18 @@
 """The morning greeting: after a night's sleep, the first chat opens with a short word.
 
 When a sleep cycle finishes (`SleepFinished`) — the nightly one, or one the person asked
-for — the greeting is built from what is already on disk: the open threads of the fresh
-`WAKE.md` (the agent's letter to itself) and today's schedule. Extractive: no model call,
-so it costs nothing and works without a key. A cycle started because the context filled up
+for — the greeting is built from what is already on disk: what was left open in the session
+just slept, and today's schedule. Extractive: no model call, so it costs nothing and works
+without a key.
+
+What is open are real open items — questions left unanswered, promises, plans: the bullets
+under an "Open …" heading of the fresh `WAKE.md` (the agent's letter to itself; "Open
+threads", "Open questions"), the newest `open_questions` the journal recorded for that
+session, and the bullets under an "Open …" heading of its summary file. Never a heading, the
+rest of the letter ("Where things stand"), or a line of what the tools did ("called
+remember"). The day they are from is the day of the session's last message, named from the
+greeting's local date on the daemon's clock: "earlier today", "yesterday", "Monday" within the
+week, else "12 Nov". A cycle started because the context filled up
 mid-conversation (`compaction`) wakes without a greeting: the person is in the middle of
 talking.
 
@@ -17,11 +26,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, tzinfo
+from pathlib import Path
 
 import anyio
 
 from daemon.bus import EventBus
 from daemon.events import SleepFinished
+from daemon.journal.entries import JournalStore
 from daemon.log import get_logger
 from daemon.paths import Home
 from daemon.schedule.outbox import Notice, Outbox
@@ -31,36 +42,87 @@ log = get_logger("greeting")
 
 # The cycles after which the person is greeted.
 GREETED_REASONS = frozenset({"nightly", "manual"})
-# WAKE.md sections that hold what is still open, the first one found wins.
-THREAD_SECTIONS = ("Open threads", "Open questions", "Where things stand")
 MAX_THREADS = 3
 THREAD_CHARS = 140
 MAX_AGENDA = 5
+# How many of the newest journal entries are searched for the slept session's open questions.
+JOURNAL_LOOKBACK = 200
+
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_ITEM = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.*\S)")
+# An "Open …" heading: "Open", "Open threads", "Open questions:", "Still open", "Left open".
+_OPEN = re.compile(r"^(?:still\s+|left\s+)?open\b", re.IGNORECASE)
+# A heading that travelled into an item's text ("## Work done - - called remember").
+_HEADING_INSIDE = re.compile(r"(?:^|\s)#{1,6}\s")
+# A line of what the tools did (`daemon.agent.work`): a lower-case verb and its subject.
+_WORK_LINE = re.compile(
+    r"^(?:called|read|wrote|edited|ran|fetched|delegated|listed|searched)\s+\S"
+    r"|^…\s*and\s+\d+\s+more:"
+)
+
+
+def open_items(markdown: str) -> list[str]:
+    """The list items under every "Open …" heading of a markdown text, in order.
+
+    Only items: a heading, a paragraph or an item of another section is never one. Items
+    that are not open matters (`is_open_matter`) are left out.
+    """
+    out: list[str] = []
+    inside = False
+    for line in markdown.splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            inside = bool(_OPEN.match(heading.group(2).strip().rstrip(":")))
+            continue
+        item = _ITEM.match(line)
+        if inside and item:
+            text = _clip(item.group(1))
+            if is_open_matter(text):
+                out.append(text)
+    return out
 
 
 def open_threads(letter: str, limit: int = MAX_THREADS) -> list[str]:
-    """The bullets of WAKE.md's open threads (else its open questions, else where things stand)."""
-    sections: dict[str, list[str]] = {}
-    current: str | None = None
-    for line in letter.splitlines():
-        heading = re.match(r"^#{2,3}\s+(.*?)\s*$", line)
-        if heading:
-            current = heading.group(1).strip().lower()
-            sections.setdefault(current, [])
-            continue
-        item = re.match(r"^\s*[-*]\s+(.*\S)", line)
-        if current is not None and item:
-            sections[current].append(_clip(item.group(1)))
-    for name in THREAD_SECTIONS:
-        items = [i for i in sections.get(name.lower(), []) if i]
-        if items:
-            return items[:limit]
-    return []
+    """What `WAKE.md` says is open (its "Open threads", "Open questions", …), at most `limit`."""
+    return _unique(open_items(letter))[:limit]
+
+
+def is_open_matter(text: str) -> bool:
+    """Whether an item's text can be an open matter: not empty, no heading, no tool line."""
+    text = text.strip()
+    if not text.strip("-*•… "):
+        return False
+    return not (_HEADING_INSIDE.search(text) or _WORK_LINE.match(text) or text.startswith("-"))
+
+
+def _unique(items: list[str]) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
+    for item in items:
+        key = " ".join(item.lower().rstrip(".?! ").split())
+        if key and key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
 
 
 def _clip(text: str) -> str:
     text = " ".join(text.replace("**", "").split())
     return text if len(text) <= THREAD_CHARS else text[: THREAD_CHARS - 1].rstrip() + "…"
+
+
+def day_phrase(then: date, today: date) -> str:
+    """Name `then` as seen from `today`: "earlier today", "yesterday", "Monday", "12 Nov"."""
+    days = (today - then).days
+    if days <= 0:
+        return "earlier today"
+    if days == 1:
+        return "yesterday"
+    if days < 7:
+        return then.strftime("%A")
+    if then.year == today.year:
+        return f"{then.day} {then.strftime('%b')}"
+    return f"{then.day} {then.strftime('%b')} {then.year}"
 
 
 async def todays_schedule(db: Database, zone: tzinfo, now: datetime) -> list[str]:
@@ -89,14 +151,21 @@ async def todays_schedule(db: Database, zone: tzinfo, now: datetime) -> list[str
     return out[:MAX_AGENDA]
 
 
-def compose_greeting(threads: list[str], agenda: list[str], local: datetime) -> str:
-    """A short, rested greeting: the time of day, what is open, what today holds."""
+def compose_greeting(
+    threads: list[str], agenda: list[str], local: datetime, since: date | None = None
+) -> str:
+    """A short, rested greeting: the time of day, what is open (and from when), what today holds.
+
+    `since` is the local day the open matters are from; None leaves the day unnamed.
+    """
     # A night's wake-up (03:30) is read in the morning: small hours count as morning.
     hour = local.hour
     salute = "Good morning" if hour < 12 else "Good afternoon" if hour < 18 else "Good evening"
     lines = [f"{salute} — I slept and I'm rested."]
     if threads:
-        lines.append("Still open from yesterday:")
+        lines.append(
+            f"Still open from {day_phrase(since, local.date())}:" if since else "Still open:"
+        )
         lines += [f"- {t}" for t in threads]
     if agenda:
         lines.append("Today:")
@@ -130,24 +199,69 @@ class MorningGreeting:
     async def on_sleep_finished(self, event: SleepFinished) -> Notice | None:
         if event.reason not in GREETED_REASONS or not event.new_session_id:
             return None
-        return await self.greet(event.new_session_id)
+        return await self.greet(event.new_session_id, slept=event.old_session_id)
 
-    async def greet(self, wake_id: str) -> Notice:
-        """Post this wake's greeting (once: a second call finds the first)."""
+    async def greet(self, wake_id: str, *, slept: str | None = None) -> Notice:
+        """Post this wake's greeting (once: a second call finds the first).
+
+        `slept` is the session the cycle slept on: its journal entries and summary add to what
+        `WAKE.md` says is open, and its last message dates them.
+        """
         key = f"greeting:{wake_id}"
         existing = await self.outbox.by_key(key)
         if existing is not None:
             return existing
         now = self.now()
-        try:
-            letter = await anyio.Path(self.home.wake_file).read_text(errors="replace")
-        except FileNotFoundError:
-            letter = ""
-        threads = open_threads(letter)
+        letter = await _read(self.home.wake_file)
+        matters = open_items(letter)
+        since: date | None = None
+        if slept:
+            matters += await anyio.to_thread.run_sync(self._journal_open, slept)
+            summary_path, last = await self._session(slept)
+            if summary_path:
+                matters += open_items(await _read(Path(summary_path)))
+            if last is not None:
+                since = last.astimezone(self.zone).date()
+        threads = _unique(matters)[:MAX_THREADS]
         agenda = await todays_schedule(self.db, self.zone, now)
-        text = compose_greeting(threads, agenda, now.astimezone(self.zone))
+        text = compose_greeting(threads, agenda, now.astimezone(self.zone), since)
         notice = await self.outbox.post(kind="greeting", text=text, key=key, source="system")
         log.info(
             "morning greeting posted", notice=notice.id, threads=len(threads), today=len(agenda)
         )
         return notice
+
+    def _journal_open(self, session_id: str) -> list[str]:
+        """The newest open questions the journal recorded for `session_id` (blocking)."""
+        entries = JournalStore(self.home.journal_dir, self.zone).tail(JOURNAL_LOOKBACK)
+        for entry in reversed(entries):
+            if entry.session == session_id and entry.open_questions and entry.trigger != "note":
+                items = [_clip(q) for q in entry.open_questions]
+                return [q for q in items if is_open_matter(q)]
+        return []
+
+    async def _session(self, session_id: str) -> tuple[str | None, datetime | None]:
+        """The session's summary file and the time of its last message (None when unknown)."""
+        row = await self.db.fetchone(
+            "SELECT summary_path FROM sessions WHERE id = ?", (session_id,)
+        )
+        last = await self.db.fetchone(
+            "SELECT ts FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        )
+        when: datetime | None = None
+        if last is not None:
+            try:
+                when = datetime.fromisoformat(str(last[0]))
+            except ValueError:
+                when = None
+            if when is not None and when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+        return (str(row[0]) if row and row[0] else None), when
+
+
+async def _read(path: Path) -> str:
+    try:
+        return await anyio.Path(path).read_text(errors="replace")
+    except OSError:  # absent or unreadable: nothing said there
+        return ""
