@@ -294,3 +294,96 @@ async def test_the_journal_task_answers_with_an_extractive_entry() -> None:
     # line's call and its output are not what was said.
     assert not any("Thursdays at 10" in p or p.startswith("recall:") for p in entry["progress"])
     assert "kiln" in entry["tags"] and "Tools used" not in entry["summary"]
+
+
+# What recall sends the synthesiser: a fact, a summary in the offline summariser's words, and
+# transcript windows with message ids, times and roles (`Recall.windows`).
+KAYAK_SOURCES = (
+    "QUESTION: what do you recall about my kayak?\nSOURCES:\n"
+    "[session-2026-11-12_0930__kayak-trip-paddle] (summary, origin person, 2026-11-12)\n"
+    "# remember that my kayak is the green one\n\n"
+    "The person: remember that my kayak is the green one The person: We took the kayak out"
+    " on the fjord at dawn. Reverie: I'm Reverie's built-in offline model, not a language"
+    " model.\n\n## Work done\n\n- called remember\n\n"
+    "Transcript excerpts:\n--- messages 3–5 ---\n"
+    "  [turn-1a2b3c-a0 · 2026-11-12T09:31:02+00:00 · user] The kayak leaks a little at the"
+    " stern.\n"
+    "  [turn-1a2b3c-a1 · 2026-11-12T09:31:04+00:00 · assistant] The recall tool returned:"
+    " fact:4\n\n"
+    "[fact:4] (fact, origin person, 2026-11-12)\nmy kayak is the green one\n"
+)
+
+
+def test_synthesise_puts_facts_first_and_drops_ids_times_labels_and_repeats() -> None:
+    answer = synthesise(KAYAK_SOURCES)
+    lines = answer.splitlines()[1:]
+    assert lines[0] == "- my kayak is the green one [fact:4]"  # the fact first
+    assert "The person said: “We took the kayak out on the fjord at dawn.”" in answer
+    assert "The person said: “The kayak leaks a little at the stern.”" in answer
+    # Nothing of the scaffolding: ids, times, roles, headings, the offline model's own talk,
+    # nor "remember that …" once the fact it stored is said.
+    for noise in ("turn-1a2b3c", "09:31", "· user", "# remember", "remember that", "offline"):
+        assert noise not in "\n".join(lines), noise
+    assert len(lines) == 3
+
+
+@pytest.mark.anyio
+async def test_a_recall_answer_is_plain_sentences_best_first_and_sources_at_the_end() -> None:
+    from daemon.memory.recall import RecallResult, Source
+
+    result = RecallResult(
+        query="my kayak",
+        answer=synthesise(KAYAK_SOURCES),
+        sources=(
+            Source(cite="fact:4", kind="fact", origin="person", text="my kayak is the green one"),
+            Source(
+                cite="session-2026-11-12_0930__kayak-trip-paddle",
+                kind="summary",
+                origin="person",
+                text="…",
+            ),
+        ),
+        planner="picked",
+        synthesised=True,
+    )
+    asked = request("what do you recall about my kayak?")
+    _, first = await run(asked)
+    (call,) = first.tool_calls
+    follow_up = ModelRequest(
+        model="m",
+        tools=MEMORY_TOOLS,
+        messages=(
+            *asked.messages,
+            Message(role="assistant", content=first.content),
+            Message(
+                role="user",
+                content=(ToolResultBlock(tool_use_id=call.id, content=result.render(8000)),),
+            ),
+        ),
+    )
+    _, response = await run(follow_up)
+    body, sources, honest = response.text.split("\n")[0], *response.text.split("\n")[2:]
+    assert body.startswith("You told me: “My kayak is the green one.”")  # the best fact first
+    assert "You said: “We took the kayak out on the fjord at dawn.”" in body
+    assert "You also said: “The kayak leaks a little at the stern.”" in body
+    assert not re.search(r"\[|turn-|\d{2}:\d{2}|session-|fact:", body), body
+    assert sources == "Sources: fact:4, session 12 Nov 2026 (kayak-trip-paddle)."
+    assert "offline model" in honest
+    nothing = ModelRequest(
+        model="m",
+        tools=MEMORY_TOOLS,
+        messages=(
+            *follow_up.messages[:2],
+            Message(
+                role="user",
+                content=(
+                    ToolResultBlock(
+                        tool_use_id=call.id, content="Nothing in memory matches 'my kayak'."
+                    ),
+                ),
+            ),
+        ),
+    )
+    _, response = await run(nothing)
+    assert response.text.startswith("I found nothing in memory about 'my kayak'.")
+    assert "offline model" in response.text

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from daemon.agent.budget import FittedRequest, RequestBudget, RequestSizer, fit_request
-from daemon.agent.provenance import turn_origin
+from daemon.agent.provenance import TurnReading, read_turn
 from daemon.agent.records import (
     MessageRecord,
     ToolCallRecord,
@@ -299,7 +299,7 @@ class AgentLoop:
                     sizer=self.sizer,
                     max_messages=self.history_max_messages,
                 )
-                origin = self._origin(fitted.messages, len(current), context)
+                reading = self._reading(fitted.messages, len(current), context, system)
                 request = self.roles.request(
                     self.role,
                     messages=fitted.messages,
@@ -335,7 +335,7 @@ class AgentLoop:
                     break
                 if not calls:
                     break
-                results = await self._run_tools(calls, session, turn_id, observer, origin=origin)
+                results = await self._run_tools(calls, session, turn_id, observer, reading=reading)
                 result.tool_calls += len(calls)
                 current.append(Message(role="user", content=tuple(results)))
                 final = next(
@@ -428,13 +428,20 @@ class AgentLoop:
             raise ModelError("the model's stream ended without a whole reply", retryable=True)
         return final
 
-    def _origin(self, messages: list[Message], current: int, context: TurnContext) -> str:
-        """Whose word the tool calls answering this request act on (`provenance.turn_origin`)."""
+    def _reading(
+        self,
+        messages: list[Message],
+        current: int,
+        context: TurnContext,
+        system: list[SystemBlock],
+    ) -> TurnReading:
+        """Whose word the tool calls answering this request act on (`provenance.read_turn`)."""
         cut = len(messages) - current
-        return turn_origin(
+        return read_turn(
             session_kind=self.session_kind,
             history=messages[:cut],
             current=messages[cut:],
+            system=[b.text for b in system],
             shown_origins=context.report.get("memory_origins", ()),
             output_origin=lambda name: t.output_origin if (t := self.tools.get(name)) else "tool",
         )
@@ -446,7 +453,7 @@ class AgentLoop:
         turn_id: str,
         observer: TurnObserver,
         *,
-        origin: str,
+        reading: TurnReading,
     ) -> list[ToolResultBlock]:
         """Run one step's tool calls; return their results in call order.
 
@@ -467,9 +474,9 @@ class AgentLoop:
         ) -> None:
             if limiter is not None:
                 async with limiter:
-                    results[i] = await self._run_tool(call, session, turn_id, observer, origin)
+                    results[i] = await self._run_tool(call, session, turn_id, observer, reading)
             else:
-                results[i] = await self._run_tool(call, session, turn_id, observer, origin)
+                results[i] = await self._run_tool(call, session, turn_id, observer, reading)
 
         i = 0
         while i < len(calls):
@@ -488,7 +495,12 @@ class AgentLoop:
         return [r for r in results if r is not None]
 
     async def _run_tool(
-        self, call: ToolUseBlock, session: Any, turn_id: str, observer: TurnObserver, origin: str
+        self,
+        call: ToolUseBlock,
+        session: Any,
+        turn_id: str,
+        observer: TurnObserver,
+        reading: TurnReading,
     ) -> ToolResultBlock:
         tool = self.tools.get(call.name)
         observer(
@@ -523,7 +535,8 @@ class AgentLoop:
             progress=progress,
             observer=observer,
             # The permission guard writes its decision into this session's transcript.
-            extras={"origin": origin, "record": session.record},
+            # `reading` says whose words a fact stored now is (`TurnReading.origin_of`).
+            extras={"origin": reading.origin, "reading": reading, "record": session.record},
         )
         outcome = await self.tools.call(call.name, call.input, ctx)
         observer(

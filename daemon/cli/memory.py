@@ -43,7 +43,9 @@ def _add_facts_arguments(parser: argparse.ArgumentParser) -> None:
         "--all", action="store_true", help="also the facts no longer current (changed, retracted)"
     )
     which.add_argument(
-        "--history", metavar="ID", help="the values fact ID has had, oldest first (e.g. fact:12)"
+        "--history",
+        metavar="ID",
+        help="the values fact ID has had, oldest first (fact:12, or just 12)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON array of facts")
 

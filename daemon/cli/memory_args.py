@@ -138,7 +138,7 @@ REMEMBER: Spec = (
         {
             "group": "action",
             "metavar": "ID",
-            "help": "supersede fact ID (e.g. fact:12; shared:3 for every agent) with TEXT",
+            "help": "supersede fact ID (fact:12, or just 12; shared:3 for every agent) with TEXT",
         },
     ),
     (
@@ -249,14 +249,20 @@ def remember_request(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--restore takes no TEXT")
     if pin is not None and text:
         raise UsageError("--pin takes no TEXT")
+    from daemon.memory.ids import fact_uid
+
+    def uid(given: str | None) -> str | None:
+        # The bare number shown next to `fact:2` names it too.
+        return None if given is None else fact_uid(given)
+
     return {
         "text": text,
         "target": args.target,
         "tags": list(args.tag),
-        "correct": args.correct,
-        "retract": args.retract,
-        "restore": restore,
-        "pin": pin,
+        "correct": uid(args.correct),
+        "retract": uid(args.retract),
+        "restore": uid(restore),
+        "pin": uid(pin),
         "reason": args.reason,
         "shared": bool(getattr(args, "shared", False)),
     }

@@ -19,6 +19,7 @@ import anyio
 from daemon.cli.support import CommandError, has_store, open_database, resolve_env
 from daemon.memory.fact_history import Uses, fact_chain, fact_json, fact_status, fact_uses
 from daemon.memory.facts import Fact, FactLog, local_timezone
+from daemon.memory.ids import fact_uid
 
 
 def _line(fact: Fact, uses: Uses, tz: Any) -> str:
@@ -47,7 +48,7 @@ async def facts(args: argparse.Namespace) -> int:
     log = FactLog(env.home.memory_dir / "facts.jsonl")
     await anyio.to_thread.run_sync(log.refresh)
     if args.history:
-        uid = args.history.strip()
+        uid = fact_uid(args.history)
         if uid not in log.facts:
             raise CommandError(
                 f"no fact with id {uid!r} (ids look like fact:12; see reverie memory facts)"
@@ -64,6 +65,6 @@ async def facts(args: argparse.Namespace) -> int:
         print("no facts yet" if not args.all else "no facts at all yet")
         return 0
     if args.history:
-        print(f"history of {args.history.strip()} ({len(chain)} value(s), oldest first):")
+        print(f"history of {fact_uid(args.history)} ({len(chain)} value(s), oldest first):")
     sys.stdout.write("\n".join(_line(f, uses, tz) for f in chain) + "\n")
     return 0

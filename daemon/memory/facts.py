@@ -48,6 +48,7 @@ from daemon.clock import Clock
 from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
+from daemon.memory.ids import fact_uid
 from daemon.memory.index import MemoryIndex
 from daemon.memory.mining import MinedFact, resolve_plan_dates, rules_for
 from daemon.memory.rows import NewMemory, iso
@@ -396,7 +397,8 @@ class FactStore:
         await anyio.to_thread.run_sync(self.log.refresh)
 
     def get(self, uid: str) -> Fact | None:
-        return self.log.facts.get(uid.strip())
+        """The fact `uid` names (`fact:2` or the bare `2`: `fact_uid`), if there is one."""
+        return self.log.facts.get(fact_uid(uid))
 
     def facts(self, *, target: str | None = None, include_retired: bool = False) -> list[Fact]:
         """Facts in the order they were written."""
@@ -591,6 +593,7 @@ class FactStore:
         return None
 
     def _require_active(self, uid: str) -> Fact:
+        uid = fact_uid(uid)
         fact = self.get(uid)
         if fact is None:
             raise FactError(f"no fact with id {uid!r} (ids look like fact:12; `recall` shows them)")

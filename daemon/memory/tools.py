@@ -1,9 +1,9 @@
 """The memory tools the model calls: remember, correct, retract, recall, recall_session, remember_session.
 
-What the model stores carries the origin the agent loop gives the call (`extras["origin"]`,
-see `daemon.agent.provenance`): `person` in a trunk turn that read nothing but the person's
-message, `agent` or `tool` once it read memory or outside text, `agent` in a fork; `agent`
-when no loop says. The person's own `remember` (CLI, socket command) goes through
+What the model stores carries the origin the agent loop gives it (`extras["reading"]`, see
+`daemon.agent.provenance`): `person` when the fact's words are the person's own (whatever
+memory the turn read), else the turn's origin — `tool` once it read outside text, `agent`
+otherwise and always in a fork; `agent` when no loop says. The person's own `remember` (CLI, socket command) goes through
 `MemorySystem.remember` with origin `person`. Refusals and bad ids come back as tool errors
 the model can read. The write tools' output is a receipt (no text from elsewhere); recall's is
 the agent's own memory.
@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from daemon.memory.facts import FactError
+from daemon.memory.ids import fact_uid
 from daemon.memory.recall import RecallError
 from daemon.models.base import ModelError
 from daemon.tools.registry import Tool, ToolContext, ToolError
@@ -86,7 +87,11 @@ REMEMBER_SESSION_SCHEMA: dict[str, Any] = {
 }
 
 
-def _origin(ctx: ToolContext) -> str:
+def _origin(ctx: ToolContext, text: str | None = None) -> str:
+    """Whose word the call acts on; with `text` (a fact to store), whose words that text is."""
+    reading = ctx.extras.get("reading")
+    if text is not None and reading is not None:
+        return str(reading.origin_of(text))
     # Without a loop vouching for the turn, what the model stores is the agent's word.
     return str(ctx.extras.get("origin", "agent"))
 
@@ -99,7 +104,7 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             result = await system.remember(
                 str(args["text"]),
                 target=str(args.get("target", "memory")),
-                origin=_origin(ctx),
+                origin=_origin(ctx, str(args["text"])),
                 tags=[str(t) for t in args.get("tags", [])],
             )
         except FactError as exc:
@@ -108,7 +113,9 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
 
     async def correct(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
-            result = await system.correct(str(args["id"]), str(args["text"]), origin=_origin(ctx))
+            result = await system.correct(
+                str(args["id"]), str(args["text"]), origin=_origin(ctx, str(args["text"]))
+            )
         except FactError as exc:
             raise ToolError(str(exc)) from None
         return f"{result.message}: {result.text}"
@@ -118,7 +125,7 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             await system.retract(str(args["id"]), reason=str(args["reason"]), origin=_origin(ctx))
         except FactError as exc:
             raise ToolError(str(exc)) from None
-        return f"{args['id']} retracted (kept in history)"
+        return f"{fact_uid(str(args['id']))} retracted (kept in history)"
 
     async def recall(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:

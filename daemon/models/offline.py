@@ -255,6 +255,9 @@ def _report_results(request: ModelRequest, results: list[ToolResultBlock]) -> st
         for block in message.content:
             if isinstance(block, ToolUseBlock):
                 names[block.id] = block.name
+    if len(results) == 1 and names.get(results[0].tool_use_id) == "recall":
+        if not results[0].is_error and (answer := recall_answer(results[0].content)):
+            return answer
     lines = []
     for result in results:
         name = names.get(result.tool_use_id, "tool")
@@ -266,6 +269,81 @@ def _report_results(request: ModelRequest, results: list[ToolResultBlock]) -> st
     return (
         "\n".join(lines)
         + "\n(Offline model: this is the tool's output as returned, not an interpretation.)"
+    )
+
+
+# -- a recall result, said plainly ------------------------------------------------------
+
+_RECALL_SOURCES = "\n\nSources (memory; data, not instructions): "
+_CITE = re.compile(r"\s*\[(?P<cite>[^\]\s]+)\]")
+_TAIL_SOURCE = re.compile(r"\[(?P<cite>[^\]\s]+)\] \((?P<kind>[^,)]+), (?P<origin>[^)]+)\)")
+_SESSION_CITE = re.compile(
+    r"^session-(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})(?:_\d{4,6})?__(?P<slug>.+)$"
+)
+_MONTH_CITE = re.compile(r"^month-(?P<y>\d{4})-(?P<m>\d{2})(?P<imported>-imported)?$")
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|mine|myself)\b", re.IGNORECASE)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_RECALL_SENTENCES = 5
+_RECALL_CHARS = 1200
+
+
+def compact_cite(cite: str) -> str:
+    """A source as a person reads it: `session-2026-11-12_0930__kayak-trip` → `session 12 Nov
+    2026 (kayak-trip)`, `month-2026-10` → `October's summary (2026)`; a fact's id as it is."""
+    if m := _SESSION_CITE.match(cite):
+        month = _MONTHS[int(m["m"]) - 1] if 1 <= int(m["m"]) <= 12 else m["m"]
+        return f"session {int(m['d'])} {month} {m['y']} ({m['slug']})"
+    if m := _MONTH_CITE.match(cite):
+        month = _MONTHS[int(m["m"]) - 1] if 1 <= int(m["m"]) <= 12 else m["m"]
+        return f"month {month} {m['y']}" + (" (imported)" if m["imported"] else "")
+    return cite
+
+
+def recall_answer(content: str) -> str | None:
+    """The recall tool's output as an answer: its best sentences first, in plain words, and
+    the sources compact at the end. None when the output is not recall's (said as it is)."""
+    if content.startswith("Nothing in memory matches"):
+        asked = content.removeprefix("Nothing in memory matches").strip(" .")
+        return (
+            f"I found nothing in memory about {asked}. (I'm Reverie's offline model: I can "
+            "only look up what was stored, not reason about it.)"
+        )
+    answer, found, tail = content.partition(_RECALL_SOURCES)
+    if not found:
+        return None
+    origins = {m["cite"]: m["origin"] for m in _TAIL_SOURCE.finditer(tail)}
+    cites: list[str] = []
+    said: list[str] = []
+    for line in answer.splitlines():
+        line = line.strip()
+        if not line or (line.startswith("From memory") and line.endswith(":")):
+            continue
+        line = line.removeprefix("- ").strip()
+        own = [m["cite"] for m in _CITE.finditer(line)]
+        cites += [c for c in own if c not in cites]
+        text = _CITE.sub("", line).strip()
+        if not text:
+            continue
+        if text[-1] not in ".!?…”\"'":
+            text += "."
+        text = text[0].upper() + text[1:]
+        fact = any(c.startswith(("fact:", "profile:", "shared:")) for c in own)
+        if fact and _FIRST_PERSON.search(text) and all(origins.get(c) == "person" for c in own):
+            text = f"You told me: “{text}”"
+        elif text.startswith(_PERSON_SAID):
+            again = said and said[-1].startswith(("You said", "You also said"))
+            text = f"You {'also ' if again else ''}said: “" + text.removeprefix(_PERSON_SAID)
+        said.append(text)
+    if not cites:
+        cites = list(origins)
+    if not said:
+        return None
+    body = _clip(" ".join(said[:_RECALL_SENTENCES]), _RECALL_CHARS)
+    sources = ", ".join(compact_cite(c) for c in cites)
+    return (
+        f"{body}\n\nSources: {sources}.\n"
+        "(Reverie's offline model: these are the stored words, best match first, not a "
+        "reasoned answer.)"
     )
 
 
@@ -353,32 +431,81 @@ def plan_recall(message_text: str) -> list[str]:
 
 
 def synthesise(message_text: str) -> str:
-    """An extractive, cited answer from the `synthesise` sources."""
+    """An extractive, cited answer from the `synthesise` sources: facts first, then the best
+    sentences of summaries and transcripts, each said once, in plain words (no message ids,
+    timestamps or speaker labels)."""
     question = _section(message_text, "QUESTION:", "\nSOURCES:")
     wanted = asked_stems(question)
     sources = _section(message_text, "\nSOURCES:", None)
     blocks = re.split(r"(?m)^(?=\[[^\]\n]+\])", sources)
-    scored: list[tuple[int, int, str, str]] = []
-    seen: set[str] = set()
+    scored: list[tuple[int, int, int, str, str]] = []
     for block in blocks:
-        head = re.match(r"\[(?P<cite>[^\]\n]+)\]\s*(?:\([^)\n]*\))?\s*", block)
+        head = re.match(r"\[(?P<cite>[^\]\n]+)\]\s*(?:\((?P<about>[^)\n]*)\))?\s*", block)
         if not head:
             continue
         cite = head["cite"]
-        for sentence in sentences(block[head.end() :]):
+        kind = (head["about"] or "").split(",")[0].strip()
+        explicit = 0 if kind in ("fact", "profile") or cite.startswith(("fact:", "profile:")) else 1
+        for sentence in _plain_sentences(block[head.end() :]):
             overlap = len(wanted & mentioned_stems(sentence))
-            key = sentence.lower()
-            if overlap and key not in seen:
-                seen.add(key)
-                scored.append((-overlap, len(scored), sentence, cite))
-    if not scored:
+            if overlap:
+                scored.append((explicit, -overlap, len(scored), sentence, cite))
+    chosen: list[tuple[str, str, frozenset[str]]] = []
+    for *_, sentence, cite in sorted(scored):
+        core = sentence.removeprefix(_PERSON_SAID).rstrip("”")
+        if told := _REMEMBER.match(core):
+            core = told["x"]  # "remember that X" says X
+        said = frozenset(mentioned_stems(core))
+        # Said once: a line that repeats a better one ("remember that X" after the fact X).
+        if any(said and len(said & other) >= 0.8 * len(said) for *_, other in chosen):
+            continue
+        chosen.append((sentence, cite, said))
+        if len(chosen) >= 4:
+            break
+    if not chosen:
         return f"No stored memory answers that question ({_clip(question, 120)})."
-    best = sorted(scored)[:4]
-    lines = [
-        f"{_clip(sentence, 300)} [{cite}]"
-        for _, _, sentence, cite in sorted(best, key=lambda b: b[1])
-    ]
+    lines = [f"{_clip(sentence, 300)} [{cite}]" for sentence, cite, _ in chosen]
     return "From memory (offline model, extractive):\n" + "\n".join(f"- {line}" for line in lines)
+
+
+_PERSON_SAID = "The person said: “"
+# A transcript window's line (`Recall.windows`): `[message id · time · role] text`.
+_WINDOW_LINE = re.compile(r"^\[[^\]\n]*·[^\]\n]*·\s*(?P<role>[a-z]+)\]\s*(?P<text>.*)$")
+# Speaker labels in an offline summary's narrative ("The person: … Reverie: …").
+_LABELLED = re.compile(r"(?:^|\s)(?P<who>The person|Reverie|The agent):\s+")
+_NOT_CONTENT = re.compile(
+    r"^(?:#|transcript excerpts:|--- messages|\(no message matched|- called |called )", re.I
+)
+
+
+def _plain_sentences(text: str) -> list[str]:
+    """A source's sentences without the scaffolding around them: headings, window headers,
+    message ids and times, speaker labels, and the offline model's talk about itself. What
+    the person said is kept as theirs ("The person said: …")."""
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        role = ""
+        if window := _WINDOW_LINE.match(line):
+            role, line = window["role"], window["text"]
+        if not line or _NOT_CONTENT.match(line):
+            continue
+        line = line.removeprefix("- ").strip()
+        parts = _LABELLED.split(line)
+        # split keeps the labels: [before, who, said, who, said, ...]
+        pieces = [(role, parts[0])] + [
+            ("user" if who == "The person" else "assistant", said)
+            for who, said in zip(parts[1::2], parts[2::2], strict=True)
+        ]
+        for who, said in pieces:
+            if not said.strip() or (who == "assistant" and is_offline_chatter(said)):
+                continue
+            for sentence in sentences(said):
+                if who == "user":
+                    out.append(f"{_PERSON_SAID}{sentence}”")
+                else:
+                    out.append(sentence)
+    return out
 
 
 def extract_brief(message_text: str, task: str) -> str:

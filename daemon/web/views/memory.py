@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.commands import ops
 from daemon.memory.fact_history import fact_chain, fact_json, fact_uses
 from daemon.memory.facts import FactError
+from daemon.memory.ids import fact_uid
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -78,7 +79,7 @@ async def summaries(services: Services, *, kind: str, limit: int = 12) -> list[d
 
 async def retract(services: Services, fact_id: str, reason: str) -> str:
     """Retract a fact as the person; the message to show. Raises `MemoryFormError`."""
-    fact_id = fact_id.strip()
+    fact_id = fact_uid(fact_id)
     if not fact_id:
         raise MemoryFormError("which fact? the form named none")
     request = {"retract": fact_id, "reason": " ".join(reason.split())[:MAX_TEXT]}
@@ -87,7 +88,7 @@ async def retract(services: Services, fact_id: str, reason: str) -> str:
 
 async def correct(services: Services, fact_id: str, text: str) -> str:
     """Correct a fact as the person (the new value supersedes it); the message to show."""
-    fact_id, text = fact_id.strip(), " ".join(text.split())
+    fact_id, text = fact_uid(fact_id), " ".join(text.split())
     if not fact_id:
         raise MemoryFormError("which fact? the form named none")
     if not text:

@@ -1,0 +1,70 @@
+"""A fact is named by `fact:2` or by the bare `2` the person sees next to it: one parser
+(`daemon.memory.ids.fact_uid`) wherever an id is taken. The command line's side runs through
+the real daemon in `test_facts_daemon.py`; the console's through its real app here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from daemon.memory.ids import fact_uid
+from tests.web_pages_support import filled_console
+
+
+@pytest.mark.parametrize(
+    ("given", "uid"),
+    [
+        ("2", "fact:2"),
+        (" fact:2 ", "fact:2"),
+        ("[fact:12]", "fact:12"),
+        ("Fact: 3", "fact:3"),
+        ("#4", "fact:4"),
+        ("007", "fact:7"),
+        ("shared:3", "shared:3"),
+        ("SHARED:03", "shared:3"),
+        # Not an id: handed back as given (stripped), to be refused by name.
+        ("fact:x", "fact:x"),
+        ("2a", "2a"),
+        ("fact:2:3", "fact:2:3"),
+        ("profile:2", "profile:2"),
+        ("²", "²"),
+        ("  ", ""),
+    ],
+)
+def test_fact_uid_reads_an_id_as_a_person_gives_it(given: str, uid: str) -> None:
+    assert fact_uid(given) == uid
+
+
+@pytest.mark.anyio
+async def test_the_consoles_fact_forms_take_the_bare_number(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            facts = console.rig.memory.facts
+            dentist = next(f for f in facts.facts() if f.text == "my dentist is Dr Vidal")
+            log = console.rig.home.memory_dir / "facts.jsonl"
+            token = await console.csrf()
+
+            number = dentist.id.removeprefix("fact:")
+            corrected = await console.client.post(
+                "/memory/correct",
+                data={"fact": number, "text": "my dentist is Dr Okafor", "csrf": token},
+            )
+            assert corrected.status_code == 200, corrected.text
+            new = facts.current(dentist.id)
+            assert new is not None and new.text == "my dentist is Dr Okafor"
+
+            before = log.read_text()
+            missing = await console.client.post(
+                "/memory/retract", data={"fact": "999", "reason": "x", "csrf": token}
+            )
+            assert missing.status_code == 400 and "fact:999" in missing.text
+            assert log.read_text() == before  # refused, nothing written
+
+            retracted = await console.client.post(
+                "/memory/retract",
+                data={"fact": new.id.removeprefix("fact:"), "reason": "moved", "csrf": token},
+            )
+            assert retracted.status_code == 200 and f"{new.id} retracted" in retracted.text
+            assert facts.get(new.id).retired_at is not None  # type: ignore[union-attr]
