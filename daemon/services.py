@@ -12,7 +12,7 @@ outlives them all; the journal before the trunk, so it still hears the trunk's s
 the sleep cycle after the trunk is entered and before it serves, so an interrupted cycle
 holds it before it answers anything.
 
-`Services.serve` runs what runs in the background (trunk, sleep cycle, scheduler, file
+`Services.serve` runs what runs in the background (the run log, trunk, sleep cycle, scheduler, file
 watcher), each a named task, and marks the daemon awake once they are up.
 """
 
@@ -44,6 +44,7 @@ from daemon.models.base import Model
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.run_log import RunLog
 from daemon.schedule.checklist import StandingChecklist
 from daemon.schedule.courier import NoticeCourier
 from daemon.schedule.greeting import MorningGreeting
@@ -118,6 +119,8 @@ class Services:
     schedules: ScheduleStore
     keeper: ScheduleKeeper
     watcher: FileWatcher | None
+    # When the daemon started and stopped (what the console's timeline draws as running).
+    runs: RunLog
     # The local web console, once `serve` started it (`[web] enabled`).
     web: WebConsole | None = None
 
@@ -139,6 +142,7 @@ class Services:
         its cycles (and any scheduler) itself.
         """
         async with anyio.create_task_group() as tg:
+            await tg.start(self.runs.serve, name="run-log")
             await tg.start(self.trunk.serve, name="trunk")
             await tg.start(self.sleep_cycle.serve, name="sleep-cycle")
             if jobs:
@@ -431,6 +435,7 @@ async def open_services(
             schedules=schedules,
             keeper=keeper,
             watcher=watcher,
+            runs=RunLog(db, clock, started_at=started_at),
         )
         # Fork transcripts are kept within their retention limits during sleep's maintenance.
         stack.callback(

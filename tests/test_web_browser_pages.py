@@ -11,12 +11,25 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from daemon.paths import Home
 from tests.harness import Client
-from tests.web_harness import Browser, browser, console, wait_for, wait_live  # noqa: F401
+from tests.web_harness import (  # noqa: F401
+    Browser,
+    Console,
+    browser,
+    run_daemon_at,
+    start_console,
+    wait_for,
+    wait_live,
+)
 
 TALK = (
     "My sister Ana lives in Lisbon.",
@@ -37,6 +50,45 @@ def _text(driver: Any, css: str) -> str:
         return ""
 
 
+# The daemon's past in the home the console opens: two days ago it ran at noon (stopped
+# cleanly) and in the evening (killed); yesterday it did not run. Its clock runs fast then
+# (libfaketime), so each run spans a visible stretch of the timeline.
+PAST_SPEED = 300
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Iterator[Console]:
+    home = tmp_path / "home"
+    day1 = (datetime.now(UTC) - timedelta(days=2)).replace(hour=12, minute=0, second=0)
+    run_daemon_at(home, day1, seconds=4, speed=PAST_SPEED)
+    run_daemon_at(home, day1.replace(hour=18), seconds=4, speed=PAST_SPEED, kill=True)
+    running = start_console(tmp_path)
+    try:
+        yield running
+    finally:
+        running.daemon.stop()
+
+
+def _bands(driver: Any) -> list[tuple[str, str]]:
+    """The timeline's state bands: (state, what hovering it says)."""
+    return [
+        (str(state), str(title))
+        for state, title in driver.execute_script(
+            "return Array.from(document.querySelectorAll('#timeline rect.band')).map("
+            "  r => [r.getAttribute('class').replace('band band-', ''),"
+            "        r.querySelector('title').textContent]);"
+        )
+    ]
+
+
+def _run_rows(home: Home) -> list[tuple[str, str, str | None, str | None]]:
+    with closing(sqlite3.connect(f"file:{home.db_file}?mode=ro", uri=True)) as db:
+        rows = db.execute(
+            "SELECT started_at, seen_at, stopped_at, ended FROM daemon_runs ORDER BY started_at"
+        ).fetchall()
+    return [tuple(r) for r in rows]
+
+
 def _revision_files(home: Home, rev_id: str) -> list[dict[str, Any]]:
     with closing(sqlite3.connect(f"file:{home.db_file}?mode=ro", uri=True)) as db:
         row = db.execute("SELECT files FROM dream_revisions WHERE id = ?", (rev_id,)).fetchone()
@@ -54,6 +106,25 @@ def test_a_person_reads_the_pages_and_reverts_a_dream(browser: Browser) -> None:
     browser.open("/")
     wait_live(driver)
     assert "Shown: 0 turns" in _text(driver, "#now-state")
+    # The timeline: off until the first run two days ago, awake while each run lasted (the
+    # killed one says so), off from its last sign of life through yesterday, awake today.
+    runs = _run_rows(home)
+    assert [r[3] for r in runs] == ["stopped", "lost", None], runs
+    bands = _bands(driver)
+    assert [state for state, _ in bands] == ["off", "awake", "off", "awake", "off", "awake"], bands
+    day1 = datetime.fromisoformat(runs[0][0])
+    for (_state, title), (began, _seen, stopped, _ended) in zip(bands[1:4:2], runs, strict=False):
+        start, end = datetime.fromisoformat(began), datetime.fromisoformat(stopped)
+        assert title.startswith(f"awake {start:%Y-%m-%d %H:%M} → {end:%H:%M}"), title
+        assert end - start > timedelta(minutes=10)  # a stretch, not a hairline
+    assert "without a clean stop" in bands[3][1] and "clean stop" not in bands[1][1]
+    lost_seen = datetime.fromisoformat(runs[1][1])
+    today = datetime.fromisoformat(runs[2][0])
+    assert bands[4][1].startswith(
+        f"off (not running) {lost_seen:%Y-%m-%d %H:%M} → {today:%Y-%m-%d %H:%M}"
+    )
+    assert (today.date() - day1.date()).days == 2  # the whole day between is off
+    browser.screenshot("pages-now-timeline")
     turns = []
     with Client(daemon.socket_path, timeout=60) as chat:
         chat.hello()

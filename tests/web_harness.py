@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,30 @@ def start_console(root: Path, config: str = "", env: dict[str, str] | None = Non
             time.sleep(0.05)
     daemon.stop()
     raise AssertionError(f"the console did not listen on {port}:\n{daemon.logs()}")
+
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def run_daemon_at(
+    home: Path, when: datetime, *, seconds: float, speed: int = 1, kill: bool = False
+) -> DaemonProcess:
+    """Run the real daemon in `home` as if it were `when` (libfaketime), its clock going
+    `speed` times as fast, for about `seconds`; then stop it (SIGTERM), or `kill` it (SIGKILL).
+
+    Skips the test when libfaketime is missing (apt-get install faketime).
+    """
+    if not FAKETIME_LIB.exists():
+        unavailable(f"{FAKETIME_LIB} is missing (apt-get install faketime)")
+    faked = f"@{when.astimezone(UTC):%Y-%m-%d %H:%M:%S}" + (f" x{speed}" if speed != 1 else "")
+    env = daemon_env({"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": faked, "TZ": "UTC"})
+    daemon = DaemonProcess(home=home, env=env).start(timeout=60)
+    time.sleep(seconds)
+    if kill:
+        daemon.kill()
+    else:
+        assert daemon.stop() == 0, daemon.logs()
+    return daemon
 
 
 def chromium_missing() -> str | None:

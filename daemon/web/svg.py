@@ -20,7 +20,15 @@ PALETTE = (
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
     "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
 )  # fmt: skip
-BAND_COLOURS = {"awake": "#d8ecd2", "winding-down": "#f7e0b5", "asleep": "#c9d3ee"}
+BAND_COLOURS = {
+    "awake": "#d8ecd2",
+    "winding-down": "#f7e0b5",
+    "asleep": "#c9d3ee",
+    "off": "#e3e6ea",
+    "unknown": "#ffffff",
+}
+# What the legend calls each band.
+BAND_LABELS = {"off": "off (not running)", "unknown": "no record"}
 MARK_ROWS = ("turn", "fork", "schedule", "sleep")
 MARK_LABELS = {"turn": "turns", "fork": "forks", "schedule": "scheduled", "sleep": "sleep cycles"}
 
@@ -66,13 +74,29 @@ def timeline(
         return left + inner * min(max((at - tl.start).total_seconds() / span, 0.0), 1.0)
 
     height = top + band_h + row_h * len(MARK_ROWS) + 30
-    body = [f'<text x="4" y="{top + 17}" class="row">state</text>']
+    body = [
+        '<defs><pattern id="no-record" width="6" height="6" patternUnits="userSpaceOnUse"'
+        ' patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#c4c8cf" stroke-width="2"/></pattern></defs>',
+        f'<text x="4" y="{top + 17}" class="row">state</text>',
+    ]
     for band in tl.bands:
         x0, x1 = x(band.start), x(band.end)
+        until = (
+            f"{band.end:%H:%M}"
+            if band.end.date() == band.start.date()
+            else f"{band.end:%Y-%m-%d %H:%M}"
+        )
+        note = f" · {band.note}" if band.note else ""
+        # A time with no record is hatched: neither running nor off is known.
+        fill = (
+            "url(#no-record)" if band.state == "unknown" else BAND_COLOURS.get(band.state, "#eee")
+        )
         body.append(
             f'<rect class="band band-{band.state}" x="{_num(x0)}" y="{top}" width="{_num(max(x1 - x0, 0.5))}"'
-            f' height="{band_h}" fill="{BAND_COLOURS.get(band.state, "#eee")}">'
-            f"<title>{escape(band.state)} {band.start:%Y-%m-%d %H:%M} → {band.end:%H:%M}</title></rect>"
+            f' height="{band_h}" fill="{fill}">'
+            f"<title>{escape(BAND_LABELS.get(band.state, band.state))} {band.start:%Y-%m-%d %H:%M}"
+            f" → {until}{escape(note)}</title></rect>"
         )
     # Day boundaries (UTC midnight) and the present moment.
     day = tl.start.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
@@ -114,8 +138,16 @@ def timeline(
                 )
             href = link(kind, mark.ref) if link is not None and mark.ref else ""
             body.append(f'<a href="{escape(href)}">{shape}</a>' if href else shape)
+    shown = [b for b in BAND_COLOURS if b != "unknown" or any(t.state == b for t in tl.bands)]
     body.append(
-        _legend(list(BAND_COLOURS), x=left, y=14, colours=lambda i: list(BAND_COLOURS.values())[i])
+        _legend(
+            [BAND_LABELS.get(b, b) for b in shown],
+            x=left,
+            y=14,
+            colours=lambda i: (
+                "url(#no-record)" if shown[i] == "unknown" else BAND_COLOURS[shown[i]]
+            ),
+        )
     )
     return _svg(width, height, body, "timeline of the last days")
 

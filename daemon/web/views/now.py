@@ -1,15 +1,16 @@
 """The Now page: state and phase, a timeline of the last days, spend today and per day.
 
-The timeline's bands come from what the daemon records: a sleep cycle up to the end of its
-wind-down phase is the winding-down band, the rest of the cycle the asleep band, everything else awake (the
-daemon keeps no row for the time it was not running, so that reads as awake too). The
-live state closes the last band, so a wind-down that has begun but not yet started a cycle
-(the context filling up) shows as one.
+The timeline's bands come from what the daemon records. The run log (`daemon.run_log`) says
+when it was running: time no run covers is `off`, and the days of a home that ran before the
+run log existed are `unknown`. Within a run, a sleep cycle up to the end of its wind-down
+phase is the winding-down band, the rest of the cycle the asleep band, everything else
+awake. The live state closes the last band, so a wind-down that has begun but not yet started
+a cycle (the context filling up) shows as one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +27,10 @@ AHEAD = timedelta(hours=12)
 
 @dataclass(frozen=True, kw_only=True)
 class Band:
-    state: str  # awake | winding-down | asleep
+    state: str  # awake | winding-down | asleep | off | unknown
     start: datetime
     end: datetime
+    note: str = ""  # said on hover (how a run ended)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +100,67 @@ def fill_bands(spans: list[Band], start: datetime, now: datetime, live: Band | N
     return out
 
 
+def run_bands(
+    runs: list[Band], sleep: list[Band], start: datetime, now: datetime, live: Band | None
+) -> list[Band]:
+    """The state over [start, now]: `off` where no run covers it, `unknown` where the run log
+    has no record, and within each run its awake, winding-down and asleep bands.
+
+    `runs` are spans with state `running` or `unknown` (a lost run's `note` goes on its last
+    band); `live` is the live state, for the run that reaches now.
+    """
+    out: list[Band] = []
+    cursor = start
+    for run in sorted(runs, key=lambda r: r.start):
+        s, e = max(run.start, cursor), min(run.end, now)
+        if e <= s:
+            continue
+        if s > cursor:
+            out.append(Band(state="off", start=cursor, end=s))
+        if run.state == "unknown":
+            inside = [Band(state="unknown", start=s, end=e, note=run.note)]
+        else:
+            # A cycle belongs to the run it began in: one a kill left unfinished is not
+            # carried into the next run (the live state says what this run is doing).
+            own = [b for b in sleep if run.start <= b.start < run.end]
+            inside = fill_bands(own, s, e, live if e >= now else None)
+            if run.note and inside:
+                inside[-1] = replace(inside[-1], note=run.note)
+        out += inside
+        cursor = e
+    if cursor < now:
+        out.append(Band(state="off", start=cursor, end=now))
+    return out
+
+
+async def _runs(services: Services, start: datetime, now: datetime) -> list[Band]:
+    """The daemon's runs reaching into [start, now] as spans (this one up to now)."""
+    log = services.runs
+    spans = []
+    for run in await log.runs(start):
+        if run.ended == "unrecorded":
+            spans.append(
+                Band(
+                    state="unknown",
+                    start=run.started_at,
+                    end=run.until,
+                    note="no record: the daemon kept no run log yet",
+                )
+            )
+        elif run.id == log.current or run.ended is None:
+            spans.append(Band(state="running", start=run.started_at, end=now))
+        else:
+            note = (
+                f"stopped without a clean stop (killed or crashed); last seen {run.until:%Y-%m-%d %H:%M}"
+                if run.ended == "lost"
+                else ""
+            )
+            spans.append(Band(state="running", start=run.started_at, end=run.until, note=note))
+    if log.current is None:  # this run's start could not be recorded: it runs all the same
+        spans.append(Band(state="running", start=services.started_at, end=now))
+    return spans
+
+
 async def timeline(services: Services, *, days: int = 3) -> Timeline:
     """The last `days` days up to now (and a little after, for what is scheduled)."""
     now = services.clock.now()
@@ -108,7 +171,13 @@ async def timeline(services: Services, *, days: int = 3) -> Timeline:
         if life.state.value in ("winding-down", "asleep")
         else None
     )
-    bands = fill_bands(await _sleep_spans(services, start, now), start, now, live)
+    bands = run_bands(
+        await _runs(services, start, now),
+        await _sleep_spans(services, start, now),
+        start,
+        now,
+        live,
+    )
     since = start.isoformat()
     marks: list[Mark] = []
     for turn_id, ts, tokens in await services.db.fetchall(
