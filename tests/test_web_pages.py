@@ -9,19 +9,23 @@ server.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import anyio
 import pytest
 
+from daemon.context.assembler import LAYER_ORDER
 from daemon.memory.fact_history import fact_chain
 from daemon.settings import SchedulerSettings, Settings, StorageSettings
 from daemon.sleep.revisions import RevisionStore
 from daemon.web import svg
 from daemon.web.views import memory as memory_view
+from daemon.web.views.context import recent_turns
 from daemon.web.views.now import Band, Mark, Timeline, fill_bands
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.web_pages_support import FORK_TASK, TALK, Console, filled_console
@@ -57,9 +61,14 @@ async def test_now_shows_the_state_the_timeline_and_the_spend(tmp_path: Path) ->
             assert page.status_code == 200
             html = page.text
             assert 'class="state state-awake">awake<' in html
-            # The night's wind-down and sleep are bands of their own, between awake ones.
+            # Off until the daemon started (the run log's first run), then the night's
+            # wind-down and sleep are bands of their own, between awake ones.
             bands = re.findall(r'class="band band-([a-z-]+)"', html)
-            assert bands == ["awake", "winding-down", "asleep", "awake"], bands
+            assert bands == ["off", "awake", "winding-down", "asleep", "awake"], bands
+            began = console.rig.services.started_at
+            assert re.search(
+                rf"<title>off \(not running\) [^<]* → {began:%Y-%m-%d %H:%M}</title>", html
+            )
             # Every turn is a mark that opens its context; the fork opens its turn's tree.
             rows = await console.rig.rows("SELECT turn_id FROM turn_reports")
             for (turn_id,) in rows:
@@ -140,10 +149,7 @@ async def test_memory_searches_lists_facts_summaries_and_months(tmp_path: Path) 
             counts = dict(
                 await console.rig.rows("SELECT kind, COUNT(*) FROM memories GROUP BY kind")
             )
-            assert (
-                f"{counts['fact']} facts" in found.text
-                and f"{counts['chunk']:,} chunks" in found.text
-            )
+            assert f"{counts['chunk']:,} chunks" in found.text
             blank = await console.client.get("/memory", params={"q": "   "})
             assert blank.status_code == 200 and 'id="results"' not in blank.text
             facts = found.text[found.text.index('id="facts"') : found.text.index('id="summaries"')]
@@ -153,10 +159,39 @@ async def test_memory_searches_lists_facts_summaries_and_months(tmp_path: Path) 
             assert f'<span class="mem-id">{summary[0]}</span>' in found.text
             assert "none yet (sleep folds older days into months)" in found.text
             # A long list of facts is cut to the newest, and the page says how many there are.
-            newest, total = await memory_view.facts(console.rig.services, limit=2)
+            listed = await memory_view.facts(console.rig.services, limit=2)
             everything = console.rig.memory.facts.facts()
-            assert total == len(everything) > 2
-            assert [f["id"] for f in newest] == [f.id for f in reversed(everything[-2:])]
+            assert listed.total == len(everything) > 2
+            assert [f["id"] for f in listed.rows] == [f.id for f in reversed(everything[-2:])]
+
+
+async def test_the_memory_header_counts_the_facts_the_rows_show(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with filled_console(tmp_path / "home") as console:
+            memory = console.rig.memory
+            await memory.remember("I am vegetarian", target="profile")
+            await memory.remember("I prefer tea to coffee", target="profile")
+            old = _fact_id(console, "my dentist is Dr Vidal")
+            await memory.facts.retract(old, reason="moved away", origin="person")
+
+            def header_and_rows(html: str) -> tuple[list[str], int]:
+                facts = html[html.index('id="facts"') : html.index('id="summaries"')]
+                heads = re.findall(r'<span class="fact-count">([^<]*)</span>', html)
+                return heads, facts.count('<tr class="fact ')
+
+            current = memory.facts.facts()
+            profile = sum(f.target == "profile" for f in current)
+            heads, rows = header_and_rows((await console.client.get("/memory")).text)
+            said = f"{len(current)} facts ({len(current) - profile} memory · {profile} profile)"
+            assert rows == len(current) and heads == [said, said], heads
+            # With the changed and retracted ones, the header counts those rows too.
+            every = memory.facts.facts(include_retired=True)
+            heads, rows = header_and_rows((await console.client.get("/memory?all=1")).text)
+            assert rows == len(every) == len(current) + 1
+            assert heads[0] == (
+                f"{len(every)} facts ({len(current)} current · 1 retired;"
+                f" {len(every) - profile} memory · {profile} profile)"
+            ), heads
 
 
 async def test_retract_and_correct_append_to_the_fact_log_and_need_the_csrf_token(
@@ -289,9 +324,30 @@ async def test_journal_by_day_and_a_turns_fork_tree(tmp_path: Path) -> None:
             assert bad.status_code == 400 and "is not a date" in bad.text
 
 
+def _chart(html: str, label: str) -> str:
+    start = html.index(f'aria-label="{label}"')
+    return html[start : html.index("</svg>", start)]
+
+
+def _ticks(drawn: str) -> list[float]:
+    return [
+        float(t.replace(",", "")) for t in re.findall(r'class="axis tick"[^>]*>([^<]*)<', drawn)
+    ]
+
+
+def _nice(ticks: list[float], peak: float) -> None:
+    """Ticks from 0 in one step of 1, 2 or 5 times a power of ten, just covering `peak`."""
+    assert ticks[0] == 0 and len(ticks) >= 2 and ticks[-1] >= peak > ticks[-2], (ticks, peak)
+    step = ticks[1] - ticks[0]
+    mantissa = step / 10 ** math.floor(math.log10(step) + 1e-9)
+    assert round(mantissa, 6) in (1, 2, 5), ticks
+    assert all(math.isclose(b - a, step) for a, b in itertools.pairwise(ticks)), ticks
+
+
 async def test_charts_draw_memory_tokens_spend_and_sleep(tmp_path: Path) -> None:
     with anyio.fail_after(60):
         async with filled_console(tmp_path / "home") as console:
+            await console.rig.bus.drain()  # the night's last journal note is written
             page = await console.client.get("/charts")
             assert page.status_code == 200
             for label in (
@@ -301,14 +357,73 @@ async def test_charts_draw_memory_tokens_spend_and_sleep(tmp_path: Path) -> None
                 "sleep per night",
             ):
                 assert f'aria-label="{label}"' in page.text
-            kinds = await console.rig.rows("SELECT DISTINCT kind FROM memories")
-            growth = page.text[page.text.index('aria-label="memory growth by kind"') :]
-            drawn = growth.split("</svg>")[0]
-            for (kind,) in kinds:
-                assert f'class="legend">{kind}</text>' in drawn
-            # A dot a day for each kind: a home a day old still shows its one day.
+            # A young home (two days): the totals per kind as bars, each with its count, and
+            # a sentence saying so — not a few dots on an empty chart.
+            counts = dict(
+                await console.rig.rows("SELECT kind, COUNT(*) FROM memories GROUP BY kind")
+            )
             days = await console.rig.rows("SELECT DISTINCT substr(created_at, 1, 10) FROM memories")
-            assert drawn.count("<circle ") == len(days) * len(kinds)
+            assert len(days) == 2
+            growth = _chart(page.text, "memory growth by kind")
+            for kind, n in counts.items():
+                assert f"<title>{kind}: {n:,} memories</title>" in growth
+                assert f'class="axis value" text-anchor="middle">{n:,}</text>' in growth
+            assert f"2 days so far (since {min(d for (d,) in days)}): " in page.text
+            assert "<circle" not in growth
+            _nice(_ticks(growth), max(counts.values()))
+            # Sleep per night: nice ticks in a unit that reads (hours, minutes or seconds).
+            (began, ended) = (
+                await console.rig.rows("SELECT started_at, finished_at FROM sleep_cycles")
+            )[0]
+            asleep = (datetime.fromisoformat(ended) - datetime.fromisoformat(began)).total_seconds()
+            unit, per = svg.duration_unit(asleep)
+            sleep = _chart(page.text, "sleep per night")
+            assert f'class="axis unit">{unit}</text>' in sleep
+            _nice(_ticks(sleep), asleep / per)
+            turns = await recent_turns(console.rig.services, limit=60)
+            tokens = max(sum(t.layers.get(n, 0) for n in LAYER_ORDER) for t in turns)
+            _nice(_ticks(_chart(page.text, "context tokens per turn by layer")), tokens)
+
+            # Days later: a line per kind over every day since the first, the quiet ones too.
+            console.rig.clock.advance(days=3)
+            await console.rig.memory.remember("the kiln fires at 1200 degrees")
+            later = await console.client.get("/charts")
+            growth = _chart(later.text, "memory growth by kind")
+            first = date.fromisoformat(min(d for (d,) in days))
+            span = (console.rig.clock.now().date() - first).days + 1
+            assert span >= 5
+            kinds = {
+                kind for (kind,) in await console.rig.rows("SELECT DISTINCT kind FROM memories")
+            }
+            for kind in kinds:
+                assert f'class="legend">{kind}</text>' in growth
+            assert growth.count("<circle ") == span * len(kinds)
+            assert (
+                f"<title>{console.rig.clock.now().date()} · fact: {counts['fact'] + 1}</title>"
+                in growth
+            )
+            assert "so far" not in later.text
+
+
+def test_nice_ticks_step_by_one_two_or_five_and_label_each_apart() -> None:
+    for peak, integer in (
+        (0.0137, False), (0.05, False), (0.0012, False), (3.2, False), (37.5, False),
+        (100, False), (4, True), (7, True), (123_456, True), (0.4, True),
+    ):  # fmt: skip
+        ticks = svg.nice_ticks(peak, integer=integer)
+        _nice(ticks, peak)
+        assert len(ticks) <= 6
+        labels = [svg.tick_label(t, ticks) for t in ticks]
+        assert len(set(labels)) == len(labels), labels
+        if integer:
+            assert all(t == int(t) for t in ticks)
+    # A night of a second or so, as a fast machine sleeps: seconds, not "0.01 minutes".
+    assert svg.duration_unit(0.8) == ("seconds", 1.0)
+    assert svg.duration_unit(45 * 60) == ("minutes", 60.0)
+    assert svg.duration_unit(7 * 3600) == ("hours", 3600.0)
+    drawn = str(svg.bars(["2026-03-01", "2026-03-02"], [0.0137, 0.0021], unit="minutes"))
+    labels = re.findall(r'class="axis tick"[^>]*>([^<]*)<', drawn)
+    assert labels == ["0.000", "0.005", "0.010", "0.015"], labels
 
 
 def test_the_timeline_escapes_what_the_stores_hold() -> None:

@@ -21,14 +21,16 @@ async def _context(request: Request) -> dict[str, Any]:
     services = services_of(request)
     query = request.query_params.get("q", "")
     show_all = request.query_params.get("all") == "1"
-    facts, facts_total = await view.facts(services, show_all=show_all)
+    facts = await view.facts(services, show_all=show_all)
     return {
         "query": query,
         "results": await view.search(services, query) if query.strip() else None,
         "show_all": show_all,
         "facts": facts,
-        "facts_total": facts_total,
-        "kinds": await view.kinds(services),
+        # The facts are counted above, from the fact log as listed; the index's other kinds here.
+        "kinds": {
+            k: n for k, n in (await view.kinds(services)).items() if k not in ("fact", "profile")
+        },
         "summaries": await view.summaries(services, kind="summary"),
         "months": await view.summaries(services, kind="month"),
         "said": "",

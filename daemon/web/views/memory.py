@@ -8,10 +8,12 @@ appended to the fact log, never an edit of what was there.
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daemon.commands import ops
-from daemon.memory.fact_history import fact_chain, fact_json, fact_uses
+from daemon.memory.fact_history import fact_chain, fact_json, fact_status, fact_uses
 from daemon.memory.facts import FactError
 from daemon.memory.ids import fact_uid
 
@@ -38,11 +40,21 @@ async def search(services: Services, query: str, *, k: int = SEARCH_K) -> list[d
     return results[0]
 
 
+@dataclass(frozen=True, kw_only=True)
+class FactList:
+    """The facts the page lists, and counts of the same facts its header shows."""
+
+    rows: list[dict[str, Any]]  # the newest `limit`, newest first
+    total: int
+    targets: dict[str, int]  # memory / profile → how many
+    statuses: dict[str, int]  # current / changed / retired → how many
+
+
 async def facts(
     services: Services, *, show_all: bool = False, limit: int = FACTS_SHOWN
-) -> tuple[list[dict[str, Any]], int]:
+) -> FactList:
     """The newest `limit` facts (with `show_all`, also those no longer current), each with its
-    chain of values when it has one; and how many there are in all."""
+    chain of values when it has one; and how many there are in all, by target and status."""
     store = services.memory.facts
     await store.load()
     uses = await fact_uses(services.db)
@@ -53,7 +65,12 @@ async def facts(
         chain = fact_chain(store.log, fact.id)
         data["history"] = [fact_json(f, uses) for f in chain] if len(chain) > 1 else []
         out.append(data)
-    return out, len(chosen)
+    return FactList(
+        rows=out,
+        total=len(chosen),
+        targets=dict(Counter(f.target for f in chosen)),
+        statuses=dict(Counter(fact_status(f).split(":")[0] for f in chosen)),
+    )
 
 
 async def kinds(services: Services) -> dict[str, int]:
