@@ -458,6 +458,9 @@ class RunSettings(_Section):
     cpu_seconds: int = Field(300, ge=1)
     memory_mb: int = Field(2048, ge=64)
     output_max_chars: int = Field(30_000, ge=256)
+    # Processes and threads a command may have at once (0: no limit); docs/tools.md says how
+    # it holds for a daemon run as root and as its own user.
+    max_processes: int = Field(256, ge=0)
     # Environment variables passed through to the command (never keys or tokens).
     env: list[str] = Field(default_factory=lambda: ["PATH", "LANG", "LC_ALL", "TERM", "TZ"])
 

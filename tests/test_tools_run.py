@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +28,8 @@ import pytest
 
 from daemon.paths import Home
 from daemon.settings import RunSettings, Settings, ToolsSettings
+from daemon.tools.cgroups import PidsCgroups
+from daemon.tools.cgroups import members as cgroup_members
 from daemon.tools.registry import ToolContext, ToolError, ToolOutcome, ToolRegistry
 from daemon.tools.run import Capture, run_tools
 from daemon.tools.sandbox import Sandbox, scrubbed_env
@@ -221,9 +224,38 @@ async def test_a_busy_loop_meets_the_cpu_limit(home: Home, mode: dict[str, Any])
     assert "killed by SIGXCPU: the CPU-time limit of 1 s" in out.content
 
 
+def _wait_for(condition: Any, what: str, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _sleepers(marker: str) -> list[int]:
+    """Live `sleep MARKER` processes: the command's own. (bubblewrap's argv holds the whole
+    command line, marker included, from the moment it starts, long before the sandbox is.)"""
+    return [pid for pid in _processes_with(marker) if _cmdline(pid) == [b"sleep", marker.encode()]]
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    except OSError:
+        return []
+
+
+def _start_time(pid: int) -> str | None:
+    """When `pid` started (None once it is reaped): tells it from a later process of its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()[19].decode()
+
+
 @needs_bwrap
 def test_if_the_daemon_dies_its_sandboxes_die_with_it(home: Home) -> None:
-    m = _marker()
+    m, orphan = _marker(), _marker()
     script = (
         "import anyio, sys; from pathlib import Path; "
         "from daemon.paths import Home; from daemon.settings import Settings; "
@@ -234,23 +266,36 @@ def test_if_the_daemon_dies_its_sandboxes_die_with_it(home: Home) -> None:
         "anyio.run(run.handler, ToolContext(session_id='s', turn_id='t'), "
         "{'command': sys.argv[2], 'timeout_s': 120})"
     )
+    # `( sleep O & )` leaves a child orphaned inside the sandbox: its pid 1 adopts it.
+    command = f"sleep {m} & ( sleep {orphan} & ) ; sleep {m}"
     daemon = subprocess.Popen(
-        [sys.executable, "-c", script, str(home.root), f"sleep {m} & sleep {m}"],
+        [sys.executable, "-c", script, str(home.root), command],
         cwd=Path(__file__).resolve().parent.parent,
     )
     try:
-        deadline = time.monotonic() + 30
-        while len(_processes_with(m)) < 2:
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
-    finally:
+        _wait_for(
+            lambda: len(_sleepers(m)) == 2 and len(_sleepers(orphan)) == 1,
+            "the command never started",
+        )
+        # bubblewrap binds itself to the daemon's life (PR_SET_PDEATHSIG) before it lets the
+        # sandbox be built, and the sandbox's pid 1 binds itself to bubblewrap's just before
+        # it starts reaping. So once pid 1 has reaped the orphan, every process of the sandbox
+        # dies with the daemon — waiting for that, not for time, is what makes this exact.
+        (adopted,) = _sleepers(orphan)
+        born = _start_time(adopted)
+        os.kill(adopted, signal.SIGKILL)
+        _wait_for(lambda: _start_time(adopted) != born, "the sandbox's pid 1 never reaped")
         daemon.kill()
-        daemon.wait(10)
-    # No cleanup code ran: the kernel ends the sandbox because its parent died.
-    deadline = time.monotonic() + 10
-    while _processes_with(m) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _processes_with(m) == []
+        daemon.wait(30)
+        # No cleanup code ran: the kernel ends the sandbox because its parent died.
+        _wait_for(lambda: not _processes_with(m), "the sandbox outlived the daemon", 30.0)
+    finally:
+        # Whatever happened above, nothing of this test is left running.
+        daemon.kill()
+        daemon.wait(30)
+        for pid in _processes_with(m) + _processes_with(orphan):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @needs_bwrap
@@ -263,6 +308,165 @@ async def test_memory_and_cpu_limits_hold_for_the_whole_tree(home: Home) -> None
     # 100 MB in one string cannot fit in a 64 MB address space.
     big = await _run(reg, "x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo ${#x}")
     assert "100000000" not in big.content and "cannot allocate" in big.content
+
+
+# A loop that tries to start 600 processes at once: each child sleeps, the loop counts.
+FORKS_600 = """python3 -I -c '
+import os, time
+started, why = 0, "never refused"
+for _ in range(600):
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        why = exc.strerror
+        break
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    started += 1
+print("started", started, "-", why)
+'"""
+
+
+def _started(output: str) -> tuple[int, str]:
+    line = next(li for li in output.splitlines() if li.startswith("started "))
+    count, why = line.removeprefix("started ").split(" - ", 1)
+    return int(count), why
+
+
+@needs_bwrap
+async def test_a_command_cannot_start_more_processes_than_the_limit(home: Home) -> None:
+    # As the test runs, root here: the kernel ignores RLIMIT_NPROC for root, so this is the
+    # pids cgroup's doing (the test below covers a daemon run as its own user).
+    started, why = _started((await _run(_registry(home, max_processes=100), FORKS_600)).content)
+    # bubblewrap and the shell count too: a few short of the limit, far short of 600.
+    assert 90 <= started < 100 and why == "Resource temporarily unavailable"
+    # The default holds too: a few hundred at most.
+    started, _ = _started((await _run(_registry(home), FORKS_600)).content)
+    assert 240 <= started < 256
+
+
+UNPRIVILEGED_RUN = """
+import anyio, os, sys, time
+from pathlib import Path
+from daemon.paths import Home
+from daemon.settings import RunSettings, Settings, ToolsSettings
+from daemon.tools.registry import ToolContext
+from daemon.tools.run import run_tools
+from daemon.tools.workspace import Workspace
+
+# 300 processes of this user outside any sandbox: the limit counts the sandbox's own.
+outside = []
+for _ in range(300):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    outside.append(pid)
+try:
+    h = Home(Path(sys.argv[1]))
+    s = Settings(tools=ToolsSettings(run=RunSettings(max_processes=int(sys.argv[2]))))
+    run = run_tools(Workspace.for_home(h, s), s, home=h.root)[0]
+    out = anyio.run(run.handler, ToolContext(session_id="s", turn_id="t"), {"command": sys.argv[3]})
+    print("--- result ---", out, sep="\\n")
+finally:
+    for pid in outside:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to become an unprivileged user",
+)
+def test_the_process_limit_holds_for_a_daemon_run_as_its_own_user() -> None:
+    # An unprivileged daemon: RLIMIT_NPROC inside the sandbox's own user namespace.
+    root = Path(tempfile.mkdtemp(prefix="reverie-run-user-", dir="/var/tmp"))
+    try:
+        home = Home(root / "home")
+        home.ensure()
+        for path in [root, *root.rglob("*")]:
+            os.chown(path, 65534, 65534)
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--no-new-privs",
+                sys.executable,
+                "-c",
+                UNPRIVILEGED_RUN,
+                str(home.root),
+                "100",
+                FORKS_600,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            cwd=Path(__file__).resolve().parent.parent,
+            env={"PATH": os.environ["PATH"], "HOME": str(root), "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        assert done.returncode == 0, done.stderr
+        result = done.stdout.split("--- result ---\n", 1)[1]
+        assert result.startswith("exit code: 0"), done.stdout
+        assert "at most 100 processes)" in done.stdout  # RLIMIT_NPROC, no cgroup
+        started, why = _started(result)
+        assert 90 <= started < 100 and why == "Resource temporarily unavailable"
+    finally:
+        shutil.rmtree(root)
+
+
+def test_as_root_the_limit_needs_a_pids_cgroup_or_run_is_off() -> None:
+    def sandbox(uid: int, cgroups: Any = None, **run: Any) -> Sandbox:
+        return Sandbox.for_workspace(
+            (),
+            RunSettings(**run),
+            home=Path("/nonexistent"),
+            which=lambda _n: "/usr/bin/bwrap",
+            uid=uid,
+            find_cgroups=lambda: cgroups,
+        )
+
+    root = sandbox(0)
+    assert root.mode == "off" and "set max_processes = 0" in root.reason
+    assert "the daemon runs as root" in root.describe()
+    # Said plainly, the person may run without a process limit.
+    unlimited = sandbox(0, max_processes=0)
+    assert unlimited.mode == "bwrap" and "no process limit" in unlimited.describe()
+    assert "ulimit -u" not in " ".join(unlimited.argv("true", cwd=Path("/")))
+    # Any other user: RLIMIT_NPROC, set inside the sandbox, no cgroup needed.
+    user = sandbox(1000, max_processes=300)
+    assert user.mode == "bwrap" and user.cgroups is None
+    assert "ulimit -u 300 && exec" in " ".join(user.argv("true", cwd=Path("/")))
+    assert user.describe() == "run: sandboxed by bubblewrap (network off, at most 300 processes)"
+
+
+@pytest.mark.skipif(PidsCgroups.find() is None, reason="no pids cgroup can be made here")
+def test_a_dead_daemons_cgroup_is_emptied_and_removed(tmp_path: Path) -> None:
+    cgroups = PidsCgroups.find()
+    assert cgroups is not None
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    # What a daemon that died left: its cgroup, with a process of a sandbox still in it.
+    stale = cgroups.base / f"reverie-run-{gone.pid}-0"
+    stale.mkdir()
+    m = _marker()
+    left = subprocess.Popen(
+        ["/bin/sh", "-c", 'echo $$ > "$0" && exec sleep "$1"', str(stale / "cgroup.procs"), m]
+    )
+    try:
+        _wait_for(lambda: left.pid in cgroup_members(stale), "never joined", 30.0)
+        assert PidsCgroups.find() is not None
+        assert left.wait(10) == -signal.SIGKILL
+        assert not stale.exists()
+    finally:
+        left.kill()
+        left.wait()
+        with contextlib.suppress(OSError):
+            stale.rmdir()
 
 
 # --- what a command can see ---
@@ -279,20 +483,31 @@ async def test_no_key_or_token_reaches_the_command(
         "SSH_AUTH_SOCK": "/run/user/0/ssh-agent.sock",
         # Innocent name, a key's shape: dropped too.
         "INNOCENT": "sk-ant-api03-zyxwvutsrqponmlkjihgfedcba",
+        # Innocent names, a URL with a password in it: dropped too.
+        "DATABASE_URL": "postgres://app:hunter2secret@db.internal/app",
+        "UPSTREAMS": "https://mirror.example/a,https://:t0ken-only@cache.example:8443/b",
     }
-    for name, value in secrets_env.items():
+    # URLs without a password are not credentials: kept.
+    harmless = {
+        "MIRROR_URL": "https://mirror.example:8443/pypi/simple?x=a:b@c",
+        "GIT_REMOTE": "ssh://git@github.com/otters/thames.git",
+    }
+    for name, value in {**secrets_env, **harmless}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("LANG", "C.UTF-8")
-    listed = ["PATH", "LANG", *secrets_env]
-    assert scrubbed_env(listed, dict(os.environ)).keys() == {"PATH", "LANG"}
+    listed = ["PATH", "LANG", *secrets_env, *harmless]
     modes = [{"sandbox": "none", "allow_unsandboxed": True}]
     if shutil.which("bwrap"):
         modes.append({})
     for mode in modes:
         out = await _run(_registry(home, env=listed, **mode), "env")
         assert "LANG=C.UTF-8" in out.content and "PATH=" in out.content
+        for name, value in harmless.items():
+            assert f"{name}={value}" in out.content
         for name, value in secrets_env.items():
             assert name not in out.content and value not in out.content
+        assert "hunter2secret" not in out.content and "t0ken-only" not in out.content
+    assert scrubbed_env(listed, dict(os.environ)).keys() == {"PATH", "LANG", *harmless}
 
 
 @needs_bwrap
@@ -391,6 +606,7 @@ def _sandbox(**run: Any) -> Sandbox:
         home=Path("/nonexistent-home"),
         environ={},
         which=lambda _name: None,
+        uid=1000,
     )
 
 
@@ -406,15 +622,17 @@ def test_without_bubblewrap_run_is_off_unless_allowed() -> None:
     none = _sandbox(sandbox="none")
     assert none.mode == "off" and "allow_unsandboxed = true" in none.reason
     bare = _sandbox(allow_unsandboxed=True)
-    assert bare.mode == "bare" and bare.describe() == "run: UNSANDBOXED (allow_unsandboxed)"
+    # Bare, a user's process count is every process of theirs: no limit is set.
+    assert bare.describe() == "run: UNSANDBOXED (allow_unsandboxed, no process limit)"
+    assert bare.mode == "bare" and "ulimit -u" not in " ".join(bare.argv("true", cwd=Path("/")))
 
 
 @needs_bwrap
 def test_with_bubblewrap_doctor_says_sandboxed() -> None:
-    on = Sandbox.for_workspace((), RunSettings(network=True), home=Path("/nonexistent"))
-    assert on.describe() == "run: sandboxed by bubblewrap (network on)"
-    off = Sandbox.for_workspace((), RunSettings(), home=Path("/nonexistent"))
-    assert off.describe() == "run: sandboxed by bubblewrap (network off)"
+    on = Sandbox.for_workspace((), RunSettings(network=True), home=Path("/nonexistent"), uid=1000)
+    assert on.describe() == "run: sandboxed by bubblewrap (network on, at most 256 processes)"
+    off = Sandbox.for_workspace((), RunSettings(), home=Path("/nonexistent"), uid=1000)
+    assert off.describe() == "run: sandboxed by bubblewrap (network off, at most 256 processes)"
 
 
 async def test_run_off_refuses_with_the_way_to_turn_it_on(home: Home) -> None:
@@ -554,12 +772,14 @@ def _doctor_run(home: Path, config: str) -> tuple[int, dict[str, Any]]:
 def test_doctor_says_how_run_is_confined(
     home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Run as root here, the process limit is a pids cgroup; as any other user, RLIMIT_NPROC.
+    how = " (a pids cgroup)" if os.getuid() == 0 else ""
     if shutil.which("bwrap"):
         code, check = _doctor_run(home.root, "")
         assert check == {
             "name": "run",
             "status": "ok",
-            "detail": "sandboxed by bubblewrap (network off)",
+            "detail": f"sandboxed by bubblewrap (network off, at most 256 processes{how})",
             "fix": "",
         }
     # A PATH without bubblewrap on it: the machine as one without the package.
@@ -573,7 +793,10 @@ def test_doctor_says_how_run_is_confined(
     code, check = _doctor_run(home.root, '[tools.run]\nsandbox = "bwrap"\n')
     assert (code, check["status"]) == (1, "fail") and "bubblewrap package" in check["detail"]
     code, check = _doctor_run(home.root, "[tools.run]\nallow_unsandboxed = true\n")
-    assert check["status"] == "warn" and check["detail"] == "UNSANDBOXED (allow_unsandboxed)"
+    limit = ", at most 256 processes (a pids cgroup)" if how else ", no process limit"
+    assert (
+        check["status"] == "warn" and check["detail"] == f"UNSANDBOXED (allow_unsandboxed{limit})"
+    )
 
 
 # --- through the real daemon ---

@@ -5,7 +5,9 @@ call. When it ends, times out, or the turn that asked for it is cancelled, the w
 SIGTERM, a short grace, then SIGKILL, and is reaped before the call returns. Under bubblewrap
 the tree lives in its own pid namespace, found by the namespace bubblewrap reports, so even a
 child that detached with setsid is found and dies with it; bare (unsandboxed) commands are
-stopped by process group and by walking their descendants.
+stopped by process group and by walking their descendants. A command given a pids cgroup (the
+process limit of a daemon run as root) is found by its cgroup too, and the cgroup is removed
+once the command's processes are gone.
 
 Output (stdout and stderr interleaved, as a terminal would show them) is read while the command
 runs and kept as a bounded head and tail, so a command that prints gigabytes costs a few
@@ -30,6 +32,7 @@ from anyio.abc import ByteReceiveStream, Process
 from daemon.log import get_logger
 from daemon.redact import Redactor
 from daemon.settings import Settings
+from daemon.tools.cgroups import members as cgroup_members
 from daemon.tools.registry import Tool, ToolContext, ToolError
 from daemon.tools.sandbox import Sandbox
 from daemon.tools.workspace import Workspace
@@ -118,13 +121,37 @@ async def execute(
     On timeout the tree is stopped and `timed_out` is set. On cancellation the tree is stopped
     and reaped under a shield (bounded by the kill grace), then the cancellation propagates.
     """
+    try:
+        cgroup = sandbox.make_cgroup()
+    except OSError as exc:
+        raise ToolError(f"could not make the command's process-limit cgroup: {exc}") from exc
+    try:
+        return await _execute(
+            sandbox, command, cwd=cwd, timeout_s=timeout_s, max_chars=max_chars, cgroup=cgroup
+        )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(sandbox.remove_cgroup, cgroup)
+
+
+async def _execute(
+    sandbox: Sandbox,
+    command: str,
+    *,
+    cwd: Path,
+    timeout_s: float,
+    max_chars: int,
+    cgroup: Path | None,
+) -> Completed:
     capture = Capture(max_chars * _BYTES_PER_CHAR)
     # bubblewrap says which pid namespace the sandbox is (its processes are found by it).
     status_r, status_w = os.pipe() if sandbox.mode == "bwrap" else (-1, -1)
     started = time.monotonic()
     try:
         process = await anyio.open_process(
-            sandbox.argv(command, cwd=cwd, status_fd=status_w if status_w >= 0 else None),
+            sandbox.argv(
+                command, cwd=cwd, status_fd=status_w if status_w >= 0 else None, cgroup=cgroup
+            ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -137,7 +164,7 @@ async def execute(
         _close(status_r, status_w)
         raise
     _close(status_w)
-    tree = _CommandTree(process, status_r)
+    tree = _CommandTree(process, status_r, cgroup)
     stopped = False
     try:
         async with anyio.create_task_group() as tg:
@@ -173,9 +200,10 @@ async def execute(
 class _CommandTree:
     """The processes one command started: its group, its descendants, its pid namespace."""
 
-    def __init__(self, process: Process, status_fd: int) -> None:
+    def __init__(self, process: Process, status_fd: int, cgroup: Path | None = None) -> None:
         self.process = process
         self.status_fd = status_fd
+        self.cgroup = cgroup
         self.pid_ns: str | None = None
 
     def _namespace(self) -> str | None:
@@ -197,11 +225,13 @@ class _CommandTree:
     def members(self) -> set[int]:
         # Descendants are followed only while the first process is unreaped: after that its
         # pid may belong to another process. Its group id stays reserved while members live.
-        return _tree(
+        found = _tree(
             self.process.pid,
             descendants=self.process.returncode is None,
             pid_ns=self._namespace(),
         )
+        # Whatever is in the command's cgroup is the command's, however it left the group.
+        return found | cgroup_members(self.cgroup) if self.cgroup is not None else found
 
     async def stop(self) -> None:
         """SIGTERM to every member, a grace, SIGKILL to what is left; reap the first process.
@@ -360,6 +390,8 @@ def run_tools(workspace: Workspace, settings: Settings, *, home: Path) -> list[T
             raise ToolError(
                 f"the sandbox could not start ({first}); `reverie doctor` checks the setup"
             )
+        if done.exit_code == 125 and first.startswith("reverie: could not join"):
+            raise ToolError(f"the command did not run: {first.removeprefix('reverie: ')}")
         return f"{_exit_line(done, sandbox)}\n{output}"
 
     network = "the network is reachable" if conf.network else "no network"
@@ -372,11 +404,16 @@ def run_tools(workspace: Workspace, settings: Settings, *, home: Path) -> list[T
         confinement = "It runs WITHOUT a sandbox (allowed by the config), with no keys or tokens in the environment"
     else:
         confinement = f"Currently OFF ({sandbox.reason}); a call only returns that reason"
+    processes = (
+        f"{conf.max_processes} processes and threads at once, "
+        if sandbox.nproc_rlimit or sandbox.cgroups is not None
+        else ""
+    )
     description = (
         "Run a shell command (bash) in the workspace and return its exit code and output "
         "(stdout and stderr together; long output keeps its beginning and end). "
         f"{confinement}; limits: {conf.cpu_seconds} s of CPU, {conf.memory_mb} MB of memory, "
-        f"{conf.timeout_s:g} s of time unless timeout_s says otherwise (at most "
+        f"{processes}{conf.timeout_s:g} s of time unless timeout_s says otherwise (at most "
         f"{conf.max_timeout_s:g} s). Everything the command starts is stopped when it ends. "
         "stdin is empty: nothing interactive."
     )
