@@ -28,11 +28,26 @@ def search_results(
         out.write(f"# {query}\n")
     if not items:
         out.write("(no memories match)\n")
-    for rank, item in enumerate(items, 1):
+    # Below the relevance floor a result shares almost nothing with the question: shown after
+    # the others, one short line each, so nobody takes it for an answer.
+    strong = [item for item in items if not item.get("below_floor")]
+    weak = [item for item in items if item.get("below_floor")]
+    if weak and not strong:
+        out.write("(no memory matches well: the closest share almost nothing with the question)\n")
+    for rank, item in enumerate(strong + weak, 1):
+        if strong and weak and item is weak[0]:
+            out.write(
+                f"-- below the relevance floor ({len(weak)}): weak matches, sharing almost"
+                " nothing with the question --\n"
+            )
         ts = item.get("ts")
         when = ts[:10] if ts else "?"
         text = " ".join(str(item["text"]).split())
-        out.write(f"{rank:>2}. [{item['kind']} {item['score']:.4f}] {when} {item['id']}\n")
+        match = f"match {item['relevance']:>3}" if "relevance" in item else f"{item['score']:.4f}"
+        out.write(f"{rank:>2}. [{item['kind']} {match}] {when} {item['id']}\n")
+        if item.get("below_floor"):
+            out.write(f"    {text[:100]}{'…' if len(text) > 100 else ''}\n")
+            continue
         out.write(f"    {text[:300]}{'…' if len(text) > 300 else ''}\n")
         ids = item.get("message_ids") or []
         if ids:

@@ -17,6 +17,7 @@ from daemon.memory.embedders import EmbedderError
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex, SearchMode
 from daemon.memory.query import decompose
+from daemon.memory.relevance import Match
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,9 +28,14 @@ if TYPE_CHECKING:
 Progress = Callable[[dict[str, Any]], None]
 
 
-def item_json(item: MemoryItem) -> dict[str, Any]:
-    """Render one result in the `memory search --json` contract."""
-    return {
+def item_json(item: MemoryItem, match: Match | None = None) -> dict[str, Any]:
+    """Render one result in the `memory search --json` contract.
+
+    `score` is the ranking score (it orders, its value means little); `relevance` (0–100)
+    says how well the result matches the question and `below_floor` that it shares
+    (almost) nothing with it (`daemon.memory.relevance`).
+    """
+    out: dict[str, Any] = {
         "kind": item.kind,
         "id": item.id,
         "score": round(item.score, 6),
@@ -42,6 +48,10 @@ def item_json(item: MemoryItem) -> dict[str, Any]:
         "source": item.source,
         "tags": list(item.tags),
     }
+    if match is not None:
+        out["relevance"] = match.relevance
+        out["below_floor"] = match.below_floor
+    return out
 
 
 async def search_batch(
@@ -93,7 +103,9 @@ async def search_batch(
                 include_retired=include_retired,
                 vector_queries=vector_queries,
             )
-        out.append([item_json(r) for r in results])
+        # Rated, never re-ranked nor dropped: the order and the items are the search's.
+        matches = await index.searcher.matches(plan.text, results)
+        out.append([item_json(r, m) for r, m in zip(results, matches, strict=True)])
     return out
 
 

@@ -21,7 +21,7 @@ index itself lives in `planner_index`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import anyio
 from daemon.clock import Clock, SystemClock
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
+from daemon.memory.corrections import Corrections, with_notes
 from daemon.memory.index import MemoryIndex
 from daemon.memory.months import month_excerpt, month_sources
 from daemon.memory.planner_index import IndexEntry, children, fit, oneline, top_level
@@ -88,6 +89,7 @@ class Source:
     session_id: str | None = None
     ts: datetime | None = None
     hit: str = ""  # a transcript source: the memory search found in it
+    relevance: int | None = None  # found by search: its match with the question (0–100)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +124,7 @@ class RecallResult:
                     "session": s.session_id,
                     "title": s.title,
                     "ts": s.ts.isoformat() if s.ts else None,
+                    "relevance": s.relevance,
                 }
                 for s in self.sources
             ],
@@ -197,6 +200,7 @@ class Recall:
         facts, sources = await self._facts(plan, stems)
         candidates = await self._candidates(plan)
         picked, planner = await self._plan(query, stems, sources, candidates, session_id)
+        match_of: dict[str, int] = {}  # what search found: its match with the question (0–100)
         if not picked:
             found = await self._search(plan, k=10, kinds=["summary", "chunk", "month"])
             # A month is one long document among many short ones: their windows crowd it out
@@ -204,10 +208,16 @@ class Recall:
             ids = {i.id for i in found}
             months = await self._search(plan, k=_FALLBACK_MONTHS, kinds=["month"])
             found += [m for m in months if m.id not in ids]
-            # What the second hop found through a name may share no word with the question.
+            # The relevance floor (`daemon.memory.relevance`): what shares almost nothing with
+            # the question, by its words or its meaning, is not read. What the second hop found
+            # through a name may share no word with it, and is.
+            matches = await self.index.searcher.matches(query, found)
             relevant = [
-                i for i in found if i.meta.get("via") or coverage(stems, i.title + " " + i.text) > 0
+                i
+                for i, m in zip(found, matches, strict=True)
+                if i.meta.get("via") or not m.below_floor
             ]
+            match_of.update((i.id, m.relevance) for i, m in zip(found, matches, strict=True))
             picked = trunk_first([i for i in relevant if i.kind == "summary"])[:_MAX_SUMMARIES]
             for month in (i for i in relevant if i.kind == "month"):
                 if len(picked) >= _MAX_SUMMARIES:
@@ -219,9 +229,12 @@ class Recall:
                 if len(seen) >= _MAX_SUMMARIES + _MAX_CHUNK_SESSIONS or chunk.session in seen:
                     continue
                 seen.add(chunk.session)
-                sources.append(await self._chunk_source(chunk, query))
+                sources.append(
+                    replace(await self._chunk_source(chunk, query), relevance=match_of[chunk.id])
+                )
         for item in picked:
-            sources.append(await self._read(item, query, stems))
+            source = await self._read(item, query, stems)
+            sources.append(replace(source, relevance=match_of.get(item.id)))
 
         if not sources:
             log.info(
@@ -237,10 +250,20 @@ class Recall:
                 planner=planner,
                 synthesised=False,
             )
+        # What was written while a value held says it still: marked with its correction, and
+        # the answer carries the notes whatever it quotes (`daemon.memory.corrections`).
+        corrections = await Corrections.load(self.db)
+        sources = [
+            s
+            if s.kind in ("fact", "profile")
+            else replace(s, text=corrections.mark(s.text, written=_written(s)))
+            for s in sources
+        ]
         answer = await self._synthesise(query, sources, session_id)
         synthesised = answer is not None
         if answer is None:
             answer = extractive_answer(query, stems, sources)
+        answer = with_notes(answer, [s.text for s in sources])
         log.info("recall", planner=planner, sources=len(sources), synthesised=synthesised)
         return RecallResult(
             query=query,
@@ -585,6 +608,11 @@ class Recall:
             return None
         answer = response.text.strip()
         return answer or None
+
+
+def _written(source: Source) -> datetime | None:
+    """When a source was written (a month holds many days: None, every correction counts)."""
+    return None if source.kind == "month" else source.ts
 
 
 def extractive_answer(query: str, stems: set[str], sources: list[Source]) -> str:

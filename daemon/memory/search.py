@@ -12,6 +12,7 @@ the candidate pool and the texts read once per search; split, they would pass it
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -27,10 +28,19 @@ from daemon.memory.excerpt import Line, Question
 from daemon.memory.excerpt import fit as fit_items
 from daemon.memory.lexical import LexicalSearcher, RowFilter
 from daemon.memory.matrix import VectorMatrix
-from daemon.memory.query import QueryPlan, bridge_entities, match_terms, terms, words
+from daemon.memory.query import (
+    QueryPlan,
+    bridge_entities,
+    match_terms,
+    mentioned_stems,
+    terms,
+    words,
+)
+from daemon.memory.relevance import Match, match, scale_for
 from daemon.memory.rows import embed_text, row_to_item
 from daemon.memory.text import stem
 from daemon.store.db import Database
+from daemon.text import STOP_WORDS as EVERYDAY_STOP_WORDS
 
 SearchMode = Literal["hybrid", "lexical", "vector"]
 
@@ -710,6 +720,82 @@ class MemorySearch:
         if found is None:
             return {}
         return {r[1]: float(vectors[int(r[0])] @ found[0]) for r in rows if int(r[0]) in vectors}
+
+    async def matches(self, question: str, items: Sequence[MemoryItem]) -> list[Match]:
+        """How well each item matches `question` (`daemon.memory.relevance`), in order.
+
+        By words: the IDF-weighted share of the question's words the item uses; by meaning:
+        the cosine of the item's stored vector, rescaled for the embedder. An item the second
+        hop found through a name (meta "via") matches at least as well as the best other item
+        naming it: the chain that led to it ("my brother" → "Tomas …" → "Tomas complains …").
+        """
+        if not items:
+            return []
+        asked = [w for w in terms(question) if w not in EVERYDAY_STOP_WORDS and not w.isdigit()]
+        weight = await self._facet_weights(asked) if asked else {}
+        total = sum(weight.values())
+        near = await self._shown_similarities(question, items)
+        scale = scale_for(self.embedder)
+
+        def share(item: MemoryItem) -> float:
+            if total <= 0:
+                return 0.0
+            said = mentioned_stems(" ".join((item.title, item.text, " ".join(item.tags))))
+            return sum(w for s, w in weight.items() if s in said) / total
+
+        own = [match(share(i), near.get(i.id), scale) for i in items]
+        out: list[Match] = []
+        for item, m in zip(items, own, strict=True):
+            name = str(item.meta.get("via") or "").lower()
+            if name:
+                chain = [
+                    o
+                    for other, o in zip(items, own, strict=True)
+                    if other is not item
+                    and not other.meta.get("via")
+                    and name in other.text.lower()
+                ]
+                best = max(chain, key=lambda o: o.relevance, default=None)
+                if best is not None and best.relevance > m.relevance:
+                    m = Match(relevance=best.relevance, words=m.words, meaning=m.meaning)
+            out.append(m)
+        return out
+
+    async def _shown_similarities(
+        self, question: str, items: Sequence[MemoryItem]
+    ) -> dict[str, float]:
+        """Each item's cosine with `question`, by item id, for what the item shows: a window
+        cut to some of its messages by the best of those messages' vectors (its own vector
+        is the mean of all of them, which a line shown elsewhere would lend it)."""
+        if self.embedder.dim == 0 or self.matrix.vector_count == 0:
+            return {}
+        parts: dict[str, list[str]] = {}
+        for item in items:
+            listed = item.meta.get("parts")
+            if item.kind == "chunk" and isinstance(listed, list):
+                parts[item.id] = [str(p) for p in listed]
+        uids = {i.id for i in items} | {u for us in parts.values() for u in us}
+        rows = await self.db.fetch_in(
+            "SELECT rowid, uid, message_ids FROM memories WHERE uid IN ({})", sorted(uids)
+        )
+        rowid = {r[1]: int(r[0]) for r in rows}
+        said = {r[1]: set(json.loads(r[2] or "[]")) for r in rows}
+        found = await self.query_vectors([question])
+        if found is None:
+            return {}
+        vectors = self.matrix.vectors(list(rowid.values()))
+        out: dict[str, float] = {}
+        for item in items:
+            shown = set(item.message_ids)
+            units = [u for u in parts.get(item.id, []) if said.get(u, set()) & shown]
+            sims = [
+                float(vectors[rowid[u]] @ found[0])
+                for u in units or [item.id]
+                if u in rowid and rowid[u] in vectors
+            ]
+            if sims:
+                out[item.id] = max(sims)
+        return out
 
     async def fit(
         self, question: str, items: Sequence[MemoryItem], k: int, shown: set[str] | None = None

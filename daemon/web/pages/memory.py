@@ -10,6 +10,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
+from daemon.memory.relevance import FLOOR
 from daemon.web.pages.render import page, services_of
 from daemon.web.views import memory as view
 
@@ -25,6 +26,7 @@ async def _context(request: Request) -> dict[str, Any]:
     return {
         "query": query,
         "results": await view.search(services, query) if query.strip() else None,
+        "floor": FLOOR,
         "show_all": show_all,
         "facts": facts,
         # The facts are counted above, from the fact log as listed; the index's other kinds here.
