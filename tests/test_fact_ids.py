@@ -1,6 +1,7 @@
 """A fact is named by `fact:2` or by the bare `2` the person sees next to it: one parser
 (`daemon.memory.ids.fact_uid`) wherever an id is taken. The command line's side runs through
-the real daemon in `test_facts_daemon.py`; the console's through its real app here."""
+the real daemon in `test_facts_daemon.py`; the console's through its real app and the model's
+tools over a real store here."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import anyio
 import pytest
 
 from daemon.memory.ids import fact_uid
+from daemon.tools.registry import ToolContext, ToolRegistry
+from tests.memory_support import memory_system
 from tests.web_pages_support import filled_console
 
 
@@ -68,3 +71,25 @@ async def test_the_consoles_fact_forms_take_the_bare_number(tmp_path: Path) -> N
             )
             assert retracted.status_code == 200 and f"{new.id} retracted" in retracted.text
             assert facts.get(new.id).retired_at is not None  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_the_models_correct_and_retract_take_the_bare_number(tmp_path: Path) -> None:
+    async with memory_system(tmp_path) as memory:
+        registry = ToolRegistry()
+        for tool in memory.tools():
+            registry.register(tool)
+        ctx = ToolContext(session_id="s1", turn_id="t1")
+        stored = await registry.call("remember", {"text": "the shed key is under the pot"}, ctx)
+        assert not stored.is_error and "fact:1" in stored.content
+        fixed = await registry.call(
+            "correct", {"id": "1", "text": "the shed key is in the drawer"}, ctx
+        )
+        assert not fixed.is_error, fixed.content
+        new = memory.facts.current("fact:1")
+        assert new is not None and new.text == "the shed key is in the drawer"
+        gone = await registry.call(
+            "retract", {"id": new.id.removeprefix("fact:"), "reason": "lost"}, ctx
+        )
+        assert not gone.is_error and gone.content.startswith(f"{new.id} retracted"), gone.content
+        assert memory.facts.get(new.id).retired_at is not None  # type: ignore[union-attr]

@@ -369,6 +369,14 @@ def test_whose_words_a_fact_is() -> None:
     assert after_recall.origin_of("The person likes green kayaks") == "agent"
     assert after_recall.origin_of("The person's paddle is not red") == "agent"
     assert reading("Remember that my paddle is red.").origin_of("Paddles are red") == "person"
+    # Said in passing a turn before, then "remember that": the words are still the person's.
+    passing = [
+        Message.user("By the way, my sister Ana visits in June."),
+        *step("recall", "s", "Nothing in memory matches 'sister'."),
+        Message.assistant("Noted that she visits."),
+    ]
+    that = reading("Remember that.", history=passing)
+    assert that.origin_of("The person's sister Ana visits in June") == "person"
     assert reading("Hello there.").origin_of("The person prefers red gear") == "agent"
 
     # Outside text: the person's own words stay theirs, the page's words stay the tool's.
