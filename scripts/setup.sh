@@ -15,6 +15,8 @@ command -v rg >/dev/null 2>&1 || missing+=(ripgrep)
 if [ "$kind" = dev ]; then
   [ -x /usr/bin/chromium ] || missing+=(chromium)
   [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+  # The console's timeline test runs the daemon days in the past (libfaketime).
+  command -v faketime >/dev/null 2>&1 || missing+=(faketime)
 fi
 if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) \

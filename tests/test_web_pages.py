@@ -66,6 +66,10 @@ async def test_now_shows_the_state_the_timeline_and_the_spend(tmp_path: Path) ->
             bands = re.findall(r'class="band band-([a-z-]+)"', html)
             assert bands == ["off", "awake", "winding-down", "asleep", "awake"], bands
             began = console.rig.services.started_at
+            # This run is on record, open while it runs.
+            assert await console.rig.rows("SELECT started_at, ended FROM daemon_runs") == [
+                (began.isoformat(), None)
+            ]
             assert re.search(
                 rf"<title>off \(not running\) [^<]* → {began:%Y-%m-%d %H:%M}</title>", html
             )
