@@ -126,6 +126,11 @@ def test_a_fact_is_named_by_its_bare_number_everywhere_on_the_command_line(
     assert restored.returncode == 0 and f"{gym['id']} restored" in restored.stdout
     pinned = _cli(home, "remember", "--pin", m)
     assert pinned.returncode == 0 and f"{gym['id']} pinned in FACTS.md" in pinned.stdout
+    # The socket command (any client) reads the id the same way.
+    with Client(offline_daemon.socket_path, timeout=60) as c:
+        c.hello()
+        done = c.command("remember", {"retract": m, "reason": "closed for good"})
+    assert done["type"] == "result" and done["data"]["message"] == f"{gym['id']} retracted"
     # A number that names no fact is refused by name, and nothing is written.
     before = (home / "memory" / "facts.jsonl").read_text()
     missing = _cli(home, "remember", "--correct", "999", "whatever")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import EmbedderError
+from daemon.memory.ids import fact_uid
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex, SearchMode
 from daemon.memory.query import decompose
@@ -166,7 +167,11 @@ async def summarise_sessions(
 async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, Any]:
     """Store, correct, retract, restore or pin a fact as the person (raises `FactError` when refused)."""
     text = " ".join(str(request.get("text") or "").split())
-    retract, correct = request.get("retract"), request.get("correct")
+    # Ids as the person gives them: `2` names fact:2 (`daemon.memory.ids`).
+    retract, correct, restore, pin = (
+        None if request.get(k) is None else fact_uid(request[k])
+        for k in ("retract", "correct", "restore", "pin")
+    )
     if retract is not None:
         if text:
             raise ValueError("--retract takes no TEXT; give the reason with --reason")
@@ -177,7 +182,6 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
             return await retract_shared(memory.index, str(retract), reason=reason)
         await memory.retract(str(retract), reason=reason, origin="person")
         return {"status": "retracted", "id": retract, "message": f"{retract} retracted"}
-    restore = request.get("restore")
     if restore is not None:
         if text:
             raise ValueError("--restore takes no TEXT")
@@ -185,7 +189,6 @@ async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, A
             str(restore), origin="person", reason="restored by the person"
         )
         return {"status": "restored", "id": fact.id, "message": f"{fact.id} restored: {fact.text}"}
-    pin = request.get("pin")
     if pin is not None:
         if text:
             raise ValueError("--pin takes no TEXT")
