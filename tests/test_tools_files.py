@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,40 @@ async def test_read_file_of_an_empty_file(bench: Bench) -> None:
     assert await bench.ok("read_file", path="empty.txt") == "(empty.txt is empty)"
 
 
+async def test_a_line_longer_than_the_read_limit_is_cut_never_held(tmp_path: Path) -> None:
+    b = Bench(tmp_path, _settings(read_max_bytes=4096))
+    line_bytes = 24 * 1024 * 1024
+    with (b.root / "wide.txt").open("wb") as fh:
+        fh.write("é".encode() + b"x" * (line_bytes - 3) + b"y\n")
+        fh.write(b"second line\n")
+    tracemalloc.start()
+    try:
+        out = await b.ok("read_file", path="wide.txt", start_line=1, end_line=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    rows = out.splitlines()
+    assert rows[0].startswith("     1\té" + "x" * 100)
+    assert f"[line 1 is {line_bytes} bytes, over the 4096-byte read limit: only its first " in out
+    assert rows[-1] == "[lines 1-1 of 2]"
+    # Read in blocks: a block and the kept start of the line, never the 24 MiB line.
+    assert peak < 4 * 1024 * 1024, f"{peak} bytes allocated at the peak"
+    # The line after it is read as usual, and asking for both is refused as too much.
+    assert await b.ok("read_file", path="wide.txt", start_line=2) == (
+        "     2\tsecond line\n[lines 2-2 of 2]"
+    )
+    assert "ask for fewer lines" in await b.error("read_file", path="wide.txt", start_line=1)
+
+
+async def test_a_cut_line_ends_on_a_whole_character(tmp_path: Path) -> None:
+    b = Bench(tmp_path, _settings(read_max_bytes=1024))
+    # 1023 ASCII bytes, then a two-byte character straddling the limit.
+    b.put("accent.txt", "a" * 1023 + "é" * 600 + "\n")
+    out = await b.ok("read_file", path="accent.txt", end_line=1)
+    assert out.splitlines()[0] == "     1\t" + "a" * 1023
+    assert "[line 1 is 2223 bytes, over the 1024-byte read limit: only its first 1024" in out
+
+
 # --- list_files --------------------------------------------------------------------------
 
 
@@ -209,6 +244,30 @@ async def test_list_files_glob(bench: Bench) -> None:
         "src/sub/c.py"
     ]
     assert "matches '*.rs'" in await bench.ok("list_files", pattern="*.rs")
+
+
+@SEARCHES
+async def test_names_with_control_characters_are_written_out(
+    tmp_path: Path, use_ripgrep: bool
+) -> None:
+    b = Bench(tmp_path, _settings(), use_ripgrep=use_ripgrep)
+    b.put("a\nb.txt", "needle\n")
+    b.put("c\x1b[2Jd/e\tf.txt", "needle\n")
+    b.put("plain.txt", "needle\n")
+    # One entry a line: a line break in a name cannot pass for a second entry.
+    assert (await b.ok("list_files")).splitlines() == [
+        "a\\x0ab.txt",
+        "c\\x1b[2Jd/",
+        "c\\x1b[2Jd/e\\x09f.txt",
+        "plain.txt",
+    ]
+    assert (await b.ok("search_files", pattern="needle")).splitlines() == [
+        "a\\x0ab.txt:1:needle",
+        "c\\x1b[2Jd/e\\x09f.txt:1:needle",
+        "plain.txt:1:needle",
+    ]
+    # The file itself is reached by its real name.
+    assert await b.ok("read_file", path="a\nb.txt") == "     1\tneedle"
 
 
 async def test_list_files_caps_the_entries_and_says_how_many_more(bench: Bench) -> None:
@@ -533,6 +592,47 @@ async def test_search_files_refuses_paths_out_of_the_workspace(
     _escapes(b)
     out = await b.error("search_files", pattern="secret|root", path=path.format(outside=b.outside))
     assert "outside the workspace" in out
+
+
+@SEARCHES
+async def test_symlinks_that_stay_inside_keep_working(tmp_path: Path, use_ripgrep: bool) -> None:
+    b = Bench(tmp_path, _settings(), use_ripgrep=use_ripgrep)
+    b.put("real/notes/herons.txt", "seven herons\n")
+    (b.root / "rel").symlink_to("real/notes")
+    (b.root / "abs").symlink_to(b.root / "real")
+    (b.root / "file_link").symlink_to("real/notes/herons.txt")
+    (b.root / "real" / "up").symlink_to("../real/notes")
+    for path in ("rel/herons.txt", "abs/notes/herons.txt", "file_link", "real/up/herons.txt"):
+        assert await b.ok("read_file", path=path) == "     1\tseven herons", path
+    # `..` steps back along the walk: through rel (real/notes), .. is real.
+    assert await b.ok("read_file", path="rel/../notes/herons.txt") == "     1\tseven herons"
+    assert (await b.ok("list_files", path="rel")).splitlines() == ["real/notes/herons.txt"]
+    assert await b.ok("search_files", pattern="herons", path="abs") == (
+        "real/notes/herons.txt:1:seven herons"
+    )
+    # A write through a link inside changes the file it leads to, and the link stays.
+    out = await b.ok("write_file", path="file_link", content="eight herons\n")
+    assert out.startswith("wrote 13 bytes to real/notes/herons.txt (replaced)")
+    assert (b.root / "file_link").is_symlink()
+    assert (b.root / "real/notes/herons.txt").read_text() == "eight herons\n"
+    await b.ok("write_file", path="rel/new/deeper.txt", content="made\n")
+    assert (b.root / "real/notes/new/deeper.txt").read_text() == "made\n"
+    await b.ok("edit_file", path="abs/notes/herons.txt", old_string="eight", new_string="nine")
+    assert (b.root / "real/notes/herons.txt").read_text() == "nine herons\n"
+
+
+async def test_a_symlink_loop_is_an_error_not_a_hang(bench: Bench) -> None:
+    (bench.root / "loop_a").symlink_to("loop_b")
+    (bench.root / "loop_b").symlink_to("loop_a")
+    for tool, args in (
+        ("read_file", {}),
+        ("list_files", {}),
+        ("search_files", {"pattern": "x"}),
+        ("write_file", {"content": "x"}),
+    ):
+        assert "Too many levels of symbolic links" in await bench.error(
+            tool, path="loop_a/x", **args
+        )
 
 
 @SEARCHES

@@ -482,15 +482,19 @@ def file_tools(workspace: Workspace, settings: Settings, *, use_ripgrep: bool = 
         return await _in_thread(guarded(job, f"list {named(path)}"))
 
     async def search_files(ctx: ToolContext, args: dict[str, Any]) -> str:
-        return await search_tree(
-            workspace,
-            args.get("path") or ".",
-            args["pattern"],
-            glob=args.get("glob"),
-            ignore_case=bool(args.get("ignore_case", False)),
-            ripgrep=shutil.which("rg") if use_ripgrep else None,
-            max_chars=output_max,
-        )
+        path = args.get("path") or "."
+        try:
+            return await search_tree(
+                workspace,
+                path,
+                args["pattern"],
+                glob=args.get("glob"),
+                ignore_case=bool(args.get("ignore_case", False)),
+                ripgrep=shutil.which("rg") if use_ripgrep else None,
+                max_chars=output_max,
+            )
+        except OSError as exc:
+            raise ToolError(f"could not search {named(path)}: {exc.strerror or exc}") from None
 
     def preview_write(path: str, content: str) -> _Change:
         _check_write(path, content, write_max)

@@ -101,6 +101,17 @@ class Workspace:
         given = Path(os.path.expanduser(path))
         return given if given.is_absolute() else self.primary / given
 
+    @staticmethod
+    def _realpath(candidate: Path, path: str) -> str:
+        # realpath itself can be raced: a name lstat saw as a symlink is a directory by the time
+        # it is read (EINVAL). That is a path in motion, not a daemon fault.
+        for _ in range(3):
+            try:
+                return os.path.realpath(candidate)
+            except OSError:
+                continue
+        raise ToolError(f"{path!r} kept changing while it was being resolved; try again")
+
     def _outside(self, path: str) -> ToolError:
         return ToolError(f"{path!r} is outside the workspace ({self.describe()}); refused")
 
@@ -112,7 +123,7 @@ class Workspace:
         candidate = self._candidate(path)
         # realpath follows every symlink that exists, so an escaping link is seen for what it is;
         # a path that does not exist yet resolves through its nearest existing parent.
-        real = Path(os.path.realpath(candidate))
+        real = Path(self._realpath(candidate, path))
         if not self.contains(real):
             raise self._outside(path)
         if must_exist and not real.exists():
@@ -144,7 +155,7 @@ class Workspace:
         if start is None:
             # A path reaching a root through a link outside the workspace (~/ws-link/notes):
             # where it leads by name decides the root; the walk from there is what counts.
-            start = self._split(os.path.realpath(candidate))
+            start = self._split(self._realpath(candidate, path))
             if start is None:
                 raise self._outside(path)
         root, rest = start
