@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 from daemon.memory.api import LiveHistory, MemoryItem
+from daemon.memory.corrections import Corrections
 from daemon.memory.index import MemoryIndex
 from daemon.memory.months import focus_month, months_in_place
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
@@ -33,6 +34,7 @@ from daemon.memory.search import undated
 from daemon.memory.slots import says_it_changed, slot_anchors
 from daemon.memory.text import content_words
 from daemon.memory.uses import stale_weight
+from daemon.resources import forgettable
 from daemon.settings import MemorySettings
 from daemon.tokens import count_tokens
 
@@ -54,6 +56,9 @@ def _stems(text: str) -> frozenset[str]:
     return mentioned_stems(text)
 
 
+forgettable(_stems.cache_clear)
+
+
 class IndexMemoryView:
     """The read side of memory for the context assembler, implemented over `MemoryIndex`."""
 
@@ -66,12 +71,18 @@ class IndexMemoryView:
         return await self.index.recent(["profile"], limit) if limit > 0 else []
 
     async def recent_entries(self, limit: int) -> list[MemoryItem]:
-        """The last memory entries of any kind except chunks (recent themes), newest first."""
-        return await self.index.recent(["fact", "profile", "summary"], limit) if limit > 0 else []
+        """The last memory entries of any kind except chunks (recent themes), newest first;
+        a summary's line stating a value since corrected is marked with the correction."""
+        if limit <= 0:
+            return []
+        found = await self.index.recent(["fact", "profile", "summary"], limit)
+        return (await Corrections.load(self.index.db)).items(found)
 
     async def recent_summaries(self, limit: int) -> list[MemoryItem]:
-        """The last session summaries, newest first (folded days shown as their month)."""
-        return await months_in_place(self.index, await self.index.recent(["summary"], limit))
+        """The last session summaries, newest first (folded days shown as their month), each
+        line stating a value since corrected marked with the correction."""
+        shown = await months_in_place(self.index, await self.index.recent(["summary"], limit))
+        return (await Corrections.load(self.index.db)).items(shown) if shown else shown
 
     async def recent_facts(self, limit: int) -> list[MemoryItem]:
         """The last explicit facts (target=memory), newest first."""
@@ -169,8 +180,10 @@ class IndexMemoryView:
         # bear on the message.
         out = await self.index.searcher.fit(prompt, out, len(out))
 
-        # A message or summary that states a value since changed is shown with the change.
+        # A message or summary that states a value since changed is shown with the change,
+        # and a corrected value with the date of its correction (`daemon.memory.corrections`).
         out = await self._changed_since(out)
+        out = (await Corrections.load(self.index.db)).items(out)
 
         budget = self.settings.auto_recall_tokens
         # Long items are clipped so that `auto_recall_min` of them fit the budget together:

@@ -7,7 +7,8 @@ one it supersedes; a retraction retires a fact with a reason. Neither deletes an
 history stays searchable.
 
 Every event carries the origin of the text it came from (`ORIGINS`): `person` for the
-person's own word (the CLI, or a turn that read nothing else), `agent`, `tool`, `system`,
+person's own word (the CLI, or their own words in a turn: `daemon.agent.provenance`), `agent`,
+`tool`, `system`,
 `import`. Pinning into `FACTS.md` follows it: sleep proposes (`propose_pin`, origin system)
 a fact that is not the person's own word, and only the person's `pin` event confirms it.
 
@@ -48,10 +49,12 @@ from daemon.clock import Clock
 from daemon.durable import write_atomic
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
+from daemon.memory.corrections import mark_file
 from daemon.memory.ids import fact_uid
 from daemon.memory.index import MemoryIndex
 from daemon.memory.mining import MinedFact, resolve_plan_dates, rules_for
 from daemon.memory.rows import NewMemory, iso
+from daemon.memory.slots import says_change
 from daemon.memory.writer import next_generation, write
 from daemon.paths import Home
 from daemon.settings import Settings
@@ -367,6 +370,49 @@ def fact_key(text: str) -> tuple[str, str, str]:
     return fact_change(text)[:3]
 
 
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_MONTH = (
+    r"(?P<{0}>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+    r"sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+_DAY_OF_MONTH = re.compile(
+    r"\b\d{4}-(?P<m>\d{2})-(?P<d>\d{2})\b"
+    rf"|\b(?P<d2>\d{{1,2}})(?:st|nd|rd|th)?(?: of)? {_MONTH.format('m2')}\b"
+    rf"|\b{_MONTH.format('m3')} (?P<d3>\d{{1,2}})(?:st|nd|rd|th)?\b",
+    re.I,
+)
+
+
+def _days_named(text: str) -> set[tuple[int, int]]:
+    """The calendar days a text names, as (month, day): "2026-03-14", "14 March", "March 14th"."""
+    out: set[tuple[int, int]] = set()
+    for m in _DAY_OF_MONTH.finditer(text):
+        if m.group("m"):
+            out.add((int(m.group("m")), int(m.group("d"))))
+        else:
+            month = (m.group("m2") or m.group("m3")).lower()[:3]
+            out.add((_MONTHS.index(month) + 1, int(m.group("d2") or m.group("d3"))))
+    return out
+
+
+def another_occasion(was: set[tuple[int, int]], mined: MinedFact) -> bool:
+    """True when `mined` tells of another occasion of `old`'s thing, not a change of it.
+
+    "The meetup is in Porto on 3 October" and, later, "the meetup is in Lyon on 4 October"
+    are two meetups: each statement is dated (its dates resolved), the dates differ, and the
+    later one says no word of change and names no value it replaces. Superseding the first
+    would lose a plan nobody changed; it stays until its date passes (maintenance retires
+    past plans). A change of the date itself (the key's attribute is "when") stays a change.
+    `was`: the days the known fact's occasion is on (`FactStore.occasion_days`).
+    """
+    if mined.attribute == "when" or mined.replaces or mined.uncertain or mined.kind == "change":
+        return False
+    if says_change(mined.text):
+        return False
+    new = _days_named(mined.text)
+    return bool(new) and bool(was) and not new & was
+
+
 class FactStore:
     """Remember, correct and retract explicit facts; keep the index and renderings in step.
 
@@ -535,6 +581,7 @@ class FactStore:
             message += f" (in place of {kept.id}, which sleep had found said in passing)"
         if changed is not None:
             message += f" in place of {changed.id} ({changed.text!r}), kept in its history"
+            await mark_file(self.home.wake_file, self.index.db)
             return RememberResult(
                 status="corrected", id=fact.id, text=fact.text, message=message,
                 similar_to=changed.id,
@@ -643,6 +690,7 @@ class FactStore:
             await self._index_and_render(fact)
             await self.index.retire(old.id, at=fact.created_at, superseded_by=fact.id)
         log.info("fact corrected", id=fact.id, supersedes=old.id, origin=origin)
+        await mark_file(self.home.wake_file, self.index.db)  # the letter read until next wake
         return RememberResult(
             status="corrected",
             id=fact.id,
@@ -783,8 +831,10 @@ class FactStore:
         await self.render()
 
     # --- mined facts ---------------------------------------------------------------------
-    def by_key(self, key: tuple[str, str]) -> Fact | None:
-        """The active fact holding the value of `key` now (the newest, should there be several)."""
+    def by_key(self, key: tuple[str, str], *, holding: str = "") -> Fact | None:
+        """The active fact holding the value of `key` now (the newest, should there be several;
+        of those holding the value `holding` when one does: "moves from Porto to Split" moves
+        the meetup in Porto, not the one in Lyon said since)."""
         subject, attribute = key
 
         def same(f: Fact) -> bool:
@@ -800,6 +850,8 @@ class FactStore:
             return (f.attribute == attribute or loose) and (a in b or b in a)
 
         found = [f for f in self.facts() if f.key and same(f)]
+        held = [f for f in found if holding and normalise(f.value) == normalise(holding)]
+        found = held or found
         return max(found, key=lambda f: f.valid_since) if found else None
 
     async def record_mined(self, mined: MinedFact) -> MinedOutcome:
@@ -818,10 +870,14 @@ class FactStore:
             await self.load()
             key = normalise(mined.text)
             same_text = next((f for f in self.facts() if normalise(f.text) == key), None)
-            if same_text is not None:
+            if same_text is not None and not self._moves_another(mined, same_text):
                 await self._confirm(same_text.id, mined.said_at)
                 return MinedOutcome(status="confirmed", id=same_text.id)
-            old = self.by_key(mined.key) if mined.key else None
+            old = self.by_key(mined.key, holding=mined.replaces) if mined.key else None
+            # Another dated occasion of the same thing is stored beside it, not over it.
+            occasion = old is not None and another_occasion(self.occasion_days(old), mined)
+            if occasion:
+                old = None
             if mined.supersedes:
                 # A slot said again: the fact it names, unless something newer holds it now.
                 named = self.get(mined.supersedes)
@@ -852,7 +908,7 @@ class FactStore:
                     status="kept", id=old.id,
                     message=f"{old.id} holds the value of {mined.subject}/{mined.attribute}; not changed",
                 )  # fmt: skip
-            if not supersede:
+            if not supersede and not occasion:
                 near = await self._similar(mined.text, "fact")
                 if near is not None:
                     return MinedOutcome(status="similar", id=near.id)
@@ -887,6 +943,32 @@ class FactStore:
         if supersede and old is not None:
             return MinedOutcome(status="superseded", id=fact.id, old_id=old.id)
         return MinedOutcome(status="stored", id=fact.id)
+
+    def _moves_another(self, mined: MinedFact, same: Fact) -> bool:
+        """True when a change worded as an active fact moves another fact that holds the
+        value it replaces ("the meetup moves from Porto to Lyon" said of this week's meetup
+        in Porto, in the words that moved last month's): a new change, not the old said again."""
+        if not (mined.key and mined.replaces):
+            return False
+        held = self.by_key(mined.key, holding=mined.replaces)
+        return (
+            held is not None
+            and held.id != same.id
+            and normalise(held.value) == normalise(mined.replaces)
+        )
+
+    def occasion_days(self, fact: Fact) -> set[tuple[int, int]]:
+        """The days `fact`'s occasion is on: those it names, else those of the fact it changed
+        ("the meetup moves to Lyon" moved the meetup on 14 March)."""
+        seen: set[str] = set()
+        cur: Fact | None = fact
+        while cur is not None and cur.id not in seen:
+            days = _days_named(cur.text)
+            if days:
+                return days
+            seen.add(cur.id)
+            cur = self.get(cur.supersedes or "")
+        return set()
 
     def _naming(self, value: str, subject: str) -> Fact | None:
         """The newest active fact without a key that states `value` of `subject` (by its words).

@@ -26,6 +26,7 @@ from daemon.events import BeforeAgentStart, SystemNote
 from daemon.journal.digest import digest_body, latest_digest
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
+from daemon.memory.corrections import Corrections
 from daemon.memory.summariser import TranscriptMessage, excerpt, read_summary_file
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.offline_sleep import fit_tokens, weave_wake
@@ -169,6 +170,9 @@ class WakeUp:
         )
         # A secret said during the day must not be repeated into a file every prompt carries.
         text = redactor_for(ctx.settings).mask(woven.text.rstrip()) + "\n"
+        # Woven from summaries written while a value held: a line still stating a corrected
+        # value says so (the greeting quotes these lines).
+        text = (await Corrections.load(ctx.db)).mark(text)
         await anyio.to_thread.run_sync(lambda: write_atomic(wake_file, text, mode=0o600))
         switched = await self.trunk.switch("sleep")
         changed = (
