@@ -18,9 +18,11 @@ maintenance, dreams, wake-up), in each of two model set-ups:
 
 Before each night one day's conversation is said to the live trunk (the offline model answers;
 the trunk's own turns are not counted). Night 1 is the first sleep ever, which also reads the
-whole backlog (mining caps it at `sleep.mining_max_messages`; maintenance folds every month
-older than `fold_after_days`); night 2 follows one more day and is what every further night
-costs. Each phase is timed
+whole backlog (mining reads at most `sleep.mining_max_messages` a night; maintenance folds
+every month older than `fold_after_days`); when the backlog is longer than that cap, the
+"backlog" nights that follow read the rest; night 2 follows one more day and is what every
+further night costs (`--show-superseded` lists what it superseded and the message that said
+so). Each phase is timed
 through a wrapper with its model calls and tokens; `wind_down` (the day's summary) is what the
 cycle spends outside the phases. Embeddings use the hashing embedder (MiniLM's cost is
 measured in "Embedders").
@@ -56,7 +58,7 @@ from daemon.models.offline import OfflineModel  # noqa: E402
 from daemon.paths import Home  # noqa: E402
 from daemon.services import Services, nightly_phases, open_services  # noqa: E402
 from daemon.settings import AnthropicSettings, SchedulerSettings, Settings  # noqa: E402
-from daemon.sleep.changes import change_counts  # noqa: E402
+from daemon.sleep.changes import change_counts, list_changes  # noqa: E402
 from daemon.sleep.phases import Phase, PhaseContext, PhaseReport  # noqa: E402
 from daemon.store.db import Database  # noqa: E402
 from tests.fakes.anthropic_server import FakeAnthropic, Planned  # noqa: E402
@@ -190,9 +192,11 @@ class Spent:
 
 @dataclass
 class Night:
+    label: str = ""
     total: Spent = field(default_factory=Spent)
     phases: dict[str, Spent] = field(default_factory=dict)
     changes: dict[str, int] = field(default_factory=dict)
+    superseded: list[str] = field(default_factory=list)  # old → new, by which message
 
 
 class Timed:
@@ -233,30 +237,59 @@ async def sleep_twice(root: Path, days: int, models: dict[str, Model]) -> list[N
         watch_files=False,
     ) as services:
         db = services.db
+
+        async def sleep(label: str) -> None:
+            nights.append(Night(label=label))
+            before = await ledger(db)
+            t0 = time.perf_counter()
+            outcome = await services.sleep_cycle.run("nightly")
+            nights[-1].total.add(time.perf_counter() - t0, before, await ledger(db))
+            counts = await change_counts(db, [outcome.cycle_id])
+            nights[-1].changes = counts.get(outcome.cycle_id, {})
+            nights[-1].superseded = [
+                f"{c.target}: {(c.before or {}).get('text', '')!r} → "
+                f"{(c.after or {}).get('text', '')!r} (by {(c.after or {}).get('changed_by')})"
+                for c in await list_changes(db, outcome.cycle_id)
+                if c.kind == "fact_superseded"
+            ]
+
         async with anyio.create_task_group() as tg:
             await tg.start(partial(services.serve, jobs=False))
-            for night in range(2):
-                await live_day(services, clock, days + night)
-                clock.set(START + timedelta(days=days + night, hours=20))
-                nights.append(Night())
-                before = await ledger(db)
-                t0 = time.perf_counter()
-                outcome = await services.sleep_cycle.run("nightly")
-                nights[-1].total.add(time.perf_counter() - t0, before, await ledger(db))
-                counts = await change_counts(db, [outcome.cycle_id])
-                nights[-1].changes = counts.get(outcome.cycle_id, {})
+            await live_day(services, clock, days)
+            clock.set(START + timedelta(days=days, hours=20))
+            await sleep("night 1")
+            # Mining reads at most `sleep.mining_max_messages` a night: a history longer than
+            # that takes more nights to read. Those are the backlog's, not an ordinary night's.
+            extra = 0
+            while await unmined(db):
+                extra += 1
+                clock.set(START + timedelta(days=days, hours=20, minutes=10 * extra))
+                await sleep(f"backlog {extra}")
+            await live_day(services, clock, days + 1)
+            clock.set(START + timedelta(days=days + 1, hours=20))
+            await sleep("night 2")
             tg.cancel_scope.cancel()
     return nights
 
 
-def render(days: int, mode: str, nights: list[Night]) -> list[str]:
+async def unmined(db: Database) -> int:
+    """Messages of trunk and fork sessions that mining has not read yet."""
+    row = await db.fetchone(
+        "SELECT count(*) FROM messages m JOIN sessions s ON s.id = m.session_id "
+        "LEFT JOIN fact_mining c ON c.session_id = m.session_id "
+        "WHERE s.kind IN ('trunk', 'fork') AND m.seq > coalesce(c.upto_seq, -1)"
+    )
+    return int(row[0])
+
+
+def render(days: int, mode: str, nights: list[Night], *, show: bool = False) -> list[str]:
     out = []
-    for n, night in enumerate(nights, start=1):
+    for night in nights:
         t = night.total
         cost = f", ${t.cost_usd:.4f} at list prices" if t.cost_usd else ""
         changes = ", ".join(f"{k} {v}" for k, v in sorted(night.changes.items())) or "none"
         out.append(
-            f"{days:>4} days  {mode:<7} night {n}: {t.seconds:6.2f} s, {t.calls:>3} model call(s), "
+            f"{days:>4} days  {mode:<7} {night.label}: {t.seconds:6.2f} s, {t.calls:>3} model call(s), "
             f"{t.tokens_in:>7} input / {t.tokens_out:>5} output tokens{cost}; changes: {changes}"
         )
         inside = Spent()
@@ -272,14 +305,16 @@ def render(days: int, mode: str, nights: list[Night]) -> list[str]:
             f"{t.calls - inside.calls:>3} call(s), {t.tokens_in - inside.tokens_in:>7} input tokens"
             " (and the cycle's own steps)"
         )
+        if show and night.label == "night 2":
+            out.extend(f"{'':>24}superseded {line}" for line in night.superseded)
     return out
 
 
-async def run_mode(root: Path, days: int, mode: str) -> list[str]:
+async def run_mode(root: Path, days: int, mode: str, show: bool) -> list[str]:
     if mode == "offline":
         offline = OfflineModel()
         nights = await sleep_twice(root, days, {"summariser": offline, "dreams": offline})
-        return render(days, mode, nights)
+        return render(days, mode, nights, show=show)
     with FakeAnthropic() as fake:
         api = AnthropicModel(
             AnthropicSettings(base_url=fake.url, max_retries=0, timeout_s=30.0),
@@ -288,10 +323,13 @@ async def run_mode(root: Path, days: int, mode: str) -> list[str]:
         fake.enqueue(*[Planned.reply(REPLY)] * 2000)
         nights = await sleep_twice(root, days, {"summariser": api, "dreams": api})
         received = len(fake.message_requests)
-    return [*render(days, mode, nights), f"{'':>24}(the fake API received {received} request(s))"]
+    return [
+        *render(days, mode, nights, show=show),
+        f"{'':>24}(the fake API received {received} request(s))",
+    ]
 
 
-async def bench(days_list: list[int], modes: list[str]) -> None:
+async def bench(days_list: list[int], modes: list[str], show: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="reverie-consolidation-") as tmp:
         for days in days_list:
             filled = Path(tmp) / f"filled-{days}"
@@ -300,7 +338,7 @@ async def bench(days_list: list[int], modes: list[str]) -> None:
             for mode in modes:
                 root = Path(tmp) / f"{mode}-{days}"
                 shutil.copytree(filled, root)
-                print("\n".join(await run_mode(root, days, mode)), flush=True)
+                print("\n".join(await run_mode(root, days, mode, show)), flush=True)
 
 
 def main() -> None:
@@ -309,9 +347,14 @@ def main() -> None:
     parser.add_argument(
         "--modes", nargs="+", choices=["api", "offline"], default=["api", "offline"]
     )
+    parser.add_argument(
+        "--show-superseded",
+        action="store_true",
+        help="list the facts the ordinary night superseded: old → new, and the message that said it",
+    )
     args = parser.parse_args()
     configure("warning", "console", to="stderr")
-    anyio.run(bench, args.days, args.modes)
+    anyio.run(bench, args.days, args.modes, args.show_superseded)
 
 
 if __name__ == "__main__":

@@ -722,10 +722,14 @@ def mine_lines(lines: Sequence[Line], tz: tzinfo) -> list[MinedFact]:
 
 
 def merge_repeats(facts: Sequence[MinedFact]) -> list[MinedFact]:
-    """One fact per wording: a repeat adds its message ids to the first."""
-    out: dict[str, MinedFact] = {}
+    """One fact per wording and session: a repeat in the same session adds its message ids to
+    the first. The same words said in another session are another statement (a night reading
+    a backlog of months sees "the meetup moves to Lyon" said on many days, each after its own
+    "the meetup is in …"): merged into the first, the later ones would be lost and the last
+    value said would not be the one left current."""
+    out: dict[tuple[str, str], MinedFact] = {}
     for fact in facts:
-        key = " ".join(re.sub(r"[^\w\s]", " ", fact.text.lower()).split())
+        key = (fact.session, " ".join(re.sub(r"[^\w\s]", " ", fact.text.lower()).split()))
         first = out.get(key)
         if first is None:
             out[key] = fact

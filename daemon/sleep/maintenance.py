@@ -32,8 +32,10 @@ is safe to run again after a crash, and a failing one is logged without failing 
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
 log = get_logger("sleep.maintenance")
 
 PIN_TAGS = frozenset({"important", "pin", "pinned", "critical"})
+_ISO_DAY = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 _MENTION_SHARE = 0.6  # a chunk mentions a fact when it holds this share of the fact's words
 
 
@@ -315,11 +318,27 @@ async def fold_months(ctx: PhaseContext) -> dict[str, Any]:
 # --- retire -------------------------------------------------------------------------------
 
 
-def stale_date(fact: Fact, today: date, tz: Any, grace_days: int) -> date | None:
-    """The date that makes `fact` stale, or None: a plan stated on or before its last date, long past."""
+def stale_date(
+    fact: Fact, today: date, tz: Any, grace_days: int, *, store: FactStore | None = None
+) -> date | None:
+    """The date that makes `fact` stale, or None: a plan stated on or before its last date, long past.
+
+    A change that names no date ("the meetup moves to Lyon") is of the occasion it changed:
+    with `store`, its date is the one the superseded fact named.
+    """
     if fact.target != "memory" or not fact.active or fact.restored_at is not None:
         return None
-    return past_plan(fact.text, fact.created_at, today=today, tz=tz, grace_days=grace_days)
+    if store is not None and fact.attribute != "when" and not _ISO_DAY.search(fact.text):
+        prev, seen = store.get(fact.supersedes or ""), {fact.id}
+        while prev is not None and prev.id not in seen and not _ISO_DAY.search(prev.text):
+            seen.add(prev.id)
+            prev = store.get(prev.supersedes or "")
+        if prev is not None and _ISO_DAY.search(prev.text):
+            dated = replace(fact, text=f"{fact.text} ({', '.join(_ISO_DAY.findall(prev.text))})")
+            return stale_date(dated, today, tz, grace_days)
+    # Stated when it was said (a mined fact is written the night after, or months after when
+    # sleep reads a backlog): a plan said before its date is a plan, whenever it was mined.
+    return past_plan(fact.text, fact.valid_since, today=today, tz=tz, grace_days=grace_days)
 
 
 async def retire_stale(ctx: PhaseContext) -> list[dict[str, str]]:
@@ -332,7 +351,7 @@ async def retire_stale(ctx: PhaseContext) -> list[dict[str, str]]:
     changes = ChangeSet.open(ctx.db, ctx.cycle_id, clock=ctx.clock)
     out: list[dict[str, str]] = []
     for fact in store.facts(target="memory"):
-        when = stale_date(fact, today, tz, grace)
+        when = stale_date(fact, today, tz, grace, store=store)
         if when is None:
             continue
         reason = f"stale: its date {when.isoformat()} passed more than {grace} day(s) ago (sleep maintenance)"
@@ -352,7 +371,7 @@ async def retire_stale(ctx: PhaseContext) -> list[dict[str, str]]:
 # --- pin ----------------------------------------------------------------------------------
 
 
-async def importance(db: Database, fact: Fact) -> Importance:
+async def importance(db: Database, fact: Fact, *, mentions: Mentions | None = None) -> Importance:
     """How important a fact is, from what is known about it (0..1, with the reasons).
 
     Wording earns nothing: "always" or "must" in a fact is exactly what a page that talks the
@@ -366,28 +385,109 @@ async def importance(db: Database, fact: Fact) -> Importance:
     if PIN_TAGS & set(fact.tags):
         score += 0.2
         why.append("tagged " + ", ".join(sorted(PIN_TAGS & set(fact.tags))))
-    mentions = await _mentions(db, fact)
-    if mentions:
-        score += min(0.2, 0.05 * mentions)
-        why.append(f"mentioned in {mentions} other session(s)")
+    sessions = await (mentions.of(fact) if mentions is not None else _mentions(db, fact))
+    if sessions:
+        score += min(0.2, 0.05 * sessions)
+        why.append(f"mentioned in {sessions} other session(s)")
     return Importance(score=min(1.0, round(score, 3)), why=tuple(why))
 
 
 async def _mentions(db: Database, fact: Fact) -> int:
     """How many sessions talk about the fact (lexically) besides the one it was told in."""
+    return max(0, len(await _mentioning(db, fact)) - 1)
+
+
+async def _mentioning(db: Database, fact: Fact) -> set[str]:
+    """The sessions whose chunks hold `_MENTION_SHARE` of the fact's words (the best 30 chunks)."""
     wanted = set(terms(fact.text))
     expr = fts_match(fact.text)
     if len(wanted) < 2 or expr is None:
-        return 0
-    # Straight to full text (no fusion, no hydration): this runs for every unpinned fact each night.
+        return set()
+    # Straight to full text (no fusion, no hydration): a fact's first scoring; later nights
+    # read only the chunks written since (`Mentions`).
     searcher = lexical_searcher(db)
     rows = await db.run(lambda conn: searcher.matching(conn, expr, kind="chunk", limit=30))
-    sessions = {
+    return {
         row[0]
         for row in rows
         if row[0] and len(wanted & set(terms(row[1]))) >= _MENTION_SHARE * len(wanted)
     }
-    return max(0, len(sessions) - 1)
+
+
+_MENTIONS_KEY = "sleep.pin_mentions"
+
+
+class Mentions:
+    """The sessions that mention each fact, carried from night to night in `kv`.
+
+    Scoring every unpinned fact against the whole index each night grew with the history
+    twice over (more facts, each a full-text query over more chunks: 9 s a night at 1,000
+    days of talk). A fact is searched in full once, when first scored; each later night adds
+    the sessions among the chunks written since (the index's generation marks them), so a
+    night reads the day, not the years. A reindex (a new `memory.epoch`) starts over.
+    """
+
+    def __init__(self, db: Database, *, epoch: str, upto: int, known: dict[str, set[str]],
+                 fresh: list[tuple[str, frozenset[str]]], top: int) -> None:  # fmt: skip
+        self.db = db
+        self.epoch = epoch
+        self.upto = upto
+        self.known = known
+        self.fresh = fresh  # (session, words) of each chunk written since `upto`
+        self.top = top
+        self.scored: dict[str, set[str]] = {}
+
+    @classmethod
+    async def load(cls, db: Database) -> Mentions:
+        rows = await db.fetchall(
+            "SELECT key, value FROM kv WHERE key IN ('memory.epoch', ?)", (_MENTIONS_KEY,)
+        )
+        kv = {r[0]: r[1] for r in rows}
+        epoch = str(kv.get("memory.epoch", "0"))
+        try:
+            saved = json.loads(kv.get(_MENTIONS_KEY, "{}"))
+            assert isinstance(saved, dict)
+        except (ValueError, AssertionError):
+            saved = {}  # unreadable: every fact is searched in full again, nothing worse
+        top_row = await db.fetchone("SELECT coalesce(max(version), 0) FROM memories")
+        top = int(top_row[0])
+        if saved.get("epoch") != epoch or not isinstance(saved.get("facts"), dict):
+            return cls(db, epoch=epoch, upto=top, known={}, fresh=[], top=top)
+        upto = int(saved.get("upto") or 0)
+        known = {str(k): {str(s) for s in v} for k, v in saved["facts"].items()}
+        rows = await db.fetchall(
+            "SELECT session_id, text FROM memories WHERE kind = 'chunk' AND retired_at IS NULL "
+            "AND version > ? AND session_id IS NOT NULL",
+            (upto,),
+        )
+        fresh = [(r[0], frozenset(terms(r[1]))) for r in rows]
+        return cls(db, epoch=epoch, upto=upto, known=known, fresh=fresh, top=top)
+
+    async def of(self, fact: Fact) -> int:
+        """How many sessions besides one mention `fact` (as `_mentions`)."""
+        if fact.id in self.known:
+            wanted = set(terms(fact.text))
+            sessions = set(self.known[fact.id])
+            if len(wanted) >= 2:
+                need = _MENTION_SHARE * len(wanted)
+                sessions |= {sid for sid, words in self.fresh if len(wanted & words) >= need}
+        else:
+            sessions = await _mentioning(self.db, fact)
+        self.scored[fact.id] = sessions
+        return max(0, len(sessions) - 1)
+
+    async def save(self, *, at: str) -> None:
+        """Keep tonight's counts (the facts scored tonight) for the next night."""
+        value = json.dumps(
+            {"epoch": self.epoch, "upto": self.top,
+             "facts": {k: sorted(v) for k, v in self.scored.items()}},
+            separators=(",", ":"),
+        )  # fmt: skip
+        await self.db.execute(
+            "INSERT INTO kv(key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
+            "SET value = excluded.value, updated_at = excluded.updated_at",
+            (_MENTIONS_KEY, value, at),
+        )
 
 
 def may_be_pinned(fact: Fact | None) -> TypeGuard[Fact]:
@@ -444,6 +544,7 @@ async def sync_pins(
     proposed: list[str] = []
     awaiting: list[str] = []
     refused: list[str] = []
+    mentions: Mentions | None = None  # loaded when the first fact is scored
     for fact in store.facts():
         if fact.id in pinned_rows and may_be_pinned(fact):
             continue
@@ -457,7 +558,9 @@ async def sync_pins(
             continue
         if not score:
             continue
-        imp = await importance(db, fact)
+        if mentions is None:
+            mentions = await Mentions.load(db)
+        imp = await importance(db, fact, mentions=mentions)
         if imp.score < threshold:
             continue
         reason = f"importance {imp.score:.2f}: {'; '.join(imp.why) or 'stored importance'}"
@@ -470,6 +573,8 @@ async def sync_pins(
             proposed.append(fact.id)
         else:
             awaiting.append(fact.id)
+    if mentions is not None:
+        await mentions.save(at=now)
     removed = sorted(fid for fid in pinned_rows if not may_be_pinned(store.get(fid)))
 
     def save(conn: Any) -> None:

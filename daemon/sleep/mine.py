@@ -316,7 +316,13 @@ async def said_again(store: FactStore, lines: list[Line], tz: tzinfo) -> list[Mi
     cannot be told, the person's sentence stands in for it, marked uncertain — so a value the
     person has since replaced is never left standing alone as current."""
     await store.load()
-    current = [f for f in store.facts(target="memory") if f.active]
+    # Newest first: of several facts about one thing (this week's meetup, last month's), a
+    # sentence of change speaks of the latest.
+    current = sorted(
+        (f for f in store.facts(target="memory") if f.active),
+        key=lambda f: f.valid_since,
+        reverse=True,
+    )
     slots = {f.id: _slots(f) for f in current}
     out: list[MinedFact] = []
     taken: set[str] = set()
@@ -327,17 +333,23 @@ async def said_again(store: FactStore, lines: list[Line], tz: tzinfo) -> list[Mi
             if not says_change(sentence):
                 continue  # most sentences: one test each, not one per fact
             words = sentence_words(sentence)
+            # One sentence changes one fact of a thing: "the meetup moves from Graz to Porto"
+            # names Porto too, which an older meetup may hold; that one did not change.
+            changed: list[frozenset[str]] = []
             for fact in current:
                 if fact.id in taken or fact.valid_since >= line.ts or line.id in fact.message_ids:
                     continue
                 for value, anchors, old_required in slots[fact.id]:
                     if not any(a in words or f"{a}s" in words for a in anchors):
                         continue
+                    if any(anchors & done for done in changed):
+                        continue
                     said = restated(sentence, value=value, anchors=anchors, avoid=fact.text,
                                     old_required=old_required)  # fmt: skip
                     if said is None:
                         continue
                     taken.add(fact.id)  # one change of a fact a night: the next night reads on
+                    changed.append(anchors)
                     out.append(
                         MinedFact(
                             text=resolve_plan_dates(
@@ -403,7 +415,7 @@ async def record(
     known = store.get(outcome.id)
     if status == "confirmed" and known is not None and known.mined and known.created_at >= night:
         status, old_id = ("superseded" if known.supersedes else "stored"), known.supersedes
-    after = {
+    after: dict[str, Any] = {
         "id": new_id, "text": fact.text, "origin": fact.origin, "session": fact.session,
         "message_ids": list(fact.message_ids),
     }  # fmt: skip
@@ -413,8 +425,13 @@ async def record(
     elif status == "superseded" and old_id:
         old = store.get(old_id)
         before = {"id": old_id, "text": old.text if old else ""}
+        # The message that said the change: the first of the lines the new value rests on.
+        by = fact.message_ids[0] if fact.message_ids else ""
+        after["changed_by"] = {"session": fact.session, "message_id": by,
+                               "said_at": iso(fact.said_at)}  # fmt: skip
         await changes.record("fact_superseded", old_id, before=before, after=after,
-                             note=f"{before['text'][:100]} → {fact.text[:100]}")  # fmt: skip
+                             note=f"{before['text'][:100]} → {fact.text[:100]} "
+                                  f"(said in {fact.session}, message {by})")  # fmt: skip
     return outcome
 
 
