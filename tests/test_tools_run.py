@@ -444,6 +444,40 @@ def test_as_root_the_limit_needs_a_pids_cgroup_or_run_is_off() -> None:
     assert user.describe() == "run: sandboxed by bubblewrap (network off, at most 300 processes)"
 
 
+@needs_bwrap
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="needs root and unshare to hide the cgroup file system",
+)
+def test_as_root_with_no_cgroup_to_be_had_run_is_off_and_doctor_says_why(
+    home: Home,
+) -> None:
+    # A root daemon on a machine whose cgroups it cannot write: an empty, read-only
+    # /sys/fs/cgroup in a mount namespace of its own.
+    code = (
+        "import json, sys; from daemon.cli import main; "
+        "sys.exit(main(['doctor', '--home', sys.argv[1], '--json']))"
+    )
+    script = (
+        "mount -t tmpfs -o ro tmpfs /sys/fs/cgroup && "
+        f'exec {sys.executable} -c "$0" "$1" 2>/dev/null'
+    )
+
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, code, str(home.root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    check = next(c for c in json.loads(done.stdout) if c["name"] == "run")
+    assert check["status"] == "warn" and check["fix"] == ""
+    assert check["detail"].startswith(
+        "off (the daemon runs as root, where the kernel ignores the process limit, and no "
+        "pids cgroup can be made here"
+    )
+
+
 @pytest.mark.skipif(PidsCgroups.find() is None, reason="no pids cgroup can be made here")
 def test_a_dead_daemons_cgroup_is_emptied_and_removed(tmp_path: Path) -> None:
     cgroups = PidsCgroups.find()

@@ -400,7 +400,10 @@ def _run_sandbox(home: Home, settings: Settings) -> Check:
             name="run",
             status="fail" if required else "warn",
             detail=detail,
-            fix="" if settings.tools.run.sandbox == "none" else "apt-get install bubblewrap",
+            # Off with bubblewrap installed (root without a pids cgroup): the detail says why.
+            fix=""
+            if settings.tools.run.sandbox == "none" or sandbox.bwrap is not None
+            else "apt-get install bubblewrap",
         )
     problem = sandbox.probe()
     if problem is None:
