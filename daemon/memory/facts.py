@@ -8,9 +8,9 @@ history stays searchable.
 
 Every event carries the origin of the text it came from (`ORIGINS`): `person` for the
 person's own word (the CLI, or their own words in a turn: `daemon.agent.provenance`), `agent`,
-`tool`, `system`,
-`import`. Pinning into `FACTS.md` follows it: sleep proposes (`propose_pin`, origin system)
-a fact that is not the person's own word, and only the person's `pin` event confirms it.
+`tool`, `system`, `import`. Pinning into `FACTS.md` follows it: sleep proposes (`propose_pin`,
+origin system) a fact that is not the person's own word, and only the person's `pin` event
+confirms it.
 
 Facts are *told* (the person or the agent asked to keep them: `remember`) or *mined* (the
 sleep cycle found them said in passing: `record_mined`, with the session and message ids
