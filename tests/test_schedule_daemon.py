@@ -274,3 +274,135 @@ def test_reverie_schedule_through_the_daemon_and_directly(tmp_path: Path) -> Non
         ]
     finally:
         d.stop()
+
+
+# `reverie schedule add …` as a person types it: each row the arguments the shell passes (one
+# with a space in it was quoted) → the time read, its clock time, whether the default time
+# of day was used, and the text.
+ADDS: list[tuple[list[str], str, str, bool, str]] = [
+    (
+        ["tomorrow", "at", "10", "buy", "honey", "jars"],
+        "tomorrow at 10",
+        "10:00",
+        False,
+        "buy honey jars",
+    ),
+    (["tomorrow at 10", "buy honey jars"], "tomorrow at 10", "10:00", False, "buy honey jars"),
+    (["tomorrow at 11", "buy", "more", "jars"], "tomorrow at 11", "11:00", False, "buy more jars"),
+    (["tomorrow", "water", "the", "plants"], "tomorrow", "09:00", True, "water the plants"),
+    (
+        ["every", "weekday", "at", "8:00", "stand-up", "notes"],
+        "every weekday at 8:00",
+        "08:00",
+        False,
+        "stand-up notes",
+    ),
+    (["monday", "10 push-ups"], "monday", "09:00", True, "10 push-ups"),
+    (["2031-01-05 18:00", "carols"], "2031-01-05 18:00", "18:00", False, "carols"),
+]
+
+# Refused, each with the words its one line on stderr must hold.
+REFUSED: list[tuple[list[str], str]] = [
+    (["in 99999999999 days", "x"], "that is more than 10 years ahead"),
+    (["in", "99999999999", "days", "x"], "that is more than 10 years ahead"),
+    (
+        ["in 20 minutes; DROP TABLE schedules", "x"],
+        "'; DROP TABLE schedules' is not understood after 'in 20 minutes'",
+    ),
+    (["every 0 minutes", "x"], "the number of minutes must be at least 1"),
+    (["every 99999999999 hours", "x"], "more than a year apart"),
+    (["9999-12-31T23:59", "x"], "9999-12-31 is more than 10 years ahead"),
+    (["yesterday at 9", "x"], "which is in the past"),
+    (["yesterday", "at", "9", "call", "mum"], "which is in the past"),
+    (
+        ["monday", "10", "dentist"],
+        "'10' right after it looks like part of one; quote the time and the text apart",
+    ),
+    (["someday", "buy", "milk"], "no time phrase at the start of 'someday buy milk'"),
+    (["tomorrow at 10"], "say what to remind of"),
+]
+
+
+def _one_plain_line(stderr: str) -> str:
+    """A refusal as a person sees it: one line, no error code, no internal name."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reverie: "), stderr
+    line = lines[0]
+    for leaked in ("(bad_args)", "(internal)", "internal", "list_schedules", "Traceback"):
+        assert leaked not in line, line
+    return line
+
+
+def test_schedule_phrases_quoted_or_not_through_the_cli_the_daemon_and_the_model(
+    tmp_path: Path,
+) -> None:
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    home = _home(tmp_path)
+    with FakeAnthropic() as fake:
+        fake.enqueue(
+            # The model splits the time badly; then well, with a day but no time; then absurdly.
+            Planned.tool("schedule", {"when": "tomorrow", "what": "at 10 buy honey jars"}),
+            Planned.tool("schedule", {"when": "tomorrow at 10", "what": "buy honey jars"}),
+            Planned.tool("schedule", {"when": "tomorrow", "what": "call the bank"}),
+            Planned.tool("schedule", {"when": "in 99999999999 days", "what": "x"}),
+            Planned.reply("Done."),
+        )
+        d = _daemon(home, fake)
+        d.start()
+        cli = lambda *a: run_cli("schedule", *a, "--home", str(home), env=d.env)  # noqa: E731
+        try:
+            london = ZoneInfo("Europe/London")
+            tomorrow = (datetime.now(london) + timedelta(days=1)).strftime("%a %d %b")
+            for words, when, clock, defaulted, text in ADDS:
+                out = cli("add", *words)
+                assert out.returncode == 0, (words, out.stderr)
+                line = out.stdout.strip()
+                assert line.startswith("scheduled s-"), line
+                assert f'("{when}' in line and line.endswith(f'— "{text}"'), line
+                assert f" {clock} " in line, line
+                assert ("no time of day given, so 09:00, the default" in line) == defaulted, line
+                if when.startswith("tomorrow"):
+                    assert tomorrow in line, line
+            rows = _rows(home, "SELECT phrase, text FROM schedules ORDER BY created_at")
+            assert rows == [(when, text) for _, when, _, _, text in ADDS]
+            for words, reason in REFUSED:
+                out = cli("add", *words)
+                assert out.returncode == 1 and not out.stdout, (words, out)
+                assert reason in _one_plain_line(out.stderr), (words, out.stderr)
+            assert len(_rows(home, "SELECT 1 FROM schedules")) == len(ADDS)
+            # --json keeps the daemon's code for a program to read.
+            out = cli("add", "every 0 minutes", "x", "--json")
+            assert out.returncode == 1
+            assert json.loads(out.stdout)["error"]["code"] == "bad_args"
+            assert "minutes" in json.loads(out.stdout)["error"]["message"]
+            gone = cli("cancel", "nope")
+            assert gone.returncode == 1
+            assert "no schedule 'nope' (`reverie schedule list` shows the ids)" in _one_plain_line(
+                gone.stderr
+            )
+            # The socket command reads the same words the same way.
+            with Client(d.socket_path, timeout=10) as c:
+                c.hello()
+                frame = c.command(
+                    "schedule", {"action": "add", "words": ["in", "99999999999", "days", "x"]}
+                )
+                assert frame["type"] == "error" and frame["code"] == "bad_args", frame
+                assert "more than 10 years ahead" in frame["message"]
+                # The model's path: its tool results carry the same reading and refusals.
+                _, frames = c.chat("remind me tomorrow at 10 to buy honey jars")
+                assert frames[-1]["type"] == "done", frames[-1]
+            results = [
+                r["content"]
+                for r in _trunk_records(home)
+                if r["type"] == "tool_result" and r["name"] == "schedule"
+            ]
+            assert len(results) == 4, results
+            assert "unclear where the time ends" in results[0]
+            assert "put the whole time in `when` ('tomorrow at 10')" in results[0]
+            assert results[1].startswith("scheduled s-") and '("tomorrow at 10")' in results[1]
+            assert "no time of day given, so 09:00, the default" in results[2]
+            assert "more than 10 years ahead" in results[3]
+        finally:
+            d.stop()

@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from daemon.schedule.reading import read_words
 from daemon.schedule.when import Recurrence, WhenError, resolve
 
 LONDON = ZoneInfo("Europe/London")
@@ -92,9 +93,32 @@ UNRESOLVABLE = [
     ("at 13pm", "with am/pm the hour is 1 to 12"),
     ("tomorrow at lunch", "is not a time of day"),
     ("2026-02-30T10:00", "is not a valid ISO date or time"),
-    ("2026-01-01T10:00", "has already passed"),
-    ("today at 8", "has already passed"),
+    ("2026-01-01T10:00", "in the past"),
+    ("today at 8", "is Fri 2026-03-27 08:00 GMT, which is in the past"),
+    ("yesterday at 9", "is Thu 2026-03-26 09:00 GMT, which is in the past"),
+    ("last monday", "is Mon 2026-03-23 09:00 GMT, which is in the past"),
+    ("2 hours ago", "in the past"),
     ("every 2 minutes", "too often"),
+    ("every 0 minutes", "the number of minutes must be at least 1"),
+    ("every 0 hours", "the number of hours must be at least 1"),
+    # Every number a phrase carries is bounded: an answer, never an overflow.
+    ("in 99999999999 days", "more than 10 years ahead"),
+    ("in 3660 days", "more than 10 years ahead"),
+    ("in " + "9" * 400 + " weeks", "more than 10 years ahead"),
+    ("in 2 days and 99999999999 hours", "more than 10 years ahead"),
+    ("every 99999999999 hours", "more than a year apart"),
+    ("every " + "9" * 400 + " minutes", "more than a year apart"),
+    ("9999-12-31T23:59", "9999-12-31 is more than 10 years ahead"),
+    ("9999-12-31T23:59-05:00", "9999-12-31 is more than 10 years ahead"),
+    ("0001-01-01T00:00", "0001-01-01 is in the past"),
+    ("on 9999-12-31 at 9", "more than 10 years ahead"),
+    # What was not understood is named exactly as written.
+    ("in 20 minutes; DROP TABLE schedules", "'; DROP TABLE schedules' is not understood"),
+    ("in 2 days table", "'table' is not understood after 'in 2 days'"),
+    ("in 5 minutes please", "'please' is not understood after 'in 5 minutes'"),
+    ("tomorrow at 10 buy honey jars", "'buy honey jars' is not understood after 'tomorrow at 10'"),
+    ("every day at 7 Please", "'Please' is not understood after 'every day at 7'"),
+    ("in 3 years", "'years' is not a unit of time"),
     ("every month", "say which day of the month"),
     ("on the 32nd of each month", "not a day of the month"),
     ("every blue moon", "cannot read the time"),
@@ -106,9 +130,12 @@ UNRESOLVABLE = [
 def test_unresolvable_phrases_say_why(phrase: str, reason: str) -> None:
     with pytest.raises(WhenError) as caught:
         resolve(phrase, NOW, LONDON, min_interval_s=300)
-    assert reason in str(caught.value)
-    if phrase:
-        assert repr(phrase) in str(caught.value)
+    message = str(caught.value)
+    assert reason in message
+    assert "internal" not in message and "Traceback" not in message
+    if phrase and len(phrase) <= 80:
+        assert repr(phrase) in message
+    assert len(message) < 600, message
 
 
 def test_the_persons_zone_decides() -> None:
@@ -210,3 +237,96 @@ def test_a_recurrence_survives_its_stored_form() -> None:
         rule = resolve(phrase, NOW, LONDON).recurrence
         assert rule is not None
         assert Recurrence.from_json(rule.to_json()) == rule
+
+
+def test_a_refused_time_is_told_apart_from_words_that_are_not_a_time() -> None:
+    # A time the words do say, refused (what the command line's reading stops at)…
+    for phrase in ("yesterday at 9", "every 0 minutes", "in 99999999999 days", "at 25:00"):
+        with pytest.raises(WhenError) as caught:
+            resolve(phrase, NOW, LONDON)
+        assert caught.value.read, phrase
+    # …and words that are no time at all.
+    for phrase in ("someday", "in a bit", "tomorrow at lunch", "in 20 minutes; DROP"):
+        with pytest.raises(WhenError) as caught:
+            resolve(phrase, NOW, LONDON)
+        assert not caught.value.read, phrase
+
+
+def test_the_echo_says_how_the_time_was_read_and_when_a_default_was_used() -> None:
+    assert resolve("tomorrow at 10", NOW, LONDON).echo(LONDON, NOW) == (
+        'Sat 28 Mar 10:00 GMT ("tomorrow at 10")'
+    )
+    assert resolve("tomorrow", NOW, LONDON, default_time=time(8, 30)).echo(LONDON, NOW) == (
+        'Sat 28 Mar 08:30 GMT ("tomorrow"; no time of day given, so 08:30, the default'
+        " ([schedule] default_time))"
+    )
+    assert resolve("every monday", NOW, LONDON).echo(LONDON, NOW) == (
+        "every Monday at 09:00, first Mon 30 Mar 09:00 BST"
+        ' ("every monday"; no time of day given, so 09:00, the default ([schedule] default_time))'
+    )
+    assert resolve("2027-01-05", NOW, LONDON).echo(LONDON, NOW).startswith("Tue 05 Jan 2027 09:00")
+    assert resolve("in 20 minutes", NOW, LONDON).default_time is None
+
+
+def words(line: str) -> list[str]:
+    """The arguments a shell passes for `line` (single quotes group words)."""
+    import shlex
+
+    return shlex.split(line)
+
+
+# The command line's words → (the time read, the text); quoted or not.
+SPLITS: list[tuple[str, str, str, str]] = [
+    ("tomorrow at 10 buy honey jars", "tomorrow at 10", "2026-03-28T10:00", "buy honey jars"),
+    ("'tomorrow at 10' 'buy honey jars'", "tomorrow at 10", "2026-03-28T10:00", "buy honey jars"),
+    ("'tomorrow at 10' buy honey jars", "tomorrow at 10", "2026-03-28T10:00", "buy honey jars"),
+    ("'tomorrow at 10 buy honey jars'", "tomorrow at 10", "2026-03-28T10:00", "buy honey jars"),
+    ("tomorrow buy honey jars", "tomorrow", "2026-03-28T09:00", "buy honey jars"),
+    ("in 20 minutes tea", "in 20 minutes", "2026-03-27T10:35:30", "tea"),
+    (
+        "every weekday at 8:00 stand-up notes",
+        "every weekday at 8:00",
+        "2026-03-30T08:00",
+        "stand-up notes",
+    ),
+    (
+        "every monday and thursday at 9 swim",
+        "every monday and thursday at 9",
+        "2026-03-30T09:00",
+        "swim",
+    ),
+    ("2026-12-24 18:00 carols", "2026-12-24 18:00", "2026-12-24T18:00", "carols"),
+    ("monday '10 push-ups'", "monday", "2026-03-30T09:00", "10 push-ups"),
+    ("'tomorrow at 9' 30 push-ups", "tomorrow at 9", "2026-03-28T09:00", "30 push-ups"),
+]
+
+
+@pytest.mark.parametrize(("line", "when", "first", "text"), SPLITS)
+def test_the_longest_time_phrase_the_words_start_with_is_the_time(
+    line: str, when: str, first: str, text: str
+) -> None:
+    got = read_words(words(line), NOW, LONDON, default_time=time(9), min_interval_s=300)
+    assert (got.resolved.phrase, got.text) == (when, text)
+    assert got.resolved.first == local(first)
+
+
+# The command line's words that are refused, and what the refusal says.
+UNCLEAR: list[tuple[str, str]] = [
+    ("monday 10 dentist", "'10' right after it looks like part of one"),
+    ("tomorrow at lunch buy milk", "'at' right after it looks like part of one"),
+    ("'every monday' and thursday standup", "reads as part of it ('every monday and thursday')"),
+    ("someday buy milk", "no time phrase at the start of 'someday buy milk'"),
+    ("every 0 minutes stretch", "the number of minutes must be at least 1"),
+    ("yesterday at 9 call mum", "which is in the past"),
+    ("in 99999999999 days x", "more than 10 years ahead"),
+    ("in 20 minutes; DROP TABLE schedules", "'; DROP TABLE schedules' is not understood"),
+]
+
+
+@pytest.mark.parametrize(("line", "reason"), UNCLEAR)
+def test_an_unclear_split_is_refused_with_how_to_quote(line: str, reason: str) -> None:
+    with pytest.raises(WhenError) as caught:
+        read_words(words(line), NOW, LONDON, default_time=time(9), min_interval_s=300)
+    assert reason in str(caught.value)
+    if "right after it" in reason or "part of it" in reason or "no time phrase" in reason:
+        assert "quote the time and the text apart, e.g. reverie schedule add" in str(caught.value)

@@ -1,5 +1,9 @@
 """`reverie schedule [list [--all]] | add WHEN TEXT [--task] | cancel ID | approve ID | decline ID`.
 
+`add` reads the time from the start of its words, quoted or not (`daemon.schedule.reading`),
+and answers with how it read it. A refusal is one sentence on stderr (with `--json`, also
+`{"error": {"code", "message"}}` on stdout).
+
 With the daemon running the command goes to it (`schedule` socket command), so its timer
 moves at once; with the daemon down it works on the home's database directly, and the
 daemon reads the schedules when it starts (what came due meanwhile fires then, marked late).
@@ -34,8 +38,13 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="add one: WHEN (e.g. 'tomorrow at 9', 'every weekday at 8:00') and TEXT",
     )
-    add.add_argument("when", help="an ISO time or a phrase, in [scheduler] timezone")
-    add.add_argument("text", nargs="+", help="the reminder's text (or the task)")
+    add.add_argument(
+        "words",
+        nargs="+",
+        metavar="WHEN TEXT",
+        help="when (an ISO time or a phrase, in [scheduler] timezone), then the reminder's text"
+        " (or the task); unquoted, the longest time phrase the words start with is the time",
+    )
     add.add_argument(
         "--task", action="store_true", help="a task a fork does then (its result is sent to you)"
     )
@@ -56,7 +65,7 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
     if action == "list":
         request["all"] = bool(getattr(args, "all", False))
     elif action == "add":
-        request.update(when=args.when, text=" ".join(args.text), task=bool(args.task))
+        request.update(words=list(args.words), task=bool(args.task))
     else:
         request["id"] = args.id
     return request
@@ -74,7 +83,8 @@ async def _from_daemon(env: Env, request: dict[str, Any]) -> dict[str, Any] | No
     except ChatError as exc:
         if exc.frame is None or exc.code == "unknown_command":
             return None
-        raise CommandError(exc.message) from None
+        # The person reads the daemon's sentence; the code stays in --json output.
+        raise Refused(str(exc.frame.get("message") or exc.message), str(exc.code)) from None
     return data
 
 
@@ -95,22 +105,40 @@ async def _direct(env: Env, request: dict[str, Any]) -> dict[str, Any]:
         try:
             return await schedule_command(store, request)
         except ScheduleError as exc:
-            raise CommandError(str(exc)) from None
+            raise Refused(str(exc), "bad_args") from None
+
+
+class Refused(CommandError):
+    """The schedule command was refused: a sentence for the person and the daemon's code."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.error_code = code
 
 
 async def run_schedule(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     request = _request(args)
-    data = await _from_daemon(env, request)
-    if data is None:
-        data = await _direct(env, request)
-    if getattr(args, "json", False):
+    as_json = bool(getattr(args, "json", False))
+    try:
+        data = await _from_daemon(env, request)
+        if data is None:
+            data = await _direct(env, request)
+    except Refused as exc:
+        if as_json:
+            error = {"code": exc.error_code, "message": str(exc)}
+            print(json.dumps({"error": error}, ensure_ascii=False))
+        raise
+    if as_json:
         print(json.dumps(data.get("schedules", data.get("schedule")), ensure_ascii=False))
         return 0
     action = request["action"]
     if action == "list":
         print(data["text"] or "no schedules kept (`reverie schedule add WHEN TEXT` adds one)")
         return 0
-    verb = {"add": "scheduled", "cancel": "cancelled", "approve": "approved", "decline": "declined"}
+    if action == "add":
+        print(f"scheduled {data.get('echo') or data['text']}")
+        return 0
+    verb = {"cancel": "cancelled", "approve": "approved", "decline": "declined"}
     print(f"{verb[action]} {data['text']}")
     return 0

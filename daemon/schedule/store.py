@@ -24,6 +24,7 @@ from typing import Any
 
 from daemon.clock import Clock
 from daemon.log import get_logger
+from daemon.schedule.reading import Hint, Reading, quote_hint, read_apart, read_words
 from daemon.schedule.when import Recurrence, Resolved, WhenError, resolve
 from daemon.scheduler import parse_hhmm
 from daemon.settings import ScheduleSettings
@@ -48,6 +49,14 @@ _FIRE_COLUMNS = (
 
 class ScheduleError(ValueError):
     """A schedule cannot be made or changed as asked; the message says why."""
+
+
+class NoSuchSchedule(ScheduleError):
+    """No schedule has the id asked for; callers add where the ids are listed."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"no schedule {schedule_id.strip()!r}")
+        self.schedule_id = schedule_id
 
 
 def iso(when: datetime) -> str:
@@ -75,6 +84,8 @@ class Schedule:
     created_at: datetime
     fired_count: int = 0
     last_fired_at: datetime | None = None
+    # How its time phrase was read, for the answer to whoever just made it (not stored).
+    read_as: str = ""
 
     @property
     def repeats(self) -> bool:
@@ -107,7 +118,7 @@ class Schedule:
             "created_at": iso(self.created_at),
             "fired_count": self.fired_count,
             "last_fired_at": iso(self.last_fired_at) if self.last_fired_at else None,
-        }
+        } | ({"read_as": self.read_as} if self.read_as else {})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,13 +201,13 @@ class ScheduleStore:
 
     def resolve(self, when: str) -> Resolved:
         """The phrase resolved now in the person's zone (raises `WhenError`)."""
-        return resolve(
-            when,
-            self.clock.now(),
-            self.zone,
-            default_time=self.default_time,
-            min_interval_s=self.settings.min_interval_minutes * 60,
-        )
+        return resolve(when, self.clock.now(), self.zone, **self._limits())
+
+    def _limits(self) -> dict[str, Any]:
+        return {
+            "default_time": self.default_time,
+            "min_interval_s": self.settings.min_interval_minutes * 60,
+        }
 
     async def add(
         self,
@@ -206,27 +217,59 @@ class ScheduleStore:
         kind: str = "reminder",
         requested_by: str = "person",
         session_id: str | None = None,
+        hint: Hint = quote_hint,
     ) -> Schedule:
-        """Resolve `when` and store a schedule; a "tool" request is stored `pending`.
+        """Resolve `when` and store a schedule for `text`; a "tool" request is stored `pending`.
 
-        Raises `ScheduleError` (or its `WhenError` cause, whose message is the reason) for an
-        unreadable time, empty text, an unknown kind or requester, or too many schedules.
+        The time is taken as given, unless the text's first words continue it into a longer
+        time phrase (refused as unclear; `hint` says how to give them apart). Raises
+        `ScheduleError` for an unreadable time, empty text, an unknown kind or requester, or
+        too many schedules.
         """
+        self._check(kind, requested_by)
+        try:
+            reading = read_apart(
+                when, text, self.clock.now(), self.zone, hint=hint, **self._limits()
+            )
+        except WhenError as exc:
+            raise ScheduleError(str(exc)) from None
+        return await self._keep(reading, kind, requested_by, session_id)
+
+    async def add_words(
+        self,
+        words: list[str],
+        *,
+        kind: str = "reminder",
+        requested_by: str = "person",
+        session_id: str | None = None,
+    ) -> Schedule:
+        """Store a schedule from the command line's words: the longest time phrase they start
+        with, the rest its text (`reading.read_words`); refused when the split is unclear."""
+        self._check(kind, requested_by)
+        try:
+            reading = read_words(words, self.clock.now(), self.zone, **self._limits())
+        except WhenError as exc:
+            raise ScheduleError(str(exc)) from None
+        return await self._keep(reading, kind, requested_by, session_id)
+
+    @staticmethod
+    def _check(kind: str, requested_by: str) -> None:
         if kind not in KINDS:
             raise ScheduleError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
         if requested_by not in REQUESTERS:
             raise ScheduleError(f"unknown requester {requested_by!r}")
-        text = " ".join(text.split()) if kind == "reminder" else text.strip()
+
+    async def _keep(
+        self, reading: Reading, kind: str, requested_by: str, session_id: str | None
+    ) -> Schedule:
+        resolved = reading.resolved
+        text = " ".join(reading.text.split()) if kind == "reminder" else reading.text.strip()
         if not text:
             raise ScheduleError(
                 "say what to remind of" if kind == "reminder" else "say what the task is"
             )
         if len(text) > TEXT_MAX_CHARS:
             raise ScheduleError(f"the text is {len(text)} characters; at most {TEXT_MAX_CHARS}")
-        try:
-            resolved = self.resolve(when)
-        except WhenError as exc:
-            raise ScheduleError(str(exc)) from None
         live = await self.db.fetchone(
             "SELECT COUNT(*) FROM schedules WHERE status IN ('active', 'pending')"
         )
@@ -247,6 +290,7 @@ class ScheduleStore:
             requested_by=requested_by,
             session_id=session_id,
             created_at=now,
+            read_as=resolved.echo(self.zone, now),
         )
         await self.db.execute(
             f"INSERT INTO schedules({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,0,NULL)",
@@ -276,7 +320,7 @@ class ScheduleStore:
     async def _require(self, schedule_id: str) -> Schedule:
         found = await self.get(schedule_id)
         if found is None:
-            raise ScheduleError(f"no schedule {schedule_id!r} (list_schedules shows them)")
+            raise NoSuchSchedule(schedule_id)
         return found
 
     async def listing(self, *, include_ended: bool = False) -> list[Schedule]:

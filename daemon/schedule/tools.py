@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.schedule.store import KINDS, ScheduleError, ScheduleStore
+from daemon.schedule.store import KINDS, NoSuchSchedule, Schedule, ScheduleError, ScheduleStore
 from daemon.tools.approvals import PermissionGuard
 from daemon.tools.registry import Tool, ToolContext, ToolError
 
@@ -79,6 +79,17 @@ def requester(ctx: ToolContext) -> str:
     return origin if origin in ("person", "agent", "tool") else "tool"
 
 
+def _apart_for_the_model(when: str, what: str) -> str:
+    return f"put the whole time in `when` ({when!r}) and only the rest in `what` ({what!r})"
+
+
+def made_line(made: Schedule) -> str:
+    """What was scheduled and how its time was read: 's-… for Sun 29 Nov 10:00 GMT
+    ("tomorrow at 10") — "buy honey jars"'."""
+    kind = "" if made.kind == "reminder" else f" ({made.kind})"
+    return f'{made.id}{kind} for {made.read_as} — "{made.text}"'
+
+
 def schedule_tools(store: ScheduleStore, *, guard: PermissionGuard | None = None) -> list[Tool]:
     """The three tools over `store`; `guard` asks the person about a schedule untrusted text proposed."""
 
@@ -91,18 +102,17 @@ def schedule_tools(store: ScheduleStore, *, guard: PermissionGuard | None = None
                 kind=str(args.get("kind") or "reminder"),
                 requested_by=by,
                 session_id=ctx.session_id,
+                hint=_apart_for_the_model,
             )
         except ScheduleError as exc:
             raise ToolError(str(exc)) from None
-        when = made.when_text(store.zone)
+        line = made_line(made)
         if made.status == "active":
-            return f"scheduled {made.id}: {made.kind} {made.text!r} — {when}"
+            return f"scheduled {line}"
         refusal = await _ask_person(made.id, tool, ctx, args)
         if refusal is None:
-            made = await store.approve(made.id)
-            return (
-                f"scheduled {made.id} (the person approved it): {made.kind} {made.text!r} — {when}"
-            )
+            await store.approve(made.id)
+            return f"scheduled (the person approved it) {line}"
         if "declined" in refusal:
             await store.decline(made.id)
             return f"not scheduled: the person declined {made.id}"
@@ -129,6 +139,8 @@ def schedule_tools(store: ScheduleStore, *, guard: PermissionGuard | None = None
     async def cancel_schedule(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
             done = await store.cancel(str(args["id"]))
+        except NoSuchSchedule as exc:
+            raise ToolError(f"{exc} (list_schedules shows the ids)") from None
         except ScheduleError as exc:
             raise ToolError(str(exc)) from None
         return f"cancelled {done.id}: {done.kind} {done.text!r}"
@@ -174,7 +186,13 @@ ACTIONS = ("list", "add", "cancel", "approve", "decline")
 
 async def schedule_command(store: ScheduleStore, args: dict[str, Any]) -> dict[str, Any]:
     """`reverie schedule …` on a store: the daemon's `schedule` socket command and the CLI's
-    direct path alike. Raises `ScheduleError` (a ValueError: the daemon's `bad_args`)."""
+    direct path alike. Raises `ScheduleError` (a ValueError: the daemon's `bad_args`) with a
+    message for the person.
+
+    `add` takes the command line's `words` (the time is read from their start) or a `when`
+    and its `text` given apart. Its answer's `echo` says what was scheduled and how the time
+    was read.
+    """
     action = str(args.get("action") or "list")
     if action not in ACTIONS:
         raise ScheduleError(f"unknown schedule action {action!r} (one of {', '.join(ACTIONS)})")
@@ -185,18 +203,26 @@ async def schedule_command(store: ScheduleStore, args: dict[str, Any]) -> dict[s
             "text": "\n".join(s.line(store.zone) for s in found),
         }
     if action == "add":
-        made = await store.add(
-            str(args.get("when") or ""),
-            str(args.get("text") or ""),
-            kind="task" if args.get("task") else "reminder",
-            requested_by="person",
-        )
-    else:
-        schedule_id = str(args.get("id") or "")
+        kind = "task" if args.get("task") else "reminder"
+        words = args.get("words")
+        if words is not None:
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise ScheduleError("words must be a list of strings")
+            made = await store.add_words(words, kind=kind, requested_by="person")
+        else:
+            when, text = args.get("when"), args.get("text")
+            if not isinstance(when, str) or not isinstance(text, str):
+                raise ScheduleError("say when (a string) and the text (a string)")
+            made = await store.add(when, text, kind=kind, requested_by="person")
+        return {"schedule": made.to_json(), "text": made.line(store.zone), "echo": made_line(made)}
+    schedule_id = str(args.get("id") or "")
+    try:
         if action == "cancel":
             made = await store.cancel(schedule_id)
         elif action == "approve":
             made = await store.approve(schedule_id)
         else:
             made = await store.decline(schedule_id)
+    except NoSuchSchedule as exc:
+        raise ScheduleError(f"{exc} (`reverie schedule list` shows the ids)") from None
     return {"schedule": made.to_json(), "text": made.line(store.zone)}
