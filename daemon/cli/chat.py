@@ -64,6 +64,11 @@ Ctrl-C during a reply cancels the turn; at an empty prompt it leaves."""
 EXIT_SAVED = 75
 # How long `chat -m` waits, once its turn ended, for the `seen` of the notices it showed to go out.
 SEEN_FLUSH_S = 2.0
+# The interactive chat, once the daemon is gone: how often it tries to connect again, how long
+# each try may take, and how long a message typed meanwhile waits for the daemon to be back.
+RECONNECT_EVERY_S = 0.5
+CONNECT_TIMEOUT_S = 5.0
+BACK_WAIT_S = 3.0
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -314,15 +319,24 @@ async def _cancel_on_interrupt(
 
 
 class ChatSession:
-    """The event-loop side of the interactive client: one connection, frames dispatched.
+    """The event-loop side of the interactive client: the connection, frames dispatched.
 
-    Runs inside a blocking portal; the main thread calls its coroutines through it.
+    Runs inside a blocking portal; the main thread calls its coroutines through it. When the
+    daemon goes away (stopped, restarted, killed) the session says so in one line and, with
+    `reconnect`, connects again as soon as a daemon answers on the same socket, saying so; the
+    prompt stays. A message or a command typed meanwhile waits `BACK_WAIT_S` for the daemon,
+    then is refused with one line (nothing is sent: the person sends it again once it is back).
     """
 
-    def __init__(self, client: ChatClient, screen: Screen) -> None:
+    def __init__(self, client: ChatClient, screen: Screen, *, reconnect: bool = True) -> None:
         self.client = client
         self.screen = screen
+        self.reconnect = reconnect
+        # Why the connection is down (None while connected); `_up` is set while connected.
         self.lost: str | None = None
+        self._up = anyio.Event()
+        self._up.set()
+        self._stopping = False
         self._message_id: str | None = None
         self._turn_id: str | None = None
         self._turn_end: anyio.Event | None = None
@@ -340,27 +354,71 @@ class ChatSession:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, path: Path, screen: Screen) -> AsyncIterator[ChatSession]:
-        async with ChatClient.connect(path) as client, anyio.create_task_group() as tg:
-            session = cls(client, screen)
-            tg.start_soon(session._dispatch)
-            yield session
-            tg.cancel_scope.cancel()
+    async def open(
+        cls, path: Path, screen: Screen, *, reconnect: bool = True
+    ) -> AsyncIterator[ChatSession]:
+        """Connect (a `ChatError` when no daemon answers now), then keep the connection."""
+        first = ChatClient.connect(path)
+        client = await first.__aenter__()
+        session = cls(client, screen, reconnect=reconnect)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(session._keep, path, first)
+                yield session
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await session.client.aclose()
+
+    async def _keep(self, path: Path, first: Any) -> None:
+        """Dispatch the connection's frames; when it is lost, connect again while `reconnect`."""
+        try:
+            await self._dispatch()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await first.__aexit__(None, None, None)
+        while self.reconnect:
+            try:
+                async with ChatClient.connect(path, timeout=CONNECT_TIMEOUT_S) as client:
+                    self.client = client
+                    self.lost = None
+                    self._stopping = False
+                    self._up.set()
+                    hello = client.hello
+                    self.screen.note(
+                        f"reconnected: the daemon is back ({hello.get('state', '?')}, "
+                        f"session {hello.get('session_id', '?')})"
+                    )
+                    await self._dispatch()
+            except ChatError:
+                await anyio.sleep(RECONNECT_EVERY_S)
 
     async def _dispatch(self) -> None:
         try:
             async for frame in self.client.frames():
+                if frame.get("type") == "state" and frame.get("state") == "stopping":
+                    self._stopping = True  # said in the one line that follows
+                    continue
                 self._route(frame)
                 if frame.get("type") == "notice":
                     # Printed by `_route`: now the daemon may count it delivered.
                     await self.client.seen([str(frame.get("id"))])
-            self.lost = "the daemon closed the connection"
+            why = "the daemon closed the connection"
         except ChatError as exc:
-            self.lost = exc.message
-        self.screen.note(self.lost)
+            why = exc.message
+        self._up = anyio.Event()
+        self.lost = "the daemon stopped" if self._stopping else f"lost the daemon ({why})"
+        if self.reconnect:
+            self.screen.note(f"{self.lost}; reconnecting when it is back (Ctrl-D leaves)")
+        else:
+            self.screen.note(self.lost)
         if self._turn_end is not None:
             # An accepted message is on disk: the person hears it is owed a reply, not lost.
-            lost = MessageSaved(self._turn_id).message if self._turn_id else self.lost
+            if self._turn_id:
+                lost = MessageSaved(self._turn_id).message
+                self._kept.add(self._turn_id)  # its reply may come once the daemon is back
+            else:
+                lost = self.lost
             self._turn_outcome = {"type": "error", "code": "lost", "message": lost}
             self._turn_end.set()
             self._attention.set()
@@ -429,7 +487,7 @@ class ChatSession:
             self.screen.frame_note(frame)
 
     async def start_turn(self, text: str) -> None:
-        self._check_alive()
+        await self._check_alive()
         self._message_id = new_id()
         self._turn_id = None
         self._turn_outcome = None
@@ -481,7 +539,7 @@ class ChatSession:
         timeout: float = 30.0,  # noqa: ASYNC109 - a ChatError with a message
         args: dict[str, Any] | None = None,
     ) -> Any:
-        self._check_alive()
+        await self._check_alive()
         command_id = new_id()
         event, box = anyio.Event(), list[dict[str, Any]]()
         self._commands[command_id] = (event, box)
@@ -497,9 +555,20 @@ class ChatSession:
             raise ChatError(str(box[0].get("message") or box[0].get("code")), box[0])
         return box[0].get("data")
 
-    def _check_alive(self) -> None:
-        if self.lost:
-            raise ChatError(self.lost)
+    async def _check_alive(self) -> None:
+        """Return once connected: at once, or when the daemon is back within `BACK_WAIT_S`."""
+        if self.lost is None:
+            return
+        if self.reconnect:
+            with anyio.move_on_after(BACK_WAIT_S):
+                await self._up.wait()
+            if self.lost is None:
+                return
+            raise ChatError(
+                "not sent: the daemon is not back yet; send it again once it is "
+                "(this chat reconnects and says so; Ctrl-D leaves)"
+            )
+        raise ChatError(self.lost)
 
 
 class Screen:
@@ -607,7 +676,7 @@ class InteractiveChat:
             self._answer_questions(portal, session)
             line = self._read_line()
             if line is None:
-                return 0 if session.lost is None else 1
+                return 0 if session.lost is None or session.reconnect else 1
             text = line.strip()
             if not text:
                 continue
@@ -619,7 +688,7 @@ class InteractiveChat:
                     self._turn(portal, session, text[1:] if text.startswith("//") else text)
             except ChatError as exc:
                 self.screen.note(f"error: {exc.message}")
-                if session.lost:
+                if session.lost and not session.reconnect:
                     return 1
 
     def _read_line(self) -> str | None:
