@@ -242,6 +242,11 @@ def test_reverie_schedule_through_the_daemon_and_directly(tmp_path: Path) -> Non
     bad = cli("add", "whenever it suits", "x")
     assert bad.returncode == 1
     assert "cannot read the time 'whenever it suits'" in bad.stderr
+    # Refusals read the same without the daemon: plain sentences, no codes.
+    far = cli("add", "in", "99999999999", "days", "x")
+    assert "that is more than 10 years ahead" in _one_plain_line(far.stderr)
+    gone = cli("cancel", "nope")
+    assert "no schedule 'nope' (`reverie schedule list`" in _one_plain_line(gone.stderr)
     offline = run_cli("status", "--home", str(home), env=env)
     assert "schedules:    1 active" in offline.stdout and "stand-up notes" in offline.stdout
     d = DaemonProcess(home=home, env=env)

@@ -7,7 +7,9 @@ the person is asked through the approvals guard (an `approval` frame, as for any
 A yes activates it; a no declines it; nobody connected or no answer leaves it pending until
 `reverie schedule approve ID`. A rule or a saved "always" answer for `schedule` in the
 permission policy counts as the person's yes. A time phrase that cannot be resolved is a tool
-error that says what is understood — never a guess.
+error that says what is understood — never a guess; so is a `what` whose first words continue
+the time (`when` "tomorrow", `what` "at 10 buy honey jars"). The result says how the time was
+read, as `reverie schedule add` does.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ SCHEDULE_SCHEMA: dict[str, Any] = {
             "description": "When, in the person's time zone: an ISO time ('2026-12-24T18:00') or a "
             "phrase — 'in 20 minutes', 'at 18:30', 'tomorrow at 9', 'next monday at 10', "
             "'every day at 7', 'every weekday at 8:00', 'every monday', "
-            "'on the first of each month', 'every 2 hours'.",
+            "'on the first of each month', 'every 2 hours'. The whole time goes here, none of "
+            "it in `what`.",
         },
         "what": {
             "type": "string",
