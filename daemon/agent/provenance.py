@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.models.base import Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -66,6 +67,7 @@ _UNTRUSTED_MEMORY = re.compile(
     r'<memory [^>\n]*trust="untrusted"[^>\n]*>\n(?P<body>.*?)\n</memory>', re.DOTALL
 )
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_APOSTROPHES = str.maketrans({"’": "'"})
 # Words that carry what a fact says although search ignores them: negations, quantities.
 _NEGATIONS = frozenset({"no", "not", "nor", "never", "none", "cannot", "without", "neither"})
 _MEANING = _NEGATIONS | frozenset(
@@ -90,7 +92,10 @@ def weakest(*origins: str | None) -> str:
 def words(text: str) -> frozenset[str]:
     """The content words of `text`, stemmed: stop words out, negations and numbers kept."""
     out: set[str] = set()
-    for token in _TOKEN.findall(text.lower().replace("’", "'")):
+    # Each distinct piece once (split in C first): a long file repeats most of its words.
+    tokens = {t for piece in set(text.lower().split()) for t in _TOKEN.findall(piece)}
+    for token in tokens:
+        token = token.translate(_APOSTROPHES)
         if token.endswith("n't") or token in _NEGATIONS:
             out.add("not")
         elif any(c.isdigit() for c in token):
@@ -108,11 +113,25 @@ def _numeric(word: str) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class TurnReading:
-    """What one request of a turn has in view: its origin, the person's words, outside words."""
+    """What one request of a turn has in view: its origin, the person's texts, outside texts.
+
+    Their words are read only when a fact is stored (`origin_of`), once per request: most
+    model steps store nothing, and a turn may have read a long file.
+    """
 
     origin: str
-    person: frozenset[str] = frozenset()
-    outside: frozenset[str] = frozenset()
+    person_texts: tuple[str, ...] = ()
+    outside_texts: tuple[str, ...] = ()
+
+    @cached_property
+    def person(self) -> frozenset[str]:
+        """The person's own content words (`words`)."""
+        return words("\n".join(self.person_texts))
+
+    @cached_property
+    def outside(self) -> frozenset[str]:
+        """The content words of the outside text in view."""
+        return words("\n".join(self.outside_texts))
 
     def origin_of(self, text: str) -> str:
         """Whose word `text` is, stored now: "person" when the words are the person's own
@@ -150,11 +169,10 @@ def read_turn(
     found = ["person" if trunk else "agent"]
     if any(o in UNTRUSTED_ORIGINS for o in shown_origins):
         found.append("agent")
-    person: set[str] = set()
-    outside: set[str] = set()
+    person: list[str] = []
+    outside: list[str] = []
     for block in system:
-        for found_block in _UNTRUSTED_MEMORY.finditer(block):
-            outside |= words(found_block["body"])
+        outside += (found_block["body"] for found_block in _UNTRUSTED_MEMORY.finditer(block))
     for messages, earlier in ((history, True), (current, False)):
         names = {b.id: b.name for m in messages for b in m.content if isinstance(b, ToolUseBlock)}
         for m in messages:
@@ -164,9 +182,9 @@ def read_turn(
                 if isinstance(b, TextBlock):
                     if b.text.startswith(_NOTE_OPENING):
                         found.append("agent")
-                        outside |= words(b.text)
+                        outside.append(b.text)
                     elif trunk:
-                        person |= words(b.text)
+                        person.append(b.text)
                     continue
                 if not isinstance(b, ToolResultBlock):
                     continue
@@ -175,8 +193,10 @@ def read_turn(
                 if brought is not None:
                     found.append("agent" if earlier else brought)
                 if brought is not None and brought not in STRENGTH[:2]:
-                    outside |= words(_LABEL.sub("", b.content))
-    return TurnReading(origin=weakest(*found), person=frozenset(person), outside=frozenset(outside))
+                    outside.append(_LABEL.sub("", b.content))
+    return TurnReading(
+        origin=weakest(*found), person_texts=tuple(person), outside_texts=tuple(outside)
+    )
 
 
 def turn_origin(
