@@ -31,4 +31,4 @@ def test_a_core_only_install_fetches_an_html_page() -> None:
 
 def test_ci_runs_the_core_install_check() -> None:
     steps = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
-    assert "python3 scripts/check_core_install.py" in steps
+    assert ".venv/bin/python scripts/check_core_install.py" in steps

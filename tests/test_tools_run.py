@@ -444,6 +444,47 @@ def test_as_root_the_limit_needs_a_pids_cgroup_or_run_is_off() -> None:
     assert user.describe() == "run: sandboxed by bubblewrap (network off, at most 300 processes)"
 
 
+def _fake_proc(tmp_path: Path, cgroup: str, mounts: list[str]) -> Path:
+    proc = tmp_path / "proc"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text(cgroup)
+    (proc / "mountinfo").write_text("".join(f"{i} 1 0:{i} {m}\n" for i, m in enumerate(mounts)))
+    return proc
+
+
+def test_where_a_pids_cgroup_can_be_made(tmp_path: Path) -> None:
+    from daemon.tools.cgroups import _pids_base
+
+    fs = tmp_path / "fs"
+    # cgroup v1: a child of the daemon's own pids cgroup, under a mount of the hierarchy
+    # (a container's mount may start at its own cgroup: the root field says where).
+    v1 = _fake_proc(
+        tmp_path / "a",
+        "9:pids:/docker/c1/svc\n0::/\n",
+        [
+            f"/docker/c1 {fs}/pids rw - cgroup cgroup rw,pids",
+            f"/ {fs}/cpu rw - cgroup cgroup rw,cpu",
+        ],
+    )
+    assert _pids_base(v1) == fs / "pids" / "svc"
+    # cgroup v2 with the daemon at the root of its namespace: the root, pids enabled below it.
+    (fs / "v2").mkdir(parents=True)
+    (fs / "v2" / "cgroup.controllers").write_text("cpu memory pids\n")
+    (fs / "v2" / "cgroup.subtree_control").write_text("memory\n")
+    v2 = _fake_proc(tmp_path / "b", "0::/\n", [f"/ {fs}/v2 rw - cgroup2 cgroup2 rw"])
+    assert _pids_base(v2) == fs / "v2"
+    assert (fs / "v2" / "cgroup.subtree_control").read_text() == "+pids\n"
+    # cgroup v2 below the root (a systemd service): its own cgroup holds the daemon, so a
+    # command could not join a child of it. None, and run says why for root.
+    v2_service = _fake_proc(
+        tmp_path / "c", "0::/system.slice/reverie.service\n", [f"/ {fs}/v2 rw - cgroup2 cgroup2 rw"]
+    )
+    assert _pids_base(v2_service) is None
+    # No pids controller anywhere.
+    (fs / "v2" / "cgroup.controllers").write_text("cpu memory\n")
+    assert _pids_base(v2) is None
+
+
 @needs_bwrap
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -485,7 +526,11 @@ def test_a_dead_daemons_cgroup_is_emptied_and_removed(tmp_path: Path) -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
     # What a daemon that died left: its cgroup, with a process of a sandbox still in it.
-    stale = cgroups.base / f"reverie-run-{gone.pid}-0"
+    ns = os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    stale = cgroups.base / f"reverie-run-{ns}-{gone.pid}-0"
+    # One of a daemon in another pid namespace: its pid means nothing here, it is left alone.
+    foreign = cgroups.base / f"reverie-run-1-{gone.pid}-0"
+    foreign.mkdir()
     stale.mkdir()
     m = _marker()
     left = subprocess.Popen(
@@ -495,12 +540,13 @@ def test_a_dead_daemons_cgroup_is_emptied_and_removed(tmp_path: Path) -> None:
         _wait_for(lambda: left.pid in cgroup_members(stale), "never joined", 30.0)
         assert PidsCgroups.find() is not None
         assert left.wait(10) == -signal.SIGKILL
-        assert not stale.exists()
+        assert not stale.exists() and foreign.exists()
     finally:
         left.kill()
         left.wait()
-        with contextlib.suppress(OSError):
-            stale.rmdir()
+        for path in (stale, foreign):
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 # --- what a command can see ---

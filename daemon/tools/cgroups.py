@@ -9,8 +9,9 @@ Where one can be made: cgroup v1's `pids` hierarchy (a child of the daemon's own
 cgroup v2 when the daemon sits at the root of its cgroup namespace (a container) — below
 that, cgroup v2 lets a cgroup that holds processes (the daemon's own) have only threaded
 children, which a command cannot be moved into. Cgroups are named
-`reverie-run-<daemon pid>-<n>`; one left behind by a daemon that died (with its processes,
-if the kernel had not ended them yet) is killed and removed the next time a daemon looks.
+`reverie-run-<pid namespace>-<daemon pid>-<n>`; one left behind by a daemon of this pid
+namespace that died (with its processes, if the kernel had not ended them yet) is killed and
+removed the next time a daemon looks.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class PidsCgroups:
 
     def make(self, max_processes: int) -> Path:
         """A new, empty cgroup whose tasks (processes and threads) number at most the limit."""
-        path = self.base / f"{PREFIX}{os.getpid()}-{next(self._serial)}"
+        path = self.base / f"{PREFIX}{_pid_namespace()}-{os.getpid()}-{next(self._serial)}"
         path.mkdir()
         try:
             (path / "pids.max").write_text(f"{int(max_processes)}\n")
@@ -83,9 +84,12 @@ class PidsCgroups:
             entries = list(self.base.iterdir())
         except OSError:
             return
+        ours = _pid_namespace()
         for path in entries:
-            owner = path.name.removeprefix(PREFIX).split("-", 1)[0]
-            if not path.name.startswith(PREFIX) or not owner.isdigit():
+            # Only a daemon of this pid namespace can be looked for by its pid.
+            ns, _, rest = path.name.removeprefix(PREFIX).partition("-")
+            owner = rest.split("-", 1)[0]
+            if not path.name.startswith(PREFIX) or ns != ours or not owner.isdigit():
                 continue
             if Path(f"/proc/{owner}").exists():
                 continue
@@ -93,6 +97,13 @@ class PidsCgroups:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             self.remove(path, wait_s=1.0)
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    except OSError:
+        return "0"
 
 
 def members(path: Path) -> set[int]:
