@@ -247,6 +247,27 @@ async def test_list_files_glob(bench: Bench) -> None:
 
 
 @SEARCHES
+async def test_a_search_through_a_line_of_megabytes_never_holds_it(
+    tmp_path: Path, use_ripgrep: bool
+) -> None:
+    b = Bench(tmp_path, _settings(), use_ripgrep=use_ripgrep)
+    b.put("huge.txt", "needle " + "x" * (16 * 1024 * 1024) + "\nneedle two\n")
+    b.put("small.txt", "a needle\n")
+    tracemalloc.start()
+    try:
+        out = await b.ok("search_files", pattern="needle")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.splitlines() == [
+        "huge.txt:1:needle " + "x" * 293 + "…",
+        "huge.txt:2:needle two",
+        "small.txt:1:a needle",
+    ]
+    assert peak < 8 * 1024 * 1024, f"{peak} bytes allocated at the peak"
+
+
+@SEARCHES
 async def test_names_with_control_characters_are_written_out(
     tmp_path: Path, use_ripgrep: bool
 ) -> None:
