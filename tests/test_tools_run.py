@@ -201,6 +201,18 @@ async def test_bare_timeout_stops_the_group_and_its_descendants(home: Home) -> N
     assert _processes_with(m) == []
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0 or PidsCgroups.find() is None, reason="needs root and a pids cgroup"
+)
+async def test_bare_as_root_the_cgroup_finds_a_double_forked_daemon(home: Home) -> None:
+    reg = _registry(home, sandbox="none", allow_unsandboxed=True)
+    m = _marker()
+    # Out of the process group and orphaned at once: only its cgroup still knows it.
+    out = await _run(reg, f"( setsid sleep {m} & ) ; echo left-it")
+    assert out.content.startswith("exit code: 0") and "left-it" in out.content
+    assert _processes_with(m) == []
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_cancelled_turn_kills_the_tree(home: Home, mode: dict[str, Any]) -> None:
     reg = _registry(home, **mode)
