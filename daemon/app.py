@@ -34,6 +34,11 @@ from daemon.settings import Settings
 log = get_logger("app")
 
 
+async def _warm_up(services: Services) -> None:
+    await anyio.to_thread.run_sync(services.counter.raw, "warm up")
+    services.resources.started()
+
+
 class HomeLocked(Exception):
     pass
 
@@ -128,13 +133,9 @@ class Daemon:
                 if notifier.watchdog_interval():
                     await tg.start(watchdog_loop, notifier, name="watchdog")
                 await tg.start(server.serve, name="chat-server")
-                # Load the tokenizer's vocabulary now, off the loop, not in the first turn.
-                tg.start_soon(
-                    anyio.to_thread.run_sync,
-                    services.counter.raw,
-                    "warm up",
-                    name="tokenizer-warm-up",
-                )
+                # Load the tokenizer's vocabulary now, off the loop, not in the first turn; the
+                # figures later ones are held to are taken once it is in (`status` resources).
+                tg.start_soon(_warm_up, services, name="tokenizer-warm-up")
                 if lock is not None:
                     lock.record_socket(socket_path)
                 notifier.ready(status=f"awake; socket {socket_path}")

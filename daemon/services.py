@@ -34,7 +34,7 @@ from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.context.assembler import ContextAssembler
 from daemon.delegate.fork import Delegator
-from daemon.events import ForkFinished, Heartbeat, SleepHousekeeping, TurnFinished
+from daemon.events import ForkFinished, Heartbeat, SleepFinished, SleepHousekeeping, TurnFinished
 from daemon.journal import JournalHeartbeat
 from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import get_logger
@@ -44,6 +44,7 @@ from daemon.models.base import Model
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.resources import ResourceWatch, forgettable
 from daemon.run_log import RunLog
 from daemon.schedule.checklist import StandingChecklist
 from daemon.schedule.courier import NoticeCourier
@@ -121,6 +122,8 @@ class Services:
     watcher: FileWatcher | None
     # When the daemon started and stopped (what the console's timeline draws as running).
     runs: RunLog
+    # Memory, descriptors, children and the store's size: after start, after each sleep, now.
+    resources: ResourceWatch
     # The local web console, once `serve` started it (`[web] enabled`).
     web: WebConsole | None = None
 
@@ -156,6 +159,7 @@ class Services:
                 self.web = WebConsole(self)
                 await tg.start(self.web.serve, name="web-console")
             self.lifecycle.transition(DaemonState.AWAKE, detail="ready")
+            self.resources.started()
             task_status.started()
 
     async def heartbeat(self) -> str:
@@ -436,6 +440,12 @@ async def open_services(
             keeper=keeper,
             watcher=watcher,
             runs=RunLog(db, clock, started_at=started_at),
+            resources=ResourceWatch(db_file=None if db.is_postgres else home.db_file, clock=clock),
+        )
+        # After each sleep the day's caches go and the figures are taken again.
+        forgettable(counter.forget)
+        stack.callback(
+            bus.on(SleepFinished, services.resources.slept, name="resources.after_sleep")
         )
         # Fork transcripts are kept within their retention limits during sleep's maintenance.
         stack.callback(

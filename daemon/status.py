@@ -197,6 +197,14 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             else None
         ),
         "started_at": daemon.started_at.isoformat(),
+        # RSS, open fds, children, database and WAL size: now, after start, after the last
+        # sleep, and what drifted. Children are expected only from MCP servers while idle.
+        "resources": daemon.resources.describe(
+            expected_children=None
+            if (trunk and trunk.busy)
+            or (daemon.delegator is not None and daemon.delegator.running > 0)
+            else len(daemon.mcp.status())
+        ),
         # Vector search needs both an embedder that makes vectors and somewhere to search them.
         "vector_search": bool(embedder is not None and embedder.dim > 0),
         "embedder": embedder.name if embedder is not None else None,

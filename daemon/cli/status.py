@@ -190,6 +190,7 @@ def render(status: dict[str, Any]) -> str:
             else "lexical only (no embedder installed)"
         )
         lines.append(f"search:       {search}")
+    lines.extend(_resource_lines(status.get("resources")))
     spend = status.get("spend")
     if spend:
         lines.append(
@@ -202,6 +203,28 @@ def render(status: dict[str, Any]) -> str:
 
         lines.append(f"daemon:       not running; {START_HINT}")
     return "\n".join(lines)
+
+
+def _resource_lines(res: dict[str, Any] | None) -> list[str]:
+    """`resources:  RSS 131 MB (after start 122, after the last sleep 125) · 16 fds · …`."""
+    if not res:
+        return []
+    marks = [f"after start {res['at_start']['rss_mb']:.0f}"] if res.get("at_start") else []
+    if res.get("after_sleep"):
+        marks.append(f"after the last sleep {res['after_sleep']['rss_mb']:.0f}")
+    shown = f" ({', '.join(marks)})" if marks else ""
+    store = (
+        f" · database {res['db_mb']:.1f} MB + WAL {res['wal_mb']:.1f} MB"
+        if res.get("db_mb")
+        else ""
+    )
+    kids = res.get("children", 0)
+    lines = [
+        f"resources:    RSS {res['rss_mb']:.0f} MB{shown} · {res.get('fds', 0)} open files · "
+        f"{kids} child process{'' if kids == 1 else 'es'}{store}"
+    ]
+    lines.extend(f"  warning:    {w}" for w in res.get("warnings") or [])
+    return lines
 
 
 def _mcp_line(server: dict[str, Any]) -> str:

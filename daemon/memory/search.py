@@ -39,6 +39,7 @@ from daemon.memory.query import (
 from daemon.memory.relevance import Match, match, scale_for
 from daemon.memory.rows import embed_text, row_to_item
 from daemon.memory.text import stem
+from daemon.resources import forgettable
 from daemon.store.db import Database
 from daemon.text import STOP_WORDS as EVERYDAY_STOP_WORDS
 
@@ -96,6 +97,11 @@ def undated(text: str) -> str:
 def stems_of(text: str) -> frozenset[str]:
     """The stems of a memory's content words (cached: the same memories are re-ranked often)."""
     return frozenset(stem(w) for w in terms(text))
+
+
+# Both hold memories' whole texts: a sleep ends the day they were warm for.
+forgettable(undated.cache_clear)
+forgettable(stems_of.cache_clear)
 
 
 def descending(scored: list[tuple[int, float]]) -> list[tuple[int, float]]:
