@@ -96,19 +96,15 @@ def find_socket(primary: str, home: str, *, pinned: bool, announce: bool = True)
     `primary` when a socket is there, or when the path is pinned (configured, or
     `$RUNTIME_DIRECTORY` is set: the client runs beside the daemon). Otherwise the socket the
     home's daemon recorded (`recorded_socket`), then the sockets of the shipped systemd units
-    (user unit first), the first that exists — saying so on stderr when `announce`. When none
+    (user unit first), the first that exists — saying so on stderr when `announce`, as that
+    daemon may serve another home. When none
     exists, `primary`, so "not running" names the home's own path.
     """
     if pinned or os.environ.get("RUNTIME_DIRECTORY") or os.path.exists(primary):
         return primary
     recorded = recorded_socket(home)
     if recorded is not None and recorded != primary and os.path.exists(recorded):
-        if announce:
-            print(
-                f"reverie: using the socket the daemon of {home} listens on: {recorded}",
-                file=sys.stderr,
-            )
-        return recorded
+        return recorded  # the home's own daemon: nothing to remark on
     from daemon.systemd import unit_socket_paths  # anyio: only when the home has no socket
 
     for candidate in unit_socket_paths():
