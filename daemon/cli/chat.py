@@ -12,7 +12,9 @@ client answers `seen` with its id: only then does the daemon count it delivered.
 The interactive client reads the keyboard with `input()` on the main thread — the only
 thread where Ctrl-C interrupts readline cleanly and the terminal is restored — while the
 connection lives on an event loop in a blocking portal's thread. So reading stdin never
-blocks the loop: `state` frames arrive and are shown while the prompt waits.
+blocks the loop: `state` frames arrive and are shown while the prompt waits. The connection
+outlives the daemon: when it stops, the chat says so in one line and connects again once a
+daemon answers on the same socket, saying so (`ChatSession`).
 
 Size: the one-message and the interactive client, their notes and the approval prompts,
 share the frame handling and are read in one place.
