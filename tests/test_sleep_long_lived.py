@@ -17,6 +17,7 @@ import pytest
 
 from daemon.memory.mining import Line, mine_lines
 from daemon.sleep.changes import list_changes
+from daemon.sleep.maintenance import retire_stale
 from daemon.sleep.mine import MiningPhase
 from tests.sleep_phase_support import START, SleepRig, sleep_home, sleep_settings
 
@@ -153,3 +154,26 @@ def test_the_same_words_in_two_sessions_are_two_statements() -> None:
         ("s1", ("s1-0",)),
         ("s3", ("s3-2", "s3-3")),  # a repeat within one session is one statement
     ]
+
+
+async def test_a_change_of_a_dated_occasion_retires_with_that_occasion(tmp_path: Path) -> None:
+    """ "The meetup moves to Lyon" names no date: it is of the meetup it moved, and goes with it."""
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            said = [
+                ("user", "The meetup is in Porto on 2026-01-20."),
+                ("user", "Change of plan: the meetup moves from Porto to Lyon."),
+                ("user", "The tasting is in Graz on 2026-03-30."),
+            ]
+            await rig.add_session("d1", said, started=START, summarise=False)
+            await MiningPhase().run(rig.context(cycle_id="mine"))
+            facts = rig.memory.facts
+            [moved] = [f for f in facts.facts() if f.value == "Lyon"]
+            assert facts.get(moved.supersedes or "").value == "Porto"
+            rig.clock.set(START + timedelta(days=30))
+            retired = await retire_stale(rig.context(cycle_id="upkeep"))
+            assert [r["id"] for r in retired] == [moved.id]
+            assert "2026-01-20 passed" in retired[0]["reason"]
+            await facts.load()
+            assert not facts.get(moved.id).active
+            assert [f.value for f in facts.facts() if f.mined and f.subject] == ["Graz"]
