@@ -430,6 +430,14 @@ def test_nice_ticks_step_by_one_two_or_five_and_label_each_apart() -> None:
     assert labels == ["0.000", "0.005", "0.010", "0.015"], labels
 
 
+def test_a_long_line_chart_has_no_dot_per_day() -> None:
+    days = [(date(2025, 1, 1) + timedelta(days=i)).isoformat() for i in range(400)]
+    drawn = str(svg.lines(days, {"fact": list(range(400)), "chunk": [0] * 400}, integer=True))
+    assert drawn.count("<polyline ") == 2 and "<circle" not in drawn
+    few = str(svg.lines(days[:5], {"fact": [1, 2, 3, 4, 5]}, integer=True))
+    assert few.count("<circle ") == 5
+
+
 def test_the_timeline_escapes_what_the_stores_hold() -> None:
     start = datetime(2026, 3, 1, tzinfo=UTC)
     tl = Timeline(

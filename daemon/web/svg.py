@@ -30,6 +30,8 @@ BAND_COLOURS = {
 # What the legend calls each band.
 BAND_LABELS = {"off": "off (not running)", "unknown": "no record"}
 MARK_ROWS = ("turn", "fork", "schedule", "sleep")
+# A line chart marks each of its points with a dot up to this many points.
+MAX_DOTS = 90
 MARK_LABELS = {"turn": "turns", "fork": "forks", "schedule": "scheduled", "sleep": "sleep cycles"}
 
 
@@ -283,8 +285,9 @@ def lines(
             f'<polyline points="{points}" fill="none" stroke="{colour(s)}" stroke-width="2">'
             f"<title>{escape(name)}: {series[name][-1] if series[name] else 0:,.0f}</title></polyline>"
         )
-        # A dot on each day, so a series of one day (a new home) is seen too.
-        for i, v in enumerate(series[name]):
+        # A dot on each point, to hover for its value — while they are few enough to tell
+        # apart (a year of days would be thousands of marks on a line that says it already).
+        for i, v in enumerate(series[name] if n <= MAX_DOTS else ()):
             body.append(
                 f'<circle cx="{_num(left + step * i)}" cy="{_num(top + inner_h - inner_h * v / high)}"'
                 f' r="3" fill="{colour(s)}"><title>{escape(labels[i])} · {escape(name)}: {v:,.0f}</title></circle>'
