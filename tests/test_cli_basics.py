@@ -14,6 +14,11 @@ from daemon.cli import main
 def test_init_scaffolds_a_private_home(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home = tmp_path / "agent"
     assert main(["init", str(home)]) == 0
+    said = capsys.readouterr().out
+    assert (
+        f"start it with: reverie run --home {home}"
+        f" (or ./scripts/run-daemon.sh --home {home} in a checkout)"
+    ) in said
     assert (home / "reverie.toml").exists()
     for name in ("SOUL.md", "STYLE.md", "REGISTER.md", "NEUROLOGY.md", "USER.md"):
         assert (home / "persona" / name).stat().st_size > 0
@@ -49,6 +54,10 @@ def test_doctor_reports_each_check(tmp_path: Path, capsys: pytest.CaptureFixture
     assert checks["tokenizer"]["status"] == "ok" and "tiktoken" in checks["tokenizer"]["detail"]
     assert checks["api key"]["status"] == "warn" and "offline" in checks["api key"]["detail"]
     assert checks["home"]["status"] == "ok"
+    assert checks["socket"]["detail"] == (
+        f"{home / 'run' / 'reverie.sock'} (daemon not running; start it with `reverie run`"
+        " (or `./scripts/run-daemon.sh` in a checkout))"
+    )
 
 
 def test_doctor_names_the_embedder_in_use_and_a_broken_matrix(
