@@ -191,3 +191,12 @@ def test_a_person_reads_the_pages_and_reverts_a_dream(browser: Browser) -> None:
         wait_live(driver)
         assert not driver.find_elements(By.CSS_SELECTOR, "p.error")
         browser.screenshot(name)
+        if path == "/charts":
+            # The night just slept, on an axis of distinct, evenly stepped values in a unit.
+            sleep = driver.find_element(By.CSS_SELECTOR, "svg[aria-label='sleep per night']")
+            driver.execute_script("arguments[0].scrollIntoView()", sleep)
+            ticks = [t.text for t in sleep.find_elements(By.CSS_SELECTOR, "text.tick")]
+            unit = sleep.find_element(By.CSS_SELECTOR, "text.unit").text
+            assert len(set(ticks)) == len(ticks) >= 2 and float(ticks[0]) == 0, ticks
+            assert unit in ("seconds", "minutes", "hours"), unit
+            browser.screenshot("pages-charts-sleep")
