@@ -360,25 +360,15 @@ class ChatSession:
         cls, path: Path, screen: Screen, *, reconnect: bool = True
     ) -> AsyncIterator[ChatSession]:
         """Connect (a `ChatError` when no daemon answers now), then keep the connection."""
-        first = ChatClient.connect(path)
-        client = await first.__aenter__()
-        session = cls(client, screen, reconnect=reconnect)
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(session._keep, path, first)
-                yield session
-                tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await session.client.aclose()
+        async with ChatClient.connect(path) as first, anyio.create_task_group() as tg:
+            session = cls(first, screen, reconnect=reconnect)
+            tg.start_soon(session._keep, path)
+            yield session
+            tg.cancel_scope.cancel()
 
-    async def _keep(self, path: Path, first: Any) -> None:
+    async def _keep(self, path: Path) -> None:
         """Dispatch the connection's frames; when it is lost, connect again while `reconnect`."""
-        try:
-            await self._dispatch()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await first.__aexit__(None, None, None)
+        await self._dispatch()
         while self.reconnect:
             try:
                 async with ChatClient.connect(path, timeout=CONNECT_TIMEOUT_S) as client:
