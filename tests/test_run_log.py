@@ -123,11 +123,16 @@ def test_the_bands_are_off_between_runs_and_unknown_before_the_log() -> None:
         Band(state="running", start=DAY1 + 8 * h, end=DAY1 + 10 * h, note="lost"),
         Band(state="running", start=DAY1 + timedelta(days=2), end=now),
     ]
-    # A sleep cycle inside the first run; a cycle the killed run left unfinished reaches "now"
-    # in the store, and is cut where the run ended.
+    # A sleep cycle inside the first run; one the kill interrupted, resumed and finished by
+    # the next start (shown in both runs, not in the gap between them).
     sleep = [
         Band(state="asleep", start=DAY1 + h, end=DAY1 + h + timedelta(minutes=30)),
-        Band(state="winding-down", start=DAY1 + 9 * h, end=now),
+        Band(state="winding-down", start=DAY1 + 9 * h, end=DAY1 + 9 * h + timedelta(minutes=30)),
+        Band(
+            state="asleep",
+            start=DAY1 + 9 * h + timedelta(minutes=30),
+            end=DAY1 + timedelta(days=2, hours=1),
+        ),
     ]
     live = Band(state="winding-down", start=now - timedelta(minutes=5), end=now)
     bands = run_bands(runs, sleep, start, now, live)
@@ -139,13 +144,23 @@ def test_the_bands_are_off_between_runs_and_unknown_before_the_log() -> None:
         ("awake", DAY1 + h + timedelta(minutes=30), DAY1 + 2 * h),
         ("off", DAY1 + 2 * h, DAY1 + 8 * h),
         ("awake", DAY1 + 8 * h, DAY1 + 9 * h),
-        ("winding-down", DAY1 + 9 * h, DAY1 + 10 * h),
+        ("winding-down", DAY1 + 9 * h, DAY1 + 9 * h + timedelta(minutes=30)),
+        ("asleep", DAY1 + 9 * h + timedelta(minutes=30), DAY1 + 10 * h),
         ("off", DAY1 + 10 * h, DAY1 + timedelta(days=2)),
-        ("awake", DAY1 + timedelta(days=2), now - timedelta(minutes=5)),
+        ("asleep", DAY1 + timedelta(days=2), DAY1 + timedelta(days=2, hours=1)),
+        ("awake", DAY1 + timedelta(days=2, hours=1), now - timedelta(minutes=5)),
         ("winding-down", now - timedelta(minutes=5), now),
     ]
     # How the killed run ended is said on its last band.
-    assert bands[7].note == "lost" and not bands[4].note
+    assert bands[8].note == "lost" and not bands[4].note
+    # A cycle never finished (its end on record is "now") stays in the run it began in.
+    abandoned = [Band(state="winding-down", start=DAY1 + 9 * h, end=now, open=True)]
+    bands = run_bands(runs, abandoned, start, now, None)
+    assert [(b.state, b.start, b.end) for b in bands[-3:]] == [
+        ("winding-down", DAY1 + 9 * h, DAY1 + 10 * h),
+        ("off", DAY1 + 10 * h, DAY1 + timedelta(days=2)),
+        ("awake", DAY1 + timedelta(days=2), now),
+    ]
     # Nothing running at all: the whole window is off.
     assert [(b.state, b.start, b.end) for b in run_bands([], sleep, start, now, None)] == [
         ("off", start, now)

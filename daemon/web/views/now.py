@@ -31,6 +31,7 @@ class Band:
     start: datetime
     end: datetime
     note: str = ""  # said on hover (how a run ended)
+    open: bool = False  # its end is not on record (a cycle not finished): drawn up to now
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,9 +76,16 @@ async def _sleep_spans(services: Services, start: datetime, now: datetime) -> li
         cycle_end = parse_iso(finished) or now
         calm_from = parse_iso(wd_end) or (cycle_end if finished else now)
         # The daemon winds down from the cycle's start (the turn in progress finishes first).
-        spans.append(Band(state="winding-down", start=cycle_start, end=calm_from))
+        spans.append(
+            Band(
+                state="winding-down",
+                start=cycle_start,
+                end=calm_from,
+                open=not (wd_end or finished),
+            )
+        )
         if calm_from < cycle_end:
-            spans.append(Band(state="asleep", start=calm_from, end=cycle_end))
+            spans.append(Band(state="asleep", start=calm_from, end=cycle_end, open=not finished))
     return spans
 
 
@@ -120,9 +128,14 @@ def run_bands(
         if run.state == "unknown":
             inside = [Band(state="unknown", start=s, end=e, note=run.note)]
         else:
-            # A cycle belongs to the run it began in: one a kill left unfinished is not
-            # carried into the next run (the live state says what this run is doing).
-            own = [b for b in sleep if run.start <= b.start < run.end]
+            # A cycle shows in the run it began in, and in the run that finished it (a cycle
+            # a kill interrupted is resumed at the next start); one never finished is not
+            # carried into later runs (the live state says what this run is doing).
+            own = [
+                b
+                for b in sleep
+                if run.start <= b.start < run.end or (not b.open and run.start < b.end <= run.end)
+            ]
             inside = fill_bands(own, s, e, live if e >= now else None)
             if run.note and inside:
                 inside[-1] = replace(inside[-1], note=run.note)
