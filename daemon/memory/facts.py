@@ -36,7 +36,8 @@ import json
 import os
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from pathlib import Path
@@ -429,6 +430,8 @@ class FactStore:
         self.tz = local_timezone(settings)
         self.log = FactLog(home.memory_dir / "facts.jsonl")
         self._lock = anyio.Lock()
+        self._deferred = 0  # inside `rendering_once`: MEMORY.md is written at its end
+        self._normals: dict[str, str] = {}  # fact id → its normalised text (texts never change)
 
     @property
     def memory_md(self) -> Path:
@@ -869,7 +872,7 @@ class FactStore:
         async with self._lock:
             await self.load()
             key = normalise(mined.text)
-            same_text = next((f for f in self.facts() if normalise(f.text) == key), None)
+            same_text = next((f for f in self.facts() if self._normal(f) == key), None)
             if same_text is not None and not self._moves_another(mined, same_text):
                 await self._confirm(same_text.id, mined.said_at)
                 return MinedOutcome(status="confirmed", id=same_text.id)
@@ -970,6 +973,14 @@ class FactStore:
             cur = self.get(cur.supersedes or "")
         return set()
 
+    def _normal(self, fact: Fact) -> str:
+        """`normalise(fact.text)`, once per fact: a night compares every fact it reads with
+        every fact known."""
+        found = self._normals.get(fact.id)
+        if found is None:
+            found = self._normals[fact.id] = normalise(fact.text)
+        return found
+
     def _naming(self, value: str, subject: str) -> Fact | None:
         """The newest active fact without a key that states `value` of `subject` (by its words).
 
@@ -1036,8 +1047,28 @@ class FactStore:
             await self.render()
         return len(missing)
 
+    @asynccontextmanager
+    async def rendering_once(self) -> AsyncIterator[None]:
+        """Write MEMORY.md and PROFILE.md once, at the end, for the facts stored inside.
+
+        A night reading a backlog stores hundreds of facts; rendering both files (atomic,
+        fsynced) after each grew with the facts and was most of the night. The log and the
+        index are written fact by fact as ever; the renderings follow at the end, also when
+        cancelled (shielded), so they are never left behind the log.
+        """
+        self._deferred += 1
+        try:
+            yield
+        finally:
+            self._deferred -= 1
+            if not self._deferred:
+                with anyio.CancelScope(shield=True):
+                    await self.render()
+
     async def render(self) -> None:
         """Regenerate MEMORY.md and PROFILE.md from the log (atomic replace)."""
+        if self._deferred:
+            return  # `rendering_once` writes them at its end
         memory = self._render(
             "Memory",
             "The running log of explicit facts, oldest first.",

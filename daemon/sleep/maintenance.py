@@ -350,22 +350,29 @@ async def retire_stale(ctx: PhaseContext) -> list[dict[str, str]]:
     grace = ctx.settings.sleep.retire_after_days
     changes = ChangeSet.open(ctx.db, ctx.cycle_id, clock=ctx.clock)
     out: list[dict[str, str]] = []
-    for fact in store.facts(target="memory"):
-        when = stale_date(fact, today, tz, grace, store=store)
-        if when is None:
-            continue
-        reason = f"stale: its date {when.isoformat()} passed more than {grace} day(s) ago (sleep maintenance)"
-        await changes.record(
-            "fact_retired",
-            fact.id,
-            before={"id": fact.id, "text": fact.text, "target": fact.target},
-            after={"id": fact.id, "reason": reason},
-            note=fact.text[:200],
-        )
-        await store.retract(fact.id, reason=reason, origin="system")
-        out.append({"id": fact.id, "reason": reason})
-        log.info("stale fact retired", id=fact.id, date=when.isoformat())
+    async with store.rendering_once():
+        for fact in store.facts(target="memory"):
+            when = stale_date(fact, today, tz, grace, store=store)
+            if when is not None:
+                out.append(await _retire(store, changes, fact, when, grace))
     return out
+
+
+async def _retire(
+    store: FactStore, changes: ChangeSet, fact: Fact, when: date, grace: int
+) -> dict[str, str]:
+    """Retract one stale fact, its change recorded first."""
+    reason = f"stale: its date {when.isoformat()} passed more than {grace} day(s) ago (sleep maintenance)"
+    await changes.record(
+        "fact_retired",
+        fact.id,
+        before={"id": fact.id, "text": fact.text, "target": fact.target},
+        after={"id": fact.id, "reason": reason},
+        note=fact.text[:200],
+    )
+    await store.retract(fact.id, reason=reason, origin="system")
+    log.info("stale fact retired", id=fact.id, date=when.isoformat())
+    return {"id": fact.id, "reason": reason}
 
 
 # --- pin ----------------------------------------------------------------------------------

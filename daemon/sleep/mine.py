@@ -241,11 +241,12 @@ async def mine(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
     # Whatever read the lines, a known slot said again with another value is a change.
     facts = with_slot_changes(facts, await said_again(store, lines, tz))
     outcomes: list[dict[str, str]] = []
-    for fact in facts:
-        outcome = await record(store, fact, changes, night=ctx.started_at)
-        outcomes.append(
-            {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
-        )
+    async with store.rendering_once():
+        for fact in facts:
+            outcome = await record(store, fact, changes, night=ctx.started_at)
+            outcomes.append(
+                {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
+            )
 
     def advance(conn: Any) -> None:
         conn.execute("BEGIN IMMEDIATE")
