@@ -5,6 +5,8 @@ tools over a real store here."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import anyio
@@ -12,7 +14,9 @@ import pytest
 
 from daemon.memory.ids import fact_uid
 from daemon.tools.registry import ToolContext, ToolRegistry
+from tests.harness import Client
 from tests.memory_support import memory_system
+from tests.web_harness import start_console
 from tests.web_pages_support import filled_console
 
 
@@ -93,3 +97,42 @@ async def test_the_models_correct_and_retract_take_the_bare_number(tmp_path: Pat
         )
         assert not gone.is_error and gone.content.startswith(f"{new.id} retracted"), gone.content
         assert memory.facts.get(new.id).retired_at is not None  # type: ignore[union-attr]
+
+
+def test_through_the_daemons_console_a_fact_told_after_a_recall_is_the_persons_and_takes_its_number(
+    tmp_path: Path,
+) -> None:
+    console = start_console(tmp_path)
+    try:
+        with Client(console.daemon.socket_path, timeout=60) as c:
+            c.hello()
+            for text in ("What do you recall about my kayak?", "Remember that my paddle is red."):
+                _, frames = c.chat(text)
+                assert frames[-1]["type"] == "done", frames[-1]
+        with console.http() as http:
+            http.get(console.signed_link())
+            page = http.get("/memory")
+            assert page.status_code == 200
+            row = page.text[page.text.index('<tr class="fact') :]
+            row = row[: row.index("</tr>")]
+            fact = re.search(r'id="(fact:\d+)"', row)
+            assert fact and "my paddle is red" in row, row
+            # Listed as the person's word, though the turn before had read memory.
+            assert "told, person" in row, row
+            token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert token
+            number = fact.group(1).removeprefix("fact:")
+            done = http.post(
+                "/memory/correct",
+                data={"fact": number, "text": "my paddle is blue", "csrf": token.group(1)},
+            )
+            assert done.status_code == 200, done.text
+            assert f"{fact.group(1)} corrected as fact:" in done.text
+        events = [
+            json.loads(line)
+            for line in (console.home / "memory" / "facts.jsonl").read_text().splitlines()
+        ]
+        (correction,) = [e for e in events if e["op"] == "correct"]
+        assert correction["supersedes"] == fact.group(1) and correction["origin"] == "person"
+    finally:
+        assert console.daemon.stop() == 0
