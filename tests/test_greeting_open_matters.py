@@ -24,7 +24,7 @@ from daemon.schedule.greeting import (
 )
 from daemon.schedule.outbox import Outbox
 from daemon.store.db import Database
-from tests.harness import DaemonProcess, daemon_env, run_cli, wait_until
+from tests.harness import DaemonProcess, daemon_env, run_cli, unavailable, wait_until
 
 # What the offline wake-up wrote after a session in which the offline model called `remember`:
 # the summary's "## Work done" section ended up inside a sentence of "Where things stand".
@@ -211,3 +211,51 @@ def test_after_a_same_day_nap_the_real_daemon_greets_with_open_matters_from_earl
         f"Still open from {day}:",
         "- Could you check whether the Lisbon flat is free on 12 May?",
     ], second
+
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def test_a_question_left_open_in_the_evening_is_from_yesterday_after_the_mornings_sleep(
+    tmp_path: Path,
+) -> None:
+    """The real daemon on a faked clock (libfaketime): asked on Monday evening, asleep and
+    greeting on Tuesday morning — "yesterday"; the same daemon, the same words, a day apart."""
+    if not FAKETIME_LIB.exists():
+        unavailable(f"{FAKETIME_LIB} is missing (apt-get install faketime)")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(
+        '[scheduler]\ntimezone = "UTC"\n\n[sleep]\nnightly = false\n'
+    )
+
+    def at(when: str) -> dict[str, str]:
+        return daemon_env({"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"@{when}", "TZ": "UTC"})
+
+    monday = DaemonProcess(home=home, env=at("2026-03-02 21:00:00")).start(timeout=60)
+    try:
+        asked = run_cli(
+            "chat",
+            "--home",
+            str(home),
+            "-m",
+            "Which train leaves Porto before noon?",
+            env=daemon_env(),
+        )
+        assert asked.returncode == 0, asked.stderr
+    finally:
+        assert monday.stop() == 0
+    tuesday = DaemonProcess(home=home, env=at("2026-03-03 07:30:00")).start(timeout=60)
+    try:
+        slept = run_cli("sleep", "--home", str(home), "--wait", env=daemon_env(), timeout=120)
+        assert slept.returncode == 0, slept.stderr + tuesday.logs()
+        wait_until(lambda: len(_notices(home)) == 1, 30, "the greeting")
+    finally:
+        assert tuesday.stop() == 0
+    kind, text, posted = _notices(home)[0]
+    assert kind == "greeting" and posted.startswith("2026-03-03T07:3"), posted
+    assert text.splitlines() == [
+        "Good morning — I slept and I'm rested.",
+        "Still open from yesterday:",
+        "- Which train leaves Porto before noon?",
+    ], text
