@@ -899,6 +899,9 @@ DAEMON_CONFIG = (
 [tools]
 trunk = ["run", "recall"]
 
+[tools.run]
+env = ["PATH", "LANG", "DATABASE_URL", "CACHE_URL"]
+
 [permissions]
 # An allow for a command holds every shell operator the command uses.
 rules = [{ tool = "run", match = "echo sandboxed-$((6 * 7)); env; cat ../reverie.toml || echo *", decision = "allow" }]
@@ -921,9 +924,18 @@ def test_the_daemon_runs_a_command_in_the_sandbox_without_its_key(tmp_path: Path
             Planned(text="The command printed 42."),
         )
         key = "sk-ant-api03-" + secrets.token_hex(16)
+        password = secrets.token_hex(8)
         d = DaemonProcess(
             home=home,
-            env=daemon_env({"ANTHROPIC_API_KEY": key, "REVERIE_ANTHROPIC_BASE_URL": fake.url}),
+            env=daemon_env(
+                {
+                    "ANTHROPIC_API_KEY": key,
+                    "REVERIE_ANTHROPIC_BASE_URL": fake.url,
+                    # Listed in [tools.run] env: the one with a password never reaches it.
+                    "DATABASE_URL": f"postgres://app:{password}@db.internal/app",
+                    "CACHE_URL": "redis://cache.internal:6379/0",
+                }
+            ),
         )
         d.start()
         try:
@@ -938,4 +950,6 @@ def test_the_daemon_runs_a_command_in_the_sandbox_without_its_key(tmp_path: Path
     result = json.dumps(requests[1].body["messages"][-1])
     assert "exit code: 0" in result and "sandboxed-42" in result and "config-hidden" in result
     assert key not in result and "ANTHROPIC_API_KEY" not in result
+    assert password not in result and "DATABASE_URL" not in result
+    assert "CACHE_URL=redis://cache.internal:6379/0" in result
     assert "[providers.anthropic]" not in result
