@@ -47,9 +47,17 @@ class Run:
 class RunLog:
     """Reads and writes the `daemon_runs` table; `serve` records this daemon's run."""
 
-    def __init__(self, db: Database, clock: Clock, *, started_at: datetime) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        started_at: datetime,
+        seen_every_s: float = SEEN_EVERY_S,
+    ) -> None:
         self.db = db
         self.clock = clock
+        self.seen_every_s = seen_every_s
         # When the services began to start: trunk sessions older than this are an earlier life.
         self.started_at = started_at
         self.current: str | None = None
@@ -120,13 +128,20 @@ class RunLog:
         except Exception as exc:  # the record is for display; never stop the daemon for it
             log.warning("could not record the daemon's start", error=str(exc))
         task_status.started()
+        failing = False
         try:
             while True:
-                await anyio.sleep(SEEN_EVERY_S)
+                await anyio.sleep(self.seen_every_s)
                 try:
                     await self.seen()
                 except Exception as exc:
-                    log.warning("could not record that the daemon runs", error=str(exc))
+                    if not failing:  # once per outage, not once a minute
+                        log.warning("could not record that the daemon runs", error=str(exc))
+                    failing = True
+                else:
+                    if failing:
+                        log.info("recording that the daemon runs again")
+                    failing = False
         finally:
             # Bounded, so a store that hangs cannot hold the shutdown (the write takes ms).
             with anyio.CancelScope(shield=True), anyio.move_on_after(30):

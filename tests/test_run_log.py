@@ -79,6 +79,23 @@ async def test_a_clean_stop_a_kill_and_the_next_start(tmp_path: Path) -> None:
             ]
 
 
+async def test_serve_records_the_run_while_it_runs_and_its_clean_stop(tmp_path: Path) -> None:
+    clock = FakeClock(DAY1)
+    with anyio.fail_after(30):
+        async with await Database.open(tmp_path / "reverie.db") as db:
+            log = RunLog(db, clock, started_at=clock.now(), seen_every_s=0.01)
+            async with anyio.create_task_group() as tg:
+                await tg.start(log.serve)
+                assert await _rows(db) == [(DAY1.isoformat(), DAY1.isoformat(), None, None)]
+                later = clock.advance(minutes=5)
+                while (await _rows(db))[0][1] != later.isoformat():
+                    await anyio.sleep(0.01)  # seen again, on its own
+                clock.advance(minutes=1)
+                tg.cancel_scope.cancel()
+            stop = (DAY1 + timedelta(minutes=6)).isoformat()
+            assert await _rows(db) == [(DAY1.isoformat(), stop, stop, "stopped")]
+
+
 async def test_a_home_older_than_the_run_log_has_an_unrecorded_span(tmp_path: Path) -> None:
     clock = FakeClock(DAY1 + timedelta(days=10))
     with anyio.fail_after(30):
