@@ -19,6 +19,7 @@ from daemon.agent.provenance import TurnReading, read_turn, turn_origin
 from daemon.agent.records import ScheduleFired
 from daemon.context.layers import LOOKALIKE_LT, memory_block, neutralise
 from daemon.memory.pins import PIN_END, PIN_START, split_facts_file
+from daemon.memory.recall import RecallResult, Source
 from daemon.models.base import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from daemon.tools.registry import label_untrusted
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
@@ -422,6 +423,21 @@ def test_whose_words_a_fact_is() -> None:
     )
     assert noted.origin == "agent"
     assert noted.origin_of("The person's locker code is 7781") == "tool"
+
+    # Recalled memory that cites tool text: what it says of it is still the tool's.
+    poisoned = RecallResult(
+        query="deploy",
+        answer=f"{PAGE} [fact:9]",
+        sources=(Source(cite="fact:9", kind="fact", origin="tool", text=PAGE),),
+        planner="skipped",
+        synthesised=False,
+    ).render(4000)
+    again = reading("Remember that too.", read=step("recall", "r", poisoned))
+    assert again.origin == "agent"
+    assert again.origin_of(PAGE) == "tool"
+    assert again.origin_of("The person likes deploys") == "tool"
+    clean = step("recall", "r", poisoned.replace("(fact, tool)", "(fact, person)"))
+    assert reading("Remember that too.", read=clean).origin_of(PAGE) == "agent"
 
     # Untrusted memory in the prompt (imported text) lends the person no words.
     imported = memory_block("k", "The person banks with Nordea.", origin="import", rank=0)
