@@ -57,6 +57,7 @@ from daemon.scheduler import Scheduler, local_zone
 from daemon.settings import Settings
 from daemon.sleep.cycle import SleepCycle
 from daemon.sleep.dreams import DreamsPhase
+from daemon.sleep.exam import SelfExamPhase
 from daemon.sleep.maintenance import MaintenancePhase
 from daemon.sleep.mine import MiningPhase
 from daemon.sleep.phases import Phase
@@ -81,8 +82,9 @@ SleepPhases = Callable[[Trunk], Sequence[Phase]]
 
 
 def nightly_phases(trunk: Trunk) -> list[Phase]:
-    """The daemon's sleep: mining, maintenance, dreams, then the wake-up into a new session."""
-    return [MiningPhase(), MaintenancePhase(), DreamsPhase(), WakeUp(trunk)]
+    """The daemon's sleep: mining, maintenance, dreams, the wake-up into a new session, then
+    the self-exam of what that session's first turn would be shown."""
+    return [MiningPhase(), MaintenancePhase(), DreamsPhase(), WakeUp(trunk), SelfExamPhase()]
 
 
 @dataclass(kw_only=True, eq=False)

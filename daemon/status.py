@@ -17,6 +17,7 @@ from daemon.paths import Home
 from daemon.scheduler import local_zone, persisted_jobs
 from daemon.settings import Settings
 from daemon.sleep.cycle import planned_nightly, sleep_status
+from daemon.sleep.exam import exam_status
 from daemon.store.db import Database
 from daemon.store.errors import free_bytes
 from daemon.store.postgres import StoreAway
@@ -183,6 +184,8 @@ async def live_status(daemon: Any) -> dict[str, Any]:
             if daemon.sleep_cycle is not None
             else None
         ),
+        # The continuity self-exam after the last wake: score, the one before, the trend, misses.
+        "self_exam": await _unless_away(exam_status(db)),
         # A heartbeat is reported only where a job keeps a record on it (the journal).
         "next_heartbeat": heartbeat["next_run"] if heartbeat else None,
         # Only a run that finished its check counts as a heartbeat (a failed one does not).
@@ -245,6 +248,7 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
             out["sleep"] = await sleep_status(db)
         except Exception:  # a database from before the sleep cycle kept checkpoints
             out["sleep"] = None
+        out["self_exam"] = await exam_status(db)
         try:
             out["schedules"] = await _schedules(db, settings)
         except Exception:  # a database from before schedules were kept

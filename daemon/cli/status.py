@@ -147,6 +147,9 @@ def render(status: dict[str, Any]) -> str:
         lines.append(
             f"last sleep:   {last.get('finished_at') or 'unfinished'} ({last['reason']}){early}{deferred}"
         )
+    exam = status.get("self_exam")
+    if exam:
+        lines.append(_exam_line(exam))
     if "last_heartbeat" in status:
         result = (
             f" ({status['last_heartbeat_result']})"
@@ -203,6 +206,20 @@ def render(status: dict[str, Any]) -> str:
 
         lines.append(f"daemon:       not running; {START_HINT}")
     return "\n".join(lines)
+
+
+def _exam_line(exam: dict[str, Any]) -> str:
+    """`self-exam:    92 (was 100) · 11/12 found · trend ██▇ 100 100 92 · missed: my dentist → …`."""
+    was = f" (was {exam['previous']:g})" if exam.get("previous") is not None else ""
+    misses = exam.get("misses") or []
+    found = f"{exam['questions'] - len(misses)}/{exam['questions']} found"
+    trend = " ".join(f"{s:g}" for s in exam.get("trend") or [])
+    line = f"self-exam:    {exam['score']:g}{was} · {found} · trend {exam.get('spark', '')} {trend}"
+    if misses:
+        line += f" · missed: {misses[0]}" + (
+            f" (+{len(misses) - 1} more)" if len(misses) > 1 else ""
+        )
+    return line
 
 
 def _resource_lines(res: dict[str, Any] | None) -> list[str]:

@@ -13,7 +13,9 @@ otherwise. Nothing is deleted: a stale fact still answers when it is the best ma
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +29,19 @@ from daemon.store.db import Database
 log = get_logger("memory.uses")
 
 _FACT_KINDS = frozenset({"fact", "profile"})
+# Set while a reader that is not a turn (the sleep's self-exam) assembles context: what it is
+# shown is no use of a fact, so it must not make facts look used (nor promote them by use).
+_UNCOUNTED: ContextVar[bool] = ContextVar("reverie_uses_uncounted", default=False)
+
+
+@contextmanager
+def uncounted() -> Iterator[None]:
+    """Within this block (this task only), what recall shows is not counted as a use."""
+    token = _UNCOUNTED.set(True)
+    try:
+        yield
+    finally:
+        _UNCOUNTED.reset(token)
 
 
 class UseLog:
@@ -43,6 +58,8 @@ class UseLog:
 
     def note_ids(self, ids: Iterable[str]) -> None:
         """Count one use of each fact id (`fact:N`) in `ids`; other ids are not facts."""
+        if _UNCOUNTED.get():
+            return
         now = self.clock.now()
         for uid in dict.fromkeys(ids):
             if uid.startswith("fact:"):

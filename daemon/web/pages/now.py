@@ -7,6 +7,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import Response
 
+from daemon.sleep.exam import exam_status
 from daemon.web import svg
 from daemon.web.pages.render import page, services_of, spend_bars
 from daemon.web.views import now as view
@@ -33,6 +34,8 @@ async def now_page(request: Request) -> Response:
     days_shown = int(asked) if asked.isdigit() and int(asked) in DAYS_RANGE else TIMELINE_DAYS
     timeline = await view.timeline(services, days=days_shown)
     spend = await view.spend(services)
+    # The continuity self-exam over the last nights (None before the first sleep).
+    exam = await exam_status(services.db)
     return page(
         request,
         "now",
@@ -44,5 +47,6 @@ async def now_page(request: Request) -> Response:
             "zoom": [n for n in (1, 3, 7, 14, 30) if n != days_shown],
             "spend": spend,
             "spend_svg": spend_bars(spend["days"]),
+            "exam": exam,
         },
     )
