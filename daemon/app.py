@@ -76,6 +76,12 @@ class HomeLock:
 
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:
+            try:
+                # The socket is gone with the daemon: no client should be sent there.
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError:
+                pass
             os.close(self._fd)
             self._fd = None
 

@@ -93,7 +93,8 @@ def test_status_doctor_sleep_and_chat_reach_a_daemon_in_a_runtime_directory(
     )
     assert all(json.loads(ln) for ln in lines if ln.startswith("{"))
 
-    # Stopped: status says so, and how to start it, both ways.
+    # Stopped: the home no longer names a socket, status says so, and how to start it, both ways.
+    assert (home / "reverie.lock").read_text().splitlines()[1:] == []
     status = run_cli("status", "--home", str(home), env=_shell_env())
     assert status.returncode == 0
     assert f"daemon:       not running; {START_HINT}" in status.stdout
