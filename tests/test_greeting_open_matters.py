@@ -19,6 +19,7 @@ from daemon.schedule.greeting import (
     MorningGreeting,
     compose_greeting,
     day_phrase,
+    is_open_matter,
     open_items,
     open_threads,
 )
@@ -61,6 +62,29 @@ def test_open_matters_are_the_items_under_open_headings_and_nothing_else() -> No
         "Which train leaves Porto before noon?",
         "I promised to compare the two hotels",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "matter"),
+    [
+        ("called remember", False),
+        ("called mcp__notes__add (failed)", False),
+        ("read notes/plan.md (×2)", False),
+        ("ran `pytest -q` (exit 1)", False),
+        ("fetched https://example.org/trains", False),
+        ("delegated “compare the hotels” (by a fork)", False),
+        ("searched /Porto/ in notes", False),
+        ("… and 3 more: 2 read, 1 listed", False),
+        ("## Work done", False),
+        ("- called remember", False),
+        ("Read the lease before Friday", True),
+        ("read the lease before Friday", True),
+        ("Called Ada about the flat?", True),
+        ("Which train leaves before noon?", True),
+    ],
+)
+def test_a_tool_line_or_a_heading_is_never_an_open_matter(text: str, matter: bool) -> None:
+    assert is_open_matter(text) is matter
 
 
 def test_the_day_is_named_from_the_greetings_local_date() -> None:

@@ -54,10 +54,18 @@ _ITEM = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(?:\[[ xX]\]\s+)?(.*\S)")
 _OPEN = re.compile(r"^(?:still\s+|left\s+)?open\b", re.IGNORECASE)
 # A heading that travelled into an item's text ("## Work done - - called remember").
 _HEADING_INSIDE = re.compile(r"(?:^|\s)#{1,6}\s")
-# A line of what the tools did (`daemon.agent.work`): a lower-case verb and its subject.
+# A line of what the tools did (`daemon.agent.work`): the verb, one subject, its notes —
+# "called remember", "read notes/a.md (×2)", "ran `ls` (exit 0)", "fetched https://…",
+# "delegated “…”", "searched /x/ in .", "… and 3 more: …". An item in words ("Read the lease
+# before Friday") is not one.
+_NOTES = r"(?:\s+\([^()]*\))?"
 _WORK_LINE = re.compile(
-    r"^(?:called|read|wrote|edited|ran|fetched|delegated|listed|searched)\s+\S"
-    r"|^…\s*and\s+\d+\s+more:"
+    rf"^(?:called|read|wrote|edited|listed)\s+[^\s]+{_NOTES}$"
+    rf"|^ran\s+`[^`]*`?"
+    rf"|^fetched\s+\w+://"
+    rf"|^delegated\s+[“\"]"
+    rf"|^searched\s+/"
+    rf"|^…\s*and\s+\d+\s+more:"
 )
 
 
