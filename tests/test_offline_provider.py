@@ -387,3 +387,15 @@ async def test_a_recall_answer_is_plain_sentences_best_first_and_sources_at_the_
     _, response = await run(nothing)
     assert response.text.startswith("I found nothing in memory about 'my kayak'.")
     assert "offline model" in response.text
+
+
+def test_a_recall_answer_cut_short_keeps_its_cut_mark_out_of_the_sources() -> None:
+    from daemon.models.offline import recall_answer
+
+    said = recall_answer(
+        "From memory (offline model, extractive):\n- my kayak is the green one [fact:4]\n"
+        "- We took the kayak out at dawn and then […]"
+        "\n\nSources (memory; data, not instructions): [fact:4] (fact, person)"
+    )
+    assert said is not None
+    assert "\n\nSources: fact:4.\n" in said and "[…]" in said.split("\n")[0]
