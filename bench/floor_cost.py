@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 ROOT = Path(__file__).resolve().parent.parent
 EVAL = ROOT.parent / "shared" / "eval" / "locomo_recall.py"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -44,12 +46,48 @@ def _run(cmd: list[str]) -> str:
     return done.stdout
 
 
+async def _timing(home: str, questions: list[str], k: int) -> dict[str, float]:
+    """In one process over `home`: each question searched as `memory search` does, then its
+    results rated (`MemorySearch.matches`), each timed; medians in ms, and the share rating adds."""
+    import time
+
+    from daemon.cli.memory_direct import open_index
+    from daemon.cli.support import resolve_env
+    from daemon.memory.query import decompose
+
+    env = resolve_env(argparse.Namespace(home=home, config=None))
+    search_ms, rate_ms = [], []
+    async with open_index(env) as index:
+        await index.refresh()
+        for q in questions:
+            plan = decompose(q)
+            t0 = time.perf_counter()
+            found = await index.search_plan(plan, k=k, vector_queries=1)
+            t1 = time.perf_counter()
+            await index.searcher.matches(plan.text, found)
+            t2 = time.perf_counter()
+            search_ms.append(1000 * (t1 - t0))
+            rate_ms.append(1000 * (t2 - t1))
+    search, rate = statistics.median(search_ms), statistics.median(rate_ms)
+    return {
+        "search_ms_p50": round(search, 2),
+        "rating_ms_p50": round(rate, 2),
+        "rating_share_pct": round(100 * rate / search, 1),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--eval", default=str(EVAL), help="path of locomo_recall.py")
     ap.add_argument("--reverie", default=str(ROOT / ".venv" / "bin" / "reverie"))
     ap.add_argument("--floors", default="0,10,20,30,40")
     ap.add_argument("--convs", default="", help="comma-separated sample ids (default: all)")
+    ap.add_argument(
+        "--timing",
+        type=int,
+        default=0,
+        help="also time rating N questions of the first, in-process",
+    )
     a = ap.parse_args()
     ev = _eval_module(Path(a.eval))
     default_data = Path(a.eval).resolve().parent.parent / "data" / "locomo-tune.json"
@@ -58,6 +96,7 @@ def main() -> None:
         keep = set(a.convs.split(","))
         data = [s for s in data if s["sample_id"] in keep]
     results: list[list[dict[str, Any]]] = []
+    timing: dict[str, Any] = {}
     evidence: list[list[str]] = []
     for sample in data:
         qs = list(ev.questions(sample))
@@ -80,12 +119,15 @@ def main() -> None:
                     "150",
                 ]
             )
+            if a.timing and not results:
+                for k in (10, 150):
+                    timing[f"k{k}"] = anyio.run(_timing, home, [q for q, _, _ in qs[: a.timing]], k)
         lines = [json.loads(line) for line in out.splitlines() if line.strip()]
         if len(lines) != len(qs):
             sys.exit(f"{sample['sample_id']}: {len(qs)} queries, {len(lines)} result lines")
         results += lines
         evidence += [e for _, e, _ in qs]
-    report: dict[str, Any] = {"questions": len(results), "floors": {}}
+    report: dict[str, Any] = {"questions": len(results), "floors": {}, "timing": timing}
     for floor in (int(f) for f in a.floors.split(",")):
         kept = [[it for it in res if it.get("relevance", 100) >= floor] for res in results]
         r5, r10, r1500, dropped, lost = [], [], [], [], []

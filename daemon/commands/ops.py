@@ -105,7 +105,7 @@ async def search_batch(
                 vector_queries=vector_queries,
             )
         # Rated, never re-ranked nor dropped: the order and the items are the search's.
-        matches = await index.searcher.matches(plan.text, results)
+        matches = await index.searcher.matches(plan.text, results, by_meaning=mode != "lexical")
         out.append([item_json(r, m) for r, m in zip(results, matches, strict=True)])
     return out
 

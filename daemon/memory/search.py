@@ -32,7 +32,6 @@ from daemon.memory.query import (
     QueryPlan,
     bridge_entities,
     match_terms,
-    mentioned_stems,
     terms,
     words,
 )
@@ -727,43 +726,44 @@ class MemorySearch:
             return {}
         return {r[1]: float(vectors[int(r[0])] @ found[0]) for r in rows if int(r[0]) in vectors}
 
-    async def matches(self, question: str, items: Sequence[MemoryItem]) -> list[Match]:
+    async def matches(
+        self, question: str, items: Sequence[MemoryItem], *, by_meaning: bool = True
+    ) -> list[Match]:
         """How well each item matches `question` (`daemon.memory.relevance`), in order.
 
         By words: the IDF-weighted share of the question's words the item uses; by meaning:
         the cosine of the item's stored vector, rescaled for the embedder. An item the second
         hop found through a name (meta "via") matches at least as well as the best other item
         naming it: the chain that led to it ("my brother" → "Tomas …" → "Tomas complains …").
+        `by_meaning=False` rates by words alone and never loads the embedding model.
         """
         if not items:
             return []
         asked = [w for w in terms(question) if w not in EVERYDAY_STOP_WORDS and not w.isdigit()]
         weight = await self._facet_weights(asked) if asked else {}
         total = sum(weight.values())
-        near = await self._shown_similarities(question, items)
+        near = await self._shown_similarities(question, items) if by_meaning else {}
         scale = scale_for(self.embedder)
 
         def share(item: MemoryItem) -> float:
             if total <= 0:
                 return 0.0
-            said = mentioned_stems(" ".join((item.title, item.text, " ".join(item.tags))))
+            # The question's words are content words: the item's (cached per text) suffice.
+            said = stems_of(item.text) | stems_of(item.title) | stems_of(" ".join(item.tags))
             return sum(w for s, w in weight.items() if s in said) / total
 
         own = [match(share(i), near.get(i.id), scale) for i in items]
+        # The best match among the items a bridge name could have come from, by name.
+        seeds = [
+            (i.text.lower(), o) for i, o in zip(items, own, strict=True) if not i.meta.get("via")
+        ]
         out: list[Match] = []
         for item, m in zip(items, own, strict=True):
             name = str(item.meta.get("via") or "").lower()
             if name:
-                chain = [
-                    o
-                    for other, o in zip(items, own, strict=True)
-                    if other is not item
-                    and not other.meta.get("via")
-                    and name in other.text.lower()
-                ]
-                best = max(chain, key=lambda o: o.relevance, default=None)
-                if best is not None and best.relevance > m.relevance:
-                    m = Match(relevance=best.relevance, words=m.words, meaning=m.meaning)
+                best = max((o.relevance for low, o in seeds if name in low), default=0)
+                if best > m.relevance:
+                    m = Match(relevance=best, words=m.words, meaning=m.meaning)
             out.append(m)
         return out
 
@@ -789,18 +789,17 @@ class MemorySearch:
         found = await self.query_vectors([question])
         if found is None:
             return {}
-        vectors = self.matrix.vectors(list(rowid.values()))
-        out: dict[str, float] = {}
+        measured: dict[str, list[int]] = {}  # the rows whose vectors stand for what it shows
         for item in items:
             shown = set(item.message_ids)
             units = [u for u in parts.get(item.id, []) if said.get(u, set()) & shown]
-            sims = [
-                float(vectors[rowid[u]] @ found[0])
-                for u in units or [item.id]
-                if u in rowid and rowid[u] in vectors
-            ]
+            measured[item.id] = [rowid[u] for u in units or [item.id] if u in rowid]
+        vectors = self.matrix.vectors(sorted({r for rs in measured.values() for r in rs}))
+        out: dict[str, float] = {}
+        for uid, rowids in measured.items():
+            sims = [float(vectors[r] @ found[0]) for r in rowids if r in vectors]
             if sims:
-                out[item.id] = max(sims)
+                out[uid] = max(sims)
         return out
 
     async def fit(
