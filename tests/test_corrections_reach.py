@@ -14,9 +14,15 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
+import pytest
+
 from daemon.memory.api import MemoryItem
 from daemon.memory.corrections import Correction, Corrections, with_notes
+from daemon.schedule.greeting import MorningGreeting
+from daemon.schedule.outbox import Outbox
 from tests.harness import Client, DaemonProcess, daemon_env, run_cli
+from tests.sleep_phase_support import START, sleep_home
 
 NOTE = re.compile(
     r"\[corrected (\d{4}-\d{2}-\d{2}): favourite tea is now rooibos, was earl grey\]", re.I
@@ -116,3 +122,28 @@ def test_the_old_value_is_marked_as_a_whole_word_of_its_subject_and_only_once() 
     # An answer drawn from a marked text carries its note, once.
     answer = with_notes("You said your favourite tea is Earl Grey.", [marked.text, marked.text])
     assert answer.count("[corrected 2026-11-28:") == 1
+
+
+@pytest.mark.anyio
+async def test_the_greeting_quotes_an_open_matter_with_its_correction(tmp_path: Path) -> None:
+    """The greeting clips what WAKE.md says is open; the note is whole after the clip."""
+    with anyio.fail_after(60):
+        async with sleep_home(tmp_path / "home") as rig:
+            told = await rig.memory.remember("my favourite tea is earl grey")
+            rig.clock.set(START + timedelta(days=1))
+            await rig.memory.facts.correct(told.id, "my favourite tea is rooibos", origin="person")
+            rig.home.wake_file.write_text(
+                "# Wake\n\n## Open threads\n"
+                "- Order more earl grey, my favourite tea, before the shop on Rua Augusta closes "
+                "for the holidays next week [corrected 2026-01-06: favourite tea is now rooibos, "
+                "was earl grey]\n"
+                "- Call the plumber about the boiler.\n"
+            )
+            outbox = Outbox(rig.db, bus=rig.bus, clock=rig.clock)
+            greeting = MorningGreeting(
+                home=rig.home, db=rig.db, outbox=outbox, zone=UTC, now=rig.clock.now
+            )
+            notice = await greeting.greet("s-2")
+    [order] = [line for line in notice.text.splitlines() if "Order more" in line]
+    assert order.endswith("[corrected 2026-01-06: favourite tea is now rooibos, was earl grey]")
+    assert "Call the plumber about the boiler." in notice.text

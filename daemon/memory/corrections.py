@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import weakref
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -135,7 +136,7 @@ class Corrections:
     async def load(cls, db: Database) -> Corrections:
         row = await db.fetchone("SELECT value FROM kv WHERE key = 'memory.generation'")
         generation = str(row[0]) if row else ""
-        cached = _CACHE.get(id(db))
+        cached = _CACHE.get(db)
         if cached is not None and cached[0] == generation:
             return cached[1]
         rows = await db.fetchall(_SUPERSEDED)
@@ -156,7 +157,7 @@ class Corrections:
             if made is not None:
                 found.append(made)
         out = cls(found)
-        _CACHE[id(db)] = (generation, out)
+        _CACHE[db] = (generation, out)
         return out
 
     def mark(self, text: str, *, written: datetime | None = None) -> str:
@@ -216,7 +217,8 @@ def with_notes(answer: str, read: list[str]) -> str:
     return answer.rstrip() + "\n\nCorrected since: " + " ".join(missing)
 
 
-_CACHE: dict[int, tuple[str, Corrections]] = {}
+# Per open database (weakly: a closed one's entry goes with it; an id could be reused).
+_CACHE: weakref.WeakKeyDictionary[Database, tuple[str, Corrections]] = weakref.WeakKeyDictionary()
 
 
 async def mark_file(path: Path, db: Database) -> bool:
@@ -235,3 +237,31 @@ async def mark_file(path: Path, db: Database) -> bool:
         return False
     await anyio.to_thread.run_sync(lambda: write_atomic(path, marked, mode=0o600))
     return True
+
+
+# A note cut short by a caller's clip ("… [corrected 2026-11-…"): an unclosed bracket at the end.
+_CUT_NOTE = re.compile(r"\s*\[[^\]\n]*…$")
+
+
+def unmarked(text: str) -> str:
+    """`text` without its correction notes (one cut short at its end included)."""
+    return _CUT_NOTE.sub("", _NOTE.sub("", text)).rstrip()
+
+
+async def marked_lines(db: Database, lines: list[str]) -> list[str]:
+    """Short lines quoted from what was written (the greeting's open matters), each marked
+    anew: a note a clip cut short is dropped and the whole note added after the line."""
+    if not lines:
+        return lines
+    known = await db.fetchone(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memories'"
+    )
+    if known is None:
+        return lines  # a database without memories (a bare home): nothing was corrected
+    marks = await Corrections.load(db)
+    out = []
+    for line in lines:
+        bare = unmarked(line)
+        marked = marks.mark(bare)
+        out.append(marked if marked != bare else line)
+    return out

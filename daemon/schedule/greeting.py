@@ -34,6 +34,7 @@ from daemon.bus import EventBus
 from daemon.events import SleepFinished
 from daemon.journal.entries import JournalStore
 from daemon.log import get_logger
+from daemon.memory.corrections import marked_lines
 from daemon.paths import Home
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.store.db import Database
@@ -231,6 +232,8 @@ class MorningGreeting:
             if last is not None:
                 since = last.astimezone(self.zone).date()
         threads = _unique(matters)[:MAX_THREADS]
+        # A matter stating a value since corrected says so (`daemon.memory.corrections`).
+        threads = await marked_lines(self.db, threads)
         agenda = await todays_schedule(self.db, self.zone, now)
         text = compose_greeting(threads, agenda, now.astimezone(self.zone), since)
         notice = await self.outbox.post(kind="greeting", text=text, key=key, source="system")

@@ -32,7 +32,6 @@ is safe to run again after a crash, and a failing one is logged without failing 
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -45,7 +44,6 @@ from daemon.events import SleepHousekeeping
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.memory.facts import Fact, local_timezone
-from daemon.memory.lexical import lexical_searcher
 from daemon.memory.months import (
     FoldSource,
     month_key,
@@ -58,9 +56,9 @@ from daemon.memory.months import (
     write_month,
 )
 from daemon.memory.pins import CONFIRMED, render_pinned, splice_pinned
-from daemon.memory.query import fts_match, terms
 from daemon.memory.rows import iso, parse_iso
 from daemon.sleep.changes import ChangeSet, fold_holds, pin_holds
+from daemon.sleep.mentions import Mentions, mentions_of
 from daemon.sleep.phases import PhaseContext, PhaseReport
 from daemon.sleep.plans import past_plan
 from daemon.sleep.shared_upkeep import maintain_shared
@@ -76,7 +74,6 @@ log = get_logger("sleep.maintenance")
 
 PIN_TAGS = frozenset({"important", "pin", "pinned", "critical"})
 _ISO_DAY = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
-_MENTION_SHARE = 0.6  # a chunk mentions a fact when it holds this share of the fact's words
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -392,109 +389,11 @@ async def importance(db: Database, fact: Fact, *, mentions: Mentions | None = No
     if PIN_TAGS & set(fact.tags):
         score += 0.2
         why.append("tagged " + ", ".join(sorted(PIN_TAGS & set(fact.tags))))
-    sessions = await (mentions.of(fact) if mentions is not None else _mentions(db, fact))
+    sessions = await (mentions.of(fact) if mentions is not None else mentions_of(db, fact))
     if sessions:
         score += min(0.2, 0.05 * sessions)
         why.append(f"mentioned in {sessions} other session(s)")
     return Importance(score=min(1.0, round(score, 3)), why=tuple(why))
-
-
-async def _mentions(db: Database, fact: Fact) -> int:
-    """How many sessions talk about the fact (lexically) besides the one it was told in."""
-    return max(0, len(await _mentioning(db, fact)) - 1)
-
-
-async def _mentioning(db: Database, fact: Fact) -> set[str]:
-    """The sessions whose chunks hold `_MENTION_SHARE` of the fact's words (the best 30 chunks)."""
-    wanted = set(terms(fact.text))
-    expr = fts_match(fact.text)
-    if len(wanted) < 2 or expr is None:
-        return set()
-    # Straight to full text (no fusion, no hydration): a fact's first scoring; later nights
-    # read only the chunks written since (`Mentions`).
-    searcher = lexical_searcher(db)
-    rows = await db.run(lambda conn: searcher.matching(conn, expr, kind="chunk", limit=30))
-    return {
-        row[0]
-        for row in rows
-        if row[0] and len(wanted & set(terms(row[1]))) >= _MENTION_SHARE * len(wanted)
-    }
-
-
-_MENTIONS_KEY = "sleep.pin_mentions"
-
-
-class Mentions:
-    """The sessions that mention each fact, carried from night to night in `kv`.
-
-    Scoring every unpinned fact against the whole index each night grew with the history
-    twice over (more facts, each a full-text query over more chunks: 9 s a night at 1,000
-    days of talk). A fact is searched in full once, when first scored; each later night adds
-    the sessions among the chunks written since (the index's generation marks them), so a
-    night reads the day, not the years. A reindex (a new `memory.epoch`) starts over.
-    """
-
-    def __init__(self, db: Database, *, epoch: str, upto: int, known: dict[str, set[str]],
-                 fresh: list[tuple[str, frozenset[str]]], top: int) -> None:  # fmt: skip
-        self.db = db
-        self.epoch = epoch
-        self.upto = upto
-        self.known = known
-        self.fresh = fresh  # (session, words) of each chunk written since `upto`
-        self.top = top
-        self.scored: dict[str, set[str]] = {}
-
-    @classmethod
-    async def load(cls, db: Database) -> Mentions:
-        rows = await db.fetchall(
-            "SELECT key, value FROM kv WHERE key IN ('memory.epoch', ?)", (_MENTIONS_KEY,)
-        )
-        kv = {r[0]: r[1] for r in rows}
-        epoch = str(kv.get("memory.epoch", "0"))
-        try:
-            saved = json.loads(kv.get(_MENTIONS_KEY, "{}"))
-            assert isinstance(saved, dict)
-        except (ValueError, AssertionError):
-            saved = {}  # unreadable: every fact is searched in full again, nothing worse
-        top_row = await db.fetchone("SELECT coalesce(max(version), 0) FROM memories")
-        top = int(top_row[0])
-        if saved.get("epoch") != epoch or not isinstance(saved.get("facts"), dict):
-            return cls(db, epoch=epoch, upto=top, known={}, fresh=[], top=top)
-        upto = int(saved.get("upto") or 0)
-        known = {str(k): {str(s) for s in v} for k, v in saved["facts"].items()}
-        rows = await db.fetchall(
-            "SELECT session_id, text FROM memories WHERE kind = 'chunk' AND retired_at IS NULL "
-            "AND version > ? AND session_id IS NOT NULL",
-            (upto,),
-        )
-        fresh = [(r[0], frozenset(terms(r[1]))) for r in rows]
-        return cls(db, epoch=epoch, upto=upto, known=known, fresh=fresh, top=top)
-
-    async def of(self, fact: Fact) -> int:
-        """How many sessions besides one mention `fact` (as `_mentions`)."""
-        if fact.id in self.known:
-            wanted = set(terms(fact.text))
-            sessions = set(self.known[fact.id])
-            if len(wanted) >= 2:
-                need = _MENTION_SHARE * len(wanted)
-                sessions |= {sid for sid, words in self.fresh if len(wanted & words) >= need}
-        else:
-            sessions = await _mentioning(self.db, fact)
-        self.scored[fact.id] = sessions
-        return max(0, len(sessions) - 1)
-
-    async def save(self, *, at: str) -> None:
-        """Keep tonight's counts (the facts scored tonight) for the next night."""
-        value = json.dumps(
-            {"epoch": self.epoch, "upto": self.top,
-             "facts": {k: sorted(v) for k, v in self.scored.items()}},
-            separators=(",", ":"),
-        )  # fmt: skip
-        await self.db.execute(
-            "INSERT INTO kv(key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
-            "SET value = excluded.value, updated_at = excluded.updated_at",
-            (_MENTIONS_KEY, value, at),
-        )
 
 
 def may_be_pinned(fact: Fact | None) -> TypeGuard[Fact]:
