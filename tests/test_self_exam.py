@@ -196,9 +196,12 @@ def test_the_sample_spans_changes_this_week_this_year_and_years_ago() -> None:
 
 async def _nights(root: Path, models: dict[str, Any] | None = None) -> list[Any]:
     async with rig(root, models=models, phases=lambda t: [WakeUp(t), SelfExamPhase()]) as r:
-        for attribute, value in FACTS[:6]:
+        for attribute, value in FACTS:
             await r.memory.facts.remember(f"My {attribute} is {value}")
         await r.cycle.run("manual")
+        # What recall showed the exam is no use of a fact: nothing is counted.
+        await r.memory.index.uses.flush()
+        assert await r.rows("SELECT uid FROM memories WHERE uses > 0") == []
         return await recent_exams(r.db)
 
 
