@@ -221,6 +221,32 @@ def test_an_approval_is_answered_in_place_and_the_call_runs(
     ]
 
 
+def test_a_page_opened_mid_turn_shows_its_steps_then_its_reply(
+    browser: Browser, fake: FakeAnthropic
+) -> None:
+    slow = " ".join(["slowly"] * 50)
+    fake.enqueue(Planned.tool("list_files", {}), Planned.reply(slow, chunk_delay_s=0.1))
+    driver = _chat(browser)
+    turn_id = _send(driver, "List the files, then talk slowly.")
+    agent = f".msg.agent[data-turn='{turn_id}']"
+    wait_for(driver, lambda d: d.find_element("css selector", agent + " .body").text, "the reply")
+    # Opened again while the reply streams: the step taken so far, no "interrupted", no end yet.
+    driver = _chat(browser)
+    node = driver.find_element("css selector", agent)
+    assert node.get_attribute("data-done") is None and "interrupted" not in node.text
+    assert "being answered" in node.find_element("css selector", ".meta").text
+    step = node.find_element("css selector", "li[data-tool='list_files']")
+    shown = step.text
+    assert step.get_attribute("class") == "done" and shown.startswith("list_files")
+    browser.screenshot("chat-reload-mid-turn")
+    # Its frames go to the page that sent it; this page shows the turn once it has ended.
+    turn = _turn_done(driver, turn_id)
+    assert turn.find_element("css selector", ".body").text == slow
+    assert turn.find_element("css selector", "li[data-tool='list_files']").text == shown
+    assert not turn.find_elements("css selector", ".meta")
+    assert not driver.find_element("id", "chat-stop").is_displayed()
+
+
 def test_stop_cancels_the_turn_being_answered(browser: Browser, fake: FakeAnthropic) -> None:
     fake.enqueue(Planned.reply(" ".join(["slowly"] * 200), chunk_delay_s=0.1))
     driver = _chat(browser)

@@ -53,6 +53,8 @@ class ShownTurn:
     person: str
     reply: str
     tools: list[ToolLine] = field(default_factory=list)
+    # Being answered now: the page's live stream carries on from its tool steps so far.
+    running: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,10 +71,17 @@ async def recent_turns(services: Services, limit: int = HISTORY_TURNS) -> list[S
     session = services.trunk.session
     if session is None:
         return []
+    current = services.trunk.current_turn
     shown: list[tuple[ShownTurn, list[_Call]]] = []
     for turn_id, messages in session.history():
         if turn_id.startswith("schedule:") or not messages:
             continue  # a scheduled task's note, not a conversation
+        if turn_id == current:
+            # Not interrupted, only unfinished: its whole tool steps so far, no reply yet.
+            steps = session.finished_steps(turn_id)
+            turn = ShownTurn(turn_id=turn_id, person=messages[0].text, reply="", running=True)
+            shown.append((turn, _calls(turn_id, steps)))
+            continue
         reply = next((m.text for m in reversed(messages) if m.role == "assistant" and m.text), "")
         turn = ShownTurn(turn_id=turn_id, person=messages[0].text, reply=reply)
         shown.append((turn, _calls(turn_id, messages)))

@@ -143,6 +143,7 @@
         toolLine(turn(frame.turn_id), frame);
         break;
       case "done":
+        delete waiting[frame.turn_id];
         ended(frame.turn_id);
         t = turn(frame.turn_id);
         if (t.node.classList.contains("waiting")) {
@@ -224,7 +225,10 @@
   });
   stopButton.addEventListener("click", function () {
     if (!running.length) return;
-    Reverie.post("/chat/cancel", { client: client, turn_id: running[0] });
+    var id = running[0];
+    Reverie.post("/chat/cancel", { client: client, turn_id: id }).then(function () {
+      if (waiting[id]) refresh(id);
+    });
   });
   input.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && !event.shiftKey) {
@@ -233,6 +237,42 @@
     }
   });
 
+  function adopt(node) {
+    var id = node.getAttribute("data-turn");
+    var tools = node.querySelector("ul.tools");
+    if (!tools) { tools = el("ul", "tools"); node.appendChild(tools); }
+    turns[id] = { node: node, body: node.querySelector(".body"), tools: tools, calls: {} };
+    return id;
+  }
+
+  // A turn that was being answered when the page was opened: its frames go to the page that
+  // sent it, so this one shows the turn as the daemon recorded it once the turn has ended.
+  var waiting = {};
+  function refresh(id) {
+    fetch("/chat", { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (html) {
+      var fresh = new DOMParser().parseFromString(html, "text/html")
+        .querySelector('.msg.agent[data-turn="' + id + '"]');
+      var t = turns[id];
+      if (!fresh || !t || fresh.getAttribute("data-running") || !waiting[id]) return;
+      delete waiting[id];
+      fresh = document.adoptNode(fresh);
+      t.node.replaceWith(fresh);
+      adopt(fresh);
+      ended(id);
+    });
+  }
+
+  // The session's last turns came with the page, each adopted as a turn of this page.
+  log.querySelectorAll(".msg.agent[data-turn]").forEach(function (node) {
+    var id = adopt(node);
+    if (node.getAttribute("data-running")) {
+      waiting[id] = true;
+      meta(node, "being answered — the reply shows here when it is done");
+      started(id);
+    }
+  });
+  // Any turn's end or start (a cancelled turn has no end of its own) is when to look again.
+  Reverie.live.on("turn", function () { Object.keys(waiting).forEach(refresh); });
   log.scrollTop = log.scrollHeight;  // the session's last turns, newest at the bottom
   Reverie.live.on("hello", function (data) {
     client = data.client;
