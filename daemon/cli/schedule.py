@@ -17,6 +17,7 @@ import argparse
 import json
 from typing import Any
 
+from daemon.cli.locate import socket_for
 from daemon.cli.support import CommandError, Env, open_database, resolve_env
 
 
@@ -75,7 +76,7 @@ async def _from_daemon(env: Env, request: dict[str, Any]) -> dict[str, Any] | No
     """The daemon's answer; None when no daemon runs (or it is too old to know the command)."""
     from daemon.chat.client import ChatError, command
 
-    sock = env.home.socket_path(env.settings.chat.socket)
+    sock = socket_for(env.home, env.settings.chat.socket)
     if not sock.exists():
         return None
     try:
