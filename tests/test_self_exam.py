@@ -122,6 +122,10 @@ def test_the_exam_after_a_sleep_is_scored_from_the_context_and_falls_when_a_laye
             assert item["answer"] in told[0]["text"]
         shown = _cli(home, "exam").stdout
         assert "missed:" in shown and lost[0]["answer"] in shown
+        assert d.stop() == 0
+        # With the daemon down, status reads the exam from the store.
+        down = json.loads(_cli(home, "status", "--json").stdout)
+        assert down["running"] is False and down["self_exam"]["score"] == second["score"]
     finally:
         if d.proc is not None and d.proc.poll() is None:
             assert d.stop() == 0
@@ -262,3 +266,22 @@ async def test_the_console_now_page_shows_the_exam_over_nights(tmp_path: Path) -
         assert f"<strong>{exams[0].score:g}</strong>" in shown
         assert f"{exams[0].hits}/{len(exams[0].items)} found" in shown
         assert "last 1 night" in shown
+
+
+def test_status_renders_the_exam_in_one_line() -> None:
+    from daemon.cli.status import render
+
+    exam = {
+        "score": 75.0,
+        "previous": 100.0,
+        "trend": [100.0, 75.0],
+        "spark": "█▆",
+        "at": "2026-03-03T03:30:00+00:00",
+        "questions": 4,
+        "misses": ['person · bank → "Nordea" (not in the context)'],
+    }
+    lines = render({"state": "awake", "running": True, "self_exam": exam}).splitlines()
+    assert (
+        'self-exam:    75 (was 100) · 3/4 found · trend █▆ 100 75 · missed: person · bank → "Nordea"'
+        " (not in the context)"
+    ) in lines
