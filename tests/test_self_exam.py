@@ -22,16 +22,21 @@ import pytest
 from daemon.memory.facts import Fact
 from daemon.models.base import ModelError, ModelRequest
 from daemon.sleep.exam import (
+    Exam,
     ExamItem,
     SelfExamPhase,
+    exam_status,
     fact_item,
     pick,
     recent_exams,
+    save_exam,
     score_item,
 )
 from daemon.sleep.wake import WakeUp
+from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel
 from tests.harness import Client, DaemonProcess, daemon_env, run_cli
+from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.sleep_support import START, rig
 from tests.web_pages_support import filled_console
 
@@ -285,3 +290,26 @@ def test_status_renders_the_exam_in_one_line() -> None:
         'self-exam:    75 (was 100) · 3/4 found · trend █▆ 100 75 · missed: person · bank → "Nordea"'
         " (not in the context)"
     ) in lines
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_exams_are_kept_alike_on_both_backends(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+    async with await Database.open(tmp_path / "reverie.db", url=url, namespace="exam") as db:
+        assert await exam_status(db) is None
+        for n, results in enumerate((["hit", "hit"], ["hit", "stale"])):
+            items = [
+                ExamItem(key=f"fact:{k}", stratum="week", question="q?", expected=["x"], result=r)
+                for k, r in enumerate(results)
+            ]
+            exam = Exam(cycle_id=f"c{n}", taken_at=START + timedelta(days=n), worded_by="offline",
+                        items=items)  # fmt: skip
+            await save_exam(db, exam)
+            await save_exam(db, exam)  # a re-run after a crash keeps the first
+        status = await exam_status(db)
+    assert status is not None
+    assert (status["score"], status["previous"], status["trend"]) == (50.0, 100.0, [100.0, 50.0])
+    assert status["cycle_id"] == "c1" and len(status["misses"]) == 1
