@@ -515,6 +515,25 @@ def test_the_offline_letter_is_extractive_bounded_and_free_of_the_offline_chatte
     assert count_tokens(tight) <= 90 and "## Where things stand" in tight
 
 
+def test_the_offline_letter_takes_where_things_stand_from_the_narrative_never_its_lists() -> None:
+    prompt = wake_prompt(
+        date="Monday 2 March 2026, 03:30",
+        limit=300,
+        summary=(
+            "# Kayak and paddle\n\nThe person asked about the kayak and said the paddle is red.\n\n"
+            "## Work done\n\n- called remember\n- ran `ls` (exit 0)\n\n## Decisions\n\n- keep the kayak"
+        ),
+        decisions=[],
+        memories=[],
+        transcript=["[user] what do you recall about my kayak?"],
+    )
+    letter = weave_wake(prompt)
+    standing = letter.split("## Where things stand", 1)[1].split("\n## ", 1)[0]
+    assert "paddle is red" in standing
+    for junk in ("Work done", "called remember", "ran `ls`", "# Kayak"):
+        assert junk not in letter, junk
+
+
 async def test_an_idle_night_makes_no_model_call(tmp_path: Path) -> None:
     from daemon.sleep.dreams import DreamsPhase
     from daemon.sleep.maintenance import MaintenancePhase

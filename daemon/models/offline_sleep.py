@@ -76,6 +76,21 @@ def _sentences(text: str) -> list[str]:
     return out
 
 
+def _narrative(summary: str) -> str:
+    """A summary file's narrative: its title and its sections after the story left out.
+
+    The sections (`## Work done`: "called remember", "ran `ls`"; `## Decisions`) are lists for
+    their own parts of the letter, never where things stand.
+    """
+    kept: list[str] = []
+    for line in summary.splitlines():
+        if line.startswith("## "):
+            break
+        if not line.startswith("#"):
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _clip(text: str, limit: int = 220) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
@@ -114,7 +129,7 @@ def weave_wake(message_text: str) -> str:
         if section(message_text, "LIMIT")[:1].isdigit()
         else 600
     )
-    summary = section(message_text, "SUMMARY")
+    summary = _narrative(section(message_text, "SUMMARY"))
     decisions_given = [
         ln.lstrip("-• ").strip()
         for ln in section(message_text, "DECISIONS").splitlines()
