@@ -17,7 +17,7 @@ from daemon.paths import Home
 from daemon.scheduler import local_zone, persisted_jobs
 from daemon.settings import Settings
 from daemon.sleep.cycle import planned_nightly, sleep_status
-from daemon.sleep.exam import exam_status
+from daemon.sleep.exam_record import exam_status
 from daemon.store.db import Database
 from daemon.store.errors import free_bytes
 from daemon.store.postgres import StoreAway

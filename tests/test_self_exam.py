@@ -19,19 +19,11 @@ from typing import Any
 
 import pytest
 
+from daemon.clock import FakeClock
 from daemon.memory.facts import Fact
 from daemon.models.base import ModelError, ModelRequest
-from daemon.sleep.exam import (
-    Exam,
-    ExamItem,
-    SelfExamPhase,
-    exam_status,
-    fact_item,
-    pick,
-    recent_exams,
-    save_exam,
-    score_item,
-)
+from daemon.sleep.exam import SelfExamPhase, fact_item, pick, score_item
+from daemon.sleep.exam_record import Exam, ExamItem, exam_status, recent_exams, save_exam
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel
@@ -313,3 +305,30 @@ async def test_exams_are_kept_alike_on_both_backends(
     assert status is not None
     assert (status["score"], status["previous"], status["trend"]) == (50.0, 100.0, [100.0, 50.0])
     assert status["cycle_id"] == "c1" and len(status["misses"]) == 1
+
+
+@pytest.mark.anyio
+async def test_a_night_asks_of_years_ago_this_year_this_week_and_what_changed(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(START - timedelta(days=1000))
+    async with rig(tmp_path, clock=clock, phases=lambda t: [WakeUp(t), SelfExamPhase()]) as r:
+        await r.memory.facts.remember("My school is NTNU")
+        clock.advance(days=900)
+        await r.memory.facts.remember("My bank is Nordea")
+        clock.advance(days=97)
+        await r.memory.facts.remember("My barber is Kjell")
+        clock.advance(days=2)
+        await r.memory.facts.remember("My tea is sencha")
+        await r.memory.facts.remember("My tea is now genmaicha, not sencha")
+        await r.cycle.run("manual")
+        (exam,) = await recent_exams(r.db)
+    assert {i.about: i.stratum for i in exam.items} == {
+        "person · tea": "change",
+        "person · barber": "week",
+        "person · bank": "year",
+        "person · school": "older",
+    }
+    assert {i.about: i.result for i in exam.items} == dict.fromkeys(
+        ("person · tea", "person · barber", "person · bank", "person · school"), "hit"
+    )

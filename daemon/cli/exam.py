@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from daemon.cli.support import has_store, has_table, open_database, resolve_env
-from daemon.sleep.exam import TREND, Exam, miss_line, recent_exams, trend_json
+from daemon.sleep.exam_record import TREND, Exam, miss_line, recent_exams, trend_json
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.sleep.exam import exam_status
+from daemon.sleep.exam_record import exam_status
 from daemon.web import svg
 from daemon.web.pages.render import page, services_of, spend_bars
 from daemon.web.views import now as view
