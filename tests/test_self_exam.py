@@ -165,6 +165,10 @@ def test_a_fact_without_a_key_is_asked_by_its_topic_with_its_answer_left_out() -
         score_item(item, [("recall", "Ana (my sister) lives in Lisbon by the river")])[0] == "hit"
     )
     assert score_item(item, [("recall", "Lisbon is in Portugal")])[0] == "miss"
+    decided = _fact(4, "", "", "", START, text="We decided to use PostgreSQL for the ledger")
+    asked = fact_item(decided, "week", [decided])
+    assert asked is not None and asked.question == "What do you remember about the ledger?"
+    assert "postgresql" in asked.expected and "ledger" not in asked.expected
 
 
 def test_the_sample_spans_changes_this_week_this_year_and_years_ago() -> None:

@@ -133,20 +133,33 @@ _MY = re.compile(r"\b(?:my|our)\s+([a-z]+)", re.I)
 
 
 def _topic_of(text: str) -> tuple[str, list[str]]:
-    """(words to ask about, the rest's key words) for a fact without a key."""
+    """(words to ask about, the rest's key words) for a fact without a key.
+
+    "my X" names what a statement is about; otherwise its last plain word, which is most often
+    the thing a decision or a plan is about ("… PostgreSQL for the ledger"): never a number, a
+    date or a word that says what was done to it.
+    """
     m = _MY.search(text)
-    if m is not None:
-        topic_words = [w for w in m.group(1).lower().split() if w not in STOP_WORDS]
-        if topic_words and key_words(" ".join(topic_words)):
-            topic = "my " + " ".join(topic_words)
-            rest = [w for w in key_words(text) if w not in set(key_words(topic))]
-            return topic, rest
+    if m is not None and m.group(1).lower() not in STOP_WORDS and key_words(m.group(1)):
+        topic = "my " + m.group(1).lower()
+        return topic, [w for w in key_words(text) if w not in set(key_words(topic))]
     words = key_words(text)
     if len(words) < 2:
         return "", []
-    # The first content word (what the statement is about) is asked; the rest answer.
-    raw = [w for w in re.findall(r"[A-Za-z0-9]+", text) if stem(w.lower()) == words[0]]
-    return (raw[0] if raw else words[0]), words[1:]
+    raw = [w for w in re.findall(r"[A-Za-z]+", text) if len(w) > 2]
+    plain = [w for w in raw if stem(w.lower()) in words and not _VERBISH.search(w.lower())]
+    if not plain:
+        return "", []
+    word = plain[-1]
+    topic = word if word[0].isupper() and word != raw[0] else f"the {word.lower()}"
+    return topic, [w for w in words if w != stem(word.lower())]
+
+
+# Words that say what was done or felt rather than what about: not asked about.
+_VERBISH = re.compile(
+    r"(?:ed|ing)$|^(?:use|uses|decide|decides|prefer|prefers|like|likes|love|loves|hate|hates"
+    r"|want|wants|need|needs|plan|plans|move|moves|live|lives|go|goes|keep|keeps|pick|picks)$"
+)
 
 
 def fact_item(fact: Fact, stratum: str, history: Sequence[Fact]) -> ExamItem | None:
