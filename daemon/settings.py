@@ -215,6 +215,7 @@ def _default_layers() -> dict[str, LayerBudget]:
         "topics": LayerBudget(target=800, cap=1500),
         "journal": LayerBudget(target=300, cap=500),
         "time": LayerBudget(target=30, cap=60),
+        "away": LayerBudget(target=100, cap=140),
     }
 
 

@@ -144,6 +144,9 @@ def as_table(result: AssembledContext, *, prompt: str, settings_points: Any) -> 
             f"{name:<14}{row['tokens']:>7}{row['target']:>8}{row['cap']:>7}  {items:<7} {part}"
         )
     lines.append(f"{'total':<14}{r['total_tokens']:>7}{'':>8}{r['budget']:>7}")
+    reasons = [(row["name"], row.get("why", "")) for row in r["layers"] if row.get("why")]
+    if reasons:
+        lines += ["", "Why:"] + [f"  {name}: {why}" for name, why in reasons]
     if r["over_budget"]:
         lines += ["", f"! {r['over_budget']}"]
     cuts = [(row["name"], c) for row in r["layers"] for c in row["truncated"]]

@@ -2,7 +2,7 @@
 
 Layers, in a fixed order (stable first, so the provider's prompt cache is hit):
 
-    discipline → persona → profile → wake → themes → recollections ║ time → recall → topics → journal
+    discipline → persona → profile → wake → themes → recollections ║ time → away → recall → topics → journal
 
 `║` is the cache breakpoint (a second one sits after `wake`, the slowest-changing prefix).
 Each layer is first fitted to its own hard cap; when the total is still over
@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -53,6 +53,7 @@ from daemon.events import BeforeAgentStart, Composer, Contribution, SessionShutd
 from daemon.journal.digest import digest_body, newest_digest_path, newest_sections
 from daemon.log import get_logger
 from daemon.memory.api import LiveHistory, MemoryItem, MemoryView
+from daemon.memory.last_word import LastWord, away_phrase, clip
 from daemon.memory.pins import CONFIRMED, split_facts_file
 from daemon.models.base import SystemBlock
 from daemon.paths import Home
@@ -65,7 +66,7 @@ log = get_logger("context")
 
 LAYER_ORDER: tuple[str, ...] = (
     "discipline", "persona", "profile", "wake", "themes", "recollections",
-    "time", "recall", "topics", "journal",
+    "time", "away", "recall", "topics", "journal",
 )  # fmt: skip
 CORE_LAYERS = frozenset({"discipline", "persona", "profile", "wake"})
 STABLE_LAYERS = frozenset({*CORE_LAYERS, "themes", "recollections"})
@@ -77,6 +78,7 @@ TRUNCATION_ORDER: tuple[str, ...] = (
     "recollections",
     "themes",
     "topics",
+    "away",
     "wake",
     "profile",
 )
@@ -108,6 +110,9 @@ STORE_AWAY_NOTICE = (
     "</notice>"
 )
 _COUNT_CACHE_MAX = 20_000
+# The `away` layer speaks when the person last wrote at least this long before the message.
+AWAY_AFTER = timedelta(hours=12)
+AWAY_WORDS = 120  # characters of the person's last message shown
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +142,8 @@ class _Draft:
     query: str
     # Memory reads left out because the store's server is away: call -> why.
     skipped: dict[str, str] = field(default_factory=dict)
+    # Why a layer is there (or is not), for `reverie context` and the console: layer -> why.
+    why: dict[str, str] = field(default_factory=dict)
 
 
 class ContextAssembler:
@@ -288,6 +295,8 @@ class ContextAssembler:
         )
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
+        why: dict[str, str] = {}
+        layers["away"] = await self._away_layer(notes, skipped, why)
 
         shown = frozenset(
             e.key for name in ("themes", "recollections") for e in layers[name].entries
@@ -320,6 +329,7 @@ class ContextAssembler:
             scores=scores,
             query=query,
             skipped=skipped,
+            why=why,
         )
 
     def _compose(self, draft: _Draft, contributions: Sequence[Contribution]) -> AssembledContext:
@@ -348,6 +358,7 @@ class ContextAssembler:
             notes=notes,
             rejected=rejected,
             skipped=draft.skipped,
+            why=draft.why,
         )
         result = AssembledContext(
             blocks=blocks,
@@ -540,6 +551,65 @@ class ContextAssembler:
             truncatable=False,
         )
 
+    async def _away_layer(
+        self, notes: list[str], skipped: dict[str, str], why: dict[str, str]
+    ) -> Layer:
+        """How long since the person last wrote and what about, when it is `AWAY_AFTER` or more."""
+        layer = Layer(name="away", heading="## Time away", stable=False)
+        if self.view is None:
+            return layer
+        now = self.clock.now()
+        try:
+            last = await self.view.last_person_word(now)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except StoreAway as exc:
+            skipped["last_person_word"] = f"the memory store's server is away ({exc})"
+            return layer
+        except Exception as exc:
+            log.warning("last message lookup failed; away layer left out", error=repr(exc))
+            notes.append(f"away: the person's last message could not be read ({exc})")
+            return layer
+        if last is None:
+            why["away"] = "not shown: the person has not written before"
+            return layer
+        gap = now - last.ts
+        if gap < AWAY_AFTER:
+            why["away"] = (
+                f"not shown: the person last wrote {_hm(gap)} ago (under {_hm(AWAY_AFTER)})"
+            )
+            return layer
+        why["away"] = (
+            f"the person last wrote {away_phrase(gap)} ago ({_hm(gap)}, over {_hm(AWAY_AFTER)})"
+        )
+        layer.entries.append(
+            memory_block(
+                "away",
+                self._away_text(last, gap),
+                kind="away",
+                origin="system",
+                ts=last.ts,
+                source=f"session {last.session_id}",
+                rank=0,
+            )
+        )
+        return layer
+
+    def _away_text(self, last: LastWord, gap: timedelta) -> str:
+        when = last.ts
+        zone = self.settings.scheduler.timezone
+        if zone:
+            try:
+                when = when.astimezone(ZoneInfo(zone))
+            except (ZoneInfoNotFoundError, ValueError):
+                pass
+        said = f"{when.strftime('%a')} {when.day} {when.strftime('%b %Y, %H:%M')}"
+        topic = f"The last thing discussed: {last.topic}. " if last.topic else ""
+        return (
+            f"It has been {away_phrase(gap)} since the person last wrote (on {said}). "
+            f"{topic}Their last message: “{clip(last.text, AWAY_WORDS)}”"
+        )
+
     def _recall_layer(self, items: list[MemoryItem], shown: frozenset[str]) -> Layer:
         entries = [
             memory_entry(it, rank=i)
@@ -707,6 +777,7 @@ class ContextAssembler:
         notes: list[str],
         rejected: list[dict[str, str]],
         skipped: dict[str, str],
+        why: dict[str, str],
     ) -> dict[str, Any]:
         rows: list[dict[str, Any]] = []
         for name in LAYER_ORDER:
@@ -722,6 +793,7 @@ class ContextAssembler:
                     "items": len(layers[name].entries),
                     "kept": len(f.kept),
                     "truncated": [c.as_dict() for c in f.cuts],
+                    "why": why.get(name, ""),
                 }
             )
         persona = fitted["persona"].tokens
@@ -831,6 +903,16 @@ def gist(item: MemoryItem) -> str:
     first = sentences(item.text.strip())
     line = " ".join((first[0] if first else item.text).split())
     return line if len(line) <= _GIST_CHARS else line[: _GIST_CHARS - 1].rsplit(" ", 1)[0] + "…"
+
+
+def _hm(gap: timedelta) -> str:
+    """A gap in days, hours and minutes: "21 d 3 h", "5 h 2 min", "4 min"."""
+    minutes = int(gap.total_seconds() // 60)
+    days, minutes = divmod(minutes, 1440)
+    hours, minutes = divmod(minutes, 60)
+    if days:
+        return f"{days} d {hours} h"
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
 
 
 def _keep_first_reasons(before: tuple[Cut, ...], after: tuple[Cut, ...]) -> tuple[Cut, ...]:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from daemon.memory.api import LiveHistory, MemoryItem
+from daemon.memory.last_word import FRESH, LastWord, clip
 from daemon.topics.matrix import tokenise
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -61,6 +62,24 @@ class ListMemoryView:
     async def recent_facts(self, limit: int) -> list[MemoryItem]:
         self.calls.append(("recent_facts", limit))
         return self._by_kind["fact"][:limit]
+
+    async def last_person_word(self, now: datetime) -> LastWord | None:
+        """The newest chunk of the person's (origin `person`) at least `FRESH` older than `now`."""
+        self.calls.append(("last_person_word", now))
+        for item in self._by_kind["chunk"]:
+            if item.origin != "person" or item.ts is None or now - item.ts < FRESH:
+                continue
+            topic = next(
+                (s.title for s in self._by_kind["summary"] if s.session == item.session), ""
+            )
+            return LastWord(
+                ts=item.ts,
+                session_id=item.session or "",
+                msg_id=item.message_ids[0] if item.message_ids else item.id,
+                text=clip(item.text),
+                topic=topic,
+            )
+        return None
 
     async def auto_recall(
         self,

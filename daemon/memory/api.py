@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from daemon.memory.last_word import LastWord
 
 Origin = Literal["person", "agent", "tool", "system", "import"]
 Kind = Literal["fact", "profile", "summary", "chunk", "month", "journal"]
@@ -82,4 +85,8 @@ class MemoryView(Protocol):
     ) -> list[MemoryItem]:
         """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`
         and none that `live` (the conversation the model is replaying) already shows."""
+        ...
+
+    async def last_person_word(self, now: datetime) -> LastWord | None:
+        """The person's newest message before the one being answered (None: never wrote)."""
         ...

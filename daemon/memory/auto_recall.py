@@ -27,6 +27,7 @@ from functools import lru_cache
 from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.corrections import Corrections
 from daemon.memory.index import MemoryIndex
+from daemon.memory.last_word import LastWord, last_person_word
 from daemon.memory.months import focus_month, months_in_place
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
 from daemon.memory.rows import row_to_item
@@ -87,6 +88,10 @@ class IndexMemoryView:
     async def recent_facts(self, limit: int) -> list[MemoryItem]:
         """The last explicit facts (target=memory), newest first."""
         return await self.index.recent(["fact"], limit) if limit > 0 else []
+
+    async def last_person_word(self, now: datetime) -> LastWord | None:
+        """The person's newest message before the one being answered (`last_word`)."""
+        return await last_person_word(self.index.db, now)
 
     async def auto_recall(
         self,
