@@ -83,7 +83,9 @@ def test_the_exam_after_a_sleep_is_scored_from_the_context_and_falls_when_a_laye
             changed = _remember(c, "My dentist is now Dr Okafor, not Dr Lee")
             assert changed["data"]["status"] == "corrected", changed
         slept = _cli(home, "sleep", "--wait")
-        assert "self_exam" in slept.stdout and "self-exam: 100" in slept.stdout, slept.stdout
+        assert "self_exam" in slept.stdout and "score 100, 12/12 found" in slept.stdout, (
+            slept.stdout
+        )
         first = json.loads(_cli(home, "exam", "--json").stdout)
         assert first["questions"] == 12 and first["score"] == 100.0, first
         dentist = next(i for i in first["items"] if "dentist" in i["about"])
@@ -97,7 +99,7 @@ def test_the_exam_after_a_sleep_is_scored_from_the_context_and_falls_when_a_laye
         assert status["self_exam"]["trend"] == [100.0]
         assert "self-exam:    100 · 12/12 found · trend █ 100" in _cli(home, "status").stdout
         journal = _cli(home, "journal", "--tail", "20").stdout
-        assert "self-exam: 100, 12/12 found" in journal
+        assert "sleep · self_exam: score 100, 12/12 found" in journal
         assert d.stop() == 0
 
         # Automatic recall out of the context: what only recall brought in is lost.

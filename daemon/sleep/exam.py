@@ -434,10 +434,10 @@ class SelfExamPhase:
 
 def _report(exam: Exam, previous: Exam | None, *, noticed: bool) -> PhaseReport:
     if not exam.items:
-        changed = "self-exam: nothing to ask yet (no facts nor open threads)"
+        changed = "nothing to ask yet (no facts nor open threads)"
     else:
         was = f" (was {previous.score:g})" if previous is not None else ""
-        changed = f"self-exam: {exam.score:g}{was}, {exam.hits}/{len(exam.items)} found"
+        changed = f"score {exam.score:g}{was}, {exam.hits}/{len(exam.items)} found"
         if exam.misses:
             changed += "; missed: " + "; ".join(miss_line(i) for i in exam.misses[:4])
             if len(exam.misses) > 4:
