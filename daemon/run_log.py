@@ -28,6 +28,8 @@ log = get_logger("run_log")
 
 # How often a running daemon writes that it is still running (what a crash loses at most).
 SEEN_EVERY_S = 60.0
+# The longest a clean stop waits to record itself.
+STOP_BUDGET_S = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,8 +145,9 @@ class RunLog:
                         log.info("recording that the daemon runs again")
                     failing = False
         finally:
-            # Bounded, so a store that hangs cannot hold the shutdown (the write takes ms).
-            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            # Bounded like a busy SQLite store's wait, so a store that hangs cannot hold the
+            # shutdown past systemd's stop timeout (the write itself takes a few ms).
+            with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_BUDGET_S):
                 try:
                     await self.end()
                 except Exception as exc:
