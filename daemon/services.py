@@ -63,6 +63,7 @@ from daemon.sleep.mine import MiningPhase
 from daemon.sleep.phases import Phase
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
+from daemon.threads import ThreadBook
 from daemon.tokens import TokenCounter, default_counter
 from daemon.tools.approvals import Approvals, PermissionGuard
 from daemon.tools.mcp import McpServers
@@ -270,6 +271,14 @@ async def open_services(
             )
         )
         journal.register(bus)
+        # Open promises, questions and plans: noted at each turn's end, swept during sleep.
+        threads = ThreadBook(
+            db,
+            clock=clock,
+            zone=local_zone(s.scheduler.timezone),
+            expire_days=s.threads.expire_days,
+        )
+        stack.callback(threads.register(bus))
         assembler = ContextAssembler(
             home=home,
             settings=s,
@@ -277,6 +286,7 @@ async def open_services(
             router=router,
             counter=counter,
             clock=clock,
+            threads=threads,
         )
         # Required: a turn never reaches the model without its context (it fails visibly).
         stack.callback(assembler.register(bus))

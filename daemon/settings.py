@@ -216,6 +216,7 @@ def _default_layers() -> dict[str, LayerBudget]:
         "journal": LayerBudget(target=300, cap=500),
         "time": LayerBudget(target=30, cap=60),
         "away": LayerBudget(target=100, cap=140),
+        "threads": LayerBudget(target=250, cap=400),
     }
 
 
@@ -395,6 +396,13 @@ class SleepSettings(_Section):
     # tool's), at most max_promoted mined facts pinned at once.
     promote_min_uses: int = Field(5, ge=1)
     max_promoted: int = Field(20, ge=0)
+
+
+class ThreadsSettings(_Section):
+    """Open threads (promises, unanswered questions, dated plans): how long one stays open."""
+
+    # An open thread nobody resolved expires, with a note, after this many days.
+    expire_days: int = Field(14, ge=1, le=3650)
 
 
 class JournalSettings(_Section):
@@ -637,6 +645,7 @@ class Settings(_Section):
     delegate: DelegateSettings = DelegateSettings()
     sleep: SleepSettings = SleepSettings()
     journal: JournalSettings = JournalSettings()
+    threads: ThreadsSettings = ThreadsSettings()
     tools: ToolsSettings = ToolsSettings()
     workspace: WorkspaceSettings = WorkspaceSettings()
     permissions: PermissionsSettings = PermissionsSettings()

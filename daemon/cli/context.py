@@ -18,6 +18,9 @@ from daemon.clock import SystemClock
 from daemon.context.assembler import LAYER_ORDER, AssembledContext, ContextAssembler
 from daemon.log import configure
 from daemon.memory.api import MemoryView
+from daemon.scheduler import local_zone
+from daemon.store.db import Database
+from daemon.threads import ThreadBook
 from daemon.tokens import default_counter
 from daemon.topics.router import TopicRouter
 
@@ -74,6 +77,27 @@ async def _open_view(env: Env, stack: AsyncExitStack) -> tuple[MemoryView | None
     return view, ""
 
 
+async def _open_threads(env: Env, stack: AsyncExitStack) -> ThreadBook | None:
+    """The home's open threads, read-only (None when the home has no store yet)."""
+    settings = env.settings
+    if not env.home.db_file.exists() and not settings.storage.url:
+        return None
+    readonly = not settings.storage.url
+    try:
+        db = await Database.open_configured(
+            env.home.db_file, settings, readonly=readonly, migrate=not readonly
+        )
+    except Exception:
+        return None  # the memory view's note already says the store cannot be opened
+    stack.push_async_callback(db.close)
+    return ThreadBook(
+        db,
+        clock=SystemClock(),
+        zone=local_zone(settings.scheduler.timezone),
+        expire_days=settings.threads.expire_days,
+    )
+
+
 async def run_context(args: argparse.Namespace) -> int:
     """Assemble and print the context for `--prompt`."""
     env = resolve_env(args)
@@ -83,6 +107,7 @@ async def run_context(args: argparse.Namespace) -> int:
     router = TopicRouter(env.home, env.settings.topics)
     async with AsyncExitStack() as stack:
         view, note = await _open_view(env, stack)
+        threads = await _open_threads(env, stack)
         assembler = ContextAssembler(
             home=env.home,
             settings=env.settings,
@@ -90,6 +115,7 @@ async def run_context(args: argparse.Namespace) -> int:
             router=router,
             counter=default_counter(),
             clock=SystemClock(),
+            threads=threads,
         )
         try:
             result = await assembler.assemble(args.prompt, previous_reply=args.previous_reply)

@@ -2,7 +2,7 @@
 
 Layers, in a fixed order (stable first, so the provider's prompt cache is hit):
 
-    discipline → persona → profile → wake → themes → recollections ║ time → away → recall → topics → journal
+    discipline → persona → profile → wake → themes → recollections ║ time → away → threads → recall → topics → journal
 
 `║` is the cache breakpoint (a second one sits after `wake`, the slowest-changing prefix).
 Each layer is first fitted to its own hard cap; when the total is still over
@@ -49,6 +49,8 @@ from daemon.context.layers import (
     memory_entry,
     sentences,
 )
+from daemon.context.threads import HEADING as THREADS_HEADING
+from daemon.context.threads import ThreadSource, threads_layer
 from daemon.events import BeforeAgentStart, Composer, Contribution, SessionShutdown, TurnContext
 from daemon.journal.digest import digest_body, newest_digest_path, newest_sections
 from daemon.log import get_logger
@@ -57,6 +59,7 @@ from daemon.memory.last_word import LastWord, away_phrase, clip
 from daemon.memory.pins import CONFIRMED, split_facts_file
 from daemon.models.base import SystemBlock
 from daemon.paths import Home
+from daemon.scheduler import local_zone
 from daemon.settings import Settings
 from daemon.store.postgres import StoreAway
 from daemon.tokens import TokenCounter
@@ -66,7 +69,7 @@ log = get_logger("context")
 
 LAYER_ORDER: tuple[str, ...] = (
     "discipline", "persona", "profile", "wake", "themes", "recollections",
-    "time", "away", "recall", "topics", "journal",
+    "time", "away", "threads", "recall", "topics", "journal",
 )  # fmt: skip
 CORE_LAYERS = frozenset({"discipline", "persona", "profile", "wake"})
 STABLE_LAYERS = frozenset({*CORE_LAYERS, "themes", "recollections"})
@@ -78,6 +81,7 @@ TRUNCATION_ORDER: tuple[str, ...] = (
     "recollections",
     "themes",
     "topics",
+    "threads",
     "away",
     "wake",
     "profile",
@@ -158,8 +162,11 @@ class ContextAssembler:
         router: TopicRouter,
         counter: TokenCounter,
         clock: Clock,
+        threads: ThreadSource | None = None,
     ) -> None:
         self.home = home
+        # The open promises, questions and plans (`daemon.threads`); None: no threads layer.
+        self.threads = threads
         self.settings = settings
         self.view = view
         self.router = router
@@ -297,6 +304,7 @@ class ContextAssembler:
         layers["time"] = self._time_layer(notes)
         why: dict[str, str] = {}
         layers["away"] = await self._away_layer(notes, skipped, why)
+        layers["threads"] = await self._threads_layer(notes, why, fork=session_kind == "fork")
 
         shown = frozenset(
             e.key for name in ("themes", "recollections") for e in layers[name].entries
@@ -592,6 +600,25 @@ class ContextAssembler:
                 source=f"session {last.session_id}",
                 rank=0,
             )
+        )
+        return layer
+
+    async def _threads_layer(self, notes: list[str], why: dict[str, str], *, fork: bool) -> Layer:
+        """The open threads (`daemon.context.threads`); a fork works from its brief, without them."""
+        if self.threads is None or fork:
+            return Layer(name="threads", heading=THREADS_HEADING, stable=False)
+        try:
+            found = await self.threads.open_threads()
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            log.warning("open threads could not be read; threads layer left out", error=repr(exc))
+            notes.append(f"threads: the open threads could not be read ({exc})")
+            why["threads"] = "not shown: the open threads could not be read"
+            return Layer(name="threads", heading=THREADS_HEADING, stable=False)
+        zone = local_zone(self.settings.scheduler.timezone)
+        layer, why["threads"] = threads_layer(
+            found, today=self.clock.now().astimezone(zone).date(), zone=zone
         )
         return layer
 

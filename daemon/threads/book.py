@@ -1,0 +1,283 @@
+"""The open threads kept in the store: opened and closed at each turn's end, expired at night.
+
+`ThreadBook` reads a finished turn's messages (the person's prompt, the agent's replies) from
+the messages table, closes the open threads the person's message says are done, and opens the
+threads the turn started (`daemon.threads.detect`). Each thread keeps the message that opened
+it and the one that closed it. During sleep's housekeeping it reads the person's messages
+again for closings a turn's end missed (a crash between the reply and the hook), and expires
+threads open longer than `[threads] expire_days` with a note saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, tzinfo
+
+from daemon.bus import EventBus
+from daemon.clock import Clock
+from daemon.events import SleepHousekeeping, TurnFinished
+from daemon.log import get_logger
+from daemon.store.db import Database
+from daemon.threads.detect import (
+    Found,
+    closed_by,
+    mentions,
+    only_done,
+    plans,
+    promises,
+    unanswered,
+)
+
+log = get_logger("threads")
+
+_COLUMNS = (
+    "id, kind, text, session_id, opened_by, opened_at, due, status, resolved_at, resolved_by, note"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thread:
+    """One open matter and where it came from."""
+
+    id: str
+    kind: str  # promise | question | plan
+    text: str
+    session_id: str
+    opened_by: str  # the message that opened it
+    opened_at: datetime
+    due: date | None = None
+    status: str = "open"  # open | resolved | expired
+    resolved_at: datetime | None = None
+    resolved_by: str | None = None
+    note: str = ""
+
+    @classmethod
+    def from_row(cls, row: tuple[object, ...]) -> Thread:
+        tid, kind, text, session, opened_by, opened_at, due, status, r_at, r_by, note = row
+        return cls(
+            id=str(tid),
+            kind=str(kind),
+            text=str(text),
+            session_id=str(session),
+            opened_by=str(opened_by),
+            opened_at=_when(str(opened_at)),
+            due=date.fromisoformat(str(due)) if due else None,
+            status=str(status),
+            resolved_at=_when(str(r_at)) if r_at else None,
+            resolved_by=str(r_by) if r_by else None,
+            note=str(note or ""),
+        )
+
+    def is_due(self, today: date) -> bool:
+        """Whether it is due today or overdue."""
+        return self.due is not None and self.due <= today
+
+
+def thread_id(opened_by: str, kind: str, text: str) -> str:
+    """A thread's id: the same message opening the same thread is the same thread."""
+    digest = hashlib.sha256(f"{opened_by}\x1f{kind}\x1f{text}".encode()).hexdigest()
+    return f"t-{digest[:12]}"
+
+
+def _when(text: str) -> datetime:
+    at = datetime.fromisoformat(text)
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+class ThreadBook:
+    """Open, close, list and expire threads (see the module docstring); one per daemon."""
+
+    def __init__(self, db: Database, *, clock: Clock, zone: tzinfo, expire_days: int) -> None:
+        self.db = db
+        self.clock = clock
+        self.zone = zone
+        self.expire_days = expire_days
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def open_threads(self) -> list[Thread]:
+        """The open threads, oldest first (those past their expiry excluded: the night expires them)."""
+        cutoff = self.clock.now() - timedelta(days=self.expire_days)
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM threads WHERE status = 'open' ORDER BY opened_at, id"
+        )
+        return [t for t in map(Thread.from_row, rows) if t.opened_at > cutoff]
+
+    async def due(self) -> list[Thread]:
+        """The open threads due today or before, in the person's zone, soonest first."""
+        today = self.clock.now().astimezone(self.zone).date()
+        found = [t for t in await self.open_threads() if t.is_due(today)]
+        return sorted(found, key=lambda t: (t.due or today, t.opened_at))
+
+    async def get(self, thread_id: str) -> Thread | None:
+        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM threads WHERE id = ?", (thread_id,))
+        return Thread.from_row(row) if row else None
+
+    # -- a turn's end ----------------------------------------------------------------------
+
+    async def note_turn(self, session_id: str, turn_id: str) -> tuple[list[Thread], list[str]]:
+        """Close what the turn's person's message says is done, then open what the turn started.
+
+        Returns (opened, closed ids). A turn with no message of the person's changes nothing.
+        """
+        rows = await self.db.fetchall(
+            "SELECT msg_id, ts, role, content FROM messages"
+            " WHERE session_id = ? AND turn_id = ? ORDER BY seq",
+            (session_id, turn_id),
+        )
+        asked = [(str(m), str(ts), str(c)) for m, ts, role, c in rows if role == "user"]
+        replies = [(str(m), str(ts), str(c)) for m, ts, role, c in rows if role == "assistant"]
+        if not asked:
+            return [], []
+        msg_id, ts, prompt = asked[-1]
+        closed = await self.close_from(prompt, msg_id=msg_id, at=_when(ts), session_id=session_id)
+        now = _when(ts)
+        found: list[tuple[Found, str, str]] = []
+        found += [(f, msg_id, ts) for f in plans(prompt, now, self.zone)]
+        if replies:
+            reply = "\n".join(c for _, _, c in replies)
+            r_id, r_ts, _ = replies[-1]
+            found += [(f, msg_id, ts) for f in unanswered(prompt, reply)]
+            found += [(f, r_id, r_ts) for f in promises(reply, _when(r_ts), self.zone)]
+        opened = []
+        for f, by, at in found:
+            thread = await self.open(f, session_id=session_id, opened_by=by, at=_when(at))
+            if thread is not None:
+                opened.append(thread)
+        if opened or closed:
+            log.info("threads noted", turn=turn_id, opened=len(opened), closed=len(closed))
+        return opened, closed
+
+    async def open(
+        self, found: Found, *, session_id: str, opened_by: str, at: datetime
+    ) -> Thread | None:
+        """Keep `found` as an open thread; None when an open one of its kind already says it."""
+        for t in await self.open_threads():
+            if (
+                t.kind == found.kind
+                and mentions(found.text, t.text)
+                and mentions(t.text, found.text)
+            ):
+                return None
+        thread = Thread(
+            id=thread_id(opened_by, found.kind, found.text),
+            kind=found.kind,
+            text=found.text,
+            session_id=session_id,
+            opened_by=opened_by,
+            opened_at=at,
+            due=found.due,
+        )
+        await self.db.execute(
+            "INSERT INTO threads(id, kind, text, session_id, opened_by, opened_at, due, status)"
+            " VALUES (?,?,?,?,?,?,?, 'open') ON CONFLICT(opened_by, kind, text) DO NOTHING",
+            (
+                thread.id,
+                thread.kind,
+                thread.text,
+                session_id,
+                opened_by,
+                at.isoformat(),
+                found.due.isoformat() if found.due else None,
+            ),
+        )
+        return thread
+
+    async def close_from(
+        self, message: str, *, msg_id: str, at: datetime, session_id: str
+    ) -> list[str]:
+        """Resolve the open threads opened before `at` that the person's `message` closes."""
+        before = [t for t in await self.open_threads() if t.opened_at < at]
+        if only_done(message):
+            # A bare "done" closes the newest thread of this conversation, never another's.
+            before = [t for t in before if t.session_id == session_id]
+        ids = closed_by(message, [(t.id, t.text) for t in before])
+        for tid in ids:
+            await self.resolve(tid, by=msg_id, at=at, note="the person said it is done")
+        return ids
+
+    async def resolve(self, thread_id: str, *, by: str | None, at: datetime, note: str) -> bool:
+        """Mark an open thread resolved by message `by`; False when it was not open."""
+        row = await self.db.fetchone("SELECT status FROM threads WHERE id = ?", (thread_id,))
+        if row is None or row[0] != "open":
+            return False
+        await self.db.execute(
+            "UPDATE threads SET status = 'resolved', resolved_at = ?, resolved_by = ?, note = ?"
+            " WHERE id = ? AND status = 'open'",
+            (at.isoformat(), by, note, thread_id),
+        )
+        return True
+
+    # -- the night -------------------------------------------------------------------------
+
+    async def sweep(self) -> str | None:
+        """Close what the person's later messages said is done, expire the old; say what changed."""
+        closed = 0
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM threads WHERE status = 'open' ORDER BY opened_at, id"
+        )
+        for thread in map(Thread.from_row, rows):
+            said = await self.db.fetchall(
+                "SELECT msg_id, ts, content FROM messages WHERE role = 'user' AND ts > ?"
+                " ORDER BY ts, seq",
+                (thread.opened_at.isoformat(),),
+            )
+            for msg_id, ts, content in said:
+                if closed_by(str(content), [(thread.id, thread.text)]) and mentions(
+                    str(content), thread.text
+                ):
+                    if await self.resolve(
+                        thread.id, by=str(msg_id), at=_when(str(ts)), note="found done at night"
+                    ):
+                        closed += 1
+                    break
+        expired = await self.expire()
+        if not closed and not expired:
+            return None
+        return f"threads: {closed} found done, {expired} expired after {self.expire_days} days"
+
+    async def expire(self) -> int:
+        """Expire the threads open longer than `expire_days`, each with a note; return how many."""
+        now = self.clock.now()
+        cutoff = now - timedelta(days=self.expire_days)
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM threads WHERE status = 'open' ORDER BY opened_at, id"
+        )
+        old = [t for t in map(Thread.from_row, rows) if t.opened_at <= cutoff]
+        for t in old:
+            await self.db.execute(
+                "UPDATE threads SET status = 'expired', resolved_at = ?, note = ?"
+                " WHERE id = ? AND status = 'open'",
+                (
+                    now.isoformat(),
+                    f"expired: open {self.expire_days} days without being resolved"
+                    f" (opened {t.opened_at.date().isoformat()})",
+                    t.id,
+                ),
+            )
+        return len(old)
+
+    # -- the hooks -------------------------------------------------------------------------
+
+    def register(self, bus: EventBus) -> Callable[[], None]:
+        """Note each finished turn, and sweep during sleep's housekeeping; returns the undo."""
+
+        async def on_turn(event: TurnFinished) -> None:
+            if not event.vetoed:
+                await self.note_turn(event.session_id, event.turn_id)
+
+        async def on_housekeeping(event: SleepHousekeeping) -> str | None:
+            return await self.sweep()
+
+        undo = [
+            bus.on(TurnFinished, on_turn, name="threads.note_turn"),
+            bus.on(SleepHousekeeping, on_housekeeping, name="threads.sweep"),
+        ]
+
+        def unsubscribe() -> None:
+            for u in undo:
+                u()
+
+        return unsubscribe
