@@ -5,6 +5,7 @@ they are done, swept and expired at night, and named in the greeting when due.""
 from __future__ import annotations
 
 import os
+import sqlite3
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +19,15 @@ from daemon.paths import Home
 from daemon.store.db import Database
 from daemon.threads import Found, ThreadBook
 from daemon.threads.detect import closed_by, mentions, plans, promises, unanswered
+from tests.fakes.anthropic_server import FakeAnthropic, RecordedRequest
+from tests.harness import (
+    FAKE_API_CONFIG,
+    DaemonProcess,
+    daemon_env,
+    run_cli,
+    unavailable,
+    wait_until,
+)
 from tests.test_context_assembler import build_home, items, make, render_golden, tight_settings
 
 MON = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # a Monday
@@ -230,3 +240,93 @@ async def test_an_unreadable_thread_store_leaves_the_layer_out_with_a_note(tmp_p
     assert any(
         n.startswith("threads: the open threads could not be read") for n in result.report["notes"]
     )
+
+
+# -- the real daemon across two days (libfaketime) ------------------------------------------
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def _threads_block(request: RecordedRequest) -> str:
+    """The system block of the threads layer in a request ("" when the prompt has none)."""
+    system = request.body.get("system") or []
+    blocks = [system] if isinstance(system, str) else [str(b.get("text", "")) for b in system]
+    return next((b for b in blocks if b.startswith("## Open threads")), "")
+
+
+def _last_said(request: RecordedRequest) -> str:
+    content = request.body["messages"][-1]["content"]
+    if isinstance(content, str):
+        return content
+    return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+
+
+def _thread_rows(home: Path) -> list[tuple[str, str, str]]:
+    conn = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
+    try:
+        return [tuple(r) for r in conn.execute("SELECT kind, status, text FROM threads")]
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def test_a_promise_made_on_day_one_is_in_context_on_day_two_until_the_person_says_it_is_done(
+    tmp_path: Path,
+) -> None:
+    """The real daemon, the official SDK against the fake Messages API, the clock faked a day
+    apart: Monday the agent promises; Tuesday's first turn sees the promise (due today); the
+    person says it is done, and the next turn's context no longer holds it."""
+    if not FAKETIME_LIB.exists():
+        unavailable(f"{FAKETIME_LIB} is missing (apt-get install faketime)")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(
+        '[scheduler]\ntimezone = "UTC"\n\n[sleep]\nnightly = false\n' + FAKE_API_CONFIG
+    )
+    promise = "I'll look at the boiler manual tomorrow."
+    with FakeAnthropic() as fake:
+
+        def at(when: str) -> dict[str, str]:
+            return daemon_env(
+                {
+                    "ANTHROPIC_API_KEY": "k",
+                    "REVERIE_ANTHROPIC_BASE_URL": fake.url,
+                    "LD_PRELOAD": str(FAKETIME_LIB),
+                    "FAKETIME": f"@{when}",
+                    "TZ": "UTC",
+                }
+            )
+
+        def chat(said: str) -> None:
+            done = run_cli("chat", "--home", str(home), "-m", said, env=daemon_env())
+            assert done.returncode == 0, done.stderr
+
+        def context_for(said: str) -> str:
+            asked = [r for r in fake.message_requests if _last_said(r) == said]
+            assert asked, f"no request for {said!r}"
+            return _threads_block(asked[0])
+
+        monday = DaemonProcess(home=home, env=at("2026-03-02 18:00:00")).start(timeout=60)
+        try:
+            fake.enqueue(f"The knocking is often air in the pipes. {promise}")
+            chat("The boiler makes a knocking noise at night.")
+            wait_until(lambda: _thread_rows(home) != [], 20, "the promise kept")
+        finally:
+            assert monday.stop() == 0
+        assert _thread_rows(home) == [("promise", "open", promise)]
+        tuesday = DaemonProcess(home=home, env=at("2026-03-03 08:00:00")).start(timeout=60)
+        try:
+            fake.enqueue("Good morning!")
+            chat("Good morning.")
+            fake.enqueue("Great, glad it's sorted.")
+            chat("I looked at the boiler manual, that's done.")
+            wait_until(lambda: _thread_rows(home)[0][1] == "resolved", 20, "the promise closed")
+            fake.enqueue("Sure.")
+            chat("What's for dinner?")
+        finally:
+            assert tuesday.stop() == 0
+    first = context_for("Good morning.")
+    assert promise in first and "due 2026-03-03 (today)" in first
+    assert context_for("I looked at the boiler manual, that's done.") == first
+    assert context_for("What's for dinner?") == ""  # nothing is open any more
