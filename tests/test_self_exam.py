@@ -22,8 +22,10 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.memory.facts import Fact
 from daemon.models.base import ModelError, ModelRequest
+from daemon.settings import MemorySettings, SchedulerSettings, Settings
 from daemon.sleep.exam import SelfExamPhase, fact_item, pick, score_item
 from daemon.sleep.exam_record import Exam, ExamItem, exam_status, recent_exams, save_exam
+from daemon.sleep.phases import PhaseContext
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel
@@ -338,3 +340,47 @@ async def test_a_night_asks_of_years_ago_this_year_this_week_and_what_changed(
     assert {i.about: i.result for i in exam.items} == dict.fromkeys(
         ("person · tea", "person · barber", "person · bank", "person · school"), "hit"
     )
+
+
+@pytest.mark.anyio
+async def test_a_night_with_nothing_to_ask_keeps_no_exam(tmp_path: Path) -> None:
+    async with rig(tmp_path, phases=lambda t: [WakeUp(t), SelfExamPhase()]) as r:
+        outcome = await r.cycle.run("manual")
+        assert outcome.steps["self_exam"]["changed"].startswith("nothing to ask yet")
+        assert await recent_exams(r.db) == [] and await exam_status(r.db) is None
+        assert not [n for n in r.notes() if "self_exam" in n.tags]
+
+
+@pytest.mark.anyio
+async def test_a_drop_is_told_once_though_the_step_runs_again_after_a_crash_before_telling(
+    tmp_path: Path,
+) -> None:
+    cfg = Settings(
+        scheduler=SchedulerSettings(timezone="UTC"), memory=MemorySettings(auto_recall=False)
+    )
+    async with rig(tmp_path, settings=cfg) as r:
+        for attribute, value in FACTS:
+            await r.memory.facts.remember(f"My {attribute} is {value}")
+        before = [
+            ExamItem(key=f.id, stratum="week", question="?", expected=["x"], result="hit")
+            for f in r.memory.facts.facts()
+        ]
+        await save_exam(
+            r.db, Exam(cycle_id="c0", taken_at=START, worded_by="offline", items=before)
+        )
+        ctx = PhaseContext(
+            cycle_id="c1", reason="manual", session_id=r.trunk.session.id, started_at=START,
+            since=None, home=r.home, settings=r.settings, db=r.db, models=r.roles, bus=r.bus,
+            clock=r.clock, memory=r.memory,
+        )  # fmt: skip
+        first = await SelfExamPhase().run(ctx)
+        # A crash after the exam was kept and before the notice was: the step runs again.
+        await r.db.execute("DELETE FROM notices WHERE key = 'self-exam:c1'")
+        again = await SelfExamPhase().run(ctx)
+        assert [e.cycle_id for e in await recent_exams(r.db)] == ["c1", "c0"]
+        await SelfExamPhase().run(ctx)
+        notices = await r.services.outbox.recent()
+    assert first.details["score"] == again.details["score"] < 95
+    told = [n for n in notices if n.key.startswith("self-exam:")]
+    assert [n.key for n in told] == ["self-exam:c1"]
+    assert "fell from 100 to" in told[0].text

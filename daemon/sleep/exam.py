@@ -377,42 +377,20 @@ class SelfExamPhase:
     optional = True
 
     async def run(self, ctx: PhaseContext) -> PhaseReport:
-        existing = await exam_of(ctx.db, ctx.cycle_id)
-        if existing is not None:  # taken before a restart: not taken (nor told) twice
-            return _report(existing, None, noticed=False)
-        earlier = await recent_exams(ctx.db, limit=1)
-        previous = earlier[0] if earlier else None
-        store = ctx.memory.facts
-        await store.load()
-        facts = store.facts()
-        history = {f.id: store.history(f.id) for f in facts if f.supersedes}
-        letter = ctx.home.wake_file.read_text() if ctx.home.wake_file.exists() else ""
-        items = pick(
-            facts,
-            now=ctx.clock.now(),
-            seed=ctx.cycle_id,
-            history=history,
-            threads=open_threads(letter),
-        )
-        worded_by = await reword(ctx, items)
-        wake = ctx.earlier.get("wake_up")
-        session_id = str((wake.details.get("new_session_id") if wake else "") or "")
-        await answer(items, exam_assembler(ctx), session_id=session_id)
-        exam = Exam(
-            cycle_id=ctx.cycle_id, taken_at=ctx.clock.now(), worded_by=worded_by, items=items
-        )
+        # Taken before a restart: not taken twice (the notice, if any, is posted once by key).
+        exam = await exam_of(ctx.db, ctx.cycle_id) or await self._take(ctx)
+        if not exam.items:
+            # Nothing to ask (no facts, no open threads): no exam is kept, none is shown.
+            return _report(exam, None, noticed=False)
         await save_exam(ctx.db, exam)
+        earlier = [e for e in await recent_exams(ctx.db, limit=2) if e.cycle_id != exam.cycle_id]
+        previous = earlier[0] if earlier else None
         noticed = False
-        if (
-            items
-            and previous is not None
-            and previous.items
-            and previous.score - exam.score > DROP_POINTS
-        ):
+        if previous is not None and previous.score - exam.score > DROP_POINTS:
             lost = lost_items(exam, previous)
             text = (
                 f"My continuity self-exam after sleeping fell from {previous.score:g} to "
-                f"{exam.score:g} ({exam.hits}/{len(items)}). What I could not find in my "
+                f"{exam.score:g} ({exam.hits}/{len(exam.items)}). What I could not find in my "
                 "context on waking: "
                 + "; ".join(miss_line(i) for i in lost[:6])
                 + (f"; and {len(lost) - 6} more" if len(lost) > 6 else "")
@@ -425,11 +403,35 @@ class SelfExamPhase:
         log.info(
             "self-exam taken",
             score=exam.score,
-            questions=len(items),
+            questions=len(exam.items),
             misses=len(exam.misses),
-            worded_by=worded_by,
+            worded_by=exam.worded_by,
         )
         return _report(exam, previous, noticed=noticed)
+
+    async def _take(self, ctx: PhaseContext) -> Exam:
+        """Pick, word and answer tonight's questions."""
+        store = ctx.memory.facts
+        await store.load()
+        facts = store.facts()
+        history = {f.id: store.history(f.id) for f in facts if f.supersedes}
+        letter = ctx.home.wake_file.read_text() if ctx.home.wake_file.exists() else ""
+        items = pick(
+            facts,
+            now=ctx.clock.now(),
+            seed=ctx.cycle_id,
+            history=history,
+            threads=open_threads(letter),
+        )
+        if not items:
+            return Exam(cycle_id=ctx.cycle_id, taken_at=ctx.clock.now(), worded_by="", items=[])
+        worded_by = await reword(ctx, items)
+        wake = ctx.earlier.get("wake_up")
+        session_id = str((wake.details.get("new_session_id") if wake else "") or "")
+        await answer(items, exam_assembler(ctx), session_id=session_id)
+        return Exam(
+            cycle_id=ctx.cycle_id, taken_at=ctx.clock.now(), worded_by=worded_by, items=items
+        )
 
 
 def _report(exam: Exam, previous: Exam | None, *, noticed: bool) -> PhaseReport:
