@@ -159,6 +159,14 @@ def test_a_superseded_value_alone_is_a_stale_miss_and_the_current_one_a_hit() ->
     assert score_item(item, [("themes", "- My gym day is Saturday")]) == ("miss", "")
 
 
+def test_a_normalised_value_is_looked_for_in_the_words_the_memory_holds() -> None:
+    fact = _fact(5, "ana", "relation", "the person's sister", START, text="Ana is my sister")
+    item = fact_item(fact, "week", [fact])
+    assert item is not None and item.question == "Who is Ana to me?"
+    assert item.expected == ["sister"]
+    assert score_item(item, [("profile", "- Ana is my sister")]) == ("hit", "profile")
+
+
 def test_a_fact_without_a_key_is_asked_by_its_topic_with_its_answer_left_out() -> None:
     fact = _fact(3, "", "", "", START, text="My sister lives in Lisbon near the river")
     item = fact_item(fact, "week", [fact])

@@ -166,7 +166,10 @@ def fact_item(fact: Fact, stratum: str, history: Sequence[Fact]) -> ExamItem | N
     """The question for `fact` (None when nothing can be asked without giving it away)."""
     older = [f for f in history if f.id != fact.id and f.valid_since <= fact.valid_since]
     if fact.key and fact.value:
-        expected = key_words(fact.value)
+        # The value's words as the memory says them: a mined value may be normalised ("the
+        # person's sister" for "Ana is my sister"), and only the words a memory holds can show.
+        said = set(key_words(fact.text))
+        expected = [w for w in key_words(fact.value) if w in said] or key_words(fact.value)
         if not expected:
             return None
         about = f"{fact.subject} · {fact.attribute}"
