@@ -159,6 +159,16 @@ def test_a_superseded_value_alone_is_a_stale_miss_and_the_current_one_a_hit() ->
     assert score_item(item, [("themes", "- My gym day is Saturday")]) == ("miss", "")
 
 
+def test_a_short_name_is_matched_as_a_word_a_longer_one_in_its_inflections_too() -> None:
+    sam = fact_item(_fact(6, "person", "partner", "Sam", START), "week", [])
+    assert sam is not None and sam.expected == ["sam"]
+    assert score_item(sam, [("persona", "Answer in the same voice as before.")])[0] == "miss"
+    assert score_item(sam, [("recall", "My partner Sam will join the dinner.")])[0] == "hit"
+    walls = fact_item(_fact(7, "nursery", "value", "ochre walls", START), "week", [])
+    assert walls is not None
+    assert score_item(walls, [("wake", "- We painted the wall ochre")])[0] == "hit"
+
+
 def test_a_normalised_value_is_looked_for_in_the_words_the_memory_holds() -> None:
     fact = _fact(5, "ana", "relation", "the person's sister", START, text="Ana is my sister")
     item = fact_item(fact, "week", [fact])

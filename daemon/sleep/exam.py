@@ -30,6 +30,7 @@ import random
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from daemon.context.assembler import AssembledContext, ContextAssembler
@@ -85,23 +86,41 @@ JSON object only: {"questions": {"<id>": "<question>", ...}}."""
 # -- words -------------------------------------------------------------------------------
 
 
-def key_words(text: str) -> list[str]:
-    """The stems that carry `text`'s meaning, in order, once each (numbers kept)."""
+def _folded_words(text: str) -> list[str]:
     folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    return [w.removesuffix("'s") for w in _WORD.findall(folded.replace("’", "'"))]
+
+
+def key_words(text: str) -> list[str]:
+    """The words that carry `text`'s meaning, folded, in order, one per stem (numbers kept)."""
     out: list[str] = []
-    for w in _WORD.findall(folded.replace("’", "'")):
-        w = w.removesuffix("'s")
+    seen: set[str] = set()
+    for w in _folded_words(text):
         if w in STOP_WORDS or w in _FILLER or (len(w) < 2 and not w.isdigit()):
             continue
-        s = stem(w)
-        if s not in out:
-            out.append(s)
+        if stem(w) not in seen:
+            seen.add(stem(w))
+            out.append(w)
     return out
 
 
-def _line_stems(line: str) -> set[str]:
-    folded = unicodedata.normalize("NFKD", line).encode("ascii", "ignore").decode().lower()
-    return {stem(w.removesuffix("'s")) for w in _WORD.findall(folded.replace("’", "'"))}
+@dataclass(frozen=True)
+class _Line:
+    words: frozenset[str]
+    stems: frozenset[str]
+
+    @classmethod
+    def of(cls, text: str) -> _Line:
+        words = frozenset(_folded_words(text))
+        return cls(words=words, stems=frozenset(stem(w) for w in words))
+
+    def holds(self, word: str) -> bool:
+        """The word itself, or — long enough not to be another word's stem ("Sam" is not
+        "same") — an inflection of it ("walls" for "wall")."""
+        return word in self.words or (len(word) > 4 and stem(word) in self.stems)
+
+    def count(self, words: Sequence[str]) -> int:
+        return sum(self.holds(w) for w in words)
 
 
 # -- picking and wording -----------------------------------------------------------------
@@ -147,12 +166,12 @@ def _topic_of(text: str) -> tuple[str, list[str]]:
     if len(words) < 2:
         return "", []
     raw = [w for w in re.findall(r"[A-Za-z]+", text) if len(w) > 2]
-    plain = [w for w in raw if stem(w.lower()) in words and not _VERBISH.search(w.lower())]
+    plain = [w for w in raw if w.lower() in words and not _VERBISH.search(w.lower())]
     if not plain:
         return "", []
     word = plain[-1]
     topic = word if word[0].isupper() and word != raw[0] else f"the {word.lower()}"
-    return topic, [w for w in words if w != stem(word.lower())]
+    return topic, [w for w in words if w != word.lower()]
 
 
 # Words that say what was done or felt rather than what about: not asked about.
@@ -270,8 +289,8 @@ def pick(
 
 def _gives_away(question: str, item: ExamItem) -> bool:
     """Whether a rephrased question holds its own answer (then it tests nothing)."""
-    asked = _line_stems(question)
-    return bool(item.expected) and len(asked & set(item.expected)) >= max(
+    asked = _Line.of(question)
+    return bool(item.expected) and asked.count(item.expected) >= max(
         1, item.need or len(item.expected)
     )
 
@@ -335,14 +354,13 @@ def layer_texts(result: AssembledContext) -> list[tuple[str, str]]:
 def score_item(item: ExamItem, layers: Sequence[tuple[str, str]]) -> tuple[str, str]:
     """(hit | stale | miss, the layer it was found in) for one question's assembled context."""
     need = item.need or len(item.expected)
-    want = set(item.expected)
     stale_in = ""
     for layer, text in layers:
-        for line in text.splitlines():
-            words = _line_stems(line)
-            if want and len(words & want) >= need:
+        for row in text.splitlines():
+            line = _Line.of(row)
+            if item.expected and line.count(item.expected) >= need:
                 return "hit", layer
-            if not stale_in and any(s and set(s) <= words for s in item.stale):
+            if not stale_in and any(s and line.count(s) == len(s) for s in item.stale):
                 stale_in = layer
     return ("stale", stale_in) if stale_in else ("miss", "")
 
