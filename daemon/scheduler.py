@@ -13,6 +13,8 @@ Policy:
   machine suspended) runs once at start — never once per missed day — and that catch-up
   stands in for the next regular run when that is less than half a period away;
 - interval jobs are not caught up: they simply run one interval after start;
+- `missed` counts a job's regular runs that fell in a time down, and says whether a catch-up
+  stands for them (the first greeting after the start tells them);
 - a *timer* job (`add_timer`) runs only when its owner sets it (`set_timer`): one wake-up at
   the instant its owner computed (the schedules keeper's next due schedule), none otherwise;
 - the loop wakes at least once a minute of wall time, so a suspend or a clock change is
@@ -40,6 +42,21 @@ from daemon.store.db import Database
 log = get_logger("scheduler")
 
 Job = Callable[[], Awaitable[Any]]
+MISSED_MAX = 3660
+
+
+@dataclass(frozen=True, kw_only=True)
+class MissedRuns:
+    """A job's regular runs that fell in a time the daemon was down (`Scheduler.missed`)."""
+
+    job: str
+    count: int
+    first: datetime | None
+    last: datetime | None
+    caught_up: bool  # one run at this start stood in for them
+    catch_up: bool  # the job is one that catches up
+    ran_before: bool  # it had run in this home before the time down
+    every: timedelta | None  # an interval job's period; None for a daily one
 
 
 def local_zone(name: str | None) -> tzinfo:
@@ -170,12 +187,15 @@ class Scheduler:
             if job.cron is not None
             else job.following(now)
         )
+        # What the job last did before this start: `missed` counts from it.
+        job.extra["last_run_at_start"] = job.last_run
         if not (job.catch_up and job.last_run is not None):
             return regular
         missed = job.following(job.last_run)
         # The jitter of the missed run does not matter: it was due before now or it was not.
         if missed < now and regular > now:
             job.catching_up = True
+            job.extra["caught_up"] = True
             log.info(
                 "a scheduled run was missed while the daemon was down; catching up once",
                 job=job.name,
@@ -305,6 +325,52 @@ class Scheduler:
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
+
+    def missed(self, name: str, since: datetime, until: datetime) -> MissedRuns | None:
+        """The regular runs of job `name` that fell in (`since`, `until`) — a time the daemon
+        was not running — and whether one run at start stood in for them (None: no such job).
+
+        Counted from the job's rule, jitter left out: a daily job's times of day, an interval
+        job's steps from its last run before this start (else from `since`).
+        """
+        job = self._jobs.get(name)
+        if job is None or job.timer or until <= since:
+            return None
+        first: datetime | None = None
+        last: datetime | None = None
+        count = 0
+        if job.interval is not None:
+            anchor = job.extra.get("last_run_at_start") or since
+            step = job.interval
+            if anchor > since:
+                anchor = since
+            # The steps anchor + k·step inside (since, until), counted without walking them.
+            lo = int((since - anchor) / step) + 1
+            hi = int((until - anchor) / step)
+            if (until - anchor) % step == timedelta(0):
+                hi -= 1
+            count = max(0, hi - lo + 1)
+            if count:
+                first, last = anchor + lo * step, anchor + hi * step
+        else:
+            assert job.cron is not None
+            at = job.cron.get_next_fire_time(None, since + timedelta(microseconds=1))
+            # Bounded: ten years of a daily job.
+            while at is not None and at < until and count < MISSED_MAX:
+                first = first or at
+                last = at
+                count += 1
+                at = job.cron.get_next_fire_time(None, at + timedelta(microseconds=1))
+        return MissedRuns(
+            job=name,
+            count=count,
+            first=first,
+            last=last,
+            caught_up=bool(job.extra.get("caught_up")) and count > 0,
+            catch_up=job.catch_up,
+            ran_before=job.extra.get("last_run_at_start") is not None,
+            every=job.interval,
+        )
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """Every job's schedule and last outcome, for `status`."""

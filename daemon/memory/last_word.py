@@ -16,6 +16,8 @@ from daemon.store.db import Database
 
 # The message being answered is seconds old: anything this fresh is not "last time".
 FRESH = timedelta(minutes=2)
+# From this gap on, a greeting says "it's been …" rather than "good morning".
+GREET_AWAY = timedelta(days=2)
 WORDS_CHARS = 160
 _NUMBERS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _SLUG = re.compile(r"__([a-z0-9-]+)\.md$")

@@ -20,7 +20,9 @@ did not reach the trunk's transcript before a crash is recorded at the next star
 Missed while the daemon was down: at start the timer is due at once; a one-off fires once,
 marked late and by how much; a repeating schedule fires once (a catch-up) and moves to its
 next occurrence after now — never a burst. `[schedule] catch_up = false` skips the missed
-run of a repeating schedule instead.
+run of a repeating schedule instead. Each of them is noted in `missed` (how late, how many
+occurrences were passed over and why), and `caught_up` is set once the first wake-up is done:
+the first greeting after the start tells them (`daemon.schedule.downtime`).
 
 The moment after a firing's commit and before anyone is told is the fault point
 `schedule.fire_committed` (`daemon.faults`): the crash tests stop the daemon there.
@@ -29,6 +31,7 @@ The moment after a firing's commit and before anyone is told is the fault point
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +86,21 @@ def journaled(schedule: Schedule) -> bool:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class MissedFiring:
+    """A schedule that came due before this start, and what the catch-up did with it."""
+
+    schedule_id: str
+    kind: str
+    text: str
+    repeats: str  # how it repeats ("every day at 08:00"); "" for a one-off
+    due: datetime  # the occurrence the catch-up answered (the latest missed one)
+    late_s: float
+    fired: bool  # False: skipped
+    skipped: int  # occurrences passed over (before `due`; and `due` itself when not fired)
+    reason: str  # why they were passed over; "" when none was
+
+
 def fire_key(schedule_id: str, due: datetime) -> str:
     return f"fire:{schedule_id}:{iso(due)}"
 
@@ -132,6 +150,11 @@ class ScheduleKeeper(BackgroundWork):
         self.wakeups = 0
         self._tasks_running: set[str] = set()
         self._armed = False
+        # What came due before this start and how it was caught up (`MissedFiring`); the
+        # first wake-up, which catches up, sets `caught_up` when it is done.
+        self.started_at = clock.now()
+        self.missed: list[MissedFiring] = []
+        self.caught_up = anyio.Event()
 
     async def start(self) -> None:
         """Finish what a restart interrupted, add the timer, and arm it (due now: catch-up)."""
@@ -184,7 +207,45 @@ class ScheduleKeeper(BackgroundWork):
                     log.error("schedules could not be read; trying again", error=repr(exc))
                     nxt = self.clock.now() + timedelta(seconds=RETRY_S)
             self.scheduler.set_timer(JOB, nxt)
+            self.caught_up.set()
         return f"fired={fired} next={iso(nxt) if nxt else None}"
+
+    def _passed_over(self, schedule: Schedule, stored: datetime, due: datetime) -> int:
+        """How many occurrences lie from `stored` (the first missed) up to, not including, `due`."""
+        rule = schedule.rule
+        if rule is None or due <= stored:
+            return 0
+        if rule.kind == "interval" and rule.every_s:
+            return int((due - stored) / timedelta(seconds=rule.every_s))
+        n, at = 0, stored
+        while at < due and n < 4000:
+            n += 1
+            at = rule.next_after(at, self.zone)
+        return n
+
+    def _note_missed(
+        self, schedule: Schedule, stored: datetime, due: datetime, late_s: float, *, fired: bool
+    ) -> None:
+        if stored >= self.started_at:
+            return
+        skipped = self._passed_over(schedule, stored, due) + (0 if fired else 1)
+        if fired:
+            reason = "one catch-up stood for them" if skipped else ""
+        else:
+            reason = "[schedule] catch_up = false"
+        self.missed.append(
+            MissedFiring(
+                schedule_id=schedule.id,
+                kind=schedule.kind,
+                text=schedule.text,
+                repeats=schedule.rule.describe() if schedule.rule else "",
+                due=due,
+                late_s=late_s,
+                fired=fired,
+                skipped=skipped,
+                reason=reason,
+            )
+        )
 
     def _latest_missed(self, schedule: Schedule, due: datetime, now: datetime) -> datetime:
         """The last occurrence at or before `now`, from `due` on (`due` itself for a one-off)."""
@@ -223,6 +284,7 @@ class ScheduleKeeper(BackgroundWork):
         following = self._following(schedule, due, now)
         if late and schedule.rule is not None and not self.settings.catch_up:
             await self._advance_only(schedule, stored, following)
+            self._note_missed(schedule, stored, due, late_s, fired=False)
             log.info(
                 "missed repeating schedule skipped (catch_up = false)",
                 schedule=schedule.id,
@@ -257,6 +319,8 @@ class ScheduleKeeper(BackgroundWork):
             notice, created = await self.store.db.run(commit)
         fault_point("schedule.fire_committed")
         self.fired += 1
+        if late:
+            self._note_missed(schedule, stored, due, late_s, fired=True)
         log.info(
             "schedule fired",
             schedule=schedule.id,
