@@ -189,6 +189,16 @@ def _notices(home: Path) -> list[dict[str, Any]]:
     return [{"kind": k, "text": t, "key": key, "late_s": late} for k, t, key, late in rows]
 
 
+def _last_turn_away(home: Path) -> dict[str, Any]:
+    """The away layer's row of the newest turn's recorded context report."""
+    conn = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT report FROM turn_reports ORDER BY ts DESC LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    return next(r for r in json.loads(row[0])["layers"] if r["name"] == "away")
+
+
 def test_three_weeks_off_the_real_daemon_says_so_in_the_first_turn_and_the_greeting(
     tmp_path: Path,
 ) -> None:
@@ -240,6 +250,9 @@ def test_three_weeks_off_the_real_daemon_says_so_in_the_first_turn_and_the_greet
         assert first.returncode == 0, first.stderr
     finally:
         assert day22.stop() == 0
+    # The real first turn read it too; a turn minutes later does not.
+    turn = _last_turn_away(home)
+    assert turn["tokens"] > 0 and turn["why"].startswith("the person last wrote three weeks ago")
     # What the first chat opened with (its notices go to stderr): the account, once.
     shown = first.stderr
     assert "It's been three weeks since we last talked — welcome back." in shown, shown
@@ -261,3 +274,4 @@ def test_three_weeks_off_the_real_daemon_says_so_in_the_first_turn_and_the_greet
         assert again.stop() == 0
     assert _notices(home) == before
     assert "call the plumber" not in later.stderr
+    assert _last_turn_away(home)["tokens"] == 0
