@@ -467,7 +467,9 @@ async def open_services(
         stack.callback(courier.register(bus, scheduler))
         zone = local_zone(s.scheduler.timezone)
         if s.notices.greeting:
-            greeting = MorningGreeting(home=home, db=db, outbox=outbox, zone=zone, now=clock.now)
+            greeting = MorningGreeting(
+                home=home, db=db, outbox=outbox, zone=zone, now=clock.now, threads=threads
+            )
             stack.callback(greeting.register(bus))
         if s.notices.checklist:
             # Before the heartbeat job is added below: it is added only when something listens.

@@ -12,10 +12,14 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import LAYER_ORDER
 from daemon.context.testing import ListMemoryView
+from daemon.events import SleepFinished
 from daemon.paths import Home
+from daemon.schedule.greeting import MorningGreeting
+from daemon.schedule.outbox import Outbox
 from daemon.store.db import Database
 from daemon.threads import Found, ThreadBook
 from daemon.threads.detect import closed_by, mentions, plans, promises, unanswered
@@ -242,6 +246,39 @@ async def test_an_unreadable_thread_store_leaves_the_layer_out_with_a_note(tmp_p
     )
 
 
+# -- the greeting -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_greeting_names_the_threads_due_today_and_overdue(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    clock = FakeClock(datetime(2026, 3, 4, 7, 30, tzinfo=UTC))  # Wednesday morning
+    async with await Database.open(home.db_file) as db, EventBus() as bus:
+        book = ThreadBook(db, clock=clock, zone=UTC, expire_days=14)
+        for found, by, at in (
+            (Found(kind="promise", text="I'll look at the boiler manual tomorrow.", due=date(2026, 3, 3)), "m-1", MON),
+            (Found(kind="plan", text="On Wednesday I'm going to call the landlord.", due=date(2026, 3, 4)), "m-2", MON + timedelta(days=1)),
+            (Found(kind="plan", text="On Friday I'm going to renew my passport.", due=date(2026, 3, 6)), "m-3", MON),
+            (Found(kind="question", text="Which bus goes to the stadium?"), "m-4", MON),
+        ):  # fmt: skip
+            await book.open(found, session_id="s-1", opened_by=by, at=at)
+        outbox = Outbox(db, bus=bus, clock=clock)
+        greeting = MorningGreeting(
+            home=home, db=db, outbox=outbox, zone=UTC, now=clock.now, threads=book
+        )
+        notice = await greeting.on_sleep_finished(
+            SleepFinished(reason="nightly", old_session_id="", new_session_id="s-2")
+        )
+    assert notice is not None
+    assert notice.text.splitlines() == [
+        "Good morning — I slept and I'm rested.",
+        "Due today:",
+        "- I promised Monday: “I'll look at the boiler manual tomorrow.” (it was due yesterday)",
+        "- You planned yesterday: “On Wednesday I'm going to call the landlord.”",
+    ]
+
+
 # -- the real daemon across two days (libfaketime) ------------------------------------------
 
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
@@ -271,12 +308,23 @@ def _thread_rows(home: Path) -> list[tuple[str, str, str]]:
         conn.close()
 
 
+def _greetings(home: Path) -> list[str]:
+    conn = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
+    try:
+        return [r[0] for r in conn.execute("SELECT text FROM notices WHERE kind = 'greeting'")]
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
 def test_a_promise_made_on_day_one_is_in_context_on_day_two_until_the_person_says_it_is_done(
     tmp_path: Path,
 ) -> None:
     """The real daemon, the official SDK against the fake Messages API, the clock faked a day
-    apart: Monday the agent promises; Tuesday's first turn sees the promise (due today); the
-    person says it is done, and the next turn's context no longer holds it."""
+    apart: Monday the agent promises; Tuesday's first turn sees the promise (due today), the
+    greeting after a nap names it; the person says it is done, and the next turn's context no
+    longer holds it."""
     if not FAKETIME_LIB.exists():
         unavailable(f"{FAKETIME_LIB} is missing (apt-get install faketime)")
     home = tmp_path / "home"
@@ -319,6 +367,10 @@ def test_a_promise_made_on_day_one_is_in_context_on_day_two_until_the_person_say
         try:
             fake.enqueue("Good morning!")
             chat("Good morning.")
+            # A nap: the greeting after it names the promise due today.
+            slept = run_cli("sleep", "--home", str(home), "--wait", env=daemon_env(), timeout=120)
+            assert slept.returncode == 0, slept.stderr + tuesday.logs()
+            wait_until(lambda: _greetings(home) != [], 30, "the greeting")
             fake.enqueue("Great, glad it's sorted.")
             chat("I looked at the boiler manual, that's done.")
             wait_until(lambda: _thread_rows(home)[0][1] == "resolved", 20, "the promise closed")
@@ -326,6 +378,10 @@ def test_a_promise_made_on_day_one_is_in_context_on_day_two_until_the_person_say
             chat("What's for dinner?")
         finally:
             assert tuesday.stop() == 0
+    assert _greetings(home)[0].splitlines()[1:3] == [
+        "Due today:",
+        f"- I promised yesterday: “{promise}”",
+    ], _greetings(home)
     first = context_for("Good morning.")
     assert promise in first and "due 2026-03-03 (today)" in first
     assert context_for("I looked at the boiler manual, that's done.") == first

@@ -24,7 +24,7 @@ the person's that is connected, else it opens their next chat.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, tzinfo
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from daemon.memory.corrections import marked_lines
 from daemon.paths import Home
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.store.db import Database
+from daemon.threads import Thread, ThreadBook
 
 log = get_logger("greeting")
 
@@ -161,7 +162,12 @@ async def todays_schedule(db: Database, zone: tzinfo, now: datetime) -> list[str
 
 
 def compose_greeting(
-    threads: list[str], agenda: list[str], local: datetime, since: date | None = None
+    threads: list[str],
+    agenda: list[str],
+    local: datetime,
+    since: date | None = None,
+    *,
+    due: Sequence[str] = (),
 ) -> str:
     """A short, rested greeting: the time of day, what is open (and from when), what today holds.
 
@@ -176,10 +182,13 @@ def compose_greeting(
             f"Still open from {day_phrase(since, local.date())}:" if since else "Still open:"
         )
         lines += [f"- {t}" for t in threads]
+    if due:
+        lines.append("Due today:")
+        lines += [f"- {d}" for d in due]
     if agenda:
         lines.append("Today:")
         lines += [f"- {a}" for a in agenda]
-    if not threads and not agenda:
+    if not threads and not agenda and not due:
         lines.append("Nothing is waiting on us today.")
     return "\n".join(lines)
 
@@ -195,8 +204,11 @@ class MorningGreeting:
         outbox: Outbox,
         zone: tzinfo,
         now: Callable[[], datetime],
+        threads: ThreadBook | None = None,
     ) -> None:
         self.home = home
+        # The open threads (`daemon.threads`): the greeting names those due today or overdue.
+        self.threads = threads
         self.db = db
         self.outbox = outbox
         self.zone = zone
@@ -235,12 +247,20 @@ class MorningGreeting:
         # A matter stating a value since corrected says so (`daemon.memory.corrections`).
         threads = await marked_lines(self.db, threads)
         agenda = await todays_schedule(self.db, self.zone, now)
-        text = compose_greeting(threads, agenda, now.astimezone(self.zone), since)
+        due = await self._due(now)
+        text = compose_greeting(threads, agenda, now.astimezone(self.zone), since, due=due)
         notice = await self.outbox.post(kind="greeting", text=text, key=key, source="system")
         log.info(
             "morning greeting posted", notice=notice.id, threads=len(threads), today=len(agenda)
         )
         return notice
+
+    async def _due(self, now: datetime) -> list[str]:
+        """The open threads due today or overdue, as the greeting names them."""
+        if self.threads is None:
+            return []
+        today = now.astimezone(self.zone).date()
+        return [due_line(t, today, self.zone) for t in await self.threads.due()]
 
     def _journal_open(self, session_id: str) -> list[str]:
         """The newest open questions the journal recorded for `session_id` (blocking)."""
@@ -269,6 +289,16 @@ class MorningGreeting:
             if when is not None and when.tzinfo is None:
                 when = when.replace(tzinfo=UTC)
         return (str(row[0]) if row and row[0] else None), when
+
+
+def due_line(thread: Thread, today: date, zone: tzinfo) -> str:
+    """A due thread as the greeting names it: who said it, when, the words, how late."""
+    said = day_phrase(thread.opened_at.astimezone(zone).date(), today)
+    who = "I promised" if thread.kind == "promise" else "You planned"
+    line = f"{who} {said}: “{_clip(thread.text)}”"
+    if thread.due is not None and thread.due < today:
+        line += f" (it was due {day_phrase(thread.due, today)})"
+    return line
 
 
 async def _read(path: Path) -> str:
