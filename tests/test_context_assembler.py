@@ -755,3 +755,19 @@ async def test_the_message_being_answered_is_not_the_last_time_they_wrote(tmp_pa
     view = ListMemoryView([*away_items(timedelta(days=21)), now_msg])
     result = await make(home, view=view).assemble("hi, I'm back")
     assert "It has been three weeks since the person last wrote" in result.text
+
+
+@pytest.mark.anyio
+async def test_reverie_context_says_why_the_away_layer_is_there(tmp_path: Path) -> None:
+    from daemon.cli.context import as_json, as_table
+
+    home = build_home(tmp_path / "home")
+    view = ListMemoryView(away_items(timedelta(days=21)))
+    result = await make(home, view=view).assemble("hi, I'm back")
+    table = as_table(result, prompt="hi, I'm back", settings_points=Settings().topics)
+    assert re.search(r"^away\s+\d+", table, re.M)
+    assert (
+        "\nWhy:\n  away: the person last wrote three weeks ago (21 d 0 h, over 12 h 0 min)\n"
+        in (table)
+    )
+    assert [b["layer"] for b in as_json(result)["blocks"]].count("away") == 1
