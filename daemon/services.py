@@ -48,6 +48,7 @@ from daemon.resources import ResourceWatch, forgettable
 from daemon.run_log import RunLog
 from daemon.schedule.checklist import StandingChecklist
 from daemon.schedule.courier import NoticeCourier
+from daemon.schedule.downtime import DowntimeAccount
 from daemon.schedule.greeting import MorningGreeting
 from daemon.schedule.keeper import ScheduleKeeper
 from daemon.schedule.outbox import Outbox
@@ -129,6 +130,8 @@ class Services:
     resources: ResourceWatch
     # The local web console, once `serve` started it (`[web] enabled`).
     web: WebConsole | None = None
+    # What fell while the daemon was down, told once after the start's catch-up.
+    downtime: DowntimeAccount | None = None
 
     @property
     def state(self) -> str:
@@ -153,6 +156,8 @@ class Services:
             await tg.start(self.sleep_cycle.serve, name="sleep-cycle")
             if jobs:
                 await tg.start(self.scheduler.run, name="scheduler")
+                if self.downtime is not None:
+                    tg.start_soon(self.downtime.serve, name="downtime-account")
             if self.watcher is not None:
                 tg.start_soon(self.watcher.run, name="topic-watcher")
             if self.settings.web.enabled:
@@ -278,7 +283,7 @@ async def open_services(
             zone=local_zone(s.scheduler.timezone),
             expire_days=s.threads.expire_days,
         )
-        stack.callback(threads.register(bus))
+        pass
         assembler = ContextAssembler(
             home=home,
             settings=s,
@@ -471,6 +476,16 @@ async def open_services(
                 home=home, db=db, outbox=outbox, zone=zone, now=clock.now, threads=threads
             )
             stack.callback(greeting.register(bus))
+        services.downtime = DowntimeAccount(
+            db=db,
+            outbox=outbox,
+            keeper=keeper,
+            scheduler=scheduler,
+            zone=zone,
+            now=clock.now,
+            started_at=started_at,
+            greeting=s.notices.greeting,
+        )
         if s.notices.checklist:
             # Before the heartbeat job is added below: it is added only when something listens.
             checklist = await stack.enter_async_context(

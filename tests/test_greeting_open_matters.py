@@ -159,8 +159,13 @@ async def test_the_greeting_gathers_the_letter_the_journal_and_the_summary_and_d
             SleepFinished(reason="manual", old_session_id="s-1", new_session_id="s-2")
         )
     assert notice is not None
+    # Two days or more since the person last wrote: the greeting says how long (issue 37).
+    opening = {
+        "Saturday": "It's been three days since we last talked — welcome back.",
+        "20 Feb": "It's been 11 days since we last talked — welcome back.",
+    }.get(said, "Good afternoon —")
     assert notice.text == (
-        "Good afternoon — I slept and I'm rested.\n"
+        f"{opening} I slept and I'm rested.\n"
         f"Still open from {said}:\n"
         "- Ask Ada whether her Lisbon flat is free on 12 May.\n"
         "- Which train leaves before noon?\n"

@@ -35,6 +35,7 @@ from daemon.events import SleepFinished
 from daemon.journal.entries import JournalStore
 from daemon.log import get_logger
 from daemon.memory.corrections import marked_lines
+from daemon.memory.last_word import GREET_AWAY, away_phrase, last_person_word
 from daemon.paths import Home
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.store.db import Database
@@ -167,16 +168,22 @@ def compose_greeting(
     local: datetime,
     since: date | None = None,
     *,
+    away: str = "",
     due: Sequence[str] = (),
 ) -> str:
     """A short, rested greeting: the time of day, what is open (and from when), what today holds.
 
-    `since` is the local day the open matters are from; None leaves the day unnamed.
+    `since` is the local day the open matters are from; None leaves the day unnamed. `away`
+    is how long since the person last wrote ("three weeks") when that is long: the greeting
+    says so instead of the time of day.
     """
     # A night's wake-up (03:30) is read in the morning: small hours count as morning.
     hour = local.hour
     salute = "Good morning" if hour < 12 else "Good afternoon" if hour < 18 else "Good evening"
-    lines = [f"{salute} — I slept and I'm rested."]
+    if away:
+        lines = [f"It's been {away} since we last talked — welcome back. I slept and I'm rested."]
+    else:
+        lines = [f"{salute} — I slept and I'm rested."]
     if threads:
         lines.append(
             f"Still open from {day_phrase(since, local.date())}:" if since else "Still open:"
@@ -248,7 +255,13 @@ class MorningGreeting:
         threads = await marked_lines(self.db, threads)
         agenda = await todays_schedule(self.db, self.zone, now)
         due = await self._due(now)
-        text = compose_greeting(threads, agenda, now.astimezone(self.zone), since, due=due)
+        # After a long silence the greeting says how long, not "good morning".
+        said = await last_person_word(self.db, now)
+        gap = now - said.ts if said is not None else None
+        away = away_phrase(gap) if gap is not None and gap >= GREET_AWAY else ""
+        text = compose_greeting(
+            threads, agenda, now.astimezone(self.zone), since, away=away, due=due
+        )
         notice = await self.outbox.post(kind="greeting", text=text, key=key, source="system")
         log.info(
             "morning greeting posted", notice=notice.id, threads=len(threads), today=len(agenda)
