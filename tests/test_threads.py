@@ -5,24 +5,31 @@ they are done, swept and expired at night, and named in the greeting when due.""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
+import structlog
 
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import LAYER_ORDER
 from daemon.context.testing import ListMemoryView
 from daemon.events import SleepFinished
+from daemon.models.base import ModelRequest
 from daemon.paths import Home
 from daemon.schedule.greeting import MorningGreeting
 from daemon.schedule.outbox import Outbox
 from daemon.store.db import Database
+from daemon.testing import ScriptedModel
 from daemon.threads import Found, ThreadBook
 from daemon.threads.detect import closed_by, mentions, plans, promises, unanswered
+from daemon.web.app import build_app
+from daemon.web.auth import ConsoleAuth
 from tests.fakes.anthropic_server import FakeAnthropic, RecordedRequest
 from tests.harness import (
     FAKE_API_CONFIG,
@@ -32,7 +39,9 @@ from tests.harness import (
     unavailable,
     wait_until,
 )
+from tests.sleep_support import rig
 from tests.test_context_assembler import build_home, items, make, render_golden, tight_settings
+from tests.web_pages_support import HOST, TOKEN
 
 MON = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # a Monday
 GOLDEN_THREADS = Path(__file__).parent / "golden" / "context_threads.txt"
@@ -244,6 +253,71 @@ async def test_an_unreadable_thread_store_leaves_the_layer_out_with_a_note(tmp_p
     assert any(
         n.startswith("threads: the open threads could not be read") for n in result.report["notes"]
     )
+
+
+def test_reverie_context_shows_the_open_threads_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command reads the home's threads (read-only) and lists the layer with its reason."""
+    from daemon.cli import main
+
+    monkeypatch.setenv("REVERIE_EMBEDDER", "none")
+    home = build_home(tmp_path / "home")
+    opened = datetime.now(UTC) - timedelta(hours=2)
+
+    async def keep() -> None:
+        async with await Database.open(home.db_file) as db:
+            book = ThreadBook(db, clock=FakeClock(opened), zone=UTC, expire_days=14)
+            found = Found(kind="promise", text="I'll compare the two leases later.")
+            await book.open(found, session_id="s-9", opened_by="m-42", at=opened)
+
+    anyio.run(keep)
+    try:
+        assert main(["context", "--home", str(home.root), "--prompt", "hi", "--text"]) == 0
+    finally:
+        structlog.reset_defaults()
+    out = capsys.readouterr().out
+    assert re.search(r"^threads\s+[1-9]\d*\s+250\s+400\s+1/1", out, re.M), out
+    assert (
+        f"  threads: 1 open thread (1 promise); the oldest opened by message m-42 on {opened.date()}"
+        in out
+    )
+    assert 'source="message m-42 in session s-9"' in out and "compare the two leases" in out
+
+
+@pytest.mark.anyio
+async def test_the_consoles_context_page_shows_the_threads_layer_and_why(tmp_path: Path) -> None:
+    """A real daemon core (open_services, SQLite, the trunk scripted): the turn after a promise
+    carries it, and the console's Context page lists the layer with its reason and the promise
+    as a memory of that layer."""
+
+    def trunk(request: ModelRequest) -> str:
+        said = request.messages[-1].text
+        return "I'll look at the boiler manual tomorrow." if "boiler" in said else "Noted."
+
+    with anyio.fail_after(60):
+        async with rig(tmp_path / "home", models={"trunk": ScriptedModel(trunk)}) as r:
+            await r.say("The boiler makes a knocking noise.")
+            with anyio.fail_after(10):
+                while not await r.rows("SELECT id FROM threads WHERE status = 'open'"):
+                    await anyio.sleep(0.01)
+            turn = await r.say("Anything else for today?")
+            app = build_app(r.services, ConsoleAuth(token=TOKEN, hosts=frozenset({HOST})))
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url=f"http://{HOST}"
+            ) as client:
+                assert (await client.post("/login", data={"token": TOKEN})).status_code == 303
+                page = await client.get(f"/context?turn={turn}")
+    assert page.status_code == 200
+    html = page.text
+    row = html[html.index("</span>threads<div") :][:400]
+    assert '<div class="muted">1 open thread (1 promise), 1 due;' not in row  # due tomorrow
+    assert '<div class="muted">1 open thread (1 promise); the oldest opened by message' in row
+    block = html[html.index("<strong>threads</strong>") :]
+    assert (
+        block.startswith("<strong>threads</strong> · ") and "· 1 memory — an open promise" in block
+    )
+    assert "look at the boiler manual tomorrow" in block[:3000]
 
 
 # -- the greeting -----------------------------------------------------------------------------

@@ -28,6 +28,7 @@ LAYER_REASONS = {
     "themes": "a recent theme across sessions",
     "recollections": "a recent session summary or fact, carried across sessions",
     "time": "the current date and time",
+    "threads": "an open promise, unanswered question or plan with a date: shown until resolved",
     "topics": "a topic addendum whose words matched the message",
     "journal": "the newest journal digest: the thread of long-running work",
     "recall": "recalled for this message by search over all memory (best first)",
