@@ -114,8 +114,9 @@ async def test_three_weeks_down_every_missed_reminder_night_and_heartbeat_is_tol
     assert [(n.kind, round(n.late_s / 86400)) for n in said] == [("reminder", 19), ("greeting", 0)]
     assert plumber.id and plants.id
 
-    # A restart after it: its own time down (a minute) holds nothing; nothing is told twice.
-    clock.advance(minutes=1)
+    # A restart after it: its own time down (two hours) holds heartbeats alone — nothing to
+    # tell; nothing is told twice.
+    clock.advance(hours=2)
     async with rig(db, clock, catch_up=catch_up) as r:
         account, runs = await _a_run(r, clock.now() + timedelta(minutes=1))
         assert await account.serve() is None
@@ -275,3 +276,36 @@ def test_three_weeks_off_the_real_daemon_says_so_in_the_first_turn_and_the_greet
     assert _notices(home) == before
     assert "call the plumber" not in later.stderr
     assert _last_turn_away(home)["tokens"] == 0
+
+
+@pytest.mark.anyio
+async def test_with_the_greeting_off_the_account_is_a_system_notice_without_the_opening(
+    tmp_path: Path,
+) -> None:
+    clock = SettlingClock(DAY1)
+    db = tmp_path / "db.sqlite"
+    async with rig(db, clock) as r:
+        _, runs = await _a_run(r, DAY1 + timedelta(hours=1))
+        await r.store.add("2026-03-02T10:00", "call the plumber", requested_by="person")
+        await runs.end()
+    clock.set(DAY1 + timedelta(days=3))
+    async with rig(db, clock) as r:
+        account, runs = await _a_run(r, clock.now() + timedelta(minutes=1))
+        quiet = DowntimeAccount(
+            db=r.db,
+            outbox=r.outbox,
+            keeper=r.keeper,
+            scheduler=r.scheduler,
+            zone=LONDON,
+            now=r.clock.now,
+            started_at=account.started_at,
+            greeting=False,
+        )
+        notice = await quiet.serve()
+        await runs.end()
+    assert notice is not None and notice.kind == "system"
+    assert notice.text.splitlines()[:3] == [
+        "I was off for three days (from Sun 1 Mar 07:00 to Wed 4 Mar 06:00).",
+        "While I was off:",
+        "- reminder “call the plumber” (due Mon 2 Mar 10:00): delivered 44 h late",
+    ]
