@@ -39,6 +39,7 @@ from tests.harness import (
     unavailable,
     wait_until,
 )
+from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.sleep_support import rig
 from tests.test_context_assembler import build_home, items, make, render_golden, tight_settings
 from tests.web_pages_support import HOST, TOKEN
@@ -132,10 +133,18 @@ async def _message(
     return msg_id
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """The book's store: a SQLite file, or a fresh database on the test PostgreSQL server."""
+    return request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+
+
 @pytest.mark.anyio
-async def test_a_turn_opens_a_promise_and_the_persons_word_closes_it(tmp_path: Path) -> None:
+async def test_a_turn_opens_a_promise_and_the_persons_word_closes_it(
+    tmp_path: Path, store_url: str | None
+) -> None:
     clock = FakeClock(MON)
-    async with await Database.open(tmp_path / "reverie.db") as db:
+    async with await Database.open(tmp_path / "reverie.db", url=store_url) as db:
         book = ThreadBook(db, clock=clock, zone=UTC, expire_days=14)
         await _message(db, "s1", 1, "user", "The boiler makes a knocking noise.", MON, "t1")
         reply_id = await _message(
@@ -166,10 +175,10 @@ async def test_a_turn_opens_a_promise_and_the_persons_word_closes_it(tmp_path: P
 
 @pytest.mark.anyio
 async def test_the_night_finds_what_was_done_and_expires_the_old_with_a_note(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str | None
 ) -> None:
     clock = FakeClock(MON)
-    async with await Database.open(tmp_path / "reverie.db") as db:
+    async with await Database.open(tmp_path / "reverie.db", url=store_url) as db:
         book = ThreadBook(db, clock=clock, zone=UTC, expire_days=14)
         old = await book.open(
             Found(kind="question", text="Which bus goes to the stadium?"),
