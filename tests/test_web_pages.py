@@ -125,6 +125,10 @@ async def test_context_shows_each_turn_by_layer_and_explains_one(tmp_path: Path)
             chosen = re.findall(r'<g class="bar chosen" data-label="[^"]*?(turn-[0-9a-f]+)"', html)
             assert chosen == [console.turns[TALK[0]]]
             assert f"<td>{report['layers'][1]['kept']}/{report['layers'][1]['items']}</td>" in html
+            # Each layer says why it is there, or not (the away layer: the first message).
+            away = next(r for r in report["layers"] if r["name"] == "away")
+            assert away["why"] == "not shown: the person has not written before"
+            assert f'away<div class="muted">{away["why"]}</div>' in html
             # The fact mined from that message is among the blocks, with the layer that holds it
             # and why: the turn's message recalls it now.
             ana = _fact_id(console, "My sister Ana lives in Lisbon.")
