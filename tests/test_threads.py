@@ -64,6 +64,11 @@ GOLDEN_THREADS = Path(__file__).parent / "golden" / "context_threads.txt"
         ("Shall I look at the boiler manual tomorrow?", None, None),
         ("Would you like me to draft it later?", None, None),
         ("The plumber said he will come tomorrow.", None, None),
+        # Sign-offs, requests of the person, what a reminder keeps: not promises either.
+        ("Let me know tomorrow how it went.", None, None),
+        ("I'll talk to you tomorrow, sleep well.", None, None),
+        ("I'll keep that in mind next time.", None, None),
+        ("I'll remind you tomorrow at 9 to call the bank.", None, None),
     ],
 )  # fmt: skip
 def test_a_promise_is_a_first_person_commitment_for_later(

@@ -36,16 +36,22 @@ MAX_TEXT = 240
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 _FIRST_PERSON_FUTURE = re.compile(
     r"\b(?:i'll|i\s+will|i\s+shall|i'm\s+going\s+to|i\s+am\s+going\s+to|i\s+promise\s+to"
-    r"|let\s+me)\s+(?P<rest>.+)",
+    r"|let\s+me(?!\s+know\b))\s+(?P<rest>.+)",
     re.IGNORECASE,
 )
 # Said of a later time: without one, "I'll …" is done in the reply itself.
 _LATER = re.compile(
-    r"\b(?:later|tomorrow|tonight|this\s+(?:evening|afternoon|weekend|week)|next\s+\w+"
+    r"\b(?:later|tomorrow|tonight|this\s+(?:evening|afternoon|weekend|week)"
+    r"|next\s+(?:week|month|year|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
     r"|first\s+thing|in\s+the\s+morning|on\s+(?:monday|tuesday|wednesday|thursday|friday"
     r"|saturday|sunday)|by\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday"
     r"|tomorrow|tonight|the\s+end)|get\s+back\s+to\s+you|follow\s+up|report\s+back"
     r"|when\s+i\s+(?:wake|can|have))\b",
+    re.IGNORECASE,
+)
+# Sign-offs, and what a schedule already keeps (a reminder is the schedule's, not a thread).
+_NOT_A_TASK = re.compile(
+    r"\b(?:(?:talk|speak|see|catch)\s+(?:to\s+|with\s+)?you|remind\s+you|be\s+(?:here|around))\b",
     re.IGNORECASE,
 )
 # Offers and conditions are not commitments.
@@ -185,7 +191,9 @@ def promises(reply: str, now: datetime, zone: tzinfo) -> list[Found]:
         if s.endswith("?") or _NOT_COMMITTED.match(s):
             continue
         m = _FIRST_PERSON_FUTURE.search(s)
-        if m is None or not _LATER.search(s) or not key_words(m.group("rest")):
+        if m is None or not _LATER.search(s) or _NOT_A_TASK.search(m.group("rest")):
+            continue
+        if not key_words(m.group("rest")):
             continue
         out.append(Found(kind="promise", text=_clip(s), due=due_in(s, now, zone)))
     return out
