@@ -309,3 +309,38 @@ async def test_with_the_greeting_off_the_account_is_a_system_notice_without_the_
         "While I was off:",
         "- reminder “call the plumber” (due Mon 2 Mar 10:00): delivered 44 h late",
     ]
+
+
+@pytest.mark.anyio
+async def test_only_the_message_being_answered_is_passed_over(tmp_path: Path) -> None:
+    """A message 30 s before this one is the last time they wrote (no time-away layer); the
+    message being answered itself is not; and an answer to nothing passes nothing over."""
+    from daemon.memory.last_word import last_person_word
+    from daemon.store.db import Database
+
+    now = DAY22
+    async with await Database.open(tmp_path / "db.sqlite") as db:
+        await db.write(
+            "INSERT INTO sessions(id, kind, transcript_path, started_at)"
+            " VALUES ('s1', 'trunk', 't', ?)",
+            (DAY1.isoformat(),),
+        )
+        for seq, (ago, text) in enumerate(
+            (
+                (timedelta(days=21), "see you"),
+                (timedelta(seconds=30), "hello"),
+                (timedelta(seconds=2), "are you there?"),
+            ),
+            1,
+        ):
+            await db.write(
+                "INSERT INTO messages(session_id, msg_id, seq, ts, role, content)"
+                " VALUES ('s1', ?, ?, ?, 'user', ?)",
+                (f"m{seq}", seq, (now - ago).isoformat(), text),
+            )
+        answered = await last_person_word(db, now, answering="are you there?")
+        assert answered is not None and answered.text == "hello"
+        plain = await last_person_word(db, now)
+        assert plain is not None and plain.text == "are you there?"
+        other = await last_person_word(db, now, answering="something else")
+        assert other is not None and other.text == "are you there?"

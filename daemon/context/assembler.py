@@ -303,7 +303,7 @@ class ContextAssembler:
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
         why: dict[str, str] = {}
-        layers["away"] = await self._away_layer(notes, skipped, why)
+        layers["away"] = await self._away_layer(prompt, notes, skipped, why)
         layers["threads"] = await self._threads_layer(notes, why, fork=session_kind == "fork")
 
         shown = frozenset(
@@ -560,7 +560,7 @@ class ContextAssembler:
         )
 
     async def _away_layer(
-        self, notes: list[str], skipped: dict[str, str], why: dict[str, str]
+        self, prompt: str, notes: list[str], skipped: dict[str, str], why: dict[str, str]
     ) -> Layer:
         """How long since the person last wrote and what about, when it is `AWAY_AFTER` or more."""
         layer = Layer(name="away", heading="## Time away", stable=False)
@@ -568,7 +568,7 @@ class ContextAssembler:
             return layer
         now = self.clock.now()
         try:
-            last = await self.view.last_person_word(now)
+            last = await self.view.last_person_word(now, answering=prompt)
         except anyio.get_cancelled_exc_class():
             raise
         except StoreAway as exc:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from daemon.memory.api import LiveHistory, MemoryItem
-from daemon.memory.last_word import FRESH, LastWord, clip
+from daemon.memory.last_word import LastWord, clip, is_answered
 from daemon.topics.matrix import tokenise
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -63,12 +63,20 @@ class ListMemoryView:
         self.calls.append(("recent_facts", limit))
         return self._by_kind["fact"][:limit]
 
-    async def last_person_word(self, now: datetime) -> LastWord | None:
-        """The newest chunk of the person's (origin `person`) at least `FRESH` older than `now`."""
+    async def last_person_word(
+        self, now: datetime, *, answering: str | None = None
+    ) -> LastWord | None:
+        """The newest chunk of the person's (origin `person`) up to `now`, passing over the
+        message being answered when it is the newest."""
         self.calls.append(("last_person_word", now))
+        first = True
         for item in self._by_kind["chunk"]:
-            if item.origin != "person" or item.ts is None or now - item.ts < FRESH:
+            if item.origin != "person" or item.ts is None or item.ts > now:
                 continue
+            if first and is_answered(item.text, item.ts, now, answering):
+                first = False
+                continue
+            first = False
             topic = next(
                 (s.title for s in self._by_kind["summary"] if s.session == item.session), ""
             )

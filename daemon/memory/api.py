@@ -87,6 +87,9 @@ class MemoryView(Protocol):
         and none that `live` (the conversation the model is replaying) already shows."""
         ...
 
-    async def last_person_word(self, now: datetime) -> LastWord | None:
-        """The person's newest message before the one being answered (None: never wrote)."""
+    async def last_person_word(
+        self, now: datetime, *, answering: str | None = None
+    ) -> LastWord | None:
+        """The person's newest message up to `now`, passing over `answering` — the message
+        being answered, when it is the newest (None: they never wrote)."""
         ...

@@ -89,9 +89,11 @@ class IndexMemoryView:
         """The last explicit facts (target=memory), newest first."""
         return await self.index.recent(["fact"], limit) if limit > 0 else []
 
-    async def last_person_word(self, now: datetime) -> LastWord | None:
+    async def last_person_word(
+        self, now: datetime, *, answering: str | None = None
+    ) -> LastWord | None:
         """The person's newest message before the one being answered (`last_word`)."""
-        return await last_person_word(self.index.db, now)
+        return await last_person_word(self.index.db, now, answering=answering)
 
     async def auto_recall(
         self,

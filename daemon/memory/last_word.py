@@ -34,11 +34,14 @@ class LastWord:
     topic: str  # that session's summary title or slug in words; "" when not summarised
 
 
-async def last_person_word(db: Database, now: datetime) -> LastWord | None:
-    """The person's newest message at least `FRESH` older than `now` (None: they never wrote).
+async def last_person_word(
+    db: Database, now: datetime, *, answering: str | None = None
+) -> LastWord | None:
+    """The person's newest message up to `now` (None: they never wrote).
 
-    The two newest are read: the newest is passed over when it is the message being answered
-    (younger than `FRESH`), so a turn measures the gap before its own message.
+    `answering` is the message a turn is answering: when the newest is that message (the
+    same words, younger than `FRESH`) it is passed over, so the turn measures the gap before
+    its own message.
     """
     rows = await db.fetchall(
         "SELECT m.ts, m.session_id, m.msg_id, m.content, s.title, s.summary_path"
@@ -46,10 +49,15 @@ async def last_person_word(db: Database, now: datetime) -> LastWord | None:
         " WHERE m.role = 'user' AND s.kind IN ('trunk', 'imported')"
         " ORDER BY m.ts DESC LIMIT 3",
     )
+    first = True
     for ts, session_id, msg_id, content, title, summary_path in rows:
         when = _parse(str(ts))
-        if when is None or when > now or now - when < FRESH:
+        if when is None or when > now:
             continue
+        if first and is_answered(str(content), when, now, answering):
+            first = False
+            continue
+        first = False
         return LastWord(
             ts=when,
             session_id=str(session_id),
@@ -58,6 +66,15 @@ async def last_person_word(db: Database, now: datetime) -> LastWord | None:
             topic=_topic(title, summary_path),
         )
     return None
+
+
+def is_answered(content: str, when: datetime, now: datetime, answering: str | None) -> bool:
+    """Whether a message is the one a turn is answering now: its words, just written."""
+    return (
+        answering is not None
+        and now - when < FRESH
+        and " ".join(content.split()) == " ".join(answering.split())
+    )
 
 
 def away_phrase(gap: timedelta) -> str:
