@@ -344,3 +344,25 @@ async def test_only_the_message_being_answered_is_passed_over(tmp_path: Path) ->
         assert plain is not None and plain.text == "are you there?"
         other = await last_person_word(db, now, answering="something else")
         assert other is not None and other.text == "are you there?"
+
+
+def test_a_task_caught_up_late_says_its_result_follows() -> None:
+    from daemon.schedule.downtime import firing_line
+    from daemon.schedule.keeper import MissedFiring
+
+    task = MissedFiring(
+        schedule_id="s-1",
+        kind="task",
+        text="check the backup log",
+        repeats="every day at 07:00",
+        due=datetime(2026, 3, 22, 7, 0, tzinfo=UTC),
+        late_s=7200.0,
+        fired=True,
+        skipped=3,
+        reason="one catch-up stood for them",
+    )
+    assert firing_line(task, UTC) == (
+        "task “check the backup log” (due Sun 22 Mar 07:00, every day at 07:00):"
+        " 3 occurrences skipped (one catch-up stood for them);"
+        " started 2 h late; its result comes as its own notice"
+    )
