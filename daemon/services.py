@@ -36,6 +36,7 @@ from daemon.context.assembler import ContextAssembler
 from daemon.delegate.fork import Delegator
 from daemon.events import ForkFinished, Heartbeat, SleepFinished, SleepHousekeeping, TurnFinished
 from daemon.journal import JournalHeartbeat
+from daemon.journal.tools import journal_tools
 from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import get_logger
 from daemon.memory.embedders import Embedder
@@ -317,6 +318,8 @@ async def open_services(
         everything = ToolRegistry(s.agent.tool_output_max_chars, guard=guard)
         for tool in memory.tools():
             everything.register(tool)
+        for tool in journal_tools(journal):
+            everything.register(tool)
         for tool in work_tools(home, s):
             everything.register(tool)
         everything.add_source(mcp)
@@ -398,6 +401,7 @@ async def open_services(
         scheduler = await stack.enter_async_context(
             Scheduler(clock=clock, db=db, timezone=s.scheduler.timezone)
         )
+        journal.next_heartbeat = lambda: scheduler.next_run("heartbeat")
         keeper = await stack.enter_async_context(
             ScheduleKeeper(
                 store=schedules,

@@ -37,6 +37,9 @@ def render_digest(day: date, entries: Sequence[JournalEntry], zone: tzinfo) -> s
     for entry in reversed(entries):
         when = entry.ts.astimezone(zone).strftime("%H:%M")
         where = f" · {entry.session}" if entry.session else ""
+        # An entry whose words came from outside text the agent read says so where it stands.
+        if entry.origin == "tool":
+            where += " · from outside text (data)"
         lines += ["", f"## {when} · {entry.trigger}{where}", "", entry.summary]
         for key, label in (
             ("decisions", "Decided"),

@@ -3,6 +3,9 @@
 An entry is a short structured record of what happened in a stretch of work: `ts, session,
 summary, decisions, progress, open_questions, files_touched, tags, token_usage`, with a
 `schema` version and bookkeeping (`id`, `trigger`, `source`, the transcript span it covers).
+An entry the agent wrote itself (`add_journal_entry`, trigger and source `agent`) also says
+whose word it is (`origin`: `agent`, or `tool` when its words came from outside text the turn
+read); the others leave `origin` empty (the heartbeat's are the agent's, notes the system's).
 `work` lists what the tools did in that stretch (`daemon.agent.work`): written by the
 journal itself from the transcript's tool records, never by the model; an entry written
 before it existed reads back with an empty list.
@@ -22,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from daemon.durable import append_lines, read_jsonl
+from daemon.memory.api import Origin
 from daemon.tokens import count_tokens
 
 SCHEMA = 1
 LIST_FIELDS = ("decisions", "progress", "open_questions", "files_touched", "tags")
-TRIGGERS = ("heartbeat", "compaction", "sleep", "shutdown", "note")
+TRIGGERS = ("heartbeat", "compaction", "sleep", "shutdown", "note", "agent")
 _DAY_FILE = re.compile(r"^(\d{4}-\d{2}-\d{2})\.jsonl$")
 _ITEM_CHARS = 300
 _LIST_ITEMS = 8
@@ -50,18 +54,29 @@ class JournalEntry:
     work: tuple[str, ...] = ()
     token_usage: dict[str, int] = field(default_factory=dict)
     trigger: str = "heartbeat"
-    source: str = "model"  # model | extractive | note
+    source: str = "model"  # model | extractive | note | agent
     span: dict[str, Any] = field(
         default_factory=dict
     )  # {"from": offset, "to": offset, "messages": n}
     schema: int = SCHEMA
+    # Whose word it is, when the writer says (`agent` / `tool`; see the module docstring).
+    origin: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["ts"] = self.ts.isoformat()
         for key in (*LIST_FIELDS, "work"):
             data[key] = list(data[key])
+        if not self.origin:
+            del data["origin"]
         return data
+
+    @property
+    def memory_origin(self) -> Origin:
+        """The origin its words carry in memory: its own, else `system` for a note, else `agent`."""
+        if self.origin == "tool":
+            return "tool"
+        return "system" if self.source == "note" and not self.origin else "agent"
 
     def line(self) -> str:
         return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
@@ -99,6 +114,7 @@ class JournalEntry:
             source=str(data.get("source") or "model"),
             span=dict(data.get("span") or {}) if isinstance(data.get("span"), dict) else {},
             schema=int(data.get("schema") or SCHEMA),
+            origin=str(data.get("origin") or ""),
             **lists,
         )
 
@@ -163,15 +179,18 @@ def draft_from_answer(data: Any) -> Draft:
     return Draft(summary=_clean(summary, 1200), tags=tags, **lists)
 
 
+def draft_tokens(d: Draft) -> int:
+    """What a draft costs against `journal.entry_tokens`: its summary and lists together."""
+    return count_tokens(
+        "\n".join(
+            [d.summary, *d.decisions, *d.progress, *d.open_questions, *d.files_touched, *d.tags]
+        )
+    )
+
+
 def fit_draft(draft: Draft, budget: int) -> Draft:
     """Clip a draft to `budget` tokens: list items go from the end first, then the summary shortens."""
-
-    def cost(d: Draft) -> int:
-        return count_tokens(
-            "\n".join(
-                [d.summary, *d.decisions, *d.progress, *d.open_questions, *d.files_touched, *d.tags]
-            )
-        )
+    cost = draft_tokens
 
     current = draft
     order = ("files_touched", "progress", "open_questions", "decisions", "tags")

@@ -103,6 +103,8 @@ _RECENT = timedelta(days=2)
 _TICK_MODEL_S = 20.0
 # Paths an entry's `files_touched` keeps (a draft's list is capped at as many).
 _FILES = 8
+# The newest summary in a tick's quiet line is cut to this many characters.
+_LINE_CHARS = 140
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +115,8 @@ class Tick:
     checked: int
     written: tuple[str, ...]
     skipped: str = ""
+    # The summaries of the entries written (redacted, as stored), in the order written.
+    summaries: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.skipped:
@@ -120,6 +124,17 @@ class Tick:
         if self.written:
             return f"checked {self.checked} session(s); wrote {', '.join(self.written)}"
         return f"checked {self.checked} session(s); nothing new"
+
+    def line(self) -> str | None:
+        """The quiet line an open chat is shown when this tick wrote something; None if not."""
+        if not self.written:
+            return None
+        n = len(self.written)
+        head = "journal: wrote an entry" if n == 1 else f"journal: wrote {n} entries"
+        latest = " ".join(self.summaries[-1].split()) if self.summaries else ""
+        if len(latest) > _LINE_CHARS:
+            latest = latest[: _LINE_CHARS - 1].rsplit(" ", 1)[0] + "…"
+        return f"{head} — {latest}" if latest else head
 
 
 class JournalHeartbeat:
@@ -148,6 +163,8 @@ class JournalHeartbeat:
         self.last_tick: Tick | None = None
         self.last_entry: JournalEntry | None = None
         self.model_calls = 0
+        # When the heartbeat job runs next (the daemon sets it once the scheduler is up).
+        self.next_heartbeat: Callable[[], datetime | None] = lambda: None
         self._lock = anyio.Lock()
         self._day_counts: dict[date, int] = {}
         self._cap_logged: set[date] = set()
@@ -221,6 +238,7 @@ class JournalHeartbeat:
             (since,),
         )
         written: list[str] = []
+        summaries: list[str] = []
         skipped = ""
         for session_id, path, offset in rows:
             if transcript_size(self._path(session_id, path)) <= int(offset):
@@ -228,9 +246,16 @@ class JournalHeartbeat:
             entry = await self.record(session_id, "heartbeat", deadline_s=_TICK_MODEL_S)
             if entry is not None:
                 written.append(entry.id)
+                summaries.append(entry.summary)
             elif self._cap_reached(self._today()):
                 skipped = f"the daily cap of {self.cfg.max_entries_per_day} entries is reached"
-        tick = Tick(at=self.clock.now(), checked=len(rows), written=tuple(written), skipped=skipped)
+        tick = Tick(
+            at=self.clock.now(),
+            checked=len(rows),
+            written=tuple(written),
+            skipped=skipped,
+            summaries=tuple(summaries),
+        )
         self.last_tick = tick
         log.info("journal heartbeat", result=tick.describe())
         return tick
@@ -304,6 +329,47 @@ class JournalHeartbeat:
                 await self._write(entry)
             await self._index(entry)
             return entry
+
+    async def write_agent_entry(
+        self, session_id: str, draft: Draft, *, origin: str = "agent"
+    ) -> JournalEntry | None:
+        """Write an entry the agent wrote itself (`add_journal_entry`); None at the daily cap.
+
+        No model call and no cursor: the heartbeat still covers the same stretch of the
+        transcript. Masked like every entry; the caller has checked its size.
+        """
+        async with self._lock:
+            if await self._cap_reached_async(self._today()):
+                return None
+            now = self.clock.now()
+            entry = JournalEntry(
+                id=_entry_id(now, f"agent:{session_id}:{draft.summary}"),
+                ts=now,
+                session=session_id,
+                trigger="agent",
+                source="agent",
+                origin=origin,
+                **_draft_fields(self._redact(draft)),
+            )
+            with anyio.CancelScope(shield=True):
+                await self._write(entry)
+            await self._index(entry)
+            return entry
+
+    async def status(self) -> dict[str, Any]:
+        """For `journal_status`: the last entry, today's count, the last and next heartbeat."""
+        day = self._today()
+        if day not in self._day_counts:
+            self._day_counts = {day: len(await anyio.to_thread.run_sync(self.store.read_day, day))}
+        following = self.next_heartbeat()
+        return {
+            "last_entry": self.last_entry,
+            "entries_today": self._day_counts[day],
+            "cap": self.cfg.max_entries_per_day,
+            "last_check": self.last_tick,
+            "next_heartbeat": following,
+            "every_minutes": self.cfg.heartbeat_minutes,
+        }
 
     async def _work(self, activity: Activity) -> WorkDone:
         """What the tools did in `activity` (and in the forks its `delegate` calls started)."""
@@ -534,7 +600,7 @@ def journal_memory(entry: JournalEntry, day: date) -> NewMemory:
         kind="journal",
         text=entry.text(),
         title=f"Journal {day.isoformat()} {entry.ts.strftime('%H:%M')} ({entry.trigger})",
-        origin="system" if entry.source == "note" else "agent",
+        origin=entry.memory_origin,
         created_at=entry.ts,
         tags=tuple(entry.tags),
         importance=0.4,
