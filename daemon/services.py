@@ -173,13 +173,18 @@ class Services:
 
     async def heartbeat(self) -> str:
         """The scheduled heartbeat: every handler's check, side by side; the journal's result."""
+        before = self.journal.last_tick
         failed = await self.bus.deliver(Heartbeat(at=self.clock.now()))
+        tick = self.journal.last_tick
+        line = tick.line() if tick is not None and tick is not before else None
+        if line is not None:
+            # Something changed: one quiet line to the person's open chats (nothing stored).
+            self.courier.murmur("heartbeat", line)
         if failed:
             # Recorded as a failed run: status never claims a heartbeat that did not do its check.
             raise RuntimeError(
                 f"{failed} of {len(self.bus.handlers(Heartbeat))} heartbeat handler(s) failed"
             )
-        tick = self.journal.last_tick
         return (
             tick.describe() if tick is not None else f"handlers={len(self.bus.handlers(Heartbeat))}"
         )

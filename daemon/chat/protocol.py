@@ -486,17 +486,21 @@ def notice(
     due_at: str | None = None,
     late_s: float | None = None,
     schedule_id: str | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Something the agent tells the person unasked (a reminder, a task's result, a greeting).
 
     Sent to the clients of the daemon's own uid only: at once when it is posted, else when
     one of them next connects (after `hello`). `late_s` says how late a missed one fired.
+    `quiet` marks a passing line for open chats only (the heartbeat's): never stored or kept
+    for later, shown dim, and needing no `seen`.
     """
     return _with(
         {"type": "notice", "id": id, "kind": kind, "text": text, "ts": ts},
         due_at=due_at,
         late_s=late_s or None,
         schedule_id=schedule_id,
+        quiet=quiet or None,
     )
 
 

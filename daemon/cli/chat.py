@@ -162,6 +162,10 @@ class Notes:
             if frame.get("detail"):
                 text += f": {frame['detail']}"
             return self.line(text)
+        if kind == "notice" and frame.get("quiet"):
+            # A passing line (the heartbeat's): one dim line, its time and its text.
+            text = " ".join(str(frame.get("text", "")).split())
+            return self.line(f"{notice_heading(frame)} · {text}")
         if kind == "notice":
             return self.line(notice_heading(frame)) + "\n" + str(frame.get("text", ""))
         if kind == "state":
@@ -228,6 +232,9 @@ async def send_one(
             forks.add(str(frame["fork_id"]))
         if frame.get("type") == "approval":
             answer(frame)
+        elif frame.get("type") == "notice" and frame.get("quiet"):
+            if notes.tty:  # a passing line, like the other side notes; nothing to answer
+                print(notes.describe(frame), file=sys.stderr, flush=True)
         elif frame.get("type") == "notice":
             # What came while the person was away: on stderr, so stdout stays the reply.
             print(notes.describe(frame), file=sys.stderr, flush=True)
@@ -392,7 +399,7 @@ class ChatSession:
                     self._stopping = True  # said in the one line that follows
                     continue
                 self._route(frame)
-                if frame.get("type") == "notice":
+                if frame.get("type") == "notice" and not frame.get("quiet"):
                     # Printed by `_route`: now the daemon may count it delivered.
                     await self.client.seen([str(frame.get("id"))])
             why = "the daemon closed the connection"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, time, timedelta, tzinfo
 from typing import Any
@@ -144,6 +145,25 @@ class NoticeCourier(BackgroundWork):
     @property
     def connected(self) -> int:
         return sum(1 for c in self._clients.values() if not c.closed)
+
+    def murmur(self, kind: str, text: str) -> int:
+        """A quiet line for the person's open chats; return how many clients took it.
+
+        A `notice` frame with `quiet: true`: not in the outbox, so never kept for a later
+        chat, never held for quiet hours or notified (no one is interrupted: it goes only to
+        a chat already open). Its id counts as sent, so an older client's `seen` for it is
+        accepted and changes nothing.
+        """
+        now = self.clock.now()
+        nid = f"q-{uuid.uuid4().hex[:12]}"
+        frame = protocol.notice(id=nid, kind=kind, text=text, ts=now.isoformat(), quiet=True)
+        took = 0
+        for client in list(self._clients.values()):
+            if not client.closed and client.send(frame):
+                self._sent.setdefault(client.id, set()).add(nid)
+                took += 1
+        log.info("quiet line pushed", kind=kind, clients=took)
+        return took
 
     def _send(self, client: Any, notices: Sequence[Notice]) -> None:
         sent = self._sent.setdefault(client.id, set())
