@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 from daemon.memory.api import LiveHistory, MemoryItem
-from daemon.memory.corrections import Corrections
+from daemon.memory.corrections import Corrections, holding_now
 from daemon.memory.index import MemoryIndex
 from daemon.memory.last_word import LastWord, last_person_word
 from daemon.memory.months import focus_month, months_in_place
@@ -241,15 +241,9 @@ class IndexMemoryView:
         facts = {r["uid"]: row_to_item(r) for r in rows}
         changes: list[_Change] = []
         for old in facts.values():
-            cur, seen = old, {old.id}
-            while (nxt := str(cur.meta.get("superseded_by") or "")) and nxt not in seen:
-                if nxt not in facts:
-                    break
-                seen.add(nxt)
-                cur = facts[nxt]
-            if cur is old or cur.meta.get("retired_at"):
-                continue  # retracted, or its successor is unknown: nothing current to show
-            changes.append(_Change.of(old, cur))
+            cur = holding_now(old, facts)
+            if cur is not None:
+                changes.append(_Change.of(old, cur))
         for fact in facts.values():
             # A current value whose statement named the one it replaced, though no fact held
             # that one ("scratch Bergen, the offsite is going to Kotor").

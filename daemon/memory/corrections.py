@@ -26,6 +26,7 @@ from __future__ import annotations
 import difflib
 import re
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -101,6 +102,23 @@ def _what(subject: str, attribute: str) -> str:
     return subject if attribute in ("value", "") else f"{subject} ({attribute})"
 
 
+def holding_now(old: MemoryItem, facts: Mapping[str, MemoryItem]) -> MemoryItem | None:
+    """The fact that holds now where `old` was superseded: the end of its chain of successors.
+
+    None when `old` was never superseded, when the chain's end was retracted since, or when a
+    successor is not among `facts`: nothing current to point to.
+    """
+    cur, seen = old, {old.id}
+    while (nxt := str(cur.meta.get("superseded_by") or "")) and nxt not in seen:
+        if nxt not in facts:
+            break
+        seen.add(nxt)
+        cur = facts[nxt]
+    if cur is old or cur.meta.get("retired_at"):
+        return None
+    return cur
+
+
 def correction_of(old: MemoryItem, cur: MemoryItem) -> Correction | None:
     """The correction `cur` made of `old` (through any steps between), or None when it tells
     no value that could show elsewhere."""
@@ -143,16 +161,9 @@ class Corrections:
         facts = {r["uid"]: row_to_item(r) for r in rows}
         found: list[Correction] = []
         for old in facts.values():
-            if not old.meta.get("superseded_by"):
+            cur = holding_now(old, facts)
+            if cur is None:
                 continue
-            cur, seen = old, {old.id}
-            while (nxt := str(cur.meta.get("superseded_by") or "")) and nxt not in seen:
-                if nxt not in facts:
-                    break
-                seen.add(nxt)
-                cur = facts[nxt]
-            if cur is old or cur.meta.get("retired_at"):
-                continue  # retracted since, or its successor unknown: nothing holds to point to
             made = correction_of(old, cur)
             if made is not None:
                 found.append(made)
