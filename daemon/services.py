@@ -289,7 +289,7 @@ async def open_services(
             zone=local_zone(s.scheduler.timezone),
             expire_days=s.threads.expire_days,
         )
-        pass
+        stack.callback(threads.register(bus))
         assembler = ContextAssembler(
             home=home,
             settings=s,
