@@ -366,3 +366,46 @@ def test_a_task_caught_up_late_says_its_result_follows() -> None:
         " 3 occurrences skipped (one catch-up stood for them);"
         " started 2 h late; its result comes as its own notice"
     )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("welcomed", [False, True])
+async def test_the_greeting_after_a_long_silence_says_how_long_once(
+    tmp_path: Path, welcomed: bool
+) -> None:
+    """After three weeks the morning greeting opens with the gap — unless the account of the
+    time down, posted since the person last wrote, has said it already."""
+    from daemon.bus import EventBus
+    from daemon.clock import FakeClock
+    from daemon.paths import Home
+    from daemon.schedule.greeting import MorningGreeting
+    from daemon.schedule.outbox import Outbox
+    from daemon.store.db import Database
+
+    home = Home(tmp_path / "home")
+    home.ensure()
+    clock = FakeClock(DAY22 + timedelta(hours=5))  # 14:00
+    async with await Database.open(home.db_file) as db, EventBus() as bus:
+        await db.write(
+            "INSERT INTO sessions(id, kind, transcript_path, started_at)"
+            " VALUES ('s1', 'trunk', 't', ?)",
+            (DAY1.isoformat(),),
+        )
+        await db.write(
+            "INSERT INTO messages(session_id, msg_id, seq, ts, role, content)"
+            " VALUES ('s1', 'm1', 1, ?, 'user', 'see you')",
+            (DAY1.isoformat(),),
+        )
+        outbox = Outbox(db, bus=bus, clock=clock)
+        if welcomed:
+            await outbox.post(kind="greeting", text="It's been three weeks…", key="downtime:run-1")
+        clock.advance(minutes=3)
+        greeting = MorningGreeting(home=home, db=db, outbox=outbox, zone=UTC, now=clock.now)
+        notice = await greeting.greet("s2", slept="s1")
+    first = notice.text.splitlines()[0]
+    if welcomed:
+        assert first == "Good afternoon — I slept and I'm rested."
+    else:
+        assert first == (
+            "It's been three weeks since we last talked — welcome back. I slept and I'm rested."
+        )

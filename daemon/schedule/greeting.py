@@ -259,6 +259,8 @@ class MorningGreeting:
         said = await last_person_word(self.db, now)
         gap = now - said.ts if said is not None else None
         away = away_phrase(gap) if gap is not None and gap >= GREET_AWAY else ""
+        if away and said is not None and await self._welcomed_back(said.ts):
+            away = ""  # the account of the time down said it already (`daemon.schedule.downtime`)
         text = compose_greeting(
             threads, agenda, now.astimezone(self.zone), since, away=away, due=due
         )
@@ -283,6 +285,14 @@ class MorningGreeting:
                 items = [_clip(q) for q in entry.open_questions]
                 return [q for q in items if is_open_matter(q)]
         return []
+
+    async def _welcomed_back(self, since: datetime) -> bool:
+        """Whether a time-down account (which opens with the gap) was posted after `since`."""
+        row = await self.db.fetchone(
+            "SELECT 1 FROM notices WHERE key LIKE 'downtime:%' AND created_at > ? LIMIT 1",
+            (since.astimezone(UTC).isoformat(),),
+        )
+        return row is not None
 
     async def _session(self, session_id: str) -> tuple[str | None, datetime | None]:
         """The session's summary file and the time of its last message (None when unknown)."""
