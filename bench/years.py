@@ -869,6 +869,7 @@ def run(
                 month, cday = pending.pop(0)
                 checkpoints.append(driver.checkpoint(month, cday))
                 driver.log(_line(checkpoints[-1]))
+                _partial(checkpoints)
             driver.talk_day(day, rng)
             driver.log(
                 f"day {day} ({i + 1}/{len(life.talk_days)} talk days): {driver.turns} turns,"
@@ -899,6 +900,13 @@ def run(
         "targets": targets(checkpoints),
         "wall_s": round(time.monotonic() - t0, 1),
     }
+
+
+def _partial(checkpoints: list[dict[str, Any]]) -> None:
+    """The checkpoints so far, written as each is measured (a long run stopped part way)."""
+    results = REPO / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "years.partial.json").write_text(json.dumps(checkpoints, ensure_ascii=False))
 
 
 def _line(cp: dict[str, Any]) -> str:
