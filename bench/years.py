@@ -807,12 +807,19 @@ def nights(home: Path, start: date, day: int, window: int = 61) -> dict[str, Any
                 " FROM usage_ledger WHERE ts >= ? AND ts <= ? AND role != 'trunk'",
                 (started, finished),
             ).fetchone()
+            phases = dict(
+                con.execute(
+                    "SELECT phase, (julianday(finished_at) - julianday(started_at)) * 86400"
+                    " FROM sleep_phases WHERE cycle_id = ? AND finished_at IS NOT NULL",
+                    (cid,),
+                ).fetchall()
+            )
             wall = (
                 datetime.fromisoformat(finished) - datetime.fromisoformat(started)
             ).total_seconds()
             rows.append(
                 {"id": cid, "reason": reason, "wall_s": round(wall, 2), "calls": calls,
-                 "input_tokens": tin, "output_tokens": tout}
+                 "input_tokens": tin, "output_tokens": tout, "phases": phases}
             )  # fmt: skip
         total = con.execute("SELECT COUNT(*) FROM sleep_cycles WHERE status = 'done'").fetchone()[0]
     finally:
@@ -832,6 +839,10 @@ def nights(home: Path, start: date, day: int, window: int = 61) -> dict[str, Any
         "calls_median": med("calls"),
         "input_tokens_median": med("input_tokens"),
         "output_tokens_median": med("output_tokens"),
+        "phase_s_median": {
+            p: round(statistics.median(r["phases"].get(p, 0.0) for r in worked), 2)
+            for p in sorted({p for r in worked for p in r["phases"]})
+        },
         "cycles_total": total,
         "by_reason": {
             k: sum(1 for r in rows if r["reason"] == k) for k in {r["reason"] for r in rows}
