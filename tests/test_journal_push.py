@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ import pytest
 
 from daemon.cli.chat import Notes
 from daemon.paths import Home
-from tests.harness import Client, DaemonProcess, daemon_env, wait_until
+from tests.harness import REPO, Client, DaemonProcess, daemon_env, wait_until
 
 
 class Recording(Client):
@@ -116,3 +119,41 @@ def test_reverie_chat_shows_a_quiet_line_dim_on_one_line() -> None:
     assert "journal: wrote an entry — Glazed the bowls." in shown and "\n" not in shown
     loud = Notes(Tty()).describe({**frame, "quiet": None}) or ""
     assert "\n" in loud  # an ordinary notice: its heading, then its text
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty + SO_PEERCRED are Linux here")
+def test_the_interactive_client_shows_the_heartbeats_line_dim(daemon: DaemonProcess) -> None:
+    import pty
+
+    from tests.test_chat_interactive import _read_until
+
+    home = daemon.home
+    home.mkdir(parents=True)
+    (home / "reverie.toml").write_text("[journal]\nheartbeat_minutes = 0.02\n")
+    daemon.start()
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(REPO)
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "daemon.cli", "chat", "--home", str(home)],
+            daemon.env,
+        )
+    seen = bytearray()
+    try:
+        at = _read_until(fd, b"> ", 20, seen)
+        os.write(fd, b"The kiln Bartholomew-9 is glazed in cobalt blue.\r")
+        at = _read_until(fd, b"\x1b[2mheartbeat \xc2\xb7 ", 30, seen, at)
+        at = _read_until(fd, b"journal: wrote an entry \xe2\x80\x94 ", 5, seen, at)
+        line = bytes(seen[at:]).split(b"\x1b[0m", 1)[0]
+        assert b"Bartholomew-9" in line and b"\n" not in line
+    finally:
+        os.write(fd, b"\x04")  # Ctrl-D leaves; a client that does not is stopped
+        deadline = time.monotonic() + 10
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.1)
+        os.close(fd)
