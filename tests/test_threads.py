@@ -179,6 +179,34 @@ async def test_a_turn_opens_a_promise_and_the_persons_word_closes_it(
 
 
 @pytest.mark.anyio
+async def test_a_question_asked_again_and_answered_is_resolved(tmp_path: Path) -> None:
+    clock = FakeClock(MON)
+    async with await Database.open(tmp_path / "reverie.db") as db:
+        book = ThreadBook(db, clock=clock, zone=UTC, expire_days=14)
+        asked = "Which bus goes to the stadium on Saturdays?"
+        await _message(db, "s1", 1, "user", asked, MON, "t1")
+        await _message(
+            db, "s1", 2, "assistant", "I'm not sure, I can't check timetables.", MON, "t1"
+        )
+        opened, _ = await book.note_turn("s1", "t1")
+        assert [(t.kind, t.text) for t in opened] == [("question", asked)]
+        later = MON + timedelta(hours=3)
+        # Asked again and refused again: still open, and not kept twice.
+        await _message(db, "s1", 3, "user", "So which bus goes to the stadium?", later, "t2")
+        await _message(db, "s1", 4, "assistant", "I still don't know.", later, "t2")
+        assert await book.note_turn("s1", "t2") == ([], [])
+        # Asked again and answered: resolved by the answer.
+        await _message(db, "s1", 5, "user", "Any idea which bus to the stadium?", later, "t3")
+        answer = await _message(
+            db, "s1", 6, "assistant", "The 42 runs there every 20 minutes.", later, "t3"
+        )
+        assert (await book.note_turn("s1", "t3"))[1] == [opened[0].id]
+        row = await book.get(opened[0].id)
+        assert row is not None and row.status == "resolved" and row.resolved_by == answer
+        assert row.note == "answered when asked again"
+
+
+@pytest.mark.anyio
 async def test_the_night_finds_what_was_done_and_expires_the_old_with_a_note(
     tmp_path: Path, store_url: str | None
 ) -> None:

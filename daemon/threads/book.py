@@ -22,6 +22,7 @@ from daemon.log import get_logger
 from daemon.store.db import Database
 from daemon.threads.detect import (
     Found,
+    answers_again,
     closed_by,
     mentions,
     only_done,
@@ -139,6 +140,7 @@ class ThreadBook:
         if replies:
             reply = "\n".join(c for _, _, c in replies)
             r_id, r_ts, _ = replies[-1]
+            closed += await self._answered(prompt, reply, by=r_id, at=_when(r_ts))
             found += [(f, msg_id, ts) for f in unanswered(prompt, reply)]
             found += [(f, r_id, r_ts) for f in promises(reply, _when(r_ts), self.zone)]
         opened = []
@@ -196,6 +198,14 @@ class ThreadBook:
         ids = closed_by(message, [(t.id, t.text) for t in before])
         for tid in ids:
             await self.resolve(tid, by=msg_id, at=at, note="the person said it is done")
+        return ids
+
+    async def _answered(self, prompt: str, reply: str, *, by: str, at: datetime) -> list[str]:
+        """Resolve the open questions asked again in `prompt` that `reply` answered."""
+        asked = [t for t in await self.open_threads() if t.kind == "question" and t.opened_at < at]
+        ids = [t.id for t in asked if answers_again(prompt, reply, t.text)]
+        for tid in ids:
+            await self.resolve(tid, by=by, at=at, note="answered when asked again")
         return ids
 
     async def resolve(self, thread_id: str, *, by: str | None, at: datetime, note: str) -> bool:

@@ -14,7 +14,8 @@ Three kinds, each read from one side of a turn:
   "we're …ing") with a date the schedule's time-phrase parser reads ("on Friday", "tomorrow",
   "next Monday", "on 12 May"); the date is the thread's due day.
 
-A thread is closed by a person's message that says it is done — a completion word ("done",
+A question is answered when the person asks it again (its key words, a "?") and the reply
+does not say it cannot answer. A thread is closed by a person's message that says it is done — a completion word ("done",
 "finished", "sorted", "did", "fixed", "never mind", …) together with the thread's own key words
 (two of them, or its only one) — or, said alone ("done", "that's sorted"), it closes the
 newest thread of the conversation. What these rules do not catch is in docs/context.md.
@@ -61,8 +62,9 @@ _NOT_COMMITTED = re.compile(
     re.IGNORECASE,
 )
 _CANNOT_ANSWER = re.compile(
-    r"\b(?:i\s+(?:really\s+)?(?:don't|do\s+not)\s+know|i'm\s+not\s+sure|i\s+am\s+not\s+sure"
-    r"|i\s+(?:can't|cannot|can\s+not|couldn't|could\s+not)\s+(?:tell|check|find|say|answer"
+    r"\b(?:i\s+(?:really\s+|still\s+|just\s+)?(?:don't|do\s+not)\s+know"
+    r"|i'm\s+(?:still\s+)?not\s+sure|i\s+am\s+(?:still\s+)?not\s+sure"
+    r"|i\s+(?:still\s+|just\s+)?(?:can't|cannot|can\s+not|couldn't|could\s+not)\s+(?:tell|check|find|say|answer"
     r"|access|look|see|know|confirm|verify)|i\s+(?:don't|do\s+not)\s+have\s+(?:access"
     r"|a\s+way|any\s+way|that\s+information|information)|i\s+have\s+no\s+(?:way|access"
     r"|information|idea)|no\s+idea|i'm\s+unable\s+to|i\s+am\s+unable\s+to)\b",
@@ -205,6 +207,13 @@ def unanswered(prompt: str, reply: str) -> list[Found]:
         return []
     asked = [s for s in sentences(prompt) if s.endswith("?") and key_words(s)]
     return [Found(kind="question", text=_clip(s)) for s in asked]
+
+
+def answers_again(prompt: str, reply: str, question: str) -> bool:
+    """Whether the person asked `question` again in `prompt` and `reply` did not refuse it."""
+    if _CANNOT_ANSWER.search(reply.replace("’", "'")) or not reply.strip():
+        return False
+    return any(s.endswith("?") and mentions(s, question) for s in sentences(prompt))
 
 
 def plans(prompt: str, now: datetime, zone: tzinfo) -> list[Found]:
