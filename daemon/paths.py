@@ -66,6 +66,11 @@ class Home:
         return self.root / "FACTS.md"
 
     @property
+    def knowledge_file(self) -> Path:
+        """The person's reference notes, searched by each message when long (`KNOWLEDGE.md`)."""
+        return self.root / "KNOWLEDGE.md"
+
+    @property
     def sessions_dir(self) -> Path:
         return self.root / "sessions"
 

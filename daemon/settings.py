@@ -213,10 +213,12 @@ def _default_layers() -> dict[str, LayerBudget]:
         "recollections": LayerBudget(target=700, cap=1000),
         "recall": LayerBudget(target=1000, cap=1500),
         "topics": LayerBudget(target=800, cap=1500),
-        "journal": LayerBudget(target=300, cap=500),
+        "journal": LayerBudget(target=300, cap=700),
         "time": LayerBudget(target=30, cap=60),
         "away": LayerBudget(target=100, cap=140),
         "threads": LayerBudget(target=250, cap=400),
+        "reflection": LayerBudget(target=150, cap=200),
+        "knowledge": LayerBudget(target=400, cap=600),
     }
 
 
@@ -229,6 +231,9 @@ class ContextSettings(_Section):
     profile_facts: int = Field(20, ge=0)
     # The newest entries of the latest daily digest shown in the journal layer.
     journal_entries: int = Field(10, ge=0)
+    # Days of the journal the journal layer reaches back over: the newest digest in full, the
+    # earlier days of this many a line or two each (1: the newest digest alone).
+    journal_days: int = Field(7, ge=1)
     include_neurology: bool = False
 
     @field_validator("layers", mode="before")

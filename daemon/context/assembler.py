@@ -2,7 +2,8 @@
 
 Layers, in a fixed order (stable first, so the provider's prompt cache is hit):
 
-    discipline → persona → profile → wake → themes → recollections ║ time → away → threads → recall → topics → journal
+    discipline → persona → profile → wake → reflection → themes → recollections ║
+    time → away → threads → recall → knowledge → topics → journal
 
 `║` is the cache breakpoint (a second one sits after `wake`, the slowest-changing prefix).
 Each layer is first fitted to its own hard cap; when the total is still over
@@ -34,6 +35,7 @@ import anyio
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.context.files import FileCache
+from daemon.context.knowledge import knowledge_layer
 from daemon.context.layers import (
     DISCIPLINE,
     MEMORY_CLOSE,
@@ -49,10 +51,17 @@ from daemon.context.layers import (
     memory_entry,
     sentences,
 )
+from daemon.context.reflection import last_reflection, reflection_layer
 from daemon.context.threads import HEADING as THREADS_HEADING
 from daemon.context.threads import ThreadSource, threads_layer
 from daemon.events import BeforeAgentStart, Composer, Contribution, SessionShutdown, TurnContext
-from daemon.journal.digest import digest_body, newest_digest_path, newest_sections
+from daemon.journal.digest import (
+    day_gist,
+    digest_body,
+    digests_since,
+    newest_digest_path,
+    newest_sections,
+)
 from daemon.log import get_logger
 from daemon.memory.api import LiveHistory, MemoryItem, MemoryView
 from daemon.memory.last_word import LastWord, away_phrase, clip
@@ -68,18 +77,21 @@ from daemon.topics.router import ADDENDA_HEADING, TopicRouter, TopicScore, rende
 log = get_logger("context")
 
 LAYER_ORDER: tuple[str, ...] = (
-    "discipline", "persona", "profile", "wake", "themes", "recollections",
-    "time", "away", "threads", "recall", "topics", "journal",
+    "discipline", "persona", "profile", "wake", "reflection", "themes", "recollections",
+    "time", "away", "threads", "recall", "knowledge", "topics", "journal",
 )  # fmt: skip
 CORE_LAYERS = frozenset({"discipline", "persona", "profile", "wake"})
-STABLE_LAYERS = frozenset({*CORE_LAYERS, "themes", "recollections"})
+# The last dream's reflection changes once a night, like the wake-up notes: a stable layer.
+STABLE_LAYERS = frozenset({*CORE_LAYERS, "reflection", "themes", "recollections"})
 # Automatic recall gives way before the journal, and the journal never below its reserve
 # (`journal.context_reserved_tokens`): the thread of long-running work survives trimming.
 TRUNCATION_ORDER: tuple[str, ...] = (
     "recall",
+    "reflection",
     "journal",
     "recollections",
     "themes",
+    "knowledge",
     "topics",
     "threads",
     "away",
@@ -117,6 +129,8 @@ _COUNT_CACHE_MAX = 20_000
 # The `away` layer speaks when the person last wrote at least this long before the message.
 AWAY_AFTER = timedelta(hours=12)
 AWAY_WORDS = 120  # characters of the person's last message shown
+# An earlier day of the journal layer is shown in about this many characters.
+JOURNAL_DAY_CHARS = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,6 +308,8 @@ class ContextAssembler:
 
         layers["profile"] = self._profile_layer(profile, notes)
         layers["wake"] = self._wake_layer(notes)
+        why: dict[str, str] = {}
+        layers["reflection"] = self._reflection_layer(notes, why)
         # A month shown in place of folded days shows them: neither themes nor recall repeat them.
         folded = _stood_for(summaries)
         elsewhere = {i.id for i in (*profile, *summaries, *facts)} | folded
@@ -302,7 +318,6 @@ class ContextAssembler:
         )
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
-        why: dict[str, str] = {}
         layers["away"] = await self._away_layer(prompt, notes, skipped, why)
         layers["threads"] = await self._threads_layer(notes, why, fork=session_kind == "fork")
 
@@ -321,12 +336,13 @@ class ContextAssembler:
             recalled = [item for item in recalled if item.session not in excluded]
         timings["recall_ms"] = (time.perf_counter() - recall_started) * 1000
         layers["recall"] = self._recall_layer(recalled, shown)
+        layers["knowledge"] = self._knowledge_layer(prompt, notes, why)
 
         query = f"{prompt}\n{previous_reply}" if previous_reply else prompt
         scores = self.router.explain("system_prompt", query, session_key=session_id or None)
         chosen = [s for s in scores if s.selected]
         layers["topics"] = self._topics_layer(chosen)
-        layers["journal"] = self._journal_layer(notes)
+        layers["journal"] = self._journal_layer(notes, why)
         if skipped:
             layers["time"].entries.append(Entry(key="store-away", body=STORE_AWAY_NOTICE, rank=1))
         return _Draft(
@@ -660,18 +676,22 @@ class ContextAssembler:
                 )
         return Layer(name="topics", heading=ADDENDA_HEADING, entries=entries, stable=False)
 
-    def _journal_layer(self, notes: list[str]) -> Layer:
+    def _journal_layer(self, notes: list[str], why: dict[str, str]) -> Layer:
+        """The last `journal_days` of the journal: the newest digest's newest entries, then each
+        earlier day in a line or two, newest first (an older day is cut before a newer one)."""
+        layer = Layer(name="journal", heading="## Journal digest", stable=False)
         found = newest_digest_path(self.home)
         if found is None:
-            return Layer(name="journal", heading="## Journal digest", entries=[], stable=False)
+            why["journal"] = "not shown: the journal has no daily digest yet"
+            return layer
         day, path = found
         ft = self.files.read(path)
         if ft.problem:
             notes.append(f"journal: {ft.problem}")
-        body = newest_sections(digest_body(ft.text), self.settings.context.journal_entries)
-        entries = []
+        cfg = self.settings.context
+        body = newest_sections(digest_body(ft.text), cfg.journal_entries)
         if body:
-            entries.append(
+            layer.entries.append(
                 memory_block(
                     f"journal:{day.isoformat()}",
                     body,
@@ -683,7 +703,64 @@ class ContextAssembler:
                     rank=0,
                 )
             )
-        return Layer(name="journal", heading="## Journal digest", entries=entries, stable=False)
+        today = self.clock.now().astimezone(local_zone(self.settings.scheduler.timezone)).date()
+        first = today - timedelta(days=cfg.journal_days - 1)
+        earlier: list[str] = []
+        for when, older in digests_since(self.home, first):
+            if when >= day:
+                continue
+            oft = self.files.read(older)
+            if oft.problem:
+                notes.append(f"journal: {oft.problem}")
+            line = day_gist(digest_body(oft.text), JOURNAL_DAY_CHARS)
+            if not line:
+                continue
+            earlier.append(when.isoformat())
+            layer.entries.append(
+                memory_block(
+                    f"journal:{when.isoformat()}",
+                    line,
+                    kind="journal-day",
+                    origin="agent",
+                    ts=datetime(when.year, when.month, when.day, tzinfo=UTC),
+                    rank=len(layer.entries),
+                )
+            )
+        shown = f"the newest daily digest ({day.isoformat()})" if body else ""
+        if earlier:
+            days = f"{len(earlier)} earlier day{'s' if len(earlier) > 1 else ''}"
+            more = f"{days} of the last {cfg.journal_days} in brief ({earlier[-1]} to {earlier[0]})"
+            shown = f"{shown} and {more}" if shown else more
+        why["journal"] = (
+            f"{shown}: the thread of recent work, newest first"
+            if shown
+            else "not shown: the newest daily digest is empty"
+        )
+        return layer
+
+    def _reflection_layer(self, notes: list[str], why: dict[str, str]) -> Layer:
+        """The last dream's reflection (`daemon.context.reflection`): the agent's inner life."""
+        found, entries = last_reflection(self.home.dreams_dir, self.files, notes)
+        layer, why["reflection"] = reflection_layer(found, looked=entries > 0)
+        return layer
+
+    def _knowledge_layer(self, prompt: str, notes: list[str], why: dict[str, str]) -> Layer:
+        """The person's `KNOWLEDGE.md`, whole or searched by `prompt` (`daemon.context.knowledge`)."""
+        path = self.home.knowledge_file
+        if not path.exists() and not path.is_symlink():
+            # Optional: no file is no layer (a file taken away is gone, not kept as last good).
+            self.files.forget(path)
+            why["knowledge"] = (
+                "not shown: no KNOWLEDGE.md in the home (the person's reference notes)"
+            )
+            return Layer(name="knowledge", stable=False)
+        ft = self.files.read(path)
+        if ft.problem:
+            notes.append(f"knowledge: {ft.problem}")
+        layer, why["knowledge"] = knowledge_layer(
+            ft.text, prompt, cap=self._limit("knowledge")[1], count=self.count
+        )
+        return layer
 
     def _merge_contributions(
         self, layers: dict[str, Layer], contributions: Sequence[Contribution]

@@ -116,3 +116,27 @@ def digest_body(text: str) -> str:
     if lines and lines[0].startswith(TITLE_PREFIX):
         lines = lines[1:]
     return "\n".join(lines).strip()
+
+
+def digests_since(home: Home, first: date) -> list[tuple[date, Path]]:
+    """The digest files of `first` and later days, newest first."""
+    return [(day, path) for day, path in _digest_days(home) if day >= first]
+
+
+def day_gist(body: str, chars: int) -> str:
+    """A digest body in a line or two: its count line, then each entry's first sentence, newest
+    first, clipped to `chars` at a word ("3 entries, 09:10–22:30: Fixed the timer. — …")."""
+    head, *sections = body.split("\n## ")
+    lines = [ln.strip() for ln in head.splitlines() if ln.strip()]
+    count = lines[0].split(" · sessions:")[0] if lines else ""
+    said: list[str] = []
+    for section in sections:
+        rows = [ln.strip() for ln in section.splitlines()[1:] if ln.strip()]
+        summary = next((r for r in rows if not r.startswith("- ")), "")
+        first = re.split(r"(?<=[.!?])\s+", summary, maxsplit=1)[0]
+        if first:
+            said.append(first)
+    text = f"{count}: {' — '.join(said)}" if count and said else count or " — ".join(said)
+    if len(text) <= chars:
+        return text
+    return text[: max(0, chars - 1)].rsplit(" ", 1)[0].rstrip(" —:;,") + "…"
