@@ -81,6 +81,21 @@ def test_a_promise_is_a_first_person_commitment_for_later(
         assert found == [Found(kind="promise", text=promised, due=due)]
 
 
+def test_a_promise_that_does_not_say_what_is_about_the_message_it_answered() -> None:
+    vague = "Let me look into it tomorrow."
+    assert promises(vague, MON, UTC) == []
+    found = promises(vague, MON, UTC, about="The boiler makes a knocking noise at night.")
+    assert found == [
+        Found(
+            kind="promise",
+            text="Let me look into it tomorrow. (about: “The boiler makes a knocking noise at night.”)",
+            due=date(2026, 3, 3),
+        )
+    ]
+    assert closed_by("Sorted the boiler noise, done.", [("a", found[0].text)]) == ["a"]
+    assert promises(vague, MON, UTC, about="ok thanks") == []
+
+
 def test_a_question_is_open_only_when_the_reply_could_not_answer_it() -> None:
     asked = "What time does the pharmacy on Elm Street close? Thanks."
     assert unanswered(asked, "I don't know, I can't check opening hours from here.") == [

@@ -142,7 +142,8 @@ class ThreadBook:
             r_id, r_ts, _ = replies[-1]
             closed += await self._answered(prompt, reply, by=r_id, at=_when(r_ts))
             found += [(f, msg_id, ts) for f in unanswered(prompt, reply)]
-            found += [(f, r_id, r_ts) for f in promises(reply, _when(r_ts), self.zone)]
+            promised = promises(reply, _when(r_ts), self.zone, about=prompt)
+            found += [(f, r_id, r_ts) for f in promised]
         opened = []
         for f, by, at in found:
             thread = await self.open(f, session_id=session_id, opened_by=by, at=_when(at))

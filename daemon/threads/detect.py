@@ -6,7 +6,8 @@ Three kinds, each read from one side of a turn:
   "I will …", "I'm going to …", "let me …" sentence that also says *later* (a day, "later",
   "tomorrow", "next week", "get back to you", "follow up"). "I'll explain" is not one: it is
   done in the same reply. Offers and conditionals ("If you like, I'll …", "Shall I …?") are
-  not promises.
+  not promises. One that does not say what ("I'll look into it tomorrow") is about the
+  person's message it answered, quoted with it.
 - a *question* — the person asked (a sentence ending in "?") and the reply said it could not
   answer ("I don't know", "I'm not sure", "I can't check", "I couldn't find", "I have no way
   to …").
@@ -186,18 +187,27 @@ def due_in(text: str, now: datetime, zone: tzinfo) -> date | None:
     return None
 
 
-def promises(reply: str, now: datetime, zone: tzinfo) -> list[Found]:
-    """The promises an agent's `reply` makes (see the module docstring)."""
+def promises(reply: str, now: datetime, zone: tzinfo, *, about: str = "") -> list[Found]:
+    """The promises an agent's `reply` makes (see the module docstring).
+
+    A promise that does not say what it is about ("I'll look into it tomorrow") takes its
+    subject from `about`, the person's message it answered, quoted after it; without one it
+    is left out (nothing would say what is owed, nor close it).
+    """
     out: list[Found] = []
+    subject = " ".join(sentences(about)[:2])
     for s in sentences(reply):
         if s.endswith("?") or _NOT_COMMITTED.match(s):
             continue
         m = _FIRST_PERSON_FUTURE.search(s)
         if m is None or not _LATER.search(s) or _NOT_A_TASK.search(m.group("rest")):
             continue
+        text = s
         if not key_words(m.group("rest")):
-            continue
-        out.append(Found(kind="promise", text=_clip(s), due=due_in(s, now, zone)))
+            if not key_words(subject):
+                continue
+            text = f"{s} (about: “{subject if len(subject) <= 120 else subject[:119] + '…'}”)"
+        out.append(Found(kind="promise", text=_clip(text), due=due_in(s, now, zone)))
     return out
 
 
