@@ -125,6 +125,35 @@ async def test_trunk_and_forks_are_offered_them_and_the_entries_name_their_sessi
             assert "last heartbeat: none since the daemon started" in status.content
             # The heartbeat job is on the scheduler: its next run, 20 minutes after the start.
             assert "next heartbeat: 2026-03-02 09:20 UTC (every 20 min)" in status.content
+            clock.advance(minutes=30)  # the scheduler is not serving here: the run is overdue
+            status = await trunk.call("journal_status", {}, _ctx("trunk-a"))
+            assert "next heartbeat: 2026-03-02 09:20 UTC (due now) (every 20 min)" in status.content
+
+
+async def test_a_long_listing_keeps_the_newest_entries_whole_and_says_what_it_left_out(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(60):
+        async with services(tmp_path / "home") as (svc, clock):
+            for i in range(40):
+                words = " ".join(f"glaze{i}x{j}" for j in range(70))
+                out = await svc.tools.call(
+                    "add_journal_entry",
+                    {"summary": f"Entry {i}: {words}"[:1200]},
+                    _ctx("trunk-a"),
+                )
+                assert not out.is_error, out.content
+                clock.advance(minutes=1)
+            listed = await svc.tools.call("list_journal_entries", {"last": 40}, _ctx("trunk-a"))
+            text = listed.content
+            assert len(text) <= 16_000 and text.endswith("</journal_entries>")
+            assert "output truncated" not in text
+            shown = int(text.split('count="', 1)[1].split('"', 1)[0])
+            assert 5 < shown < 40 and text.count("[j-") == shown
+            assert f"({40 - shown} older entries left out to fit" in text
+            assert "Entry 39:" in text and "Entry 0:" not in text
+            # Each entry shown is whole: its summary ends as written.
+            assert text.count("glaze39x") == 70
 
 
 async def test_bad_input_is_refused_with_the_reason_and_nothing_is_written(tmp_path: Path) -> None:
