@@ -18,6 +18,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from markupsafe import escape
 
 from daemon.context.assembler import LAYER_ORDER
 from daemon.memory.fact_history import fact_chain
@@ -129,6 +130,14 @@ async def test_context_shows_each_turn_by_layer_and_explains_one(tmp_path: Path)
             away = next(r for r in report["layers"] if r["name"] == "away")
             assert away["why"] == "not shown: the person has not written before"
             assert f'away<div class="muted">{away["why"]}</div>' in html
+            # The dream's reflection and KNOWLEDGE.md say why they are not there (none yet).
+            for name, why in (
+                ("reflection", "not shown: no dream yet"),
+                ("knowledge", "not shown: no KNOWLEDGE.md in the home"),
+            ):
+                row = next(r for r in report["layers"] if r["name"] == name)
+                assert row["why"].startswith(why), row
+                assert f'{name}<div class="muted">{escape(row["why"])}</div>' in html
             # The fact mined from that message is among the blocks, with the layer that holds it
             # and why: the turn's message recalls it now.
             ana = _fact_id(console, "My sister Ana lives in Lisbon.")

@@ -25,13 +25,15 @@ LAYER_REASONS = {
     "persona": "who the agent is: the persona files, always loaded",
     "profile": "about the person: profile facts are always in context",
     "wake": "written at the last wake-up, or a fact pinned in FACTS.md: always loaded",
+    "reflection": "the agent's own reflection from its last dream: data, not instructions",
     "themes": "a recent theme across sessions",
     "recollections": "a recent session summary or fact, carried across sessions",
     "time": "the current date and time",
     "threads": "an open promise, unanswered question or plan with a date: shown until resolved",
     "topics": "a topic addendum whose words matched the message",
-    "journal": "the newest journal digest: the thread of long-running work",
+    "journal": "the newest journal digest, then the week before it a line a day: recent work",
     "recall": "recalled for this message by search over all memory (best first)",
+    "knowledge": "the person's KNOWLEDGE.md: whole, or the sections this message asks about",
 }
 
 # Layers whose text is the agent's own instructions, not memory (their examples are not blocks).
