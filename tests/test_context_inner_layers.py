@@ -22,7 +22,14 @@ from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.sleep.dreams import DreamsPhase
 from tests.sleep_phase_support import START, sleep_home
-from tests.test_context_assembler import T0, build_home, items, make, render_golden
+from tests.test_context_assembler import (  # noqa: F401 (a fixture)
+    T0,
+    build_home,
+    cli_logging,
+    items,
+    make,
+    render_golden,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -249,6 +256,29 @@ async def test_a_huge_knowledge_file_never_exceeds_its_budget(
         assert places == sorted(places) and len(places) == count, places
 
 
+async def test_when_many_sections_match_the_best_are_packed_into_the_cap(tmp_path: Path) -> None:
+    """Every shelf mentions the boiler in passing; the boiler's own section (its heading, the
+    plumber) ranks first wherever it stands in the file, and the note counts what is shown."""
+    home = build_home(tmp_path / "home")
+    shelves = [
+        f"## Shelf {i}\n\nShelf {i} stands by the boiler cupboard and holds jars of preserves."
+        for i in range(80)
+    ]
+    shelves.insert(
+        70, "## Boiler\n\nThe boiler's plumber is Dana Reyes; she services it every October."
+    )
+    home.knowledge_file.write_text("\n\n".join(shelves) + "\n")
+    result = await make(home).assemble("who is the plumber for the boiler?")
+    text = block(result, "knowledge")
+    r = row(result, "knowledge")
+    assert "Dana Reyes" in text and 0 < int(r["tokens"]) <= 600  # type: ignore[call-overload]
+    places = [int(n) for n in re.findall(r'source="KNOWLEDGE.md §(\d+)"', text)]
+    found = re.search(r"KNOWLEDGE.md: (\d+) of 81 sections", text)
+    assert found and int(found.group(1)) == len(places) == r["kept"] == r["items"], (found, r)
+    assert 1 < len(places) < 81 and places == sorted(places) and 71 in places
+    assert r["truncated"] == []  # chosen to fit, not cut afterwards
+
+
 async def test_the_best_section_is_chosen_even_when_it_is_too_big_alone(tmp_path: Path) -> None:
     home = build_home(tmp_path / "home")
     big = "## Boiler\n\n" + " ".join(
@@ -381,3 +411,22 @@ async def test_reverie_context_says_why_each_new_layer_is_there(tmp_path: Path) 
     assert "\n  reflection: the agent's own reflection from its last dream (2026-03-02" in table
     assert "\n  knowledge: KNOWLEDGE.md is " in table and "chosen by this message" in table
     assert "\n  journal: the newest daily digest (2026-03-02) and 6 earlier days" in table
+
+
+@pytest.mark.usefixtures("cli_logging")
+def test_the_reverie_context_command_shows_the_new_layers_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from daemon.cli import main
+
+    home = build_home(tmp_path / "home")
+    write_dream(home, "2026-03-02_0310", "c-8", REFLECTION)
+    home.knowledge_file.write_text(long_knowledge(40))
+    args = ["context", "--home", str(home.root), "--prompt", "who services the boiler?", "--text"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^reflection\s+[1-9]\d*\s+150\s+200\s+1/1\s+stable", out, re.M), out
+    assert re.search(r"^knowledge\s+[1-9]\d*\s+400\s+600\s+2/2\s+volatile", out, re.M), out
+    assert "\n  reflection: the agent's own reflection from its last dream (2026-03-02" in out
+    assert "\n  knowledge: KNOWLEDGE.md is " in out and "2 of 44 sections, chosen by" in out
+    assert "Dana Reyes" in out and "the fridge proof was the change that mattered" in out
