@@ -23,6 +23,8 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 
 from daemon.context.layers import Entry, Layer, cut_at_sentence, memory_block
 from daemon.memory.query import asked_stems, terms
@@ -64,17 +66,38 @@ def _stems(text: str) -> frozenset[str]:
     return frozenset(stem(w) for w in terms(text))
 
 
-def rank_sections(sections: list[str], message: str) -> list[tuple[int, float, list[str]]]:
+@dataclass(frozen=True, kw_only=True)
+class Index:
+    """A reference file split into sections, with each section's stems and how many hold each."""
+
+    sections: tuple[str, ...]
+    bodies: tuple[frozenset[str], ...]
+    heads: tuple[frozenset[str], ...]
+    df: dict[str, int]
+
+
+@lru_cache(maxsize=4)
+def index_of(text: str) -> Index:
+    """The sections of `text` and their stems (cached: the file is the same turn after turn)."""
+    sections = tuple(split_sections(text))
+    bodies = tuple(_stems(s) for s in sections)
+    heads = tuple(
+        _stems(s.split("\n", 1)[0]) if _HEADING_LINE.match(s) else frozenset() for s in sections
+    )
+    return Index(
+        sections=sections,
+        bodies=bodies,
+        heads=heads,
+        df=dict(Counter(w for b in bodies for w in b)),
+    )
+
+
+def rank_sections(index: Index, message: str) -> list[tuple[int, float, list[str]]]:
     """Each section's index, score and shared words, best first (ties: file order)."""
     asked = asked_stems(message)
-    bodies = [_stems(s) for s in sections]
-    heads = [
-        _stems(s.split("\n", 1)[0]) if _HEADING_LINE.match(s) else frozenset() for s in sections
-    ]
-    df = Counter(w for b in bodies for w in b)
-    n = len(sections)
+    df, n = index.df, len(index.sections)
     scored: list[tuple[int, float, list[str]]] = []
-    for i, (body, head) in enumerate(zip(bodies, heads, strict=True)):
+    for i, (body, head) in enumerate(zip(index.bodies, index.heads, strict=True)):
         shared = sorted(asked & body)
         idf = {w: math.log(1 + n / df[w]) for w in shared}
         score = sum(idf.values()) + sum(idf[w] for w in shared if w in head)
@@ -102,10 +125,11 @@ def knowledge_layer(text: str, message: str, *, cap: int, count: Count) -> tuple
     )
     size = count(body)
     rendered = "\n\n".join([HEADING, PREAMBLE_WHOLE, whole.entries[0].render()])
-    sections = split_sections(body)
     if count(rendered) <= cap:
         return whole, f"the person's reference file KNOWLEDGE.md, whole ({size} tokens)"
-    ranked = rank_sections(sections, message)
+    index = index_of(body)
+    sections = index.sections
+    ranked = rank_sections(index, message)
     total = len(sections)
     preamble = PREAMBLE_SOME.format(shown=total, total=total)  # the longest the note can be
     used = count(f"{HEADING}\n\n{preamble}") + 1
