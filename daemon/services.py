@@ -33,6 +33,7 @@ from daemon.agent.trunk import Trunk
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.context.assembler import ContextAssembler
+from daemon.context.handover import HandoverDesk, model_id
 from daemon.delegate.fork import Delegator
 from daemon.events import ForkFinished, Heartbeat, SleepFinished, SleepHousekeeping, TurnFinished
 from daemon.journal import JournalHeartbeat
@@ -290,6 +291,18 @@ async def open_services(
             expire_days=s.threads.expire_days,
         )
         stack.callback(threads.register(bus))
+        # A trunk model other than the last answered turn's: a handover letter for its first turn.
+        handover = HandoverDesk(
+            home=home,
+            db=db,
+            settings=s,
+            clock=clock,
+            current=model_id(roles.provider_kind("trunk"), roles.config("trunk").model),
+            view=memory.view,
+            threads=threads,
+        )
+        await handover.notice(bus)
+        stack.callback(handover.register(bus))
         assembler = ContextAssembler(
             home=home,
             settings=s,
@@ -298,6 +311,7 @@ async def open_services(
             counter=counter,
             clock=clock,
             threads=threads,
+            handover=handover,
         )
         # Required: a turn never reaches the model without its context (it fails visibly).
         stack.callback(assembler.register(bus))

@@ -217,6 +217,7 @@ def _default_layers() -> dict[str, LayerBudget]:
         "time": LayerBudget(target=30, cap=60),
         "away": LayerBudget(target=100, cap=140),
         "threads": LayerBudget(target=250, cap=400),
+        "handover": LayerBudget(target=600, cap=900),
         "reflection": LayerBudget(target=150, cap=200),
         "knowledge": LayerBudget(target=400, cap=600),
     }

@@ -11,6 +11,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from daemon.context.handover import handover_status
 from daemon.journal.entries import JournalStore
 from daemon.models.ledger import UsageLedger
 from daemon.paths import Home
@@ -186,6 +187,8 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         ),
         # The continuity self-exam after the last wake: score, the one before, the trend, misses.
         "self_exam": await _unless_away(exam_status(db)),
+        # The trunk's last model handover (from, to, when; the letter pending or delivered).
+        "handover": await _unless_away(handover_status(db)),
         # A heartbeat is reported only where a job keeps a record on it (the journal).
         "next_heartbeat": heartbeat["next_run"] if heartbeat else None,
         # Only a run that finished its check counts as a heartbeat (a failed one does not).
@@ -249,6 +252,7 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
         except Exception:  # a database from before the sleep cycle kept checkpoints
             out["sleep"] = None
         out["self_exam"] = await exam_status(db)
+        out["handover"] = await handover_status(db)
         try:
             out["schedules"] = await _schedules(db, settings)
         except Exception:  # a database from before schedules were kept

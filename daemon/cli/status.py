@@ -11,6 +11,7 @@ from typing import Any
 
 from daemon.cli.locate import socket_for
 from daemon.cli.support import CommandError, resolve_env, unwritable
+from daemon.context.handover import status_line
 from daemon.store.errors import is_database_error
 
 
@@ -69,6 +70,8 @@ def render(status: dict[str, Any]) -> str:
         )
         if trunk.get("provider"):
             lines.append(f"model:        {trunk.get('provider')}:{trunk.get('model')}")
+        if status.get("handover"):
+            lines.append(status_line(status["handover"]))
         waiting = trunk.get("waiting_for_model")
         if waiting:
             retry = f" · next try {waiting['next_retry']}"

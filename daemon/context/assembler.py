@@ -3,7 +3,7 @@
 Layers, in a fixed order (stable first, so the provider's prompt cache is hit):
 
     discipline → persona → profile → wake → reflection → themes → recollections ║
-    time → away → threads → recall → knowledge → topics → journal
+    time → away → handover → threads → recall → knowledge → topics → journal
 
 `║` is the cache breakpoint (a second one sits after `wake`, the slowest-changing prefix).
 Each layer is first fitted to its own hard cap; when the total is still over
@@ -35,6 +35,8 @@ import anyio
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.context.files import FileCache
+from daemon.context.handover import HEADING as HANDOVER_HEADING
+from daemon.context.handover import HandoverDesk
 from daemon.context.knowledge import knowledge_layer
 from daemon.context.layers import (
     DISCIPLINE,
@@ -78,7 +80,7 @@ log = get_logger("context")
 
 LAYER_ORDER: tuple[str, ...] = (
     "discipline", "persona", "profile", "wake", "reflection", "themes", "recollections",
-    "time", "away", "threads", "recall", "knowledge", "topics", "journal",
+    "time", "away", "handover", "threads", "recall", "knowledge", "topics", "journal",
 )  # fmt: skip
 CORE_LAYERS = frozenset({"discipline", "persona", "profile", "wake"})
 # The last dream's reflection changes once a night, like the wake-up notes: a stable layer.
@@ -95,6 +97,7 @@ TRUNCATION_ORDER: tuple[str, ...] = (
     "topics",
     "threads",
     "away",
+    "handover",
     "wake",
     "profile",
 )
@@ -177,10 +180,13 @@ class ContextAssembler:
         counter: TokenCounter,
         clock: Clock,
         threads: ThreadSource | None = None,
+        handover: HandoverDesk | None = None,
     ) -> None:
         self.home = home
         # The open promises, questions and plans (`daemon.threads`); None: no threads layer.
         self.threads = threads
+        # A model switch's letter for the trunk's first turn on the new model; None: no layer.
+        self.handover = handover
         self.settings = settings
         self.view = view
         self.router = router
@@ -319,6 +325,7 @@ class ContextAssembler:
         layers["recollections"] = self._recollections_layer(summaries, facts)
         layers["time"] = self._time_layer(notes)
         layers["away"] = await self._away_layer(prompt, notes, skipped, why)
+        layers["handover"] = await self._handover_layer(notes, why, fork=session_kind == "fork")
         layers["threads"] = await self._threads_layer(notes, why, fork=session_kind == "fork")
 
         shown = frozenset(
@@ -617,6 +624,28 @@ class ContextAssembler:
                 rank=0,
             )
         )
+        return layer
+
+    async def _handover_layer(self, notes: list[str], why: dict[str, str], *, fork: bool) -> Layer:
+        """The model handover letter (`daemon.context.handover`); never in a fork's context."""
+        empty = Layer(name="handover", heading=HANDOVER_HEADING, stable=False)
+        if self.handover is None:
+            return empty
+        if fork:
+            if self.handover.pending is not None:
+                why["handover"] = (
+                    "not shown: a fork works from its brief (the letter is the trunk's)"
+                )
+            return empty
+        try:
+            layer, why["handover"] = await self.handover.handover_layer()
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            log.warning("handover letter could not be built; layer left out", error=repr(exc))
+            notes.append(f"handover: the letter could not be built ({exc})")
+            why["handover"] = "not shown: the handover letter could not be built"
+            return empty
         return layer
 
     async def _threads_layer(self, notes: list[str], why: dict[str, str], *, fork: bool) -> Layer:

@@ -1,0 +1,316 @@
+"""Model handover: when the trunk's model changes, the first turn on the new one gets a letter.
+
+The model that last answered a trunk turn is kept in the store (`kv` key
+``handover.trunk_model``, moved at each answered turn; a home from before this falls back to
+the usage ledger's last trunk call). At start the daemon compares it with the trunk role's
+configured provider and model (`[models.trunk]`); when they differ it records a pending
+handover (``handover.pending``: from, to, when, the old model's last turn, the last self-exam
+score on it), writes a journal entry, and the context assembler adds a `handover` layer to
+every request of the trunk until the first turn on the new model is answered — then the
+handover is kept as ``handover.last`` (with when it was delivered) for `reverie status`.
+
+The letter itself (`daemon.context.letter`) is built offline, from what the home holds.
+Forks and every role but the trunk write no letter: only `[models.trunk]` is compared, and a
+fork's context has no handover layer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from daemon.bus import EventBus
+from daemon.clock import Clock
+from daemon.context.layers import Layer
+from daemon.context.letter import HEADING, Letter, OpenThreads, build_letter, model_id, same_model
+from daemon.events import JournalNote, TurnFinished
+from daemon.log import get_logger
+from daemon.memory.api import MemoryView
+from daemon.paths import Home
+from daemon.settings import Settings
+from daemon.store.db import Database
+
+log = get_logger("handover")
+
+MODEL_KEY = "handover.trunk_model"
+PENDING_KEY = "handover.pending"
+LAST_KEY = "handover.last"
+
+
+def configured_trunk(settings: Settings, environ: dict[str, str] | None = None) -> str:
+    """The trunk role's provider and model as configured (without building the provider)."""
+    from daemon.models.roles import resolve_provider
+
+    kind = resolve_provider(settings.models.trunk, settings, environ)
+    return model_id(kind, settings.models.trunk.model)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handover:
+    """One switch of the trunk's model."""
+
+    from_model: str
+    to_model: str
+    at: datetime  # when the daemon noticed it (its start)
+    until: datetime | None = None  # the old model's last answered turn
+    exam_before: dict[str, Any] | None = None  # the last self-exam on the old model
+    delivered_at: datetime | None = None
+    turn_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from": self.from_model,
+            "to": self.to_model,
+            "at": self.at.isoformat(),
+            "until": self.until.isoformat() if self.until else None,
+            "exam_before": self.exam_before,
+            "delivered_at": self.delivered_at.isoformat() if self.delivered_at else None,
+            "turn_id": self.turn_id,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Handover:
+        def when(v: object) -> datetime | None:
+            return datetime.fromisoformat(v) if isinstance(v, str) and v else None
+
+        at = when(data.get("at"))
+        return cls(
+            from_model=str(data["from"]),
+            to_model=str(data["to"]),
+            at=at or datetime.now(UTC),
+            until=when(data.get("until")),
+            exam_before=data.get("exam_before"),
+            delivered_at=when(data.get("delivered_at")),
+            turn_id=str(data.get("turn_id") or ""),
+        )
+
+
+# -- the store -----------------------------------------------------------------------------
+
+
+async def _kv(db: Database, key: str) -> dict[str, Any] | None:
+    row = await db.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
+    if not row:
+        return None
+    try:
+        value = json.loads(row[0])
+    except (TypeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+async def _put(db: Database, key: str, value: dict[str, Any], now: datetime) -> None:
+    await db.execute(
+        "INSERT INTO kv(key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE "
+        "SET value=excluded.value, updated_at=excluded.updated_at",
+        (key, json.dumps(value, ensure_ascii=False), now.isoformat()),
+    )
+
+
+async def _drop(db: Database, key: str) -> None:
+    await db.execute("DELETE FROM kv WHERE key = ?", (key,))
+
+
+async def last_trunk_model(db: Database) -> tuple[str, datetime | None] | None:
+    """The model that last answered a trunk turn, and when (None in a home where none did)."""
+    kept = await _kv(db, MODEL_KEY)
+    if kept and kept.get("model"):
+        last = kept.get("last")
+        return str(kept["model"]), datetime.fromisoformat(last) if isinstance(last, str) else None
+    row = await db.fetchone(
+        "SELECT provider, model, ts FROM usage_ledger WHERE role = 'trunk' ORDER BY id DESC LIMIT 1"
+    )
+    if not row:
+        return None
+    return model_id(str(row[0]), str(row[1])), datetime.fromisoformat(str(row[2]))
+
+
+async def _last_exam(db: Database, *, after: datetime | None = None) -> dict[str, Any] | None:
+    """The newest self-exam (or the first after `after`), when the home keeps them."""
+    try:
+        if after is None:
+            row = await db.fetchone(
+                "SELECT score, taken_at, cycle_id FROM self_exams ORDER BY taken_at DESC LIMIT 1"
+            )
+        else:
+            row = await db.fetchone(
+                "SELECT score, taken_at, cycle_id FROM self_exams WHERE taken_at > ? "
+                "ORDER BY taken_at LIMIT 1",
+                (after.isoformat(),),
+            )
+    except Exception:  # a store from before the self-exam
+        return None
+    if not row:
+        return None
+    return {"score": float(row[0]), "taken_at": str(row[1]), "cycle_id": str(row[2])}
+
+
+async def handover_status(db: Database) -> dict[str, Any] | None:
+    """For `reverie status`: the pending handover, else the last one, with the exam scores."""
+    pending = await _kv(db, PENDING_KEY)
+    data = pending or await _kv(db, LAST_KEY)
+    if not data:
+        return None
+    h = Handover.from_json(data)
+    out = h.to_json()
+    out["pending"] = pending is not None
+    out["exam_after"] = await _last_exam(db, after=h.at)
+    return out
+
+
+def status_line(info: dict[str, Any]) -> str:
+    """`handover:     anthropic:a → anthropic:b on 2026-11-28 (letter delivered …)`."""
+    on = str(info.get("at", ""))[:10]
+    state = (
+        "letter waits for the first turn"
+        if info.get("pending")
+        else f"letter delivered {str(info.get('delivered_at') or '')[:16].replace('T', ' ')}"
+    )
+    line = f"handover:     {info['from']} → {info['to']} on {on} ({state})"
+    before, after = info.get("exam_before"), info.get("exam_after")
+    if before or after:
+        b = f"{before['score']:g}" if before else "none"
+        a = f"{after['score']:g}" if after else "not yet"
+        line += f" · self-exam {b} on the old model, {a} on the new"
+    return line
+
+
+# -- the desk: noticing, pending, delivered ------------------------------------------------
+
+
+class HandoverDesk:
+    """Notices a trunk model change at start and keeps its letter until it is delivered."""
+
+    def __init__(
+        self,
+        *,
+        home: Home,
+        db: Database,
+        settings: Settings,
+        clock: Clock,
+        current: str,
+        view: MemoryView | None = None,
+        threads: OpenThreads | None = None,
+    ) -> None:
+        self.home = home
+        self.db = db
+        self.settings = settings
+        self.clock = clock
+        self.current = current  # the trunk's provider:model this run
+        self.view = view
+        self.threads = threads
+        self.pending: Handover | None = None
+        self._letter: tuple[Handover, Letter] | None = None
+
+    async def notice(self, bus: EventBus | None = None) -> Handover | None:
+        """At start: record a handover when the last answered trunk turn was another model's."""
+        pending_raw = await _kv(self.db, PENDING_KEY)
+        pending = Handover.from_json(pending_raw) if pending_raw else None
+        last = await last_trunk_model(self.db)
+        if last is None:
+            return None  # a new home: nobody spoke yet
+        previous, until = last
+        if same_model(previous, self.current):
+            if pending is not None:
+                # Switched back before the letter went out: nothing was handed over.
+                await _drop(self.db, PENDING_KEY)
+                log.info("model handover withdrawn", back_to=self.current)
+            return None
+        if (
+            pending is not None
+            and pending.from_model == previous
+            and pending.to_model == self.current
+        ):
+            self.pending = pending  # noticed by an earlier start; the letter still waits
+            return pending
+        now = self.clock.now()
+        handover = Handover(
+            from_model=previous,
+            to_model=self.current,
+            at=now,
+            until=until,
+            exam_before=await _last_exam(self.db),
+        )
+        await _put(self.db, PENDING_KEY, handover.to_json(), now)
+        self.pending = handover
+        log.info("model handover noticed", previous=previous, current=self.current)
+        if bus is not None:
+            exam = handover.exam_before
+            await bus.publish(
+                JournalNote(
+                    summary=f"model handover: {previous} → {self.current}",
+                    tags=("handover", "model"),
+                    decisions=(
+                        f"the trunk ran on {previous} until "
+                        f"{until.isoformat(timespec='minutes') if until else 'its last turn'}; "
+                        f"it now runs on "
+                        f"{self.current}, and its first turn carries a handover letter",
+                    ),
+                    progress=(
+                        (f"last self-exam on {previous}: {exam['score']:g} ({exam['taken_at']})",)
+                        if exam
+                        else ()
+                    ),
+                )
+            )
+        return handover
+
+    async def handover_layer(self) -> tuple[Layer, str]:
+        """The turn's `handover` layer and why (empty when no handover waits)."""
+        empty = Layer(name="handover", heading=HEADING, stable=False)
+        if self.pending is None:
+            return (
+                empty,
+                "not shown: the trunk's model has not changed since its last answered turn",
+            )
+        if self._letter is None or self._letter[0] != self.pending:
+            self._letter = (self.pending, await self.letter(self.pending))
+        h = self.pending
+        why = (
+            f"the trunk's model changed from {h.from_model} to {h.to_model} (noticed "
+            f"{h.at.isoformat(timespec='minutes')}); shown until the first turn on it is answered"
+        )
+        return self._letter[1].layer(), why
+
+    async def letter(self, handover: Handover) -> Letter:
+        return await build_letter(
+            from_model=handover.from_model,
+            to_model=handover.to_model,
+            until=handover.until,
+            home=self.home,
+            db=self.db,
+            settings=self.settings,
+            view=self.view,
+            threads=self.threads,
+            now=self.clock.now(),
+        )
+
+    async def turn_answered(self, turn_id: str) -> None:
+        """A trunk turn was answered on the current model: keep it; a waiting letter is delivered."""
+        now = self.clock.now()
+        kept = await _kv(self.db, MODEL_KEY) or {}
+        since = kept.get("since") if kept.get("model") == self.current else None
+        await _put(
+            self.db,
+            MODEL_KEY,
+            {"model": self.current, "since": since or now.isoformat(), "last": now.isoformat()},
+            now,
+        )
+        if self.pending is None:
+            return
+        done = Handover(**{**self.pending.__dict__, "delivered_at": now, "turn_id": turn_id})
+        await _put(self.db, LAST_KEY, done.to_json(), now)
+        await _drop(self.db, PENDING_KEY)
+        self.pending = None
+        self._letter = None
+        log.info("handover letter delivered", turn_id=turn_id, model=self.current)
+
+    def register(self, bus: EventBus) -> Callable[[], None]:
+        async def on_turn(event: TurnFinished) -> None:
+            if not event.vetoed:
+                await self.turn_answered(event.turn_id)
+
+        return bus.on(TurnFinished, on_turn, name="handover.turn_answered")
