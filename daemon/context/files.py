@@ -1,8 +1,8 @@
 """Cached readers for the files the context is built from, with last-good-version semantics.
 
-Persona files, `USER.md`, `WAKE.md`, `FACTS.md` and the journal digest are read every turn, so the
-reader stats each file and only re-reads it when its size, mtime or inode changed — an edit
-takes effect on the next turn even without the watcher. An edit that breaks a file (deleted,
+Persona files, `USER.md`, `WAKE.md`, `FACTS.md`, `KNOWLEDGE.md`, the journal digests and the
+last dream entry are read every turn, so the reader stats each file and only re-reads it when
+its size, mtime or inode changed — an edit takes effect on the next turn even without the watcher. An edit that breaks a file (deleted,
 unreadable, not UTF-8) does not blank the persona mid-conversation: the last good text is
 kept and the problem is logged once and shown in the context report.
 """
