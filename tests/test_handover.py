@@ -9,8 +9,27 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from daemon.bus import EventBus
+from daemon.clock import FakeClock
+from daemon.context.assembler import ContextAssembler
+from daemon.context.handover import HandoverDesk, handover_status
+from daemon.events import JournalNote
+from daemon.models.base import Usage
+from daemon.models.ledger import UsageLedger
+from daemon.paths import Home
+from daemon.settings import Settings
+from daemon.sleep.exam import SelfExamPhase, answer
+from daemon.sleep.exam_record import ExamItem, recent_exams
+from daemon.sleep.wake import WakeUp
+from daemon.store.db import Database
+from daemon.tokens import default_counter
+from daemon.topics.router import TopicRouter
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
 from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env, run_cli
+from tests.sleep_support import START, rig
+from tests.test_self_exam import FACTS as EXAM_FACTS
 
 FRAMING = "You are in focused task mode. Your objective is: "
 OLD, NEW = "claude-alpha-1", "claude-beta-2"
@@ -150,3 +169,111 @@ def test_a_trunk_model_switch_hands_over_with_a_letter_once(tmp_path: Path) -> N
         assert [r.body["model"] for r in third_run] == [NEW]
         assert "## Handover" not in _system(third_run[0])
         assert len(_handover_entries(home)) == 1
+
+
+# -- in-process: when a handover is due, and what the first turn after one keeps ---------------
+
+
+async def _desk(home: Home, db: Database, clock: FakeClock, current: str) -> HandoverDesk:
+    return HandoverDesk(home=home, db=db, settings=Settings(), clock=clock, current=current)
+
+
+@pytest.mark.anyio
+async def test_a_restart_keeps_one_handover_and_switching_back_before_the_first_turn_withdraws_it(
+    tmp_path: Path,
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    clock = FakeClock(START)
+    notes: list[JournalNote] = []
+    async with EventBus() as bus, await Database.open_configured(home.db_file, Settings()) as db:
+        bus.on(JournalNote, notes.append, name="test.notes")
+        # A new home: nobody answered yet, so nothing is handed over.
+        assert await (await _desk(home, db, clock, "anthropic:a")).notice(bus) is None
+        await (await _desk(home, db, clock, "anthropic:a")).turn_answered("t-1")
+        clock.advance(hours=3)
+        first = await (await _desk(home, db, clock, "anthropic:b")).notice(bus)
+        assert first is not None and (first.from_model, first.to_model) == (
+            "anthropic:a",
+            "anthropic:b",
+        )
+        # A restart before the first turn on b: the same handover still waits, no second entry.
+        again = await _desk(home, db, clock, "anthropic:b")
+        assert await again.notice(bus) == first and again.pending == first
+        await bus.drain()
+        assert [n.summary for n in notes] == ["model handover: anthropic:a → anthropic:b"]
+        # Back to a before b ever answered: nothing was handed over.
+        back = await _desk(home, db, clock, "anthropic:a")
+        assert await back.notice(bus) is None and back.pending is None
+        assert (await handover_status(db)) is None
+        assert len(notes) == 1
+
+
+@pytest.mark.anyio
+async def test_an_older_home_reads_the_ledger_where_a_dated_name_is_the_model_it_answers_for(
+    tmp_path: Path,
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    clock = FakeClock(START)
+    async with await Database.open_configured(home.db_file, Settings()) as db:
+        await UsageLedger(db, Settings().spend, clock).record(
+            role="trunk",
+            provider="anthropic",
+            model="claude-sonnet-4-5-20250929",
+            usage=Usage(input_tokens=10, output_tokens=5),
+            turn_id="t-1",
+        )
+        # A fork's (the delegate role's) call is not the trunk's.
+        await UsageLedger(db, Settings().spend, clock).record(
+            role="delegate", provider="openai", model="qwen3", usage=Usage(), turn_id="t-2"
+        )
+        assert await (await _desk(home, db, clock, "anthropic:claude-sonnet-4-5")).notice() is None
+        moved = await (await _desk(home, db, clock, "openai:qwen3")).notice()
+        assert moved is not None
+        assert moved.from_model == "anthropic:claude-sonnet-4-5-20250929"
+        assert moved.until == START
+
+
+@pytest.mark.anyio
+async def test_first_turn_continuity_after_a_switch_is_within_two_points_of_staying(
+    tmp_path: Path,
+) -> None:
+    """The night's self-exam on the old model, then the same questions answered from the
+    context of the first turn on a new model (the letter in it): within 2 points."""
+    async with rig(tmp_path, phases=lambda t: [WakeUp(t), SelfExamPhase()]) as r:
+        for attribute, value in EXAM_FACTS:
+            await r.memory.facts.remember(f"My {attribute} is {value}")
+        await r.memory.facts.remember("My tea is now genmaicha, not sencha")
+        await r.cycle.run("manual")
+        (before,) = await recent_exams(r.db)
+        old = HandoverDesk(
+            home=r.home, db=r.db, settings=r.settings, clock=r.clock, current="anthropic:old"
+        )
+        await old.turn_answered("t-old")
+        desk = HandoverDesk(
+            home=r.home,
+            db=r.db,
+            settings=r.settings,
+            clock=r.clock,
+            current="anthropic:new",
+            view=r.memory.view,
+        )
+        assert await desk.notice() is not None
+        assembler = ContextAssembler(
+            home=r.home,
+            settings=r.settings,
+            view=r.memory.view,
+            router=TopicRouter(r.home, r.settings.topics),
+            counter=default_counter(),
+            clock=r.clock,
+            handover=desk,
+        )
+        items = [ExamItem.from_json(i.to_json()) for i in before.items]
+        await answer(items, assembler, session_id=r.trunk.session.id)
+        after = round(100 * sum(i.result == "hit" for i in items) / len(items), 1)
+        letter = (await assembler.assemble("hello")).report
+    shown = {row["name"]: row["tokens"] for row in letter["layers"]}
+    assert shown["handover"] > 0  # the letter is there, and competes for the budget
+    print(f"self-exam on the old model {before.score:g}; first turn on the new model {after:g}")
+    assert abs(before.score - after) <= 2

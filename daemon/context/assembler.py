@@ -88,6 +88,7 @@ STABLE_LAYERS = frozenset({*CORE_LAYERS, "reflection", "themes", "recollections"
 # Automatic recall gives way before the journal, and the journal never below its reserve
 # (`journal.context_reserved_tokens`): the thread of long-running work survives trimming.
 TRUNCATION_ORDER: tuple[str, ...] = (
+    "handover",
     "recall",
     "reflection",
     "journal",
@@ -97,7 +98,6 @@ TRUNCATION_ORDER: tuple[str, ...] = (
     "topics",
     "threads",
     "away",
-    "handover",
     "wake",
     "profile",
 )
