@@ -2,9 +2,14 @@
 
     python -m bench.soak                          # 4 cycles of 300 turns, a sleep after each
     python -m bench.soak --cycles 10 --turns 500  # the long run
+    python -m bench.soak --work                   # every turn runs tools: a sandboxed `run`, a
+                                                  # file read and an MCP call; the MCP server is
+                                                  # killed every 50 turns and restarted
 
 The daemon runs as a subprocess on the offline model (no key, no embedder unless
-`--embedder minilm`). After start, every `--every` turns and after each sleep the bench reads the
+`--embedder minilm`); with `--work` the trunk talks to the fake Messages API of the tests, which
+asks for three tools at once every turn (`run` in the bubblewrap sandbox, `read_file`, and the
+test MCP server's `echo`), and the bench kills the MCP server every `--kill-every` turns. After start, every `--every` turns and after each sleep the bench reads the
 daemon's RSS, open file descriptors and child processes from /proc, and the database and WAL
 sizes from the home, and asks `status` for the daemon's own view of them (the same figures, with
 its drift warnings). It prints the curve and writes `bench/results/soak.json`.
@@ -16,6 +21,7 @@ within 20 MB of where it was after start, fds and children do not grow, the WAL 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -27,7 +33,28 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.harness import Client, DaemonProcess, daemon_env  # noqa: E402
+from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env  # noqa: E402
+
+WORK_CONFIG = (
+    FAKE_API_CONFIG
+    + """
+[tools]
+trunk = ["run", "read_file", "recall", "mcp__notes__*"]
+
+[permissions]
+rules = [{{ tool = "run", match = "echo soak *", decision = "allow" }}]
+
+[mcp]
+restart_base_s = 0.2
+
+[[mcp.servers]]
+name = "notes"
+command = {python}
+args = [{fake}]
+env = {{ MCP_FAKE_PIDFILE = {pidfile} }}
+permission = "allow"
+"""
+)
 
 
 def _proc_rss_mb(pid: int) -> float:
@@ -75,12 +102,43 @@ def sample(daemon: DaemonProcess, label: str, turns: int) -> dict[str, Any]:
     }
 
 
-def run(cycles: int, turns: int, every: int, embedder: str) -> dict[str, Any]:
+def _kill_mcp(pidfile: Path) -> None:
+    """SIGKILL the MCP server's newest process (the daemon restarts it with backoff)."""
+    pids = pidfile.read_text().split() if pidfile.exists() else []
+    if pids:
+        try:
+            os.kill(int(pids[-1]), 9)
+        except ProcessLookupError:
+            pass
+
+
+def run(
+    cycles: int, turns: int, every: int, embedder: str, *, work: bool, kill_every: int
+) -> dict[str, Any]:
     curve: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         home = Path(tmp) / "home"
-        env = daemon_env({"REVERIE_LOG_LEVEL": "warning", "REVERIE_EMBEDDER": embedder})
-        daemon = DaemonProcess(home, env).start(timeout=60)
+        extra = {"REVERIE_LOG_LEVEL": "warning", "REVERIE_EMBEDDER": embedder}
+        fake: Any = None
+        pidfile = Path(tmp) / "mcp.pids"
+        if work:
+            from tests.fakes.anthropic_server import FakeAnthropic
+
+            fake = stack.enter_context(FakeAnthropic())
+            home.mkdir()
+            (home / "workspace").mkdir()
+            (home / "workspace" / "notes.md").write_text("soak notes\n" * 50)
+            (home / "reverie.toml").write_text(
+                WORK_CONFIG.format(
+                    python=json.dumps(sys.executable),
+                    fake=json.dumps(str(REPO / "tests" / "fakes" / "mcp_server.py")),
+                    pidfile=json.dumps(str(pidfile)),
+                )
+            )
+            extra.update(
+                {"ANTHROPIC_API_KEY": "sk-ant-soak", "REVERIE_ANTHROPIC_BASE_URL": fake.url}
+            )
+        daemon = DaemonProcess(home, daemon_env(extra)).start(timeout=60)
         try:
             time.sleep(1.0)
             curve.append(sample(daemon, "start", 0))
@@ -90,6 +148,12 @@ def run(cycles: int, turns: int, every: int, embedder: str) -> dict[str, Any]:
                 c.hello()
                 for cycle in range(cycles):
                     for n in range(turns):
+                        if fake is not None and fake.pending == 0:
+                            # Only when the last plans were used up: a turn of the daemon's own
+                            # (the wind-down's) may take one, and the next turn's would shift.
+                            _plan_work_turn(fake, done)
+                            if kill_every and done and done % kill_every == 0:
+                                _kill_mcp(pidfile)
                         # Varied words, so the index, the topic router and recall see new text.
                         c.chat(
                             f"day {cycle} note {n}: the {('garden', 'boiler', 'kayak', 'novel')[n % 4]} "
@@ -102,6 +166,13 @@ def run(cycles: int, turns: int, every: int, embedder: str) -> dict[str, Any]:
                     assert reply.get("type") == "result", reply
                     curve.append(sample(daemon, f"after sleep {cycle}", done))
             wall = time.perf_counter() - t0
+            if fake is not None:
+                # The turns' tools really ran: count the steps that carried a `run` result.
+                ran = sum(
+                    "exit code: 0" in json.dumps(r.body["messages"][-1])
+                    for r in fake.message_requests
+                )
+                assert ran >= 0.9 * done, f"only {ran} of {done} turns ran their tools"
         finally:
             daemon.stop()
     start = curve[0]
@@ -120,14 +191,39 @@ def run(cycles: int, turns: int, every: int, embedder: str) -> dict[str, Any]:
     }
 
 
+def _plan_work_turn(fake: Any, n: int) -> None:
+    from tests.fakes.anthropic_server import Planned
+
+    fake.enqueue(
+        Planned(
+            text="",
+            tool_calls=(
+                ("run", {"command": f"echo soak {n}"}),
+                ("read_file", {"path": "notes.md"}),
+                ("mcp__notes__echo", {"text": f"soak {n}"}),
+            ),
+        ),
+        Planned(text=f"Done with step {n}."),
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=4)
     ap.add_argument("--turns", type=int, default=300, help="turns between two sleeps")
     ap.add_argument("--every", type=int, default=100, help="sample every N turns")
     ap.add_argument("--embedder", default="none", help="none (default) or minilm")
+    ap.add_argument("--work", action="store_true", help="tools every turn (fake Messages API)")
+    ap.add_argument("--kill-every", type=int, default=50, help="with --work: kill MCP every N")
     args = ap.parse_args()
-    out = run(args.cycles, args.turns, args.every, args.embedder)
+    out = run(
+        args.cycles,
+        args.turns,
+        args.every,
+        args.embedder,
+        work=args.work,
+        kill_every=args.kill_every,
+    )
     print(
         f"{'point':<16} {'turns':>6} {'RSS MB':>8} {'fds':>5} {'kids':>5} {'db MB':>7} {'WAL MB':>7}"
     )

@@ -126,6 +126,7 @@ class ResourceWatch:
         self.clock = clock
         self.at_start: ResourceSample | None = None
         self.after_sleep: ResourceSample | None = None
+        self._worked = False
 
     def sample(self) -> ResourceSample:
         wal = Path(f"{self.db_file}-wal") if self.db_file is not None else None
@@ -142,6 +143,14 @@ class ResourceWatch:
         """Take the figures the later ones are held to (once the daemon is up)."""
         self.at_start = self.sample()
         return self.at_start
+
+    async def first_turn(self, _event: object = None) -> None:
+        """After the first turn, take the start figures again: a first turn loads what only work
+        loads (a provider's connection pool and TLS context, the sandbox, the index's caches),
+        and holding later figures to a daemon that never worked would call that a drift."""
+        if not self._worked:
+            self._worked = True
+            self.started()
 
     async def slept(self, _event: object = None) -> None:
         """After a sleep: let go of the day's caches, then take the after-sleep figures."""

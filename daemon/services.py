@@ -78,6 +78,7 @@ from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
 
 if TYPE_CHECKING:
+    from daemon.channels.matrix import MatrixChannel
     from daemon.web.server import WebConsole
 
 log = get_logger("services")
@@ -132,6 +133,8 @@ class Services:
     resources: ResourceWatch
     # The local web console, once `serve` started it (`[web] enabled`).
     web: WebConsole | None = None
+    # The Matrix channel, once `serve` started it (`[channels.matrix] enabled`).
+    matrix: MatrixChannel | None = None
     # What fell while the daemon was down, told once after the start's catch-up.
     downtime: DowntimeAccount | None = None
 
@@ -154,6 +157,16 @@ class Services:
         """
         async with anyio.create_task_group() as tg:
             await tg.start(self.runs.serve, name="run-log")
+            if self.settings.channels.matrix.enabled:
+                from daemon.channels.matrix import MatrixChannel
+
+                # Before the trunk: a reply left pending at the last stop finds its room.
+                self.matrix = MatrixChannel(
+                    self.settings.channels.matrix,
+                    self.trunk,
+                    self.home.root / "channels" / "matrix",
+                )
+                await tg.start(self.matrix.serve, name="matrix-channel")
             await tg.start(self.trunk.serve, name="trunk")
             await tg.start(self.sleep_cycle.serve, name="sleep-cycle")
             if jobs:
@@ -486,6 +499,9 @@ async def open_services(
         forgettable(counter.forget)
         stack.callback(
             bus.on(SleepFinished, services.resources.slept, name="resources.after_sleep")
+        )
+        stack.callback(
+            bus.on(TurnFinished, services.resources.first_turn, name="resources.first_turn")
         )
         # Fork transcripts are kept within their retention limits during sleep's maintenance.
         stack.callback(
