@@ -120,6 +120,16 @@ def test_a_trunk_model_switch_hands_over_with_a_letter_once(tmp_path: Path) -> N
         assert f"anthropic:{OLD}" in preview.stdout and f"anthropic:{NEW}" in preview.stdout
         assert "Marisol" in preview.stdout and VOICE in preview.stdout
         assert "no bullet lists" in preview.stdout.split("How they like to be spoken to")[1]
+        # `reverie context` shows the layer the next turn gets, and why it is there.
+        ctx = run_cli(
+            "context", "--prompt", "hi", "--json", "--home", str(home), env=daemon_env(env)
+        )
+        assert ctx.returncode == 0, ctx.stderr
+        row = next(r for r in json.loads(ctx.stdout)["layers"] if r["name"] == "handover")
+        assert row["why"].startswith(
+            f"the trunk's model changed from anthropic:{OLD} to anthropic:{NEW}"
+        )
+        assert row["tokens"] > 0
 
         # Run 2, on the new model: the first turn delegates, so a fork runs while the letter waits.
         fake.enqueue(
@@ -160,6 +170,11 @@ def test_a_trunk_model_switch_hands_over_with_a_letter_once(tmp_path: Path) -> N
         )
         assert info["delivered_at"]
         text = run_cli("status", "--home", str(home), env=daemon_env(env)).stdout
+        ctx = run_cli(
+            "context", "--prompt", "hi", "--json", "--home", str(home), env=daemon_env(env)
+        )
+        row = next(r for r in json.loads(ctx.stdout)["layers"] if r["name"] == "handover")
+        assert row["why"].startswith("not shown") and row["tokens"] == 0
         assert f"handover:     anthropic:{OLD} → anthropic:{NEW} on " in text
 
         # Run 3: only the delegate role changes model — no letter, no new entry.

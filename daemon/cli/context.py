@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import AsyncExitStack
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from daemon.cli.support import CommandError, Env, resolve_env
 from daemon.clock import SystemClock
 from daemon.context.assembler import LAYER_ORDER, AssembledContext, ContextAssembler
+from daemon.context.handover import HandoverDesk, configured_trunk
 from daemon.log import configure
 from daemon.memory.api import MemoryView
 from daemon.scheduler import local_zone
@@ -98,6 +100,28 @@ async def _open_threads(env: Env, stack: AsyncExitStack) -> ThreadBook | None:
     )
 
 
+async def _handover(
+    env: Env, threads: ThreadBook | None, view: MemoryView | None
+) -> HandoverDesk | None:
+    """The model handover the trunk's next turn would carry (`reverie handover`), if any."""
+    if threads is None:
+        return None
+    desk = HandoverDesk(
+        home=env.home,
+        db=threads.db,
+        settings=env.settings,
+        clock=SystemClock(),
+        current=configured_trunk(env.settings, dict(os.environ)),
+        view=view,
+        threads=threads,
+    )
+    try:
+        desk.pending = await desk.peek()
+    except Exception:
+        return None  # a store from before the kv table cannot have one
+    return desk
+
+
 async def run_context(args: argparse.Namespace) -> int:
     """Assemble and print the context for `--prompt`."""
     env = resolve_env(args)
@@ -108,6 +132,7 @@ async def run_context(args: argparse.Namespace) -> int:
     async with AsyncExitStack() as stack:
         view, note = await _open_view(env, stack)
         threads = await _open_threads(env, stack)
+        handover = await _handover(env, threads, view)
         assembler = ContextAssembler(
             home=env.home,
             settings=env.settings,
@@ -116,6 +141,7 @@ async def run_context(args: argparse.Namespace) -> int:
             counter=default_counter(),
             clock=SystemClock(),
             threads=threads,
+            handover=handover,
         )
         try:
             result = await assembler.assemble(args.prompt, previous_reply=args.previous_reply)

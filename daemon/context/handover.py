@@ -205,6 +205,28 @@ class HandoverDesk:
         self.pending: Handover | None = None
         self._letter: tuple[Handover, Letter] | None = None
 
+    async def peek(self) -> Handover | None:
+        """The handover the next trunk turn would carry (what `notice` records), writing nothing:
+        for `reverie context` and `reverie handover` with the daemon down or up."""
+        raw = await _kv(self.db, PENDING_KEY)
+        pending = Handover.from_json(raw) if raw else None
+        last = await last_trunk_model(self.db)
+        if last is None or same_model(last[0], self.current):
+            return None
+        if (
+            pending is not None
+            and pending.from_model == last[0]
+            and pending.to_model == self.current
+        ):
+            return pending
+        return Handover(
+            from_model=last[0],
+            to_model=self.current,
+            at=self.clock.now(),
+            until=last[1],
+            exam_before=await _last_exam(self.db),
+        )
+
     async def notice(self, bus: EventBus | None = None) -> Handover | None:
         """At start: record a handover when the last answered trunk turn was another model's."""
         pending_raw = await _kv(self.db, PENDING_KEY)
