@@ -430,3 +430,26 @@ def test_the_reverie_context_command_shows_the_new_layers_and_why(
     assert "\n  reflection: the agent's own reflection from its last dream (2026-03-02" in out
     assert "\n  knowledge: KNOWLEDGE.md is " in out and "2 of 44 sections, chosen by" in out
     assert "Dana Reyes" in out and "the fridge proof was the change that mattered" in out
+
+
+async def test_a_broken_knowledge_file_says_why_and_keeps_the_last_good_version(
+    tmp_path: Path,
+) -> None:
+    home = build_home(tmp_path / "home")
+    home.knowledge_file.write_bytes(b"# House\n\nThe boiler \xff\xfe is old.\n")
+    assembler = make(home)
+    result = await assembler.assemble("the boiler")
+    assert row(result, "knowledge")["tokens"] == 0
+    assert row(result, "knowledge")["why"] == (
+        "not shown: KNOWLEDGE.md is not valid UTF-8 (byte 20)"
+    )
+    assert "knowledge: KNOWLEDGE.md is not valid UTF-8 (byte 20)" in result.report["notes"]
+    # Mended, then broken again: the mended text stays, and the reason says so.
+    home.knowledge_file.write_text(KNOWLEDGE_SHORT)
+    assert "Vaillant" in (await assembler.assemble("the boiler")).text
+    home.knowledge_file.write_bytes(b"# House\n\nThe boiler \xff is new.\n" + b" " * 10)
+    result = await assembler.assemble("the boiler")
+    assert "Vaillant" in block(result, "knowledge")
+    assert str(row(result, "knowledge")["why"]).endswith(
+        "; KNOWLEDGE.md is not valid UTF-8 (byte 20); keeping the last good version"
+    )

@@ -786,9 +786,14 @@ class ContextAssembler:
         ft = self.files.read(path)
         if ft.problem:
             notes.append(f"knowledge: {ft.problem}")
+            if not ft.stale:
+                why["knowledge"] = f"not shown: {ft.problem}"
+                return Layer(name="knowledge", stable=False)
         layer, why["knowledge"] = knowledge_layer(
             ft.text, prompt, cap=self._limit("knowledge")[1], count=self.count
         )
+        if ft.stale:
+            why["knowledge"] += f"; {ft.problem}"
         return layer
 
     def _merge_contributions(
