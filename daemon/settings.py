@@ -632,6 +632,70 @@ class WebSettings(_Section):
         return self
 
 
+# Keys that would put a Matrix secret in the TOML: refused, the token lives elsewhere.
+_MATRIX_SECRET_KEYS = ("access_token", "token", "password")
+
+
+class MatrixSettings(_Section):
+    """The Matrix channel (`daemon.channels.matrix`): one bot account, off unless turned on.
+
+    The bot's access token is never in the TOML: `REVERIE_MATRIX_TOKEN` in the environment,
+    the systemd credential `reverie-matrix-token`, or the file `token_file` names.
+    """
+
+    enabled: bool = False
+    # The homeserver's client-server API base URL, e.g. "https://matrix.example.org".
+    homeserver: str = ""
+    # The bot's own Matrix ID, e.g. "@reverie:example.org".
+    user_id: str = ""
+    # A file holding the bot's access token (mode 0600), when not in the environment/credential.
+    token_file: str = ""
+    # Room IDs ("!abc:example.org") the bot answers in; invites to other rooms are ignored.
+    rooms: list[str] = Field(default_factory=list)
+    # Matrix IDs allowed to talk to it as the person; everyone else is ignored and logged.
+    allow: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secret_here(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in _MATRIX_SECRET_KEYS:
+                if key in data:
+                    raise ValueError(
+                        f"channels.matrix.{key} is refused: a secret does not belong in the "
+                        "config file; put the access token in REVERIE_MATRIX_TOKEN, the systemd "
+                        "credential reverie-matrix-token, or a 0600 file named by token_file"
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _complete_when_enabled(self) -> MatrixSettings:
+        if not self.enabled:
+            return self
+        if not re.match(r"^https?://[^/\s]+", self.homeserver):
+            raise ValueError(
+                f"channels.matrix.homeserver {self.homeserver!r} is not an http(s) URL"
+            )
+        if not re.match(r"^@[^:\s]+:\S+$", self.user_id):
+            raise ValueError(f"channels.matrix.user_id {self.user_id!r} is not a Matrix ID")
+        for room in self.rooms:
+            # Room versions before 12 read "!id:server"; version 12 drops the server part.
+            if not re.match(r"^![^\s:]+(:\S+)?$", room):
+                raise ValueError(f"channels.matrix.rooms: {room!r} is not a room ID (!id:server)")
+        for who in self.allow:
+            if not re.match(r"^@[^:\s]+:\S+$", who):
+                raise ValueError(f"channels.matrix.allow: {who!r} is not a Matrix ID")
+        if not self.rooms or not self.allow:
+            raise ValueError("channels.matrix needs at least one room and one allowed Matrix ID")
+        return self
+
+
+class ChannelsSettings(_Section):
+    """Doors to the same conversation besides the socket (docs/channels.md)."""
+
+    matrix: MatrixSettings = MatrixSettings()
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -660,6 +724,7 @@ class Settings(_Section):
     permissions: PermissionsSettings = PermissionsSettings()
     mcp: McpSettings = McpSettings()
     web: WebSettings = WebSettings()
+    channels: ChannelsSettings = ChannelsSettings()
     log: LogSettings = LogSettings()
 
 

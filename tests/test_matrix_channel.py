@@ -1,0 +1,99 @@
+"""The Matrix channel against a real Synapse: the person talks to the daemon through a second
+real client; a stranger is ignored; a restart answers nothing twice and catches up on what was
+sent while the daemon was down."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tests.harness import DaemonProcess, daemon_env, wait_until
+from tests.matrix_server import Account, Synapse, synapse  # noqa: F401
+
+
+def _setup(server: Synapse, tmp_path: Path) -> tuple[Account, Account, Account, str, DaemonProcess]:
+    tag = uuid.uuid4().hex[:8]
+    bot = server.register(f"bot{tag}")
+    person = server.register(f"person{tag}")
+    stranger = server.register(f"stranger{tag}")
+    room = server.create_room(person, [bot.user_id, stranger.user_id])
+    server.join(stranger, room)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "reverie.toml").write_text(
+        f"""
+[channels.matrix]
+enabled = true
+homeserver = "{server.url}"
+user_id = "{bot.user_id}"
+rooms = ["{room}"]
+allow = ["{person.user_id}"]
+"""
+    )
+    env = daemon_env({"REVERIE_MATRIX_TOKEN": bot.access_token})
+    return bot, person, stranger, room, DaemonProcess(home=home, env=env)
+
+
+def _from(server: Synapse, reader: Account, room: str, sender: str) -> list[dict[str, Any]]:
+    return [e for e in server.messages(reader, room) if e["sender"] == sender]
+
+
+def _joined(server: Synapse, reader: Account, room: str) -> set[str]:
+    reply = server.request(
+        "GET", f"/_matrix/client/v3/rooms/{room}/joined_members", token=reader.access_token
+    )
+    return set(reply.get("joined", {}))
+
+
+def test_person_answered_once_stranger_ignored_restart_catches_up(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    bot, person, stranger, room, daemon = _setup(synapse, tmp_path)
+    daemon.start(timeout=30)
+    try:
+        state = daemon.home / "channels" / "matrix"
+        wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the bot to join")
+        wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+        position_before = (state / "sync.json").read_text()
+
+        synapse.send_text(stranger, room, "hello bot, I am not your person")
+        synapse.send_text(person, room, "hello from Matrix")
+        wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) >= 1, 60, "a reply")
+        time.sleep(1.5)  # a second reply would be on its way by now
+        replies = _from(synapse, person, room, bot.user_id)
+        assert len(replies) == 1, [r["content"] for r in replies]
+        assert replies[0]["content"]["msgtype"] == "m.text"
+        assert replies[0]["content"]["body"].strip()
+        ignored = [e for e in daemon.log_events() if "not allowed" in str(e.get("event", ""))]
+        assert [e.get("sender") for e in ignored] == [stranger.user_id]
+        # The person's message is in the trunk's transcript as theirs; the stranger's is not.
+        transcripts = "".join(
+            p.read_text() for p in (daemon.home / "sessions" / "trunk").glob("*.jsonl")
+        )
+        assert "hello from Matrix" in transcripts
+        assert "not your person" not in transcripts
+
+        daemon.stop()
+        # A replayed sync: the position goes back to before the first message, so the next
+        # sync brings it (and its answer) again; only the message sent meanwhile is new.
+        (state / "sync.json").write_text(position_before)
+        synapse.send_text(person, room, "sent while you were away")
+        daemon.start(timeout=30)
+        wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) >= 2, 60, "the catch-up")
+        time.sleep(2.0)
+        replies = _from(synapse, person, room, bot.user_id)
+        assert len(replies) == 2, [r["content"] for r in replies]
+        # The catch-up reply comes after the message sent while the daemon was down.
+        timeline = [e for e in synapse.messages(person, room)]
+        order = [(e["sender"], e["content"].get("body", "")) for e in timeline]
+        away = order.index((person.user_id, "sent while you were away"))
+        assert order[away + 1][0] == bot.user_id, order
+        seen = [json.loads(line) for line in (state / "seen.jsonl").read_text().splitlines()]
+        taken = [r for r in seen if r["turn"]]
+        assert len(taken) == 2 and len({r["event"] for r in seen}) == len(seen)
+    finally:
+        daemon.stop()
