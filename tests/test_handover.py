@@ -288,7 +288,21 @@ async def test_first_turn_continuity_after_a_switch_is_within_two_points_of_stay
         await answer(items, assembler, session_id=r.trunk.session.id)
         after = round(100 * sum(i.result == "hit" for i in items) / len(items), 1)
         letter = (await assembler.assemble("hello")).report
+        # The first sleep after the switch: its exam is told beside the old model's, once.
+        r.clock.advance(hours=20)
+        await r.cycle.run("manual")
+        r.clock.advance(hours=24)
+        await r.cycle.run("manual")
+        await r.bus.drain()
+        told = [e.summary for e in r.events if isinstance(e, JournalNote) and "handover" in e.tags]
+        status = await handover_status(r.db)
     shown = {row["name"]: row["tokens"] for row in letter["layers"]}
     assert shown["handover"] > 0  # the letter is there, and competes for the budget
     print(f"self-exam on the old model {before.score:g}; first turn on the new model {after:g}")
     assert abs(before.score - after) <= 2
+    assert told == [
+        f"self-exam after the model handover: {status['exam_after']['score']:g} on anthropic:new "
+        f"(last on the old model: {before.score:g} on anthropic:old)"
+    ]
+    assert status["exam_before"]["cycle_id"] == before.cycle_id
+    assert status["exam_after"]["cycle_id"] != before.cycle_id

@@ -26,7 +26,7 @@ from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.context.layers import Layer
 from daemon.context.letter import HEADING, Letter, OpenThreads, build_letter, model_id, same_model
-from daemon.events import JournalNote, TurnFinished
+from daemon.events import JournalNote, SleepFinished, TurnFinished
 from daemon.log import get_logger
 from daemon.memory.api import MemoryView
 from daemon.paths import Home
@@ -157,7 +157,7 @@ async def handover_status(db: Database) -> dict[str, Any] | None:
     h = Handover.from_json(data)
     out = h.to_json()
     out["pending"] = pending is not None
-    out["exam_after"] = await _last_exam(db, after=h.at)
+    out["exam_after"] = data.get("exam_after") or await _last_exam(db, after=h.at)
     return out
 
 
@@ -330,9 +330,51 @@ class HandoverDesk:
         self._letter = None
         log.info("handover letter delivered", turn_id=turn_id, model=self.current)
 
+    async def exam_after(self, bus: EventBus | None = None) -> dict[str, Any] | None:
+        """After a sleep: the first self-exam since the switch, told once beside the last one on
+        the old model (a journal entry), and kept with the handover for `reverie status`."""
+        for key in (PENDING_KEY, LAST_KEY):
+            data = await _kv(self.db, key)
+            if data:
+                break
+        else:
+            return None
+        if data.get("exam_after"):
+            return None  # told already
+        h = Handover.from_json(data)
+        after = await _last_exam(self.db, after=h.at)
+        if after is None:
+            return None
+        await _put(self.db, key, {**data, "exam_after": after}, self.clock.now())
+        before = h.exam_before
+        was = f"{before['score']:g} on {h.from_model}" if before else f"none on {h.from_model}"
+        summary = (
+            f"self-exam after the model handover: {after['score']:g} on {h.to_model} "
+            f"(last on the old model: {was})"
+        )
+        log.info("self-exam after the model handover", after=after["score"], before=before)
+        if bus is not None:
+            await bus.publish(JournalNote(summary=summary, tags=("handover", "self-exam")))
+        return after
+
     def register(self, bus: EventBus) -> Callable[[], None]:
+        """A turn answered moves the model kept and delivers a waiting letter; the first sleep
+        after a switch tells its self-exam beside the old model's. Returns the undo."""
+
         async def on_turn(event: TurnFinished) -> None:
             if not event.vetoed:
                 await self.turn_answered(event.turn_id)
 
-        return bus.on(TurnFinished, on_turn, name="handover.turn_answered")
+        async def on_slept(event: SleepFinished) -> None:
+            await self.exam_after(bus)
+
+        undo = [
+            bus.on(TurnFinished, on_turn, name="handover.turn_answered"),
+            bus.on(SleepFinished, on_slept, name="handover.exam_after"),
+        ]
+
+        def unsubscribe() -> None:
+            for u in undo:
+                u()
+
+        return unsubscribe
