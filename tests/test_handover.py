@@ -15,6 +15,7 @@ from daemon.bus import EventBus
 from daemon.clock import FakeClock
 from daemon.context.assembler import ContextAssembler
 from daemon.context.handover import HandoverDesk, handover_status
+from daemon.context.letter import voice_samples
 from daemon.events import JournalNote
 from daemon.models.base import Usage
 from daemon.models.ledger import UsageLedger
@@ -24,6 +25,7 @@ from daemon.sleep.exam import SelfExamPhase, answer
 from daemon.sleep.exam_record import ExamItem, recent_exams
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
+from daemon.testing import Reply, ScriptedModel
 from daemon.tokens import default_counter
 from daemon.topics.router import TopicRouter
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
@@ -306,3 +308,29 @@ async def test_first_turn_continuity_after_a_switch_is_within_two_points_of_stay
     ]
     assert status["exam_before"]["cycle_id"] == before.cycle_id
     assert status["exam_after"]["cycle_id"] != before.cycle_id
+
+
+@pytest.mark.anyio
+async def test_its_voice_is_short_replies_of_a_real_model_when_one_has_spoken(
+    tmp_path: Path,
+) -> None:
+    offline_says = "I'm Reverie's offline model: I can keep notes, but I cannot think this through."
+    real_says = "Morning! The kettle is on; shall we start with the garden plan or the tax forms?"
+    tool_chatter = "Here is the script:\n```sh\nls -la ~/garden\n```\nRun it and tell me."
+    rambling = "A long answer. " * 40
+    offline = ScriptedModel(script=[Reply(text=offline_says)], provider="offline")
+    async with rig(tmp_path, models={"trunk": offline}) as r:
+        await r.say("hello")
+    real = ScriptedModel(
+        script=[Reply(text=tool_chatter), Reply(text=rambling), Reply(text=real_says)],
+        provider="anthropic",
+    )
+    async with rig(tmp_path, models={"trunk": real}) as r:
+        for text in ("a script please", "tell me everything", "good morning"):
+            await r.say(text)
+        # Its first turn on the new model read the letter, voiced by the only model that had spoken.
+        first = "\n".join(b.text for b in real.calls[0].system)
+        assert "## Handover" in first and offline_says in first
+        assert "## Handover" not in "\n".join(b.text for b in real.calls[1].system)
+        samples = [text for _, text in await voice_samples(r.db, prefer="offline", limit=5)]
+    assert samples == [real_says]
