@@ -97,3 +97,34 @@ def test_person_answered_once_stranger_ignored_restart_catches_up(
         assert len(taken) == 2 and len({r["event"] for r in seen}) == len(seen)
     finally:
         daemon.stop()
+
+
+def test_the_homeserver_killed_and_back_mid_conversation(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    bot, person, _stranger, room, daemon = _setup(synapse, tmp_path)
+    daemon.start(timeout=30)
+    try:
+        state = daemon.home / "channels" / "matrix"
+        wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the bot to join")
+        wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+        synapse.send_text(person, room, "first, before the outage")
+        wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) == 1, 60, "a reply")
+
+        synapse.stop()
+        wait_until(
+            lambda: any("homeserver away" in str(e.get("event")) for e in daemon.log_events()),
+            60,
+            "the channel to notice the homeserver is gone",
+        )
+        synapse.start()
+        synapse.send_text(person, room, "second, after the outage")
+        wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) >= 2, 90, "the reply")
+        time.sleep(1.5)
+        bodies = [e["content"]["body"] for e in _from(synapse, person, room, bot.user_id)]
+        assert len(bodies) == 2, bodies
+        assert "second, after the outage" in bodies[1]  # the offline model quotes the message
+        assert daemon.proc is not None and daemon.proc.poll() is None
+    finally:
+        daemon.stop()
