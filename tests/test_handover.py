@@ -122,6 +122,11 @@ def test_a_trunk_model_switch_hands_over_with_a_letter_once(tmp_path: Path) -> N
         assert f"anthropic:{OLD}" in preview.stdout and f"anthropic:{NEW}" in preview.stdout
         assert "Marisol" in preview.stdout and VOICE in preview.stdout
         assert "no bullet lists" in preview.stdout.split("How they like to be spoken to")[1]
+        upcoming = run_cli("handover", "--json", "--home", str(home), env=daemon_env(env))
+        assert json.loads(upcoming.stdout) == {
+            "handover": None,
+            "next_start": {"from": f"anthropic:{OLD}", "to": f"anthropic:{NEW}"},
+        }
         # `reverie context` shows the layer the next turn gets, and why it is there.
         ctx = run_cli(
             "context", "--prompt", "hi", "--json", "--home", str(home), env=daemon_env(env)
@@ -172,6 +177,9 @@ def test_a_trunk_model_switch_hands_over_with_a_letter_once(tmp_path: Path) -> N
         )
         assert info["delivered_at"]
         text = run_cli("status", "--home", str(home), env=daemon_env(env)).stdout
+        told = run_cli("handover", "--home", str(home), env=daemon_env(env)).stdout
+        assert told.startswith(f"handover: anthropic:{OLD} → anthropic:{NEW} on ")
+        assert "letter delivered" in told and "next start" not in told
         ctx = run_cli(
             "context", "--prompt", "hi", "--json", "--home", str(home), env=daemon_env(env)
         )

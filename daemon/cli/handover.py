@@ -21,6 +21,7 @@ from daemon.context.handover import (
     configured_trunk,
     handover_status,
     last_trunk_model,
+    same_model,
     status_line,
 )
 from daemon.context.letter import build_letter
@@ -66,12 +67,27 @@ async def run_handover(args: argparse.Namespace) -> int:
         stack.push_async_callback(db.close)
         if not args.preview:
             info = await handover_status(db)
+            last = await last_trunk_model(db)
+            # A config edit the daemon has not started on yet: the next start hands over.
+            upcoming = (
+                {"from": last[0], "to": target}
+                if last is not None
+                and not same_model(last[0], target)
+                and not (info and info.get("pending") and info.get("to") == target)
+                else None
+            )
             if args.json:
-                print(json.dumps(info, indent=2))
-            elif info is None:
+                print(json.dumps({"handover": info, "next_start": upcoming}, indent=2))
+                return 0
+            if info is None:
                 print(f"no handover recorded; the trunk is configured for {target}")
             else:
                 print(status_line(info).replace("handover:     ", "handover: ", 1))
+            if upcoming:
+                print(
+                    f"the next start hands over: {upcoming['from']} → {upcoming['to']} "
+                    "(reverie handover --preview shows the letter)"
+                )
             return 0
         last = await last_trunk_model(db)
         source = last[0] if last else target

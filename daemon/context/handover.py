@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
+
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.context.layers import Layer
@@ -228,7 +230,20 @@ class HandoverDesk:
         )
 
     async def notice(self, bus: EventBus | None = None) -> Handover | None:
-        """At start: record a handover when the last answered trunk turn was another model's."""
+        """At start: record a handover when the last answered trunk turn was another model's.
+
+        A store that cannot answer (a PostgreSQL server away) costs the letter, never the
+        start: it is logged and the daemon runs without one.
+        """
+        try:
+            return await self._notice(bus)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            log.warning("model handover could not be checked; no letter this run", error=repr(exc))
+            return None
+
+    async def _notice(self, bus: EventBus | None) -> Handover | None:
         pending_raw = await _kv(self.db, PENDING_KEY)
         pending = Handover.from_json(pending_raw) if pending_raw else None
         last = await last_trunk_model(self.db)
