@@ -136,14 +136,14 @@ PROFILE_RUNNER = """
 import cProfile, pstats, sys, threading, runpy
 out, sys.argv = sys.argv[1], ["reverie", *sys.argv[2:]]
 profs = []
-run = threading.Thread.run
+inner = threading.Thread._bootstrap_inner  # every thread, whatever its run() is
 def profiled(self):
     p = cProfile.Profile(); profs.append(p); p.enable()
     try:
-        run(self)
+        inner(self)
     finally:
         p.disable()
-threading.Thread.run = profiled
+threading.Thread._bootstrap_inner = profiled
 main = cProfile.Profile(); profs.append(main); main.enable()
 try:
     runpy.run_module("daemon.cli", run_name="__main__")
