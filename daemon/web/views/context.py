@@ -29,6 +29,7 @@ LAYER_REASONS = {
     "themes": "a recent theme across sessions",
     "recollections": "a recent session summary or fact, carried across sessions",
     "time": "the current date and time",
+    "handover": "the trunk's model changed: a letter for the new model, until its first turn",
     "threads": "an open promise, unanswered question or plan with a date: shown until resolved",
     "topics": "a topic addendum whose words matched the message",
     "journal": "the newest journal digest, then the week before it a line a day: recent work",
