@@ -168,7 +168,7 @@ async def search(args: argparse.Namespace) -> int:
 async def reindex(args: argparse.Namespace) -> int:
     """Rebuild the index from the files with no model: no roles, no summariser, no background work."""
     from daemon.delegate.lineage import ForkLineage
-    from daemon.journal.heartbeat import reindex_journal
+    from daemon.journal.indexing import reindex_journal
 
     env = resolve_env(args)
     _quiet_logs(env)

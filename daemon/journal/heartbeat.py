@@ -68,9 +68,9 @@ from daemon.journal.entries import (
     draft_from_answer,
     fit_draft,
 )
+from daemon.journal.indexing import journal_memory
 from daemon.log import get_logger
 from daemon.memory.index import MemoryIndex
-from daemon.memory.rows import NewMemory
 from daemon.memory.text import parse_json_reply
 from daemon.models import offline_journal
 from daemon.models.base import Message, ModelError, SystemBlock, Usage
@@ -591,32 +591,3 @@ def _draft_fields(draft: Draft) -> dict[str, Any]:
 def _entry_id(ts: datetime, seed: str) -> str:
     digest = hashlib.blake2b(f"{ts.isoformat()}|{seed}".encode(), digest_size=3).hexdigest()
     return f"j-{ts.strftime('%Y%m%d-%H%M%S')}-{digest}"
-
-
-def journal_memory(entry: JournalEntry, day: date) -> NewMemory:
-    """The index row of an entry: kind `journal`, searchable with `memory search`."""
-    return NewMemory(
-        uid=f"journal:{entry.id}",
-        kind="journal",
-        text=entry.text(),
-        title=f"Journal {day.isoformat()} {entry.ts.strftime('%H:%M')} ({entry.trigger})",
-        origin=entry.memory_origin,
-        created_at=entry.ts,
-        tags=tuple(entry.tags),
-        importance=0.4,
-        session_id=entry.session or None,
-        source=f"journal/{day.isoformat()}.jsonl",
-        meta={"trigger": entry.trigger, "source": entry.source},
-    )
-
-
-async def reindex_journal(home: Home, settings: Settings, index: MemoryIndex) -> int:
-    """Index every entry of every day file again (`reverie memory reindex`); return how many."""
-    store = JournalStore(home.journal_dir, local_zone(settings.scheduler.timezone))
-    count = 0
-    for day in await anyio.to_thread.run_sync(store.days):
-        entries = await anyio.to_thread.run_sync(store.read_day, day)
-        if entries:
-            await index.upsert([journal_memory(e, day) for e in entries])
-            count += len(entries)
-    return count
