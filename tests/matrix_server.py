@@ -68,6 +68,9 @@ presence:
   enabled: false
 url_preview_enabled: false
 enable_metrics: false
+# A repeated identical /sync would be answered from a 2-minute cache (stale typing state).
+caches:
+  sync_response_cache_duration: 0
 macaroon_secret_key: "{macaroon}"
 form_secret: "{form}"
 rc_message:

@@ -10,11 +10,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.harness import DaemonProcess, daemon_env, wait_until
+from tests.fakes.anthropic_server import FakeAnthropic, Planned
+from tests.harness import FAKE_API_CONFIG, DaemonProcess, daemon_env, wait_until
 from tests.matrix_server import Account, Synapse, synapse  # noqa: F401
 
 
-def _setup(server: Synapse, tmp_path: Path) -> tuple[Account, Account, Account, str, DaemonProcess]:
+def _setup(
+    server: Synapse, tmp_path: Path, *, toml: str = "", env: dict[str, str] | None = None
+) -> tuple[Account, Account, Account, str, DaemonProcess]:
     tag = uuid.uuid4().hex[:8]
     bot = server.register(f"bot{tag}")
     person = server.register(f"person{tag}")
@@ -31,10 +34,10 @@ homeserver = "{server.url}"
 user_id = "{bot.user_id}"
 rooms = ["{room}"]
 allow = ["{person.user_id}"]
-"""
+{toml}"""
     )
-    env = daemon_env({"REVERIE_MATRIX_TOKEN": bot.access_token})
-    return bot, person, stranger, room, DaemonProcess(home=home, env=env)
+    extra = {"REVERIE_MATRIX_TOKEN": bot.access_token, **(env or {})}
+    return bot, person, stranger, room, DaemonProcess(home=home, env=daemon_env(extra))
 
 
 def _from(server: Synapse, reader: Account, room: str, sender: str) -> list[dict[str, Any]]:
@@ -128,3 +131,51 @@ def test_the_homeserver_killed_and_back_mid_conversation(
         assert daemon.proc is not None and daemon.proc.poll() is None
     finally:
         daemon.stop()
+
+
+def _typing(server: Synapse, reader: Account, room: str) -> set[str]:
+    reply = server.request("GET", "/_matrix/client/v3/sync?timeout=0", token=reader.access_token)
+    events = reply.get("rooms", {}).get("join", {}).get(room, {}).get("ephemeral", {})
+    typing = [e for e in events.get("events", []) if e.get("type") == "m.typing"]
+    return set(typing[-1]["content"]["user_ids"]) if typing else set()
+
+
+def test_a_restart_during_a_reply_answers_once_after_it(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    with FakeAnthropic() as fake:
+        # The first answer never comes (the daemon is killed while it waits); the second does.
+        fake.enqueue(
+            Planned.delayed(60, "the reply that was cut off"), "the reply after the restart"
+        )
+        bot, person, _stranger, room, daemon = _setup(
+            synapse,
+            tmp_path,
+            toml=FAKE_API_CONFIG,
+            env={"ANTHROPIC_API_KEY": "test-key", "REVERIE_ANTHROPIC_BASE_URL": fake.url},
+        )
+        daemon.start(timeout=30)
+        try:
+            state = daemon.home / "channels" / "matrix"
+            wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the join")
+            wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+            synapse.send_text(person, room, "a question that takes a while")
+            wait_until(
+                lambda: any(r.body.get("tools") for r in fake.message_requests),
+                30,
+                "the trunk to ask the model",
+            )
+            # The bot shows it is typing while the turn runs.
+            wait_until(lambda: bot.user_id in _typing(synapse, person, room), 30, "typing")
+            daemon.kill()
+            assert _from(synapse, person, room, bot.user_id) == []
+            daemon.start(timeout=30)
+            wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) >= 1, 60, "reply")
+            time.sleep(1.5)
+            bodies = [e["content"]["body"] for e in _from(synapse, person, room, bot.user_id)]
+            assert bodies == ["the reply after the restart"]
+
+            wait_until(lambda: bot.user_id not in _typing(synapse, person, room), 30, "typing off")
+        finally:
+            daemon.stop()

@@ -551,7 +551,9 @@ class MatrixChannel:
     async def _typist(self) -> None:
         """Keep the typing indicator on in each room while a turn for it runs."""
         assert self._api is not None
-        shown: set[str] = set()
+        # A daemon stopped mid-turn may have left the indicator on: every room starts as shown,
+        # so the first round turns it off where no turn runs now.
+        shown: set[str] = set(self._rooms)
         while True:
             self._typing_changed = anyio.Event()
             want = {room for room, turns in self._waiting.items() if turns}
