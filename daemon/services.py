@@ -165,6 +165,7 @@ class Services:
                     self.settings.channels.matrix,
                     self.trunk,
                     self.home.root / "channels" / "matrix",
+                    approvals=self.approvals,
                 )
                 await tg.start(self.matrix.serve, name="matrix-channel")
             await tg.start(self.trunk.serve, name="trunk")

@@ -179,3 +179,43 @@ def test_a_restart_during_a_reply_answers_once_after_it(
             wait_until(lambda: bot.user_id not in _typing(synapse, person, room), 30, "typing off")
         finally:
             daemon.stop()
+
+
+def test_an_approval_is_asked_and_answered_in_the_room(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    with FakeAnthropic() as fake:
+        fake.enqueue(
+            Planned.tool("write_file", {"path": "note.txt", "content": "written via Matrix"}),
+            "the note is written",
+        )
+        bot, person, _stranger, room, daemon = _setup(
+            synapse,
+            tmp_path,
+            toml='[tools]\ntrunk = ["write_file", "read_file"]\n' + FAKE_API_CONFIG,
+            env={"ANTHROPIC_API_KEY": "test-key", "REVERIE_ANTHROPIC_BASE_URL": fake.url},
+        )
+        daemon.start(timeout=30)
+        try:
+            state = daemon.home / "channels" / "matrix"
+            wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the join")
+            wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+            synapse.send_text(person, room, "please write the note")
+            wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) >= 1, 60, "question")
+            question = _from(synapse, person, room, bot.user_id)[0]["content"]
+            assert question["msgtype"] == "m.notice"
+            assert "Approval needed" in question["body"] and "note.txt" in question["body"]
+            assert not (daemon.home / "workspace" / "note.txt").exists()
+            synapse.send_text(person, room, "yes")
+            wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) >= 2, 60, "reply")
+            time.sleep(1.0)
+            bodies = [e["content"]["body"] for e in _from(synapse, person, room, bot.user_id)]
+            assert bodies[1:] == ["the note is written"], bodies
+            assert (daemon.home / "workspace" / "note.txt").read_text() == "written via Matrix"
+            # The answer settled the question; it never became a message of its own.
+            seen = [json.loads(x) for x in (state / "seen.jsonl").read_text().splitlines()]
+            assert len([r for r in seen if r["turn"]]) == 1
+            assert len(fake.message_requests) == 2
+        finally:
+            daemon.stop()

@@ -45,10 +45,11 @@ from daemon.channels.matrix_api import (
     MatrixAway,
     MatrixRefused,
 )
-from daemon.chat.protocol import ErrorCode
+from daemon.chat.protocol import ApprovalAnswer, ErrorCode
 from daemon.durable import append_lines, read_jsonl, write_atomic
 from daemon.log import get_logger
 from daemon.settings import MatrixSettings
+from daemon.tools.approvals import ApprovalRefused, Approvals
 
 log = get_logger("matrix")
 
@@ -277,8 +278,14 @@ class MatrixChannel:
         root: Path,
         *,
         environ: Mapping[str, str] | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         self.settings = settings
+        self.approvals = approvals
+        self._door = _ApprovalDoor(self, approvals.person_uid if approvals is not None else -1)
+        # The room each Matrix turn came from, and the question each room is asked now.
+        self._turn_room: dict[str, str] = {}
+        self._asking: dict[str, str] = {}
         self.trunk = trunk
         self.store = MatrixStore(root)
         self.status = ChannelState()
@@ -335,7 +342,17 @@ class MatrixChannel:
             log.error("matrix channel not started", reason=str(exc))
             task_status.started()
             return
+        if self.approvals is not None:
+            # Questions of turns that came through Matrix are put to the person in their room.
+            self.approvals.attach(self._door)
         task_status.started()
+        try:
+            await self._supervise(token)
+        finally:
+            if self.approvals is not None:
+                self.approvals.detach(self._door)
+
+    async def _supervise(self, token: str) -> None:
         restarts = 0
         while True:
             # A failure of the channel's own never takes the daemon down: logged, restarted
@@ -359,6 +376,7 @@ class MatrixChannel:
             await anyio.sleep(_backoff(restarts))
 
     def _track(self, turn_id: str, room_id: str) -> None:
+        self._turn_room[turn_id] = room_id
         self._waiting.setdefault(room_id, set()).add(turn_id)
         self._typing_changed.set()
 
@@ -503,6 +521,11 @@ class MatrixChannel:
         if text is None:
             await self._mark(event_id, room_id, None)
             return
+        decision = _ANSWERS.get(text.strip().lower().rstrip(".!"))
+        if decision is not None and room_id in self._asking:
+            await self._mark(event_id, room_id, None)
+            self._answer(room_id, decision)
+            return
         refusal = self.trunk.refusal()
         if refusal is not None:
             raise _InboxRefused(refusal)
@@ -520,6 +543,54 @@ class MatrixChannel:
         self._seen.add(event_id)
         rec = {"event": event_id, "room": room_id, "turn": turn_id}
         await anyio.to_thread.run_sync(self.store.mark_seen, [rec])
+
+    # -- approvals --------------------------------------------------------------------------
+
+    def _approval_frame(self, frame: Mapping[str, Any]) -> bool:
+        """Put a question (or its end) to the room of the turn that asks; False when none."""
+        kind = frame.get("type")
+        if kind == "approval":
+            room = self._turn_room.get(str(frame.get("turn_id")))
+            if room is None:
+                return False  # not a Matrix turn: its own client is asked
+            aid = str(frame.get("id"))
+            self._asking[room] = aid
+            preview = str(frame.get("preview") or "")
+            if len(preview) > 2000:
+                preview = preview[:2000] + " …"
+            text = (
+                f"Approval needed: {frame.get('summary')}\n"
+                + (f"{preview}\n" if preview else "")
+                + f"Reply yes, no or always (within {float(frame.get('timeout_s') or 0):.0f} s)."
+            )
+            self._queue(_Reply(f"ask-{aid}", room, text, notice=True))
+            return True
+        if kind == "approval_settled":
+            aid = str(frame.get("id"))
+            for room, asked in list(self._asking.items()):
+                if asked == aid:
+                    del self._asking[room]
+                    if frame.get("by") != "person":
+                        why = {"timeout": "no answer in time", "nobody": "nobody to ask"}.get(
+                            str(frame.get("by")), str(frame.get("by"))
+                        )
+                        self._queue(
+                            _Reply(f"settled-{aid}", room, f"Declined: {why}.", notice=True)
+                        )
+            return True
+        return False
+
+    def _answer(self, room_id: str, decision: ApprovalAnswer) -> None:
+        aid = self._asking.get(room_id)
+        if aid is None or self.approvals is None:
+            return
+        try:
+            self.approvals.answer(self._door, aid, decision)
+        except ApprovalRefused as exc:
+            self._queue(_Reply(f"answer-{aid}", room_id, f"Not taken: {exc.message}", notice=True))
+            return
+        self._asking.pop(room_id, None)
+        log.info("approval answered from matrix", approval=aid, decision=decision)
 
     # -- replies and typing -----------------------------------------------------------------
 
@@ -569,6 +640,29 @@ class MatrixChannel:
                     shown.discard(room)
             with anyio.move_on_after(TYPING_MS / 1000 * 0.8 if want else 3600):
                 await self._typing_changed.wait()
+
+
+_ANSWERS: dict[str, ApprovalAnswer] = {
+    "yes": "yes",
+    "y": "yes",
+    "no": "no",
+    "n": "no",
+    "always": "always",
+}
+
+
+class _ApprovalDoor:
+    """The channel as the approvals see a client of the person's (the allowed Matrix IDs)."""
+
+    id = "matrix"
+    closed = False
+
+    def __init__(self, channel: MatrixChannel, uid: int) -> None:
+        self._channel = channel
+        self.uid = uid
+
+    def send(self, frame: Mapping[str, Any]) -> bool:
+        return self._channel._approval_frame(frame)
 
 
 class _InboxRefused(Exception):
