@@ -108,3 +108,24 @@ def test_unreadable_weights_fail_with_one_clear_line(tmp_path: Path) -> None:
             minilm.load(model)
     with pytest.raises(EmbedderError, match="cannot load the MiniLM model"):
         MiniLMEmbedder(path=tmp_path / "missing").embed_sync(["x"])
+
+
+def test_token_batches_cap_padded_tokens_so_long_texts_go_in_smaller_batches() -> None:
+    # Short texts keep the batch size; long ones are grouped while batch × longest fits.
+    assert [len(b) for b in minilm.token_batches([10] * 40, 32, budget=1024)] == [32, 8]
+    assert [len(b) for b in minilm.token_batches([200] * 12, 32, budget=1024)] == [5, 5, 2]
+    mixed = [8] * 6 + [100] * 12 + [256, 256]
+    batches = minilm.token_batches(mixed, 32, budget=1024)
+    assert [i for b in batches for i in b] == list(range(len(mixed)))  # each text once, in order
+    assert all(mixed[b[-1]] * len(b) <= 1024 for b in batches)
+    # A text longer than the budget still goes, alone.
+    assert [len(b) for b in minilm.token_batches([300, 300], 32, budget=256)] == [1, 1]
+
+
+@needs_weights
+def test_long_texts_in_token_capped_batches_get_the_vectors_of_one_text_at_a_time() -> None:
+    texts = ["short one.", "a little longer sentence here.", *(["word " * 300] * 2), "x " * 120]
+    model = minilm.load()
+    together = model.encode(texts, batch_size=32)
+    alone = np.stack([model.encode([t])[0] for t in texts])
+    assert np.allclose(together, alone, atol=1e-5)
