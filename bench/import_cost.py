@@ -208,10 +208,13 @@ def encode_throughput(tree: Path, embedder: str, batch: int, jsonl: Path) -> dic
 
 
 def one_import(
-    tree: Path, embedder: str, jsonl: Path, profile: Path | None = None
+    tree: Path, embedder: str, jsonl: Path, profile: Path | None = None, batch: int = 0
 ) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="import-cost-"))
     try:
+        if batch:  # the home's own reverie.toml sets memory.embed_batch
+            (home / "h").mkdir()
+            (home / "h" / "reverie.toml").write_text(f"[memory]\nembed_batch = {batch}\n")
         cmd = [str(PY), "-P"]
         args = ["--home", str(home / "h"), "memory", "import", str(jsonl)]
         if profile is not None:
@@ -261,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         "--commits", default=".", help="comma-separated: '.' (the work tree) and/or git revisions"
     )
     ap.add_argument("--embedders", default="minilm")
+    ap.add_argument(
+        "--import-batch",
+        default="0",
+        help="memory.embed_batch values for the imports (0: the default)",
+    )
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--conv", default="conv-26", help="LoCoMo sample id, or 'all'")
     ap.add_argument(
@@ -291,18 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     for _, path, _ in trees:
         check_tree(path)
     embedders = [e.strip() for e in a.embedders.split(",") if e.strip()]
-    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    batches = [int(b) for b in a.import_batch.split(",")]
+    runs: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for i in range(a.runs):
-        for emb in embedders:
+        for emb, b in [(e, b) for e in embedders for b in batches]:
             for label, path, _ in trees:  # alternating, so load drift hits every tree alike
-                r = one_import(path, emb, jsonl)
-                runs.setdefault((label, emb), []).append(r)
+                r = one_import(path, emb, jsonl, batch=b)
+                runs.setdefault((label, emb, b), []).append(r)
+                print(f"batch {b or 'default'} ", end="", file=sys.stderr)
                 print(
                     f"run {i + 1} {label} {emb}: {r['cpu_s']} CPU-s, {r['peak_rss_mb']} MB, {r['out'][-80:]!r}",
                     file=sys.stderr,
                 )
     rows = []
-    for (label, emb), rs in runs.items():
+    for (label, emb, b), rs in runs.items():
         cpu = [r["cpu_s"] for r in rs]
         full = next(h for lab, _, h in trees if lab == label)
         rows.append(
@@ -310,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                 "tree": label,
                 "commit": full,
                 "embedder": emb,
+                "batch": b or "default",
                 "cpu_s": cpu,
                 "cpu_s_median": round(statistics.median(cpu), 2),
                 "cpu_s_per_100k_tokens": round(statistics.median(cpu) * 100_000 / tokens, 1),
@@ -317,12 +328,13 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s_median": round(statistics.median(r["wall_s"] for r in rs), 2),
             }
         )
-    print("| tree | embedder | CPU-s (runs) | CPU-s / 100k tokens | peak RSS MB |")
-    print("|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['tree']} | {r['embedder']} | {' / '.join(map(str, r['cpu_s']))} | {r['cpu_s_per_100k_tokens']} | {r['peak_rss_mb']} |"
-        )
+    if rows:
+        print("| tree | embedder | batch | CPU-s (runs) | CPU-s / 100k tokens | peak RSS MB |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['tree']} | {r['embedder']} | {r['batch']} | {' / '.join(map(str, r['cpu_s']))} | {r['cpu_s_per_100k_tokens']} | {r['peak_rss_mb']} |"
+            )
     if a.profile:
         pdir = Path(a.profile)
         pdir.mkdir(parents=True, exist_ok=True)
