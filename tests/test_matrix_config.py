@@ -3,9 +3,15 @@ replies are split and how events read as the person's message."""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
+import anyio
 import pytest
 
 from daemon.channels.matrix import (
@@ -17,6 +23,7 @@ from daemon.channels.matrix import (
     parse_client_msg_id,
     split_reply,
 )
+from daemon.channels.matrix_api import MatrixApi, MatrixAway, MatrixRefused
 from daemon.settings import ConfigError, MatrixSettings, load_settings
 
 ENABLED = """
@@ -125,3 +132,62 @@ def test_an_inbox_entry_names_its_room_and_event() -> None:
     cid = client_msg_id("!room:example.org", "$event")
     assert parse_client_msg_id(cid) == ("!room:example.org", "$event")
     assert parse_client_msg_id("abc") is None and parse_client_msg_id(None) is None
+
+
+class _Homeserver(BaseHTTPRequestHandler):
+    """A homeserver that rate-limits the first request, then answers; or fails with 502."""
+
+    calls: ClassVar[list[float]] = []
+    mode: ClassVar[str] = "limit"
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
+
+    def do_GET(self) -> None:
+        type(self).calls.append(time.monotonic())
+        if self.mode == "limit" and len(self.calls) == 1:
+            status, body = 429, {"errcode": "M_LIMIT_EXCEEDED", "retry_after_ms": 300}
+        elif self.mode == "down":
+            status, body = 502, {}
+        elif self.mode == "refuse":
+            status, body = 401, {"errcode": "M_UNKNOWN_TOKEN", "error": "bad token"}
+        else:
+            status, body = 200, {"user_id": "@bot:example.org"}
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.mark.parametrize("mode", ["limit", "down", "refuse"])
+def test_rate_limits_are_waited_out_and_failures_named(mode: str) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Homeserver)
+    _Homeserver.calls, _Homeserver.mode = [], mode
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    async def whoami() -> str:
+        api = MatrixApi(f"http://127.0.0.1:{server.server_address[1]}", "token")
+        try:
+            return await api.whoami()
+        finally:
+            await api.aclose()
+
+    try:
+        if mode == "limit":
+            assert anyio.run(whoami) == "@bot:example.org"
+            # The second call came after the wait the homeserver asked for, not before.
+            assert len(_Homeserver.calls) == 2
+            assert _Homeserver.calls[1] - _Homeserver.calls[0] >= 0.3
+        elif mode == "down":
+            with pytest.raises(MatrixAway, match="502"):
+                anyio.run(whoami)
+        else:
+            with pytest.raises(MatrixRefused) as refused:
+                anyio.run(whoami)
+            assert refused.value.errcode == "M_UNKNOWN_TOKEN"
+    finally:
+        server.shutdown()
+        server.server_close()
