@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from daemon.channels.matrix_api import TIMELINE_LIMIT
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import FAKE_API_CONFIG, DaemonProcess, daemon_env, wait_until
 from tests.matrix_server import Account, Synapse, synapse  # noqa: F401
@@ -219,3 +220,31 @@ def test_an_approval_is_asked_and_answered_in_the_room(
             assert len(fake.message_requests) == 2
         finally:
             daemon.stop()
+
+
+def test_more_sent_while_down_than_one_sync_carries_is_answered_in_order(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    bot, person, _stranger, room, daemon = _setup(synapse, tmp_path)
+    daemon.start(timeout=30)
+    try:
+        state = daemon.home / "channels" / "matrix"
+        wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the bot to join")
+        wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+        daemon.stop()
+        count = TIMELINE_LIMIT + 5  # a gap: the next sync is `limited`
+        for i in range(count):
+            synapse.send_text(person, room, f"backlog {i:02d}")
+        daemon.start(timeout=30)
+        wait_until(
+            lambda: len(_from(synapse, person, room, bot.user_id)) >= count, 120, "the backlog"
+        )
+        time.sleep(1.5)
+        bodies = [e["content"]["body"] for e in _from(synapse, person, room, bot.user_id)]
+        assert len(bodies) == count
+        # Answered in the order sent (the offline model quotes each message).
+        assert [f"backlog {i:02d}" in b for i, b in enumerate(bodies)] == [True] * count
+        assert any("gap filled" in str(e.get("event")) for e in daemon.log_events())
+    finally:
+        daemon.stop()

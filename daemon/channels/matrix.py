@@ -61,6 +61,8 @@ MAX_BODY_CHARS = 12_000
 # A message longer than this is cut (with a note) before it reaches the inbox.
 MAX_INCOMING_CHARS = 32_000
 BACKOFF_BASE_S = 1.0
+# A sync gap is filled from the room's history, 100 events a page, at most this many pages.
+BACKFILL_PAGES = 50
 
 
 class MatrixConfigError(Exception):
@@ -430,7 +432,7 @@ class MatrixChannel:
                     checked = True
                 timeout = 0 if since is None else SYNC_TIMEOUT_MS
                 batch = await self._api.sync(since, timeout)
-                await self._take(batch, first=since is None)
+                await self._take(batch, since=since)
                 token = batch.get("next_batch")
                 if isinstance(token, str) and token:
                     await anyio.to_thread.run_sync(self.store.save_next_batch, token)
@@ -457,9 +459,10 @@ class MatrixChannel:
                 log.warning("matrix homeserver away; retrying", error=str(exc), wait_s=wait)
                 await anyio.sleep(wait)
 
-    async def _take(self, batch: Mapping[str, Any], *, first: bool) -> None:
+    async def _take(self, batch: Mapping[str, Any], *, since: str | None) -> None:
         """Take a sync batch's messages into the inbox; join invited configured rooms."""
         assert self._api is not None
+        first = since is None
         rooms = batch.get("rooms") if isinstance(batch.get("rooms"), Mapping) else {}
         assert isinstance(rooms, Mapping)
         invites = rooms.get("invite") if isinstance(rooms.get("invite"), Mapping) else {}
@@ -477,14 +480,37 @@ class MatrixChannel:
                 continue
             timeline = room.get("timeline") if isinstance(room.get("timeline"), Mapping) else {}
             assert isinstance(timeline, Mapping)
-            if timeline.get("limited") and not first:
-                log.warning("matrix sync skipped older events of a room (gap)", room=room_id)
             events = timeline.get("events")
             if not isinstance(events, list):
                 continue
+            prev = timeline.get("prev_batch")
+            if timeline.get("limited") and since is not None and isinstance(prev, str):
+                # More happened than one sync carries (a long stop): the rest, oldest first.
+                events = await self._backfill(room_id, prev, since) + events
             for event in events:
                 if isinstance(event, Mapping):
                     await self._take_event(room_id, event, first=first)
+
+    async def _backfill(self, room_id: str, start: str, since: str) -> list[Any]:
+        """The room's events between `since` and `start` (a gap in the sync), oldest first."""
+        assert self._api is not None
+        older: list[Any] = []
+        token = start
+        for _ in range(BACKFILL_PAGES):
+            page = await self._api.messages(room_id, token, since)
+            chunk = page.get("chunk")
+            if not isinstance(chunk, list) or not chunk:
+                break
+            older.extend(chunk)
+            end = page.get("end")
+            if not isinstance(end, str) or end == token:
+                break
+            token = end
+        else:
+            log.warning("matrix gap longer than the backfill reaches", room=room_id)
+        log.info("matrix sync gap filled", room=room_id, events=len(older))
+        older.reverse()
+        return older
 
     async def _take_event(self, room_id: str, event: Mapping[str, Any], *, first: bool) -> None:
         event_id = event.get("event_id")

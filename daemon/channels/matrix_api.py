@@ -20,6 +20,8 @@ from daemon.log import get_logger
 log = get_logger("matrix")
 
 SYNC_TIMEOUT_MS = 30_000
+# Events per room in one sync; more since the last one is a gap, filled from the history.
+TIMELINE_LIMIT = 20
 BACKOFF_MAX_S = 60.0
 TYPING_MS = 30_000
 
@@ -95,6 +97,12 @@ class MatrixApi:
             params["since"] = since
         return await self.call("GET", "/_matrix/client/v3/sync", params=params)
 
+    async def messages(self, room_id: str, start: str, stop: str) -> dict[str, Any]:
+        """One page of a room's history, newest first, from `start` back to `stop`."""
+        params = {"from": start, "to": stop, "dir": "b", "limit": "100"}
+        path = f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/messages"
+        return await self.call("GET", path, params=params)
+
     async def join(self, room_id: str) -> None:
         await self.call("POST", f"/_matrix/client/v3/join/{quote(room_id, safe='')}", body={})
 
@@ -119,7 +127,7 @@ _SYNC_FILTER: dict[str, Any] = {
     "presence": {"not_types": ["*"]},
     "account_data": {"not_types": ["*"]},
     "room": {
-        "timeline": {"limit": 100},
+        "timeline": {"limit": TIMELINE_LIMIT},
         "state": {"lazy_load_members": True},
         "ephemeral": {"not_types": ["*"]},
         "account_data": {"not_types": ["*"]},
