@@ -55,7 +55,7 @@ class MissedRuns:
     last: datetime | None
     caught_up: bool  # one run at this start stood in for them
     catch_up: bool  # the job is one that catches up
-    ran_before: bool  # it had run in this home before the time down
+    ran_before: bool  # it had run, or been due, in this home before the time down
     every: timedelta | None  # an interval job's period; None for a daily one
 
 
@@ -129,7 +129,7 @@ class Scheduler:
     async def __aenter__(self) -> Scheduler:
         if self.db is not None:
             rows = await self.db.fetchall(
-                "SELECT job, last_run, last_status, last_result, runs FROM schedule_state"
+                "SELECT job, last_run, last_status, last_result, runs, next_run FROM schedule_state"
             )
             self._persisted = {r[0]: tuple(r[1:]) for r in rows}
         return self
@@ -172,8 +172,9 @@ class Scheduler:
             raise ValueError(f"a job named {job.name!r} is already scheduled")
         saved = self._persisted.get(job.name)
         if saved is not None:
-            last_run, job.last_status, job.last_result, job.runs = saved
+            last_run, job.last_status, job.last_result, job.runs, due = saved
             job.last_run = datetime.fromisoformat(last_run) if last_run else None
+            job.extra["due_when_stopped"] = datetime.fromisoformat(due) if due else None
         now = self.clock.now()
         job.next_run = self._first_run(job, now)
         self._jobs[job.name] = job
@@ -189,9 +190,13 @@ class Scheduler:
         )
         # What the job last did before this start: `missed` counts from it.
         job.extra["last_run_at_start"] = job.last_run
-        if not (job.catch_up and job.last_run is not None):
+        # A job that never ran still missed its run when an earlier start had it due before now
+        # (a daemon up only by day never ran its nightly job, and never would catch it up).
+        due: datetime | None = job.extra.get("due_when_stopped")
+        if not job.catch_up or (job.last_run is None and due is None):
             return regular
-        missed = job.following(job.last_run)
+        missed = job.following(job.last_run) if job.last_run is not None else due
+        assert missed is not None
         # The jitter of the missed run does not matter: it was due before now or it was not.
         if missed < now and regular > now:
             job.catching_up = True
@@ -210,6 +215,10 @@ class Scheduler:
         """Run due jobs until cancelled; cancellation cancels and awaits running jobs."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            for job in list(self._jobs.values()):
+                if job.catch_up and job.name not in self._persisted and job.next_run is not None:
+                    # Its first due time is kept, so a start after it knows the run was missed.
+                    await self._persist(job, status_only="scheduled")
             task_status.started()
             while True:
                 now = self.clock.now()
@@ -368,7 +377,8 @@ class Scheduler:
             last=last,
             caught_up=bool(job.extra.get("caught_up")) and count > 0,
             catch_up=job.catch_up,
-            ran_before=job.extra.get("last_run_at_start") is not None,
+            ran_before=job.extra.get("last_run_at_start") is not None
+            or job.extra.get("due_when_stopped") is not None,
             every=job.interval,
         )
 

@@ -155,7 +155,7 @@ def test_the_account_says_why_a_night_was_not_caught_up() -> None:
         "Good morning — I'm back.",
         "I was off for 11 hours (from Sun 1 Mar 22:00 to Mon 2 Mar 09:00).",
         "While I was off:",
-        "- the nightly sleep: 1 night missed; not caught up (it had never run here before)",
+        "- the nightly sleep: 1 night missed; not caught up (it was not yet scheduled here)",
     ]
 
 

@@ -184,3 +184,37 @@ def test_parse_hhmm_rejects_nonsense() -> None:
     for bad in ("7", "24:00", "12:60", "ab:cd"):
         with pytest.raises(ValueError):
             parse_hhmm(bad)
+
+
+async def test_a_daemon_up_only_by_day_catches_its_first_missed_night_up(tmp_path: Path) -> None:
+    """Never up at 03:30, the nightly job never ran: a start after its first due time runs it."""
+    clock = FakeClock(datetime(2026, 3, 1, 8, 30, tzinfo=UTC))
+    runs: list[datetime] = []
+
+    async def job() -> None:
+        runs.append(clock.now())
+
+    async with await Database.open(tmp_path / "r.db") as db:
+        async with Scheduler(clock=clock, db=db, timezone="UTC", max_nap_s=3600) as s:
+            s.add_daily("nightly", job, at="03:30")
+            await _run_until(s, clock, datetime(2026, 3, 1, 18, 0, tzinfo=UTC))
+        assert runs == []
+        # Started again that evening: the night is still ahead, nothing to catch up.
+        clock.set(datetime(2026, 3, 1, 20, 0, tzinfo=UTC))
+        async with Scheduler(clock=clock, db=db, timezone="UTC", max_nap_s=3600) as s:
+            s.add_daily("nightly", job, at="03:30")
+            assert s.next_run("nightly") == datetime(2026, 3, 2, 3, 30, tzinfo=UTC)
+            await _run_until(s, clock, datetime(2026, 3, 1, 23, 0, tzinfo=UTC))
+        # The next morning: the night between was missed, and is caught up once.
+        clock.set(datetime(2026, 3, 2, 8, 30, tzinfo=UTC))
+        async with Scheduler(clock=clock, db=db, timezone="UTC", max_nap_s=3600) as s:
+            s.add_daily("nightly", job, at="03:30")
+            assert s.next_run("nightly") == clock.now()
+            await _run_until(s, clock, datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
+            assert s.last_run("nightly") == datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
+        assert len(runs) == 1
+        # A brand-new job on a home that ran before (a new feature's job) does not catch up.
+        clock.set(datetime(2026, 3, 5, 8, 30, tzinfo=UTC))
+        async with Scheduler(clock=clock, db=db, timezone="UTC", max_nap_s=3600) as s:
+            s.add_daily("another", job, at="03:30")
+            assert s.next_run("another") == datetime(2026, 3, 6, 3, 30, tzinfo=UTC)

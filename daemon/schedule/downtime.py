@@ -107,7 +107,7 @@ def nightly_line(m: MissedRuns, zone: tzinfo) -> str:
             "it" if m.count == 1 else "them all"
         )
     why = (
-        "it had never run here before"
+        "it was not yet scheduled here"
         if not m.ran_before
         else "it is not caught up"
         if not m.catch_up
