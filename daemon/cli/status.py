@@ -235,7 +235,7 @@ def _resource_lines(res: dict[str, Any] | None) -> list[str]:
     shown = f" ({', '.join(marks)})" if marks else ""
     store = (
         f" · database {res['db_mb']:.1f} MB + WAL {res['wal_mb']:.1f} MB"
-        if res.get("db_mb")
+        if res.get("db_mb") or res.get("wal_mb")  # a new home's file is a page or two
         else ""
     )
     kids = res.get("children", 0)
