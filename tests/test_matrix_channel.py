@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.channels.matrix_api import TIMELINE_LIMIT
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import FAKE_API_CONFIG, DaemonProcess, daemon_env, wait_until
@@ -103,6 +105,8 @@ def test_person_answered_once_stranger_ignored_restart_catches_up(
         daemon.stop()
 
 
+# Each starts its own Synapse (~15 s): run with `-m slow` until the server is shared.
+@pytest.mark.slow
 def test_the_homeserver_killed_and_back_mid_conversation(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
@@ -141,6 +145,8 @@ def _typing(server: Synapse, reader: Account, room: str) -> set[str]:
     return set(typing[-1]["content"]["user_ids"]) if typing else set()
 
 
+# Each starts its own Synapse (~15 s): run with `-m slow` until the server is shared.
+@pytest.mark.slow
 def test_a_restart_during_a_reply_answers_once_after_it(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
@@ -182,6 +188,8 @@ def test_a_restart_during_a_reply_answers_once_after_it(
             daemon.stop()
 
 
+# Each starts its own Synapse (~15 s): run with `-m slow` until the server is shared.
+@pytest.mark.slow
 def test_an_approval_is_asked_and_answered_in_the_room(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
@@ -222,6 +230,8 @@ def test_an_approval_is_asked_and_answered_in_the_room(
             daemon.stop()
 
 
+# Each starts its own Synapse (~15 s): run with `-m slow` until the server is shared.
+@pytest.mark.slow
 def test_more_sent_while_down_than_one_sync_carries_is_answered_in_order(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
