@@ -6,6 +6,9 @@ from an allowed sender goes into the trunk's durable inbox exactly like a socket
 the reply goes back to its room as one message when the turn is done (split at paragraph
 boundaries when long), with a typing indicator while the turn runs.
 
+Size: the sync loop, the reply outbox and the room-history catch-up share one state (the
+sync position, the seen events, the pending replies); split with the courier work to come.
+
 Exactly once, across restarts, reconnects and replayed syncs:
 
 - Every event taken is recorded in `seen.jsonl` (event id, room, turn id) after the inbox has
