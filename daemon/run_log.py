@@ -14,7 +14,6 @@ oldest session's start to this start, so that time reads as unknown rather than 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 
 import anyio
@@ -23,6 +22,9 @@ from anyio.abc import TaskStatus
 from daemon.clock import Clock
 from daemon.log import get_logger
 from daemon.store.db import Database
+from daemon.store.runs import Run, RunsRepo
+
+__all__ = ["Run", "RunLog"]
 
 log = get_logger("run_log")
 
@@ -30,20 +32,6 @@ log = get_logger("run_log")
 SEEN_EVERY_S = 60.0
 # The longest a clean stop waits to record itself.
 STOP_BUDGET_S = 5.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Run:
-    id: str
-    started_at: datetime
-    seen_at: datetime
-    stopped_at: datetime | None
-    ended: str | None  # None while it runs | stopped | lost | unrecorded
-
-    @property
-    def until(self) -> datetime:
-        """When it stopped, or the last time it was seen running."""
-        return self.stopped_at or self.seen_at
 
 
 class RunLog:
@@ -58,6 +46,7 @@ class RunLog:
         seen_every_s: float = SEEN_EVERY_S,
     ) -> None:
         self.db = db
+        self.rows = RunsRepo(db)
         self.clock = clock
         self.seen_every_s = seen_every_s
         # When the services began to start: trunk sessions older than this are an earlier life.
@@ -66,56 +55,37 @@ class RunLog:
 
     async def begin(self) -> str:
         """Close the runs a crash left open, account for an unrecorded past, open this run."""
-        now = self.clock.now().isoformat()
-        lost = await self.db.fetchall(
-            "SELECT id, seen_at FROM daemon_runs WHERE stopped_at IS NULL ORDER BY started_at"
-        )
-        for run_id, seen in lost:
-            await self.db.execute(
-                "UPDATE daemon_runs SET stopped_at = ?, ended = 'lost' WHERE id = ?",
-                (seen, run_id),
-            )
-            log.warning("the last run ended without a clean stop", run=run_id, last_seen=seen)
-        if await self.db.fetchone("SELECT 1 FROM daemon_runs LIMIT 1") is None:
+        now = self.clock.now()
+        for run in await self.rows.open_runs():
+            seen = run.seen_at.isoformat()
+            await self.rows.close(run.id, at=seen, ended="lost")
+            log.warning("the last run ended without a clean stop", run=run.id, last_seen=seen)
+        if not await self.rows.any_run():
             await self._unrecorded_past()
         run_id = "run-" + uuid.uuid4().hex[:12]
-        await self.db.execute(
-            "INSERT INTO daemon_runs(id, started_at, seen_at) VALUES (?, ?, ?)",
-            (run_id, self.started_at.isoformat(), now),
-        )
+        await self.rows.start(run_id, started_at=self.started_at, seen_at=now)
         self.current = run_id
         return run_id
 
     async def _unrecorded_past(self) -> None:
-        row = await self.db.fetchone(
-            "SELECT MIN(started_at) FROM sessions WHERE kind = 'trunk' AND started_at < ?",
-            (self.started_at.isoformat(),),
-        )
-        oldest = row[0] if row else None
+        oldest = await self.rows.oldest_trunk_session_before(self.started_at)
         if oldest:
             end = self.started_at.isoformat()
-            await self.db.execute(
-                "INSERT INTO daemon_runs(id, started_at, seen_at, stopped_at, ended)"
-                " VALUES (?, ?, ?, ?, 'unrecorded')",
-                ("run-unrecorded", oldest, end, end),
+            await self.rows.add_closed(
+                "run-unrecorded", started_at=oldest, stopped_at=end, ended="unrecorded"
             )
 
     async def seen(self) -> None:
         """Write that this run is still running, now."""
         if self.current is not None:
-            await self.db.execute(
-                "UPDATE daemon_runs SET seen_at = ? WHERE id = ?",
-                (self.clock.now().isoformat(), self.current),
-            )
+            await self.rows.seen(self.current, self.clock.now())
 
     async def end(self) -> None:
         """Close this run as a clean stop."""
         if self.current is None:
             return
-        now = self.clock.now().isoformat()
-        await self.db.execute(
-            "UPDATE daemon_runs SET seen_at = ?, stopped_at = ?, ended = 'stopped' WHERE id = ?",
-            (now, now, self.current),
+        await self.rows.close(
+            self.current, at=self.clock.now().isoformat(), ended="stopped", seen=True
         )
         self.current = None
 
@@ -155,20 +125,4 @@ class RunLog:
 
     async def runs(self, since: datetime) -> list[Run]:
         """The runs (and the unrecorded span) that reach into the time from `since` on."""
-        rows = await self.db.fetchall(
-            "SELECT id, started_at, seen_at, stopped_at, ended FROM daemon_runs"
-            " WHERE stopped_at IS NULL OR stopped_at >= ? OR seen_at >= ? ORDER BY started_at",
-            (since.isoformat(), since.isoformat()),
-        )
-        out = []
-        for run_id, began, seen, stopped, ended in rows:
-            out.append(
-                Run(
-                    id=str(run_id),
-                    started_at=datetime.fromisoformat(began),
-                    seen_at=datetime.fromisoformat(seen),
-                    stopped_at=datetime.fromisoformat(stopped) if stopped else None,
-                    ended=ended,
-                )
-            )
-        return out
+        return await self.rows.reaching(since)

@@ -6,7 +6,6 @@ missing from the table costs 0 and is logged once, so a local model never trips 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from daemon.clock import Clock, SystemClock
@@ -15,6 +14,7 @@ from daemon.models.base import Usage
 from daemon.settings import Price, SpendSettings
 from daemon.store.db import Database
 from daemon.store.postgres import StoreAway
+from daemon.store.usage import DaySpend, UsageEntry, UsageRepo
 
 log = get_logger("ledger")
 
@@ -41,28 +41,12 @@ def price_for(model: str, prices: dict[str, Price]) -> Price | None:
     return prices.get(best) if best else None
 
 
-@dataclass(frozen=True, kw_only=True)
-class DaySpend:
-    day: str
-    cost_usd: float
-    calls: int
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-
-    @property
-    def cache_hit_rate(self) -> float:
-        """Share of prompt tokens served from the provider's cache."""
-        total = self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
-        return self.cache_read_tokens / total if total else 0.0
-
-
 class UsageLedger:
     """Records usage rows and answers spend questions. Safe to share between roles."""
 
     def __init__(self, db: Database, spend: SpendSettings, clock: Clock | None = None) -> None:
         self.db = db
+        self.rows = UsageRepo(db)
         self.spend = spend
         self.clock = clock or SystemClock()
         self._unpriced: set[str] = set()
@@ -98,24 +82,21 @@ class UsageLedger:
         now = self.clock.now()
         # Spend is never lost: while a PostgreSQL server is away the row is queued in the home
         # and applied when it is back; the cap meanwhile counts it from `_away_spend`.
-        applied = await self.db.write(
-            "INSERT INTO usage_ledger(ts, day, role, provider, model, input_tokens, output_tokens,"
-            " cache_read_tokens, cache_write_tokens, cost_usd, session_id, turn_id)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                now.isoformat(),
-                self._day(now),
-                role,
-                provider,
-                model,
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.cache_read_tokens,
-                usage.cache_write_tokens,
-                cost,
-                session_id,
-                turn_id,
-            ),
+        applied = await self.rows.add(
+            UsageEntry(
+                ts=now.isoformat(),
+                day=self._day(now),
+                role=role,
+                provider=provider,
+                model=model,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost_usd=cost,
+                session_id=session_id,
+                turn_id=turn_id,
+            )
         )
         if not applied:
             day = self._day(now)
@@ -123,44 +104,11 @@ class UsageLedger:
         return cost
 
     async def today(self) -> DaySpend:
-        day = self._day()
-        row = await self.db.fetchone(
-            "SELECT COALESCE(SUM(cost_usd),0), COUNT(*), COALESCE(SUM(input_tokens),0),"
-            " COALESCE(SUM(output_tokens),0), COALESCE(SUM(cache_read_tokens),0),"
-            " COALESCE(SUM(cache_write_tokens),0) FROM usage_ledger WHERE day = ?",
-            (day,),
-        )
-        return DaySpend(
-            day=day,
-            cost_usd=float(row[0]),
-            calls=int(row[1]),
-            input_tokens=int(row[2]),
-            output_tokens=int(row[3]),
-            cache_read_tokens=int(row[4]),
-            cache_write_tokens=int(row[5]),
-        )
+        return await self.rows.day(self._day())
 
     async def days(self, since: str) -> list[DaySpend]:
         """Spend per day from `since` (a local date, ISO) on, oldest first; days with no calls left out."""
-        rows = await self.db.fetchall(
-            "SELECT day, COALESCE(SUM(cost_usd),0), COUNT(*), COALESCE(SUM(input_tokens),0),"
-            " COALESCE(SUM(output_tokens),0), COALESCE(SUM(cache_read_tokens),0),"
-            " COALESCE(SUM(cache_write_tokens),0) FROM usage_ledger WHERE day >= ?"
-            " GROUP BY day ORDER BY day",
-            (since,),
-        )
-        return [
-            DaySpend(
-                day=str(r[0]),
-                cost_usd=float(r[1]),
-                calls=int(r[2]),
-                input_tokens=int(r[3]),
-                output_tokens=int(r[4]),
-                cache_read_tokens=int(r[5]),
-                cache_write_tokens=int(r[6]),
-            )
-            for r in rows
-        ]
+        return await self.rows.days_since(since)
 
     async def allows(self, *, essential: bool) -> tuple[bool, str]:
         """May a call of this kind run now? Returns (allowed, reason when not)."""

@@ -34,6 +34,7 @@ from daemon.schedule.keeper import MissedFiring, ScheduleKeeper, lateness
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.scheduler import MissedRuns, Scheduler
 from daemon.store.db import Database
+from daemon.store.runs import RunsRepo
 
 log = get_logger("downtime")
 
@@ -56,17 +57,13 @@ class Downtime:
 
 async def last_downtime(db: Database, started_at: datetime) -> Downtime | None:
     """The time down before the run that started at `started_at` (None: no run before it)."""
-    row = await db.fetchone(
-        "SELECT id, seen_at, stopped_at, ended FROM daemon_runs"
-        " WHERE started_at < ? AND stopped_at IS NOT NULL ORDER BY started_at DESC LIMIT 1",
-        (started_at.isoformat(),),
-    )
-    if row is None or row[3] == "unrecorded":
+    run = await RunsRepo(db).last_closed_before(started_at)
+    if run is None or run.ended == "unrecorded":
         return None
-    since = _utc(str(row[2] or row[1]))
+    since = _aware(run.until)
     if since >= started_at:
         return None
-    return Downtime(run_id=str(row[0]), since=since, until=started_at, ended=str(row[3] or ""))
+    return Downtime(run_id=run.id, since=since, until=started_at, ended=run.ended or "")
 
 
 def _day(when: datetime, zone: tzinfo) -> str:
@@ -251,6 +248,5 @@ class DowntimeAccount:
         return notice
 
 
-def _utc(value: str) -> datetime:
-    when = datetime.fromisoformat(value)
+def _aware(when: datetime) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

@@ -1,0 +1,170 @@
+"""The repositories under `daemon/store/`: one contract each, on SQLite and on PostgreSQL.
+
+Every test runs twice, on a SQLite file and on a database of the real PostgreSQL server the
+suite already starts (tests/postgres_server.py). Each backend's store is migrated once per
+module and each test clears the tables it uses, so the pair stays fast.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from daemon.store.db import Database
+from daemon.store.runs import RunsRepo
+from daemon.store.usage import UsageEntry, UsageRepo
+from tests.postgres_server import database_url, pg_server  # noqa: F401
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+class Store:
+    """One migrated store of a backend; `open()` gives a handle with `tables` emptied."""
+
+    def __init__(self, path: Path, url: str | None) -> None:
+        self.path = path
+        self.url = url
+
+    @asynccontextmanager
+    async def open(self, *tables: str) -> AsyncIterator[Database]:
+        with anyio.fail_after(30):
+            db = await Database.open(self.path, url=self.url, namespace="repos", migrate=False)
+        async with db:
+            for table in tables:
+                await db.execute(f"DELETE FROM {table}")
+            yield db
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Store]:
+    path = tmp_path_factory.mktemp(request.param) / "reverie.db"
+    url: str | None = None
+    if request.param == "postgresql":
+        import psycopg
+
+        server: str = request.getfixturevalue("pg_server")
+        name = f"r_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        url = database_url(server, name)
+
+    async def migrate() -> None:
+        async with await Database.open(path, url=url, namespace="repos"):
+            pass
+
+    anyio.run(migrate)
+    try:
+        yield Store(path, url)
+    finally:
+        if url is not None:
+            import psycopg
+
+            with psycopg.connect(request.getfixturevalue("pg_server"), autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+
+
+def call(day: str, cost: float, **kw: Any) -> UsageEntry:
+    fields: dict[str, Any] = {
+        "ts": f"{day}T10:00:00+00:00",
+        "day": day,
+        "role": "trunk",
+        "provider": "anthropic",
+        "model": "claude",
+        "input_tokens": 100,
+        "output_tokens": 10,
+        "cache_read_tokens": 300,
+        "cache_write_tokens": 0,
+        "cost_usd": cost,
+    }
+    fields.update(kw)
+    return UsageEntry(**fields)
+
+
+# ----- usage ledger -----------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_usage_sums_a_day_and_lists_days_in_order(store: Store) -> None:
+    async with store.open("usage_ledger") as db:
+        usage = UsageRepo(db)
+        assert await usage.add(call("2026-03-02", 0.25, session_id="s1", turn_id="t1"))
+        assert await usage.add(call("2026-03-02", 0.5, role="sleep", cache_read_tokens=0))
+        assert await usage.add(call("2026-03-01", 1.0))
+        assert await usage.add(call("2026-02-27", 9.0))
+
+        day = await usage.day("2026-03-02")
+        assert (day.calls, day.cost_usd, day.input_tokens, day.output_tokens) == (2, 0.75, 200, 20)
+        assert day.cache_read_tokens == 300 and day.cache_hit_rate == 0.6
+        empty = await usage.day("2026-03-05")
+        assert (empty.calls, empty.cost_usd, empty.cache_hit_rate) == (0, 0.0, 0.0)
+
+        days = await usage.days_since("2026-03-01")
+        assert [(d.day, d.calls, d.cost_usd) for d in days] == [
+            ("2026-03-01", 1, 1.0),
+            ("2026-03-02", 2, 0.75),
+        ]
+
+
+# ----- daemon runs ------------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_runs_open_close_and_reach_into_a_window(store: Store) -> None:
+    async with store.open("daemon_runs") as db:
+        runs = RunsRepo(db)
+        assert not await runs.any_run()
+        await runs.start("run-a", started_at=T0, seen_at=T0)
+        await runs.seen("run-a", T0 + timedelta(minutes=5))
+        await runs.start("run-b", started_at=T0 + timedelta(hours=1), seen_at=T0)
+        assert await runs.any_run()
+        opened = await runs.open_runs()
+        assert [r.id for r in opened] == ["run-a", "run-b"]
+        assert opened[0].seen_at == T0 + timedelta(minutes=5) and opened[0].stopped_at is None
+
+        # A lost run closes at its last sign of life; a clean stop moves `seen_at` with it.
+        await runs.close("run-a", at=opened[0].seen_at.isoformat(), ended="lost")
+        stop = T0 + timedelta(hours=2)
+        await runs.close("run-b", at=stop.isoformat(), ended="stopped", seen=True)
+        assert await runs.open_runs() == []
+
+        last = await runs.last_closed_before(T0 + timedelta(hours=3))
+        assert last is not None and (last.id, last.ended, last.until) == ("run-b", "stopped", stop)
+        before_b = await runs.last_closed_before(T0 + timedelta(minutes=30))
+        assert before_b is not None and before_b.id == "run-a"
+        assert before_b.until == T0 + timedelta(minutes=5)
+        assert await runs.last_closed_before(T0) is None
+
+        # Reaching into a window: stopped or seen in it, or still open.
+        assert [r.id for r in await runs.reaching(T0 + timedelta(minutes=30))] == ["run-b"]
+        assert [r.id for r in await runs.reaching(T0)] == ["run-a", "run-b"]
+        await runs.add_closed(
+            "run-unrecorded",
+            started_at=(T0 - timedelta(days=3)).isoformat(),
+            stopped_at=T0.isoformat(),
+            ended="unrecorded",
+        )
+        reaching = await runs.reaching(T0 - timedelta(days=1))
+        assert [r.id for r in reaching] == ["run-unrecorded", "run-a", "run-b"]
+
+
+@pytest.mark.anyio
+async def test_runs_find_the_oldest_trunk_session_before_a_time(store: Store) -> None:
+    async with store.open("sessions") as db:
+        runs = RunsRepo(db)
+        assert await runs.oldest_trunk_session_before(T0) is None
+        for sid, kind, began in (
+            ("trunk-1", "trunk", T0 - timedelta(days=2)),
+            ("fork-1", "fork", T0 - timedelta(days=5)),
+            ("trunk-2", "trunk", T0 + timedelta(days=1)),
+        ):
+            await db.execute(
+                "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)",
+                (sid, kind, f"{sid}.jsonl", began.isoformat()),
+            )
+        assert await runs.oldest_trunk_session_before(T0) == (T0 - timedelta(days=2)).isoformat()
+        assert await runs.oldest_trunk_session_before(T0 - timedelta(days=3)) is None
