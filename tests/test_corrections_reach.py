@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.context.layers import CUT_MARKER, cut_at_sentence, sentences
 from daemon.memory.api import MemoryItem
 from daemon.memory.corrections import Correction, Corrections, with_notes
 from daemon.schedule.greeting import MorningGreeting
@@ -53,10 +54,6 @@ def _never_alone(text: str) -> None:
             assert "rooibos" in line.lower(), f"the old value alone: {line!r}"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known gap since the new context layers (issue 37): a layer quoting the last dream's or a summary's narrative can show the old value without its note; to fix next",
-)
 def test_a_correction_is_marked_in_recall_context_and_wake(tmp_path: Path) -> None:
     home = tmp_path / "home"
     d = DaemonProcess(home=home, env=daemon_env()).start()
@@ -151,3 +148,30 @@ async def test_the_greeting_quotes_an_open_matter_with_its_correction(tmp_path: 
     [order] = [line for line in notice.text.splitlines() if "Order more" in line]
     assert order.endswith("[corrected 2026-01-06: favourite tea is now rooibos, was earl grey]")
     assert "Call the plumber about the boiler." in notice.text
+
+
+def test_a_cut_to_fit_keeps_a_sentence_s_citation_and_its_line_s_correction_note() -> None:
+    """A layer cut at a sentence (the last dream's reflection) keeps the bracketed citation and
+    note after the sentence, splits no sentence at a full stop inside a note, and a cut in the
+    middle of a line still carries the note that stands at the line's end."""
+    note = "[corrected 2026-11-28: favourite tea is now rooibos from St. Ives, was earl grey]"
+    body = (
+        f"What happened:\n- The person drinks earl grey. [summary:s1] {note}\n"
+        f"- my favourite tea is earl grey [fact:1] {note}\n"
+        f"- Her tea is earl grey. She drinks a pot every morning before work. {note}\n"
+        "- The boiler was fixed on Tuesday. The plumber came at nine."
+    )
+    assert f"- The person drinks earl grey. [summary:s1] {note}\n" in sentences(body)
+    assert all(p.count("[") == p.count("]") for p in sentences(body))
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    for budget in range(words(CUT_MARKER) + 3, words(body)):
+        cut = cut_at_sentence(body, budget, words)
+        if cut is None:
+            continue
+        assert words(cut) <= budget
+        for line in cut.splitlines():
+            if "earl grey" in line:
+                assert note in line, (budget, line)

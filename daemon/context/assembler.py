@@ -132,6 +132,9 @@ _COUNT_CACHE_MAX = 20_000
 # The `away` layer speaks when the person last wrote at least this long before the message.
 AWAY_AFTER = timedelta(hours=12)
 AWAY_WORDS = 120  # characters of the person's last message shown
+# Layers quoting what was written earlier, marked where a line states a value since corrected
+# (summaries, months and recalled chunks come marked from memory; facts are current values).
+_MARKED = ("wake", "reflection", "handover", "threads", "topics", "journal")
 # An earlier day of the journal layer is shown in about this many characters.
 JOURNAL_DAY_CHARS = 200
 
@@ -350,6 +353,7 @@ class ContextAssembler:
         chosen = [s for s in scores if s.selected]
         layers["topics"] = self._topics_layer(chosen)
         layers["journal"] = self._journal_layer(notes, why)
+        await self._mark_corrected(layers, notes, skipped)
         if skipped:
             layers["time"].entries.append(Entry(key="store-away", body=STORE_AWAY_NOTICE, rank=1))
         return _Draft(
@@ -402,6 +406,27 @@ class ContextAssembler:
         return result
 
     # -- memory access ---------------------------------------------------------------------
+
+    async def _mark_corrected(
+        self, layers: dict[str, Layer], notes: list[str], skipped: dict[str, str]
+    ) -> None:
+        """Text written before a correction (the letter, the last dream, a handover, the open
+        threads, topic notes, the journal) shows an old value only with its correction note:
+        each such line is marked here, before the fit, so the note is counted and kept."""
+        entries = [(n, i) for n in _MARKED for i, _ in enumerate(layers[n].entries)]
+        if not entries or self.view is None or skipped:
+            return
+        bodies = [layers[n].entries[i].body for n, i in entries]
+        try:
+            marked = await self.view.mark_corrected(bodies)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:  # a layer unmarked beats a turn failed; said in the report
+            notes.append(f"corrections: not marked ({type(exc).__name__}: {exc})")
+            return
+        for (n, i), body, new in zip(entries, bodies, marked, strict=True):
+            if new != body:
+                layers[n].entries[i] = replace(layers[n].entries[i], body=new)
 
     async def _ask(
         self,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
+from daemon.memory.corrections import notes_in
 
 Count = Callable[[str], int]
 
@@ -30,7 +31,9 @@ CUT_MARKER = "[… cut here to fit the context budget; recall the full text if n
 _TAG_OPEN = re.compile(r"<(?=[/!?|]|[^\W\d_])")
 # What stands in for it: reads as an angle bracket, parses as nothing.
 LOOKALIKE_LT = "\u2039"
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|\n\s*")
+# A sentence ends after its closing punctuation and any bracketed citations or notes that
+# follow it on its line ("… before work. [summary:s1] [corrected …]"): a cut keeps them with it.
+_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*(?:[ \t]+\[[^\]\n]*\])*\s+|\n\s*")
 _ATTR_BAD = re.compile(r'["<>\n\r]')
 
 DISCIPLINE = """## Memory discipline
@@ -234,6 +237,9 @@ def sentences(text: str) -> list[str]:
     out: list[str] = []
     start = 0
     for match in _SENTENCE_END.finditer(text):
+        line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+        if line.count("[") > line.count("]") and "\n" not in match.group():
+            continue  # a full stop inside a bracketed note or citation ends no sentence
         out.append(text[start : match.end()])
         start = match.end()
     if start < len(text):
@@ -253,7 +259,11 @@ def cut_at_sentence(body: str, budget: int, count: Count) -> str | None:
     lo, hi, best = 1, len(pieces) - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
-        candidate = "".join(pieces[:mid]).rstrip() + " " + CUT_MARKER
+        kept = "".join(pieces[:mid])
+        # A correction note stands at the end of its line: a cut inside the line keeps it.
+        rest = "".join(pieces[mid:]).split("\n", 1)[0] if not kept.endswith("\n") else ""
+        notes = " ".join(n for n in notes_in(rest) if n not in kept.rsplit("\n", 1)[-1])
+        candidate = kept.rstrip() + (" " + notes if notes else "") + " " + CUT_MARKER
         if count(candidate) <= budget:
             best, lo = candidate, mid + 1
         else:

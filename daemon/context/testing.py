@@ -63,6 +63,10 @@ class ListMemoryView:
         self.calls.append(("recent_facts", limit))
         return self._by_kind["fact"][:limit]
 
+    async def mark_corrected(self, texts: list[str]) -> list[str]:
+        """A list holds no superseded facts: nothing to mark."""
+        return texts
+
     async def last_person_word(
         self, now: datetime, *, answering: str | None = None
     ) -> LastWord | None:

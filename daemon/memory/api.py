@@ -93,3 +93,8 @@ class MemoryView(Protocol):
         """The person's newest message up to `now`, passing over `answering` — the message
         being answered, when it is the newest (None: they never wrote)."""
         ...
+
+    async def mark_corrected(self, texts: list[str]) -> list[str]:
+        """`texts` (what was written before: a dream, the journal, a handover) with a note
+        after each line that states a value since corrected (`daemon.memory.corrections`)."""
+        ...

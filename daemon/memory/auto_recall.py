@@ -95,6 +95,13 @@ class IndexMemoryView:
         """The person's newest message before the one being answered (`last_word`)."""
         return await last_person_word(self.index.db, now, answering=answering)
 
+    async def mark_corrected(self, texts: list[str]) -> list[str]:
+        """Each text with a note after each line stating a value since corrected."""
+        if not any(texts):
+            return texts
+        marks = await Corrections.load(self.index.db)
+        return [marks.mark(text) for text in texts]
+
     async def auto_recall(
         self,
         prompt: str,

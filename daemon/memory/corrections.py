@@ -16,6 +16,9 @@ the value holding now already tells the change and is left as it is; so is a lin
 after the correction (it was written knowing it). Retracted facts are not marked: they have
 no value holding now to point to. `WAKE.md` is marked when it is written, and again when a
 correction is made during the day (`mark_file`), since every turn reads it until the next wake.
+The context's layers that quote earlier text (the letter, the last dream's reflection, a
+handover, open threads, topics, the journal digest) are marked as each turn assembles them
+(`MemoryView.mark_corrected`), before they are cut to fit; a cut keeps a line's note.
 
 The superseded facts are read from the index (`memories.superseded_by`), once per index
 generation; marking a text is a substring test per correction, then a regex on a hit.
