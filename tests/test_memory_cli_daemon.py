@@ -224,6 +224,20 @@ def test_forwarding_imports_nothing_heavy(tmp_path: Path, daemon: DaemonProcess)
     assert r.returncode == 0 and "D2:1" in r.stdout, r.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()}
     assert not imported & {"numpy", "anyio", "pydantic", "daemon.settings"}, sorted(imported)
+    # `reverie status` is asked of the running daemon the same way (a cold status at 0.03
+    # CPU-seconds, not the 0.6 of loading the settings, the store and the sleep cycle).
+    for form in ([], ["--json"]):
+        status_probe = probe.replace(
+            "['memory', 'search', 'sunrise lake', '--home', "
+            f"{str(home)!r}, '--json', '--kind', 'chunk', '--k', '5']",
+            f"['status', '--home', {str(home)!r}, *{form!r}]",
+        )
+        r = _python("-c", status_probe)
+        assert "HEAVY [] CODE 0" in r.stderr, r.stderr
+        if form:
+            assert json.loads(r.stdout)["running"] is True
+        else:
+            assert r.stdout.startswith("state:        awake"), r.stdout
     assert daemon.stop() == 0
     # With no daemon the same call takes the direct path (and imports what it needs).
     r = _python("-c", probe)

@@ -44,6 +44,7 @@ COMMAND_OWNERS = {
     "notices": "daemon.cli.notices",
     "permissions": "daemon.cli.permissions",
     "schedule": "daemon.cli.schedule",
+    "status": "daemon.cli.status",
     "web": "daemon.cli.web",
 }
 

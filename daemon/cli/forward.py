@@ -1,8 +1,10 @@
-"""Hand `memory search | import`, `remember` and `recall` to the running daemon (standard library only).
+"""Hand `memory search | import`, `remember`, `recall` and `status` to the running daemon.
+
+Standard library only.
 
 `reverie` calls `forward(args)` once argparse has read the command line, before it imports
 anything heavy. When the command is one of
-these four and a daemon listens on the home's socket, the command is sent there (where the
+these five and a daemon listens on the home's socket, the command is sent there (where the
 embedding model and the vector matrix are warm) over the one client connection
 (`daemon.chat.link`, blocking: no event loop), the reply is printed exactly as the direct
 path prints it, and the exit code is returned. Otherwise — another command, no
@@ -93,12 +95,27 @@ def _recall(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _status(link: DaemonLink, args: argparse.Namespace, out: TextIO) -> int:
+    # Any trouble asking is the direct path's to handle: it asks again, then reads the store.
+    try:
+        frame = link.request("status", {}, timeout=10.0)
+    except ChatError:
+        raise _Fallback from None
+    if frame["type"] != "result":
+        raise _Fallback
+    from daemon.cli.status import print_status
+
+    print_status(frame.get("data") or {}, as_json=args.json, out=out)
+    return 0
+
+
 def forward(args: argparse.Namespace, out: TextIO | None = None) -> int | None:
-    """Run a parsed memory command through the running daemon; None when the CLI runs it itself."""
+    """Run a parsed memory command or `status` through the running daemon; None when the CLI
+    runs it itself."""
     if args.command == "memory":
         run = {"search": _search, "import": _import}.get(args.memory_command or "")
     else:
-        run = {"remember": _remember, "recall": _recall}.get(args.command or "")
+        run = {"remember": _remember, "recall": _recall, "status": _status}.get(args.command or "")
     if run is None:
         return None
     home = os.path.realpath(home_dir(args))

@@ -16,13 +16,13 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
 from daemon.cli.context import _open_threads, _open_view
+from daemon.cli.status import status_line
 from daemon.cli.support import CommandError, has_store, open_database, resolve_env
 from daemon.context.handover import (
     configured_trunk,
     handover_status,
     last_trunk_model,
     same_model,
-    status_line,
 )
 from daemon.context.letter import build_letter
 

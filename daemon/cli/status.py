@@ -5,14 +5,14 @@ The fields are `daemon.status`'s; this module asks for them and prints them.
 
 from __future__ import annotations
 
-import argparse
 import json
-from typing import Any
 
-from daemon.cli.locate import socket_for
-from daemon.cli.support import CommandError, resolve_env, unwritable
-from daemon.context.handover import status_line
-from daemon.store.errors import is_database_error
+# A running daemon's status is printed by `daemon.cli.forward` before anything heavy is
+# imported: this module's top level stays standard library only (tests/test_memory_cli_daemon.py counts).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -26,6 +26,9 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 async def cmd_status(args: argparse.Namespace) -> int:
     from daemon import status as status_mod
     from daemon.chat.client import ChatError, command
+    from daemon.cli.locate import socket_for
+    from daemon.cli.support import CommandError, resolve_env, unwritable
+    from daemon.store.errors import is_database_error
 
     env = resolve_env(args)
     sock = socket_for(env.home, env.settings.chat.socket)
@@ -46,11 +49,31 @@ async def cmd_status(args: argparse.Namespace) -> int:
             raise CommandError(
                 f"cannot read {env.home.db_file}: {why}" + (f" ({reason})" if reason else "")
             ) from None
-    if args.json:
-        print(json.dumps(data, indent=2, default=str))
-    else:
-        print(render(data))
+    print_status(data, as_json=args.json)
     return 0
+
+
+def print_status(data: dict[str, Any], *, as_json: bool, out: Any = None) -> None:
+    """What `reverie status` prints, the same from the forwarder and the direct path."""
+    text = json.dumps(data, indent=2, default=str) if as_json else render(data)
+    print(text, file=out)
+
+
+def status_line(info: dict[str, Any]) -> str:
+    """`handover:     anthropic:a → anthropic:b on 2026-11-28 (letter delivered …)`."""
+    on = str(info.get("at", ""))[:10]
+    state = (
+        "letter waits for the first turn"
+        if info.get("pending")
+        else f"letter delivered {str(info.get('delivered_at') or '')[:16].replace('T', ' ')}"
+    )
+    line = f"handover:     {info['from']} → {info['to']} on {on} ({state})"
+    before, after = info.get("exam_before"), info.get("exam_after")
+    if before or after:
+        b = f"{before['score']:g}" if before else "none"
+        a = f"{after['score']:g}" if after else "not yet"
+        line += f" · self-exam {b} on the old model, {a} on the new"
+    return line
 
 
 def render(status: dict[str, Any]) -> str:

@@ -163,23 +163,6 @@ async def handover_status(db: Database) -> dict[str, Any] | None:
     return out
 
 
-def status_line(info: dict[str, Any]) -> str:
-    """`handover:     anthropic:a → anthropic:b on 2026-11-28 (letter delivered …)`."""
-    on = str(info.get("at", ""))[:10]
-    state = (
-        "letter waits for the first turn"
-        if info.get("pending")
-        else f"letter delivered {str(info.get('delivered_at') or '')[:16].replace('T', ' ')}"
-    )
-    line = f"handover:     {info['from']} → {info['to']} on {on} ({state})"
-    before, after = info.get("exam_before"), info.get("exam_after")
-    if before or after:
-        b = f"{before['score']:g}" if before else "none"
-        a = f"{after['score']:g}" if after else "not yet"
-        line += f" · self-exam {b} on the old model, {a} on the new"
-    return line
-
-
 # -- the desk: noticing, pending, delivered ------------------------------------------------
 
 

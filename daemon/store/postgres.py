@@ -33,8 +33,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-import numpy as np
-
 from daemon.log import get_logger
 from daemon.store.dialect import Translator, is_named
 from daemon.store.outage import Breaker, rerun_safe
@@ -183,6 +181,8 @@ class PgCursor:
 
 def _adapt(conn: Any) -> None:
     """Teach one psycopg connection SQLite's value habits (see the module docstring)."""
+    # numpy only here: importing the store (every cold CLI command does) must not load it.
+    import numpy as np
     from psycopg import adapt, postgres, pq
 
     vector_oid = _type_oid(conn, "vector")
