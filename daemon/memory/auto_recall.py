@@ -29,10 +29,11 @@ from daemon.memory.corrections import Corrections, holding_now
 from daemon.memory.index import MemoryIndex
 from daemon.memory.last_word import LastWord, last_person_word
 from daemon.memory.months import focus_month, months_in_place
+from daemon.memory.newest import bearing, says_changed, standouts, subject_overlap
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
 from daemon.memory.rows import row_to_item
 from daemon.memory.search import undated
-from daemon.memory.slots import says_it_changed, slot_anchors
+from daemon.memory.slots import slot_anchors
 from daemon.memory.text import content_words
 from daemon.memory.uses import stale_weight
 from daemon.resources import forgettable
@@ -145,12 +146,17 @@ class IndexMemoryView:
         found = await self.index.search_plan(
             plan,
             k=max(12, limit * 3),
-            kinds=["fact", "profile", "summary", "chunk", "month"],
+            kinds=_RECALL_KINDS,
             vector_queries=1,
             fit=False,
             feedback=False,
         )
         found = [focus_month(item, wanted) for item in found]  # a month: the lines asked about
+        # What the vectors rank first over the whole store and stands clear of the rest is a
+        # candidate and relevant though its cosine is under the floor (`newest.standouts`).
+        stand, leads = await standouts(self.index, prompt, _RECALL_KINDS)
+        have = {i.id for i in found}
+        found += [i for i in stand if i.id not in have]
         embedder = self.index.embedder
         floor = getattr(embedder, "relevance_floor", VECTOR_FLOOR.get(embedder.name))
         near = await self.index.searcher.similarities(prompt, found) if floor is not None else {}
@@ -160,7 +166,7 @@ class IndexMemoryView:
             if wanted and wanted & _stems(text):
                 return True
             # What the vectors found counts though no word is shared (a paraphrase).
-            return floor is not None and near.get(item.id, -1.0) >= floor
+            return item.id in leads or (floor is not None and near.get(item.id, -1.0) >= floor)
 
         # The relevance floor: a memory shares a word with what was asked, or was found through
         # a name that a memory sharing one mentions (the second hop's chain: "my brother" →
@@ -168,6 +174,7 @@ class IndexMemoryView:
         # hit that shares nothing leads nowhere: "make me a sandwich" brings back nothing.
         chained = " ".join(i.text for i in found if relevant(i)).lower()
         now = self.index.clock.now()
+        top = max((i.score for i in found if i.id not in leads), default=0.0)
         out: list[MemoryItem] = []
         seen_text: set[str] = set()
         for item in found:
@@ -187,7 +194,10 @@ class IndexMemoryView:
             explicit = item.kind in ("fact", "profile")
             # A fact neither used nor said again for long weighs less (`daemon.memory.uses`).
             weight = (_EXPLICIT_BOOST if explicit else 1.0) * stale_weight(item, now, self.settings)
-            out.append(replace(item, score=item.score * weight))
+            score = item.score * weight
+            if item.id in leads:  # standing out by vector: among the best, not behind them
+                score = max(score, top)
+            out.append(replace(item, score=score))
         out.sort(key=_rank)
         # A message is its own chunk and sits in the windows that overlap it: each is shown
         # once, by the best-ranked memory that holds it, and a window only by the lines that
@@ -219,7 +229,7 @@ class IndexMemoryView:
             used += cost
         # A message shown with what was said of the same thing later, when that says it
         # changed though no fact holds either; the last unlabelled items make room for it.
-        chosen = await self._said_later(chosen, wanted)
+        chosen = await self._said_later(chosen, wanted, prompt)
         while sum(count_tokens(i.text) for i in chosen) > budget:
             spare = [k for k, i in enumerate(chosen) if "said_later" not in i.meta]
             if not spare:
@@ -267,7 +277,7 @@ class IndexMemoryView:
         return [replace(i, text=labelled[i.id]) if i.id in labelled else i for i in items]
 
     async def _said_later(
-        self, items: list[MemoryItem], wanted: frozenset[str]
+        self, items: list[MemoryItem], wanted: frozenset[str], prompt: str
     ) -> list[MemoryItem]:
         """`items`, a message among them followed by the latest later sentence that says the
         thing it speaks of changed ("internally the project is called Marigold" … [said later,
@@ -283,17 +293,29 @@ class IndexMemoryView:
         message before it, so the old value is never shown alone as if it held.
         """
         shown = {m for i in items for m in i.message_ids}
+        # A change already among the items is still put first beside what it changed (once).
+        labelled: set[str] = set()
         out = list(items)
-        # Messages that speak of the same thing share one lookup, from the earliest of them.
+        # Messages that speak of the same thing share one lookup, from the earliest of them;
+        # a memory found by vector alone speaks of what its sentence nearest the question does.
         subjects: dict[frozenset[str], list[tuple[int, datetime]]] = {}
+        bears: dict[frozenset[str], list[str]] = {}
         for pos, item in enumerate(items):
+            if item.kind not in _LATER_KINDS or item.ts is None:
+                continue
             subject = wanted & _stems(item.text)
-            if item.kind == "chunk" and item.ts is not None and subject:
-                subjects.setdefault(subject, []).append((pos, item.ts))
+            said = await bearing(self.index, prompt, undated(item.text), wanted, subject)
+            key = subject or frozenset(w for s in said for w in asked_stems(s))
+            if key:
+                subjects.setdefault(key, []).append((pos, item.ts))
+                bears.setdefault(key, []).extend(said)
         for subject, dated in list(subjects.items())[:_LATER_LOOKUPS]:
+            # The question's words it uses, and the words of its sentences that bear on the
+            # question: the later sentence of a change may share only the latter ("Leith").
+            said = bears.get(subject, [])
             words = [
                 w for p, _ in dated for w in content_words(items[p].text) if _stems(w) & subject
-            ]
+            ] + [w for s in said for w in content_words(s)]
             since = min(ts for _, ts in dated)
             later = await self.index.search(
                 " ".join(dict.fromkeys(words)),
@@ -302,18 +324,23 @@ class IndexMemoryView:
                 mode="lexical",
                 after=since + timedelta(seconds=1),
             )
-            changes: list[tuple[datetime, MemoryItem, str]] = []
+            changes: list[tuple[bool, datetime, MemoryItem, str]] = []
             for cand in later:
-                if cand.ts is None or set(cand.message_ids) & shown:
+                if cand.ts is None or set(cand.message_ids) & labelled:
                     continue
                 for m in _SENTENCE_END.finditer(undated(cand.text)):
                     sentence = m.group(0).strip()
-                    if subject & _stems(sentence) and says_it_changed(sentence):
-                        changes.append((cand.ts, cand, sentence))
+                    if not says_changed(sentence):
+                        continue
+                    # The same subject: two content words or a name of a sentence recalled.
+                    strong = any(subject_overlap(sentence, s) >= 2 for s in said)
+                    if strong or (subject & _stems(sentence) and not set(cand.message_ids) & shown):
+                        changes.append((strong, cand.ts, cand, sentence))
                         break
             if not changes:
                 continue
-            when, cand, sentence = max(changes, key=lambda c: c[0])  # the latest word of it
+            # The latest word of it, the same subject's before a shared question word's.
+            _, when, cand, sentence = max(changes, key=lambda c: (c[0], c[1]))
             if count_tokens(sentence) > _LATER_TOKENS:
                 sentence = _clip_tokens(sentence, _LATER_TOKENS)
             label = f"[said later, {when.day} {when:%B %Y}: {sentence}]"
@@ -322,17 +349,21 @@ class IndexMemoryView:
             if not before:
                 continue
             item = out[before[0]]
+            # The newest word first, what it follows marked as earlier.
             out[before[0]] = replace(
                 item,
-                text=f"{item.text}\n{label}",
+                text=f"{label}\nearlier: {item.text}",
                 message_ids=(*item.message_ids, *cand.message_ids),
                 meta={**item.meta, "said_later": cand.id},
             )
             shown |= set(cand.message_ids)
+            labelled |= set(cand.message_ids)
         return out
 
 
-_LATER_LOOKUPS = 3  # subjects a turn looks for later words about (one BM25 pass each)
+_RECALL_KINDS = ("fact", "profile", "summary", "chunk", "month")
+_LATER_LOOKUPS = 4  # subjects a turn looks for later words about (one BM25 pass each)
+_LATER_KINDS = ("chunk", "fact", "summary", "month")
 _LATER_CANDIDATES = 20
 _LATER_TOKENS = 40
 

@@ -1,0 +1,115 @@
+"""The newest word on a subject, for automatic recall: paraphrases that stand out, and changes.
+
+Two things automatic recall needs as a store grows for years, neither of which a fact must
+hold:
+
+- **A paraphrase that stands out** (`standouts`). A question that shares no word with what
+  was said ("what should I brew if I want my usual cuppa?" / "my favourite tea lately is
+  genmaicha") is found by vector alone, and a sentence said in passing inside a longer message
+  sits well below the relevance floor's absolute cosine (0.33–0.42 for MiniLM, where the floor
+  is 0.45), so the floor cut it, and the lexical side's hits took its place among the
+  candidates. What tells it apart from an unrelated best hit is not its cosine but its lead:
+  the memory the vectors rank first over the whole store stands clear of the tenth
+  (`STANDOUT`: MiniLM paraphrases led the tenth by 0.08–0.15, the best hit of an unrelated
+  request — "make me a sandwich", "tell me a joke", "write a haiku" — by 0.02–0.06). A memory
+  that leads so, above a lower floor, is a candidate and relevant.
+- **The sentence that changed it** (`subject_overlap`, `says_changed`). A sentence recalled by
+  the question's words ("the plan is to buy a flat in Leith" for "where are we hoping to buy a
+  place?") may share no word of the question with the later sentence that changed it ("we
+  gave up on Leith, now we're looking at flats in Grünerløkka"): what they share is the
+  subject — two content words, or a name. A later sentence that shares so with the recalled
+  one and says something changed is the newest word on it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import replace
+
+from daemon.memory.api import MemoryItem
+from daemon.memory.index import MemoryIndex
+from daemon.memory.query import asked_stems
+from daemon.memory.slots import says_it_changed
+from daemon.text import STOP_WORDS
+
+# Per embedder: (the least cosine, the lead over the tenth best) at which the vectors' best
+# memory stands out. Measured on a 1,100-day life's store (1,725 memories, all-MiniLM-L6-v2).
+STANDOUT = {"all-MiniLM-L6-v2": (0.32, 0.075)}
+STANDOUT_POOL = 10
+# Words of change the slot rules do not read as one (they would supersede a fact on them):
+# said of a plan, they say it changed ("X took over", "X fell through", "now, not X").
+_MORE_CUES = re.compile(
+    r"\b(?:took over|takes over|taking over|fell through|falls? through|fired|called off|"
+    r"pulled out|backed out|got cancell?ed|gave up|instead of)\b|\bnow,? not\b|,\s*not\b",
+    re.I,
+)
+_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|(?=\n)|$)")
+_NAME = re.compile(r"(?<=[\w,;:] )[A-Z][\w'’-]+")
+
+
+async def standouts(
+    index: MemoryIndex, prompt: str, kinds: Collection[str]
+) -> tuple[list[MemoryItem], dict[str, float]]:
+    """The memories the vectors rank first for `prompt` that stand clear of the rest, with
+    their cosines; none when the embedder has no measured bar or nothing leads."""
+    bar = STANDOUT.get(index.embedder.name)
+    if bar is None or index.embedder.dim == 0:
+        return [], {}
+    # The vector side's order is nudged by recency and kind: twice the pool, by cosine.
+    found = await index.search(prompt, k=2 * STANDOUT_POOL, kinds=kinds, mode="vector")
+    if len(found) < 2 * STANDOUT_POOL:
+        return [], {}  # a small store: the floor alone decides
+    near = await index.searcher.similarities(prompt, found)
+    sims = sorted((near.get(i.id, -1.0) for i in found), reverse=True)
+    least, lead = bar
+    cut = max(least, sims[STANDOUT_POOL - 1] + lead)
+    out = [i for i in found if near.get(i.id, -1.0) >= cut]
+    return out, {i.id: near[i.id] for i in out}
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of `text` (a line break ends one too)."""
+    return [m.group(0).strip() for m in _SENTENCE.finditer(text) if m.group(0).strip()]
+
+
+def says_changed(sentence: str) -> bool:
+    """Whether `sentence` says something changed: the slot rules' words of change, or a plan's
+    ("took over", "fell through", "now, not X")."""
+    return says_it_changed(sentence) or bool(_MORE_CUES.search(sentence))
+
+
+def subject_overlap(later: str, earlier: str) -> int:
+    """How much of a subject two sentences share: their common content stems, a name shared
+    (a capitalised word inside the earlier sentence, "Leith") counted twice; 0 when the later
+    one says nothing new (the same words again are no change)."""
+    late, early = asked_stems(later), asked_stems(earlier)
+    if not late - early:
+        return 0
+    shared = late & early
+    names = {n.lower() for n in _NAME.findall(earlier)} - STOP_WORDS
+    names = {n for n in names if n != "i" and not n.startswith(("i'", "i’"))}
+    low = later.lower()
+    bonus = 1 if any(re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", low) for n in names) else 0
+    return len(shared) + bonus
+
+
+async def bearing(
+    index: MemoryIndex, prompt: str, text: str, wanted: frozenset[str], stems: frozenset[str]
+) -> list[str]:
+    """The sentences of a recalled `text` that bear on `prompt`: those with the question's
+    words, else (found by vector alone) the one nearest the question by vector."""
+    said = sentences(text)
+    if wanted & stems:
+        return [s for s in said if wanted & asked_stems(s)]
+    if not said or index.embedder.dim == 0:
+        return []
+    vecs = await index.query_vectors([prompt, *said])
+    if vecs is None:
+        return []
+    best = max(range(len(said)), key=lambda k: float(vecs[k + 1] @ vecs[0]))
+    return [said[best]]
+
+
+def mark_standing(item: MemoryItem, cosine: float) -> MemoryItem:
+    return replace(item, meta={**item.meta, "stands_out": round(cosine, 3)})

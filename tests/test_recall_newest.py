@@ -1,0 +1,126 @@
+"""Automatic recall brings the newest word on a subject: the change beside the old value, and
+a paraphrase that stands out by vector though its cosine is under the floor (issue 34).
+
+Real SQLite homes with months of ordinary talk between the telling, the change and the
+question; nothing mined (no fact holds either value), so what links them is recall's own.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from daemon.memory.embedders import MiniLMEmbedder, minilm_available
+from tests.memory_support import add_session, memory_system
+from tests.sleep_phase_support import START, SleepRig, sleep_home
+
+pytestmark = pytest.mark.anyio
+
+FILLER = [
+    "Work was a blur of meetings today and I got nothing real done.",
+    "The printer jammed again, third time this week.",
+    "I tried a new route to the office and it was slower.",
+    "Can you suggest something quick for dinner with leftover rice?",
+    "It poured all afternoon, the walk got cut short.",
+    "I slept badly and I can feel it.",
+    "The kids argued about the remote for an hour.",
+    "How do I politely turn down a meeting with no agenda?",
+    "I cleared my inbox for once, small victories.",
+    "The train was late both ways, so I listened to a podcast about bridges.",
+    "We spent the evening sorting the garage shelves.",
+    "My back is stiff from sitting all day.",
+    "Any ideas for a birthday present under thirty euros?",
+    "I read an article on urban beekeeping and now I'm curious.",
+    "The heating clicks at night, probably nothing.",
+    "Could you help me outline a short talk on onboarding?",
+    "We booked a table for dinner on Friday, nothing fancy.",
+    "My parents want us over for lunch next weekend.",
+]
+
+
+def _message(rng: random.Random, said: str = "") -> str:
+    parts = rng.sample(FILLER, 2)
+    if said:
+        parts.insert(1, said)
+    return " ".join(parts)
+
+
+async def _talk(rig: SleepRig, rng: random.Random, day: int, said: str = "") -> None:
+    when = START + timedelta(days=day)
+    rig.clock.set(when + timedelta(hours=2))
+    lines = [("user", _message(rng)), ("assistant", "Noted."), ("user", _message(rng, said))]
+    await rig.add_session(f"d{day}", lines, started=when, summarise=False)
+
+
+async def test_a_change_sharing_only_the_subject_is_brought_in_first(tmp_path: Path) -> None:
+    """Told where the in-laws' dinner is booked, months of talk, then the venue changes in a
+    sentence sharing no word of the question; asked, the old sentence is never shown alone:
+    the change comes first and the old message is marked as earlier."""
+    rng = random.Random(3)
+    with anyio.fail_after(120):
+        async with sleep_home(tmp_path / "home") as rig:
+            for day in range(0, 240, 4):
+                said = ""
+                if day == 8:
+                    said = "Dinner with the in-laws is booked at Trattoria Sole."
+                elif day == 160:
+                    said = "Trattoria Sole fell through, we switched to Casa Verde."
+                await _talk(rig, rng, day, said)
+            rig.clock.set(START + timedelta(days=250))
+            asked = "where are we having dinner with the in-laws?"
+            recalled = [i.text for i in await rig.memory.view.auto_recall(asked)]
+            shown = "\n".join(recalled)
+            assert "Trattoria Sole" in shown, recalled  # the old statement is what matches
+            assert "Casa Verde" in shown, recalled
+            [old] = [t for t in recalled if "booked at Trattoria Sole" in t]
+            assert old.startswith("[said later, "), old
+            assert old.index("Casa Verde") < old.index("earlier: ") < old.index("booked at"), old
+
+
+async def test_the_same_words_said_again_are_no_change(tmp_path: Path) -> None:
+    """A sentence said again later with "now" in it is not the newest word on a change."""
+    rng = random.Random(4)
+    with anyio.fail_after(120):
+        async with sleep_home(tmp_path / "home") as rig:
+            for day in range(0, 120, 4):
+                said = (
+                    "Our allotment plot is number 14 and now I'm curious." if day in (8, 90) else ""
+                )
+                await _talk(rig, rng, day, said)
+            rig.clock.set(START + timedelta(days=130))
+            recalled = await rig.memory.view.auto_recall("which allotment plot do we have?")
+            assert any("plot is number 14" in i.text for i in recalled), recalled
+            assert not any("[said later" in i.text for i in recalled), recalled
+
+
+TEA = "Honestly my favourite tea lately is genmaicha."
+
+
+@pytest.mark.skipif(not minilm_available(), reason="MiniLM weights package not installed")
+async def test_a_paraphrase_that_stands_out_passes_under_the_floor(tmp_path: Path) -> None:
+    """The telling sits in a message about other things (its cosine to the question is under
+    the floor) among a hundred messages: it is what the vectors rank first by a clear lead,
+    so it is recalled; a request about nothing said brings nothing."""
+    rng = random.Random(5)
+    messages: list[tuple[str, str]] = []
+    for n in range(60):
+        messages.append(("user", f"Hey. {TEA} Anyway." if n == 7 else _message(rng)))
+        messages.append(("assistant", "Noted."))
+    with anyio.fail_after(180):
+        async with memory_system(tmp_path, embedder=MiniLMEmbedder()) as memory:
+            await add_session(memory.db, "s1", messages)
+            await memory.index_session("s1")
+            await memory.index.flush()
+            asked = "what should I brew if I want my usual cuppa?"
+            near = await memory.index.searcher.similarities(
+                asked, [i for i in await memory.index.search(TEA, k=3) if "genmaicha" in i.text]
+            )
+            assert near and max(near.values()) < 0.45  # under the floor by cosine alone
+            items = await memory.view.auto_recall(asked)
+            assert any("genmaicha" in i.text for i in items), [i.text for i in items]
+            for other in ("make me a sandwich", "tell me a joke", "write a haiku about autumn"):
+                assert await memory.view.auto_recall(other) == [], other
