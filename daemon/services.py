@@ -167,6 +167,9 @@ class Services:
                     self.home.root / "channels" / "matrix",
                     approvals=self.approvals,
                 )
+                # Notices go to its room while no local chat is open (the courier decides).
+                self.matrix.bind_notices(offer=self.courier.offer, confirm=self.outbox.delivered)
+                self.courier.add_channel(self.matrix)
                 await tg.start(self.matrix.serve, name="matrix-channel")
             await tg.start(self.trunk.serve, name="trunk")
             await tg.start(self.sleep_cycle.serve, name="sleep-cycle")

@@ -179,6 +179,8 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         else [],
         # The web console: listening (its URL), failed (why), open pages, requests served.
         "web": daemon.web.describe() if getattr(daemon, "web", None) is not None else None,
+        # The Matrix channel: connected, away (with its backoff), refused (why); its counts.
+        "matrix": daemon.matrix.describe() if getattr(daemon, "matrix", None) is not None else None,
         "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
         "sleep": (
             await _unless_away(daemon.sleep_cycle.describe())

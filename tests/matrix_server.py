@@ -232,14 +232,52 @@ class Synapse:
         )
         return Account(reply["user_id"], reply["access_token"], reply["device_id"])
 
-    def create_room(self, owner: Account, invite: list[str] = ()) -> str:  # type: ignore[assignment]
+    def create_room(
+        self,
+        owner: Account,
+        invite: list[str] = (),  # type: ignore[assignment]
+        *,
+        encrypted: bool = False,
+    ) -> str:
+        """A private room; `encrypted` sets `m.room.encryption` (Megolm) in its initial state."""
+        body: dict[str, Any] = {
+            "preset": "private_chat",
+            "invite": list(invite),
+            "is_direct": False,
+        }
+        if encrypted:
+            body["initial_state"] = [
+                {
+                    "type": "m.room.encryption",
+                    "state_key": "",
+                    "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+                }
+            ]
         reply = self.request(
-            "POST",
-            "/_matrix/client/v3/createRoom",
-            {"preset": "private_chat", "invite": list(invite), "is_direct": False},
-            token=owner.access_token,
+            "POST", "/_matrix/client/v3/createRoom", body, token=owner.access_token
         )
         return str(reply["room_id"])
+
+    def send_event(
+        self, account: Account, room_id: str, content: dict[str, Any], kind: str = "m.room.message"
+    ) -> str:
+        """Send any event content as it is (the homeserver does not check a message's shape)."""
+        reply = self.request(
+            "PUT",
+            f"/_matrix/client/v3/rooms/{room_id}/send/{kind}/{uuid.uuid4().hex}",
+            content,
+            token=account.access_token,
+        )
+        return str(reply["event_id"])
+
+    def redact(self, account: Account, room_id: str, event_id: str) -> str:
+        reply = self.request(
+            "PUT",
+            f"/_matrix/client/v3/rooms/{room_id}/redact/{event_id}/{uuid.uuid4().hex}",
+            {"reason": "test"},
+            token=account.access_token,
+        )
+        return str(reply["event_id"])
 
     def join(self, account: Account, room_id: str) -> None:
         self.request(

@@ -5,6 +5,7 @@ sent while the daemon was down."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -14,18 +15,23 @@ import pytest
 
 from daemon.channels.matrix_api import TIMELINE_LIMIT
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
-from tests.harness import FAKE_API_CONFIG, DaemonProcess, daemon_env, wait_until
+from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env, run_cli, wait_until
 from tests.matrix_server import Account, Synapse, synapse  # noqa: F401
 
 
 def _setup(
-    server: Synapse, tmp_path: Path, *, toml: str = "", env: dict[str, str] | None = None
+    server: Synapse,
+    tmp_path: Path,
+    *,
+    toml: str = "",
+    env: dict[str, str] | None = None,
+    encrypted: bool = False,
 ) -> tuple[Account, Account, Account, str, DaemonProcess]:
     tag = uuid.uuid4().hex[:8]
     bot = server.register(f"bot{tag}")
     person = server.register(f"person{tag}")
     stranger = server.register(f"stranger{tag}")
-    room = server.create_room(person, [bot.user_id, stranger.user_id])
+    room = server.create_room(person, [bot.user_id, stranger.user_id], encrypted=encrypted)
     server.join(stranger, room)
     home = tmp_path / "home"
     home.mkdir()
@@ -256,5 +262,127 @@ def test_more_sent_while_down_than_one_sync_carries_is_answered_in_order(
         # Answered in the order sent (the offline model quotes each message).
         assert [f"backlog {i:02d}" in b for i, b in enumerate(bodies)] == [True] * count
         assert any("gap filled" in str(e.get("event")) for e in daemon.log_events())
+    finally:
+        daemon.stop()
+
+
+def _cli(daemon: DaemonProcess, *args: str) -> str:
+    out = run_cli(*args, "--home", str(daemon.home), env=daemon.env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _delivered(daemon: DaemonProcess, text: str) -> bool:
+    conn = sqlite3.connect(f"file:{daemon.home / 'reverie.db'}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT delivered_at FROM notices WHERE text = ?", (text,)).fetchall()
+    finally:
+        conn.close()
+    return len(rows) == 1 and rows[0][0] is not None
+
+
+def _ready(server: Synapse, bot: Account, person: Account, room: str, d: DaemonProcess) -> None:
+    wait_until(lambda: bot.user_id in _joined(server, person, room), 30, "the bot to join")
+    wait_until(lambda: (d.home / "channels" / "matrix" / "sync.json").exists(), 30, "a sync")
+
+
+def _bodies(server: Synapse, person: Account, room: str, bot: Account) -> list[str]:
+    return [e["content"].get("body", "") for e in _from(server, person, room, bot.user_id)]
+
+
+def test_reminders_reach_the_room_once_when_no_chat_is_open_and_status_shows_the_channel(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    bot, person, _stranger, room, daemon = _setup(synapse, tmp_path)
+    daemon.start(timeout=30)
+    try:
+        _ready(synapse, bot, person, room, daemon)
+        # No local client is open: the reminder goes to the room, once, as a notice.
+        _cli(daemon, "schedule", "add", "in", "2", "seconds", "water the plants")
+        wait_until(lambda: _bodies(synapse, person, room, bot), 30, "the reminder in the room")
+        wait_until(lambda: _delivered(daemon, "water the plants"), 10, "marked delivered")
+        time.sleep(1.5)
+        (reminder,) = _from(synapse, person, room, bot.user_id)
+        assert reminder["content"] == {"msgtype": "m.notice", "body": "Reminder: water the plants"}
+
+        status = json.loads(_cli(daemon, "status", "--json"))["matrix"]
+        assert status["state"] == "connected" and status["notices_sent"] == 1, status
+        assert status["notice_room"] == room and status["backoff_s"] is None
+        assert f"matrix:       connected · {bot.user_id}" in _cli(daemon, "status")
+        assert "[  ok] matrix: connected in the daemon as " + bot.user_id in _cli(daemon, "doctor")
+
+        # A chat is open and shows it (answers `seen`): the room gets nothing, then or later.
+        with Client(daemon.socket_path, timeout=30) as chat:
+            chat.hello()
+            _cli(daemon, "schedule", "add", "in", "2", "seconds", "stretch your legs")
+            notice = chat.recv_until(lambda f: f.get("type") == "notice")[-1]
+            assert notice["text"] == "stretch your legs"
+            chat.send({"type": "seen", "ids": [notice["id"]]})
+            wait_until(lambda: _delivered(daemon, "stretch your legs"), 10, "seen")
+        # A connection that takes the notice but never shows it (a command's, a crashed chat):
+        # when it closes, the room gets what it did not show.
+        with Client(daemon.socket_path, timeout=30) as quiet:
+            quiet.hello()
+            _cli(daemon, "schedule", "add", "in", "2", "seconds", "call the bank")
+            quiet.recv_until(lambda f: f.get("type") == "notice")
+            time.sleep(1.0)
+            assert len(_bodies(synapse, person, room, bot)) == 1
+        wait_until(lambda: len(_bodies(synapse, person, room, bot)) == 2, 30, "the unshown one")
+        time.sleep(1.5)
+        assert _bodies(synapse, person, room, bot) == [
+            "Reminder: water the plants",
+            "Reminder: call the bank",
+        ]
+        assert _delivered(daemon, "call the bank")
+    finally:
+        daemon.stop()
+
+
+def test_an_encrypted_room_is_refused_with_one_notice(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    bot, person, _stranger, room, daemon = _setup(synapse, tmp_path, encrypted=True)
+    state = daemon.home / "channels" / "matrix"
+
+    def handled(event_id: str) -> bool:
+        seen = state / "seen.jsonl"
+        return seen.exists() and event_id in seen.read_text()
+
+    ciphertext = {
+        "algorithm": "m.megolm.v1.aes-sha2",
+        "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg2yyOwAtHaZTwyNg37afzg",
+        "device_id": "PERSONDEV",
+        "sender_key": "IlRMeOPX2e0MurIyfWEucYBRVOEEUMrOHqn/8mLqMjA",
+        "session_id": "X3lUlvLELLYxeTx4yOVu6UDpasGEVO0Jbu+QFnm0cKQ",
+    }
+    daemon.start(timeout=30)
+    try:
+        _ready(synapse, bot, person, room, daemon)
+        wait_until(lambda: _bodies(synapse, person, room, bot), 30, "the refusal")
+        secret = synapse.send_event(person, room, ciphertext, kind="m.room.encrypted")
+        plain = synapse.send_text(person, room, "can you read this?")
+        wait_until(lambda: handled(secret) and handled(plain), 30, "both events handled")
+        time.sleep(1.5)
+        (refusal,) = _from(synapse, person, room, bot.user_id)
+        assert refusal["content"]["msgtype"] == "m.notice"
+        body = refusal["content"]["body"]
+        assert "cannot read encrypted messages" in body and "[channels.matrix] rooms" in body
+        status = json.loads(_cli(daemon, "status", "--json"))["matrix"]
+        assert status["encrypted_rooms"] == [room] and status["taken"] == 0
+        assert f"refused {room}: end-to-end encrypted" in _cli(daemon, "status")
+        logged = [e for e in daemon.log_events() if "encrypted; refused" in str(e.get("event"))]
+        assert [e.get("room") for e in logged] == [room]
+        transcripts = "".join(p.read_text() for p in daemon.home.glob("sessions/trunk/*.jsonl"))
+        assert "can you read this?" not in transcripts
+
+        # Said once: not again after a restart, nor for the next encrypted message.
+        daemon.stop()
+        again = synapse.send_event(person, room, ciphertext, kind="m.room.encrypted")
+        daemon.start(timeout=30)
+        wait_until(lambda: handled(again), 30, "the next encrypted event")
+        time.sleep(1.5)
+        assert len(_from(synapse, person, room, bot.user_id)) == 1
     finally:
         daemon.stop()

@@ -14,16 +14,10 @@ from typing import ClassVar
 import anyio
 import pytest
 
-from daemon.channels.matrix import (
-    MAX_INCOMING_CHARS,
-    MatrixConfigError,
-    client_msg_id,
-    matrix_token,
-    message_text,
-    parse_client_msg_id,
-    split_reply,
-)
+from daemon.channels.matrix import MatrixConfigError, matrix_token
 from daemon.channels.matrix_api import MatrixApi, MatrixAway, MatrixRefused
+from daemon.channels.matrix_store import client_msg_id, parse_client_msg_id
+from daemon.channels.matrix_text import MAX_INCOMING_CHARS, message_text, split_reply
 from daemon.settings import ConfigError, MatrixSettings, load_settings
 
 ENABLED = """

@@ -1,37 +1,34 @@
 """The Matrix channel: the person's conversation with the trunk, through a bot account.
 
 One bot account on the person's homeserver, spoken to over the client-server API with httpx
-(unencrypted rooms; see docs/channels.md). A sync loop reads the configured rooms; a message
-from an allowed sender goes into the trunk's durable inbox exactly like a socket message, and
-the reply goes back to its room as one message when the turn is done (split at paragraph
-boundaries when long), with a typing indicator while the turn runs.
+(unencrypted rooms; an encrypted room is refused with one notice — see docs/channels.md). A
+sync loop reads the configured rooms; a message from an allowed sender goes into the trunk's
+durable inbox exactly like a socket message, and the reply goes back to its room as one
+message when the turn is done (split at paragraph boundaries when long), with a typing
+indicator while the turn runs. Notices from the outbox (reminders, task results, the morning
+greeting) come here when the courier finds no local client of the person's open.
 
-Size: the sync loop, the reply outbox and the room-history catch-up share one state (the
-sync position, the seen events, the pending replies); split with the courier work to come.
+Exactly once, across restarts, reconnects and replayed syncs (files: `matrix_store`):
 
-Exactly once, across restarts, reconnects and replayed syncs:
-
-- Every event taken is recorded in `seen.jsonl` (event id, room, turn id) after the inbox has
-  it on disk; the inbox entry itself carries `matrix <room> <event>` as its client message id,
-  so a crash between the two is read back from the inbox at the next start.
-- The sync position (`sync.json`, replaced atomically) moves on only once every event of the
-  batch is taken, so messages sent while the daemon was down arrive in the next sync.
-- A reply is kept in `outbox.jsonl` until the homeserver confirmed it; it is sent with the turn
-  id as its transaction id, so a resend after a reconnect is not a second message.
+- Every event taken is recorded in `seen.jsonl` after the inbox has it on disk; the inbox
+  entry carries `matrix <room> <event>` as its client message id, so a crash between the two
+  is read back from the inbox at the next start.
+- The sync position moves on only once every event of the batch is taken, so messages sent
+  while the daemon was down arrive in the next sync (a gap is read from the room's history).
+- A reply or notice is kept in `outbox.jsonl` until the homeserver confirmed it, and is sent
+  with a transaction id of its own, so a resend after a reconnect is not a second message; a
+  notice is marked delivered in the outbox only then.
 - Turns still pending in the inbox at start (the daemon stopped mid-reply) get their listener
   back before the trunk starts answering, so their reply reaches the room.
-
-Files live in `<home>/channels/matrix/` (0700 directory, 0600 files).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,24 +45,30 @@ from daemon.channels.matrix_api import (
     MatrixAway,
     MatrixRefused,
 )
-from daemon.chat.protocol import ApprovalAnswer, ErrorCode
-from daemon.durable import append_lines, read_jsonl, write_atomic
+from daemon.channels.matrix_approvals import RoomApprovals, answer_word
+from daemon.channels.matrix_store import MatrixStore, Reply, client_msg_id, parse_client_msg_id
+from daemon.channels.matrix_text import edited_event, message_text, notice_text, split_reply
+from daemon.chat.protocol import ErrorCode
 from daemon.log import get_logger
+from daemon.schedule.outbox import Notice
 from daemon.settings import MatrixSettings
-from daemon.tools.approvals import ApprovalRefused, Approvals
+from daemon.tools.approvals import Approvals
 
 log = get_logger("matrix")
 
 TOKEN_ENV = "REVERIE_MATRIX_TOKEN"
 TOKEN_CREDENTIAL = "reverie-matrix-token"
-CLIENT_ID_PREFIX = "matrix "
-# A Matrix event is at most 65536 bytes of JSON: bodies are kept well under it.
-MAX_BODY_CHARS = 12_000
-# A message longer than this is cut (with a note) before it reaches the inbox.
-MAX_INCOMING_CHARS = 32_000
 BACKOFF_BASE_S = 1.0
 # A sync gap is filled from the room's history, 100 events a page, at most this many pages.
 BACKFILL_PAGES = 50
+ENCRYPTION_TYPES = ("m.room.encryption", "m.room.encrypted")
+ENCRYPTED_NOTICE = (
+    "This room is end-to-end encrypted, and Reverie's Matrix channel cannot read encrypted "
+    "messages: nothing said here reaches it, and it will not answer here. To talk to it, "
+    "create a room with encryption off (in Element: New room, then turn off 'Enable "
+    "end-to-end encryption'; an existing room cannot be made unencrypted), invite {bot}, and "
+    "put the new room's ID in [channels.matrix] rooms. See docs/channels.md, Encryption."
+)
 
 
 class MatrixConfigError(Exception):
@@ -108,36 +111,6 @@ def matrix_token(settings: MatrixSettings, environ: Mapping[str, str] | None = N
     )
 
 
-def split_reply(text: str, limit: int = MAX_BODY_CHARS) -> list[str]:
-    """`text` in pieces of at most `limit` characters, cut at paragraphs, then lines, then words."""
-    text = text.strip()
-    if not text:
-        return []
-    pieces: list[str] = []
-    while len(text) > limit:
-        window = text[:limit]
-        cut = -1
-        for sep in ("\n\n", "\n", " "):
-            cut = window.rfind(sep)
-            if cut > limit // 4:
-                break
-        if cut <= limit // 4:
-            cut = limit
-        pieces.append(text[:cut].rstrip())
-        text = text[cut:].lstrip()
-    if text:
-        pieces.append(text)
-    return pieces
-
-
-@dataclass
-class _Reply:
-    turn_id: str
-    room_id: str
-    text: str
-    notice: bool = False
-
-
 @dataclass
 class ChannelState:
     """What `status` and `doctor` show of the channel."""
@@ -146,131 +119,14 @@ class ChannelState:
     detail: str = ""
     since: float = field(default_factory=time.time)
     last_sync: float | None = None
+    # While away or retrying: the wait before the next attempt, and when that is.
+    backoff_s: float | None = None
+    retry_at: float | None = None
     taken: int = 0
     ignored: int = 0
     replies_sent: int = 0
+    notices_sent: int = 0
     failures: int = 0
-
-
-class MatrixStore:
-    """The channel's files: sync position, seen events, replies not yet confirmed."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.sync_file = root / "sync.json"
-        self.seen_file = root / "seen.jsonl"
-        self.outbox_file = root / "outbox.jsonl"
-
-    def prepare(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
-
-    def next_batch(self) -> str | None:
-        try:
-            data = json.loads(self.sync_file.read_text())
-        except (OSError, ValueError):
-            return None
-        value = data.get("next_batch") if isinstance(data, dict) else None
-        return value if isinstance(value, str) and value else None
-
-    def save_next_batch(self, token: str) -> None:
-        write_atomic(self.sync_file, json.dumps({"next_batch": token}), mode=0o600)
-
-    def seen(self) -> set[str]:
-        return {str(r["event"]) for r in read_jsonl(self.seen_file) if "event" in r}
-
-    def mark_seen(self, records: list[dict[str, Any]]) -> None:
-        append_lines(self.seen_file, [json.dumps(r) for r in records])
-
-    def pending_replies(self) -> list[_Reply]:
-        pending: dict[str, _Reply] = {}
-        for rec in read_jsonl(self.outbox_file):
-            tid = rec.get("turn")
-            if not isinstance(tid, str):
-                continue
-            if rec.get("op") == "put":
-                pending[tid] = _Reply(
-                    tid, str(rec.get("room")), str(rec.get("text", "")), bool(rec.get("notice"))
-                )
-            elif rec.get("op") == "sent":
-                pending.pop(tid, None)
-        return list(pending.values())
-
-    def compact_outbox(self) -> None:
-        lines = [
-            json.dumps(
-                {
-                    "op": "put",
-                    "turn": r.turn_id,
-                    "room": r.room_id,
-                    "text": r.text,
-                    "notice": r.notice,
-                }
-            )
-            for r in self.pending_replies()
-        ]
-        write_atomic(self.outbox_file, "".join(line + "\n" for line in lines), mode=0o600)
-
-    def put_reply(self, reply: _Reply) -> None:
-        rec = {
-            "op": "put",
-            "turn": reply.turn_id,
-            "room": reply.room_id,
-            "text": reply.text,
-            "notice": reply.notice,
-        }
-        append_lines(self.outbox_file, [json.dumps(rec, ensure_ascii=False)])
-
-    def reply_sent(self, turn_id: str) -> None:
-        append_lines(self.outbox_file, [json.dumps({"op": "sent", "turn": turn_id})])
-
-
-def client_msg_id(room_id: str, event_id: str) -> str:
-    return f"{CLIENT_ID_PREFIX}{room_id} {event_id}"
-
-
-def parse_client_msg_id(value: str | None) -> tuple[str, str] | None:
-    """(room, event) of an inbox entry that came from Matrix, else None."""
-    if not value or not value.startswith(CLIENT_ID_PREFIX):
-        return None
-    parts = value[len(CLIENT_ID_PREFIX) :].split(" ")
-    return (parts[0], parts[1]) if len(parts) == 2 else None
-
-
-def message_text(event: Mapping[str, Any]) -> str | None:
-    """What an `m.room.message` event says, as the person's message; None to skip it."""
-    content = event.get("content")
-    if not isinstance(content, Mapping):
-        return None
-    relates = content.get("m.relates_to")
-    if isinstance(relates, Mapping) and relates.get("rel_type") == "m.replace":
-        return None  # an edit of an earlier message: that one was answered already
-    kind = content.get("msgtype")
-    body = content.get("body")
-    if not isinstance(body, str):
-        return None
-    if kind in ("m.text", "m.notice"):
-        text = body
-    elif kind == "m.emote":
-        text = f"* {body}"
-    elif kind in ("m.image", "m.file", "m.audio", "m.video"):
-        info = content.get("info") if isinstance(content.get("info"), Mapping) else {}
-        size = info.get("size") if isinstance(info, Mapping) else None
-        what = kind.removeprefix("m.")
-        sized = f", {size} bytes" if isinstance(size, int) else ""
-        text = (
-            f"[sent a {what} over Matrix: {body!r}{sized} — the channel does not fetch media, "
-            "so only its name is known]"
-        )
-    else:
-        return None
-    text = text.strip()
-    if not text:
-        return None
-    if len(text) > MAX_INCOMING_CHARS:
-        cut = len(text) - MAX_INCOMING_CHARS
-        text = text[:MAX_INCOMING_CHARS] + f"\n[… {cut} more characters cut by the Matrix channel]"
-    return text
 
 
 class MatrixChannel:
@@ -286,11 +142,6 @@ class MatrixChannel:
         approvals: Approvals | None = None,
     ) -> None:
         self.settings = settings
-        self.approvals = approvals
-        self._door = _ApprovalDoor(self, approvals.person_uid if approvals is not None else -1)
-        # The room each Matrix turn came from, and the question each room is asked now.
-        self._turn_room: dict[str, str] = {}
-        self._asking: dict[str, str] = {}
         self.trunk = trunk
         self.store = MatrixStore(root)
         self.status = ChannelState()
@@ -299,30 +150,85 @@ class MatrixChannel:
         self._allow = set(settings.allow)
         self._seen: set[str] = set()
         self._api: MatrixApi | None = None
-        self._send, self._to_send = anyio.create_memory_object_stream[_Reply](1000)
-        # Turns each room is waiting on (typing is shown while any is).
+        self._send, self._to_send = anyio.create_memory_object_stream[Reply](1000)
+        # The room each Matrix turn came from; the turns each room waits on (typing shows).
+        self._turn_room: dict[str, str] = {}
         self._waiting: dict[str, set[str]] = {}
         self._typing_changed = anyio.Event()
+        self.approvals = RoomApprovals(approvals, turn_room=self._turn_room, queue=self._queue)
+        # Rooms the bot is in, rooms refused as encrypted, where the person last wrote.
+        self._joined: set[str] = set()
+        self._encrypted: set[str] = set()
+        self._last_room: str | None = None
+        # Notices: what the courier handed over (until confirmed), and the courier's hooks.
+        self._notice_ids: set[str] = set()
+        self._offer: Callable[[], Awaitable[int]] | None = None
+        self._confirm: Callable[[list[str]], Awaitable[int]] | None = None
 
     def describe(self) -> dict[str, Any]:
         s = self.status
         return {
             "state": s.state,
             "detail": s.detail,
+            "since": s.since,
             "homeserver": self.settings.homeserver,
             "user_id": self.settings.user_id,
             "rooms": len(self._rooms),
+            "encrypted_rooms": sorted(self._encrypted),
+            "notice_room": self._notice_room(),
             "last_sync": s.last_sync,
+            "backoff_s": round(s.backoff_s, 1) if s.backoff_s is not None else None,
+            "retry_at": s.retry_at,
             "taken": s.taken,
             "ignored": s.ignored,
             "replies_sent": s.replies_sent,
+            "notices_sent": s.notices_sent,
             "failures": s.failures,
         }
 
-    def _set(self, state: str, detail: str = "") -> None:
+    def _set(self, state: str, detail: str = "", *, backoff: float | None = None) -> None:
         if (state, detail) != (self.status.state, self.status.detail):
             self.status.state, self.status.detail = state, detail
             self.status.since = time.time()
+        self.status.backoff_s = backoff
+        self.status.retry_at = time.time() + backoff if backoff is not None else None
+
+    # -- notices (the courier's side: `daemon.schedule.courier.NoticeChannel`) --------------
+
+    name = "matrix"
+
+    def bind_notices(
+        self, *, offer: Callable[[], Awaitable[int]], confirm: Callable[[list[str]], Awaitable[int]]
+    ) -> None:
+        """The courier's hooks: ask for what is pending; mark notices delivered."""
+        self._offer, self._confirm = offer, confirm
+
+    def _notice_room(self) -> str | None:
+        """Where a notice goes: the room the person last wrote in, else the first one joined."""
+        usable = [r for r in self.settings.rooms if r in self._joined and r not in self._encrypted]
+        if self._last_room in usable:
+            return self._last_room
+        return usable[0] if usable else None
+
+    def takes_notices(self) -> bool:
+        return (
+            self._confirm is not None
+            and self.status.state not in ("refused", "starting")
+            and self._notice_room() is not None
+        )
+
+    def holds_notice(self, notice_id: str) -> bool:
+        return notice_id in self._notice_ids
+
+    def deliver_notice(self, notice: Notice) -> bool:
+        """Queue a notice for the room; False when it is already on its way."""
+        room = self._notice_room()
+        if notice.id in self._notice_ids or room is None:
+            return False
+        self._notice_ids.add(notice.id)
+        self._queue(Reply(f"notice-{notice.id}", room, notice_text(notice), True, notice.id))
+        log.info("notice queued for matrix", notice=notice.id, kind=notice.kind, room=room)
+        return True
 
     # -- start ------------------------------------------------------------------------------
 
@@ -331,7 +237,8 @@ class MatrixChannel:
     ) -> None:
         """Attach to the turns left pending, then sync and send until cancelled."""
         await anyio.to_thread.run_sync(self.store.prepare)
-        self._seen = await anyio.to_thread.run_sync(self.store.seen)
+        seen = await anyio.to_thread.run_sync(self.store.seen)
+        self._seen, self._encrypted, self._last_room = seen.events, seen.encrypted, seen.last_room
         for entry in self.trunk.inbox.pending():
             where = parse_client_msg_id(entry.client_msg_id)
             if where is not None:
@@ -339,6 +246,8 @@ class MatrixChannel:
                 self._track(entry.id, where[0])
         await anyio.to_thread.run_sync(self.store.compact_outbox)
         for reply in await anyio.to_thread.run_sync(self.store.pending_replies):
+            if reply.notice_id is not None:
+                self._notice_ids.add(reply.notice_id)
             self._send.send_nowait(reply)
         try:
             token = matrix_token(self.settings, self._environ)
@@ -347,15 +256,13 @@ class MatrixChannel:
             log.error("matrix channel not started", reason=str(exc))
             task_status.started()
             return
-        if self.approvals is not None:
-            # Questions of turns that came through Matrix are put to the person in their room.
-            self.approvals.attach(self._door)
+        # Questions of turns that came through Matrix are put to the person in their room.
+        self.approvals.attach()
         task_status.started()
         try:
             await self._supervise(token)
         finally:
-            if self.approvals is not None:
-                self.approvals.detach(self._door)
+            self.approvals.detach()
 
     async def _supervise(self, token: str) -> None:
         restarts = 0
@@ -373,12 +280,13 @@ class MatrixChannel:
             except Exception as exc:
                 restarts += 1
                 self.status.failures += 1
-                self._set("restarting", f"{type(exc).__name__}: {exc}")
+                wait = _backoff(restarts)
+                self._set("restarting", f"{type(exc).__name__}: {exc}", backoff=wait)
                 log.exception("matrix channel failed; restarting", restarts=restarts)
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._api.aclose()
-            await anyio.sleep(_backoff(restarts))
+            await anyio.sleep(wait)
 
     def _track(self, turn_id: str, room_id: str) -> None:
         self._turn_room[turn_id] = room_id
@@ -395,26 +303,42 @@ class MatrixChannel:
             return
         if isinstance(event, TurnFailed) and event.code is ErrorCode.MODEL_UNAVAILABLE:
             # The turn is kept and will be answered: say so once, keep waiting.
-            self._queue(_Reply(f"{event.turn_id}-wait", room_id, event.message, notice=True))
+            self._queue(Reply(f"{event.turn_id}-wait", room_id, event.message, notice=True))
             return
         waiting = self._waiting.get(room_id)
         if waiting is not None:
             waiting.discard(event.turn_id)
             self._typing_changed.set()
         if isinstance(event, TurnDone):
-            self._queue(_Reply(event.turn_id, room_id, event.text))
+            self._queue(Reply(event.turn_id, room_id, event.text))
         elif isinstance(event, TurnFailed):
-            self._queue(_Reply(event.turn_id, room_id, f"(no reply: {event.message})", notice=True))
+            self._queue(Reply(event.turn_id, room_id, f"(no reply: {event.message})", notice=True))
 
-    def _queue(self, reply: _Reply) -> None:
+    def _queue(self, reply: Reply) -> None:
         try:
             self._send.send_nowait(reply)
         except anyio.WouldBlock:
-            log.error(
-                "matrix reply queue full; reply kept in the transcript only", turn=reply.turn_id
-            )
+            log.error("matrix reply queue full; reply kept in the transcript only", key=reply.key)
 
     # -- the sync loop ----------------------------------------------------------------------
+
+    async def _connect(self) -> bool:
+        """Check the token is the bot's and learn its rooms; False when refused for good."""
+        assert self._api is not None
+        me = await self._api.whoami()
+        if me != self.settings.user_id:
+            self._set("refused", f"the access token is {me}'s, not {self.settings.user_id}'s")
+            log.error("matrix token belongs to another account", token_user=me)
+            return False
+        self._joined = set(await self._api.joined_rooms())
+        self._set("connected")
+        if self._offer is not None:
+            try:
+                # What waited in the outbox while the channel was down, if no chat is open.
+                await self._offer()
+            except Exception:
+                log.exception("pending notices not offered to matrix")
+        return True
 
     async def _sync_loop(self) -> None:
         assert self._api is not None
@@ -424,13 +348,7 @@ class MatrixChannel:
         while True:
             try:
                 if not checked:
-                    me = await self._api.whoami()
-                    if me != self.settings.user_id:
-                        self._set(
-                            "refused",
-                            f"the access token is {me}'s, not {self.settings.user_id}'s",
-                        )
-                        log.error("matrix token belongs to another account", token_user=me)
+                    if not await self._connect():
                         return
                     checked = True
                 timeout = 0 if since is None else SYNC_TIMEOUT_MS
@@ -447,18 +365,20 @@ class MatrixChannel:
                 failures += 1
                 self.status.failures += 1
                 if exc.errcode == "M_UNKNOWN_TOKEN" or exc.status == 401:
-                    self._set("refused", f"the homeserver refused the access token ({exc})")
+                    why = f"the homeserver refused the access token ({exc})"
+                    self._set("refused", why, backoff=BACKOFF_MAX_S)
                     log.error("matrix access token refused", error=str(exc))
                     await anyio.sleep(BACKOFF_MAX_S)
                     continue
-                self._set("retrying", str(exc))
-                log.warning("matrix request refused; retrying", error=str(exc))
-                await anyio.sleep(_backoff(failures))
+                wait = _backoff(failures)
+                self._set("retrying", str(exc), backoff=wait)
+                log.warning("matrix request refused; retrying", error=str(exc), wait_s=wait)
+                await anyio.sleep(wait)
             except (MatrixAway, _InboxRefused) as exc:
                 failures += 1
                 self.status.failures += 1
-                self._set("away", str(exc))
                 wait = _backoff(failures)
+                self._set("away", str(exc), backoff=wait)
                 log.warning("matrix homeserver away; retrying", error=str(exc), wait_s=wait)
                 await anyio.sleep(wait)
 
@@ -466,23 +386,26 @@ class MatrixChannel:
         """Take a sync batch's messages into the inbox; join invited configured rooms."""
         assert self._api is not None
         first = since is None
-        rooms = batch.get("rooms") if isinstance(batch.get("rooms"), Mapping) else {}
-        assert isinstance(rooms, Mapping)
-        invites = rooms.get("invite") if isinstance(rooms.get("invite"), Mapping) else {}
-        assert isinstance(invites, Mapping)
-        for room_id in invites:
+        rooms = _mapping(batch.get("rooms"))
+        for room_id in _mapping(rooms.get("invite")):
             if room_id in self._rooms:
                 await self._api.join(room_id)
+                self._joined.add(room_id)
                 log.info("joined a configured matrix room", room=room_id)
             else:
                 log.info("invite to an unconfigured matrix room ignored", room=room_id)
-        joined = rooms.get("join") if isinstance(rooms.get("join"), Mapping) else {}
-        assert isinstance(joined, Mapping)
-        for room_id, room in joined.items():
+        for room_id in _mapping(rooms.get("leave")):
+            self._joined.discard(room_id)
+        for room_id, room in _mapping(rooms.get("join")).items():
             if room_id not in self._rooms or not isinstance(room, Mapping):
                 continue
-            timeline = room.get("timeline") if isinstance(room.get("timeline"), Mapping) else {}
-            assert isinstance(timeline, Mapping)
+            self._joined.add(room_id)
+            state = _mapping(room.get("state")).get("events")
+            for event in state if isinstance(state, list) else []:
+                # The room's state before the timeline: an encryption event in it refuses it.
+                if isinstance(event, Mapping) and event.get("type") == "m.room.encryption":
+                    await self._refuse_encrypted(room_id, event)
+            timeline = _mapping(room.get("timeline"))
             events = timeline.get("events")
             if not isinstance(events, list):
                 continue
@@ -518,22 +441,13 @@ class MatrixChannel:
     async def _take_event(self, room_id: str, event: Mapping[str, Any], *, first: bool) -> None:
         event_id = event.get("event_id")
         sender = event.get("sender")
+        kind = event.get("type")
         if not isinstance(event_id, str) or event_id in self._seen:
             return
-        if event.get("type") == "m.room.encrypted":
-            await self._mark(event_id, room_id, None)
-            if not first:
-                self._queue(
-                    _Reply(
-                        f"enc-{uuid.uuid5(uuid.NAMESPACE_URL, event_id).hex[:16]}",
-                        room_id,
-                        "This room is encrypted; the Reverie Matrix channel cannot read "
-                        "encrypted messages yet. Please talk to it in an unencrypted room.",
-                        notice=True,
-                    )
-                )
+        if kind in ENCRYPTION_TYPES:
+            await self._refuse_encrypted(room_id, event)
             return
-        if event.get("type") != "m.room.message" or sender == self.settings.user_id:
+        if sender == self.settings.user_id or kind not in ("m.room.message", "m.room.redaction"):
             return
         if first:
             # History from before the channel first synced is not answered.
@@ -546,14 +460,30 @@ class MatrixChannel:
             )
             await self._mark(event_id, room_id, None)
             return
-        text = message_text(event)
-        if text is None:
+        if room_id in self._encrypted:
+            # Its room was refused (one notice said so): a plain message there is not answered
+            # either, since the reply would go out unencrypted into a room meant to be private.
+            log.info("matrix message in an encrypted room not taken", room=room_id)
             await self._mark(event_id, room_id, None)
             return
-        decision = _ANSWERS.get(text.strip().lower().rstrip(".!"))
-        if decision is not None and room_id in self._asking:
+        if kind == "m.room.redaction":
+            redacts = event.get("redacts") or _mapping(event.get("content")).get("redacts")
+            if redacts in self._seen:
+                log.info("matrix message redacted after it was taken", room=room_id, event=redacts)
             await self._mark(event_id, room_id, None)
-            self._answer(room_id, decision)
+            return
+        text = message_text(event)
+        if text is None:
+            if edited_event(event) is not None:
+                log.info("matrix edit not answered again", room=room_id, event=event_id)
+            else:
+                log.info("matrix event skipped (not a message the trunk reads)", event=event_id)
+            await self._mark(event_id, room_id, None)
+            return
+        decision = answer_word(text)
+        if decision is not None and self.approvals.asking(room_id):
+            await self._mark(event_id, room_id, None)
+            self.approvals.answer(room_id, decision)
             return
         refusal = self.trunk.refusal()
         if refusal is not None:
@@ -565,61 +495,31 @@ class MatrixChannel:
         self._seen.add(event_id)
         self._track(accepted.turn_id, room_id)
         await self._mark(event_id, room_id, accepted.turn_id)
+        self._last_room = room_id
         self.status.taken += 1
         log.info("matrix message taken", room=room_id, turn_id=accepted.turn_id)
+
+    async def _refuse_encrypted(self, room_id: str, event: Mapping[str, Any]) -> None:
+        """The room is end-to-end encrypted: say once that nothing in it can be read."""
+        event_id = event.get("event_id")
+        if room_id in self._encrypted:
+            if isinstance(event_id, str):
+                await self._mark(event_id, room_id, None)
+            return
+        if isinstance(event_id, str):
+            self._seen.add(event_id)
+        self._encrypted.add(room_id)
+        rec = {"event": event_id or f"encrypted {room_id}", "room": room_id, "encrypted": True}
+        await anyio.to_thread.run_sync(self.store.mark_seen, [rec])
+        log.warning("matrix room is end-to-end encrypted; refused", room=room_id)
+        key = f"enc-{uuid.uuid5(uuid.NAMESPACE_URL, room_id).hex[:16]}"
+        text = ENCRYPTED_NOTICE.format(bot=self.settings.user_id)
+        self._queue(Reply(key, room_id, text, notice=True))
 
     async def _mark(self, event_id: str, room_id: str, turn_id: str | None) -> None:
         self._seen.add(event_id)
         rec = {"event": event_id, "room": room_id, "turn": turn_id}
         await anyio.to_thread.run_sync(self.store.mark_seen, [rec])
-
-    # -- approvals --------------------------------------------------------------------------
-
-    def _approval_frame(self, frame: Mapping[str, Any]) -> bool:
-        """Put a question (or its end) to the room of the turn that asks; False when none."""
-        kind = frame.get("type")
-        if kind == "approval":
-            room = self._turn_room.get(str(frame.get("turn_id")))
-            if room is None:
-                return False  # not a Matrix turn: its own client is asked
-            aid = str(frame.get("id"))
-            self._asking[room] = aid
-            preview = str(frame.get("preview") or "")
-            if len(preview) > 2000:
-                preview = preview[:2000] + " …"
-            text = (
-                f"Approval needed: {frame.get('summary')}\n"
-                + (f"{preview}\n" if preview else "")
-                + f"Reply yes, no or always (within {float(frame.get('timeout_s') or 0):.0f} s)."
-            )
-            self._queue(_Reply(f"ask-{aid}", room, text, notice=True))
-            return True
-        if kind == "approval_settled":
-            aid = str(frame.get("id"))
-            for room, asked in list(self._asking.items()):
-                if asked == aid:
-                    del self._asking[room]
-                    if frame.get("by") != "person":
-                        why = {"timeout": "no answer in time", "nobody": "nobody to ask"}.get(
-                            str(frame.get("by")), str(frame.get("by"))
-                        )
-                        self._queue(
-                            _Reply(f"settled-{aid}", room, f"Declined: {why}.", notice=True)
-                        )
-            return True
-        return False
-
-    def _answer(self, room_id: str, decision: ApprovalAnswer) -> None:
-        aid = self._asking.get(room_id)
-        if aid is None or self.approvals is None:
-            return
-        try:
-            self.approvals.answer(self._door, aid, decision)
-        except ApprovalRefused as exc:
-            self._queue(_Reply(f"answer-{aid}", room_id, f"Not taken: {exc.message}", notice=True))
-            return
-        self._asking.pop(room_id, None)
-        log.info("approval answered from matrix", approval=aid, decision=decision)
 
     # -- replies and typing -----------------------------------------------------------------
 
@@ -628,6 +528,7 @@ class MatrixChannel:
         async for reply in self._to_send:
             await anyio.to_thread.run_sync(self.store.put_reply, reply)
             failures = 0
+            sent = False
             while True:
                 try:
                     for i, piece in enumerate(split_reply(reply.text)):
@@ -635,18 +536,32 @@ class MatrixChannel:
                             "msgtype": "m.notice" if reply.notice else "m.text",
                             "body": piece,
                         }
-                        await self._api.send(reply.room_id, f"{reply.turn_id}.{i}", content)
+                        await self._api.send(reply.room_id, f"{reply.key}.{i}", content)
+                    sent = True
                     break
                 except (MatrixAway, MatrixRefused) as exc:
                     failures += 1
                     if isinstance(exc, MatrixRefused) and exc.status in (400, 403, 404):
-                        log.error(
-                            "matrix reply refused; dropped", turn=reply.turn_id, error=str(exc)
-                        )
+                        log.error("matrix reply refused; dropped", key=reply.key, error=str(exc))
                         break
                     await anyio.sleep(_backoff(failures))
-            await anyio.to_thread.run_sync(self.store.reply_sent, reply.turn_id)
-            self.status.replies_sent += 1
+            await anyio.to_thread.run_sync(self.store.reply_sent, reply.key)
+            if reply.notice_id is None:
+                self.status.replies_sent += 1
+            elif sent:
+                await self._notice_sent(reply.notice_id)
+
+    async def _notice_sent(self, notice_id: str) -> None:
+        self.status.notices_sent += 1
+        log.info("notice delivered over matrix", notice=notice_id)
+        if self._confirm is not None:
+            try:
+                await self._confirm([notice_id])
+            except Exception:
+                # The store is away: the notice stays pending, and a resend carries the same
+                # transaction id (deduplicated by the homeserver while it remembers it).
+                log.exception("matrix notice sent but not marked delivered", notice=notice_id)
+                self._notice_ids.discard(notice_id)
 
     async def _typist(self) -> None:
         """Keep the typing indicator on in each room while a turn for it runs."""
@@ -671,31 +586,12 @@ class MatrixChannel:
                 await self._typing_changed.wait()
 
 
-_ANSWERS: dict[str, ApprovalAnswer] = {
-    "yes": "yes",
-    "y": "yes",
-    "no": "no",
-    "n": "no",
-    "always": "always",
-}
-
-
-class _ApprovalDoor:
-    """The channel as the approvals see a client of the person's (the allowed Matrix IDs)."""
-
-    id = "matrix"
-    closed = False
-
-    def __init__(self, channel: MatrixChannel, uid: int) -> None:
-        self._channel = channel
-        self.uid = uid
-
-    def send(self, frame: Mapping[str, Any]) -> bool:
-        return self._channel._approval_frame(frame)
-
-
 class _InboxRefused(Exception):
     """The trunk's inbox cannot take a message now; the sync position stays where it is."""
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _backoff(failures: int) -> float:

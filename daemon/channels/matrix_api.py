@@ -91,6 +91,10 @@ class MatrixApi:
     async def whoami(self) -> str:
         return str((await self.call("GET", "/_matrix/client/v3/account/whoami")).get("user_id"))
 
+    async def joined_rooms(self) -> list[str]:
+        rooms = (await self.call("GET", "/_matrix/client/v3/joined_rooms")).get("joined_rooms")
+        return [r for r in rooms if isinstance(r, str)] if isinstance(rooms, list) else []
+
     async def sync(self, since: str | None, timeout_ms: int) -> dict[str, Any]:
         params = {"timeout": str(timeout_ms), "filter": json.dumps(_SYNC_FILTER)}
         if since:

@@ -471,8 +471,8 @@ def _mcp_servers(home: Home, settings: Settings) -> list[Check]:
     return checks
 
 
-def _live_mcp_servers(home: Home, settings: Settings) -> dict[str, dict[str, Any]] | None:
-    """The running daemon's MCP servers by name, or None when no daemon answers."""
+def _live_status(home: Home, settings: Settings) -> dict[str, Any] | None:
+    """The running daemon's `status`, or None when no daemon answers."""
     from daemon.chat.link import ChatError, DaemonLink, command_data
 
     path = socket_for(home, settings.chat.socket, announce=False)
@@ -483,6 +483,23 @@ def _live_mcp_servers(home: Home, settings: Settings) -> dict[str, dict[str, Any
             data = command_data(link.request("status", timeout=10.0))
     except (ChatError, OSError):
         return None
+    return data if isinstance(data, dict) else None
+
+
+def _matrix(home: Home, settings: Settings) -> list[Check]:
+    """The Matrix channel: the daemon's view of it, else its token and one call to the server."""
+    if not settings.channels.matrix.enabled:
+        return []
+    from daemon.channels.matrix_doctor import matrix_checks
+
+    live = _live_status(home, settings)
+    lines = matrix_checks(settings.channels.matrix, (live or {}).get("matrix") if live else None)
+    return [Check(name="matrix", status=st, detail=detail, fix=fix) for st, detail, fix in lines]
+
+
+def _live_mcp_servers(home: Home, settings: Settings) -> dict[str, dict[str, Any]] | None:
+    """The running daemon's MCP servers by name, or None when no daemon answers."""
+    data = _live_status(home, settings)
     servers = data.get("mcp") if isinstance(data, dict) else None
     return {s["name"]: s for s in servers or [] if isinstance(s, dict) and "name" in s}
 
@@ -514,6 +531,7 @@ def run_checks(home: Home, settings: Settings) -> list[Check]:
     checks.append(_socket(home, settings))
     checks.append(_run_sandbox(home, settings))
     checks.extend(_mcp_servers(home, settings))
+    checks.extend(_matrix(home, settings))
     return checks
 
 

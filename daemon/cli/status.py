@@ -6,6 +6,7 @@ The fields are `daemon.status`'s; this module asks for them and prints them.
 from __future__ import annotations
 
 import json
+import time
 
 # A running daemon's status is printed by `daemon.cli.forward` before anything heavy is
 # imported: this module's top level stays standard library only (tests/test_memory_cli_daemon.py counts).
@@ -142,6 +143,8 @@ def render(status: dict[str, Any]) -> str:
     if web:
         shown = web.get("url") if web.get("state") == "listening" else web.get("error")
         lines.append(f"console:      {web.get('state')} · {shown or web.get('listen')}")
+    if status.get("matrix"):
+        lines.extend(_matrix_lines(status["matrix"]))
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
         lines.append(
@@ -267,6 +270,27 @@ def _resource_lines(res: dict[str, Any] | None) -> list[str]:
         f"{kids} child process{'' if kids == 1 else 'es'}{store}"
     ]
     lines.extend(f"  warning:    {w}" for w in res.get("warnings") or [])
+    return lines
+
+
+def _matrix_lines(mx: dict[str, Any]) -> list[str]:
+    """`matrix:       away · retry in 8 s (backoff 8 s, 3 failures) · ConnectError: …`."""
+    state, head = mx.get("state"), f"matrix:       {mx.get('state')} · {mx.get('user_id')}"
+    if state == "connected":
+        head += (
+            f" · {mx.get('rooms', 0)} room(s) · {mx.get('taken', 0)} taken, "
+            f"{mx.get('ignored', 0)} ignored, {mx.get('replies_sent', 0)} replies, "
+            f"{mx.get('notices_sent', 0)} notices sent"
+        )
+    if mx.get("backoff_s") is not None:
+        left = max(0.0, float(mx.get("retry_at") or 0) - time.time())
+        head += (
+            f" · retry in {left:.0f} s (backoff {mx['backoff_s']:.0f} s, "
+            f"{mx.get('failures', 0)} failures)"
+        )
+    lines = [head + (f" · {mx['detail']}" if mx.get("detail") else "")]
+    for room in mx.get("encrypted_rooms") or []:
+        lines.append(f"              refused {room}: end-to-end encrypted (docs/channels.md)")
     return lines
 
 

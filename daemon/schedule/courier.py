@@ -17,6 +17,12 @@ Quiet hours (`[notices] quiet_hours`, in `[scheduler] timezone`): a notice poste
 window is held — neither pushed nor notified — until the window ends, when a daily job on
 the daemon's scheduler releases what is pending (pushed, and notified once). A person who
 opens a chat inside the window sees what is pending all the same: they are up.
+
+Channels (`[channels.matrix]`): when no client of the person's is connected, a notice goes to
+the first channel that takes notices instead — when it is posted, when quiet hours end, when
+the channel connects, and when the person's last local client leaves with notices it never
+showed. The channel marks it delivered once its server confirmed it; a notice on its way
+through a channel is not sent to a client that connects meanwhile, so it arrives once.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, time, timedelta, tzinfo
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -56,6 +62,18 @@ def notice_frame(notice: Notice) -> dict[str, Any]:
         late_s=notice.late_s,
         schedule_id=notice.schedule_id,
     )
+
+
+class NoticeChannel(Protocol):
+    """Another door to the person (`daemon.channels`) that can carry notices."""
+
+    name: str
+
+    def takes_notices(self) -> bool: ...
+
+    def holds_notice(self, notice_id: str) -> bool: ...
+
+    def deliver_notice(self, notice: Notice) -> bool: ...
 
 
 class QuietHours:
@@ -109,6 +127,11 @@ class NoticeCourier(BackgroundWork):
         # reaches it once.
         self._sent: dict[str, set[str]] = {}
         self.notified = 0
+        self._channels: list[NoticeChannel] = []
+
+    def add_channel(self, channel: NoticeChannel) -> None:
+        """Let `channel` carry notices while no client of the person's is connected."""
+        self._channels.append(channel)
 
     def register(self, bus: EventBus, scheduler: Scheduler) -> Callable[[], None]:
         """Listen for new notices; release held ones when quiet hours end. Return the unsubscribe."""
@@ -141,6 +164,27 @@ class NoticeCourier(BackgroundWork):
     def detach(self, client: Any) -> None:
         self._clients.pop(client.id, None)
         self._sent.pop(client.id, None)
+        if self._channels and not self.connected and self._tg is not None:
+            # The last local client left: what it never showed goes through a channel.
+            self._tg.start_soon(self.offer, name="notices.offer")
+
+    async def offer(self) -> int:
+        """Hand what is pending to a channel when no local client is open; return how many."""
+        if not self._channels or self.connected or self.in_quiet_hours():
+            return 0
+        return self._to_channel(await self.outbox.pending())
+
+    def _in_channel(self, notice_id: str) -> bool:
+        return any(ch.holds_notice(notice_id) for ch in self._channels)
+
+    def _to_channel(self, notices: Sequence[Notice]) -> int:
+        for channel in self._channels:
+            if channel.takes_notices():
+                took = sum(channel.deliver_notice(n) for n in notices)
+                if took:
+                    log.info("notices sent through a channel", channel=channel.name, notices=took)
+                return took
+        return 0
 
     @property
     def connected(self) -> int:
@@ -168,7 +212,7 @@ class NoticeCourier(BackgroundWork):
     def _send(self, client: Any, notices: Sequence[Notice]) -> None:
         sent = self._sent.setdefault(client.id, set())
         for notice in notices:
-            if notice.id in sent:
+            if notice.id in sent or self._in_channel(notice.id):
                 continue
             if not client.send(notice_frame(notice)):
                 return  # gone: what it was not sent stays pending for the next chat
@@ -211,12 +255,16 @@ class NoticeCourier(BackgroundWork):
             log.info("notice held for the end of quiet hours", notice=notice.id)
             return
         self._push([notice])
+        if not self.connected:
+            self._to_channel([notice])
         self._notify([notice])
 
     async def release(self) -> str:
         """Quiet hours ended: push what is pending; notify what was held in the window."""
         pending = await self.outbox.pending()
         self._push(pending)
+        if not self.connected:
+            self._to_channel(pending)
         held = pending
         if self.quiet is not None:
             opened = self.quiet.opened_before(self.clock.now())
