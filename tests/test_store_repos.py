@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,9 @@ import anyio
 import pytest
 
 from daemon.store.db import Database
+from daemon.store.exams import ExamRow, ExamsRepo
 from daemon.store.runs import RunsRepo
+from daemon.store.threads import Thread, ThreadsRepo
 from daemon.store.usage import UsageEntry, UsageRepo
 from tests.postgres_server import database_url, pg_server  # noqa: F401
 
@@ -168,3 +170,114 @@ async def test_runs_find_the_oldest_trunk_session_before_a_time(store: Store) ->
             )
         assert await runs.oldest_trunk_session_before(T0) == (T0 - timedelta(days=2)).isoformat()
         assert await runs.oldest_trunk_session_before(T0 - timedelta(days=3)) is None
+
+
+# ----- threads ----------------------------------------------------------------------------------
+def thread(tid: str, opened_by: str, at: datetime, **kw: Any) -> Thread:
+    fields: dict[str, Any] = {
+        "id": tid,
+        "kind": "promise",
+        "text": f"send the report ({tid})",
+        "session_id": "trunk-1",
+        "opened_by": opened_by,
+        "opened_at": at,
+    }
+    fields.update(kw)
+    return Thread(**fields)
+
+
+@pytest.mark.anyio
+async def test_threads_open_once_and_close_once(store: Store) -> None:
+    async with store.open("threads") as db:
+        threads = ThreadsRepo(db)
+        due = date(2026, 3, 4)
+        await threads.add(thread("t-b", "m2", T0 + timedelta(hours=1), due=due, kind="plan"))
+        await threads.add(thread("t-a", "m1", T0))
+        # The same message opening the same thread again keeps the first.
+        await threads.add(thread("t-other-id", "m1", T0, text="send the report (t-a)"))
+        opened = await threads.open_threads()
+        assert [t.id for t in opened] == ["t-a", "t-b"]
+        assert opened[1].due == due and opened[1].kind == "plan" and opened[1].status == "open"
+        assert opened[0].opened_at == T0 and opened[0].due is None
+
+        done_at = T0 + timedelta(hours=2)
+        assert await threads.close("t-a", status="resolved", at=done_at, by="m9", note="done")
+        assert not await threads.close("t-a", status="expired", at=done_at, by=None, note="x")
+        assert not await threads.close("t-nope", status="resolved", at=done_at, by=None, note="")
+        got = await threads.get("t-a")
+        assert got is not None
+        assert (got.status, got.resolved_at, got.resolved_by, got.note) == (
+            "resolved",
+            done_at,
+            "m9",
+            "done",
+        )
+        assert await threads.get("t-nope") is None
+        assert [t.id for t in await threads.open_threads()] == ["t-b"]
+
+
+@pytest.mark.anyio
+async def test_threads_read_a_turn_and_the_person_afterwards(store: Store) -> None:
+    async with store.open("messages", "sessions") as db:
+        await db.execute(
+            "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)",
+            ("trunk-1", "trunk", "trunk-1.jsonl", T0.isoformat()),
+        )
+        for seq, (msg_id, role, turn, minutes, text) in enumerate(
+            [
+                ("m1", "user", "turn-1", 0, "can you send the report?"),
+                ("m2", "assistant", "turn-1", 1, "I will send it tomorrow."),
+                ("m3", "user", "turn-2", 60, "the report is done"),
+                ("m4", "assistant", "turn-2", 61, "good"),
+            ]
+        ):
+            await db.execute(
+                "INSERT INTO messages(session_id, seq, msg_id, turn_id, role, content, ts)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    "trunk-1",
+                    seq,
+                    msg_id,
+                    turn,
+                    role,
+                    text,
+                    (T0 + timedelta(minutes=minutes)).isoformat(),
+                ),
+            )
+        threads = ThreadsRepo(db)
+        turn = await threads.turn_messages("trunk-1", "turn-1")
+        assert [(m.msg_id, m.role, m.content) for m in turn] == [
+            ("m1", "user", "can you send the report?"),
+            ("m2", "assistant", "I will send it tomorrow."),
+        ]
+        assert turn[1].at == T0 + timedelta(minutes=1)
+        assert await threads.turn_messages("trunk-1", "turn-9") == []
+        later = await threads.person_said_after(T0)
+        assert [(m.msg_id, m.role) for m in later] == [("m3", "user")]
+
+
+# ----- the sleep self-exam ----------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_exams_keep_one_per_cycle_newest_first(store: Store) -> None:
+    async with store.open("self_exams") as db:
+        exams = ExamsRepo(db)
+        item = {"key": "fact:1", "question": "Where does Ana live — Lisboa?", "result": "hit"}
+        for n in range(3):
+            await exams.add(
+                ExamRow(
+                    cycle_id=f"cycle-{n}",
+                    taken_at=T0 + timedelta(days=n),
+                    worded_by="offline",
+                    items=[item, {**item, "key": f"open:{n}", "result": "miss"}],
+                    score=50.0,
+                    hits=1,
+                )
+            )
+        await exams.add(ExamRow(cycle_id="cycle-1", taken_at=T0, worded_by="again", items=[]))
+        recent = await exams.recent(2)
+        assert [e.cycle_id for e in recent] == ["cycle-2", "cycle-1"]
+        one = await exams.get("cycle-1")
+        assert one is not None and one.worded_by == "offline"
+        assert one.taken_at == T0 + timedelta(days=1)
+        assert one.items == [item, {**item, "key": "open:1", "result": "miss"}]
+        assert await exams.get("cycle-9") is None

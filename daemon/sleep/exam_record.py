@@ -9,11 +9,12 @@ the sleep cycle's last step (`daemon.sleep.exam`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from daemon.store.exams import ExamRow, ExamsRepo
 
 if TYPE_CHECKING:
     from daemon.store.db import Database
@@ -77,46 +78,35 @@ class Exam:
         }
 
 
-def _exam_row(row: Any) -> Exam:
+def _exam(row: ExamRow) -> Exam:
     return Exam(
-        cycle_id=row[0],
-        taken_at=datetime.fromisoformat(row[1]),
-        worded_by=row[2],
-        items=[ExamItem.from_json(i) for i in json.loads(row[3] or "[]")],
+        cycle_id=row.cycle_id,
+        taken_at=row.taken_at,
+        worded_by=row.worded_by,
+        items=[ExamItem.from_json(i) for i in row.items],
     )
 
 
 async def recent_exams(db: Database, limit: int = TREND) -> list[Exam]:
     """The last `limit` exams, newest first."""
-    rows = await db.fetchall(
-        "SELECT cycle_id, taken_at, worded_by, items FROM self_exams"
-        " ORDER BY taken_at DESC, cycle_id DESC LIMIT ?",
-        (limit,),
-    )
-    return [_exam_row(r) for r in rows]
+    return [_exam(r) for r in await ExamsRepo(db).recent(limit)]
 
 
 async def exam_of(db: Database, cycle_id: str) -> Exam | None:
-    row = await db.fetchone(
-        "SELECT cycle_id, taken_at, worded_by, items FROM self_exams WHERE cycle_id = ?",
-        (cycle_id,),
-    )
-    return _exam_row(row) if row is not None else None
+    row = await ExamsRepo(db).get(cycle_id)
+    return _exam(row) if row is not None else None
 
 
 async def save_exam(db: Database, exam: Exam) -> None:
-    await db.execute(
-        "INSERT INTO self_exams(cycle_id, taken_at, score, questions, hits, worded_by, items)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(cycle_id) DO NOTHING",
-        (
-            exam.cycle_id,
-            exam.taken_at.isoformat(),
-            exam.score,
-            len(exam.items),
-            exam.hits,
-            exam.worded_by,
-            json.dumps([i.to_json() for i in exam.items], ensure_ascii=False),
-        ),
+    await ExamsRepo(db).add(
+        ExamRow(
+            cycle_id=exam.cycle_id,
+            taken_at=exam.taken_at,
+            worded_by=exam.worded_by,
+            items=[i.to_json() for i in exam.items],
+            score=exam.score,
+            hits=exam.hits,
+        )
     )
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from daemon.store.db import Database
+if TYPE_CHECKING:
+    from daemon.store.db import Database
 
 _COLUMNS = "id, started_at, seen_at, stopped_at, ended"
 

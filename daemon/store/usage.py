@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from daemon.store.db import Database
+if TYPE_CHECKING:
+    from daemon.store.db import Database
 
 _INSERT = (
     "INSERT INTO usage_ledger(ts, day, role, provider, model, input_tokens, output_tokens,"

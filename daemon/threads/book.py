@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.events import SleepHousekeeping, TurnFinished
 from daemon.log import get_logger
 from daemon.store.db import Database
+from daemon.store.threads import Thread, ThreadsRepo
 from daemon.threads.detect import (
     Found,
     answers_again,
@@ -32,48 +32,6 @@ from daemon.threads.detect import (
 )
 
 log = get_logger("threads")
-
-_COLUMNS = (
-    "id, kind, text, session_id, opened_by, opened_at, due, status, resolved_at, resolved_by, note"
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Thread:
-    """One open matter and where it came from."""
-
-    id: str
-    kind: str  # promise | question | plan
-    text: str
-    session_id: str
-    opened_by: str  # the message that opened it
-    opened_at: datetime
-    due: date | None = None
-    status: str = "open"  # open | resolved | expired
-    resolved_at: datetime | None = None
-    resolved_by: str | None = None
-    note: str = ""
-
-    @classmethod
-    def from_row(cls, row: tuple[object, ...]) -> Thread:
-        tid, kind, text, session, opened_by, opened_at, due, status, r_at, r_by, note = row
-        return cls(
-            id=str(tid),
-            kind=str(kind),
-            text=str(text),
-            session_id=str(session),
-            opened_by=str(opened_by),
-            opened_at=_when(str(opened_at)),
-            due=date.fromisoformat(str(due)) if due else None,
-            status=str(status),
-            resolved_at=_when(str(r_at)) if r_at else None,
-            resolved_by=str(r_by) if r_by else None,
-            note=str(note or ""),
-        )
-
-    def is_due(self, today: date) -> bool:
-        """Whether it is due today or overdue."""
-        return self.due is not None and self.due <= today
 
 
 def thread_id(opened_by: str, kind: str, text: str) -> str:
@@ -92,6 +50,7 @@ class ThreadBook:
 
     def __init__(self, db: Database, *, clock: Clock, zone: tzinfo, expire_days: int) -> None:
         self.db = db
+        self.rows = ThreadsRepo(db)
         self.clock = clock
         self.zone = zone
         self.expire_days = expire_days
@@ -101,10 +60,7 @@ class ThreadBook:
     async def open_threads(self) -> list[Thread]:
         """The open threads, oldest first (those past their expiry excluded: the night expires them)."""
         cutoff = self.clock.now() - timedelta(days=self.expire_days)
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM threads WHERE status = 'open' ORDER BY opened_at, id"
-        )
-        return [t for t in map(Thread.from_row, rows) if t.opened_at > cutoff]
+        return [t for t in await self.rows.open_threads() if t.opened_at > cutoff]
 
     async def due(self) -> list[Thread]:
         """The open threads due today or before, in the person's zone, soonest first."""
@@ -113,8 +69,7 @@ class ThreadBook:
         return sorted(found, key=lambda t: (t.due or today, t.opened_at))
 
     async def get(self, thread_id: str) -> Thread | None:
-        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM threads WHERE id = ?", (thread_id,))
-        return Thread.from_row(row) if row else None
+        return await self.rows.get(thread_id)
 
     # -- a turn's end ----------------------------------------------------------------------
 
@@ -123,13 +78,9 @@ class ThreadBook:
 
         Returns (opened, closed ids). A turn with no message of the person's changes nothing.
         """
-        rows = await self.db.fetchall(
-            "SELECT msg_id, ts, role, content FROM messages"
-            " WHERE session_id = ? AND turn_id = ? ORDER BY seq",
-            (session_id, turn_id),
-        )
-        asked = [(str(m), str(ts), str(c)) for m, ts, role, c in rows if role == "user"]
-        replies = [(str(m), str(ts), str(c)) for m, ts, role, c in rows if role == "assistant"]
+        said = await self.rows.turn_messages(session_id, turn_id)
+        asked = [(m.msg_id, m.ts, m.content) for m in said if m.role == "user"]
+        replies = [(m.msg_id, m.ts, m.content) for m in said if m.role == "assistant"]
         if not asked:
             return [], []
         msg_id, ts, prompt = asked[-1]
@@ -173,19 +124,7 @@ class ThreadBook:
             opened_at=at,
             due=found.due,
         )
-        await self.db.execute(
-            "INSERT INTO threads(id, kind, text, session_id, opened_by, opened_at, due, status)"
-            " VALUES (?,?,?,?,?,?,?, 'open') ON CONFLICT(opened_by, kind, text) DO NOTHING",
-            (
-                thread.id,
-                thread.kind,
-                thread.text,
-                session_id,
-                opened_by,
-                at.isoformat(),
-                found.due.isoformat() if found.due else None,
-            ),
-        )
+        await self.rows.add(thread)
         return thread
 
     async def close_from(
@@ -211,36 +150,20 @@ class ThreadBook:
 
     async def resolve(self, thread_id: str, *, by: str | None, at: datetime, note: str) -> bool:
         """Mark an open thread resolved by message `by`; False when it was not open."""
-        row = await self.db.fetchone("SELECT status FROM threads WHERE id = ?", (thread_id,))
-        if row is None or row[0] != "open":
-            return False
-        await self.db.execute(
-            "UPDATE threads SET status = 'resolved', resolved_at = ?, resolved_by = ?, note = ?"
-            " WHERE id = ? AND status = 'open'",
-            (at.isoformat(), by, note, thread_id),
-        )
-        return True
+        return await self.rows.close(thread_id, status="resolved", at=at, by=by, note=note)
 
     # -- the night -------------------------------------------------------------------------
 
     async def sweep(self) -> str | None:
         """Close what the person's later messages said is done, expire the old; say what changed."""
         closed = 0
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM threads WHERE status = 'open' ORDER BY opened_at, id"
-        )
-        for thread in map(Thread.from_row, rows):
-            said = await self.db.fetchall(
-                "SELECT msg_id, ts, content FROM messages WHERE role = 'user' AND ts > ?"
-                " ORDER BY ts, seq",
-                (thread.opened_at.isoformat(),),
-            )
-            for msg_id, ts, content in said:
-                if closed_by(str(content), [(thread.id, thread.text)]) and mentions(
-                    str(content), thread.text
+        for thread in await self.rows.open_threads():
+            for said in await self.rows.person_said_after(thread.opened_at):
+                if closed_by(said.content, [(thread.id, thread.text)]) and mentions(
+                    said.content, thread.text
                 ):
                     if await self.resolve(
-                        thread.id, by=str(msg_id), at=_when(str(ts)), note="found done at night"
+                        thread.id, by=said.msg_id, at=said.at, note="found done at night"
                     ):
                         closed += 1
                     break
@@ -253,20 +176,15 @@ class ThreadBook:
         """Expire the threads open longer than `expire_days`, each with a note; return how many."""
         now = self.clock.now()
         cutoff = now - timedelta(days=self.expire_days)
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM threads WHERE status = 'open' ORDER BY opened_at, id"
-        )
-        old = [t for t in map(Thread.from_row, rows) if t.opened_at <= cutoff]
+        old = [t for t in await self.rows.open_threads() if t.opened_at <= cutoff]
         for t in old:
-            await self.db.execute(
-                "UPDATE threads SET status = 'expired', resolved_at = ?, note = ?"
-                " WHERE id = ? AND status = 'open'",
-                (
-                    now.isoformat(),
-                    f"expired: open {self.expire_days} days without being resolved"
-                    f" (opened {t.opened_at.date().isoformat()})",
-                    t.id,
-                ),
+            await self.rows.close(
+                t.id,
+                status="expired",
+                at=now,
+                by=None,
+                note=f"expired: open {self.expire_days} days without being resolved"
+                f" (opened {t.opened_at.date().isoformat()})",
             )
         return len(old)
 
