@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 from daemon.memory.api import LiveHistory, MemoryItem
+from daemon.memory.asked import without_asked
 from daemon.memory.corrections import Corrections, holding_now
 from daemon.memory.index import MemoryIndex
 from daemon.memory.last_word import LastWord, last_person_word
@@ -203,6 +204,8 @@ class IndexMemoryView:
         # once, by the best-ranked memory that holds it, and a window only by the lines that
         # bear on the message.
         out = await self.index.searcher.fit(prompt, out, len(out))
+        # The message being answered (and the same words said before) is no memory of it.
+        out = _unasked(out, prompt)
 
         # A message or summary that states a value since changed is shown with the change,
         # and a corrected value with the date of its correction (`daemon.memory.corrections`).
@@ -359,6 +362,17 @@ class IndexMemoryView:
             shown |= set(cand.message_ids)
             labelled |= set(cand.message_ids)
         return out
+
+
+def _unasked(items: list[MemoryItem], prompt: str) -> list[MemoryItem]:
+    """`items` without the lines of chunks that say only `prompt`; a chunk saying nothing
+    else is left out (`daemon.memory.asked`)."""
+    out = []
+    for item in items:
+        rest = without_asked(item.text, prompt) if item.kind == "chunk" else item.text
+        if rest:
+            out.append(item if rest == item.text else replace(item, text=rest))
+    return out
 
 
 _RECALL_KINDS = ("fact", "profile", "summary", "chunk", "month")

@@ -31,6 +31,7 @@ import anyio
 from daemon.clock import Clock, SystemClock
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
+from daemon.memory.asked import only_asks, said_as, without_asked
 from daemon.memory.corrections import Corrections, with_notes
 from daemon.memory.index import MemoryIndex
 from daemon.memory.months import month_excerpt, month_sources
@@ -190,11 +191,16 @@ class Recall:
         self.settings = settings
         self.topic_addenda = topic_addenda
 
-    async def recall(self, query: str, *, session_id: str | None = None) -> RecallResult:
-        """Answer `query` from memory; `session_id` is the asking session (for the ledger)."""
+    async def recall(
+        self, query: str, *, session_id: str | None = None, answering: str = ""
+    ) -> RecallResult:
+        """Answer `query` from memory; `session_id` is the asking session (for the ledger),
+        `answering` the id of its message the turn is answering: that message and any saying
+        the same words are left out of what is read (`daemon.memory.asked`)."""
         query = " ".join(str(query).split())
         if not query:
             raise RecallError("recall needs a question: the query is empty")
+        asked = await self._asked(session_id, answering)
         stems = query_stems(query)
         plan = decompose(query, now=self.clock.now())
         facts, sources = await self._facts(plan, stems)
@@ -215,7 +221,8 @@ class Recall:
             relevant = [
                 i
                 for i, m in zip(found, matches, strict=True)
-                if i.meta.get("via") or not m.below_floor
+                if (i.meta.get("via") or not m.below_floor)
+                and not (i.kind == "chunk" and only_asks(i.text, asked))
             ]
             match_of.update((i.id, m.relevance) for i, m in zip(found, matches, strict=True))
             picked = trunk_first([i for i in relevant if i.kind == "summary"])[:_MAX_SUMMARIES]
@@ -230,10 +237,12 @@ class Recall:
                     continue
                 seen.add(chunk.session)
                 sources.append(
-                    replace(await self._chunk_source(chunk, query), relevance=match_of[chunk.id])
+                    replace(
+                        await self._chunk_source(chunk, query, asked), relevance=match_of[chunk.id]
+                    )
                 )
         for item in picked:
-            source = await self._read(item, query, stems)
+            source = await self._read(item, query, stems, asked)
             sources.append(replace(source, relevance=match_of.get(item.id)))
 
         if not sources:
@@ -415,12 +424,22 @@ class Recall:
         return [s for s in covering if s.id not in taken][:_FALLBACK_MONTH_SESSIONS]
 
     # --- stage 2 and 3: read summaries, open transcripts when needed ---------------------
-    async def _read(self, item: MemoryItem, query: str, stems: set[str]) -> Source:
+    async def _asked(self, session_id: str | None, answering: str) -> str:
+        """The words of the message being answered ("" when none is named or found)."""
+        if not (session_id and answering):
+            return ""
+        row = await self.db.fetchone(
+            "SELECT content FROM messages WHERE session_id = ? AND msg_id = ? AND role = 'user'",
+            (session_id, answering),
+        )
+        return str(row[0]) if row else ""
+
+    async def _read(self, item: MemoryItem, query: str, stems: set[str], asked: str) -> Source:
         if item.kind == "month":
             return self._month_source(item, stems)
         if item.kind == "chunk":
-            return await self._chunk_source(item, query)
-        return await self._summary_source(item, query, stems)
+            return await self._chunk_source(item, query, asked)
+        return await self._summary_source(item, query, stems, asked)
 
     def _month_source(self, item: MemoryItem, stems: set[str]) -> Source:
         """A month read as it is: the lines mentioning what was asked, each citing its source."""
@@ -444,7 +463,9 @@ class Recall:
             ts=item.ts,
         )
 
-    async def _summary_source(self, item: MemoryItem, query: str, stems: set[str]) -> Source:
+    async def _summary_source(
+        self, item: MemoryItem, query: str, stems: set[str], asked: str
+    ) -> Source:
         body = item.text
         path = Path(item.source) if item.source else None
         if path is not None:
@@ -456,7 +477,7 @@ class Recall:
         cite = session_cite(sid, str(path) if path else None)
         text = body.strip()
         if sid and coverage(stems, text) < 0.5:
-            windows = await self.windows(sid, query, max_bytes=1500, max_windows=2)
+            windows = await self.windows(sid, query, max_bytes=1500, max_windows=2, skip=asked)
             if windows:
                 text += "\n\nTranscript excerpts:\n" + windows
         return Source(
@@ -469,12 +490,12 @@ class Recall:
             ts=item.ts,
         )
 
-    async def _chunk_source(self, item: MemoryItem, query: str) -> Source:
+    async def _chunk_source(self, item: MemoryItem, query: str, asked: str) -> Source:
         sid = item.session or ""
         row = await self.db.fetchone("SELECT summary_path FROM sessions WHERE id = ?", (sid,))
         cite = session_cite(sid, row[0] if row else None)
         windows = await self.windows(
-            sid, query, max_bytes=1500, max_windows=2, around=item.message_ids
+            sid, query, max_bytes=1500, max_windows=2, around=item.message_ids, skip=asked
         )
         return Source(
             cite=cite,
@@ -484,7 +505,7 @@ class Recall:
             title=item.title,
             session_id=sid,
             ts=item.ts,
-            hit=item.text,
+            hit=without_asked(item.text, asked) if asked else item.text,
         )
 
     async def resolve_session(self, ref: str) -> tuple[str, str | None, str]:
@@ -514,16 +535,21 @@ class Recall:
         max_bytes: int,
         max_windows: int = 3,
         around: Sequence[str] = (),
+        skip: str = "",
     ) -> str:
         """Query-centred windows of a session's messages with ids and timestamps, bounded in bytes.
 
         `around` names messages (a search hit's) that are centred first, whatever they share
-        with the query.
+        with the query; the person's messages saying `skip` (the message being answered) are
+        left out.
         """
         rows = await self.db.fetchall(
             "SELECT seq, msg_id, ts, role, content FROM messages WHERE session_id = ? ORDER BY seq",
             (session_id,),
         )
+        if skip:
+            asked = said_as(skip)
+            rows = [r for r in rows if not (r[3] == "user" and said_as(r[4]) == asked)]
         if not rows:
             return ""
         stems = query_stems(query)

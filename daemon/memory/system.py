@@ -192,17 +192,22 @@ class MemorySystem:
         return self.facts.get(uid)
 
     # --- recall ------------------------------------------------------------------------
-    async def recall(self, query: str, *, session_id: str | None = None) -> str:
+    async def recall(
+        self, query: str, *, session_id: str | None = None, answering: str = ""
+    ) -> str:
         """Answer `query` from memory: bounded text citing `[fact:N]`/`[session-…]`.
 
         Model outages degrade to search plus an extractive answer; raises `RecallError` only
         for an empty query.
         """
-        result = await self.recall_result(query, session_id=session_id)
+        result = await self.recall_result(query, session_id=session_id, answering=answering)
         return result.render(self.settings.memory.recall_max_bytes)
 
-    async def recall_result(self, query: str, *, session_id: str | None = None) -> RecallResult:
-        result = await self.recaller.recall(query, session_id=session_id)
+    async def recall_result(
+        self, query: str, *, session_id: str | None = None, answering: str = ""
+    ) -> RecallResult:
+        """`recall`'s result; `answering`: the id of the message the turn is answering."""
+        result = await self.recaller.recall(query, session_id=session_id, answering=answering)
         self.index.uses.note_ids(s.cite for s in result.sources)  # the facts it answered from
         return result
 

@@ -129,7 +129,10 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
 
     async def recall(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
-            return await system.recall(str(args["query"]), session_id=ctx.session_id)
+            # The person's message this turn answers is its id: not read back as a memory.
+            return await system.recall(
+                str(args["query"]), session_id=ctx.session_id, answering=ctx.turn_id
+            )
         except RecallError as exc:
             raise ToolError(str(exc)) from None
 
