@@ -29,6 +29,7 @@ from daemon.memory.asked import without_asked
 from daemon.memory.corrections import Corrections, holding_now
 from daemon.memory.index import MemoryIndex
 from daemon.memory.last_word import LastWord, last_person_word
+from daemon.memory.links import distinct_passages, who_first
 from daemon.memory.months import focus_month, months_in_place
 from daemon.memory.newest import bearing, says_changed, standouts, subject_overlap
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
@@ -199,11 +200,15 @@ class IndexMemoryView:
             if item.id in leads:  # standing out by vector: among the best, not behind them
                 score = max(score, top)
             out.append(replace(item, score=score))
+        # A question asking who: the passages naming someone first among near-equals.
+        out = who_first(prompt, out)
         out.sort(key=_rank)
         # A message is its own chunk and sits in the windows that overlap it: each is shown
         # once, by the best-ranked memory that holds it, and a window only by the lines that
         # bear on the message.
         out = await self.index.searcher.fit(prompt, out, len(out))
+        # The same passage said on several days takes the budget once.
+        out = distinct_passages(out, prompt)
         # The message being answered (and the same words said before) is no memory of it.
         out = _unasked(out, prompt)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.memory.api import Origin
 from daemon.memory.excerpt import passages
+from daemon.memory.links import record as record_links
 from daemon.memory.rows import NewMemory, parse_iso
 
 if TYPE_CHECKING:
@@ -82,10 +83,15 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
     source = session["transcript_path"] or ""
     kind = session["kind"]
     items: list[NewMemory] = []
+    said: list[tuple[str, str, str, str, str, str]] = []  # read for mention links
     for i, row in enumerate(rows):
         if base + i < new_ord or not row["content"].strip():
             continue
         uid = f"chunk:{session_id}:{row['seq']}"
+        if _origin(kind, {row["role"]}) in ("person", "import"):
+            said.append(
+                (uid, session_id, row["msg_id"], row["ts"], row["speaker"] or "", row["content"])
+            )
         items.append(
             NewMemory(
                 uid=uid,
@@ -146,6 +152,7 @@ async def chunk_session(index: MemoryIndex, session_id: str) -> int:
             )
     new = len(items) - await _existing(db, [it.uid for it in items])
     await index.upsert(items)
+    await record_links(db, said)  # who "my sister" is, for the search's link hop
     await db.execute(
         "INSERT INTO memory_chunked(session_id, upto_seq) VALUES (?, ?) "
         "ON CONFLICT(session_id) DO UPDATE SET upto_seq = excluded.upto_seq",

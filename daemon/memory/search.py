@@ -27,6 +27,7 @@ from daemon.memory.embedders import Embedder
 from daemon.memory.excerpt import Line, Question
 from daemon.memory.excerpt import fit as fit_items
 from daemon.memory.lexical import LexicalSearcher, RowFilter
+from daemon.memory.links import LinkHop, distinct_passages, with_links
 from daemon.memory.matrix import VectorMatrix
 from daemon.memory.query import (
     QueryPlan,
@@ -140,6 +141,7 @@ class MemorySearch:
         self.refresh = refresh
         self.query_vectors = query_vectors
         self._vector_weight = VECTOR_WEIGHT * float(getattr(embedder, "fusion_weight", 1.0))
+        self.link_hop = LinkHop(db)
 
     def _where(
         self,
@@ -709,8 +711,19 @@ class MemorySearch:
             merged = await self._distinct(
                 inside + [(r, s) for r, s in base if r not in seen], want, known
             )
+        if self.hops > 1 and mode != "vector":
+            # Who "my brother-in-law" is, from the links written with the messages: the message
+            # that tied name and relation, and the name's best passages (`daemon.memory.links`).
+            merged, linked = await with_links(
+                self, plan.text, merged, kinds=kinds, include_retired=include_retired
+            )
+            for rowid, meta in linked.items():
+                via[rowid] = {**via.get(rowid, {}), **meta}
         items = await self._hydrate(descending(merged), via)
-        return await self.fit(plan.text, items, k) if fit else items
+        if not fit:
+            return items
+        # The same passage said on several days is shown once (`distinct_passages`).
+        return distinct_passages(await self.fit(plan.text, items, len(items)), plan.text)[:k]
 
     async def similarities(self, question: str, items: Sequence[MemoryItem]) -> dict[str, float]:
         """Each item's vector similarity to `question`, by item id ({} without vectors)."""
