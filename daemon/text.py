@@ -2,11 +2,14 @@
 
 The topic router, the memory behaviours and the offline model all fold words the same way,
 so "dreams" meets "dream" and "booked" meets "booking" wherever a match is decided.
-(Search queries keep their own, retrieval-tuned list in `daemon.memory.query`.)
+Search queries keep their own, retrieval-tuned list (`QUERY_STOP_WORDS`), with the word
+splitting memory search and the offline model's answers share (`words`, `terms`,
+`asked_stems`, `mentioned_stems`).
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 STOP_WORDS: frozenset[str] = frozenset(
@@ -86,3 +89,52 @@ def stem(word: str) -> str:
     if word.endswith("e") and len(word) >= 4:
         word = word[:-1]
     return word
+
+
+# -- query words: what memory search looks for ---------------------------------------------
+
+QUERY_STOP_WORDS: frozenset[str] = frozenset(
+    """a about above after again against all also am an and any are aren as at be because been
+    before being below between both but by can could couldn did didn do does doesn doing don down
+    during each else ever few for from further get got had hadn has hasn have haven having he her
+    here hers herself him himself his how i i'd i'll i'm i've if in into is isn it it's its itself
+    just let like ll me might more most much must my myself no nor not now of off on once only or
+    other our ours ourselves out over own re really remember recall s said same say says she should
+    so some such t tell than that that's the their theirs them themselves then there these they
+    this those through to too under until up us ve very was wasn we were weren what what's when
+    where which while who whom why will with won would you your yours yourself yourselves
+    know think thing things anything something one ones told talk talked mention mentioned
+    d m o y ago""".split()
+)
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """Return the lowercase word tokens of `text` (apostrophes kept inside words)."""
+    return [w.lower().replace("’", "'") for w in _WORD.findall(text)]
+
+
+def terms(text: str) -> list[str]:
+    """Return the content words of `text`: lowercase, stop words out, first occurrence order."""
+    seen: dict[str, None] = {}
+    for w in words(text):
+        w = w.removesuffix("'s")
+        if len(w) > 1 and w not in QUERY_STOP_WORDS and w not in seen:
+            seen[w] = None
+    return list(seen)
+
+
+def asked_stems(text: str) -> frozenset[str]:
+    """Return the stems of what a question asks about, for deciding what answers it.
+
+    The words memory search looks for (`terms`): a two-letter name such as "Jo" stays, and
+    so does a capitalised one, while the asking itself ("recall", "remember", "tell") goes,
+    along with the everyday stop words and bare numbers.
+    """
+    return frozenset(stem(w) for w in terms(text) if w not in STOP_WORDS and not w.isdigit())
+
+
+def mentioned_stems(text: str) -> frozenset[str]:
+    """Return the stems of every word of `text` that `asked_stems` could ask for."""
+    return frozenset(stem(w.removesuffix("'s")) for w in words(text) if len(w) > 1)

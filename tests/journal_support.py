@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.agent.records import parse_records
 from daemon.agent.session import Session
 from daemon.bus import EventBus
 from daemon.clock import FakeClock
@@ -20,6 +19,7 @@ from daemon.memory.embedders import NoEmbedder
 from daemon.memory.index import MemoryIndex
 from daemon.models.base import Model, ModelRequest
 from daemon.paths import Home
+from daemon.records import parse_records
 from daemon.services import open_services
 from daemon.settings import JournalSettings, SchedulerSettings, Settings
 from daemon.store.db import Database

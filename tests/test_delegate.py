@@ -17,7 +17,6 @@ import anyio
 import pytest
 
 from daemon.agent.loop import AgentLoop, TurnResult
-from daemon.agent.records import MessageRecord, SessionStart
 from daemon.agent.session import Session
 from daemon.agent.transcript import Transcript
 from daemon.agent.turns import ToolPhase, TurnEvent
@@ -33,6 +32,7 @@ from daemon.models.ledger import UsageLedger
 from daemon.models.offline import OfflineModel
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.records import MessageRecord, SessionStart
 from daemon.services import Services, open_services
 from daemon.settings import DelegateSettings, SchedulerSettings, Settings
 from daemon.store.db import Database

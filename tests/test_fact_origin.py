@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from daemon.agent.provenance import TurnReading, read_turn, turn_origin
-from daemon.agent.records import ScheduleFired
 from daemon.context.layers import LOOKALIKE_LT, memory_block, neutralise
 from daemon.memory.pins import PIN_END, PIN_START, split_facts_file
 from daemon.memory.recall import RecallResult, Source
 from daemon.models.base import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from daemon.records import ScheduleFired
 from daemon.tools.registry import label_untrusted
 from tests.fakes.anthropic_server import FakeAnthropic, Planned, RecordedRequest
 from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env, run_cli

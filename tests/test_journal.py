@@ -9,7 +9,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from daemon.agent.records import parse_records
 from daemon.events import (
     CompactionApproaching,
     Heartbeat,
@@ -20,6 +19,7 @@ from daemon.events import (
 from daemon.journal import latest_digest
 from daemon.journal.entries import JournalStore
 from daemon.models.base import ModelRequest, ModelUnavailable
+from daemon.records import parse_records
 from daemon.testing import Reply, ScriptedModel
 from daemon.tokens import count_tokens
 from tests.journal_support import MIDNIGHT, answering, journal_rig, journal_settings

@@ -19,15 +19,6 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon.agent.records import (
-    MessageRecord,
-    Record,
-    ToolCallRecord,
-    ToolResultRecord,
-    TurnEnd,
-    TurnStatus,
-    parse_record,
-)
 from daemon.agent.session import Session
 from daemon.agent.work import LINE_CHARS, MAX_LINES, work_done
 from daemon.clock import FakeClock
@@ -47,6 +38,15 @@ from daemon.memory.system import MemorySystem
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.records import (
+    MessageRecord,
+    Record,
+    ToolCallRecord,
+    ToolResultRecord,
+    TurnEnd,
+    TurnStatus,
+    parse_record,
+)
 from daemon.redact import Redactor
 from daemon.settings import SchedulerSettings, Settings
 from daemon.sleep.wake import _summary_parts

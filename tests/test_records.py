@@ -18,7 +18,17 @@ import anyio
 import pytest
 
 from daemon.agent.loop import AgentLoop
-from daemon.agent.records import (
+from daemon.agent.session import Session
+from daemon.agent.transcript import Transcript
+from daemon.bus import EventBus, Veto
+from daemon.clock import FakeClock
+from daemon.delegate.lineage import ForkStatus, row_from_transcript
+from daemon.events import BeforeAgentStart, SystemNote
+from daemon.memory.transcripts import read_session_header, read_transcript
+from daemon.models.base import TextBlock, ToolResultBlock, ToolUseBlock
+from daemon.models.ledger import UsageLedger
+from daemon.models.roles import ModelRoles
+from daemon.records import (
     ApprovalRecord,
     ForkEnd,
     MessageRecord,
@@ -30,16 +40,6 @@ from daemon.agent.records import (
     TurnStatus,
     parse_record,
 )
-from daemon.agent.session import Session
-from daemon.agent.transcript import Transcript
-from daemon.bus import EventBus, Veto
-from daemon.clock import FakeClock
-from daemon.delegate.lineage import ForkStatus, row_from_transcript
-from daemon.events import BeforeAgentStart, SystemNote
-from daemon.memory.transcripts import read_session_header, read_transcript
-from daemon.models.base import TextBlock, ToolResultBlock, ToolUseBlock
-from daemon.models.ledger import UsageLedger
-from daemon.models.roles import ModelRoles
 from daemon.settings import load_settings
 from daemon.store.db import Database
 from daemon.testing import Reply, ScriptedModel

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from daemon.schedule.reading import read_words
-from daemon.schedule.when import Recurrence, WhenError, resolve
+from daemon.when import Recurrence, WhenError, resolve
 
 LONDON = ZoneInfo("Europe/London")
 LISBON = ZoneInfo("Europe/Lisbon")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from daemon.durable import write_atomic
-from daemon.journal.digest import digest_path, render_digest
+from daemon.journal.digest import digest_path, journal_lines, render_digest
 from daemon.journal.entries import JournalEntry, JournalStore
 from daemon.paths import Home
-from daemon.sleep.wake import WakeUp, journal_lines
+from daemon.sleep.wake import WakeUp
 from tests.sleep_support import START, rig
 
 pytestmark = pytest.mark.anyio

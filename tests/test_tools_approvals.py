@@ -26,10 +26,10 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon.agent.records import ApprovalRecord
 from daemon.chat.protocol import ErrorCode
 from daemon.cli.approvals import PreApproval, question
 from daemon.paths import Home
+from daemon.records import ApprovalRecord
 from daemon.settings import PermissionRule, load_settings
 from daemon.tools.approvals import ApprovalRefused, Approvals, PermissionGuard
 from daemon.tools.policy import (

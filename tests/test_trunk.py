@@ -16,7 +16,6 @@ import pytest
 from daemon.agent.gateway import turn_frame
 from daemon.agent.inbox import Inbox
 from daemon.agent.loop import AgentLoop, ContextFailed
-from daemon.agent.records import MessageRecord, parse_records
 from daemon.agent.session import Session
 from daemon.agent.transcript import Transcript
 from daemon.agent.trunk import Trunk
@@ -44,6 +43,7 @@ from daemon.models.base import (
 from daemon.models.ledger import UsageLedger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.records import MessageRecord, parse_records
 from daemon.services import Services, open_services
 from daemon.settings import load_settings
 from daemon.store.db import Database

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import anyio
 
-from daemon.agent.records import TurnStatus
 from daemon.clock import Clock, SystemClock
 from daemon.durable import append_lines, read_jsonl, write_atomic
+from daemon.records import TurnStatus
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,13 +21,6 @@ import anyio
 
 from daemon.agent.budget import FittedRequest, RequestBudget, RequestSizer, fit_request
 from daemon.agent.provenance import TurnReading, read_turn
-from daemon.agent.records import (
-    MessageRecord,
-    ToolCallRecord,
-    ToolResultRecord,
-    TurnEnd,
-    TurnStatus,
-)
 from daemon.agent.turns import Delta, ToolPhase, TurnObserver
 from daemon.bus import EventBus, Gathered, HookFailed
 from daemon.clock import Clock
@@ -54,6 +47,13 @@ from daemon.models.base import (
     Usage,
 )
 from daemon.models.roles import ModelRoles
+from daemon.records import (
+    MessageRecord,
+    ToolCallRecord,
+    ToolResultRecord,
+    TurnEnd,
+    TurnStatus,
+)
 from daemon.tokens import TokenCounter
 from daemon.tools.registry import ToolContext, ToolRegistry
 from daemon.tools.summary import summarise_call

@@ -41,8 +41,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.models.base import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from daemon.records import UNTRUSTED_ORIGINS
 from daemon.text import STOP_WORDS, stem
 from daemon.tools.registry import UNTRUSTED_CLOSE, label_untrusted
 

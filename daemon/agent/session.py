@@ -14,7 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.agent.records import (
+from daemon.agent.transcript import Transcript
+from daemon.models.base import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from daemon.records import (
     MessageRecord,
     Record,
     ScheduleFired,
@@ -24,8 +26,6 @@ from daemon.agent.records import (
     TurnEnd,
     TurnStatus,
 )
-from daemon.agent.transcript import Transcript
-from daemon.models.base import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from daemon.store.db import Database
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 
-from daemon.agent.records import Record, parse_records
 from daemon.durable import append_lines, read_jsonl
+from daemon.records import Record, parse_records
 
 
 @dataclass

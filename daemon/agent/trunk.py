@@ -30,7 +30,6 @@ from anyio.abc import TaskStatus
 
 from daemon.agent.inbox import Inbox, InboxEntry
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
-from daemon.agent.records import TurnEnd, TurnStatus
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.turns import TurnDone, TurnEvent, TurnFailed, TurnObserver, ignore
 from daemon.chat.protocol import ErrorCode
@@ -39,6 +38,7 @@ from daemon.events import SessionBeforeSwitch, SessionShutdown, TurnFinished
 from daemon.log import get_logger
 from daemon.models.base import ModelError, ModelUnavailable, SpendCapReached
 from daemon.paths import Home
+from daemon.records import TurnEnd, TurnStatus
 from daemon.store.db import Database
 from daemon.store.errors import free_bytes, storage_failure, unless_storage_refuses
 

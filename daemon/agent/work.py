@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.agent.records import (
+from daemon.durable import parse_jsonl, read_jsonl
+from daemon.records import (
     MessageRecord,
     Record,
     ToolCallRecord,
     ToolResultRecord,
     parse_records,
 )
-from daemon.durable import parse_jsonl, read_jsonl
 from daemon.redact import Redactor
 from daemon.store.db import Database
 

@@ -34,7 +34,6 @@ import anyio
 
 from daemon.bus import EventBus
 from daemon.clock import Clock
-from daemon.context.files import FileCache
 from daemon.context.handover import HEADING as HANDOVER_HEADING
 from daemon.context.handover import HandoverDesk
 from daemon.context.knowledge import knowledge_layer
@@ -74,6 +73,7 @@ from daemon.scheduler import local_zone
 from daemon.settings import Settings
 from daemon.store.postgres import StoreAway
 from daemon.tokens import TokenCounter
+from daemon.topics.files import FileCache
 from daemon.topics.router import ADDENDA_HEADING, TopicRouter, TopicScore, render_topic
 
 log = get_logger("context")

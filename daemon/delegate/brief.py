@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daemon.agent.records import MessageRecord, Record, ToolResultRecord
 from daemon.delegate.lineage import ForkStatus
+from daemon.records import MessageRecord, Record, ToolResultRecord
 
 FRAMING = "You are in focused task mode. Your objective is: {task}"
 _PARTIAL_CHARS = 6000

@@ -25,7 +25,6 @@ from typing import Any
 import anyio
 
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
-from daemon.agent.records import ForkEnd, MessageRecord, TurnEnd, TurnStatus
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.transcript import Transcript
 from daemon.agent.turns import Delta, Phase, ToolPhase, TurnEvent
@@ -39,6 +38,7 @@ from daemon.log import get_logger
 from daemon.models.base import ModelError, Usage
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.records import ForkEnd, MessageRecord, TurnEnd, TurnStatus
 from daemon.settings import Settings
 from daemon.store.db import Database
 from daemon.tokens import TokenCounter

@@ -17,8 +17,8 @@ from typing import Any
 
 import anyio
 
-from daemon.agent.records import ForkEnd, SessionStart, parse_record
 from daemon.durable import parse_jsonl
+from daemon.records import ForkEnd, SessionStart, parse_record
 from daemon.store.db import Database
 
 # Why a row rebuilt from a transcript without a `fork_end` record says it ended.

@@ -16,6 +16,8 @@ from pathlib import Path
 from daemon.journal.entries import JournalEntry
 from daemon.paths import Home
 
+_OPEN_PREFIX = "Open questions: "
+
 _DIGEST_FILE = re.compile(r"^(\d{4}-\d{2}-\d{2})\.md$")
 TITLE_PREFIX = "# Journal — "
 
@@ -33,7 +35,7 @@ def render_digest(day: date, entries: Sequence[JournalEntry], zone: tzinfo) -> s
     )
     open_now = _still_open(entries)
     if open_now:
-        lines += ["", "Open questions: " + "; ".join(open_now)]
+        lines += ["", _OPEN_PREFIX + "; ".join(open_now)]
     for entry in reversed(entries):
         when = entry.ts.astimezone(zone).strftime("%H:%M")
         where = f" · {entry.session}" if entry.session else ""
@@ -140,3 +142,33 @@ def day_gist(body: str, chars: int) -> str:
     if len(text) <= chars:
         return text
     return text[: max(0, chars - 1)].rsplit(" ", 1)[0].rstrip(" —:;,") + "…"
+
+
+def journal_lines(home: Home, limit: int = 10) -> list[str]:
+    """What the newest journal digest says is open and was worked on, as `- ` lines.
+
+    Open questions first, then the newest entries' summaries (the sleep cycle's own notes
+    left out: they say what sleep did, not what the day was about).
+    """
+    found = latest_digest(home)
+    if found is None:
+        return []
+    day, text = found
+    body = digest_body(text)
+    out: list[str] = []
+    for line in body.splitlines():
+        if line.startswith(_OPEN_PREFIX):
+            out += [
+                f"- open: {q.strip()}"
+                for q in line.removeprefix(_OPEN_PREFIX).split("; ")
+                if q.strip()
+            ]
+    for section in body.split("\n## ")[1:]:
+        header, _, rest = section.partition("\n")
+        if " · note" in header or not rest.strip():
+            continue
+        summary = " ".join(rest.strip().splitlines()[0].split())[:300]
+        out.append(f"- {day.isoformat()} {header.split(' · ')[0]}: {summary}")
+        if len(out) >= limit:
+            break
+    return out[:limit]

@@ -40,7 +40,6 @@ from typing import Any
 
 import anyio
 
-from daemon.agent.records import parse_records
 from daemon.agent.work import WorkDone, fork_finders, work_done, work_prompt_block
 from daemon.bus import EventBus
 from daemon.clock import Clock
@@ -76,6 +75,7 @@ from daemon.models import offline_journal
 from daemon.models.base import Message, ModelError, SystemBlock, Usage
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
+from daemon.records import parse_records
 from daemon.redact import redactor_for
 from daemon.scheduler import local_zone
 from daemon.settings import Settings

@@ -11,14 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from daemon.records import UNTRUSTED_ORIGINS as UNTRUSTED_ORIGINS
+from daemon.records import Origin as Origin
+
 if TYPE_CHECKING:
     from daemon.memory.last_word import LastWord
 
-Origin = Literal["person", "agent", "tool", "system", "import"]
 Kind = Literal["fact", "profile", "summary", "chunk", "month", "journal"]
-
-# Origins whose text may never be promoted into persona, profile or pinned facts.
-UNTRUSTED_ORIGINS: frozenset[str] = frozenset({"tool", "import"})
 
 
 @dataclass(frozen=True, kw_only=True)

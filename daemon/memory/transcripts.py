@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.agent.records import RecordType, SessionStart, parse_record
+from daemon.records import RecordType, SessionStart, parse_record
 
 ROLES = frozenset({"user", "assistant"})
 

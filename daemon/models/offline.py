@@ -19,7 +19,6 @@ from typing import Any
 
 import anyio
 
-from daemon.memory.query import asked_stems, mentioned_stems
 from daemon.models import offline_delegate, offline_dreams, offline_journal
 from daemon.models.base import (
     Block,
@@ -36,7 +35,7 @@ from daemon.models.base import (
     Usage,
 )
 from daemon.models.offline_sleep import is_offline_chatter, weave_wake
-from daemon.text import STOP_WORDS, stem
+from daemon.text import STOP_WORDS, asked_stems, mentioned_stems, stem
 from daemon.tokens import count_tokens
 
 OFFLINE_MODEL = "offline"

@@ -43,12 +43,12 @@ from daemon.background import BackgroundWork
 from daemon.bus import EventBus
 from daemon.delegate.lineage import ForkRow, ForkStatus
 from daemon.events import Heartbeat
+from daemon.journal.digest import journal_lines
 from daemon.log import get_logger
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.schedule.greeting import todays_schedule
 from daemon.schedule.outbox import Notice, Outbox
-from daemon.sleep.wake import journal_lines
 from daemon.store.db import Database
 from daemon.tools.registry import ToolContext, ToolError
 

@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from daemon.agent.records import ScheduleFired
 from daemon.background import BackgroundWork
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.events import JournalNote
 from daemon.faults import fault_point
 from daemon.log import get_logger
+from daemon.records import ScheduleFired
 from daemon.schedule.outbox import Notice, Outbox, write_notice
 from daemon.schedule.store import Fire, Schedule, ScheduleStore, iso, schedule_status
 from daemon.scheduler import Scheduler

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, tzinfo
 
-from daemon.schedule.when import (
+from daemon.when import (
     MAX_PHRASE_WORDS,
     UNDERSTOOD,
     WEEKDAYS,

@@ -25,10 +25,10 @@ from typing import Any
 from daemon.clock import Clock
 from daemon.log import get_logger
 from daemon.schedule.reading import Hint, Reading, quote_hint, read_apart, read_words
-from daemon.schedule.when import Recurrence, Resolved, WhenError, resolve
 from daemon.scheduler import parse_hhmm
 from daemon.settings import ScheduleSettings
 from daemon.store.db import Database
+from daemon.when import Recurrence, Resolved, WhenError, resolve
 
 log = get_logger("schedule")
 

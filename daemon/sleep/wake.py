@@ -23,7 +23,7 @@ import anyio
 
 from daemon.durable import write_atomic
 from daemon.events import BeforeAgentStart, SystemNote
-from daemon.journal.digest import digest_body, latest_digest
+from daemon.journal.digest import journal_lines
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 from daemon.memory.corrections import Corrections
@@ -36,7 +36,6 @@ from daemon.tokens import count_tokens
 
 if TYPE_CHECKING:
     from daemon.agent.trunk import Trunk
-    from daemon.paths import Home
 
 log = get_logger("sleep")
 
@@ -95,39 +94,6 @@ def wake_prompt(
             *transcript,
         ]
     )
-
-
-def journal_lines(home: Home, limit: int = 10) -> list[str]:
-    """What the newest journal digest says is open and was worked on, as `- ` lines.
-
-    Open questions first, then the newest entries' summaries (the sleep cycle's own notes
-    left out: they say what sleep did, not what the day was about).
-    """
-    found = latest_digest(home)
-    if found is None:
-        return []
-    day, text = found
-    body = digest_body(text)
-    out: list[str] = []
-    for line in body.splitlines():
-        if line.startswith(_OPEN_PREFIX):
-            out += [
-                f"- open: {q.strip()}"
-                for q in line.removeprefix(_OPEN_PREFIX).split("; ")
-                if q.strip()
-            ]
-    for section in body.split("\n## ")[1:]:
-        header, _, rest = section.partition("\n")
-        if " · note" in header or not rest.strip():
-            continue
-        summary = " ".join(rest.strip().splitlines()[0].split())[:300]
-        out.append(f"- {day.isoformat()} {header.split(' · ')[0]}: {summary}")
-        if len(out) >= limit:
-            break
-    return out[:limit]
-
-
-_OPEN_PREFIX = "Open questions: "
 
 
 class WakeUp:

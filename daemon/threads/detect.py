@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, time, tzinfo
 
-from daemon.schedule.when import Resolved, read_prefix
+from daemon.when import Resolved, read_prefix
 
 KINDS = ("promise", "question", "plan")
 MAX_TEXT = 240

@@ -31,11 +31,11 @@ from typing import Any, Literal
 
 import anyio
 
-from daemon.agent.records import ApprovalRecord
 from daemon.chat import protocol
 from daemon.chat.protocol import ApprovalAnswer, ErrorCode
 from daemon.clock import Clock, SystemClock
 from daemon.log import get_logger
+from daemon.records import ApprovalRecord
 from daemon.tools.policy import PermissionPolicy, proposed_pattern, subject_of
 from daemon.tools.registry import Tool, ToolContext, ToolError
 from daemon.tools.summary import bounded, masked_line, summarise_call

@@ -23,11 +23,11 @@ from anyio.abc import TaskStatus
 from watchfiles import Change, awatch
 
 from daemon.bus import EventBus
-from daemon.context.files import FileCache
 from daemon.events import ConfigReloaded
 from daemon.log import get_logger
 from daemon.paths import PERSONA_FILES, Home
 from daemon.settings import TopicsSettings
+from daemon.topics.files import FileCache
 from daemon.topics.router import TopicRouter, matrix_path
 
 log = get_logger("topics.watch")

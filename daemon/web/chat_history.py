@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from daemon.agent.records import Record, ToolCallRecord, ToolResultRecord
 from daemon.agent.transcript import Transcript
 from daemon.delegate.lineage import ForkLineage, ForkRow
 from daemon.models.base import Message, ToolResultBlock, ToolUseBlock
+from daemon.records import Record, ToolCallRecord, ToolResultRecord
 from daemon.tools.summary import summarise_call
 
 if TYPE_CHECKING:

@@ -12,7 +12,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+# Who a piece of text came from: every record, memory and journal entry carries one.
+Origin = Literal["person", "agent", "tool", "system", "import"]
+
+# Origins whose text may never be promoted into persona, profile or pinned facts.
+UNTRUSTED_ORIGINS: frozenset[str] = frozenset({"tool", "import"})
 
 
 class RecordType(enum.StrEnum):
