@@ -16,13 +16,12 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from daemon.agent.gateway import command_progress
+from daemon.agent.gateway import Command, command_progress
 from daemon.chat.server import take_passed_file
 from daemon.clock import Clock
 from daemon.commands import BATCH_QUERIES, ops
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 
 log = get_logger("commands")
 
-Command = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 COPY_CHUNK_BYTES = 1 << 20
 NO_FILE = (

@@ -12,11 +12,8 @@ scope is cancelled, so the blocking OS watch returns within one poll step.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Iterable
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
@@ -32,8 +29,6 @@ from daemon.topics.router import TopicRouter, matrix_path
 
 log = get_logger("topics.watch")
 
-Callback = Callable[[frozenset[Path]], Awaitable[Any] | Any]
-
 
 class FileWatcher:
     """Watch the files that shape the context and reload what changed, live."""
@@ -46,7 +41,6 @@ class FileWatcher:
         router: TopicRouter | None = None,
         files: FileCache | None = None,
         bus: EventBus | None = None,
-        callbacks: Iterable[Callback] = (),
         debounce_ms: int = 300,
         step_ms: int = 50,
         idle_wakeup_ms: int = 500,
@@ -57,7 +51,6 @@ class FileWatcher:
         self.router = router
         self.files = files
         self.bus = bus
-        self.callbacks = list(callbacks)
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
         self.idle_wakeup_ms = idle_wakeup_ms
@@ -161,19 +154,6 @@ class FileWatcher:
             touched = [*kinds.get("persona", []), *kinds.get("wake", [])]
             if touched:
                 problems.extend(self.files.refresh(touched))
-        for callback in self.callbacks:
-            try:
-                result = callback(frozenset(paths))
-                if inspect.isawaitable(result):
-                    await result
-            except anyio.get_cancelled_exc_class():
-                raise
-            except Exception as exc:
-                log.error(
-                    "reload callback failed",
-                    callback=getattr(callback, "__qualname__", repr(callback)),
-                    error=repr(exc),
-                )
         self.reloads += 1
         self.last_problems = problems
         names = tuple(str(p) for p in sorted(p for ps in kinds.values() for p in ps))
