@@ -213,7 +213,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.schedule.checklist",
         "daemon.schedule.greeting",
         "daemon.schedule.keeper",
-        "daemon.schedule.outbox",
         "daemon.schedule.store",
         "daemon.scheduler",
         "daemon.sleep.changes",

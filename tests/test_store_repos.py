@@ -19,6 +19,7 @@ import pytest
 
 from daemon.store.db import Database
 from daemon.store.exams import ExamRow, ExamsRepo
+from daemon.store.notices import NewNotice, NoticesRepo
 from daemon.store.runs import RunsRepo
 from daemon.store.threads import Thread, ThreadsRepo
 from daemon.store.usage import UsageEntry, UsageRepo
@@ -281,3 +282,49 @@ async def test_exams_keep_one_per_cycle_newest_first(store: Store) -> None:
         assert one.taken_at == T0 + timedelta(days=1)
         assert one.items == [item, {**item, "key": "open:1", "result": "miss"}]
         assert await exams.get("cycle-9") is None
+
+
+# ----- the outbox's notices ---------------------------------------------------------------------
+def new_notice(key: str, at: datetime, **kw: Any) -> NewNotice:
+    fields: dict[str, Any] = {
+        "key": key,
+        "kind": "reminder",
+        "text": f"call the dentist ({key})",
+        "source": "agent",
+        "created_at": at,
+    }
+    fields.update(kw)
+    return NewNotice(**fields)
+
+
+@pytest.mark.anyio
+async def test_notices_post_once_by_key_and_stamp_once(store: Store) -> None:
+    async with store.open("notices") as db:
+        notices = NoticesRepo(db)
+        due = T0 - timedelta(minutes=30)
+        first, created = await notices.add(
+            new_notice("fire:s1:a", T0, due_at=due, late_s=1800.0, schedule_id="s1")
+        )
+        assert created and first.pending and first.id.startswith("n-")
+        again, created = await notices.add(new_notice("fire:s1:a", T0, text="other text"))
+        assert not created and again == first and again.text == "call the dentist (fire:s1:a)"
+        assert (again.due_at, again.late_s, again.schedule_id) == (due, 1800.0, "s1")
+        second, _ = await notices.add(new_notice("greet:1", T0 + timedelta(minutes=1)))
+        third, _ = await notices.add(new_notice("greet:2", T0 + timedelta(minutes=2)))
+
+        assert await notices.get(second.id) == second
+        assert await notices.by_key("greet:2") == third
+        assert await notices.get("n-nope") is None and await notices.by_key("nope") is None
+
+        later = T0 + timedelta(hours=1)
+        assert await notices.stamp("delivered_at", [first.id, second.id, first.id], later) == 2
+        assert await notices.stamp("delivered_at", [first.id], later) == 0  # stamped once
+        assert await notices.stamp("acknowledged_at", [], later) == 0
+        assert [n.id for n in await notices.pending()] == [third.id]
+        assert await notices.stamp("acknowledged_at", [second.id, "n-nope"], later) == 1
+        assert [n.id for n in await notices.unacknowledged()] == [first.id, third.id]
+        got = await notices.get(first.id)
+        assert got is not None and got.delivered_at == later and not got.pending
+        assert [n.id for n in await notices.newest(2)] == [second.id, third.id]
+        with pytest.raises(ValueError, match="stamp"):
+            await notices.stamp("text", [first.id], later)  # type: ignore[arg-type]

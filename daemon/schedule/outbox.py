@@ -17,17 +17,17 @@ own record in the same transaction (then `Outbox.announce` publishes what it cre
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.events import NoticePosted
 from daemon.log import get_logger
 from daemon.store.db import Database
+from daemon.store.notices import NewNotice, Notice, NoticesRepo, insert_notice
+
+__all__ = ["NOTICE_KINDS", "Notice", "NoticeError", "Outbox", "write_notice"]
 
 log = get_logger("outbox")
 
@@ -37,55 +37,9 @@ SOURCES = frozenset({"agent", "person", "system"})
 # (the task's full result stays in its transcript).
 TEXT_MAX_CHARS = 4000
 
-_COLUMNS = (
-    "id, key, kind, text, source, created_at, due_at, late_s, schedule_id,"
-    " delivered_at, acknowledged_at"
-)
-
 
 class NoticeError(ValueError):
     """A notice cannot be posted as asked; the message says why."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Notice:
-    id: str
-    key: str
-    kind: str
-    text: str
-    source: str
-    created_at: datetime
-    due_at: datetime | None = None
-    late_s: float = 0.0
-    schedule_id: str | None = None
-    delivered_at: datetime | None = None
-    acknowledged_at: datetime | None = None
-
-    @property
-    def pending(self) -> bool:
-        return self.delivered_at is None and self.acknowledged_at is None
-
-
-def _when(value: Any) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
-
-
-def _notice(row: Any) -> Notice:
-    created = _when(row["created_at"])
-    assert created is not None
-    return Notice(
-        id=row["id"],
-        key=row["key"],
-        kind=row["kind"],
-        text=row["text"],
-        source=row["source"],
-        created_at=created,
-        due_at=_when(row["due_at"]),
-        late_s=float(row["late_s"] or 0.0),
-        schedule_id=row["schedule_id"],
-        delivered_at=_when(row["delivered_at"]),
-        acknowledged_at=_when(row["acknowledged_at"]),
-    )
 
 
 def _checked(kind: str, text: str, key: str, source: str, late_s: float) -> str:
@@ -125,24 +79,19 @@ def write_notice(
     notice together, so a crash leaves both or neither.
     """
     text = _checked(kind, text, key, source, late_s)
-    cur = conn.execute(
-        f"INSERT INTO notices({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)"
-        " ON CONFLICT(key) DO NOTHING",
-        (
-            "n-" + uuid.uuid4().hex[:12],
-            key,
-            kind,
-            text,
-            source,
-            now.isoformat(),
-            due_at.isoformat() if due_at is not None else None,
-            float(late_s),
-            schedule_id,
+    return insert_notice(
+        conn,
+        NewNotice(
+            key=key,
+            kind=kind,
+            text=text,
+            source=source,
+            created_at=now,
+            due_at=due_at,
+            late_s=late_s,
+            schedule_id=schedule_id,
         ),
     )
-    created = cur.rowcount == 1
-    row = conn.execute(f"SELECT {_COLUMNS} FROM notices WHERE key = ?", (key,)).fetchone()
-    return _notice(row), created
 
 
 class Outbox:
@@ -154,6 +103,7 @@ class Outbox:
 
     def __init__(self, db: Database, *, bus: EventBus, clock: Clock) -> None:
         self.db = db
+        self.rows = NoticesRepo(db)
         self.bus = bus
         self.clock = clock
 
@@ -169,29 +119,17 @@ class Outbox:
         schedule_id: str | None = None,
     ) -> Notice:
         """Post a notice (idempotent by `key`); a new one is announced with `NoticePosted`."""
-        now = self.clock.now()
-
-        def insert(conn: sqlite3.Connection) -> tuple[Notice, bool]:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                out = write_notice(
-                    conn,
-                    now=now,
-                    kind=kind,
-                    text=text,
-                    key=key,
-                    source=source,
-                    due_at=due_at,
-                    late_s=late_s,
-                    schedule_id=schedule_id,
-                )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return out
-
-        notice, created = await self.db.run(insert)
+        new = NewNotice(
+            key=key,
+            kind=kind,
+            text=_checked(kind, text, key, source, late_s),
+            source=source,
+            created_at=self.clock.now(),
+            due_at=due_at,
+            late_s=late_s,
+            schedule_id=schedule_id,
+        )
+        notice, created = await self.rows.add(new)
         if created:
             log.info("notice posted", notice=notice.id, kind=kind, key=key)
             await self.announce(notice)
@@ -209,57 +147,27 @@ class Outbox:
         )
 
     async def get(self, notice_id: str) -> Notice | None:
-        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM notices WHERE id = ?", (notice_id,))
-        return _notice(row) if row is not None else None
+        return await self.rows.get(notice_id)
 
     async def by_key(self, key: str) -> Notice | None:
-        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM notices WHERE key = ?", (key,))
-        return _notice(row) if row is not None else None
+        return await self.rows.by_key(key)
 
     async def pending(self) -> list[Notice]:
         """Notices no client has received yet (and the person has not acknowledged), oldest first."""
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM notices"
-            " WHERE delivered_at IS NULL AND acknowledged_at IS NULL ORDER BY created_at, rowid"
-        )
-        return [_notice(r) for r in rows]
+        return await self.rows.pending()
 
     async def unacknowledged(self) -> list[Notice]:
         """Notices the person has not acknowledged (delivered or not), oldest first."""
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM notices WHERE acknowledged_at IS NULL"
-            " ORDER BY created_at, rowid"
-        )
-        return [_notice(r) for r in rows]
+        return await self.rows.unacknowledged()
 
     async def recent(self, limit: int = 50) -> list[Notice]:
         """The newest `limit` notices, whatever their state, oldest of them first."""
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM notices ORDER BY created_at DESC, rowid DESC LIMIT ?",
-            (max(0, int(limit)),),
-        )
-        return [_notice(r) for r in reversed(rows)]
+        return await self.rows.newest(limit)
 
     async def delivered(self, ids: Iterable[str]) -> int:
         """Mark notices delivered (a client showed them); return how many changed."""
-        return await self._stamp("delivered_at", ids)
+        return await self.rows.stamp("delivered_at", ids, self.clock.now())
 
     async def acknowledge(self, ids: Iterable[str]) -> int:
         """Mark notices acknowledged by the person; return how many changed."""
-        return await self._stamp("acknowledged_at", ids)
-
-    async def _stamp(self, column: str, ids: Iterable[str]) -> int:
-        wanted = sorted(set(ids))
-        if not wanted:
-            return 0
-        now = self.clock.now().isoformat()
-        marks = ", ".join("?" for _ in wanted)
-
-        def stamp(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                f"UPDATE notices SET {column} = ? WHERE {column} IS NULL AND id IN ({marks})",
-                (now, *wanted),
-            )
-            return int(cur.rowcount)
-
-        return int(await self.db.run(stamp))
+        return await self.rows.stamp("acknowledged_at", ids, self.clock.now())
