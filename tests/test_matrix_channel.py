@@ -386,3 +386,96 @@ def test_an_encrypted_room_is_refused_with_one_notice(
         assert len(_from(synapse, person, room, bot.user_id)) == 1
     finally:
         daemon.stop()
+
+
+def _skipped(entry: dict[str, Any]) -> bool:
+    return "event skipped" in str(entry.get("event"))
+
+
+def test_bad_input_malformed_huge_media_edits_and_redactions(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    paragraph = "A long answer paragraph. " * 20  # ~500 characters
+    long_reply = "\n\n".join(f"{i:03d} {paragraph.strip()}" for i in range(60))  # ~30,000
+    with FakeAnthropic() as fake:
+        fake.enqueue(long_reply, "nice cat", "answered after the restart")
+        bot, person, _stranger, room, daemon = _setup(
+            synapse,
+            tmp_path,
+            toml=FAKE_API_CONFIG,
+            env={"ANTHROPIC_API_KEY": "test-key", "REVERIE_ANTHROPIC_BASE_URL": fake.url},
+        )
+        sent_to_model = lambda: json.dumps([r.body for r in fake.message_requests])  # noqa: E731
+        daemon.start(timeout=30)
+        try:
+            _ready(synapse, bot, person, room, daemon)
+            # Malformed messages are skipped (logged), never a turn.
+            synapse.send_event(person, room, {"msgtype": "m.text", "body": "   "})
+            # (Synapse refuses a message without a string body or msgtype; the unit test in
+            # test_matrix_config covers those shapes.)
+            synapse.send_event(person, room, {"msgtype": "m.location", "body": "x", "geo_uri": "0"})
+            synapse.send_event(person, room, {"what": "not a message"}, kind="org.example.odd")
+            # A huge message is cut before the inbox; a huge reply is split cleanly.
+            huge = synapse.send_text(person, room, "word " * 9000)  # 45,000 characters
+            wait_until(lambda: len(_bodies(synapse, person, room, bot)) >= 3, 60, "the reply")
+            pieces = _bodies(synapse, person, room, bot)
+            assert len(pieces) == 3 and all(len(p) <= 12_000 for p in pieces)
+            assert "\n\n".join(pieces) == long_reply
+            assert all(p.startswith(tuple(f"{i:03d} " for i in range(60))) for p in pieces)
+            assert "more characters cut by the Matrix channel" in sent_to_model()
+            assert len([e for e in daemon.log_events() if _skipped(e)]) == 2  # blank, location
+            assert len(fake.message_requests) == 1
+
+            # An edit of the answered message is not answered again.
+            synapse.send_event(
+                person,
+                room,
+                {
+                    "msgtype": "m.text",
+                    "body": "* shorter now",
+                    "m.new_content": {"msgtype": "m.text", "body": "shorter now"},
+                    "m.relates_to": {"rel_type": "m.replace", "event_id": huge},
+                },
+            )
+            # Media is described, not downloaded.
+            image = synapse.send_event(
+                person,
+                room,
+                {
+                    "msgtype": "m.image",
+                    "body": "cat.jpg",
+                    "url": "mxc://reverie.test/notfetched",
+                    "info": {"mimetype": "image/jpeg", "size": 2048},
+                },
+            )
+            wait_until(lambda: len(_bodies(synapse, person, room, bot)) >= 4, 60, "media reply")
+            assert _bodies(synapse, person, room, bot)[3] == "nice cat"
+            assert "sent an image over Matrix: 'cat.jpg' (image/jpeg, 2048 bytes)" in (
+                sent_to_model()
+            )
+            assert "shorter now" not in sent_to_model() and len(fake.message_requests) == 2
+            # Redacting a message that was answered: logged; the transcript keeps it.
+            synapse.redact(person, room, image)
+            wait_until(
+                lambda: any("redacted after" in str(e.get("event")) for e in daemon.log_events()),
+                30,
+                "the redaction logged",
+            )
+
+            # A message redacted before the daemon read it is never answered.
+            daemon.stop()
+            gone = synapse.send_text(person, room, "please forget this")
+            synapse.redact(person, room, gone)
+            synapse.send_text(person, room, "after the redaction")
+            daemon.start(timeout=30)
+            wait_until(lambda: len(_bodies(synapse, person, room, bot)) >= 5, 60, "the reply")
+            time.sleep(1.5)
+            assert _bodies(synapse, person, room, bot)[4:] == ["answered after the restart"]
+            assert "please forget this" not in sent_to_model()
+            assert "after the redaction" in sent_to_model()
+            assert len(fake.message_requests) == 3
+            # (The log is this run's.) The redacted message's emptied event was skipped.
+            assert [e.get("event_id") for e in daemon.log_events() if _skipped(e)] == [gone]
+        finally:
+            daemon.stop()

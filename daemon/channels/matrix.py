@@ -469,15 +469,15 @@ class MatrixChannel:
         if kind == "m.room.redaction":
             redacts = event.get("redacts") or _mapping(event.get("content")).get("redacts")
             if redacts in self._seen:
-                log.info("matrix message redacted after it was taken", room=room_id, event=redacts)
+                log.info("matrix message redacted after it was taken", room=room_id, event_id=redacts)
             await self._mark(event_id, room_id, None)
             return
         text = message_text(event)
         if text is None:
             if edited_event(event) is not None:
-                log.info("matrix edit not answered again", room=room_id, event=event_id)
+                log.info("matrix edit not answered again", room=room_id, event_id=event_id)
             else:
-                log.info("matrix event skipped (not a message the trunk reads)", event=event_id)
+                log.info("matrix event skipped (not a message the trunk reads)", event_id=event_id)
             await self._mark(event_id, room_id, None)
             return
         decision = answer_word(text)
