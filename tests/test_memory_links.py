@@ -203,3 +203,14 @@ def test_a_who_question_puts_the_passage_naming_someone_first() -> None:
     assert [i.id for i in ranked] == ["who", "tune"]
     same = sorted(who_first("is the piano in tune?", items), key=lambda i: -i.score)
     assert [i.id for i in same] == ["tune", "who"]
+
+
+@pytest.mark.anyio
+async def test_a_store_without_the_links_table_still_recalls(tmp_path: Path) -> None:
+    """A home opened read-only before the daemon migrated it has no links table: the search
+    goes on without the hop instead of failing the turn's recall."""
+    async with memory_system(tmp_path) as memory:
+        await _home(memory)
+        await memory.db.execute("DROP TABLE mention_links")
+        items = await memory.view.auto_recall(QUESTION, limit=6)
+        assert any("my brother-in-law" in i.text for i in items)

@@ -30,6 +30,7 @@ from daemon.memory.chunks import chunk_session
 from daemon.memory.embedders import Embedder
 from daemon.memory.embedding import EmbeddingWorker
 from daemon.memory.lexical import LexicalSearcher, PgLexicalSearcher
+from daemon.memory.links import backfill as backfill_links
 from daemon.memory.matrix import (
     PgVectorMatrix,
     StaleMatrix,
@@ -135,6 +136,11 @@ class MemoryIndex:
 
     # ----- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> MemoryIndex:
+        if self.background and not self.db.readonly:
+            # A home chunked before mention links existed gets them once (`links.backfill`).
+            found = await backfill_links(self.db, self.clock.now().isoformat())
+            if found is not None:
+                log.info("mention links filled from the messages", links=found)
         if self.background and not self.db.readonly and self.embedder.dim > 0:
             async with AsyncExitStack() as stack:
                 tg = await stack.enter_async_context(anyio.create_task_group())

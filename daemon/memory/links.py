@@ -36,9 +36,11 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
+from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
 from daemon.memory.query import MONTHS, STOP_WORDS, asked_stems, bridge_entities, entities
 from daemon.store.db import Database
+from daemon.store.errors import is_database_error, store_server_away
 from daemon.store.links import (
     LINKS_VERSION,
     LinkRow,
@@ -51,6 +53,8 @@ from daemon.store.links import (
     person_messages,
 )
 from daemon.text import STOP_WORDS as EVERYDAY_STOP_WORDS
+
+log = get_logger("memory.links")
 
 # Names resolved per question, and passages about each name added by the hop.
 HOP_NAMES = 2
@@ -235,15 +239,26 @@ class LinkHop:
         self._links: list[LinkRow] = []
         self._count = -1
         self._filled = False
+        self._warned = False
 
     async def links(self, now: str) -> list[LinkRow]:
-        if not self._filled:
-            await backfill(self.db, now)
-            self._filled = True
-        count = await links_count(self.db)
-        if count != self._count:
-            self._links = await live_links(self.db)
-            self._count = count
+        """Every live link; none (said once in the log) when the store has no table for them
+        yet — a home opened read-only before the daemon migrated it: search goes on without."""
+        try:
+            if not self._filled:
+                await backfill(self.db, now)
+                self._filled = True
+            count = await links_count(self.db)
+            if count != self._count:
+                self._links = await live_links(self.db)
+                self._count = count
+        except Exception as exc:
+            if not (is_database_error(exc) or store_server_away(exc)):
+                raise
+            if not self._warned:
+                log.warning("mention links unreadable; searching without them", error=str(exc))
+                self._warned = True
+            return []
         return self._links
 
     async def hop(
