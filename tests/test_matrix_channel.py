@@ -132,6 +132,11 @@ def test_the_homeserver_killed_and_back_mid_conversation(
             60,
             "the channel to notice the homeserver is gone",
         )
+        # Status says so, with the backoff before the next try; doctor warns.
+        away = json.loads(_cli(daemon, "status", "--json"))["matrix"]
+        assert away["state"] == "away" and away["backoff_s"] > 0 and away["retry_at"], away
+        assert "matrix:       away" in _cli(daemon, "status")
+        assert "[warn] matrix: away in the daemon" in _cli(daemon, "doctor")
         synapse.start()
         synapse.send_text(person, room, "second, after the outage")
         wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) >= 2, 90, "the reply")
