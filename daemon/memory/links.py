@@ -217,7 +217,8 @@ def resolve(question: str, links: Sequence[LinkRow]) -> list[Resolved]:
         have = best.get(link.name)
         if have is None or (score, link.created_at) > (have.score, have.link.created_at):
             best[link.name] = Resolved(link, score)
-    ranked = sorted(best.values(), key=lambda r: (-r.score, r.link.created_at), reverse=False)
+    # The most specific link first; among equals the newest.
+    ranked = sorted(best.values(), key=lambda r: (r.score, r.link.created_at), reverse=True)
     return ranked[:HOP_NAMES]
 
 
