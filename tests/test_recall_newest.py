@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from daemon.memory.embedders import MiniLMEmbedder, minilm_available
+from daemon.memory.newest import says_changed, subject_overlap
 from tests.memory_support import add_session, memory_system
 from tests.sleep_phase_support import START, SleepRig, sleep_home
 
@@ -81,20 +82,47 @@ async def test_a_change_sharing_only_the_subject_is_brought_in_first(tmp_path: P
             assert old.index("Casa Verde") < old.index("earlier: ") < old.index("booked at"), old
 
 
-async def test_the_same_words_said_again_are_no_change(tmp_path: Path) -> None:
-    """A sentence said again later with "now" in it is not the newest word on a change."""
-    rng = random.Random(4)
+async def test_a_value_changed_twice_shows_the_newest_first_whatever_brought_it_in(
+    tmp_path: Path,
+) -> None:
+    """A firm chosen, replaced months later, and the replacement replaced again: the question
+    shares words with the first telling only; the context puts the newest change first, then
+    the one before, then the first telling marked as earlier — no firm shown as current alone."""
+    rng = random.Random(6)
     with anyio.fail_after(120):
         async with sleep_home(tmp_path / "home") as rig:
-            for day in range(0, 120, 4):
-                said = (
-                    "Our allotment plot is number 14 and now I'm curious." if day in (8, 90) else ""
-                )
+            for day in range(0, 300, 4):
+                said = {
+                    8: "We chose Nordbygg for the renovation of the kitchen.",
+                    100: "Hearth Works took over the kitchen from Nordbygg.",
+                    200: "Hearth Works went bust, Calloway is finishing the kitchen instead.",
+                }.get(day, "")
                 await _talk(rig, rng, day, said)
-            rig.clock.set(START + timedelta(days=130))
-            recalled = await rig.memory.view.auto_recall("which allotment plot do we have?")
-            assert any("plot is number 14" in i.text for i in recalled), recalled
-            assert not any("[said later" in i.text for i in recalled), recalled
+            rig.clock.set(START + timedelta(days=310))
+            asked = "which firm did we choose for the renovation?"
+            recalled = [i.text for i in await rig.memory.view.auto_recall(asked)]
+            [first] = [t for t in recalled if "We chose Nordbygg" in t]
+            assert first.index("Calloway") < first.index("took over") < first.index("earlier: "), (
+                first
+            )
+            assert first.index("earlier: ") < first.index("We chose Nordbygg"), first
+
+
+def test_a_later_sentence_shares_a_subject_by_two_words_or_a_name_and_says_something_new() -> None:
+    earlier = "The plan is to buy a flat in Leith."
+    assert (
+        subject_overlap("We gave up on Leith, now we're looking at flats in Grünerløkka.", earlier)
+        >= 2
+    )
+    # One common word is not a subject ("plan"), and the same words again are no change.
+    assert subject_overlap("Change of plan, the holiday is Sicily now.", earlier) < 2
+    assert subject_overlap("The plan is to buy a flat in Leith now.", earlier) == 0
+    # "I" and "I'm" are not names.
+    said = "Our allotment plot is number 14 and I'm curious."
+    assert subject_overlap("I read an article on beekeeping and now I'm curious.", said) < 2
+    assert says_changed("We're doing Christmas in Kraków now, not Oslo.")
+    assert says_changed("Hearth Works took over the kitchen from Nordbygg.")
+    assert not says_changed("The kitchen will be done by Nordbygg.")
 
 
 TEA = "Honestly my favourite tea lately is genmaicha."

@@ -31,7 +31,13 @@ from daemon.memory.index import MemoryIndex
 from daemon.memory.last_word import LastWord, last_person_word
 from daemon.memory.links import distinct_passages, who_first
 from daemon.memory.months import focus_month, months_in_place
-from daemon.memory.newest import bearing, says_changed, standouts, subject_overlap
+from daemon.memory.newest import (
+    bearing,
+    named_later,
+    says_changed,
+    standouts,
+    subject_overlap,
+)
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
 from daemon.memory.rows import row_to_item
 from daemon.memory.search import undated
@@ -238,6 +244,8 @@ class IndexMemoryView:
         # A message shown with what was said of the same thing later, when that says it
         # changed though no fact holds either; the last unlabelled items make room for it.
         chosen = await self._said_later(chosen, wanted, prompt)
+        # And a value any of them names, changed later in a sentence naming it.
+        chosen = await named_later(self.index, chosen)
         while sum(count_tokens(i.text) for i in chosen) > budget:
             spare = [k for k, i in enumerate(chosen) if "said_later" not in i.meta]
             if not spare:

@@ -26,10 +26,12 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from daemon.memory.api import MemoryItem
 from daemon.memory.index import MemoryIndex
 from daemon.memory.query import asked_stems
+from daemon.memory.search import undated
 from daemon.memory.slots import says_it_changed
 from daemon.text import STOP_WORDS
 
@@ -113,3 +115,117 @@ async def bearing(
 
 def mark_standing(item: MemoryItem, cosine: float) -> MemoryItem:
     return replace(item, meta={**item.meta, "stands_out": round(cosine, 3)})
+
+
+_MONTHS_DAYS = frozenset(
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday".split()
+)
+NAME_LOOKUPS = 6  # names a turn looks for later changes of (one BM25 pass each)
+_NAME_CANDIDATES = 10
+_LABEL_WORDS = 40
+
+
+def names_in(sentence: str) -> list[str]:
+    """The names inside `sentence` (capitalised words after its first; not "I", months, days)."""
+    out = []
+    for n in _NAME.findall(sentence):
+        low = n.lower()
+        if low in STOP_WORDS or low in _MONTHS_DAYS or low == "i" or low.startswith(("i'", "i’")):
+            continue
+        out.append(n)
+    return out
+
+
+def later_label(when: datetime, sentence: str) -> str:
+    """ "[said later, 8 April 2028: …]": a later sentence shown before what it changed."""
+    words = sentence.split()
+    if len(words) > _LABEL_WORDS:
+        sentence = " ".join(words[:_LABEL_WORDS]) + " […]"
+    return f"[said later, {when.day} {when:%B %Y}: {sentence}]"
+
+
+async def named_later(index: MemoryIndex, items: list[MemoryItem]) -> list[MemoryItem]:
+    """`items`, each sentence naming a value that a later sentence says changed shown after
+    that later sentence ("[said later, 8 April 2028: we fired Nordbygg, the kitchen job goes
+    to Hearth Works]\\nearlier: … The kitchen will be done by Nordbygg.").
+
+    Whatever brought a memory in (the question's words, a vector, a greeting), a value it
+    names may have changed since with no fact holding either: each name in the shown
+    memories (the value of most plans: a place, a firm, a person) is looked up among later
+    messages (`NAME_LOOKUPS` at most, by rank), and the latest later sentence that names it,
+    shares the subject (`subject_overlap` ≥ 2) and says something changed is put first.
+    A change whose message is already shown is left where it is: the value is not alone.
+    """
+    shown = {m for i in items for m in i.message_ids}
+    out = list(items)
+    done: set[str] = set()
+    lookups = 0
+    for pos, item in enumerate(items):
+        if item.ts is None:
+            continue
+        labels: list[str] = []
+        # (name, since when, the sentence naming it): a change found names its new value,
+        # which may have changed again since (A → B → C: C is the newest word, put first).
+        todo = [
+            (name, item.ts, said)
+            for said in sentences(undated(item.text))
+            if "[since changed" not in said  # the fact store's change is already said
+            for name in names_in(said)
+        ]
+        while todo and lookups < NAME_LOOKUPS:
+            name, since, said = todo.pop(0)
+            if name.lower() in done:
+                continue
+            done.add(name.lower())
+            lookups += 1
+            change = await _latest_change(index, name, since, said)
+            if change is None:
+                continue
+            when, cand, sentence = change
+            if set(cand.message_ids) & shown:
+                continue
+            shown |= set(cand.message_ids)
+            labels.insert(0, later_label(when, _unlabelled(sentence)))
+            todo[:0] = [(n, when, sentence) for n in names_in(sentence)]
+        if labels:
+            out[pos] = replace(
+                item,
+                text="\n".join(labels)
+                + ("\n" if item.text.startswith("[said later") else "\nearlier: ")
+                + item.text,
+                meta={**item.meta, "said_later": True},
+            )
+    return out
+
+
+def _unlabelled(sentence: str) -> str:
+    """A sentence without its speaker's label ("user: …")."""
+    return re.sub(r"^(?:user|assistant|the person|reverie)\s*:\s*", "", sentence, flags=re.I)
+
+
+async def _latest_change(
+    index: MemoryIndex, name: str, since: datetime, said: str
+) -> tuple[datetime, MemoryItem, str] | None:
+    """The latest sentence after `since` naming `name` that shares the subject of `said` and
+    says something changed, with its memory and time; None when none does."""
+    later = await index.search(
+        name,
+        k=_NAME_CANDIDATES,
+        kinds=["chunk"],
+        mode="lexical",
+        after=since + timedelta(seconds=1),
+    )
+    found: list[tuple[datetime, MemoryItem, str]] = []
+    for cand in later:
+        if cand.ts is None:
+            continue
+        for sentence in sentences(undated(cand.text)):
+            if (
+                name.lower() in sentence.lower()
+                and says_changed(sentence)
+                and subject_overlap(sentence, said) >= 2
+            ):
+                found.append((cand.ts, cand, sentence))
+                break
+    return max(found, key=lambda c: c[0]) if found else None
