@@ -24,6 +24,7 @@ import anyio
 from daemon import status as status_mod
 from daemon.agent.gateway import state_frame
 from daemon.clock import SystemClock
+from daemon.errors import ReverieError
 from daemon.events import StateChanged
 from daemon.lifecycle import DaemonState
 from daemon.log import get_logger
@@ -39,7 +40,7 @@ async def _warm_up(services: Services) -> None:
     services.resources.started()
 
 
-class HomeLocked(Exception):
+class HomeLocked(ReverieError):
     pass
 
 

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from daemon.errors import ReverieError
 from daemon.events import HOOKS, Event, HookKind, HookSpec
 from daemon.log import get_logger
 
@@ -68,7 +69,7 @@ class Gathered:
         return [(c.handler, c.value) for c in self.contributions if isinstance(c.value, kind)]
 
 
-class HookFailed(RuntimeError):
+class HookFailed(ReverieError, RuntimeError):
     """A required gate handler failed or timed out; what the gate announces must not go ahead."""
 
     def __init__(self, hook: str, handler: str, reason: str) -> None:
@@ -78,7 +79,7 @@ class HookFailed(RuntimeError):
         self.reason = reason
 
 
-class BusNotRunning(RuntimeError):
+class BusNotRunning(ReverieError, RuntimeError):
     """An observer event was published with handlers to deliver it to, outside `async with bus`."""
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from daemon.clock import Clock
+from daemon.errors import ReverieError
 from daemon.events import StateChanged
 from daemon.log import get_logger
 
@@ -49,7 +50,7 @@ def legal_targets(state: DaemonState) -> frozenset[DaemonState]:
     return _LEGAL[state]
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(ReverieError, RuntimeError):
     """A state change that the lifecycle does not allow from the current state."""
 
     def __init__(self, current: DaemonState, target: DaemonState) -> None:

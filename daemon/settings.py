@@ -21,10 +21,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from daemon.errors import ReverieError
 from daemon.paths import shipped_dir
 
 
-class ConfigError(Exception):
+class ConfigError(ReverieError):
     """A configuration problem, phrased as one line a person can act on."""
 
 

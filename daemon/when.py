@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any
 
+from daemon.errors import ReverieError
+
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _WEEKDAY_ABBR = {name[:3]: i for i, name in enumerate(WEEKDAYS)}
 _WEEKDAY_INDEX = (
@@ -98,7 +100,7 @@ MAX_AHEAD_TEXT = "10 years"
 MAX_INTERVAL_S = 366 * 86400
 
 
-class WhenError(ValueError):
+class WhenError(ReverieError, ValueError):
     """A phrase that cannot be resolved; the message says why and what is understood.
 
     `read` is True when the words were read as a time that is refused (in the past, too far

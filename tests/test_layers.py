@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "bus",
             "clock",
             "durable",
+            "errors",
             "events",
             "faults",
             "lifecycle",
@@ -89,8 +90,7 @@ def test_an_import_up_a_layer_is_found_also_inside_a_function() -> None:
     source = "def later():\n    from daemon.memory.query import asked_stems\n"
     graph = {"daemon.models.offline": imported(ast.parse(source)) & {"daemon.memory.query"}}
     assert upward_imports(graph) == [
-        "daemon.models.offline (models and the wire) imports daemon.memory.query "
-        "(memory and forks)"
+        "daemon.models.offline (models and the wire) imports daemon.memory.query (memory and forks)"
     ]
 
 

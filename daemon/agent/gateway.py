@@ -18,6 +18,7 @@ from daemon.agent.trunk import Trunk
 from daemon.agent.turns import Delta, ToolPhase, TurnDone, TurnEvent, TurnFailed, TurnObserver
 from daemon.chat import protocol
 from daemon.chat.protocol import ErrorCode, ProtocolError
+from daemon.errors import ReverieError
 from daemon.events import MessageAccepted, StateChanged
 from daemon.log import get_logger
 from daemon.store.errors import storage_failure
@@ -65,11 +66,11 @@ class NoticeDesk(Protocol):
         ...
 
 
-class CommandUnavailable(Exception):
+class CommandUnavailable(ReverieError):
     """The command exists in the contract but its system is not running."""
 
 
-class CommandBusy(Exception):
+class CommandBusy(ReverieError):
     """The command cannot run in the daemon's current state (the message says why)."""
 
 

@@ -24,6 +24,7 @@ from daemon.agent.provenance import TurnReading, read_turn
 from daemon.agent.turns import Delta, ToolPhase, TurnObserver
 from daemon.bus import EventBus, Gathered, HookFailed
 from daemon.clock import Clock
+from daemon.errors import ReverieError
 from daemon.events import (
     BeforeAgentStart,
     CompactionApproaching,
@@ -61,7 +62,7 @@ from daemon.tools.summary import summarise_call
 log = get_logger("agent")
 
 
-class ContextFailed(RuntimeError):
+class ContextFailed(ReverieError, RuntimeError):
     """The turn's context could not be assembled; the turn must not reach the model."""
 
 

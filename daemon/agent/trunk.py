@@ -34,6 +34,7 @@ from daemon.agent.session import Session, new_session_id
 from daemon.agent.turns import TurnDone, TurnEvent, TurnFailed, TurnObserver, ignore
 from daemon.chat.protocol import ErrorCode
 from daemon.clock import Clock
+from daemon.errors import ReverieError
 from daemon.events import SessionBeforeSwitch, SessionShutdown, TurnFinished
 from daemon.log import get_logger
 from daemon.models.base import ModelError, ModelUnavailable, SpendCapReached
@@ -119,7 +120,7 @@ class Kept:
     storage: bool = False
 
 
-class SwitchVetoed(Exception):
+class SwitchVetoed(ReverieError):
     """A `session_before_switch` handler vetoed the switch; the trunk stays where it was."""
 
 

@@ -49,6 +49,7 @@ from daemon.channels.matrix_approvals import RoomApprovals, answer_word
 from daemon.channels.matrix_store import MatrixStore, Reply, client_msg_id, parse_client_msg_id
 from daemon.channels.matrix_text import edited_event, message_text, notice_text, split_reply
 from daemon.chat.protocol import ErrorCode
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.schedule.outbox import Notice
 from daemon.settings import MatrixSettings
@@ -71,7 +72,7 @@ ENCRYPTED_NOTICE = (
 )
 
 
-class MatrixConfigError(Exception):
+class MatrixConfigError(ReverieError):
     """The channel cannot start as configured (one line a person can act on)."""
 
 
@@ -469,7 +470,9 @@ class MatrixChannel:
         if kind == "m.room.redaction":
             redacts = event.get("redacts") or _mapping(event.get("content")).get("redacts")
             if redacts in self._seen:
-                log.info("matrix message redacted after it was taken", room=room_id, event_id=redacts)
+                log.info(
+                    "matrix message redacted after it was taken", room=room_id, event_id=redacts
+                )
             await self._mark(event_id, room_id, None)
             return
         text = message_text(event)
@@ -586,7 +589,7 @@ class MatrixChannel:
                 await self._typing_changed.wait()
 
 
-class _InboxRefused(Exception):
+class _InboxRefused(ReverieError):
     """The trunk's inbox cannot take a message now; the sync position stays where it is."""
 
 

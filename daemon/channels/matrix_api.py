@@ -15,6 +15,7 @@ from urllib.parse import quote
 import anyio
 import httpx
 
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 
 log = get_logger("matrix")
@@ -26,11 +27,11 @@ BACKOFF_MAX_S = 60.0
 TYPING_MS = 30_000
 
 
-class MatrixAway(Exception):
+class MatrixAway(ReverieError):
     """The homeserver cannot be reached, or answered with a server error."""
 
 
-class MatrixRefused(Exception):
+class MatrixRefused(ReverieError):
     """The homeserver refused a request (4xx other than rate limiting)."""
 
     def __init__(self, status: int, errcode: str, error: str) -> None:

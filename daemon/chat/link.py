@@ -17,6 +17,7 @@ import sys
 from collections import deque
 
 from daemon.chat import wire
+from daemon.errors import ReverieError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 CONNECT_TIMEOUT_S = 5.0
 
 
-class ChatError(Exception):
+class ChatError(ReverieError):
     """Talking to the daemon failed; `frame` is the daemon's `error` frame when there was one."""
 
     def __init__(self, message: str, frame: dict[str, Any] | None = None) -> None:

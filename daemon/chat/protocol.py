@@ -22,7 +22,6 @@ from typing import Any, Final, Literal, TypeAlias
 import anyio
 from anyio.abc import ByteReceiveStream
 
-# The wire format and the client's frames, shared with the clients (standard library only).
 from daemon.chat.wire import LineBuffer as LineBuffer
 from daemon.chat.wire import Oversized as Oversized
 from daemon.chat.wire import approve as approve
@@ -34,6 +33,9 @@ from daemon.chat.wire import encode as encode
 from daemon.chat.wire import message as message
 from daemon.chat.wire import seen as seen
 from daemon.chat.wire import with_fields as _with
+
+# The wire format and the client's frames, shared with the clients (standard library only).
+from daemon.errors import ReverieError
 
 # `hello` and `state` frames carry the lifecycle's states, by value.
 from daemon.lifecycle import DaemonState
@@ -93,7 +95,7 @@ APPROVAL_ANSWERS: Final = ("yes", "no", "always")
 MAX_PREVIEW_CHARS: Final = 8_000
 
 
-class ProtocolError(Exception):
+class ProtocolError(ReverieError):
     """A frame the daemon cannot accept; `code` and `message` go into the `error` frame.
 
     `id` is the client's frame id when it could be read, so the error can be matched to

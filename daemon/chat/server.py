@@ -39,6 +39,7 @@ from daemon.chat.protocol import (
     ProtocolError,
 )
 from daemon.chat.stream import UnixConnection, UnixListener, connect_unix
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 
 log = get_logger("reverie.chat")
@@ -72,7 +73,7 @@ def take_passed_file() -> int | None:
     return files.pop(0) if files else None
 
 
-class ChatServerError(Exception):
+class ChatServerError(ReverieError):
     """The socket cannot be served; the message is one line a person can act on."""
 
 

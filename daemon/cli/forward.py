@@ -24,6 +24,7 @@ import daemon.cli.memory_render as render
 from daemon.chat.link import ChatError, DaemonLink
 from daemon.cli.locate import home_dir, socket_path
 from daemon.commands import BATCH_QUERIES
+from daemon.errors import ReverieError
 
 # `typing` and `pathlib` cost ~10 ms of a ~50 ms forwarded command: annotations only.
 TYPE_CHECKING = False
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 SEARCH_TIMEOUT_S = 300.0
 
 
-class _Fallback(Exception):
+class _Fallback(ReverieError):
     """The daemon does not know the command; run it directly instead."""
 
 

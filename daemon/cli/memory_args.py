@@ -7,6 +7,8 @@ and refuse bad ones with the same message and exit code.
 
 from __future__ import annotations
 
+from daemon.errors import ReverieError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
@@ -34,7 +36,7 @@ Sleep pins your own important facts in FACTS.md; a fact the agent stored is only
 never pinned."""
 
 
-class UsageError(Exception):
+class UsageError(ReverieError):
     """A command line that is well-formed but wrong; the message is the one line shown."""
 
 

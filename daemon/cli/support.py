@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.cli.locate import home_dir
+from daemon.errors import ReverieError
 from daemon.paths import Home
 from daemon.settings import ConfigError, Settings, load_settings
 from daemon.store.errors import is_database_error
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from daemon.store.db import Database
 
 
-class CommandError(Exception):
+class CommandError(ReverieError):
     """A command failed; the message is the one line shown to the person."""
 
     def __init__(self, message: str, code: int = 1) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.durable import append_lines, read_jsonl
+from daemon.errors import ReverieError
 from daemon.memory.api import Origin
 from daemon.tokens import count_tokens
 
@@ -36,7 +37,7 @@ _ITEM_CHARS = 300
 _LIST_ITEMS = 8
 
 
-class EntryError(ValueError):
+class EntryError(ReverieError, ValueError):
     """An entry (or a model's answer for one) is unusable; the message says why."""
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import anyio
 import numpy as np
 
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.memory.threads import default_threads
 from daemon.settings import MemorySettings, secret
@@ -335,7 +336,7 @@ def _http_errors() -> type[Exception]:
     return httpx.HTTPError
 
 
-class EmbedderError(RuntimeError):
+class EmbedderError(ReverieError, RuntimeError):
     """An embedder could not produce vectors; the message says why in one line."""
 
 

@@ -48,6 +48,7 @@ import anyio
 
 from daemon.clock import Clock
 from daemon.durable import write_atomic
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS, MemoryItem
 from daemon.memory.corrections import mark_file
@@ -73,7 +74,7 @@ MAX_FACT_CHARS = 2000
 _FACT_ID = re.compile(r"^fact:(\d+)$")
 
 
-class FactError(ValueError):
+class FactError(ReverieError, ValueError):
     """A remember/correct/retract request cannot be honoured; the message says why and what to do."""
 
 

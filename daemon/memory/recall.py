@@ -29,6 +29,7 @@ from typing import Any
 import anyio
 
 from daemon.clock import Clock, SystemClock
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
 from daemon.memory.asked import only_asks, said_as, without_asked
@@ -76,7 +77,7 @@ _WINDOW_RADIUS = 2
 _MESSAGE_CHARS = 700
 
 
-class RecallError(ValueError):
+class RecallError(ReverieError, ValueError):
     """A recall request cannot be served (empty query, unknown session)."""
 
 

@@ -22,6 +22,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.memory.rows import NewMemory, iso, parse_iso
 
@@ -36,7 +37,7 @@ SYNC_EVERY_S = 2.0
 _SYNCED_KEY = "memory.shared_synced"
 
 
-class SharingUnavailable(ValueError):
+class SharingUnavailable(ReverieError, ValueError):
     """Sharing asked of a store that has no shared namespace (SQLite)."""
 
 

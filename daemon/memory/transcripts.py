@@ -15,12 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.errors import ReverieError
 from daemon.records import RecordType, SessionStart, parse_record
 
 ROLES = frozenset({"user", "assistant"})
 
 
-class TranscriptError(ValueError):
+class TranscriptError(ReverieError, ValueError):
     """A transcript line is malformed; the message names the file and line."""
 
 

@@ -39,6 +39,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from daemon.errors import ReverieError
+
 Task = Literal[
     "chat", "summarise", "plan_recall", "synthesise", "dream", "journal", "delegate", "wake"
 ]
@@ -175,7 +177,7 @@ class Completed:
 StreamEvent = TextDelta | ToolCallStarted | Completed
 
 
-class ModelError(Exception):
+class ModelError(ReverieError):
     """A model call failed. `retryable` says whether trying again later may help."""
 
     def __init__(self, message: str, *, retryable: bool = False, status: int | None = None) -> None:

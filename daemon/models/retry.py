@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.models.base import ModelError, ModelUnavailable
 
@@ -64,7 +65,7 @@ class Backoff:
         return self._rng.uniform(0, ceiling)
 
 
-class AttemptFailed(Exception):
+class AttemptFailed(ReverieError):
     """One failed attempt, classified: may it be retried, and did the server say when."""
 
     def __init__(

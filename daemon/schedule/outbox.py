@@ -22,6 +22,7 @@ from datetime import datetime
 
 from daemon.bus import EventBus
 from daemon.clock import Clock
+from daemon.errors import ReverieError
 from daemon.events import NoticePosted
 from daemon.log import get_logger
 from daemon.store.db import Database
@@ -38,7 +39,7 @@ SOURCES = frozenset({"agent", "person", "system"})
 TEXT_MAX_CHARS = 4000
 
 
-class NoticeError(ValueError):
+class NoticeError(ReverieError, ValueError):
     """A notice cannot be posted as asked; the message says why."""
 
 

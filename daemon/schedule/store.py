@@ -23,6 +23,7 @@ from datetime import datetime, time, tzinfo
 from typing import Any
 
 from daemon.clock import Clock
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.schedule.reading import Hint, Reading, quote_hint, read_apart, read_words
 from daemon.scheduler import parse_hhmm
@@ -47,7 +48,7 @@ _FIRE_COLUMNS = (
 )
 
 
-class ScheduleError(ValueError):
+class ScheduleError(ReverieError, ValueError):
     """A schedule cannot be made or changed as asked; the message says why."""
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from daemon.errors import ReverieError
 from daemon.memory.rows import parse_iso
 from daemon.sleep.revisions import RevisionStore
 
@@ -47,7 +48,7 @@ CHANGE_KINDS: tuple[str, ...] = get_args(ChangeKind)
 REVERTED = "reverted"  # the kind of the change that records a revert
 
 
-class ChangeError(Exception):
+class ChangeError(ReverieError):
     """A change cannot be recorded, found or reverted; the message says why and what to do."""
 
 

@@ -39,6 +39,7 @@ from daemon.agent.gateway import CommandBusy
 from daemon.agent.trunk import SwitchVetoed
 from daemon.bus import EventBus
 from daemon.clock import Clock
+from daemon.errors import ReverieError
 from daemon.events import (
     BeforeAgentStart,
     CompactionApproaching,
@@ -72,7 +73,7 @@ log = get_logger("sleep")
 WIND_DOWN = "wind_down"
 
 
-class SleepBusy(Exception):
+class SleepBusy(ReverieError):
     """A cycle cannot start now (one is running, or the daemon is stopping); the message says why."""
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
 
+from daemon.errors import ReverieError
 from daemon.events import SleepHousekeeping
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
@@ -82,7 +83,7 @@ class Importance:
     why: tuple[str, ...]
 
 
-class _LockLost(Exception):
+class _LockLost(ReverieError):
     """This namespace's maintenance lock went to another daemon mid-phase."""
 
     def __init__(self, step: str) -> None:

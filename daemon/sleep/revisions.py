@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 
 from daemon.durable import write_atomic
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.paths import Home
@@ -47,7 +48,7 @@ class RevisionStatus(enum.StrEnum):
     REVERTED = "reverted"
 
 
-class RevisionError(Exception):
+class RevisionError(ReverieError):
     """A revert (or a lookup) cannot be done; the message says why and what to do instead."""
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from daemon.errors import ReverieError
+
 # Text outside literals and identifiers is rewritten; quoted text is left alone.
 _SEGMENTS = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/)", re.S)
 _PLACEHOLDER = re.compile(r"\?|(?<![:\w]):([A-Za-z_]\w*)")
@@ -33,7 +35,7 @@ _INSERT_INTO = re.compile(r"^\s*INSERT\s+INTO\s+([\w.]+)", re.I)
 _CACHE_MAX = 2048
 
 
-class Untranslatable(Exception):
+class Untranslatable(ReverieError):
     """A statement with no PostgreSQL meaning (a PRAGMA, an FTS5 MATCH): a bug to fix in its caller."""
 
 

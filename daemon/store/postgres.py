@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.store.dialect import Translator, is_named
 from daemon.store.outage import Breaker, rerun_safe
@@ -66,7 +67,7 @@ CREATE INDEX IF NOT EXISTS facts_version ON shared.facts(version);
 """
 
 
-class StorageUnavailable(Exception):
+class StorageUnavailable(ReverieError):
     """The PostgreSQL backend cannot be used (driver missing, server unreachable, no pgvector)."""
 
 

@@ -34,6 +34,7 @@ import anyio
 from daemon.chat import protocol
 from daemon.chat.protocol import ApprovalAnswer, ErrorCode
 from daemon.clock import Clock, SystemClock
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.records import ApprovalRecord
 from daemon.tools.policy import PermissionPolicy, proposed_pattern, subject_of
@@ -50,7 +51,7 @@ Recorder = Callable[[ApprovalRecord], Awaitable[None]]
 MAX_SUBJECT_CHARS = 20_000
 
 
-class ApprovalRefused(Exception):
+class ApprovalRefused(ReverieError):
     """An `approve` frame that changes nothing; `code` and the message go into its error frame."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:

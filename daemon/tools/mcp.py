@@ -36,6 +36,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from daemon.clock import Clock, SystemClock
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.paths import Home
 from daemon.settings import McpServer, McpSettings
@@ -148,7 +149,7 @@ def _describe(exc: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
-class _ConnectionEnded(Exception):
+class _ConnectionEnded(ReverieError):
     """The server closed the connection (its process exited, or the stream broke)."""
 
 
@@ -501,7 +502,7 @@ class McpServers:
         return [link.status() for link in self._links]
 
 
-class ProbeFailed(Exception):
+class ProbeFailed(ReverieError):
     """A server did not start and answer (the message says why, in one line)."""
 
 

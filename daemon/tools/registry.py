@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.models.base import ToolSpec
 
@@ -83,11 +84,11 @@ class ToolOutcome:
     is_error: bool = False
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(ReverieError, ValueError):
     """The arguments do not match the tool's schema."""
 
 
-class ToolError(Exception):
+class ToolError(ReverieError):
     """A tool failed in a way the model should read (message is shown to it)."""
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from daemon.errors import ReverieError
 from daemon.text import STOP_WORDS, stem
 
 POINTS: tuple[str, ...] = ("system_prompt", "recall_persona", "summary_persona")
@@ -36,7 +37,7 @@ _KNOWN_KEYS = frozenset(
 MAX_PRIORITY = 10.0
 
 
-class MatrixError(Exception):
+class MatrixError(ReverieError):
     """The matrix as a whole cannot be used; the message says where and why."""
 
 

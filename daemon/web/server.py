@@ -23,6 +23,7 @@ import anyio
 import uvicorn
 from anyio.abc import TaskStatus
 
+from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.settings import ListenAddress
 from daemon.web.auth import ConsoleAuth
@@ -37,7 +38,7 @@ log = get_logger("web.server")
 STOP_GRACE_S = 3
 
 
-class ConsoleServerError(Exception):
+class ConsoleServerError(ReverieError):
     """The console cannot listen; the message is one line a person can act on."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daemon.commands import ops
+from daemon.errors import ReverieError
 from daemon.memory.fact_history import fact_chain, fact_json, fact_status, fact_uses
 from daemon.memory.facts import FactError
 from daemon.memory.ids import fact_uid
@@ -27,7 +28,7 @@ FACTS_SHOWN = 300
 MAX_TEXT = 2000
 
 
-class MemoryFormError(ValueError):
+class MemoryFormError(ReverieError, ValueError):
     """A retraction or correction the memory refused, or a form that does not make one."""
 
 
