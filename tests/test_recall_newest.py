@@ -16,7 +16,8 @@ import pytest
 
 from daemon.memory.embedders import MiniLMEmbedder, minilm_available
 from daemon.memory.newest import says_changed, subject_overlap
-from tests.memory_support import add_session, memory_system
+from daemon.models.base import ModelUnavailable
+from tests.memory_support import add_session, memory_system, raising
 from tests.sleep_phase_support import START, SleepRig, sleep_home
 
 pytestmark = pytest.mark.anyio
@@ -152,3 +153,33 @@ async def test_a_paraphrase_that_stands_out_passes_under_the_floor(tmp_path: Pat
             assert any("genmaicha" in i.text for i in items), [i.text for i in items]
             for other in ("make me a sandwich", "tell me a joke", "write a haiku about autumn"):
                 assert await memory.view.auto_recall(other) == [], other
+
+
+async def test_the_recall_tool_reads_a_changed_value_after_its_change(tmp_path: Path) -> None:
+    """The recall tool's sources (models down: the extractive answer): the transcript that
+    booked the first venue is read after the later change of it, marked as earlier."""
+    models = {
+        "recall_planner": raising(ModelUnavailable("down")),
+        "recall_synthesis": raising(ModelUnavailable("down")),
+    }
+    rng = random.Random(7)
+    async with memory_system(tmp_path, models=models) as memory:
+        for day in range(1, 28):
+            said = {
+                2: "Dinner with the in-laws is booked at Trattoria Sole.",
+                20: "Trattoria Sole fell through, we switched to Casa Verde.",
+            }.get(day, "")
+            await add_session(
+                memory.db,
+                f"s{day}",
+                [("user", _message(rng, said)), ("assistant", "Noted.")],
+                started=f"2026-02-{day:02d}T09:00:00+00:00",
+                ts=f"2026-02-{day:02d}T09:00:00+00:00",
+            )
+            await memory.index_session(f"s{day}")
+        result = await memory.recall_result("where are we having dinner with the in-laws?")
+    old = [s.text for s in result.sources if "booked at Trattoria Sole" in s.text]
+    assert old, [s.text for s in result.sources]
+    for text in old:
+        assert text.startswith("[said later, 20 February 2026: "), text
+        assert text.index("Casa Verde") < text.index("earlier: ") < text.index("booked at"), text

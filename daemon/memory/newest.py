@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from daemon.memory.api import MemoryItem
@@ -159,44 +159,69 @@ async def named_later(index: MemoryIndex, items: list[MemoryItem]) -> list[Memor
     """
     shown = {m for i in items for m in i.message_ids}
     out = list(items)
-    done: set[str] = set()
-    lookups = 0
+    budget = LookupBudget(done=set(), left=NAME_LOOKUPS)
     for pos, item in enumerate(items):
         if item.ts is None:
             continue
-        labels: list[str] = []
-        # (name, since when, the sentence naming it): a change found names its new value,
-        # which may have changed again since (A → B → C: C is the newest word, put first).
-        todo = [
-            (name, item.ts, said)
-            for said in sentences(undated(item.text))
-            if "[since changed" not in said  # the fact store's change is already said
-            for name in names_in(said)
-        ]
-        while todo and lookups < NAME_LOOKUPS:
-            name, since, said = todo.pop(0)
-            if name.lower() in done:
-                continue
-            done.add(name.lower())
-            lookups += 1
-            change = await _latest_change(index, name, since, said)
-            if change is None:
-                continue
-            when, cand, sentence = change
-            if set(cand.message_ids) & shown:
-                continue
-            shown |= set(cand.message_ids)
-            labels.insert(0, later_label(when, _unlabelled(sentence)))
-            todo[:0] = [(n, when, sentence) for n in names_in(sentence)]
+        labels = await changed_since(index, item.text, item.ts, shown, budget)
         if labels:
             out[pos] = replace(
-                item,
-                text="\n".join(labels)
-                + ("\n" if item.text.startswith("[said later") else "\nearlier: ")
-                + item.text,
-                meta={**item.meta, "said_later": True},
+                item, text=newest_first(labels, item.text), meta={**item.meta, "said_later": True}
             )
     return out
+
+
+@dataclass
+class LookupBudget:
+    """The names a turn or a recall has looked up, and how many lookups it has left."""
+
+    done: set[str]  # names looked up already (lowercase)
+    left: int  # lookups left
+
+
+async def changed_since(
+    index: MemoryIndex,
+    text: str,
+    since: datetime,
+    shown: set[str],
+    budget: LookupBudget | None = None,
+) -> list[str]:
+    """The labels of the later changes of the values `text` (written at `since`) names, newest
+    first; `shown` (message ids already shown, updated) are not repeated."""
+    budget = budget or LookupBudget(done=set(), left=NAME_LOOKUPS)
+    labels: list[str] = []
+    # (name, since when, the sentence naming it): a change found names its new value, which
+    # may have changed again since (A → B → C: C is the newest word, put first).
+    todo = [
+        (name, since, said)
+        for said in sentences(undated(text))
+        if "[since changed" not in said  # the fact store's change is already said
+        for name in names_in(said)
+    ]
+    while todo and budget.left > 0:
+        name, after, said = todo.pop(0)
+        if name.lower() in budget.done:
+            continue
+        budget.done.add(name.lower())
+        budget.left -= 1
+        change = await _latest_change(index, name, after, said)
+        if change is None:
+            continue
+        when, cand, sentence = change
+        if set(cand.message_ids) & shown:
+            continue
+        shown |= set(cand.message_ids)
+        labels.insert(0, later_label(when, _unlabelled(sentence)))
+        todo[:0] = [(n, when, sentence) for n in names_in(sentence)]
+    return labels
+
+
+def newest_first(labels: list[str], text: str) -> str:
+    """`text` after the labels of what changed since, marked as earlier (once)."""
+    if not labels:
+        return text
+    joint = "\n" if text.startswith("[said later") else "\nearlier: "
+    return "\n".join(labels) + joint + text
 
 
 def _unlabelled(sentence: str) -> str:

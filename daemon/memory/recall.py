@@ -36,6 +36,7 @@ from daemon.memory.asked import only_asks, said_as, without_asked
 from daemon.memory.corrections import Corrections, with_notes
 from daemon.memory.index import MemoryIndex
 from daemon.memory.months import month_excerpt, month_sources
+from daemon.memory.newest import NAME_LOOKUPS, LookupBudget, changed_since, newest_first
 from daemon.memory.planner_index import IndexEntry, children, fit, oneline, top_level
 from daemon.memory.query import QueryPlan, asked_stems, decompose, mentioned_stems
 from daemon.memory.summariser import read_summary_file
@@ -269,6 +270,14 @@ class Recall:
             else replace(s, text=corrections.mark(s.text, written=_written(s)))
             for s in sources
         ]
+        # A value a source names that a later message says changed: the change first, the
+        # source marked as earlier (`daemon.memory.newest`), so no old value reads as current.
+        shown: set[str] = set()
+        budget = LookupBudget(done=set(), left=2 * NAME_LOOKUPS)
+        for n, s in enumerate(sources):
+            if s.ts is not None and s.kind not in ("fact", "profile"):
+                labels = await changed_since(self.index, s.text, s.ts, shown, budget)
+                sources[n] = replace(s, text=newest_first(labels, s.text))
         answer = await self._synthesise(query, sources, session_id)
         synthesised = answer is not None
         if answer is None:
