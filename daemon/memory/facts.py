@@ -59,6 +59,7 @@ from daemon.memory.rows import NewMemory, iso
 from daemon.memory.slots import says_change
 from daemon.memory.writer import next_generation, write
 from daemon.paths import Home
+from daemon.redact import kept_secrets, redactor_for
 from daemon.settings import Settings
 from daemon.store.postgres import StoreAway
 
@@ -458,6 +459,12 @@ class FactStore:
             if (include_retired or f.active) and (target is None or f.target == target)
         ]
 
+    def kept_secrets(self) -> frozenset[str]:
+        """The values of named secrets ("the guest wifi password is …") in the facts the
+        person asked to keep (told, not mined from what they said in passing): files written
+        from the day repeat them (`daemon.redact`)."""
+        return kept_secrets(f.text for f in self.facts() if f.origin == "person" and not f.mined)
+
     def current(self, uid: str) -> Fact | None:
         """Follow corrections from `uid` to the fact that replaced it last."""
         fact = self.get(uid)
@@ -494,7 +501,36 @@ class FactStore:
     async def remember(
         self, text: str, *, target: str = "memory", origin: str = "person", tags: Sequence[str] = ()
     ) -> RememberResult:
-        """Store one fact now; detect exact and near duplicates instead of storing twice."""
+        """Store one fact now; detect exact and near duplicates instead of storing twice.
+
+        A key-shaped secret (an API key, a token, a private key) is never kept: it is masked
+        before anything is stored, and so is a named one ("password is …") in words that are
+        not the person's own; the result says what was withheld (`daemon.redact`).
+        """
+        masked, withheld = self._withhold(text, origin)
+        result = await self._remember(masked, target=target, origin=origin, tags=tags)
+        return self._said_withheld(result, withheld, origin)
+
+    def _withhold(self, text: str, origin: str) -> tuple[str, list[str]]:
+        return redactor_for(self.settings).withhold(str(text), named_too=origin != "person")
+
+    @staticmethod
+    def _said_withheld(result: RememberResult, withheld: list[str], origin: str) -> RememberResult:
+        """`result`, its message saying which secrets were not kept (never dropped silently)."""
+        if not withheld:
+            return result
+        log.info("secret withheld from a fact", kinds=withheld, origin=origin)
+        what = ", ".join(k.replace("-", " ") for k in withheld)
+        why = (
+            "secrets of that shape are never kept in memory"
+            if origin == "person"
+            else f"a secret in {origin!r} text is not kept"
+        )
+        return replace(result, message=f"{result.message} (withheld: the {what}; {why})")
+
+    async def _remember(
+        self, text: str, *, target: str, origin: str, tags: Sequence[str]
+    ) -> RememberResult:
         if target not in TARGETS:
             raise FactError(
                 f"unknown target {target!r}; use 'memory' (running log) or 'profile' (about the person)"
@@ -660,9 +696,11 @@ class FactStore:
         return fact
 
     async def correct(self, uid: str, text: str, *, origin: str) -> RememberResult:
-        """Supersede fact `uid` with `text`; the old fact stays in history, linked to the new one."""
+        """Supersede fact `uid` with `text`; the old fact stays in history, linked to the new one.
+        Secrets are withheld as `remember` withholds them."""
         self._check_origin(origin)
         self._require_store()
+        text, withheld = self._withhold(text, origin)
         wording, resolved = self._prepare(text)
         async with self._lock:
             await self.load()
@@ -695,13 +733,14 @@ class FactStore:
             await self.index.retire(old.id, at=fact.created_at, superseded_by=fact.id)
         log.info("fact corrected", id=fact.id, supersedes=old.id, origin=origin)
         await mark_file(self.home.wake_file, self.index.db)  # the letter read until next wake
-        return RememberResult(
+        done = RememberResult(
             status="corrected",
             id=fact.id,
             text=fact.text,
             message=f"{old.id} corrected as {fact.id}",
             similar_to=old.id,
         )
+        return self._said_withheld(done, withheld, origin)
 
     async def retract(self, uid: str, *, reason: str, origin: str) -> Fact:
         """Retire fact `uid` with `reason`; it stays searchable as history."""

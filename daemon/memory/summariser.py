@@ -319,7 +319,10 @@ class Summariser:
         clock: Clock,
         topic_addenda: TopicAddenda | None = None,
         retry_after_s: float = 600.0,
+        kept: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
+        # The named secrets the person asked to keep, which a summary repeats (`daemon.redact`).
+        self.kept = kept
         self.home = home
         self.db = db
         self.index = index
@@ -502,7 +505,7 @@ class Summariser:
             kind=str(kind),
             work=work.lines(),
         )
-        text = redactor_for(self.settings).mask(text)
+        text = redactor_for(self.settings, keep=self.kept()).mask(text)
         await anyio.to_thread.run_sync(_write_atomic, path, text)
         meta, body = read_summary_file(path)
         await self.index.upsert(

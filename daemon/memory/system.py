@@ -89,6 +89,7 @@ class MemorySystem:
                 settings=settings,
                 clock=clock,
                 topic_addenda=topic_addenda,
+                kept=self.facts.kept_secrets,
             )
             if roles is not None
             else None

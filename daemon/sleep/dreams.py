@@ -184,7 +184,7 @@ class DreamsPhase:
         # all of this cycle's revisions.
         revisions = await store.settle(ctx.cycle_id)
         path = self._entry_path(ctx)
-        text = redactor_for(ctx.settings).mask(
+        text = redactor_for(ctx.settings, keep=ctx.memory.facts.kept_secrets()).mask(
             self._render_entry(ctx, dream, revisions, sorted(material.origins))
         )
         await anyio.to_thread.run_sync(write_atomic, path, text)

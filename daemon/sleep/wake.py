@@ -135,7 +135,9 @@ class WakeUp:
             ctx, summary=summary, decisions=decisions, memories=memories, messages=messages
         )
         # A secret said during the day must not be repeated into a file every prompt carries.
-        text = redactor_for(ctx.settings).mask(woven.text.rstrip()) + "\n"
+        # What the person asked to keep is repeated (`daemon.redact`).
+        keep = ctx.memory.facts.kept_secrets()
+        text = redactor_for(ctx.settings, keep=keep).mask(woven.text.rstrip()) + "\n"
         # Woven from summaries written while a value held: a line still stating a corrected
         # value says so (the greeting quotes these lines).
         text = (await Corrections.load(ctx.db)).mark(text)
