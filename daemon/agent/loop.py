@@ -108,6 +108,24 @@ def compose_context(gathered: Gathered) -> TurnContext:
 
 
 @dataclass(kw_only=True)
+class _Step:
+    """What one turn's model steps share: the context, the budget, the result so far."""
+
+    session: Any
+    turn_id: str
+    observer: TurnObserver
+    started: float
+    context: TurnContext
+    system: list[SystemBlock]
+    system_tokens: int
+    budget: RequestBudget
+    turns: list[list[Message]]
+    result: TurnResult
+    marks: dict[str, float] = field(default_factory=dict)
+    fitted: FittedRequest | None = None
+
+
+@dataclass(kw_only=True)
 class AgentLoop:
     """Runs turns for sessions; between turns it keeps only token calibration and, per session,
     whether `compaction_approaching` was announced (reset by `reset_session`)."""
@@ -201,14 +219,68 @@ class AgentLoop:
         self, session: Any, *, turn_id: str, prompt: str, observer: TurnObserver, ts: str
     ) -> TurnResult:
         started = time.perf_counter()
-        previous_reply = session.last_reply()
         history = session.history(exclude_turn=turn_id)
-        turns = [messages for _, messages in history]
+        gathered, context = await self._context(
+            session, history, turn_id=turn_id, prompt=prompt, ts=ts
+        )
+        context_ms = round((time.perf_counter() - started) * 1000, 2)
+        if gathered.veto is not None:
+            await self._end(session, turn_id, TurnStatus.VETOED, reason=gathered.veto.reason)
+            return TurnResult(
+                turn_id=turn_id, text="", stop_reason="vetoed", vetoed=gathered.veto.reason
+            )
+        system: list[SystemBlock] = list(context.system_blocks)
+        system_tokens = sum(self.sizer.text(b.text) for b in system)
+        self._last_system_tokens = system_tokens
+        step = _Step(
+            session=session,
+            turn_id=turn_id,
+            observer=observer,
+            started=started,
+            context=context,
+            system=system,
+            system_tokens=system_tokens,
+            budget=self.budget(),
+            turns=[messages for _, messages in history],
+            result=TurnResult(
+                turn_id=turn_id, text="", stop_reason="end_turn", report=dict(context.report)
+            ),
+        )
+        try:
+            await self._steps(step, prompt)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._end(session, turn_id, TurnStatus.CANCELLED)
+            raise
+        await self._finish(step, context_ms=context_ms)
+        return step.result
+
+    async def _end(self, session: Any, turn_id: str, status: TurnStatus, **fields: Any) -> None:
+        """Write the turn's `turn_end` record."""
+        await session.record(
+            TurnEnd(turn_id=turn_id, status=status, ts=self.clock.now().isoformat(), **fields)
+        )
+
+    async def _context(
+        self,
+        session: Any,
+        history: list[tuple[str, list[Message]]],
+        *,
+        turn_id: str,
+        prompt: str,
+        ts: str,
+    ) -> tuple[Gathered, TurnContext]:
+        """Record the message and assemble the turn's context, side by side.
+
+        Returns what `before_agent_start` gathered and the composed context (empty when a
+        handler vetoed); records the failed turn and raises `ContextFailed` when no context
+        could be assembled.
+        """
         event = BeforeAgentStart(
             session_id=session.id,
             turn_id=turn_id,
             prompt=prompt,
-            previous_reply=previous_reply,
+            previous_reply=session.last_reply(),
             session_kind=self.session_kind,
             replayed_message_ids=self._replayed(session, history, turn_id, prompt),
             exclude_sessions=self.exclude_sessions,
@@ -241,44 +313,22 @@ class AgentLoop:
             else:
                 if not context.system_blocks:
                     failure = "no before_agent_start handler assembled a system prompt"
-        context_ms = round((time.perf_counter() - started) * 1000, 2)
-        if failure is not None:
+        if failure is not None or gathered is None:
             message = f"the context for this turn could not be assembled ({failure}); the model was not called"
             log.error("context assembly failed; turn not sent", error=str(failure))
-            await session.record(
-                TurnEnd(
-                    turn_id=turn_id,
-                    status=TurnStatus.FAILED,
-                    error=message,
-                    ts=self.clock.now().isoformat(),
-                )
-            )
+            await self._end(session, turn_id, TurnStatus.FAILED, error=message)
             raise ContextFailed(message)
-        assert gathered is not None
-        veto = gathered.veto
-        if veto is not None:
-            await session.record(
-                TurnEnd(
-                    turn_id=turn_id,
-                    status=TurnStatus.VETOED,
-                    reason=veto.reason,
-                    ts=self.clock.now().isoformat(),
-                )
-            )
-            return TurnResult(turn_id=turn_id, text="", stop_reason="vetoed", vetoed=veto.reason)
-        system: list[SystemBlock] = list(context.system_blocks)
-        system_tokens = sum(self.sizer.text(b.text) for b in system)
-        self._last_system_tokens = system_tokens
-        budget = self.budget()
+        return gathered, context
+
+    async def _steps(self, step: _Step, prompt: str) -> None:
+        """The model steps of one turn: ask, record, run the tools asked for, until done."""
+        session, turn_id, result = step.session, step.turn_id, step.result
         # A turn tried before (the reply broke off, the daemon restarted) goes on after the
         # tool steps it finished, so no tool runs twice for one message.
         resumed = session.finished_steps(turn_id)
         if resumed:
             log.info("resuming a turn after its finished tool steps", steps=len(resumed) // 2)
         current: list[Message] = [Message.user(prompt), *resumed]
-        result = TurnResult(
-            turn_id=turn_id, text="", stop_reason="end_turn", report=dict(context.report)
-        )
         texts: list[str] = [
             b.text
             for m in resumed
@@ -286,94 +336,84 @@ class AgentLoop:
             for b in m.content
             if isinstance(b, TextBlock) and b.text
         ]
-        marks: dict[str, float] = {}
-        fitted: FittedRequest | None = None
-        try:
-            for step in range(len(resumed) // 2, self.max_tool_steps + 1):
-                offer_tools = step < self.max_tool_steps
-                specs = self.tools.specs() if offer_tools else ()
-                fitted = fit_request(
-                    turns=turns,
-                    current=current,
-                    fixed_tokens=system_tokens + self.sizer.tools(specs),
-                    budget=budget,
-                    sizer=self.sizer,
-                    max_messages=self.history_max_messages,
-                )
-                reading = self._reading(fitted.messages, len(current), context, system)
-                request = self.roles.request(
-                    self.role,
-                    messages=fitted.messages,
-                    system=system,
-                    tools=specs,
-                    task="chat" if self.session_kind == "trunk" else "delegate",
-                )
-                response = await self._stream_step(
-                    request, session, turn_id, observer, started, marks
-                )
-                result.steps += 1
-                result.usage = result.usage + response.usage
-                self._account(fitted.tokens, response)
-                calls = response.tool_calls
-                if response.text:
-                    texts.append(response.text)
-                    await session.record(
-                        MessageRecord(
-                            id=f"{turn_id}-a{step}",
-                            ts=self.clock.now().isoformat(),
-                            role="assistant",
-                            content=response.text,
-                            turn_id=turn_id,
-                            has_tool_calls=bool(calls),
-                        )
-                    )
-                current.append(Message(role="assistant", content=response.content))
-                result.stop_reason = response.stop_reason
-                stopped = self.stop_check(response.usage) if self.stop_check is not None else None
-                if stopped is not None:
-                    result.stop_reason = "stopped"
-                    result.report["stopped"] = stopped
-                    break
-                if not calls:
-                    break
-                results = await self._run_tools(calls, session, turn_id, observer, reading=reading)
-                result.tool_calls += len(calls)
-                current.append(Message(role="user", content=tuple(results)))
-                final = next(
-                    (
-                        c.name
-                        for c, r in zip(calls, results, strict=True)
-                        if not r.is_error and self.tools.ends_turn(c.name)
-                    ),
-                    None,
-                )
-                if final is not None:
-                    result.stop_reason = final
-                    break
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await session.record(
-                    TurnEnd(
-                        turn_id=turn_id,
-                        status=TurnStatus.CANCELLED,
-                        ts=self.clock.now().isoformat(),
-                    )
-                )
-            raise
-        result.text = "\n\n".join(texts)
-        await session.record(
-            TurnEnd(
-                turn_id=turn_id,
-                status=TurnStatus.ANSWERED,
-                stop_reason=result.stop_reason,
-                usage=result.usage.__dict__,
-                ts=self.clock.now().isoformat(),
+        for n in range(len(resumed) // 2, self.max_tool_steps + 1):
+            offer_tools = n < self.max_tool_steps
+            specs = self.tools.specs() if offer_tools else ()
+            fitted = fit_request(
+                turns=step.turns,
+                current=current,
+                fixed_tokens=step.system_tokens + self.sizer.tools(specs),
+                budget=step.budget,
+                sizer=self.sizer,
+                max_messages=self.history_max_messages,
             )
+            step.fitted = fitted
+            reading = self._reading(fitted.messages, len(current), step.context, step.system)
+            request = self.roles.request(
+                self.role,
+                messages=fitted.messages,
+                system=step.system,
+                tools=specs,
+                task="chat" if self.session_kind == "trunk" else "delegate",
+            )
+            response = await self._stream_step(
+                request, session, turn_id, step.observer, step.started, step.marks
+            )
+            result.steps += 1
+            result.usage = result.usage + response.usage
+            self._account(fitted.tokens, response)
+            calls = response.tool_calls
+            if response.text:
+                texts.append(response.text)
+                await session.record(
+                    MessageRecord(
+                        id=f"{turn_id}-a{n}",
+                        ts=self.clock.now().isoformat(),
+                        role="assistant",
+                        content=response.text,
+                        turn_id=turn_id,
+                        has_tool_calls=bool(calls),
+                    )
+                )
+            current.append(Message(role="assistant", content=response.content))
+            result.stop_reason = response.stop_reason
+            stopped = self.stop_check(response.usage) if self.stop_check is not None else None
+            if stopped is not None:
+                result.stop_reason = "stopped"
+                result.report["stopped"] = stopped
+                break
+            if not calls:
+                break
+            results = await self._run_tools(calls, session, turn_id, step.observer, reading=reading)
+            result.tool_calls += len(calls)
+            current.append(Message(role="user", content=tuple(results)))
+            final = next(
+                (
+                    c.name
+                    for c, r in zip(calls, results, strict=True)
+                    if not r.is_error and self.tools.ends_turn(c.name)
+                ),
+                None,
+            )
+            if final is not None:
+                result.stop_reason = final
+                break
+        result.text = "\n\n".join(texts)
+
+    async def _finish(self, step: _Step, *, context_ms: float) -> None:
+        """Record the answered turn, measure the next request whole, log, maybe announce."""
+        result, fitted = step.result, step.fitted
+        await self._end(
+            step.session,
+            step.turn_id,
+            TurnStatus.ANSWERED,
+            stop_reason=result.stop_reason,
+            usage=result.usage.__dict__,
         )
         # The next request carries this turn too: measure it whole, before any bounding.
-        full_history = session.history_turns()
+        full_history = step.session.history_turns()
         next_request = (
-            system_tokens
+            step.system_tokens
             + self.sizer.tools(self.tools.specs())
             + sum(self.sizer.messages(t) for t in full_history)
         )
@@ -382,7 +422,7 @@ class AgentLoop:
             result.report["request"] = {
                 **fitted.report(),
                 "next_request_tokens": next_request,
-                "limit": budget.limit,
+                "limit": step.budget.limit,
             }
         log.info(
             "turn finished",
@@ -395,11 +435,10 @@ class AgentLoop:
             context_tokens=result.context_tokens,
             history_dropped=fitted.dropped_turns if fitted else 0,
             context_ms=context_ms,
-            first_delta_ms=marks.get("first_delta_ms"),
-            duration_ms=round((time.perf_counter() - started) * 1000, 1),
+            first_delta_ms=step.marks.get("first_delta_ms"),
+            duration_ms=round((time.perf_counter() - step.started) * 1000, 1),
         )
-        await self._maybe_announce_compaction(session, next_request)
-        return result
+        await self._maybe_announce_compaction(step.session, next_request)
 
     async def _stream_step(
         self,
