@@ -28,7 +28,7 @@ from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.transcript import Transcript
 from daemon.agent.turns import Delta, Phase, ToolPhase, TurnEvent
-from daemon.bus import EventBus, HookFailed
+from daemon.bus import EventBus, Gathered, HookFailed
 from daemon.clock import Clock
 from daemon.delegate.brief import ForkOutcome, brief_prompt, partial_output
 from daemon.delegate.lineage import ForkLineage, ForkRow, ForkStatus
@@ -110,6 +110,66 @@ class SpokenLines:
     def flush(self) -> list[str]:
         rest, self._buf = self._buf.strip(), ""
         return [rest] if rest else []
+
+
+class _ForkRelay:
+    """What a running fork shows its parent's turn, and the clock that stops it.
+
+    Every event the fork's loop reports (its tool phases, its words a line at a time) goes to
+    the turn the person is waiting on, tagged with the fork; any activity, and every model
+    step charged to the tree, moves the inactivity deadline on (never past the tree's).
+    """
+
+    def __init__(self, run: ForkRun, ctx: ToolContext, inactivity_s: float) -> None:
+        self.run = run
+        self.parent_observer = ctx.observer
+        self.parent_turn = ctx.turn_id
+        self.inactivity_s = inactivity_s
+        self.scope = anyio.CancelScope(deadline=self._deadline())
+        self.spoken = SpokenLines()
+
+    def _deadline(self) -> float:
+        return min(self.run.tree.deadline, anyio.current_time() + self.inactivity_s)
+
+    def alive(self) -> None:
+        self.scope.deadline = self._deadline()
+
+    def shown(self, phase: Phase, detail: str) -> None:
+        """A `fork` tool frame under the turn the person is waiting on."""
+        self.parent_observer(
+            ToolPhase(
+                turn_id=self.parent_turn,
+                name="fork",
+                phase=phase,
+                depth=self.run.depth,
+                fork_id=self.run.id,
+                detail=detail,
+            )
+        )
+
+    def say(self, lines: list[str]) -> None:
+        for line in lines:
+            self.shown("progress", line)
+
+    def relay(self, event: TurnEvent) -> None:
+        self.alive()
+        if isinstance(event, ToolPhase):
+            if event.depth == self.run.depth and event.phase == "started":
+                self.say(self.spoken.flush())  # what it said before calling the tool
+            # Shown under the turn the person is waiting on, tagged with the fork it came from.
+            self.parent_observer(
+                dataclasses.replace(
+                    event, turn_id=self.parent_turn, fork_id=event.fork_id or self.run.id
+                )
+            )
+        elif isinstance(event, Delta):
+            # Its own words, live, a line at a time (as `progress` tool frames).
+            self.say(self.spoken.feed(event.text))
+
+    def charge(self, usage: Usage) -> str | None:
+        self.run.tokens += usage.prompt_tokens + usage.output_tokens
+        self.alive()
+        return self.run.tree.charge(usage)
 
 
 class Delegator:
@@ -263,18 +323,6 @@ class Delegator:
                 token_budget=self.cfg.token_budget,
             )
         )
-        row = await self.db.fetchone(
-            "SELECT transcript_path FROM sessions WHERE id = ?", (ctx.session_id,)
-        )
-        parent_path = str(row[0]) if row else ""
-        event = BeforeFork(
-            parent_session_id=ctx.session_id,
-            parent_transcript_path=parent_path,
-            fork_session_id=fork_id,
-            task=task,
-            depth=depth,
-            context=context,
-        )
         path = self.home.forks_dir / f"{fork_id}.jsonl"
         common = dict(
             fork_id=fork_id,
@@ -287,24 +335,7 @@ class Delegator:
             transcript_path=str(path),
             started_at=now,
         )
-        try:
-            gathered = await self.bus.gather(event)
-        except HookFailed as exc:
-            await self.lineage.start(**common, status=ForkStatus.FAILED)  # type: ignore[arg-type]
-            await self.lineage.finish(
-                fork_id, status=ForkStatus.FAILED, ended_at=now, stop_reason=str(exc)[:500]
-            )
-            raise ToolError(f"the fork was not started: {exc}") from None
-        veto = gathered.veto
-        if veto is not None:
-            await self.lineage.start(**common, status=ForkStatus.VETOED)  # type: ignore[arg-type]
-            await self.lineage.finish(
-                fork_id,
-                status=ForkStatus.VETOED,
-                ended_at=now,
-                stop_reason=f"{veto.by}: {veto.reason}",
-            )
-            raise ToolError(f"the fork was not started: vetoed by {veto.by}: {veto.reason}")
+        gathered = await self._gate(ctx, fork_id, task, context, depth, common)
         ancestors = (*parent.ancestors, parent.id) if parent is not None else (ctx.session_id,)
         run = ForkRun(
             id=fork_id,
@@ -357,59 +388,97 @@ class Delegator:
             raise ToolError(outcome.render())
         return outcome.render()
 
+    async def _gate(
+        self,
+        ctx: ToolContext,
+        fork_id: str,
+        task: str,
+        context: str,
+        depth: int,
+        common: dict[str, Any],
+    ) -> Gathered:
+        """Ask `before_fork`; a failed or vetoed gate is recorded as such and refused."""
+        now = common["started_at"]
+        row = await self.db.fetchone(
+            "SELECT transcript_path FROM sessions WHERE id = ?", (ctx.session_id,)
+        )
+        parent_path = str(row[0]) if row else ""
+        event = BeforeFork(
+            parent_session_id=ctx.session_id,
+            parent_transcript_path=parent_path,
+            fork_session_id=fork_id,
+            task=task,
+            depth=depth,
+            context=context,
+        )
+        try:
+            gathered = await self.bus.gather(event)
+        except HookFailed as exc:
+            await self.lineage.start(**common, status=ForkStatus.FAILED)  # type: ignore[arg-type]
+            await self.lineage.finish(
+                fork_id, status=ForkStatus.FAILED, ended_at=now, stop_reason=str(exc)[:500]
+            )
+            raise ToolError(f"the fork was not started: {exc}") from None
+        veto = gathered.veto
+        if veto is not None:
+            await self.lineage.start(**common, status=ForkStatus.VETOED)  # type: ignore[arg-type]
+            await self.lineage.finish(
+                fork_id,
+                status=ForkStatus.VETOED,
+                ended_at=now,
+                stop_reason=f"{veto.by}: {veto.reason}",
+            )
+            raise ToolError(f"the fork was not started: vetoed by {veto.by}: {veto.reason}")
+        return gathered
+
     async def _run(
         self, run: ForkRun, ctx: ToolContext, prompt: str, *, exclude: tuple[str, ...]
     ) -> ForkOutcome:
-        cfg = self.cfg
-        tree = run.tree
-        parent_observer = ctx.observer
-        parent_turn = ctx.turn_id
-        scope = anyio.CancelScope(
-            deadline=min(tree.deadline, anyio.current_time() + cfg.inactivity_timeout_s)
-        )
-
-        def alive() -> None:
-            scope.deadline = min(tree.deadline, anyio.current_time() + cfg.inactivity_timeout_s)
-
-        spoken = SpokenLines()
-
-        def shown(phase: Phase, detail: str) -> None:
-            """A `fork` tool frame under the turn the person is waiting on."""
-            parent_observer(
-                ToolPhase(
-                    turn_id=parent_turn,
-                    name="fork",
-                    phase=phase,
-                    depth=run.depth,
-                    fork_id=run.id,
-                    detail=detail,
-                )
-            )
-
-        def say(lines: list[str]) -> None:
-            for line in lines:
-                shown("progress", line)
-
-        def relay(event: TurnEvent) -> None:
-            alive()
-            if isinstance(event, ToolPhase):
-                if event.depth == run.depth and event.phase == "started":
-                    say(spoken.flush())  # what it said before calling the tool
-                # Shown under the turn the person is waiting on, tagged with the fork it came from.
-                parent_observer(
-                    dataclasses.replace(event, turn_id=parent_turn, fork_id=event.fork_id or run.id)
-                )
-            elif isinstance(event, Delta):
-                # Its own words, live, a line at a time (as `progress` tool frames).
-                say(spoken.feed(event.text))
-
-        def charge(usage: Usage) -> str | None:
-            run.tokens += usage.prompt_tokens + usage.output_tokens
-            alive()
-            return tree.charge(usage)
-
+        relay = _ForkRelay(run, ctx, self.cfg.inactivity_timeout_s)
         completion = Completion()
-        loop = AgentLoop(
+        loop = self._loop(run, completion, relay, exclude)
+        session = await self._open_session(run, ctx)
+        relay.shown("started", run.task[:200])
+        log.info(
+            "fork started",
+            fork_id=run.id,
+            depth=run.depth,
+            parent=ctx.session_id,
+            task=run.task[:120],
+        )
+        result: TurnResult | None = None
+        error: str | None = None
+        try:
+            with relay.scope:
+                result = await loop.run_turn(
+                    session,
+                    turn_id=f"{run.id}-t1",
+                    prompt=prompt,
+                    observer=relay.relay,
+                    ts=self.clock.now().isoformat(),
+                )
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._cancelled(run, session, ctx)
+            raise
+        except (ContextFailed, ModelError) as exc:
+            error = str(exc)
+        relay.say(relay.spoken.flush())
+        outcome = await self._outcome(run, session, relay.scope, completion, result, error)
+        with anyio.CancelScope(shield=True):
+            await self._finish(run, session, ctx, outcome)
+        return outcome
+
+    def _loop(
+        self,
+        run: ForkRun,
+        completion: Completion,
+        relay: _ForkRelay,
+        exclude: tuple[str, ...],
+    ) -> AgentLoop:
+        """The fork's own agent loop, one depth down, its steps charged to the tree."""
+        cfg = self.cfg
+        return AgentLoop(
             roles=self.roles,
             tools=self._fork_registry(run, completion),
             bus=self.bus,
@@ -424,9 +493,11 @@ class Delegator:
             depth=run.depth,
             exclude_sessions=exclude,
             max_parallel_tools=cfg.max_parallel,
-            stop_check=charge,
+            stop_check=relay.charge,
         )
-        session = await Session.open(
+
+    async def _open_session(self, run: ForkRun, ctx: ToolContext) -> Session:
+        return await Session.open(
             db=self.db,
             directory=self.home.forks_dir,
             session_id=run.id,
@@ -436,58 +507,48 @@ class Delegator:
             header={
                 "depth": run.depth,
                 "task": run.task,
-                "parent_turn": parent_turn,
+                "parent_turn": ctx.turn_id,
                 "parent_call": ctx.call_id,
-                "root": tree.root_session_id,
+                "root": run.tree.root_session_id,
                 "forked_at": run.started_at,
             },
         )
-        shown("started", run.task[:200])
-        log.info(
-            "fork started",
-            fork_id=run.id,
-            depth=run.depth,
-            parent=ctx.session_id,
-            task=run.task[:120],
-        )
-        result: TurnResult | None = None
-        error: str | None = None
-        try:
-            with scope:
-                result = await loop.run_turn(
-                    session,
+
+    async def _cancelled(self, run: ForkRun, session: Session, ctx: ToolContext) -> None:
+        """The parent's turn was cancelled: end the fork's turn and record it cancelled."""
+        if session.turn_ended(f"{run.id}-t1") is None:
+            # Cancelled before the loop's own record (during context assembly).
+            await session.record(
+                TurnEnd(
                     turn_id=f"{run.id}-t1",
-                    prompt=prompt,
-                    observer=relay,
+                    status=TurnStatus.CANCELLED,
                     ts=self.clock.now().isoformat(),
                 )
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                if session.turn_ended(f"{run.id}-t1") is None:
-                    # Cancelled before the loop's own record (during context assembly).
-                    await session.record(
-                        TurnEnd(
-                            turn_id=f"{run.id}-t1",
-                            status=TurnStatus.CANCELLED,
-                            ts=self.clock.now().isoformat(),
-                        )
-                    )
-                await self._finish(
-                    run,
-                    session,
-                    ctx,
-                    ForkOutcome(
-                        fork_id=run.id,
-                        depth=run.depth,
-                        status=ForkStatus.CANCELLED,
-                        text="",
-                        reason="the parent's turn was cancelled",
-                    ),
-                )
-            raise
-        except (ContextFailed, ModelError) as exc:
-            error = str(exc)
-        say(spoken.flush())
+            )
+        await self._finish(
+            run,
+            session,
+            ctx,
+            ForkOutcome(
+                fork_id=run.id,
+                depth=run.depth,
+                status=ForkStatus.CANCELLED,
+                text="",
+                reason="the parent's turn was cancelled",
+            ),
+        )
+
+    async def _outcome(
+        self,
+        run: ForkRun,
+        session: Session,
+        scope: anyio.CancelScope,
+        completion: Completion,
+        result: TurnResult | None,
+        error: str | None,
+    ) -> ForkOutcome:
+        """How the fork ended: stopped by a limit, failed, complete, or done without saying so."""
+        cfg, tree = self.cfg, run.tree
         if scope.cancelled_caught:
             ceiling = anyio.current_time() >= tree.deadline
             reason = (
@@ -495,30 +556,24 @@ class Delegator:
                 if ceiling
                 else f"no activity for {cfg.inactivity_timeout_s:g}s"
             )
-            outcome = ForkOutcome(
+            partial = partial_output(session.transcript.read())
+            return ForkOutcome(
                 fork_id=run.id,
                 depth=run.depth,
                 status=ForkStatus.STOPPED,
-                text=partial_output(session.transcript.read()),
+                text=partial,
                 reason=reason,
             )
-        elif error is not None:
-            outcome = ForkOutcome(
+        if error is not None:
+            partial = partial_output(session.transcript.read())
+            return ForkOutcome(
                 fork_id=run.id,
                 depth=run.depth,
                 status=ForkStatus.FAILED,
-                text=partial_output(session.transcript.read()),
+                text=partial,
                 reason=error,
             )
-        elif completion.called:
-            outcome = ForkOutcome(
-                fork_id=run.id,
-                depth=run.depth,
-                status=ForkStatus.COMPLETE,
-                text=completion.summary,
-                outcome=completion.outcome,
-                artifacts=tuple(completion.artifacts),
-            )
+        if completion.called:
             # The result as a message of the fork's own: indexed, and what its summary narrates.
             await session.record(
                 MessageRecord(
@@ -529,24 +584,28 @@ class Delegator:
                     turn_id=f"{run.id}-t1",
                 )
             )
-        elif result is not None and result.stop_reason == "stopped":
-            outcome = ForkOutcome(
+            return ForkOutcome(
+                fork_id=run.id,
+                depth=run.depth,
+                status=ForkStatus.COMPLETE,
+                text=completion.summary,
+                outcome=completion.outcome,
+                artifacts=tuple(completion.artifacts),
+            )
+        if result is not None and result.stop_reason == "stopped":
+            return ForkOutcome(
                 fork_id=run.id,
                 depth=run.depth,
                 status=ForkStatus.STOPPED,
                 text=partial_output(session.transcript.read()),
                 reason=str(result.report.get("stopped", "a limit was reached")),
             )
-        else:
-            outcome = ForkOutcome(
-                fork_id=run.id,
-                depth=run.depth,
-                status=ForkStatus.INCOMPLETE,
-                text=result.text.strip() if result else "",
-            )
-        with anyio.CancelScope(shield=True):
-            await self._finish(run, session, ctx, outcome)
-        return outcome
+        return ForkOutcome(
+            fork_id=run.id,
+            depth=run.depth,
+            status=ForkStatus.INCOMPLETE,
+            text=result.text.strip() if result else "",
+        )
 
     async def _finish(
         self, run: ForkRun, session: Session, ctx: ToolContext, outcome: ForkOutcome
