@@ -88,6 +88,21 @@ def test_extract_reads_relations_and_deeds_not_sentence_openers() -> None:
     assert extract("Honestly, my favourite tea lately is rooibos.") == []
     assert extract("We booked my trip to Paris in May.") == []
     assert extract("Jarek took up orienteering and competes now.") == []
+    # Chat's exclamations, vocatives and sentence openers tie no one to anything.
+    for said in (
+        "Wow, that agency looks great!",
+        "Caroline, that sounds awesome.",
+        "Caroline, the photo is great.",
+        "Dance is my passion.",
+        "Finding that balance is key.",
+        "Ugh, my car broke down last Fri.",
+        "I want to try my hand at the local Street Fighter tournament.",
+        "Together, our impact will surely last.",
+    ):
+        assert extract(said) == [], said
+    assert [(m.name, m.phrase) for m in extract("I'm seeing Rob, my colleague, at noon.")] == [
+        ("Rob", "colleague")
+    ]
 
 
 @pytest.mark.anyio

@@ -78,7 +78,12 @@ _DEED = r"(?P<deed>[a-z][^.;!?\n]{4,140})"
 
 _PATTERNS = [
     # "Jarek, my brother-in-law" / "Fergus, a friend from the running club, helped us …"
-    re.compile(rf"\b{_NAME},\s+(?P<det>{_DET})\s+{_REL}{_REL_END}(?:,\s+(?:who\s+)?{_DEED})?"),
+    re.compile(
+        rf"\b{_NAME},\s+(?P<det>[Mm]y|[Oo]ur)\s+{_REL}{_REL_END}(?:,\s+(?:who\s+)?{_DEED})?"
+    ),
+    # With an article only as an apposition between commas ("Caroline, the photo is great"
+    # is no apposition): "Fergus, a friend from the running club, helped us …"
+    re.compile(rf"\b{_NAME},\s+(?P<det>a|an|the)\s+{_REL},\s+(?:who\s+)?{_DEED}"),
     # "Fergus (a friend from the running club) who fixed …"
     re.compile(rf"\b{_NAME}\s+\((?P<det>{_DET})\s+{_REL}\)(?:,?\s+(?:who|that)\s+{_DEED})?"),
     # "my sister Ada", "my best friend from school Jarek"
@@ -87,18 +92,36 @@ _PATTERNS = [
     re.compile(rf"\b(?P<det>[Mm]y|[Oo]ur)\s+{_REL},\s+{_NAME}(?=\s*[,.;:!?)]|$)"),
     # "Ada is my sister"
     re.compile(rf"\b{_NAME}\s+(?:is|was)\s+(?P<det>my|our)\s+{_REL}{_REL_END}"),
-    # "it was Fergus who fixed my bike" / "Fergus, who lent me the tent"
-    re.compile(rf"\b{_NAME},?\s+(?:who|that)\s+{_DEED}"),
+    # "it was Fergus who fixed my bike" / "Fergus, who lent me the tent" ("Caroline, that
+    # sounds great" is no deed: "that" after a comma is a word of its own)
+    re.compile(rf"\b{_NAME}(?:,\s+who|\s+(?:who|that))\s+{_DEED}"),
 ]
+# Patterns whose name may open a sentence ("Jarek, my brother-in-law, called"): an apposition
+# says it is someone. In the others a capitalised first word is most often just a first word
+# ("Dance is my passion", "Finding that balance is key").
+_OPENING_OK = frozenset({0, 1, 2})
+# Inside "my RELATION NAME" a relation has no article or place word ("my hand at the local
+# Street Fighter" is no relation); "my best friend from school Jarek" is.
+_NOT_IN_BARE = frozenset("a an the at in on to for with by into about".split())
 # Capitalised words that open a sentence without being anyone's name.
 _OPENERS = frozenset(
     """honestly anyway well yes yeah no oh okay ok thanks thank sorry also so today yesterday
     tomorrow tonight morning evening afternoon night hi hey hello quick back again last next
     finally apparently turns luckily sadly still maybe perhaps besides meanwhile guess funny
     great good nice remember note please big small new old our my your his her their its
-    christmas easter""".split()
+    christmas easter wow cool love awesome amazing omg aww haha yay congrats congratulations
+    sure totally absolutely exactly right true""".split()
 )
-_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+# A relation says who someone is, not what something does: no verb of being or seeming.
+_NOT_RELATION = frozenset(
+    """is are was were be been being looks look sounds sound seems seem has have had makes
+    make made means mean gets got goes went keeps keep feels felt helps helped will would can
+    could should might must shall""".split()
+)
+_WEEKDAYS = frozenset(
+    """monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs
+    fri sat sun""".split()
+)
 # A relation may not end on a word that leaves it unfinished ("my trip to Paris").
 _DANGLING = frozenset(STOP_WORDS | {"called", "named", "with", "from", "to", "for", "at", "in"})
 _LABEL = re.compile(r"^[^\n:()]{1,60}?(?:\s*\([^)\n]{1,40}\))?:\s+")
@@ -112,7 +135,7 @@ class Mention:
     kind: str  # relation | deed
 
 
-def _a_name(name: str, text: str, start: int) -> bool:
+def _a_name(name: str, text: str, start: int, opening_ok: bool) -> bool:
     low = name.lower()
     first = low.split()[0]
     if low in STOP_WORDS or low in EVERYDAY_STOP_WORDS or first in MONTHS or first in _WEEKDAYS:
@@ -120,9 +143,11 @@ def _a_name(name: str, text: str, start: int) -> bool:
     if low == "i" or first in _OPENERS:
         return False
     before = text[:start].rstrip()
-    sentence_start = not before or before[-1] in '.!?…"“(:\n'
-    # A sentence's first word is capitalised whatever it is: "Honestly, my …" is no name.
-    return not (sentence_start and (first in STOP_WORDS or first.endswith("ly")))
+    if before and before[-1] not in '.!?…"“(:\n':
+        return True
+    # A sentence's first word is capitalised whatever it is: "Honestly, my …", "Finding that
+    # balance is key" name no one.
+    return opening_ok and not (first in STOP_WORDS or first.endswith(("ly", "ing")))
 
 
 def _clean_deed(deed: str) -> str:
@@ -133,16 +158,22 @@ def _clean_deed(deed: str) -> str:
 def extract(text: str) -> list[Mention]:
     """The names `text` ties to a relation or a deed, each once, in order."""
     out: dict[tuple[str, str], Mention] = {}
-    for pattern in _PATTERNS:
+    for n, pattern in enumerate(_PATTERNS):
         for m in pattern.finditer(text):
             name = m.group("name").removesuffix("'s").removesuffix("’s")
-            if not _a_name(name, text, m.start("name")):
+            if not _a_name(name, text, m.start("name"), n in _OPENING_OK):
                 continue
             groups = m.groupdict()
             rel = groups.get("rel")
             if rel:
                 rel = " ".join(rel.split())
-                if rel.split()[-1] in _DANGLING or not asked_stems(rel):
+                said = set(rel.split())
+                if (
+                    rel.split()[-1] in _DANGLING
+                    or _NOT_RELATION & said
+                    or (n == 3 and _NOT_IN_BARE & said)
+                    or not asked_stems(rel)
+                ):
                     rel = None
                 elif groups.get("det") in ("a", "an", "the"):
                     rel = f"{groups['det']} {rel}"
