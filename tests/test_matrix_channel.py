@@ -111,7 +111,8 @@ def test_person_answered_once_stranger_ignored_restart_catches_up(
         daemon.stop()
 
 
-# Each starts its own Synapse (~15 s): run with `-m slow` until the server is shared.
+# The Synapse is shared (session fixture); this test's own daemon, restarts and waits cost
+# ~15-30 s on 2 cores, so it runs with `-m slow`.
 @pytest.mark.slow
 def test_the_homeserver_killed_and_back_mid_conversation(
     synapse: Synapse,  # noqa: F811
@@ -156,7 +157,8 @@ def _typing(server: Synapse, reader: Account, room: str) -> set[str]:
     return set(typing[-1]["content"]["user_ids"]) if typing else set()
 
 
-# Each starts its own Synapse (~15 s): run with `-m slow` until the server is shared.
+# The Synapse is shared (session fixture); this test's own daemon, restarts and waits cost
+# ~15-30 s on 2 cores, so it runs with `-m slow`.
 @pytest.mark.slow
 def test_a_restart_during_a_reply_answers_once_after_it(
     synapse: Synapse,  # noqa: F811
@@ -199,7 +201,8 @@ def test_a_restart_during_a_reply_answers_once_after_it(
             daemon.stop()
 
 
-# Each starts its own Synapse (~15 s): run with `-m slow` until the server is shared.
+# The Synapse is shared (session fixture); this test's own daemon, restarts and waits cost
+# ~15-30 s on 2 cores, so it runs with `-m slow`.
 @pytest.mark.slow
 def test_an_approval_is_asked_and_answered_in_the_room(
     synapse: Synapse,  # noqa: F811
@@ -241,7 +244,8 @@ def test_an_approval_is_asked_and_answered_in_the_room(
             daemon.stop()
 
 
-# Each starts its own Synapse (~15 s): run with `-m slow` until the server is shared.
+# The Synapse is shared (session fixture); this test's own daemon, restarts and waits cost
+# ~15-30 s on 2 cores, so it runs with `-m slow`.
 @pytest.mark.slow
 def test_more_sent_while_down_than_one_sync_carries_is_answered_in_order(
     synapse: Synapse,  # noqa: F811
@@ -344,6 +348,8 @@ def test_reminders_reach_the_room_once_when_no_chat_is_open_and_status_shows_the
         daemon.stop()
 
 
+# The Synapse is shared; this test's daemon restart and waits cost ~20-30 s: `-m slow`.
+@pytest.mark.slow
 def test_an_encrypted_room_is_refused_with_one_notice(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
@@ -397,6 +403,8 @@ def _skipped(entry: dict[str, Any]) -> bool:
     return "event skipped" in str(entry.get("event"))
 
 
+# The Synapse is shared; this test's daemon restart and waits cost ~20-30 s: `-m slow`.
+@pytest.mark.slow
 def test_bad_input_malformed_huge_media_edits_and_redactions(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
