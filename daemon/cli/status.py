@@ -79,6 +79,38 @@ def status_line(info: dict[str, Any]) -> str:
 
 def render(status: dict[str, Any]) -> str:
     """A short human-readable status."""
+    lines = [
+        *_state_lines(status),
+        *_trunk_lines(status),
+        *_hands_lines(status),
+        *_context_lines(status),
+        *_sleep_lines(status),
+        *_time_lines(status),
+    ]
+    if "vector_search" in status:
+        search = (
+            f"hybrid (embedder {status.get('embedder')})"
+            if status.get("vector_search")
+            else "lexical only (no embedder installed)"
+        )
+        lines.append(f"search:       {search}")
+    lines.extend(_resource_lines(status.get("resources")))
+    spend = status.get("spend")
+    if spend:
+        lines.append(
+            f"spend today:  ${spend['cost_usd']:.4f} of ${spend['cap_usd']:.2f} cap · {spend['calls']} calls · cache hit {spend['cache_hit_rate']:.0%}"
+        )
+    if status.get("note"):
+        lines.append(f"note:         {status['note']}")
+    if not status.get("running"):
+        from daemon.chat.link import START_HINT
+
+        lines.append(f"daemon:       not running; {START_HINT}")
+    return "\n".join(lines)
+
+
+def _state_lines(status: dict[str, Any]) -> list[str]:
+    """The lifecycle state and the store."""
     state = f"{status.get('state')}{'' if status.get('running') else ' (daemon not running)'}"
     if status.get("phase"):
         state += f" · phase {status['phase']}"
@@ -87,6 +119,12 @@ def render(status: dict[str, Any]) -> str:
     lines = [f"state:        {state}"]
     if status.get("store"):
         lines.append(f"store:        {status['store']}")
+    return lines
+
+
+def _trunk_lines(status: dict[str, Any]) -> list[str]:
+    """The trunk session, its model, and what holds its turns (the model or the disk away)."""
+    lines: list[str] = []
     trunk = status.get("trunk") or {}
     if trunk:
         lines.append(
@@ -128,6 +166,12 @@ def render(status: dict[str, Any]) -> str:
                 doing = "paused" if trunk.get("held") else "starting the next turn"
             held = " · held" if trunk.get("held") else ""
             lines.append(f"working:      {doing} · {trunk.get('queued', 0)} queued{held}")
+    return lines
+
+
+def _hands_lines(status: dict[str, Any]) -> list[str]:
+    """Forks, MCP servers, the console and the Matrix channel."""
+    lines: list[str] = []
     forks = status.get("forks")
     if forks and (forks.get("running") or forks.get("by_status")):
         done = ", ".join(
@@ -145,6 +189,12 @@ def render(status: dict[str, Any]) -> str:
         lines.append(f"console:      {web.get('state')} · {shown or web.get('listen')}")
     if status.get("matrix"):
         lines.extend(_matrix_lines(status["matrix"]))
+    return lines
+
+
+def _context_lines(status: dict[str, Any]) -> list[str]:
+    """The context window's use and the last turn's layers."""
+    lines: list[str] = []
     ctx = status.get("context") or {}
     if ctx.get("used_tokens") is not None and ctx.get("window_tokens"):
         lines.append(
@@ -154,6 +204,12 @@ def render(status: dict[str, Any]) -> str:
     if last and last.get("layers"):
         parts = ", ".join(f"{k} {v}" for k, v in last["layers"].items() if v)
         lines.append(f"last turn:    {last.get('context_tokens', 0):,} system tokens ({parts})")
+    return lines
+
+
+def _sleep_lines(status: dict[str, Any]) -> list[str]:
+    """The next, running and last sleep, and the self-exam."""
+    lines: list[str] = []
     if "next_sleep" in status:
         lines.append(
             f"next sleep:   {status.get('next_sleep') or 'not scheduled (sleep cycle not installed)'}"
@@ -179,6 +235,12 @@ def render(status: dict[str, Any]) -> str:
     exam = status.get("self_exam")
     if exam:
         lines.append(_exam_line(exam))
+    return lines
+
+
+def _time_lines(status: dict[str, Any]) -> list[str]:
+    """The heartbeat, the journal, other jobs and the schedules."""
+    lines: list[str] = []
     if "last_heartbeat" in status:
         result = (
             f" ({status['last_heartbeat_result']})"
@@ -215,26 +277,7 @@ def render(status: dict[str, Any]) -> str:
         lines.append(f"schedules:    {schedules.get('active', 0)} active{waiting}")
         for item in schedules.get("next") or []:
             lines.append(f"  next:       {item['when']}  {item['kind']}: {item['text'][:80]}")
-    if "vector_search" in status:
-        search = (
-            f"hybrid (embedder {status.get('embedder')})"
-            if status.get("vector_search")
-            else "lexical only (no embedder installed)"
-        )
-        lines.append(f"search:       {search}")
-    lines.extend(_resource_lines(status.get("resources")))
-    spend = status.get("spend")
-    if spend:
-        lines.append(
-            f"spend today:  ${spend['cost_usd']:.4f} of ${spend['cap_usd']:.2f} cap · {spend['calls']} calls · cache hit {spend['cache_hit_rate']:.0%}"
-        )
-    if status.get("note"):
-        lines.append(f"note:         {status['note']}")
-    if not status.get("running"):
-        from daemon.chat.link import START_HINT
-
-        lines.append(f"daemon:       not running; {START_HINT}")
-    return "\n".join(lines)
+    return lines
 
 
 def _exam_line(exam: dict[str, Any]) -> str:
