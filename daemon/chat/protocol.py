@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
@@ -255,21 +255,7 @@ def parse_client_frame(line: bytes) -> ClientFrame:
 
     Unknown extra fields are ignored so newer clients can talk to older daemons.
     """
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(BAD_FRAME, f"frame is not valid UTF-8 (byte {exc.start})") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProtocolError(
-            BAD_FRAME, f"frame is not valid JSON: {exc.msg} at column {exc.colno}"
-        ) from None
-    except RecursionError:
-        raise ProtocolError(BAD_FRAME, "frame is nested too deeply") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError(BAD_FRAME, f"frame must be a JSON object, got {_describe_json(obj)}")
-
+    obj = _json_object(line)
     raw_id = obj.get("id")
     frame_id = raw_id if isinstance(raw_id, str) else None
     if raw_id is not None and frame_id is None:
@@ -285,87 +271,122 @@ def parse_client_frame(line: bytes) -> ClientFrame:
         raise ProtocolError(
             BAD_FRAME, f"'type' must be a string, got {_describe_json(kind)}", id=frame_id
         )
-
-    if kind == "message":
-        body = obj.get("text")
-        if not isinstance(body, str):
-            got = "nothing" if body is None else _describe_json(body)
-            raise ProtocolError(
-                BAD_FRAME, f"a message needs 'text' as a string, got {got}", id=frame_id
-            )
-        if not body.strip():
-            raise ProtocolError(BAD_FRAME, "a message's 'text' is empty", id=frame_id)
-        return MessageFrame(text=body, id=frame_id)
-    if kind == "command":
-        name = obj.get("name")
-        if not isinstance(name, str) or not name.strip():
-            got = "an empty string" if isinstance(name, str) else _describe_json(name)
-            raise ProtocolError(
-                BAD_FRAME, f"a command needs 'name' as a non-empty string, got {got}", id=frame_id
-            )
-        args = obj.get("args")
-        if args is None:
-            args = {}
-        elif not isinstance(args, dict):
-            raise ProtocolError(
-                BAD_FRAME,
-                f"a command's 'args' must be an object, got {_describe_json(args)}",
-                id=frame_id,
-            )
-        files = obj.get("files", 0)
-        if type(files) is not int or not 0 <= files <= MAX_FILES_PER_FRAME:
-            shown = str(files) if type(files) is int else _describe_json(files)
-            raise ProtocolError(
-                BAD_FRAME,
-                f"a command's 'files' must be a count from 0 to {MAX_FILES_PER_FRAME}, got {shown}",
-                id=frame_id,
-            )
-        check_command_args(name.strip(), args, frame_id)
-        return CommandFrame(name=name.strip(), args=args, id=frame_id, files=files)
     if kind == "cancel":
         return CancelFrame(turn_id=_optional_str(obj, "turn_id", frame_id))
-    if kind == "approve":
-        if frame_id is None:
-            raise ProtocolError(
-                BAD_FRAME, "an approve needs 'id': the id of the approval it answers"
-            )
-        decision = obj.get("decision")
-        if decision not in APPROVAL_ANSWERS:
-            got = repr(decision) if isinstance(decision, str) else _describe_json(decision)
-            raise ProtocolError(
-                BAD_FRAME,
-                f"an approve's 'decision' must be one of: yes, no, always; got {got}",
-                id=frame_id,
-            )
-        return ApproveFrame(id=frame_id, decision=decision)
-    if kind == "seen":
-        ids = obj.get("ids")
-        if (
-            not isinstance(ids, list)
-            or not ids
-            or not all(isinstance(i, str) and i.strip() for i in ids)
-        ):
-            got = "nothing" if ids is None else _describe_json(ids)
-            if isinstance(ids, list):
-                got = "an empty array" if not ids else "an array holding something else"
-            raise ProtocolError(
-                BAD_FRAME,
-                f"a seen needs 'ids' as a non-empty array of notice ids, got {got}",
-                id=frame_id,
-            )
-        if len(ids) > MAX_SEEN_IDS:
-            raise ProtocolError(
-                BAD_FRAME,
-                f"a seen names at most {MAX_SEEN_IDS} notices, got {len(ids)}",
-                id=frame_id,
-            )
-        return SeenFrame(ids=tuple(ids))
+    parse = _PARSERS.get(kind)
+    if parse is not None:
+        return parse(obj, frame_id)
     shown = kind if len(kind) <= 40 else kind[:40] + "…"
     raise ProtocolError(
         UNKNOWN_TYPE,
         f"unknown frame type '{shown}' (expected one of: {', '.join(CLIENT_TYPES)})",
         id=frame_id,
     )
+
+
+def _json_object(line: bytes) -> dict[str, Any]:
+    """The line as a JSON object, or a `ProtocolError` saying what it is instead."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(BAD_FRAME, f"frame is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(
+            BAD_FRAME, f"frame is not valid JSON: {exc.msg} at column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise ProtocolError(BAD_FRAME, "frame is nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(BAD_FRAME, f"frame must be a JSON object, got {_describe_json(obj)}")
+    return obj
+
+
+def _message_frame(obj: dict[str, Any], frame_id: str | None) -> MessageFrame:
+    body = obj.get("text")
+    if not isinstance(body, str):
+        got = "nothing" if body is None else _describe_json(body)
+        raise ProtocolError(
+            BAD_FRAME, f"a message needs 'text' as a string, got {got}", id=frame_id
+        )
+    if not body.strip():
+        raise ProtocolError(BAD_FRAME, "a message's 'text' is empty", id=frame_id)
+    return MessageFrame(text=body, id=frame_id)
+
+
+def _command_frame(obj: dict[str, Any], frame_id: str | None) -> CommandFrame:
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        got = "an empty string" if isinstance(name, str) else _describe_json(name)
+        raise ProtocolError(
+            BAD_FRAME, f"a command needs 'name' as a non-empty string, got {got}", id=frame_id
+        )
+    args = obj.get("args")
+    if args is None:
+        args = {}
+    elif not isinstance(args, dict):
+        raise ProtocolError(
+            BAD_FRAME,
+            f"a command's 'args' must be an object, got {_describe_json(args)}",
+            id=frame_id,
+        )
+    files = obj.get("files", 0)
+    if type(files) is not int or not 0 <= files <= MAX_FILES_PER_FRAME:
+        shown = str(files) if type(files) is int else _describe_json(files)
+        raise ProtocolError(
+            BAD_FRAME,
+            f"a command's 'files' must be a count from 0 to {MAX_FILES_PER_FRAME}, got {shown}",
+            id=frame_id,
+        )
+    check_command_args(name.strip(), args, frame_id)
+    return CommandFrame(name=name.strip(), args=args, id=frame_id, files=files)
+
+
+def _approve_frame(obj: dict[str, Any], frame_id: str | None) -> ApproveFrame:
+    if frame_id is None:
+        raise ProtocolError(BAD_FRAME, "an approve needs 'id': the id of the approval it answers")
+    decision = obj.get("decision")
+    if decision not in APPROVAL_ANSWERS:
+        got = repr(decision) if isinstance(decision, str) else _describe_json(decision)
+        raise ProtocolError(
+            BAD_FRAME,
+            f"an approve's 'decision' must be one of: yes, no, always; got {got}",
+            id=frame_id,
+        )
+    return ApproveFrame(id=frame_id, decision=decision)
+
+
+def _seen_frame(obj: dict[str, Any], frame_id: str | None) -> SeenFrame:
+    ids = obj.get("ids")
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or not all(isinstance(i, str) and i.strip() for i in ids)
+    ):
+        got = "nothing" if ids is None else _describe_json(ids)
+        if isinstance(ids, list):
+            got = "an empty array" if not ids else "an array holding something else"
+        raise ProtocolError(
+            BAD_FRAME,
+            f"a seen needs 'ids' as a non-empty array of notice ids, got {got}",
+            id=frame_id,
+        )
+    if len(ids) > MAX_SEEN_IDS:
+        raise ProtocolError(
+            BAD_FRAME,
+            f"a seen names at most {MAX_SEEN_IDS} notices, got {len(ids)}",
+            id=frame_id,
+        )
+    return SeenFrame(ids=tuple(ids))
+
+
+_PARSERS: dict[str, Callable[[dict[str, Any], str | None], ClientFrame]] = {
+    "message": _message_frame,
+    "command": _command_frame,
+    "approve": _approve_frame,
+    "seen": _seen_frame,
+}
 
 
 # --- client → daemon frames -------------------------------------------------------------
