@@ -15,6 +15,7 @@ from daemon.memory.embedders import MiniLMEmbedder, minilm_available
 from daemon.memory.excerpt import GAP, Question, excerpt_message
 from daemon.memory.query import decompose
 from daemon.memory.system import MemorySystem
+from daemon.tokens import default_counter
 from tests.memory_support import NOW, add_session, memory_system
 
 pytestmark = pytest.mark.anyio
@@ -177,11 +178,22 @@ async def test_a_long_message_is_excerpted_in_search_results(tmp_path: Path) -> 
         assert GAP in hit.text and len(hit.text) < len(plan) / 4
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="failed once in the full run (a passage not found), passes alone; under investigation",
-)
-async def test_a_long_message_is_indexed_and_found_as_its_passages(tmp_path: Path) -> None:
+# The agent loop calibrates the shared token counter from the usage a provider reports: a
+# run whose (fake) provider reported fewer tokens than counted left it at 0.6–0.8, and this
+# message was no longer long enough to be cut into passages (it failed only in a full run).
+@pytest.mark.parametrize("calibrated", [1.0, 0.6, 1.8])
+async def test_a_long_message_is_indexed_and_found_as_its_passages(
+    tmp_path: Path, calibrated: float
+) -> None:
+    counter = default_counter()
+    before, counter.scale = counter.scale, calibrated
+    try:
+        await _long_message_found_as_passages(tmp_path)
+    finally:
+        counter.scale = before
+
+
+async def _long_message_found_as_passages(tmp_path: Path) -> None:
     sections = [
         "Backups: copy the assets bucket nightly, keep thirty days, check the checksums.",
         "Deploys: build the image, push it to the registry, roll the web tier one by one.",

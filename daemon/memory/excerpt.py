@@ -31,7 +31,15 @@ import numpy as np
 
 from daemon.memory.api import MemoryItem
 from daemon.memory.query import asked_stems, mentioned_stems
-from daemon.tokens import count_tokens
+from daemon.tokens import default_counter
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as the tokenizer counts them, never scaled by the calibration the agent loop
+    learns from a provider's reported usage: whether a message is long, and where its passages
+    are cut, must not depend on what a provider reported earlier in this process."""
+    return default_counter().raw(text)
+
 
 # A window keeps its best line and its neighbours, in this order: the line after it, the one
 # before, the second after. In a conversation the answer follows the question it answers, and
