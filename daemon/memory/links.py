@@ -31,13 +31,16 @@ gets the message that tied them. `distinct_passages` drops near-identical passag
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
+import numpy as np
+
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
+from daemon.memory.embedders import Embedder
 from daemon.memory.query import MONTHS, STOP_WORDS, asked_stems, bridge_entities, entities
 from daemon.store.db import Database
 from daemon.store.errors import is_database_error, store_server_away
@@ -59,6 +62,11 @@ log = get_logger("memory.links")
 # Names resolved per question, and passages about each name added by the hop.
 HOP_NAMES = 2
 HOP_PASSAGES = 2
+# A word more deeds than this use is too common to name one by itself ("who helped …").
+COMMON_DEED_WORD = 3
+# Cosine (MiniLM) at which a deed means what a who-question asks though no word is shared
+# ("the person who repaired my bicycle" / "fixed my bike when the gears jammed").
+DEED_NEAR = {"all-MiniLM-L6-v2": 0.5}
 # Memories naming the name that the hop ranks by the question's meaning.
 HOP_POOL = 30
 # Two passages whose content words overlap this much say the same thing (Jaccard).
@@ -223,26 +231,48 @@ def _stems(text: str) -> frozenset[str]:
     return asked_stems(text)
 
 
+def _shared(phrase: frozenset[str], asked: frozenset[str]) -> frozenset[str]:
+    """The phrase's stems the question has, a stem of four letters or more matching one it
+    begins ("roof" / "roofer")."""
+    return frozenset(
+        p
+        for p in phrase
+        if p in asked
+        or (
+            len(p) >= 4 and any(len(a) >= 4 and (a.startswith(p) or p.startswith(a)) for a in asked)
+        )
+    )
+
+
 def resolve(question: str, links: Sequence[LinkRow]) -> list[Resolved]:
-    """The links `question` asks through, best first, at most `HOP_NAMES` names."""
+    """The links `question` asks through, best first, at most `HOP_NAMES` names.
+
+    A relation when the question has every content word of it; a deed when it shares two of
+    them, or one when the question asks who — a word at most `COMMON_DEED_WORD` deeds use."""
     asked = _stems(question)
     if not asked:
         return []
     who = bool(_WHO.search(question))
     named = {e.lower() for e in entities(question)}
+    uses: dict[str, int] = {}
+    for link in links:
+        if link.kind == "deed":
+            for w in _stems(link.phrase):
+                uses[w] = uses.get(w, 0) + 1
     best: dict[str, Resolved] = {}
     for link in links:
         phrase = _stems(link.phrase)
         if not phrase or link.name.lower() in named:
             continue
-        shared = phrase & asked
+        shared = _shared(phrase, asked)
         if link.kind == "relation":
             # Every content word of the relation: "my brother-in-law", not "my brother".
             if shared != phrase:
                 continue
             score = 1.0 + len(phrase)
         else:
-            if not (len(shared) >= 2 or (who and shared and 2 * len(shared) >= len(asked))):
+            rare = {w for w in shared if uses.get(w, 0) <= COMMON_DEED_WORD}
+            if not (len(shared) >= 2 or (who and rare)):
                 continue
             score = len(shared) / len(asked) + len(shared)
         have = best.get(link.name)
@@ -251,6 +281,10 @@ def resolve(question: str, links: Sequence[LinkRow]) -> list[Resolved]:
     # The most specific link first; among equals the newest.
     ranked = sorted(best.values(), key=lambda r: (r.score, r.link.created_at), reverse=True)
     return ranked[:HOP_NAMES]
+
+
+def asks_who(question: str) -> bool:
+    return bool(_WHO.search(question))
 
 
 def named_people(question: str, links: Sequence[LinkRow]) -> list[LinkRow]:
@@ -294,16 +328,31 @@ class LinkHop:
         return self._links
 
     async def hop(
-        self, question: str, now: str, passages: PassageFinder
+        self,
+        question: str,
+        now: str,
+        passages: PassageFinder,
+        near: Meaning | None = None,
     ) -> list[tuple[str, dict[str, object]]]:
-        """(memory uid, meta) to add for `question`, in the order they should be shown."""
+        """(memory uid, meta) to add for `question`, in the order they should be shown.
+
+        `near` (the question's cosine to each of some phrases, or None without vectors) finds
+        the deed a who-question means when no word resolves one."""
         if not question.strip():
             return []
         links = await self.links(now)
         if not links:
             return []
         out: dict[str, dict[str, object]] = {}
-        for found in resolve(question, links):
+        resolved = resolve(question, links)
+        if near is not None and asks_who(question) and not resolved:
+            named = {e.lower() for e in entities(question)}
+            deeds = [k for k in links if k.kind == "deed" and k.name.lower() not in named]
+            cosines = await near(question, [k.phrase for k in deeds]) if deeds else None
+            if cosines:
+                best = max(range(len(deeds)), key=lambda i: cosines[i])
+                resolved = [Resolved(deeds[best], cosines[best])]
+        for found in resolved:
             link = found.link
             out.setdefault(link.memory_uid, {"link": link.phrase, "via": link.name})
             if link.kind != "relation":
@@ -313,6 +362,14 @@ class LinkHop:
         for link in named_people(question, links):
             out.setdefault(link.memory_uid, {"link": link.phrase, "via": link.name, "named": True})
         return list(out.items())
+
+
+class Meaning(Protocol):
+    """The question's cosine to each phrase, or None when the threshold is unknown or no
+    vectors are made; only cosines at the embedder's `DEED_NEAR` or above are kept (others
+    are 0.0)."""
+
+    async def __call__(self, question: str, phrases: Sequence[str]) -> list[float] | None: ...
 
 
 class PassageFinder(Protocol):
@@ -371,6 +428,8 @@ def _boosted(item: MemoryItem, boost: float) -> MemoryItem:
 class _Searcher(Protocol):
     db: Database
     link_hop: LinkHop
+    embedder: Embedder
+    query_vectors: Callable[[Sequence[str]], Awaitable[np.ndarray | None]]
 
     async def search(
         self,
@@ -414,7 +473,17 @@ async def with_links(
         order = sorted(range(len(pool)), key=lambda i: (-near.get(pool[i].id, 0.0), i))
         return [pool[i].id for i in order[:HOP_PASSAGES]]
 
-    added = await searcher.link_hop.hop(question, datetime.now(UTC).isoformat(), passages)
+    async def near(question: str, phrases: Sequence[str]) -> list[float] | None:
+        floor = DEED_NEAR.get(searcher.embedder.name)
+        if floor is None:
+            return None
+        vectors = await searcher.query_vectors([question, *phrases])
+        if vectors is None:
+            return None
+        cosines = [float(c) for c in vectors[1:] @ vectors[0]]
+        return [c if c >= floor else 0.0 for c in cosines] if max(cosines) >= floor else None
+
+    added = await searcher.link_hop.hop(question, datetime.now(UTC).isoformat(), passages, near)
     if not added:
         return ranked, {}
     by_uid = {
@@ -424,14 +493,14 @@ async def with_links(
     }
     top = ranked[0][1] if ranked else 1.0
     front: list[tuple[int, float]] = []
-    near: list[tuple[int, float]] = []
+    lower: list[tuple[int, float]] = []
     meta: dict[int, dict[str, object]] = {}
     for uid, m in added:
         rowid = by_uid.get(uid)
         if rowid is None:
             continue
         meta[rowid] = {k: v for k, v in m.items() if k != "named"}
-        (near if m.get("named") else front).append((rowid, top))
-    taken = {r for r, _ in front + near}
+        (lower if m.get("named") else front).append((rowid, top))
+    taken = {r for r, _ in front + lower}
     rest = [(r, s) for r, s in ranked if r not in taken]
-    return [*front, *rest[:2], *near, *rest[2:]], meta
+    return [*front, *rest[:2], *lower, *rest[2:]], meta
