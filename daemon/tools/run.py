@@ -31,7 +31,7 @@ from anyio.abc import ByteReceiveStream, Process
 
 from daemon.log import get_logger
 from daemon.redact import Redactor
-from daemon.settings import Settings
+from daemon.settings import RunSettings, Settings
 from daemon.tools.cgroups import members as cgroup_members
 from daemon.tools.registry import Tool, ToolContext, ToolError
 from daemon.tools.sandbox import Sandbox
@@ -345,82 +345,11 @@ def run_tools(workspace: Workspace, settings: Settings, *, home: Path) -> list[T
         log.info("run tool ready", confinement=sandbox.describe())
     else:
         log.warning("run tool not sandboxed", confinement=sandbox.describe())
-    redactor = Redactor()
-
-    def where(args: dict[str, Any]) -> Path:
-        cwd = workspace.resolve(args.get("cwd") or ".")
-        if not cwd.is_dir():
-            raise ToolError(f"cwd {args.get('cwd')!r} is not a directory")
-        return cwd
-
-    async def preview(ctx: ToolContext, args: dict[str, Any]) -> str:
-        if sandbox.mode == "off":
-            raise ToolError(sandbox.reason)
-        return sandbox.shown(args["command"], cwd=where(args))
-
-    async def run(ctx: ToolContext, args: dict[str, Any]) -> str:
-        if sandbox.mode == "off":
-            raise ToolError(sandbox.reason)
-        command: str = args["command"]
-        if "\x00" in command:
-            raise ToolError("the command holds a NUL character")
-        cwd = where(args)
-        timeout_s = float(args.get("timeout_s") or conf.timeout_s)
-        done = await execute(
-            sandbox, command, cwd=cwd, timeout_s=timeout_s, max_chars=conf.output_max_chars
-        )
-        log.info(
-            "run finished",
-            command=redactor.mask(command[:200]),
-            cwd=str(cwd),
-            sandbox=sandbox.mode,
-            exit_code=done.exit_code,
-            timed_out=done.timed_out,
-            duration_ms=round(done.duration_s * 1000),
-            session=ctx.session_id,
-        )
-        output = done.output or "(no output)"
-        if done.timed_out:
-            raise ToolError(
-                f"timed out after {timeout_s:g} s: the command and everything it started were "
-                f"stopped. Output so far:\n{output}"
-            )
-        first = output.split("\n", 1)[0]
-        if sandbox.mode == "bwrap" and done.exit_code == 1 and first.startswith("bwrap: "):
-            raise ToolError(
-                f"the sandbox could not start ({first}); `reverie doctor` checks the setup"
-            )
-        if done.exit_code == 125 and first.startswith("reverie: could not join"):
-            raise ToolError(f"the command did not run: {first.removeprefix('reverie: ')}")
-        return f"{_exit_line(done, sandbox)}\n{output}"
-
-    network = "the network is reachable" if conf.network else "no network"
-    if sandbox.mode == "bwrap":
-        confinement = (
-            "It runs in a sandbox: the workspace is writable, the rest of the system read-only, "
-            f"/tmp private and empty, {network}, no keys or tokens in the environment"
-        )
-    elif sandbox.mode == "bare":
-        confinement = "It runs WITHOUT a sandbox (allowed by the config), with no keys or tokens in the environment"
-    else:
-        confinement = f"Currently OFF ({sandbox.reason}); a call only returns that reason"
-    processes = (
-        f"{conf.max_processes} processes and threads at once, "
-        if sandbox.nproc_rlimit or sandbox.cgroups is not None
-        else ""
-    )
-    description = (
-        "Run a shell command (bash) in the workspace and return its exit code and output "
-        "(stdout and stderr together; long output keeps its beginning and end). "
-        f"{confinement}; limits: {conf.cpu_seconds} s of CPU, {conf.memory_mb} MB of memory, "
-        f"{processes}{conf.timeout_s:g} s of time unless timeout_s says otherwise (at most "
-        f"{conf.max_timeout_s:g} s). Everything the command starts is stopped when it ends. "
-        "stdin is empty: nothing interactive."
-    )
+    runner = _Runner(workspace, sandbox, conf)
     return [
         Tool(
             name="run",
-            description=description,
+            description=_description(conf, sandbox),
             input_schema={
                 "type": "object",
                 "properties": {
@@ -444,8 +373,8 @@ def run_tools(workspace: Workspace, settings: Settings, *, home: Path) -> list[T
                 "required": ["command"],
                 "additionalProperties": False,
             },
-            handler=run,
-            preview=preview,
+            handler=runner.run,
+            preview=runner.preview,
             timeout_s=conf.max_timeout_s + KILL_GRACE_S + _REGISTRY_MARGIN_S,
             # The tool cuts its own output (head and tail); room for the status line.
             max_output_chars=conf.output_max_chars + 400,
@@ -453,3 +382,89 @@ def run_tools(workspace: Workspace, settings: Settings, *, home: Path) -> list[T
             subject="command",
         )
     ]
+
+
+class _Runner:
+    """The `run` tool's handlers: one command in the sandbox, and its preview."""
+
+    def __init__(self, workspace: Workspace, sandbox: Sandbox, conf: RunSettings) -> None:
+        self.workspace = workspace
+        self.sandbox = sandbox
+        self.conf = conf
+        self.redactor = Redactor()
+
+    def where(self, args: dict[str, Any]) -> Path:
+        cwd = self.workspace.resolve(args.get("cwd") or ".")
+        if not cwd.is_dir():
+            raise ToolError(f"cwd {args.get('cwd')!r} is not a directory")
+        return cwd
+
+    async def preview(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        if self.sandbox.mode == "off":
+            raise ToolError(self.sandbox.reason)
+        return self.sandbox.shown(args["command"], cwd=self.where(args))
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        sandbox, conf = self.sandbox, self.conf
+        if sandbox.mode == "off":
+            raise ToolError(sandbox.reason)
+        command: str = args["command"]
+        if "\x00" in command:
+            raise ToolError("the command holds a NUL character")
+        cwd = self.where(args)
+        timeout_s = float(args.get("timeout_s") or conf.timeout_s)
+        done = await execute(
+            sandbox, command, cwd=cwd, timeout_s=timeout_s, max_chars=conf.output_max_chars
+        )
+        log.info(
+            "run finished",
+            command=self.redactor.mask(command[:200]),
+            cwd=str(cwd),
+            sandbox=sandbox.mode,
+            exit_code=done.exit_code,
+            timed_out=done.timed_out,
+            duration_ms=round(done.duration_s * 1000),
+            session=ctx.session_id,
+        )
+        output = done.output or "(no output)"
+        if done.timed_out:
+            raise ToolError(
+                f"timed out after {timeout_s:g} s: the command and everything it started were "
+                f"stopped. Output so far:\n{output}"
+            )
+        first = output.split("\n", 1)[0]
+        if sandbox.mode == "bwrap" and done.exit_code == 1 and first.startswith("bwrap: "):
+            raise ToolError(
+                f"the sandbox could not start ({first}); `reverie doctor` checks the setup"
+            )
+        if done.exit_code == 125 and first.startswith("reverie: could not join"):
+            raise ToolError(f"the command did not run: {first.removeprefix('reverie: ')}")
+        return f"{_exit_line(done, sandbox)}\n{output}"
+
+
+def _description(conf: RunSettings, sandbox: Sandbox) -> str:
+    """What the model reads about `run`: its confinement and its limits, as configured."""
+    network = "the network is reachable" if conf.network else "no network"
+    if sandbox.mode == "bwrap":
+        confinement = (
+            "It runs in a sandbox: the workspace is writable, the rest of the system read-only, "
+            f"/tmp private and empty, {network}, no keys or tokens in the environment"
+        )
+    elif sandbox.mode == "bare":
+        confinement = "It runs WITHOUT a sandbox (allowed by the config), with no keys or tokens in the environment"
+    else:
+        confinement = f"Currently OFF ({sandbox.reason}); a call only returns that reason"
+    processes = (
+        f"{conf.max_processes} processes and threads at once, "
+        if sandbox.nproc_rlimit or sandbox.cgroups is not None
+        else ""
+    )
+    description = (
+        "Run a shell command (bash) in the workspace and return its exit code and output "
+        "(stdout and stderr together; long output keeps its beginning and end). "
+        f"{confinement}; limits: {conf.cpu_seconds} s of CPU, {conf.memory_mb} MB of memory, "
+        f"{processes}{conf.timeout_s:g} s of time unless timeout_s says otherwise (at most "
+        f"{conf.max_timeout_s:g} s). Everything the command starts is stopped when it ends. "
+        "stdin is empty: nothing interactive."
+    )
+    return description
