@@ -47,7 +47,7 @@ _MORE_CUES = re.compile(
     re.I,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|(?=\n)|$)")
-_NAME = re.compile(r"(?<=[\w,;:] )[A-Z][\w'’-]+")
+_NAME = re.compile(r"(?<=[\w,;] )[A-Z][\w'’-]+")
 
 
 async def standouts(
