@@ -212,8 +212,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.memory.writer",
         "daemon.schedule.checklist",
         "daemon.schedule.greeting",
-        "daemon.schedule.keeper",
-        "daemon.schedule.store",
         "daemon.scheduler",
         "daemon.sleep.changes",
         "daemon.sleep.checkpoints",

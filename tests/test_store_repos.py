@@ -21,6 +21,7 @@ from daemon.store.db import Database
 from daemon.store.exams import ExamRow, ExamsRepo
 from daemon.store.notices import NewNotice, NoticesRepo
 from daemon.store.runs import RunsRepo
+from daemon.store.schedules import Firing, ScheduleRow, SchedulesRepo, iso
 from daemon.store.threads import Thread, ThreadsRepo
 from daemon.store.usage import UsageEntry, UsageRepo
 from tests.postgres_server import database_url, pg_server  # noqa: F401
@@ -328,3 +329,140 @@ async def test_notices_post_once_by_key_and_stamp_once(store: Store) -> None:
         assert [n.id for n in await notices.newest(2)] == [second.id, third.id]
         with pytest.raises(ValueError, match="stamp"):
             await notices.stamp("text", [first.id], later)  # type: ignore[arg-type]
+
+
+# ----- schedules and their firings --------------------------------------------------------------
+def schedule_row(sid: str, due: datetime | None, status: str = "active", **kw: Any) -> ScheduleRow:
+    fields: dict[str, Any] = {
+        "id": sid,
+        "kind": "reminder",
+        "text": f"water the plants ({sid})",
+        "phrase": "tomorrow at 9",
+        "rule": None,
+        "next_due": iso(due) if due else None,
+        "status": status,
+        "requested_by": "person",
+        "session_id": None,
+        "created_at": iso(T0),
+        "updated_at": iso(T0),
+    }
+    fields.update(kw)
+    return ScheduleRow(**fields)
+
+
+@pytest.mark.anyio
+async def test_schedules_list_count_and_find_what_is_due(store: Store) -> None:
+    async with store.open("schedule_fires", "schedules") as db:
+        schedules = SchedulesRepo(db)
+        assert await schedules.next_due() is None and await schedules.live_count() == 0
+        later, soon = T0 + timedelta(days=2), T0 + timedelta(hours=1)
+        await schedules.add(schedule_row("s-later", later, rule='{"every": "day"}'))
+        await schedules.add(schedule_row("s-soon", soon))
+        await schedules.add(schedule_row("s-pending", None, "pending", requested_by="tool"))
+        await schedules.add(schedule_row("s-done", None, "done", fired_count=1))
+        assert await schedules.live_count() == 3
+        assert await schedules.counts() == {"active": 2, "pending": 1, "done": 1}
+        assert [r.id for r in await schedules.listing(include_ended=False)] == [
+            "s-soon",
+            "s-later",
+            "s-pending",
+        ]
+        assert len(await schedules.listing(include_ended=True)) == 4
+        assert [r.id for r in await schedules.upcoming(1)] == ["s-soon"]
+        assert await schedules.next_due() == soon
+        assert [r.id for r in await schedules.due(T0 + timedelta(hours=1))] == ["s-soon"]
+        assert await schedules.due(T0) == []
+        got = await schedules.get("s-later")
+        assert got is not None and got.rule == '{"every": "day"}' and got.next_due == iso(later)
+        assert await schedules.get("s-nope") is None
+
+        await schedules.set_status("s-soon", "cancelled", next_due=None, at=soon)
+        cancelled = await schedules.get("s-soon")
+        assert cancelled is not None and cancelled.status == "cancelled"
+        assert cancelled.next_due is None and cancelled.updated_at == iso(soon)
+        # A move is conditional on the due time read: a stale one moves nothing.
+        await schedules.advance("s-later", stored=soon, following=None, at=soon)
+        assert (await schedules.get("s-later")).status == "active"  # type: ignore[union-attr]
+        await schedules.advance("s-later", stored=later, following=None, at=soon)
+        assert (await schedules.get("s-later")).status == "done"  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_a_firing_is_recorded_once_with_its_notice_and_finished(store: Store) -> None:
+    async with store.open("schedule_fires", "notices", "schedules") as db:
+        schedules = SchedulesRepo(db)
+        due = T0 + timedelta(hours=1)
+        following = due + timedelta(days=1)
+        await schedules.add(schedule_row("s-r", due, rule='{"every": "day"}'))
+        await schedules.add(schedule_row("s-t", due, kind="task"))
+        now = due + timedelta(minutes=3)
+        reminder = Firing(
+            schedule_id="s-r",
+            due=due,
+            stored=due,
+            now=now,
+            following=following,
+            late_s=180.0,
+            catch_up=True,
+            status="delivered",
+            notice=new_notice(f"fire:s-r:{iso(due)}", now, schedule_id="s-r", due_at=due),
+        )
+        notice, created = await schedules.commit_fire(reminder)
+        assert created and notice is not None and notice.schedule_id == "s-r"
+        # The same firing again (a crash before anyone was told): nothing new, nothing moved.
+        again, created = await schedules.commit_fire(reminder)
+        assert not created and again == notice
+        row = await schedules.get("s-r")
+        assert row is not None
+        assert (row.next_due, row.status, row.fired_count, row.last_fired_at) == (
+            iso(following),
+            "active",
+            1,
+            iso(now),
+        )
+        [fire] = await schedules.fires("s-r")
+        assert (fire.due_at, fire.late_s, fire.catch_up, fire.status) == (
+            due,
+            180.0,
+            True,
+            "delivered",
+        )
+        assert fire.notice_id == notice.id and fire.noted_at is None
+
+        # A task: running until finished, then noted in the trunk's transcript.
+        task = Firing(
+            schedule_id="s-t",
+            due=due,
+            stored=due,
+            now=now,
+            following=None,
+            late_s=0.0,
+            catch_up=False,
+            status="running",
+        )
+        assert await schedules.commit_fire(task) == (None, False)
+        assert (await schedules.get("s-t")).status == "done"  # type: ignore[union-attr]
+        assert [(f.schedule_id, f.status) for f in await schedules.unfinished_fires()] == [
+            ("s-t", "running")
+        ]
+        end = now + timedelta(minutes=1)
+        done, created = await schedules.finish_fire(
+            "s-t",
+            due,
+            status="done",
+            result="all watered",
+            now=end,
+            notice=new_notice(f"fire:s-t:{iso(due)}", end, kind="task", schedule_id="s-t"),
+        )
+        assert created
+        [finished] = await schedules.fires("s-t")
+        assert (finished.status, finished.result, finished.finished_at) == (
+            "done",
+            "all watered",
+            end,
+        )
+        assert finished.notice_id == done.id
+        assert [f.schedule_id for f in await schedules.unfinished_fires()] == ["s-t"]
+        await schedules.fire_noted("s-t", due, end)
+        assert await schedules.unfinished_fires() == []
+        assert len(await schedules.fires()) == 2

@@ -30,7 +30,6 @@ The moment after a firing's commit and before anyone is told is the fault point
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
@@ -44,10 +43,12 @@ from daemon.events import JournalNote
 from daemon.faults import fault_point
 from daemon.log import get_logger
 from daemon.records import ScheduleFired
-from daemon.schedule.outbox import Notice, Outbox, write_notice
+from daemon.schedule.outbox import Outbox, new_notice
 from daemon.schedule.store import Fire, Schedule, ScheduleStore, iso, schedule_status
 from daemon.scheduler import Scheduler
 from daemon.settings import ScheduleSettings
+from daemon.store.notices import NewNotice
+from daemon.store.schedules import Firing
 from daemon.tools.registry import ToolContext, ToolError
 
 if TYPE_CHECKING:
@@ -303,20 +304,31 @@ class ScheduleKeeper(BackgroundWork):
         # fired (clients show them as its heading): the text is the person's words alone.
         text = schedule.text if schedule.kind == "reminder" else None
 
-        def commit(conn: sqlite3.Connection) -> tuple[Notice | None, bool]:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                out = self._commit_fire(
-                    conn, schedule, stored, due, now, following, recorded_late, catch_up, text
-                )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return out
-
+        notice_of: NewNotice | None = None
+        if text is not None:
+            notice_of = new_notice(
+                now=now,
+                kind="reminder",
+                text=text,
+                key=fire_key(schedule.id, due),
+                source="person" if schedule.requested_by == "person" else "agent",
+                due_at=due,
+                late_s=recorded_late,
+                schedule_id=schedule.id,
+            )
+        firing = Firing(
+            schedule_id=schedule.id,
+            due=due,
+            stored=stored,
+            now=now,
+            following=following,
+            late_s=recorded_late,
+            catch_up=catch_up,
+            status="delivered" if schedule.kind == "reminder" else "running",
+            notice=notice_of,
+        )
         with anyio.CancelScope(shield=True):
-            notice, created = await self.store.db.run(commit)
+            notice, created = await self.store.rows.commit_fire(firing)
         fault_point("schedule.fire_committed")
         self.fired += 1
         if late:
@@ -343,85 +355,11 @@ class ScheduleKeeper(BackgroundWork):
             )
         return True
 
-    def _commit_fire(
-        self,
-        conn: sqlite3.Connection,
-        schedule: Schedule,
-        stored: datetime,
-        due: datetime,
-        now: datetime,
-        following: datetime | None,
-        late_s: float,
-        catch_up: bool,
-        text: str | None,
-    ) -> tuple[Notice | None, bool]:
-        """The fire record, the reminder's notice and the schedule's next due, on one transaction.
-
-        `stored` is the schedule's `next_due` as read (the move is conditional on it: a firing
-        repeated after a crash moves nothing twice); `due` the occurrence this firing answers.
-        """
-        exists = conn.execute(
-            "SELECT 1 FROM schedule_fires WHERE schedule_id = ? AND due_at = ?",
-            (schedule.id, iso(due)),
-        ).fetchone()
-        if exists is None:
-            conn.execute(
-                "INSERT INTO schedule_fires(schedule_id, due_at, fired_at, late_s, catch_up, status)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    schedule.id,
-                    iso(due),
-                    iso(now),
-                    late_s,
-                    int(catch_up),
-                    "delivered" if schedule.kind == "reminder" else "running",
-                ),
-            )
-        notice: Notice | None = None
-        created = False
-        if text is not None:
-            notice, created = write_notice(
-                conn,
-                now=now,
-                kind="reminder",
-                text=text,
-                key=fire_key(schedule.id, due),
-                source="person" if schedule.requested_by == "person" else "agent",
-                due_at=due,
-                late_s=late_s,
-                schedule_id=schedule.id,
-            )
-            conn.execute(
-                "UPDATE schedule_fires SET notice_id = ? WHERE schedule_id = ? AND due_at = ?",
-                (notice.id, schedule.id, iso(due)),
-            )
-        conn.execute(
-            "UPDATE schedules SET next_due = ?, status = ?, updated_at = ?,"
-            " fired_count = fired_count + ?, last_fired_at = ? WHERE id = ? AND next_due = ?",
-            (
-                iso(following) if following else None,
-                "active" if following else "done",
-                iso(now),
-                0 if exists else 1,
-                iso(now),
-                schedule.id,
-                iso(stored),
-            ),
-        )
-        return notice, created
-
     async def _advance_only(
         self, schedule: Schedule, due: datetime, following: datetime | None
     ) -> None:
-        await self.store.db.execute(
-            "UPDATE schedules SET next_due = ?, status = ?, updated_at = ? WHERE id = ? AND next_due = ?",
-            (
-                iso(following) if following else None,
-                "active" if following else "done",
-                iso(self.clock.now()),
-                schedule.id,
-                iso(due),
-            ),
+        await self.store.rows.advance(
+            schedule.id, stored=due, following=following, at=self.clock.now()
         )
 
     async def _journal(self, schedule: Schedule, due: datetime, late_s: float, how: str) -> None:
@@ -476,33 +414,20 @@ class ScheduleKeeper(BackgroundWork):
         text = f"{head}: {schedule.text}{late}\n{result}"
         now = self.clock.now()
 
-        def commit(conn: sqlite3.Connection) -> tuple[Notice, bool]:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                notice, created = write_notice(
-                    conn,
-                    now=now,
-                    kind="task",
-                    text=text,
-                    key=fire_key(schedule.id, due),
-                    source="person" if schedule.requested_by == "person" else "agent",
-                    due_at=due,
-                    late_s=late_s,
-                    schedule_id=schedule.id,
-                )
-                conn.execute(
-                    "UPDATE schedule_fires SET status = ?, result = ?, finished_at = ?,"
-                    " notice_id = ? WHERE schedule_id = ? AND due_at = ?",
-                    (status, result, iso(now), notice.id, schedule.id, iso(due)),
-                )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return notice, created
-
+        notice_of = new_notice(
+            now=now,
+            kind="task",
+            text=text,
+            key=fire_key(schedule.id, due),
+            source="person" if schedule.requested_by == "person" else "agent",
+            due_at=due,
+            late_s=late_s,
+            schedule_id=schedule.id,
+        )
         with anyio.CancelScope(shield=True):
-            notice, created = await self.store.db.run(commit)
+            notice, created = await self.store.rows.finish_fire(
+                schedule.id, due, status=status, result=result, now=now, notice=notice_of
+            )
             if created:
                 await self.outbox.announce(notice)
             await self._note_in_trunk(schedule, due, late_s, status, result, notice.id)
@@ -534,10 +459,7 @@ class ScheduleKeeper(BackgroundWork):
                 ts=iso(self.clock.now()),
             )
         )
-        await self.store.db.execute(
-            "UPDATE schedule_fires SET noted_at = ? WHERE schedule_id = ? AND due_at = ?",
-            (iso(self.clock.now()), schedule.id, iso(due)),
-        )
+        await self.store.rows.fire_noted(schedule.id, due, self.clock.now())
 
     async def recover(self) -> None:
         """Report tasks a restart interrupted; record results the trunk's transcript missed."""

@@ -10,13 +10,13 @@ clients at once and marks it delivered only once a client that shows notices ans
 (`daemon.schedule.courier`). What nobody was shown stays pending and opens the next chat. `acknowledge` is the person saying they saw it
 (`reverie notices --ack`); an acknowledged notice is never pushed again.
 
-`write_notice` is the same insert on a synchronous connection, for a caller that writes its
-own record in the same transaction (then `Outbox.announce` publishes what it created).
+`new_notice` checks a notice for a caller that writes it in a transaction of its own (a
+schedule's firing, through `daemon.store.schedules`); `Outbox.announce` then publishes what it
+created.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -26,9 +26,7 @@ from daemon.errors import ReverieError
 from daemon.events import NoticePosted
 from daemon.log import get_logger
 from daemon.store.db import Database
-from daemon.store.notices import NewNotice, Notice, NoticesRepo, insert_notice
-
-__all__ = ["NOTICE_KINDS", "Notice", "NoticeError", "Outbox", "write_notice"]
+from daemon.store.notices import NewNotice, Notice, NoticesRepo
 
 log = get_logger("outbox")
 
@@ -62,8 +60,7 @@ def _checked(kind: str, text: str, key: str, source: str, late_s: float) -> str:
     return text
 
 
-def write_notice(
-    conn: sqlite3.Connection,
+def new_notice(
     *,
     now: datetime,
     kind: str,
@@ -73,25 +70,17 @@ def write_notice(
     due_at: datetime | None = None,
     late_s: float = 0.0,
     schedule_id: str | None = None,
-) -> tuple[Notice, bool]:
-    """Insert a notice unless its key exists; return (the key's notice, whether it is new).
-
-    Runs on the caller's connection and transaction: a firing writes its fire record and its
-    notice together, so a crash leaves both or neither.
-    """
-    text = _checked(kind, text, key, source, late_s)
-    return insert_notice(
-        conn,
-        NewNotice(
-            key=key,
-            kind=kind,
-            text=text,
-            source=source,
-            created_at=now,
-            due_at=due_at,
-            late_s=late_s,
-            schedule_id=schedule_id,
-        ),
+) -> NewNotice:
+    """A notice to post, checked (raises `NoticeError`) and its text cut to `TEXT_MAX_CHARS`."""
+    return NewNotice(
+        key=key,
+        kind=kind,
+        text=_checked(kind, text, key, source, late_s),
+        source=source,
+        created_at=now,
+        due_at=due_at,
+        late_s=late_s,
+        schedule_id=schedule_id,
     )
 
 
@@ -120,12 +109,12 @@ class Outbox:
         schedule_id: str | None = None,
     ) -> Notice:
         """Post a notice (idempotent by `key`); a new one is announced with `NoticePosted`."""
-        new = NewNotice(
-            key=key,
+        new = new_notice(
+            now=self.clock.now(),
             kind=kind,
-            text=_checked(kind, text, key, source, late_s),
+            text=text,
+            key=key,
             source=source,
-            created_at=self.clock.now(),
             due_at=due_at,
             late_s=late_s,
             schedule_id=schedule_id,
@@ -137,7 +126,7 @@ class Outbox:
         return notice
 
     async def announce(self, notice: Notice) -> None:
-        """Publish `NoticePosted` for a notice written with `write_notice`."""
+        """Publish `NoticePosted` for a notice written elsewhere (a firing's, with `new_notice`)."""
         await self.bus.publish(
             NoticePosted(
                 notice_id=notice.id,

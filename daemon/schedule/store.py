@@ -29,6 +29,7 @@ from daemon.schedule.reading import Hint, Reading, quote_hint, read_apart, read_
 from daemon.scheduler import parse_hhmm
 from daemon.settings import ScheduleSettings
 from daemon.store.db import Database
+from daemon.store.schedules import Fire, ScheduleRow, SchedulesRepo, iso
 from daemon.when import Recurrence, Resolved, WhenError, resolve
 
 log = get_logger("schedule")
@@ -37,15 +38,6 @@ KINDS = ("reminder", "task")
 REQUESTERS = ("person", "agent", "tool")
 LIVE = ("active", "pending")
 TEXT_MAX_CHARS = 2000
-
-_COLUMNS = (
-    "id, kind, text, phrase, rule, next_due, status, requested_by, session_id, created_at,"
-    " updated_at, fired_count, last_fired_at"
-)
-_FIRE_COLUMNS = (
-    "schedule_id, due_at, fired_at, late_s, catch_up, status, notice_id, result, finished_at,"
-    " noted_at"
-)
 
 
 class ScheduleError(ReverieError, ValueError):
@@ -60,14 +52,7 @@ class NoSuchSchedule(ScheduleError):
         self.schedule_id = schedule_id
 
 
-def iso(when: datetime) -> str:
-    """The stored form of an instant: UTC, whole seconds (so keys and ordering are stable)."""
-    from datetime import UTC
-
-    return when.astimezone(UTC).replace(microsecond=0).isoformat()
-
-
-def _when(value: Any) -> datetime | None:
+def _when(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
@@ -122,55 +107,24 @@ class Schedule:
         } | ({"read_as": self.read_as} if self.read_as else {})
 
 
-@dataclass(frozen=True, kw_only=True)
-class Fire:
-    """One firing of a schedule, for the due time it answered."""
-
-    schedule_id: str
-    due_at: datetime
-    fired_at: datetime
-    late_s: float
-    catch_up: bool
-    status: str
-    notice_id: str | None = None
-    result: str | None = None
-    finished_at: datetime | None = None
-    noted_at: datetime | None = None
-
-
-def schedule_from_row(row: Any) -> Schedule:
-    created = _when(row["created_at"])
+def schedule_from_row(row: ScheduleRow) -> Schedule:
+    """A stored row read as a schedule (raises ValueError, KeyError or TypeError on one this
+    build cannot read)."""
+    created = _when(row.created_at)
     assert created is not None
     return Schedule(
-        id=row["id"],
-        kind=row["kind"],
-        text=row["text"],
-        phrase=row["phrase"],
-        rule=Recurrence.from_json(row["rule"]) if row["rule"] else None,
-        next_due=_when(row["next_due"]),
-        status=row["status"],
-        requested_by=row["requested_by"],
-        session_id=row["session_id"],
+        id=row.id,
+        kind=row.kind,
+        text=row.text,
+        phrase=row.phrase,
+        rule=Recurrence.from_json(row.rule) if row.rule else None,
+        next_due=_when(row.next_due),
+        status=row.status,
+        requested_by=row.requested_by,
+        session_id=row.session_id,
         created_at=created,
-        fired_count=int(row["fired_count"] or 0),
-        last_fired_at=_when(row["last_fired_at"]),
-    )
-
-
-def fire_from_row(row: Any) -> Fire:
-    due, fired = _when(row["due_at"]), _when(row["fired_at"])
-    assert due is not None and fired is not None
-    return Fire(
-        schedule_id=row["schedule_id"],
-        due_at=due,
-        fired_at=fired,
-        late_s=float(row["late_s"] or 0.0),
-        catch_up=bool(row["catch_up"]),
-        status=row["status"],
-        notice_id=row["notice_id"],
-        result=row["result"],
-        finished_at=_when(row["finished_at"]),
-        noted_at=_when(row["noted_at"]),
+        fired_count=row.fired_count,
+        last_fired_at=_when(row.last_fired_at),
     )
 
 
@@ -186,6 +140,7 @@ class ScheduleStore:
         self, db: Database, *, clock: Clock, zone: tzinfo, settings: ScheduleSettings
     ) -> None:
         self.db = db
+        self.rows = SchedulesRepo(db)
         self.clock = clock
         self.zone = zone
         self.settings = settings
@@ -271,12 +226,10 @@ class ScheduleStore:
             )
         if len(text) > TEXT_MAX_CHARS:
             raise ScheduleError(f"the text is {len(text)} characters; at most {TEXT_MAX_CHARS}")
-        live = await self.db.fetchone(
-            "SELECT COUNT(*) FROM schedules WHERE status IN ('active', 'pending')"
-        )
-        if int(live[0]) >= self.settings.max_schedules:
+        live = await self.rows.live_count()
+        if live >= self.settings.max_schedules:
             raise ScheduleError(
-                f"{live[0]} schedules are already kept (the limit is [schedule] max_schedules ="
+                f"{live} schedules are already kept (the limit is [schedule] max_schedules ="
                 f" {self.settings.max_schedules}); cancel some first"
             )
         now = self.clock.now()
@@ -293,29 +246,26 @@ class ScheduleStore:
             created_at=now,
             read_as=resolved.echo(self.zone, now),
         )
-        await self.db.execute(
-            f"INSERT INTO schedules({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,0,NULL)",
-            (
-                schedule.id,
-                schedule.kind,
-                schedule.text,
-                schedule.phrase,
-                schedule.rule.to_json() if schedule.rule else None,
-                iso(resolved.first),
-                schedule.status,
-                requested_by,
-                session_id,
-                iso(now),
-                iso(now),
-            ),
+        await self.rows.add(
+            ScheduleRow(
+                id=schedule.id,
+                kind=schedule.kind,
+                text=schedule.text,
+                phrase=schedule.phrase,
+                rule=schedule.rule.to_json() if schedule.rule else None,
+                next_due=iso(resolved.first),
+                status=schedule.status,
+                requested_by=requested_by,
+                session_id=session_id,
+                created_at=iso(now),
+                updated_at=iso(now),
+            )
         )
         self._changed()
         return schedule
 
     async def get(self, schedule_id: str) -> Schedule | None:
-        row = await self.db.fetchone(
-            f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", (schedule_id.strip(),)
-        )
+        row = await self.rows.get(schedule_id.strip())
         return schedule_from_row(row) if row is not None else None
 
     async def _require(self, schedule_id: str) -> Schedule:
@@ -326,24 +276,14 @@ class ScheduleStore:
 
     async def listing(self, *, include_ended: bool = False) -> list[Schedule]:
         """The live schedules (active and pending), soonest first; ended ones too if asked."""
-        where = "" if include_ended else " WHERE status IN ('active', 'pending')"
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM schedules{where}"
-            " ORDER BY next_due IS NULL, next_due, created_at"
-        )
+        rows = await self.rows.listing(include_ended=include_ended)
         return [schedule_from_row(r) for r in rows]
 
     async def upcoming(self, limit: int = 5) -> list[Schedule]:
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM schedules WHERE status = 'active' AND next_due IS NOT NULL"
-            " ORDER BY next_due LIMIT ?",
-            (max(0, int(limit)),),
-        )
-        return [schedule_from_row(r) for r in rows]
+        return [schedule_from_row(r) for r in await self.rows.upcoming(limit)]
 
     async def counts(self) -> dict[str, int]:
-        rows = await self.db.fetchall("SELECT status, COUNT(*) FROM schedules GROUP BY status")
-        return {str(r[0]): int(r[1]) for r in rows}
+        return await self.rows.counts()
 
     async def cancel(self, schedule_id: str) -> Schedule:
         """Cancel a live schedule (it never fires again); raises `ScheduleError` otherwise."""
@@ -378,55 +318,30 @@ class ScheduleStore:
     async def _set_status(
         self, schedule_id: str, status: str, *, next_due: datetime | None
     ) -> None:
-        await self.db.execute(
-            "UPDATE schedules SET status = ?, next_due = ?, updated_at = ? WHERE id = ?",
-            (
-                status,
-                iso(next_due) if next_due else None,
-                iso(self.clock.now()),
-                schedule_id,
-            ),
-        )
+        await self.rows.set_status(schedule_id, status, next_due=next_due, at=self.clock.now())
 
     async def next_due(self) -> datetime | None:
         """The soonest due time of an active schedule (what the keeper's one timer waits for)."""
-        row = await self.db.fetchone(
-            "SELECT MIN(next_due) FROM schedules WHERE status = 'active' AND next_due IS NOT NULL"
-        )
-        return _when(row[0]) if row is not None else None
+        return await self.rows.next_due()
 
     async def due(self, now: datetime) -> list[Schedule]:
         """Active schedules due at or before `now`, soonest first."""
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM schedules WHERE status = 'active' AND next_due IS NOT NULL"
-            " AND next_due <= ? ORDER BY next_due",
-            (iso(now),),
-        )
         out: list[Schedule] = []
-        for row in rows:
+        for row in await self.rows.due(now):
             try:
                 out.append(schedule_from_row(row))
             except (ValueError, KeyError, TypeError) as exc:
                 # A row this build cannot read would otherwise hold the timer in the past.
-                log.error("schedule unreadable; set aside", schedule=row["id"], error=repr(exc))
-                await self.set_aside(row["id"])
+                log.error("schedule unreadable; set aside", schedule=row.id, error=repr(exc))
+                await self.set_aside(row.id)
         return out
 
     async def fires(self, schedule_id: str | None = None) -> list[Fire]:
-        where, params = ("WHERE schedule_id = ?", (schedule_id,)) if schedule_id else ("", ())
-        rows = await self.db.fetchall(
-            f"SELECT {_FIRE_COLUMNS} FROM schedule_fires {where} ORDER BY due_at", params
-        )
-        return [fire_from_row(r) for r in rows]
+        return await self.rows.fires(schedule_id)
 
     async def unfinished_fires(self) -> list[Fire]:
         """Task firings a restart interrupted, or whose end is not yet in the trunk's transcript."""
-        rows = await self.db.fetchall(
-            f"SELECT {_FIRE_COLUMNS} FROM schedule_fires"
-            " WHERE status = 'running' OR (noted_at IS NULL AND status IN ('done', 'failed'))"
-            " ORDER BY due_at"
-        )
-        return [fire_from_row(r) for r in rows]
+        return await self.rows.unfinished_fires()
 
 
 async def schedule_status(store: ScheduleStore, limit: int = 5) -> dict[str, Any]:
