@@ -68,6 +68,9 @@ class Planned:
     # Stop sending after this many text deltas and hold the connection open, silent, until
     # the fake stops (a hung API: only the client's read timeout ends the wait).
     stall_after_deltas: int | None = None
+    # Pause after this many text deltas until the test calls `FakeAnthropic.release()` (a turn
+    # held mid-reply for as long as the test needs, then finished), or the fake stops.
+    hold_after_deltas: int | None = None
     delay_s: float = 0.0
     chunk_delay_s: float = 0.0
 
@@ -342,6 +345,11 @@ class _Handler(BaseHTTPRequestHandler):
                     deltas += 1
                     if checkpoint():
                         return
+                    if plan.hold_after_deltas == deltas:
+                        self.wfile.flush()
+                        while not fake._released.wait(0.05):
+                            if fake._stopping.is_set():
+                                return
             else:
                 start_block = {
                     "type": "tool_use",
@@ -457,6 +465,7 @@ class FakeAnthropic:
         self._cached_prefixes: set[str] = set()
         self._ids = itertools.count(1)
         self._stopping = threading.Event()
+        self._released = threading.Event()
         self._thread: threading.Thread | None = None
         self._outage: Planned | None = None
 
@@ -485,6 +494,10 @@ class FakeAnthropic:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def release(self) -> None:
+        """Let a reply held by `hold_after_deltas` go on (and any held later)."""
+        self._released.set()
 
     def enqueue(self, *plans: Planned | str) -> None:
         """Queue responses, served in order; a str is a plain text reply."""
