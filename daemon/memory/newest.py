@@ -48,6 +48,8 @@ _MORE_CUES = re.compile(
 )
 _SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|(?=\n)|$)")
 _NAME = re.compile(r"(?<=[\w,;] )[A-Z][\w'’-]+")
+_RUN = re.compile(r"[A-Z][\w'’-]+(?: [A-Z][\w'’-]+)*")
+_LABEL_HEAD = re.compile(r"^\[said later, [^:\]]*: ")
 
 
 async def standouts(
@@ -127,14 +129,24 @@ _LABEL_WORDS = 40
 
 
 def names_in(sentence: str) -> list[str]:
-    """The names inside `sentence` (capitalised words after its first; not "I", months, days)."""
+    """The names in `sentence`: runs of capitalised words ("Hearth Works", "Leith"), a run
+    at the sentence's start or after a speaker's label only of two words or more; not "I",
+    a month or a weekday alone. A label of recall's own ("[said later, 8 April 2028: ") is
+    not part of the sentence."""
+    body = _LABEL_HEAD.sub("", sentence.strip())
     out = []
-    for n in _NAME.findall(sentence):
-        low = n.lower()
-        if low in STOP_WORDS or low in _MONTHS_DAYS or low == "i" or low.startswith(("i'", "i’")):
+    for m in _RUN.finditer(body):
+        words = [w for w in m.group(0).split() if not _not_a_name(w)]
+        first = m.start() == 0 or body[: m.start()].rstrip().endswith(":")
+        if not words or (first and len(m.group(0).split()) < 2):
             continue
-        out.append(n)
+        out.append(" ".join(words))
     return out
+
+
+def _not_a_name(word: str) -> bool:
+    low = word.lower()
+    return low in STOP_WORDS or low in _MONTHS_DAYS or low == "i" or low.startswith(("i'", "i’"))
 
 
 def later_label(when: datetime, sentence: str) -> str:
