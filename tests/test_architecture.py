@@ -214,7 +214,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.schedule.greeting",
         "daemon.scheduler",
         "daemon.sleep.changes",
-        "daemon.sleep.checkpoints",
         "daemon.sleep.dreams",
         "daemon.sleep.maintenance",
         "daemon.sleep.mentions",

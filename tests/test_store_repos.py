@@ -22,6 +22,7 @@ from daemon.store.exams import ExamRow, ExamsRepo
 from daemon.store.notices import NewNotice, NoticesRepo
 from daemon.store.runs import RunsRepo
 from daemon.store.schedules import Firing, ScheduleRow, SchedulesRepo, iso
+from daemon.store.sleep_cycles import SleepCyclesRepo
 from daemon.store.threads import Thread, ThreadsRepo
 from daemon.store.usage import UsageEntry, UsageRepo
 from tests.postgres_server import database_url, pg_server  # noqa: F401
@@ -466,3 +467,61 @@ async def test_a_firing_is_recorded_once_with_its_notice_and_finished(store: Sto
         await schedules.fire_noted("s-t", due, end)
         assert await schedules.unfinished_fires() == []
         assert len(await schedules.fires()) == 2
+
+
+# ----- sleep cycles and their checkpoints -------------------------------------------------------
+@pytest.mark.anyio
+async def test_sleep_cycles_checkpoint_phases_and_resume(store: Store) -> None:
+    async with store.open("sleep_phases", "sleep_cycles") as db:
+        cycles = SleepCyclesRepo(db)
+        assert await cycles.unfinished() is None and await cycles.last_finished() is None
+        first = await cycles.begin(cycle_id="c1", reason="nightly", session_id="trunk-1", at=T0)
+        assert first.status == "running" and await cycles.get("c1") == first
+        assert await cycles.phase_started("c1", "summarise", 1, T0) == 1
+        assert await cycles.phase_started("c1", "summarise", 1, T0) == 2  # a retry
+        await cycles.phase_error("c1", "summarise", "model away " + "x" * 3000)
+        report = {"phase": "summarise", "notes": ["3 sessions"], "tokens": 120}
+        await cycles.phase_ended("c1", "summarise", 1, status="done", at=T0, report=report)
+        await cycles.phase_ended("c1", "dreams", 2, status="deferred", at=T0, error="no time")
+        phases = await cycles.phase_rows("c1")
+        assert list(phases) == ["summarise", "dreams"]
+        done = phases["summarise"]
+        assert (done.status, done.attempts, done.report) == ("done", 2, report)
+        assert done.error is not None and len(done.error) == 2000  # kept, cut
+        assert phases["dreams"].report is None and phases["dreams"].error == "no time"
+        assert (await cycles.unfinished()) == first
+
+        await cycles.mark_resumed("c1")
+        end = T0 + timedelta(hours=1)
+        await cycles.finish(
+            "c1",
+            at=end,
+            status="done",
+            new_session_id="trunk-2",
+            woke_early=True,
+            deferred=["dreams"],
+        )
+        # A later finish without a new session keeps the one recorded.
+        await cycles.finish(
+            "c1", at=end, status="done", new_session_id=None, woke_early=True, deferred=["dreams"]
+        )
+        got = await cycles.get("c1")
+        assert got is not None
+        assert (got.finished_at, got.new_session_id, got.woke_early, got.deferred, got.resumed) == (
+            end,
+            "trunk-2",
+            True,
+            ["dreams"],
+            1,
+        )
+        assert await cycles.unfinished() is None and await cycles.last_finished() == got
+
+        second_start = T0 + timedelta(days=1)
+        await cycles.begin(cycle_id="c2", reason="manual", session_id="trunk-2", at=second_start)
+        await cycles.set_new_session("c2", "trunk-3")
+        assert [c.id for c in await cycles.cycles(limit=5)] == ["c2", "c1"]
+        assert (await cycles.get("c2")).new_session_id == "trunk-3"  # type: ignore[union-attr]
+        # When `summarise` last ran to completion in a cycle other than c2; never for `dreams`.
+        assert await cycles.completed_since("summarise", before="c2") == end
+        assert await cycles.completed_since("summarise", before="c1") is None
+        assert await cycles.completed_since("dreams", before="c2") is None
