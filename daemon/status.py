@@ -112,19 +112,6 @@ async def live_status(daemon: Any) -> dict[str, Any]:
     trunk = daemon.trunk
     settings: Settings = daemon.settings
     away = db.outage()
-    last = await _unless_away(_last_turn(db))
-    window = settings.models.trunk.context_window
-    current = trunk.session.id if trunk and trunk.session else None
-    if last is not None and last.get("session_id") != current:
-        # The last turn was in a session since switched away from (sleep, `switch`): the fresh
-        # session has replayed nothing yet, and the old turn's report describes the old one.
-        used, last = 0, None
-    else:
-        used = (
-            trunk.last_result.context_tokens
-            if trunk and trunk.last_result
-            else (last or {}).get("context_tokens", 0)
-        )
     sched = daemon.scheduler
     jobs = sched.describe() if sched else {}
     heartbeat = jobs.get("heartbeat")
@@ -141,35 +128,8 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         # The PostgreSQL server away (the store fails fast, writes are queued): since, why,
         # probes so far, the current probe interval, queued writes. None while it answers.
         "store_away": away,
-        "trunk": {
-            "session_id": trunk.session.id if trunk and trunk.session else None,
-            "messages": trunk.session.message_count() if trunk and trunk.session else 0,
-            "busy": bool(trunk and trunk.busy),
-            "held": bool(trunk and trunk.held),
-            "current_turn": trunk.current_turn if trunk else None,
-            "queued": len(trunk.inbox.pending()) if trunk else 0,
-            "waiting_for_model": (
-                trunk.waiting_for_model.describe(queued=len(trunk.inbox.pending()))
-                if trunk and trunk.waiting_for_model
-                else None
-            ),
-            "storage_down": (
-                trunk.storage_down.describe(
-                    queued=len(trunk.inbox.pending()), free=free_bytes(daemon.home.root)
-                )
-                if trunk and trunk.storage_down
-                else None
-            ),
-            "provider": daemon.roles.provider_kind("trunk") if daemon.roles else None,
-            "model": daemon.roles.model_name("trunk") if daemon.roles else None,
-        },
-        "context": {
-            "used_tokens": used,
-            "window_tokens": window,
-            "fraction": round(used / window, 4) if window else 0,
-            "compaction_threshold": settings.agent.compaction_threshold,
-            "last_turn": last,
-        },
+        "trunk": _trunk_status(daemon),
+        "context": await _context_status(daemon),
         "forks": (
             await _unless_away(daemon.delegator.status()) if daemon.delegator is not None else None
         ),
@@ -216,6 +176,60 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         # Vector search needs both an embedder that makes vectors and somewhere to search them.
         "vector_search": bool(embedder is not None and embedder.dim > 0),
         "embedder": embedder.name if embedder is not None else None,
+    }
+
+
+def _trunk_status(daemon: Any) -> dict[str, Any]:
+    """The trunk: its session, whether it works or waits (the model or the disk away), its model."""
+    trunk = daemon.trunk
+    return {
+        "session_id": trunk.session.id if trunk and trunk.session else None,
+        "messages": trunk.session.message_count() if trunk and trunk.session else 0,
+        "busy": bool(trunk and trunk.busy),
+        "held": bool(trunk and trunk.held),
+        "current_turn": trunk.current_turn if trunk else None,
+        "queued": len(trunk.inbox.pending()) if trunk else 0,
+        "waiting_for_model": (
+            trunk.waiting_for_model.describe(queued=len(trunk.inbox.pending()))
+            if trunk and trunk.waiting_for_model
+            else None
+        ),
+        "storage_down": (
+            trunk.storage_down.describe(
+                queued=len(trunk.inbox.pending()), free=free_bytes(daemon.home.root)
+            )
+            if trunk and trunk.storage_down
+            else None
+        ),
+        "provider": daemon.roles.provider_kind("trunk") if daemon.roles else None,
+        "model": daemon.roles.model_name("trunk") if daemon.roles else None,
+    }
+
+
+async def _context_status(daemon: Any) -> dict[str, Any]:
+    """The context window's use now, and the last turn's report (in this session)."""
+    db: Database = daemon.db
+    trunk = daemon.trunk
+    settings: Settings = daemon.settings
+    last = await _unless_away(_last_turn(db))
+    window = settings.models.trunk.context_window
+    current = trunk.session.id if trunk and trunk.session else None
+    if last is not None and last.get("session_id") != current:
+        # The last turn was in a session since switched away from (sleep, `switch`): the fresh
+        # session has replayed nothing yet, and the old turn's report describes the old one.
+        used, last = 0, None
+    else:
+        used = (
+            trunk.last_result.context_tokens
+            if trunk and trunk.last_result
+            else (last or {}).get("context_tokens", 0)
+        )
+    return {
+        "used_tokens": used,
+        "window_tokens": window,
+        "fraction": round(used / window, 4) if window else 0,
+        "compaction_threshold": settings.agent.compaction_threshold,
+        "last_turn": last,
     }
 
 
