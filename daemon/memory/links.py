@@ -30,6 +30,7 @@ gets the message that tied them. `distinct_passages` drops near-identical passag
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -42,6 +43,7 @@ from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import Embedder
 from daemon.memory.query import MONTHS, STOP_WORDS, asked_stems, bridge_entities, entities
+from daemon.resources import forgettable
 from daemon.store.db import Database
 from daemon.store.errors import is_database_error, store_server_away
 from daemon.store.links import (
@@ -227,8 +229,13 @@ class Resolved:
     score: float
 
 
+@functools.lru_cache(maxsize=8192)
 def _stems(text: str) -> frozenset[str]:
+    # Cached: every search reads every link's phrase, the same ones turn after turn.
     return asked_stems(text)
+
+
+forgettable(_stems.cache_clear)
 
 
 def _shared(phrase: frozenset[str], asked: frozenset[str]) -> frozenset[str]:
