@@ -6,12 +6,12 @@ AWS, GitHub and Slack keys, bearer tokens, `password=` / `password:` / `password
 assignments, private key blocks); `journal.redact_patterns` adds more. A match is replaced by
 `[redacted:<kind>]`, so a reader knows something was there without learning what.
 
-What the person asked to keep is kept (docs/trust.md, "Secrets"): a named secret they told in
-their own words and stored as a fact ("remember that the guest wifi password is …") is a
-value they chose to give their agent, so the files written from the day (session summaries,
+What the person asked to keep is kept (docs/trust.md, "Secrets"): a named secret told in the
+conversation and stored as a fact ("remember that the guest wifi password is …") is a value
+the person chose to give their agent, so the files written from the day (session summaries,
 `WAKE.md`, dream entries) repeat it (`keep`). A key-shaped secret — an API key, a token, a
-private key — is masked everywhere, in a fact too (`withhold`), and so is a named secret from
-anywhere but the person's own words (a tool's output, a file, a web page).
+private key — is masked everywhere, in a fact too (`withhold`), and so is a named secret in
+untrusted words (a tool's output — a file, a web page — or an import).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """What the person asks to keep is kept; key-shaped secrets and others' secrets are not.
 
-Policy (docs/trust.md, "Secrets"): a named secret the person tells in their own words and
-asks to keep ("remember that the guest wifi password is …") is stored and repeated in the
+Policy (docs/trust.md, "Secrets"): a named secret the person tells and asks to keep ("remember that the guest wifi password is …") is stored and repeated in the
 files written from the day (session summary, WAKE.md, dream entry); a password said in passing
 stays masked there; an API key, token or private key is never stored, even when asked, and
 the `remember` answer says what was withheld.
@@ -85,4 +84,6 @@ async def test_a_secret_in_a_tool_s_words_is_not_kept_in_a_fact(tmp_path: Path) 
             assert "tr0ub4dor" not in got.text and "withheld: the password" in got.message
             mine = await rig.memory.remember("the shed padlock password is 4471")
             assert "4471" in mine.text and "withheld" not in mine.message
+            imported = await rig.memory.remember("the vpn password is s3cr3t-x", origin="import")
+            assert "s3cr3t-x" not in imported.text and "withheld" in imported.message
             assert rig.memory.facts.kept_secrets() == {"4471"}

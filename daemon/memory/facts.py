@@ -460,10 +460,11 @@ class FactStore:
         ]
 
     def kept_secrets(self) -> frozenset[str]:
-        """The values of named secrets ("the guest wifi password is …") in the facts the
-        person asked to keep (told, not mined from what they said in passing): files written
-        from the day repeat them (`daemon.redact`)."""
-        return kept_secrets(f.text for f in self.facts() if f.origin == "person" and not f.mined)
+        """The values of named secrets ("the guest wifi password is …") in the facts kept on
+        the person's or the agent's word (told, not mined from what was said in passing): files
+        written from the day repeat them (`daemon.redact`)."""
+        told = (f for f in self.facts() if f.origin not in UNTRUSTED_ORIGINS and not f.mined)
+        return kept_secrets(f.text for f in told)
 
     def current(self, uid: str) -> Fact | None:
         """Follow corrections from `uid` to the fact that replaced it last."""
@@ -504,15 +505,16 @@ class FactStore:
         """Store one fact now; detect exact and near duplicates instead of storing twice.
 
         A key-shaped secret (an API key, a token, a private key) is never kept: it is masked
-        before anything is stored, and so is a named one ("password is …") in words that are
-        not the person's own; the result says what was withheld (`daemon.redact`).
+        before anything is stored, and so is a named one ("password is …") in untrusted words
+        (a tool's output, an import); the result says what was withheld (`daemon.redact`).
         """
         masked, withheld = self._withhold(text, origin)
         result = await self._remember(masked, target=target, origin=origin, tags=tags)
         return self._said_withheld(result, withheld, origin)
 
     def _withhold(self, text: str, origin: str) -> tuple[str, list[str]]:
-        return redactor_for(self.settings).withhold(str(text), named_too=origin != "person")
+        named_too = origin in UNTRUSTED_ORIGINS  # a tool's output, a file, a page, an import
+        return redactor_for(self.settings).withhold(str(text), named_too=named_too)
 
     @staticmethod
     def _said_withheld(result: RememberResult, withheld: list[str], origin: str) -> RememberResult:
@@ -522,9 +524,9 @@ class FactStore:
         log.info("secret withheld from a fact", kinds=withheld, origin=origin)
         what = ", ".join(k.replace("-", " ") for k in withheld)
         why = (
-            "secrets of that shape are never kept in memory"
-            if origin == "person"
-            else f"a secret in {origin!r} text is not kept"
+            f"a secret in {origin!r} text is not kept"
+            if origin in UNTRUSTED_ORIGINS
+            else "secrets of that shape are never kept in memory"
         )
         return replace(result, message=f"{result.message} (withheld: the {what}; {why})")
 
