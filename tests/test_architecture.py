@@ -222,11 +222,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.sleep.revisions",
         "daemon.sleep.shared_upkeep",
         "daemon.status",
-        "daemon.web.views.charts",
-        "daemon.web.views.context",
-        "daemon.web.views.journal",
-        "daemon.web.views.memory",
-        "daemon.web.views.now",
     }
 )
 

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
+from daemon.store.console import ConsoleQueries
 from daemon.store.db import Database
 from daemon.store.exams import ExamRow, ExamsRepo
 from daemon.store.notices import NewNotice, NoticesRepo
@@ -525,3 +526,183 @@ async def test_sleep_cycles_checkpoint_phases_and_resume(store: Store) -> None:
         assert await cycles.completed_since("summarise", before="c2") == end
         assert await cycles.completed_since("summarise", before="c1") is None
         assert await cycles.completed_since("dreams", before="c2") is None
+
+
+# ----- the web console's queries ----------------------------------------------------------------
+async def seed_console(db: Database) -> None:
+    """Two cycles (one still running), turns with reports and messages, forks, firings, memories."""
+    cycles = SleepCyclesRepo(db)
+    await cycles.begin(
+        cycle_id="c-old", reason="nightly", session_id="trunk-1", at=T0 - timedelta(days=3)
+    )
+    await cycles.finish(
+        "c-old",
+        at=T0 - timedelta(days=3) + timedelta(hours=2),
+        status="done",
+        new_session_id=None,
+        woke_early=False,
+        deferred=[],
+    )
+    await cycles.begin(cycle_id="c-now", reason="manual", session_id="trunk-1", at=T0)
+    await cycles.phase_ended("c-now", "wind_down", 1, status="done", at=T0 + timedelta(minutes=5))
+    for n, (turn, tokens) in enumerate([("turn-1", 1200), ("turn-2", 3400)]):
+        ts = (T0 - timedelta(hours=2 - n)).isoformat()
+        await db.execute(
+            "INSERT INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?, ?, ?, ?, ?)",
+            (turn, "trunk-1", ts, tokens, f'{{"layers": [], "n": {n}}}'),
+        )
+    await db.execute(
+        "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)",
+        ("trunk-1", "trunk", "trunk-1.jsonl", T0.isoformat()),
+    )
+    for seq, (msg_id, role, turn, text) in enumerate(
+        [
+            ("m1", "user", "turn-1", "first question"),
+            ("m2", "assistant", "turn-1", "first answer"),
+            ("m3", "user", "turn-2", "second question"),
+            ("m4", "user", "turn-2", "and a second line"),
+        ]
+    ):
+        await db.execute(
+            "INSERT INTO messages(session_id, seq, msg_id, turn_id, role, content, ts) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ("trunk-1", seq, msg_id, turn, role, text, T0.isoformat()),
+        )
+    for fork_id, turn, depth, began, ended in [
+        ("f-1", "turn-1", 1, T0 - timedelta(hours=2), T0 - timedelta(hours=1)),
+        ("f-2", "turn-1", 1, T0 - timedelta(days=2), None),
+        ("f-3", "turn-2", 1, T0 - timedelta(minutes=30), T0 - timedelta(minutes=20)),
+        ("f-4", "turn-2", 2, T0 - timedelta(minutes=25), T0 - timedelta(minutes=21)),
+        ("f-5", "turn-0", 1, T0 - timedelta(days=4), T0 - timedelta(days=4)),
+    ]:
+        await db.execute(
+            "INSERT INTO forks(id, parent_session_id, parent_turn_id, root_session_id, depth, task,"
+            " status, transcript_path, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                fork_id,
+                "trunk-1",
+                turn,
+                "trunk-1",
+                depth,
+                "look",
+                "complete",
+                f"{fork_id}.jsonl",
+                began.isoformat(),
+                ended.isoformat() if ended else None,
+            ),
+        )
+    for uid, kind, day, retired in [
+        ("summary:a", "summary", "2026-02-27", None),
+        ("summary:b", "summary", "2026-03-01", None),
+        ("summary:c", "summary", "2026-03-01", "2026-03-02"),
+        ("fact:1", "fact", "2026-03-01", None),
+    ]:
+        await db.execute(
+            "INSERT INTO memories(uid, kind, text, title, origin, created_at, retired_at, source,"
+            " content_hash)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                uid,
+                kind,
+                f"text of {uid}",
+                f"title {uid}",
+                "system",
+                f"{day}T10:00:00+00:00",
+                retired,
+                "s.md",
+                f"hash-{uid}",
+            ),
+        )
+    schedules = SchedulesRepo(db)
+    await schedules.add(schedule_row("s-1", T0))
+    for due in (T0 - timedelta(days=2), T0 - timedelta(hours=1)):
+        await schedules.commit_fire(
+            Firing(
+                schedule_id="s-1",
+                due=due,
+                stored=T0,
+                now=due,
+                following=T0,
+                late_s=0.0,
+                catch_up=False,
+                status="delivered",
+            )
+        )
+
+
+@pytest.mark.anyio
+async def test_console_queries_read_the_timeline_and_the_pages(store: Store) -> None:
+    tables = (
+        "schedule_fires",
+        "schedules",
+        "notices",
+        "memories",
+        "forks",
+        "messages",
+        "sessions",
+        "turn_reports",
+        "sleep_phases",
+        "sleep_cycles",
+    )
+    async with store.open(*tables) as db:
+        await seed_console(db)
+        q = ConsoleQueries(db)
+        since = (T0 - timedelta(days=1)).isoformat()
+
+        spans = await q.sleep_spans(wind_down="wind_down", since=since)
+        assert [(s.started_at, s.finished_at, s.wind_down_end) for s in spans] == [
+            (T0.isoformat(), None, (T0 + timedelta(minutes=5)).isoformat())
+        ]
+        assert (
+            len(
+                await q.sleep_spans(
+                    wind_down="wind_down", since=(T0 - timedelta(days=4)).isoformat()
+                )
+            )
+            == 2
+        )
+        assert [(t.turn_id, t.context_tokens) for t in await q.turns_since(since)] == [
+            ("turn-1", 1200),
+            ("turn-2", 3400),
+        ]
+        # Started since, still running (f-2, begun before), or ended since; f-5 is long over.
+        assert [f.id for f in await q.forks_reaching(since)] == ["f-2", "f-1", "f-3", "f-4"]
+        running = [f for f in await q.forks_reaching(since) if f.ended_at is None]
+        assert [(f.id, f.parent_turn_id) for f in running] == [("f-2", "turn-1")]
+        assert [(c.id, c.reason, c.finished_at) for c in await q.cycles_since(since)] == [
+            ("c-now", "manual", None)
+        ]
+        assert [(f.schedule_id, f.due_at, f.status) for f in await q.fires_since(since)] == [
+            ("s-1", iso(T0 - timedelta(hours=1)), "delivered")
+        ]
+
+        assert await q.prompts(["turn-2", "turn-1", "turn-9"]) == {
+            "turn-1": "first question",
+            "turn-2": "second question",
+        }
+        assert await q.prompts([]) == {}
+        recent = await q.recent_turn_reports(1)
+        assert [(r.turn_id, r.session_id, r.context_tokens) for r in recent] == [
+            ("turn-2", "trunk-1", 3400)
+        ]
+        one = await q.turn_report("turn-1")
+        assert one is not None and one.report == '{"layers": [], "n": 0}'
+        assert await q.turn_report("turn-9") is None
+        assert await q.reply_before("trunk-1", "turn-2") == "first answer"
+        assert await q.reply_before("trunk-1", "turn-1") == ""
+
+        assert [(d.day, d.kind, d.count) for d in await q.memories_per_day()] == [
+            ("2026-02-27", "summary", 1),
+            ("2026-03-01", "fact", 1),
+            ("2026-03-01", "summary", 2),
+        ]
+        old_start = T0 - timedelta(days=3)
+        assert await q.finished_cycles_since((T0 - timedelta(days=5)).isoformat()) == [
+            (old_start.isoformat(), (old_start + timedelta(hours=2)).isoformat())
+        ]
+        assert await q.memory_kinds() == {"fact": 1, "summary": 3}
+        newest = await q.newest_memories("summary", 5)
+        assert [(m.uid, m.title, m.source) for m in newest] == [
+            ("summary:b", "title summary:b", "s.md"),
+            ("summary:a", "title summary:a", "s.md"),
+        ]
+        assert await q.turns_with_forks(2) == [("turn-2", 1), ("turn-1", 2)]

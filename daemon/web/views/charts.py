@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from daemon.memory.rows import parse_iso
 from daemon.scheduler import local_zone
+from daemon.store.console import ConsoleQueries
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -16,11 +17,8 @@ if TYPE_CHECKING:
 async def memory_growth(services: Services) -> tuple[list[str], dict[str, list[int]]]:
     """Every day (UTC) from the first memory's to today, and, per kind, how many memories of
     it there were by each day's end (days nothing was made on hold the day before's count)."""
-    rows = await services.db.fetchall(
-        "SELECT substr(created_at, 1, 10) AS day, kind, COUNT(*) FROM memories"
-        " GROUP BY day, kind ORDER BY day"
-    )
-    made = sorted({str(r[0]) for r in rows})
+    rows = await ConsoleQueries(services.db).memories_per_day()
+    made = sorted({r.day for r in rows})
     if not made:
         return [], {}
     first = date.fromisoformat(made[0])
@@ -28,8 +26,8 @@ async def memory_growth(services: Services) -> tuple[list[str], dict[str, list[i
     days = [(first + timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
     at = {d: i for i, d in enumerate(days)}
     added: dict[str, list[int]] = {}
-    for day, kind, n in rows:
-        added.setdefault(str(kind), [0] * len(days))[at[str(day)]] += int(n)
+    for r in rows:
+        added.setdefault(r.kind, [0] * len(days))[at[r.day]] += r.count
     cumulative: dict[str, list[int]] = {}
     for kind, per_day in sorted(added.items()):
         total, series = 0, []
@@ -43,11 +41,7 @@ async def memory_growth(services: Services) -> tuple[list[str], dict[str, list[i
 async def sleep_per_night(services: Services, *, nights: int = 30) -> list[tuple[str, float]]:
     """(local date a cycle began, seconds asleep) for the finished cycles of the last nights."""
     since = (services.clock.now() - timedelta(days=nights)).isoformat()
-    rows = await services.db.fetchall(
-        "SELECT started_at, finished_at FROM sleep_cycles"
-        " WHERE finished_at IS NOT NULL AND started_at >= ? ORDER BY started_at",
-        (since,),
-    )
+    rows = await ConsoleQueries(services.db).finished_cycles_since(since)
     zone = local_zone(services.settings.scheduler.timezone)
     per_night: dict[str, float] = {}
     for began, finished in rows:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.context.assembler import LAYER_ORDER
 from daemon.memory.text import content_words
+from daemon.store.console import ConsoleQueries
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -72,36 +73,21 @@ def _report(raw: str) -> dict[str, Any]:
 
 async def _prompts(services: Services, turn_ids: list[str]) -> dict[str, str]:
     """Each turn's message from the person (the first user message of the turn)."""
-    if not turn_ids:
-        return {}
-    marks = ",".join("?" * len(turn_ids))
-    rows = await services.db.fetchall(
-        f"SELECT turn_id, content FROM messages WHERE role = 'user' AND turn_id IN ({marks})"
-        " ORDER BY seq",
-        tuple(turn_ids),
-    )
-    out: dict[str, str] = {}
-    for turn_id, content in rows:
-        out.setdefault(turn_id, content)
-    return out
+    return await ConsoleQueries(services.db).prompts(turn_ids)
 
 
 async def recent_turns(services: Services, *, limit: int = 30) -> list[TurnRow]:
     """The last `limit` turns, oldest first, with their context tokens per layer."""
-    rows = await services.db.fetchall(
-        "SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports"
-        " ORDER BY ts DESC, turn_id DESC LIMIT ?",
-        (limit,),
-    )
-    prompts = await _prompts(services, [r[0] for r in rows])
+    rows = await ConsoleQueries(services.db).recent_turn_reports(limit)
+    prompts = await _prompts(services, [r.turn_id for r in rows])
     return [
         TurnRow(
-            turn_id=r[0],
-            session_id=r[1],
-            ts=r[2],
-            total=int(r[3]),
-            layers=_layers(_report(r[4])),
-            prompt=prompts.get(r[0], ""),
+            turn_id=r.turn_id,
+            session_id=r.session_id,
+            ts=r.ts,
+            total=r.context_tokens,
+            layers=_layers(_report(r.report)),
+            prompt=prompts.get(r.turn_id, ""),
         )
         for r in reversed(rows)
     ]
@@ -122,22 +108,14 @@ def memories_in(text: str, *, prompt: str = "") -> list[dict[str, Any]]:
 
 async def turn_detail(services: Services, turn_id: str) -> dict[str, Any] | None:
     """One turn: its recorded report, its message, and its blocks assembled again (None: unknown)."""
-    row = await services.db.fetchone(
-        "SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports WHERE turn_id = ?",
-        (turn_id,),
-    )
+    queries = ConsoleQueries(services.db)
+    row = await queries.turn_report(turn_id)
     if row is None:
         return None
-    report = _report(row[4])
+    report = _report(row.report)
     prompt = (await _prompts(services, [turn_id])).get(turn_id, "")
-    previous = await services.db.fetchone(
-        "SELECT content FROM messages WHERE session_id = ? AND role = 'assistant'"
-        " AND seq < (SELECT MIN(seq) FROM messages WHERE turn_id = ?) ORDER BY seq DESC LIMIT 1",
-        (row[1], turn_id),
-    )
-    assembled = await services.assembler.assemble(
-        prompt, previous_reply=previous[0] if previous else ""
-    )
+    previous = await queries.reply_before(row.session_id, turn_id)
+    assembled = await services.assembler.assemble(prompt, previous_reply=previous)
     names = [r["name"] for r in assembled.report["layers"] if r["tokens"]]
     blocks = []
     for name, block in zip(names, assembled.blocks, strict=True):
@@ -153,10 +131,10 @@ async def turn_detail(services: Services, turn_id: str) -> dict[str, Any] | None
             }
         )
     return {
-        "turn_id": row[0],
-        "session_id": row[1],
-        "ts": row[2],
-        "total": int(row[3]),
+        "turn_id": row.turn_id,
+        "session_id": row.session_id,
+        "ts": row.ts,
+        "total": row.context_tokens,
         "prompt": prompt,
         "layers": report.get("layers") or [],
         "budget": report.get("budget"),

@@ -16,6 +16,7 @@ import anyio
 from daemon.delegate.lineage import ForkLineage, ForkRow
 from daemon.journal.entries import JournalEntry, JournalStore
 from daemon.scheduler import local_zone
+from daemon.store.console import ConsoleQueries
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -61,9 +62,4 @@ async def fork_tree(services: Services, turn_id: str) -> list[ForkNode]:
 
 async def turns_with_forks(services: Services, *, limit: int = 20) -> list[tuple[str, int]]:
     """The newest turns that delegated, with how many forks each started directly."""
-    rows = await services.db.fetchall(
-        "SELECT parent_turn_id, COUNT(*), MAX(started_at) FROM forks WHERE depth = 1"
-        " GROUP BY parent_turn_id ORDER BY MAX(started_at) DESC LIMIT ?",
-        (limit,),
-    )
-    return [(str(r[0]), int(r[1])) for r in rows]
+    return await ConsoleQueries(services.db).turns_with_forks(limit)

@@ -17,6 +17,7 @@ from daemon.errors import ReverieError
 from daemon.memory.fact_history import fact_chain, fact_json, fact_status, fact_uses
 from daemon.memory.facts import FactError
 from daemon.memory.ids import fact_uid
+from daemon.store.console import ConsoleQueries
 
 if TYPE_CHECKING:
     from daemon.services import Services
@@ -77,21 +78,21 @@ async def facts(
 async def kinds(services: Services) -> dict[str, int]:
     """How many memories of each kind the index holds, as `reverie memory stats` counts them
     (retired ones too: counted from the kind index alone, a few ms at 100k memories)."""
-    rows = await services.db.fetchall(
-        "SELECT kind, COUNT(*) FROM memories GROUP BY kind ORDER BY kind"
-    )
-    return {str(r[0]): int(r[1]) for r in rows}
+    return await ConsoleQueries(services.db).memory_kinds()
 
 
 async def summaries(services: Services, *, kind: str, limit: int = 12) -> list[dict[str, Any]]:
     """The newest session summaries (`summary`) or monthly summaries (`month`)."""
-    rows = await services.db.fetchall(
-        "SELECT uid, title, text, created_at, source FROM memories"
-        " WHERE kind = ? AND retired_at IS NULL ORDER BY created_at DESC LIMIT ?",
-        (kind, limit),
-    )
+    rows = await ConsoleQueries(services.db).newest_memories(kind, limit)
     return [
-        {"id": r[0], "title": r[1], "text": r[2], "created_at": r[3], "source": r[4]} for r in rows
+        {
+            "id": r.uid,
+            "title": r.title,
+            "text": r.text,
+            "created_at": r.created_at,
+            "source": r.source,
+        }
+        for r in rows
     ]
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.memory.rows import parse_iso
 from daemon.sleep.cycle import WIND_DOWN
+from daemon.store.console import ConsoleQueries
 
 if TYPE_CHECKING:
     from daemon.models.ledger import DaySpend
@@ -64,14 +65,12 @@ def _when(value: str) -> datetime:
 
 async def _sleep_spans(services: Services, start: datetime, now: datetime) -> list[Band]:
     """Winding-down and asleep spans of the cycles that overlap [start, now]."""
-    rows = await services.db.fetchall(
-        "SELECT c.started_at, c.finished_at, p.finished_at"
-        " FROM sleep_cycles c LEFT JOIN sleep_phases p ON p.cycle_id = c.id AND p.phase = ?"
-        " WHERE c.finished_at IS NULL OR c.finished_at >= ? ORDER BY c.started_at",
-        (WIND_DOWN, start.isoformat()),
+    rows = await ConsoleQueries(services.db).sleep_spans(
+        wind_down=WIND_DOWN, since=start.isoformat()
     )
     spans: list[Band] = []
-    for began, finished, wd_end in rows:
+    for row in rows:
+        began, finished, wd_end = row.started_at, row.finished_at, row.wind_down_end
         cycle_start = parse_iso(began) or now
         cycle_end = parse_iso(finished) or now
         calm_from = parse_iso(wd_end) or (cycle_end if finished else now)
@@ -192,47 +191,45 @@ async def timeline(services: Services, *, days: int = 3) -> Timeline:
         live,
     )
     since = start.isoformat()
+    queries = ConsoleQueries(services.db)
     marks: list[Mark] = []
-    for turn_id, ts, tokens in await services.db.fetchall(
-        "SELECT turn_id, ts, context_tokens FROM turn_reports WHERE ts >= ? ORDER BY ts",
-        (since,),
-    ):
+    for turn in await queries.turns_since(since):
         marks.append(
-            Mark(kind="turn", at=_when(ts), label=f"{turn_id} · {tokens:,} tokens", ref=turn_id)
+            Mark(
+                kind="turn",
+                at=_when(turn.ts),
+                label=f"{turn.turn_id} · {turn.context_tokens:,} tokens",
+                ref=turn.turn_id,
+            )
         )
-    for fork_id, began, ended, status, turn_id in await services.db.fetchall(
-        "SELECT id, started_at, ended_at, status, parent_turn_id FROM forks"
-        " WHERE started_at >= ? OR ended_at IS NULL OR ended_at >= ? ORDER BY started_at",
-        (since, since),
-    ):
+    for fork in await queries.forks_reaching(since):
         marks.append(
             Mark(
                 kind="fork",
-                at=_when(began),
-                end=parse_iso(ended) or now,
-                label=f"{fork_id} ({status})",
-                ref=turn_id,
+                at=_when(fork.started_at),
+                end=parse_iso(fork.ended_at) or now,
+                label=f"{fork.id} ({fork.status})",
+                ref=fork.parent_turn_id,
             )
         )
-    for cycle_id, began, finished, reason in await services.db.fetchall(
-        "SELECT id, started_at, finished_at, reason FROM sleep_cycles"
-        " WHERE started_at >= ? ORDER BY started_at",
-        (since,),
-    ):
+    for cycle in await queries.cycles_since(since):
         marks.append(
             Mark(
                 kind="sleep",
-                at=_when(began),
-                end=parse_iso(finished) or now,
-                label=f"{cycle_id} ({reason})",
-                ref=cycle_id,
+                at=_when(cycle.started_at),
+                end=parse_iso(cycle.finished_at) or now,
+                label=f"{cycle.id} ({cycle.reason})",
+                ref=cycle.id,
             )
         )
-    for sid, due, status in await services.db.fetchall(
-        "SELECT schedule_id, due_at, status FROM schedule_fires WHERE due_at >= ? ORDER BY due_at",
-        (since,),
-    ):
-        marks.append(Mark(kind="schedule", at=_when(due), label=f"{sid} fired ({status})"))
+    for fire in await queries.fires_since(since):
+        marks.append(
+            Mark(
+                kind="schedule",
+                at=_when(fire.due_at),
+                label=f"{fire.schedule_id} fired ({fire.status})",
+            )
+        )
     for item in await services.schedules.upcoming(limit=20):
         if item.next_due is not None and item.next_due <= end:
             marks.append(
