@@ -243,7 +243,7 @@ class IndexMemoryView:
             used += cost
         # A message shown with what was said of the same thing later, when that says it
         # changed though no fact holds either; the last unlabelled items make room for it.
-        chosen = await self._said_later(chosen, wanted, prompt)
+        chosen = await self._said_later(chosen, wanted)
         # And a value any of them names, changed later in a sentence naming it.
         chosen = await named_later(self.index, chosen)
         while sum(count_tokens(i.text) for i in chosen) > budget:
@@ -293,7 +293,7 @@ class IndexMemoryView:
         return [replace(i, text=labelled[i.id]) if i.id in labelled else i for i in items]
 
     async def _said_later(
-        self, items: list[MemoryItem], wanted: frozenset[str], prompt: str
+        self, items: list[MemoryItem], wanted: frozenset[str]
     ) -> list[MemoryItem]:
         """`items`, a message among them followed by the latest later sentence that says the
         thing it speaks of changed ("internally the project is called Marigold" … [said later,
@@ -312,16 +312,15 @@ class IndexMemoryView:
         # A change already among the items is still put first beside what it changed (once).
         labelled: set[str] = set()
         out = list(items)
-        # Messages that speak of the same thing share one lookup, from the earliest of them;
-        # a memory found by vector alone speaks of what its sentence nearest the question does.
+        # Messages that speak of the same thing share one lookup, from the earliest of them.
         subjects: dict[frozenset[str], list[tuple[int, datetime]]] = {}
         bears: dict[frozenset[str], list[str]] = {}
         for pos, item in enumerate(items):
             if item.kind not in _LATER_KINDS or item.ts is None:
                 continue
             subject = wanted & _stems(item.text)
-            said = await bearing(self.index, prompt, undated(item.text), wanted, subject)
-            key = subject or frozenset(w for s in said for w in asked_stems(s))
+            said = bearing(undated(item.text), wanted) if subject else []
+            key = subject
             if key:
                 subjects.setdefault(key, []).append((pos, item.ts))
                 bears.setdefault(key, []).extend(said)

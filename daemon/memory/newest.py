@@ -98,25 +98,10 @@ def subject_overlap(later: str, earlier: str) -> int:
     return len(shared) + bonus
 
 
-async def bearing(
-    index: MemoryIndex, prompt: str, text: str, wanted: frozenset[str], stems: frozenset[str]
-) -> list[str]:
-    """The sentences of a recalled `text` that bear on `prompt`: those with the question's
-    words, else (found by vector alone) the one nearest the question by vector."""
-    said = sentences(text)
-    if wanted & stems:
-        return [s for s in said if wanted & asked_stems(s)]
-    if not said or index.embedder.dim == 0:
-        return []
-    vecs = await index.query_vectors([prompt, *said])
-    if vecs is None:
-        return []
-    best = max(range(len(said)), key=lambda k: float(vecs[k + 1] @ vecs[0]))
-    return [said[best]]
-
-
-def mark_standing(item: MemoryItem, cosine: float) -> MemoryItem:
-    return replace(item, meta={**item.meta, "stands_out": round(cosine, 3)})
+def bearing(text: str, wanted: frozenset[str]) -> list[str]:
+    """The sentences of a recalled `text` that bear on the question: those with its words
+    (a memory found by vector alone has none; its names are followed by `named_later`)."""
+    return [s for s in sentences(text) if wanted & asked_stems(s)]
 
 
 _MONTHS_DAYS = frozenset(
