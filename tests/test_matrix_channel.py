@@ -16,6 +16,7 @@ import pytest
 from daemon.channels.matrix_api import TIMELINE_LIMIT
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env, run_cli, wait_until
+from tests.matrix_person import EncryptingPerson
 from tests.matrix_server import Account, Synapse, synapse  # noqa: F401
 
 
@@ -348,13 +349,112 @@ def test_reminders_reach_the_room_once_when_no_chat_is_open_and_status_shows_the
         daemon.stop()
 
 
-# The Synapse is shared; this test's daemon restart and waits cost ~20-30 s: `-m slow`.
-@pytest.mark.slow
-def test_an_encrypted_room_is_refused_with_one_notice(
+def _wire(person: EncryptingPerson, room: str, bot: Account) -> list[dict[str, Any]]:
+    return person.events_from(room, bot.user_id)
+
+
+def test_an_encrypted_room_is_answered_encrypted_and_keeps_its_device_across_a_restart(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     bot, person, _stranger, room, daemon = _setup(synapse, tmp_path, encrypted=True)
+    crypto = daemon.home / "channels" / "matrix" / "crypto"
+    me = EncryptingPerson(synapse, person, tmp_path / "person-keys")
+    daemon.start(timeout=30)
+    try:
+        _ready(synapse, bot, person, room, daemon)
+        # The bot's device (the access token's) publishes its keys; the person's client sees it.
+        wait_until(lambda: bot.device_id in me.device_keys(bot.user_id), 30, "the bot's keys")
+        fingerprint = me.device_keys(bot.user_id)[bot.device_id]
+
+        sent = me.send_text(room, "hello, encrypted")
+        raw = synapse.request(
+            "GET", f"/_matrix/client/v3/rooms/{room}/event/{sent}", token=bot.access_token
+        )
+        assert raw["type"] == "m.room.encrypted" and "body" not in raw["content"]
+        wait_until(lambda: _wire(me, room, bot), 60, "the encrypted reply")
+        time.sleep(1.5)  # a second reply would be on its way by now
+        (reply,) = _wire(me, room, bot)
+        # Encrypted on the wire, and the person's client reads the daemon's reply in it (the
+        # offline model quotes the message it was given: the daemon decrypted it).
+        assert reply["type"] == "m.room.encrypted", reply
+        assert reply["msgtype"] == "m.text" and "hello, encrypted" in reply["body"], reply
+        transcripts = "".join(p.read_text() for p in daemon.home.glob("sessions/trunk/*.jsonl"))
+        assert "hello, encrypted" in transcripts
+
+        status = json.loads(_cli(daemon, "status", "--json"))["matrix"]
+        e2ee = status["e2ee"]
+        assert e2ee["on"] and e2ee["rooms"] == [room] and status["encrypted_rooms"] == []
+        assert e2ee["device_id"] == bot.device_id
+        assert e2ee["ed25519"].replace(" ", "") == fingerprint
+        assert e2ee["ed25519"] in _cli(daemon, "status")
+        assert e2ee["ed25519"] in _cli(daemon, "doctor")
+        # The keys are the home's alone: the directory 0700, every file in it 0600.
+        assert crypto.stat().st_mode & 0o777 == 0o700
+        modes = {p.name: p.stat().st_mode & 0o777 for p in crypto.iterdir()}
+        assert any(n.endswith(".db") for n in modes) and set(modes.values()) == {0o600}, modes
+
+        # A restart keeps the device and its keys: a message sent while it was down is
+        # answered, encrypted, and the person's client decrypts it.
+        daemon.stop()
+        me.send_text(room, "sent while you were away")
+        daemon.start(timeout=30)
+        wait_until(lambda: len(_wire(me, room, bot)) >= 2, 60, "the reply after the restart")
+        time.sleep(1.5)
+        replies = _wire(me, room, bot)
+        assert len(replies) == 2, replies
+        assert replies[1]["type"] == "m.room.encrypted"
+        assert "sent while you were away" in (replies[1]["body"] or ""), replies[1]
+        assert me.device_keys(bot.user_id) == {bot.device_id: fingerprint}
+        device = json.loads((crypto / "device.json").read_text())
+        assert device == {
+            "user_id": bot.user_id,
+            "device_id": bot.device_id,
+            "ed25519": fingerprint,
+        }
+
+        # A message whose key has not reached the bot: logged, held, and one notice (encrypted)
+        # says so; when the key arrives (a to-device room key), it is answered, once.
+        late, share_key = me.send_before_its_key(
+            room, "the key comes later", bot.user_id, bot.device_id
+        )
+        wait_until(lambda: len(_wire(me, room, bot)) >= 3, 60, "the notice")
+        time.sleep(1.0)
+        replies = _wire(me, room, bot)
+        assert len(replies) == 3 and replies[2]["type"] == "m.room.encrypted", replies
+        assert replies[2]["msgtype"] == "m.notice"
+        assert "could not decrypt your message" in replies[2]["body"] and late in replies[2]["body"]
+        logged = [e for e in daemon.log_events() if "could not be decrypted" in str(e.get("event"))]
+        assert [e.get("event_id") for e in logged] == [late]
+        held = json.loads(_cli(daemon, "status", "--json"))["matrix"]["e2ee"]
+        assert held["undecryptable"] == 1 and held["waiting_for_keys"] == 1
+        share_key()
+        wait_until(lambda: len(_wire(me, room, bot)) >= 4, 60, "the answer once the key came")
+        time.sleep(1.5)
+        replies = _wire(me, room, bot)
+        assert len(replies) == 4 and replies[3]["type"] == "m.room.encrypted", replies
+        assert "the key comes later" in (replies[3]["body"] or ""), replies[3]
+        assert (
+            json.loads(_cli(daemon, "status", "--json"))["matrix"]["e2ee"]["waiting_for_keys"] == 0
+        )
+    finally:
+        daemon.stop()
+        me.close()
+
+
+# The Synapse is shared; this test's daemon restart and waits cost ~20-30 s: `-m slow`.
+@pytest.mark.slow
+def test_without_encryption_support_an_encrypted_room_is_refused_with_one_notice(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # The daemon runs where matrix-nio cannot be imported (as without the `matrix` extra).
+    hide = tmp_path / "no-nio"
+    (hide / "nio").mkdir(parents=True)
+    (hide / "nio" / "__init__.py").write_text("raise ImportError('nio hidden by the test')\n")
+    bot, person, _stranger, room, daemon = _setup(
+        synapse, tmp_path, encrypted=True, env={"PYTHONPATH": str(hide)}
+    )
     state = daemon.home / "channels" / "matrix"
 
     def handled(event_id: str) -> bool:
@@ -380,8 +480,10 @@ def test_an_encrypted_room_is_refused_with_one_notice(
         assert refusal["content"]["msgtype"] == "m.notice"
         body = refusal["content"]["body"]
         assert "cannot read encrypted messages" in body and "[channels.matrix] rooms" in body
+        assert "pip install 'matrix-nio[e2e]'" in body and "nio hidden by the test" in body
         status = json.loads(_cli(daemon, "status", "--json"))["matrix"]
         assert status["encrypted_rooms"] == [room] and status["taken"] == 0
+        assert status["e2ee"]["on"] is False
         assert f"refused {room}: end-to-end encrypted" in _cli(daemon, "status")
         logged = [e for e in daemon.log_events() if "encrypted; refused" in str(e.get("event"))]
         assert [e.get("room") for e in logged] == [room]

@@ -1,8 +1,9 @@
 """The Matrix channel: the person's conversation with the trunk, through a bot account.
 
-One bot account on the person's homeserver, spoken to over the client-server API with httpx
-(unencrypted rooms; an encrypted room is refused with one notice — see docs/channels.md). A
-sync loop reads the configured rooms; a message from an allowed sender goes into the trunk's
+One bot account on the person's homeserver, spoken to over the client-server API with httpx;
+end-to-end encrypted rooms through matrix-nio's Olm/Megolm machine (`matrix_crypto`), fed by
+this channel's own sync, or refused with one notice where that is not installed (see
+docs/channels.md, Encryption). A sync loop reads the configured rooms; a message from an allowed sender goes into the trunk's
 durable inbox exactly like a socket message, and the reply goes back to its room as one
 message when the turn is done (split at paragraph boundaries when long), with a typing
 indicator while the turn runs. Notices from the outbox (reminders, task results, the morning
@@ -24,10 +25,8 @@ Exactly once, across restarts, reconnects and replayed syncs (files: `matrix_sto
 
 from __future__ import annotations
 
-import os
 import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +42,12 @@ from daemon.channels.matrix_api import (
     TYPING_MS,
     MatrixApi,
     MatrixAway,
+    MatrixConfigError,
     MatrixRefused,
+    matrix_token,
 )
 from daemon.channels.matrix_approvals import RoomApprovals, answer_word
+from daemon.channels.matrix_e2ee import RoomEncryption
 from daemon.channels.matrix_store import MatrixStore, Reply, client_msg_id, parse_client_msg_id
 from daemon.channels.matrix_text import edited_event, message_text, notice_text, split_reply
 from daemon.chat.protocol import ErrorCode
@@ -57,59 +59,9 @@ from daemon.tools.approvals import Approvals
 
 log = get_logger("matrix")
 
-TOKEN_ENV = "REVERIE_MATRIX_TOKEN"
-TOKEN_CREDENTIAL = "reverie-matrix-token"
 BACKOFF_BASE_S = 1.0
 # A sync gap is filled from the room's history, 100 events a page, at most this many pages.
 BACKFILL_PAGES = 50
-ENCRYPTION_TYPES = ("m.room.encryption", "m.room.encrypted")
-ENCRYPTED_NOTICE = (
-    "This room is end-to-end encrypted, and Reverie's Matrix channel cannot read encrypted "
-    "messages: nothing said here reaches it, and it will not answer here. To talk to it, "
-    "create a room with encryption off (in Element: New room, then turn off 'Enable "
-    "end-to-end encryption'; an existing room cannot be made unencrypted), invite {bot}, and "
-    "put the new room's ID in [channels.matrix] rooms. See docs/channels.md, Encryption."
-)
-
-
-class MatrixConfigError(ReverieError):
-    """The channel cannot start as configured (one line a person can act on)."""
-
-
-def matrix_token(settings: MatrixSettings, environ: Mapping[str, str] | None = None) -> str:
-    """The bot's access token: environment, then systemd credential, then `token_file`."""
-    env = os.environ if environ is None else environ
-    value = env.get(TOKEN_ENV, "").strip()
-    if value:
-        return value
-    cred_dir = env.get("CREDENTIALS_DIRECTORY")
-    if cred_dir:
-        path = Path(cred_dir) / TOKEN_CREDENTIAL
-        if path.is_file():
-            value = path.read_text().strip()
-            if value:
-                return value
-    if settings.token_file:
-        path = Path(settings.token_file).expanduser()
-        try:
-            mode = path.stat().st_mode & 0o777
-            value = path.read_text().strip()
-        except OSError as exc:
-            raise MatrixConfigError(
-                f"channels.matrix.token_file {path} cannot be read: {exc.strerror or exc}"
-            ) from None
-        if mode & 0o077:
-            raise MatrixConfigError(
-                f"channels.matrix.token_file {path} is readable by others (mode {mode:o}); "
-                f"chmod 600 {path}"
-            )
-        if value:
-            return value
-        raise MatrixConfigError(f"channels.matrix.token_file {path} is empty")
-    raise MatrixConfigError(
-        f"no Matrix access token: set {TOKEN_ENV}, the systemd credential {TOKEN_CREDENTIAL}, "
-        "or channels.matrix.token_file"
-    )
 
 
 @dataclass
@@ -157,10 +109,16 @@ class MatrixChannel:
         self._waiting: dict[str, set[str]] = {}
         self._typing_changed = anyio.Event()
         self.approvals = RoomApprovals(approvals, turn_room=self._turn_room, queue=self._queue)
-        # Rooms the bot is in, rooms refused as encrypted, where the person last wrote.
+        # Rooms the bot is in, where the person last wrote; the encrypted rooms.
         self._joined: set[str] = set()
-        self._encrypted: set[str] = set()
         self._last_room: str | None = None
+        self.e2ee = RoomEncryption(
+            self.store,
+            settings.user_id,
+            self._queue,
+            mark_encrypted=self._mark_encrypted,
+            mark_seen=lambda event_id, room_id: self._mark(event_id, room_id, None),
+        )
         # Notices: what the courier handed over (until confirmed), and the courier's hooks.
         self._notice_ids: set[str] = set()
         self._offer: Callable[[], Awaitable[int]] | None = None
@@ -175,7 +133,8 @@ class MatrixChannel:
             "homeserver": self.settings.homeserver,
             "user_id": self.settings.user_id,
             "rooms": len(self._rooms),
-            "encrypted_rooms": sorted(self._encrypted),
+            "encrypted_rooms": sorted(self.e2ee.refused()),
+            "e2ee": self.e2ee.describe(),
             "notice_room": self._notice_room(),
             "last_sync": s.last_sync,
             "backoff_s": round(s.backoff_s, 1) if s.backoff_s is not None else None,
@@ -206,7 +165,8 @@ class MatrixChannel:
 
     def _notice_room(self) -> str | None:
         """Where a notice goes: the room the person last wrote in, else the first one joined."""
-        usable = [r for r in self.settings.rooms if r in self._joined and r not in self._encrypted]
+        refused = self.e2ee.refused()
+        usable = [r for r in self.settings.rooms if r in self._joined and r not in refused]
         if self._last_room in usable:
             return self._last_room
         return usable[0] if usable else None
@@ -239,7 +199,8 @@ class MatrixChannel:
         """Attach to the turns left pending, then sync and send until cancelled."""
         await anyio.to_thread.run_sync(self.store.prepare)
         seen = await anyio.to_thread.run_sync(self.store.seen)
-        self._seen, self._encrypted, self._last_room = seen.events, seen.encrypted, seen.last_room
+        self._seen, self._last_room = seen.events, seen.last_room
+        self.e2ee.load(seen.encrypted, await anyio.to_thread.run_sync(self.store.held))
         for entry in self.trunk.inbox.pending():
             where = parse_client_msg_id(entry.client_msg_id)
             if where is not None:
@@ -287,6 +248,7 @@ class MatrixChannel:
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._api.aclose()
+                await self.e2ee.close()
             await anyio.sleep(wait)
 
     def _track(self, turn_id: str, room_id: str) -> None:
@@ -326,11 +288,12 @@ class MatrixChannel:
     async def _connect(self) -> bool:
         """Check the token is the bot's and learn its rooms; False when refused for good."""
         assert self._api is not None
-        me = await self._api.whoami()
+        me, device = await self._api.account()
         if me != self.settings.user_id:
             self._set("refused", f"the access token is {me}'s, not {self.settings.user_id}'s")
             log.error("matrix token belongs to another account", token_user=me)
             return False
+        await self.e2ee.open(self.store.root, self.settings.homeserver, device, self._api.token)
         self._joined = set(await self._api.joined_rooms())
         self._set("connected")
         if self._offer is not None:
@@ -354,6 +317,10 @@ class MatrixChannel:
                     checked = True
                 timeout = 0 if since is None else SYNC_TIMEOUT_MS
                 batch = await self._api.sync(since, timeout)
+                # Room keys and device changes first: this batch's messages may need them, and
+                # a message held for its key is taken once the key is here.
+                for room_id, held in await self.e2ee.receive(batch):
+                    await self._take_event(room_id, held, first=False)
                 await self._take(batch, since=since)
                 token = batch.get("next_batch")
                 if isinstance(token, str) and token:
@@ -403,9 +370,9 @@ class MatrixChannel:
             self._joined.add(room_id)
             state = _mapping(room.get("state")).get("events")
             for event in state if isinstance(state, list) else []:
-                # The room's state before the timeline: an encryption event in it refuses it.
+                # The room's state before the timeline: an encryption event marks it encrypted.
                 if isinstance(event, Mapping) and event.get("type") == "m.room.encryption":
-                    await self._refuse_encrypted(room_id, event)
+                    await self.e2ee.seen(room_id, event)
             timeline = _mapping(room.get("timeline"))
             events = timeline.get("events")
             if not isinstance(events, list):
@@ -443,11 +410,25 @@ class MatrixChannel:
         event_id = event.get("event_id")
         sender = event.get("sender")
         kind = event.get("type")
-        if not isinstance(event_id, str) or event_id in self._seen:
+        if not isinstance(event_id, str) or event_id in self._seen or event_id in self.e2ee.held:
             return
-        if kind in ENCRYPTION_TYPES:
-            await self._refuse_encrypted(room_id, event)
+        if kind == "m.room.encryption":
+            await self.e2ee.seen(room_id, event)
             return
+        if kind == "m.room.encrypted":
+            await self.e2ee.seen(room_id, None)
+            if self.e2ee.crypto is None:
+                await self.e2ee.refuse(room_id, event)
+                return
+            if sender != self.settings.user_id and not first:
+                if sender not in self._allow:
+                    await self._ignore(room_id, event_id, sender)
+                    return
+                clear = self.e2ee.decrypt(room_id, event)
+                if clear is None:
+                    await self.e2ee.hold(room_id, event)
+                    return
+                event, kind = clear, clear.get("type")
         if sender == self.settings.user_id or kind not in ("m.room.message", "m.room.redaction"):
             return
         if first:
@@ -455,13 +436,9 @@ class MatrixChannel:
             await self._mark(event_id, room_id, None)
             return
         if sender not in self._allow:
-            self.status.ignored += 1
-            log.warning(
-                "matrix message from a sender not allowed; ignored", room=room_id, sender=sender
-            )
-            await self._mark(event_id, room_id, None)
+            await self._ignore(room_id, event_id, sender)
             return
-        if room_id in self._encrypted:
+        if room_id in self.e2ee.refused():
             # Its room was refused (one notice said so): a plain message there is not answered
             # either, since the reply would go out unencrypted into a room meant to be private.
             log.info("matrix message in an encrypted room not taken", room=room_id)
@@ -502,22 +479,18 @@ class MatrixChannel:
         self.status.taken += 1
         log.info("matrix message taken", room=room_id, turn_id=accepted.turn_id)
 
-    async def _refuse_encrypted(self, room_id: str, event: Mapping[str, Any]) -> None:
-        """The room is end-to-end encrypted: say once that nothing in it can be read."""
-        event_id = event.get("event_id")
-        if room_id in self._encrypted:
-            if isinstance(event_id, str):
-                await self._mark(event_id, room_id, None)
-            return
-        if isinstance(event_id, str):
+    async def _ignore(self, room_id: str, event_id: str, sender: Any) -> None:
+        self.status.ignored += 1
+        log.warning(
+            "matrix message from a sender not allowed; ignored", room=room_id, sender=sender
+        )
+        await self._mark(event_id, room_id, None)
+
+    async def _mark_encrypted(self, event_id: str | None, room_id: str) -> None:
+        if event_id is not None:
             self._seen.add(event_id)
-        self._encrypted.add(room_id)
         rec = {"event": event_id or f"encrypted {room_id}", "room": room_id, "encrypted": True}
         await anyio.to_thread.run_sync(self.store.mark_seen, [rec])
-        log.warning("matrix room is end-to-end encrypted; refused", room=room_id)
-        key = f"enc-{uuid.uuid5(uuid.NAMESPACE_URL, room_id).hex[:16]}"
-        text = ENCRYPTED_NOTICE.format(bot=self.settings.user_id)
-        self._queue(Reply(key, room_id, text, notice=True))
 
     async def _mark(self, event_id: str, room_id: str, turn_id: str | None) -> None:
         self._seen.add(event_id)
@@ -539,7 +512,7 @@ class MatrixChannel:
                             "msgtype": "m.notice" if reply.notice else "m.text",
                             "body": piece,
                         }
-                        await self._api.send(reply.room_id, f"{reply.key}.{i}", content)
+                        await self._send_one(reply.room_id, f"{reply.key}.{i}", content)
                     sent = True
                     break
                 except (MatrixAway, MatrixRefused) as exc:
@@ -553,6 +526,14 @@ class MatrixChannel:
                 self.status.replies_sent += 1
             elif sent:
                 await self._notice_sent(reply.notice_id)
+
+    async def _send_one(self, room_id: str, txn_id: str, content: dict[str, Any]) -> None:
+        """One message: encrypted in an encrypted room (once the device's keys are loaded)."""
+        assert self._api is not None
+        if self.e2ee.encrypts(room_id):
+            await self.e2ee.send(room_id, txn_id, content)
+        else:
+            await self._api.send(room_id, txn_id, content)
 
     async def _notice_sent(self, notice_id: str) -> None:
         self.status.notices_sent += 1

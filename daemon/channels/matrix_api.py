@@ -1,4 +1,5 @@
-"""The few Matrix client-server API calls the channel makes, over httpx (no E2EE).
+"""The Matrix channel's access token (where it is read from) and the few client-server API
+calls it makes, over httpx (encryption and the key requests are matrix-nio's: `matrix_crypto`).
 
 A 429 is waited out here for as long as the homeserver asks (bounded); a server error or an
 unreachable homeserver is `MatrixAway` (the caller backs off); any other 4xx is
@@ -8,7 +9,9 @@ unreachable homeserver is `MatrixAway` (the caller backs off); any other 4xx is
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -17,6 +20,7 @@ import httpx
 
 from daemon.errors import ReverieError
 from daemon.log import get_logger
+from daemon.settings import MatrixSettings
 
 log = get_logger("matrix")
 
@@ -25,6 +29,50 @@ SYNC_TIMEOUT_MS = 30_000
 TIMELINE_LIMIT = 20
 BACKOFF_MAX_S = 60.0
 TYPING_MS = 30_000
+
+
+TOKEN_ENV = "REVERIE_MATRIX_TOKEN"
+TOKEN_CREDENTIAL = "reverie-matrix-token"
+
+
+class MatrixConfigError(ReverieError):
+    """The channel cannot start as configured (one line a person can act on)."""
+
+
+def matrix_token(settings: MatrixSettings, environ: Mapping[str, str] | None = None) -> str:
+    """The bot's access token: environment, then systemd credential, then `token_file`."""
+    env = os.environ if environ is None else environ
+    value = env.get(TOKEN_ENV, "").strip()
+    if value:
+        return value
+    cred_dir = env.get("CREDENTIALS_DIRECTORY")
+    if cred_dir:
+        path = Path(cred_dir) / TOKEN_CREDENTIAL
+        if path.is_file():
+            value = path.read_text().strip()
+            if value:
+                return value
+    if settings.token_file:
+        path = Path(settings.token_file).expanduser()
+        try:
+            mode = path.stat().st_mode & 0o777
+            value = path.read_text().strip()
+        except OSError as exc:
+            raise MatrixConfigError(
+                f"channels.matrix.token_file {path} cannot be read: {exc.strerror or exc}"
+            ) from None
+        if mode & 0o077:
+            raise MatrixConfigError(
+                f"channels.matrix.token_file {path} is readable by others (mode {mode:o}); "
+                f"chmod 600 {path}"
+            )
+        if value:
+            return value
+        raise MatrixConfigError(f"channels.matrix.token_file {path} is empty")
+    raise MatrixConfigError(
+        f"no Matrix access token: set {TOKEN_ENV}, the systemd credential {TOKEN_CREDENTIAL}, "
+        "or channels.matrix.token_file"
+    )
 
 
 class MatrixAway(ReverieError):
@@ -48,6 +96,7 @@ class MatrixApi:
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(SYNC_TIMEOUT_MS / 1000 + 15, connect=10)
         )
+        self.token = token
         self._headers = {"Authorization": f"Bearer {token}"}
 
     async def aclose(self) -> None:
@@ -90,7 +139,13 @@ class MatrixApi:
         raise MatrixAway("still rate limited after 8 waits")
 
     async def whoami(self) -> str:
-        return str((await self.call("GET", "/_matrix/client/v3/account/whoami")).get("user_id"))
+        return (await self.account())[0]
+
+    async def account(self) -> tuple[str, str | None]:
+        """The token's user and device (None where the homeserver names no device)."""
+        me = await self.call("GET", "/_matrix/client/v3/account/whoami")
+        device = me.get("device_id")
+        return str(me.get("user_id")), device if isinstance(device, str) and device else None
 
     async def joined_rooms(self) -> list[str]:
         rooms = (await self.call("GET", "/_matrix/client/v3/joined_rooms")).get("joined_rooms")

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from daemon.channels.matrix import MatrixConfigError, matrix_token
+from daemon.channels.matrix_api import MatrixConfigError, matrix_token
 from daemon.settings import MatrixSettings
 
 PROBE_TIMEOUT_S = 10.0
@@ -41,11 +41,17 @@ def _live(mx: Mapping[str, Any]) -> tuple[str, str, str]:
     encrypted = list(mx.get("encrypted_rooms") or [])
     if state == "connected":
         line = f"connected in the daemon as {mx.get('user_id')} ({mx.get('rooms', 0)} room(s))"
+        e2ee = mx.get("e2ee") or {}
+        if e2ee.get("ed25519"):
+            # What the person compares in Element to verify the bot's device by hand.
+            line += f"; e2ee device {e2ee.get('device_id')}, ed25519 {e2ee['ed25519']}"
         if encrypted:
             return (
                 "warn",
-                f"{line}; refused end-to-end encrypted room(s): {', '.join(encrypted)}",
-                "use an unencrypted room (docs/channels.md, Encryption)",
+                f"{line}; refused end-to-end encrypted room(s): {', '.join(encrypted)} "
+                f"({e2ee.get('reason') or 'no encryption support'})",
+                "install the matrix extra (pip install '.[matrix]') and restart, or use "
+                "an unencrypted room (docs/channels.md, Encryption)",
             )
         return ("ok", line, "")
     if state == "refused":

@@ -6,6 +6,9 @@ Files live in `<home>/channels/matrix/` (0700 directory, 0600 files):
 - `seen.jsonl` — every event handled (event id, room, turn id when taken; `encrypted` for the
   event that showed a room is end-to-end encrypted), appended and fsynced.
 - `outbox.jsonl` — replies and notices until the homeserver confirmed them (`put`, `sent`).
+- `held.jsonl` — encrypted messages that could not be decrypted yet (no room key), kept until
+  their key arrives (`put`, `done`).
+- `crypto/` — the end-to-end encryption store (`matrix_crypto`).
 
 An inbox entry that came from Matrix carries `matrix <room> <event>` as its client message id,
 so a crash between the inbox write and `seen.jsonl` is read back from the inbox at the start.
@@ -70,6 +73,7 @@ class MatrixStore:
         self.sync_file = root / "sync.json"
         self.seen_file = root / "seen.jsonl"
         self.outbox_file = root / "outbox.jsonl"
+        self.held_file = root / "held.jsonl"
 
     def prepare(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -132,6 +136,26 @@ class MatrixStore:
 
     def reply_sent(self, key: str) -> None:
         append_lines(self.outbox_file, [json.dumps({"op": "sent", "turn": key})])
+
+    def held(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Encrypted events waiting for their room key: event id -> (room, the raw event)."""
+        held: dict[str, tuple[str, dict[str, Any]]] = {}
+        for rec in read_jsonl(self.held_file):
+            event_id, room, event = rec.get("event"), rec.get("room"), rec.get("raw")
+            if not isinstance(event_id, str):
+                continue
+            if rec.get("op") == "put" and isinstance(room, str) and isinstance(event, dict):
+                held[event_id] = (room, event)
+            elif rec.get("op") == "done":
+                held.pop(event_id, None)
+        return held
+
+    def hold(self, room_id: str, event: dict[str, Any]) -> None:
+        rec = {"op": "put", "event": event.get("event_id"), "room": room_id, "raw": event}
+        append_lines(self.held_file, [json.dumps(rec)])
+
+    def unhold(self, event_id: str) -> None:
+        append_lines(self.held_file, [json.dumps({"op": "done", "event": event_id})])
 
 
 def client_msg_id(room_id: str, event_id: str) -> str:

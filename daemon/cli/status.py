@@ -332,6 +332,13 @@ def _matrix_lines(mx: dict[str, Any]) -> list[str]:
             f"{mx.get('failures', 0)} failures)"
         )
     lines = [head + (f" · {mx['detail']}" if mx.get("detail") else "")]
+    e2ee = mx.get("e2ee") or {}
+    if e2ee.get("ed25519"):
+        rooms, held = len(e2ee.get("rooms") or []), e2ee.get("waiting_for_keys", 0)
+        lines.append(
+            f"              e2ee on · device {e2ee.get('device_id')} · ed25519 {e2ee['ed25519']}"
+            f" · {rooms} encrypted room(s)" + (f" · {held} waiting for their key" if held else "")
+        )
     for room in mx.get("encrypted_rooms") or []:
         lines.append(f"              refused {room}: end-to-end encrypted (docs/channels.md)")
     return lines
