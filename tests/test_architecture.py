@@ -190,7 +190,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.context.letter",
         "daemon.delegate.fork",
         "daemon.delegate.lineage",
-        "daemon.journal.heartbeat",
         "daemon.memory.auto_recall",
         "daemon.memory.chunks",
         "daemon.memory.corrections",

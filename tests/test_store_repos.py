@@ -20,6 +20,7 @@ import pytest
 from daemon.store.console import ConsoleQueries
 from daemon.store.db import Database
 from daemon.store.exams import ExamRow, ExamsRepo
+from daemon.store.journal_cursors import JournalCursorsRepo
 from daemon.store.notices import NewNotice, NoticesRepo
 from daemon.store.runs import RunsRepo
 from daemon.store.schedules import Firing, ScheduleRow, SchedulesRepo, iso
@@ -706,3 +707,45 @@ async def test_console_queries_read_the_timeline_and_the_pages(store: Store) -> 
             ("summary:a", "title summary:a", "s.md"),
         ]
         assert await q.turns_with_forks(2) == [("turn-2", 1), ("turn-1", 2)]
+
+
+# ----- the journal's cursors --------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_journal_cursors_only_move_forward(store: Store) -> None:
+    async with store.open("journal_cursors", "sessions") as db:
+        for sid, kind, began, ended in [
+            ("trunk-old", "trunk", T0 - timedelta(days=9), T0 - timedelta(days=8)),
+            ("trunk-a", "trunk", T0 - timedelta(days=1), T0 - timedelta(hours=1)),
+            ("trunk-b", "trunk", T0, None),
+            ("fork-1", "fork", T0, None),
+        ]:
+            await db.execute(
+                "INSERT INTO sessions(id, kind, transcript_path, started_at, ended_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (
+                    sid,
+                    kind,
+                    f"{sid}.jsonl",
+                    began.isoformat(),
+                    ended.isoformat() if ended else None,
+                ),
+            )
+        cursors = JournalCursorsRepo(db)
+        recent = await cursors.trunk_sessions(ended_since=T0 - timedelta(days=2))
+        assert [(c.session_id, c.transcript_path, c.offset) for c in recent] == [
+            ("trunk-a", "trunk-a.jsonl", 0),
+            ("trunk-b", "trunk-b.jsonl", 0),
+        ]
+        assert await cursors.trunk_session("fork-1") is None
+        assert await cursors.offset("trunk-a") is None
+
+        await cursors.advance("trunk-a", 500, entry_id="j-1", at=T0)
+        await cursors.advance("trunk-a", 200, entry_id=None, at=T0)  # behind: stays at 500
+        assert await cursors.offset("trunk-a") == 500
+        await cursors.advance("trunk-a", 900, entry_id=None, at=T0)
+        got = await cursors.trunk_session("trunk-a")
+        assert got is not None and got.offset == 900
+        row = await db.fetchone(
+            "SELECT entry_id FROM journal_cursors WHERE session_id = ?", ("trunk-a",)
+        )
+        assert row[0] == "j-1"  # a move naming no entry keeps the last one's

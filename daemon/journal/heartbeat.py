@@ -80,6 +80,7 @@ from daemon.redact import redactor_for
 from daemon.scheduler import local_zone
 from daemon.settings import Settings
 from daemon.store.db import Database
+from daemon.store.journal_cursors import JournalCursorsRepo
 from daemon.tools.workspace import Workspace
 
 log = get_logger("journal")
@@ -152,6 +153,7 @@ class JournalHeartbeat:
     ) -> None:
         self.home = home
         self.db = db
+        self.cursors = JournalCursorsRepo(db)
         self.settings = settings
         self.cfg = settings.journal
         self.roles = roles
@@ -230,18 +232,13 @@ class JournalHeartbeat:
 
     async def tick(self) -> Tick:
         """Look at every recent trunk session; write an entry for each that had activity."""
-        since = (self.clock.now() - _RECENT).isoformat()
-        rows = await self.db.fetchall(
-            "SELECT s.id, s.transcript_path, COALESCE(c.byte_offset, 0) FROM sessions s "
-            "LEFT JOIN journal_cursors c ON c.session_id = s.id "
-            "WHERE s.kind = 'trunk' AND (s.ended_at IS NULL OR s.ended_at >= ?) ORDER BY s.started_at",
-            (since,),
-        )
+        rows = await self.cursors.trunk_sessions(ended_since=self.clock.now() - _RECENT)
         written: list[str] = []
         summaries: list[str] = []
         skipped = ""
-        for session_id, path, offset in rows:
-            if transcript_size(self._path(session_id, path)) <= int(offset):
+        for cursor in rows:
+            session_id = cursor.session_id
+            if transcript_size(self._path(session_id, cursor.transcript_path)) <= cursor.offset:
                 continue  # nothing appended since the last entry: no read, no model call
             entry = await self.record(session_id, "heartbeat", deadline_s=_TICK_MODEL_S)
             if entry is not None:
@@ -274,14 +271,10 @@ class JournalHeartbeat:
         """
         async with self._lock:
             # Trunk sessions only: a fork tree reports what it did with a `journal_note`.
-            row = await self.db.fetchone(
-                "SELECT s.transcript_path, COALESCE(c.byte_offset, 0) FROM sessions s "
-                "LEFT JOIN journal_cursors c ON c.session_id = s.id WHERE s.id = ? AND s.kind = 'trunk'",
-                (session_id,),
-            )
-            if row is None:
+            cursor = await self.cursors.trunk_session(session_id)
+            if cursor is None:
                 return None
-            path, offset = self._path(session_id, row[0]), int(row[1])
+            path, offset = self._path(session_id, cursor.transcript_path), cursor.offset
             if transcript_size(path) <= offset:
                 return None
             activity = await anyio.to_thread.run_sync(read_since, session_id, path, offset)
@@ -509,12 +502,7 @@ class JournalHeartbeat:
     # -- cursors and caps --------------------------------------------------------------------
 
     async def _advance(self, session_id: str, offset: int, entry_id: str | None) -> None:
-        await self.db.execute(
-            "INSERT INTO journal_cursors(session_id, byte_offset, entry_id, updated_at) VALUES (?,?,?,?) "
-            "ON CONFLICT(session_id) DO UPDATE SET byte_offset = MAX(byte_offset, excluded.byte_offset), "
-            "entry_id = COALESCE(excluded.entry_id, entry_id), updated_at = excluded.updated_at",
-            (session_id, offset, entry_id, self.clock.now().isoformat()),
-        )
+        await self.cursors.advance(session_id, offset, entry_id=entry_id, at=self.clock.now())
 
     async def _repair_cursors(self) -> None:
         """Move cursors past entries that were written just before a crash took their update."""
@@ -522,10 +510,8 @@ class JournalHeartbeat:
         for entry in recent:
             end = entry.span.get("to")
             if entry.session and isinstance(end, int):
-                row = await self.db.fetchone(
-                    "SELECT byte_offset FROM journal_cursors WHERE session_id = ?", (entry.session,)
-                )
-                if row is None or int(row[0]) < end:
+                stored = await self.cursors.offset(entry.session)
+                if stored is None or stored < end:
                     log.info(
                         "journal cursor repaired from the last entry",
                         session=entry.session,
