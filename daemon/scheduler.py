@@ -38,6 +38,7 @@ from apscheduler.triggers.cron import CronTrigger
 from daemon.clock import Clock
 from daemon.log import bound_contextvars, get_logger
 from daemon.store.db import Database
+from daemon.store.job_state import JobState, JobStateRepo
 
 log = get_logger("scheduler")
 
@@ -124,14 +125,11 @@ class Scheduler:
         self._jobs: dict[str, _Job] = {}
         self._tg: TaskGroup | None = None
         self._nap: anyio.CancelScope | None = None
-        self._persisted: dict[str, tuple[Any, ...]] = {}
+        self._persisted: dict[str, JobState] = {}
 
     async def __aenter__(self) -> Scheduler:
         if self.db is not None:
-            rows = await self.db.fetchall(
-                "SELECT job, last_run, last_status, last_result, runs, next_run FROM schedule_state"
-            )
-            self._persisted = {r[0]: tuple(r[1:]) for r in rows}
+            self._persisted = {s.job: s for s in await JobStateRepo(self.db).all()}
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -172,8 +170,13 @@ class Scheduler:
             raise ValueError(f"a job named {job.name!r} is already scheduled")
         saved = self._persisted.get(job.name)
         if saved is not None:
-            last_run, job.last_status, job.last_result, job.runs, due = saved
-            job.last_run = datetime.fromisoformat(last_run) if last_run else None
+            job.last_status, job.last_result, job.runs = (
+                saved.last_status,
+                saved.last_result,
+                saved.runs,
+            )
+            job.last_run = datetime.fromisoformat(saved.last_run) if saved.last_run else None
+            due = saved.next_run
             job.extra["due_when_stopped"] = datetime.fromisoformat(due) if due else None
         now = self.clock.now()
         job.next_run = self._first_run(job, now)
@@ -306,20 +309,16 @@ class Scheduler:
         if self.db is None or self.db.readonly:
             return
         status = status_only or job.last_status
-        await self.db.execute(
-            "INSERT INTO schedule_state(job, last_run, last_status, last_result, next_run, runs, updated_at)"
-            " VALUES (?,?,?,?,?,?,?) ON CONFLICT(job) DO UPDATE SET last_run=excluded.last_run,"
-            " last_status=excluded.last_status, last_result=excluded.last_result, next_run=excluded.next_run,"
-            " runs=excluded.runs, updated_at=excluded.updated_at",
-            (
-                job.name,
-                job.last_run.isoformat() if job.last_run else None,
-                status,
-                job.last_result,
-                job.next_run.isoformat() if job.next_run else None,
-                job.runs,
-                self.clock.now().isoformat(),
+        await JobStateRepo(self.db).save(
+            JobState(
+                job=job.name,
+                last_run=job.last_run.isoformat() if job.last_run else None,
+                last_status=status,
+                last_result=job.last_result,
+                next_run=job.next_run.isoformat() if job.next_run else None,
+                runs=job.runs,
             ),
+            at=self.clock.now().isoformat(),
         )
 
     # -- reading -----------------------------------------------------------------------------
@@ -399,18 +398,15 @@ class Scheduler:
 
 async def persisted_jobs(db: Database) -> dict[str, dict[str, Any]]:
     """The jobs' persisted state, for `status` when the daemon is not running."""
-    rows = await db.fetchall(
-        "SELECT job, last_run, last_status, last_result, next_run, runs FROM schedule_state ORDER BY job"
-    )
     return {
-        r[0]: {
-            "last_run": r[1],
-            "last_status": r[2],
-            "last_result": r[3],
-            "next_run": r[4],
-            "runs": r[5],
+        s.job: {
+            "last_run": s.last_run,
+            "last_status": s.last_status,
+            "last_result": s.last_result,
+            "next_run": s.next_run,
+            "runs": s.runs,
         }
-        for r in rows
+        for s in await JobStateRepo(db).all()
     }
 
 

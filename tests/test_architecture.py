@@ -211,7 +211,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.memory.writer",
         "daemon.schedule.checklist",
         "daemon.schedule.greeting",
-        "daemon.scheduler",
         "daemon.sleep.changes",
         "daemon.sleep.dreams",
         "daemon.sleep.maintenance",

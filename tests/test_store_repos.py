@@ -20,6 +20,7 @@ import pytest
 from daemon.store.console import ConsoleQueries
 from daemon.store.db import Database
 from daemon.store.exams import ExamRow, ExamsRepo
+from daemon.store.job_state import JobState, JobStateRepo
 from daemon.store.journal_cursors import JournalCursorsRepo
 from daemon.store.notices import NewNotice, NoticesRepo
 from daemon.store.runs import RunsRepo
@@ -749,3 +750,39 @@ async def test_journal_cursors_only_move_forward(store: Store) -> None:
             "SELECT entry_id FROM journal_cursors WHERE session_id = ?", ("trunk-a",)
         )
         assert row[0] == "j-1"  # a move naming no entry keeps the last one's
+
+
+# ----- the daemon's jobs' state -----------------------------------------------------------------
+@pytest.mark.anyio
+async def test_job_state_is_saved_replaced_and_listed_by_name(store: Store) -> None:
+    async with store.open("schedule_state") as db:
+        jobs = JobStateRepo(db)
+        assert await jobs.all() == []
+        first = JobState(
+            job="nightly_sleep",
+            last_run=None,
+            last_status=None,
+            last_result=None,
+            next_run=T0.isoformat(),
+            runs=0,
+        )
+        await jobs.save(first, at=T0.isoformat())
+        ran = JobState(
+            job="nightly_sleep",
+            last_run=T0.isoformat(),
+            last_status="ok",
+            last_result="slept",
+            next_run=(T0 + timedelta(days=1)).isoformat(),
+            runs=1,
+        )
+        await jobs.save(ran, at=T0.isoformat())
+        beat = JobState(
+            job="heartbeat",
+            last_run=None,
+            last_status="skipped",
+            last_result=None,
+            next_run=None,
+            runs=0,
+        )
+        await jobs.save(beat, at=T0.isoformat())
+        assert await jobs.all() == [beat, ran]
