@@ -7,7 +7,9 @@ question; nothing mined (no fact holds either value), so what links them is reca
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -183,3 +185,41 @@ async def test_the_recall_tool_reads_a_changed_value_after_its_change(tmp_path: 
     for text in old:
         assert text.startswith("[said later, 20 February 2026: "), text
         assert text.index("Casa Verde") < text.index("earlier: ") < text.index("booked at"), text
+
+
+@pytest.fixture
+def cli_logging() -> Iterator[None]:
+    """The command reconfigures logging for the process; put the defaults back afterwards."""
+    import structlog
+
+    yield None
+    structlog.reset_defaults()
+
+
+async def _dinner_home(root: Path) -> None:
+    rng = random.Random(8)
+    async with sleep_home(root) as rig:
+        for day in range(0, 240, 4):
+            said = {
+                8: "Dinner with the in-laws is booked at Trattoria Sole.",
+                160: "Trattoria Sole fell through, we switched to Casa Verde.",
+            }.get(day, "")
+            await _talk(rig, rng, day, said)
+
+
+@pytest.mark.usefixtures("cli_logging")
+def test_reverie_context_shows_the_change_before_the_old_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reverie context --prompt Q --json` on a home with months of talk: the first turn's
+    context never shows the old venue without the new one, and shows the new one first."""
+    from daemon.cli import main
+
+    monkeypatch.setenv("REVERIE_EMBEDDER", "none")
+    anyio.run(_dinner_home, tmp_path / "home")
+    capsys.readouterr()  # what building the home logged
+    asked = "where are we having dinner with the in-laws?"
+    assert main(["context", "--home", str(tmp_path / "home"), "--prompt", asked, "--json"]) == 0
+    text = "\n".join(b["text"] for b in json.loads(capsys.readouterr().out)["blocks"])
+    assert "booked at Trattoria Sole" in text, text
+    assert text.index("Casa Verde") < text.index("booked at Trattoria Sole"), text
