@@ -722,8 +722,10 @@ class MemorySearch:
         items = await self._hydrate(descending(merged), via)
         if not fit:
             return items
-        # The same passage said on several days is shown once (`distinct_passages`).
-        return distinct_passages(await self.fit(plan.text, items, len(items)), plan.text)[:k]
+        # The same passage said on several days is shown once (`distinct_passages`); a few
+        # more are fitted than asked for, to fill the places of the repeats it drops.
+        fitted = await self.fit(plan.text, items, min(len(items), k + max(3, k // 4)))
+        return distinct_passages(fitted, plan.text)[:k]
 
     async def similarities(self, question: str, items: Sequence[MemoryItem]) -> dict[str, float]:
         """Each item's vector similarity to `question`, by item id ({} without vectors)."""
