@@ -723,9 +723,13 @@ class MemorySearch:
         if not fit:
             return items
         # The same passage said on several days is shown once (`distinct_passages`); a few
-        # more are fitted than asked for, to fill the places of the repeats it drops.
-        fitted = await self.fit(plan.text, items, min(len(items), k + max(3, k // 4)))
-        return distinct_passages(fitted, plan.text)[:k]
+        # more are fitted than asked for to fill the places of the repeats it drops, and all
+        # of them when that was not enough.
+        extra = min(len(items), k + max(3, k // 4))
+        shown = distinct_passages(await self.fit(plan.text, items, extra), plan.text)
+        if len(shown) < k < len(items) and extra < len(items):
+            shown = distinct_passages(await self.fit(plan.text, items, len(items)), plan.text)
+        return shown[:k]
 
     async def similarities(self, question: str, items: Sequence[MemoryItem]) -> dict[str, float]:
         """Each item's vector similarity to `question`, by item id ({} without vectors)."""
