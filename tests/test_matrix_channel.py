@@ -442,6 +442,35 @@ def test_an_encrypted_room_is_answered_encrypted_and_keeps_its_device_across_a_r
         me.close()
 
 
+# The Synapse is shared; this test's daemon start and waits cost ~15-20 s: `-m slow`.
+@pytest.mark.slow
+def test_a_token_whose_device_has_another_clients_keys_is_shown_in_status_and_doctor(
+    synapse: Synapse,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    bot, person, _stranger, room, daemon = _setup(synapse, tmp_path, encrypted=True)
+    # Another client (as when a token is copied from Element) already put its keys on the
+    # token's device: the daemon's own keys for it are refused.
+    other = EncryptingPerson(synapse, bot, tmp_path / "another-client")
+    other.close()
+    daemon.start(timeout=30)
+    try:
+        _ready(synapse, bot, person, room, daemon)
+
+        def problem() -> str:
+            e2ee = json.loads(_cli(daemon, "status", "--json"))["matrix"]["e2ee"]
+            return str(e2ee.get("problem") or "")
+
+        wait_until(lambda: "keys upload refused" in problem(), 30, "the refused keys upload")
+        assert "keys upload refused" in _cli(daemon, "status")
+        doctor = _cli(daemon, "doctor")
+        assert "[warn] matrix: connected in the daemon" in doctor and "own login" in doctor
+        refused = [e for e in daemon.log_events() if "keys refused" in str(e.get("event"))]
+        assert len(refused) == 1, refused
+    finally:
+        daemon.stop()
+
+
 # The Synapse is shared; this test's daemon restart and waits cost ~20-30 s: `-m slow`.
 @pytest.mark.slow
 def test_without_encryption_support_an_encrypted_room_is_refused_with_one_notice(

@@ -70,6 +70,8 @@ class MatrixCrypto:
         self._homeserver = homeserver
         self._token = token
         self._client: Any = None
+        # The last refused key upload: the device's keys on the homeserver are not these.
+        self.problem: str | None = None
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -147,7 +149,10 @@ class MatrixCrypto:
         return str(self._client.olm.account.identity_keys["curve25519"]) if self._client else ""
 
     def describe(self) -> dict[str, Any]:
-        return {"device_id": self.device_id, "ed25519": _spaced(self.ed25519)}
+        described = {"device_id": self.device_id, "ed25519": _spaced(self.ed25519)}
+        if self.problem:
+            described["problem"] = self.problem
+        return described
 
     async def close(self) -> None:
         if self._client is not None:
@@ -169,7 +174,16 @@ class MatrixCrypto:
         client = self._client
         try:
             if client.should_upload_keys:
-                _check(await client.keys_upload(), "keys upload")
+                refused = _check(await client.keys_upload(), "keys upload")
+                if refused is not None and self.problem is None:
+                    # Most often another client's keys on this device: the token is not the
+                    # bot's own login. Nobody can encrypt to this device until that is fixed.
+                    log.error(
+                        "matrix device keys refused by the homeserver; log the bot in anew",
+                        device_id=self.device_id,
+                        error=refused,
+                    )
+                self.problem = refused
             if client.should_query_keys:
                 _check(await client.keys_query(), "keys query")
             if client.should_claim_keys:
@@ -239,15 +253,17 @@ class MatrixCrypto:
         return str(getattr(resp, "event_id", ""))
 
 
-def _check(resp: Any, what: str) -> None:
-    """Log a failed key request (the next upkeep tries again); a server error is `MatrixAway`."""
+def _check(resp: Any, what: str) -> str | None:
+    """A failed key request's reason (logged; the next upkeep tries again), else None; a
+    server error is `MatrixAway`."""
     message = getattr(resp, "message", None)
     if message is None:
-        return
+        return None
     status = getattr(getattr(resp, "transport_response", None), "status", 0) or 0
     if status >= 500:
         raise MatrixAway(f"{what} failed: {resp}")
-    log.error(f"matrix {what} failed", error=str(resp), status=status)
+    log.warning(f"matrix {what} failed", error=str(resp), status=status)
+    return f"{what} refused: {resp}"
 
 
 def _spaced(key: str) -> str:

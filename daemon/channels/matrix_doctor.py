@@ -45,6 +45,13 @@ def _live(mx: Mapping[str, Any]) -> tuple[str, str, str]:
         if e2ee.get("ed25519"):
             # What the person compares in Element to verify the bot's device by hand.
             line += f"; e2ee device {e2ee.get('device_id')}, ed25519 {e2ee['ed25519']}"
+        if e2ee.get("problem"):
+            return (
+                "warn",
+                f"{line}; {e2ee['problem']}",
+                "the bot's device keys are not on the homeserver: give the bot a token of its "
+                "own login, not one copied from another client (docs/channels.md, Encryption)",
+            )
         if encrypted:
             return (
                 "warn",

@@ -337,7 +337,9 @@ def _matrix_lines(mx: dict[str, Any]) -> list[str]:
         rooms, held = len(e2ee.get("rooms") or []), e2ee.get("waiting_for_keys", 0)
         lines.append(
             f"              e2ee on · device {e2ee.get('device_id')} · ed25519 {e2ee['ed25519']}"
-            f" · {rooms} encrypted room(s)" + (f" · {held} waiting for their key" if held else "")
+            f" · {rooms} encrypted room(s)"
+            + (f" · {held} waiting for their key" if held else "")
+            + (f" · {e2ee['problem']}" if e2ee.get("problem") else "")
         )
     for room in mx.get("encrypted_rooms") or []:
         lines.append(f"              refused {room}: end-to-end encrypted (docs/channels.md)")
