@@ -210,7 +210,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.memory.uses",
         "daemon.memory.writer",
         "daemon.schedule.checklist",
-        "daemon.schedule.greeting",
         "daemon.sleep.changes",
         "daemon.sleep.dreams",
         "daemon.sleep.maintenance",

@@ -25,6 +25,7 @@ from daemon.store.journal_cursors import JournalCursorsRepo
 from daemon.store.notices import NewNotice, NoticesRepo
 from daemon.store.runs import RunsRepo
 from daemon.store.schedules import Firing, ScheduleRow, SchedulesRepo, iso
+from daemon.store.sessions import SessionsRepo
 from daemon.store.sleep_cycles import SleepCyclesRepo
 from daemon.store.threads import Thread, ThreadsRepo
 from daemon.store.usage import UsageEntry, UsageRepo
@@ -786,3 +787,48 @@ async def test_job_state_is_saved_replaced_and_listed_by_name(store: Store) -> N
         )
         await jobs.save(beat, at=T0.isoformat())
         assert await jobs.all() == [beat, ran]
+
+
+# ----- what the greeting reads: today's schedules, a time-down notice, a session ----------------
+@pytest.mark.anyio
+async def test_greeting_reads_schedules_notices_and_a_session(store: Store) -> None:
+    async with store.open("schedules", "notices", "messages", "sessions") as db:
+        schedules = SchedulesRepo(db)
+        assert await schedules.exists()
+        await schedules.add(schedule_row("s-past", T0 - timedelta(hours=1)))
+        await schedules.add(schedule_row("s-late", T0 + timedelta(hours=5)))
+        await schedules.add(schedule_row("s-soon", T0 + timedelta(hours=1)))
+        await schedules.add(schedule_row("s-off", T0 + timedelta(hours=2), "cancelled"))
+        assert [r.id for r in await schedules.active_from(T0, limit=5)] == ["s-soon", "s-late"]
+        assert [r.id for r in await schedules.active_from(T0, limit=1)] == ["s-soon"]
+
+        notices = NoticesRepo(db)
+        await notices.add(new_notice("downtime:run-1", T0, kind="system"))
+        await notices.add(new_notice("fire:s-1:x", T0 + timedelta(hours=2)))
+        assert await notices.posted_since("downtime:", T0 - timedelta(minutes=1))
+        assert not await notices.posted_since("downtime:", T0)
+        assert not await notices.posted_since("down%", T0 - timedelta(minutes=1))  # no wildcard
+
+        sessions = SessionsRepo(db)
+        assert await sessions.summary_path("trunk-1") is None
+        assert await sessions.last_message_ts("trunk-1") is None
+        await db.execute(
+            "INSERT INTO sessions(id, kind, transcript_path, started_at, summary_path)"
+            " VALUES (?, ?, ?, ?, ?)",
+            ("trunk-1", "trunk", "trunk-1.jsonl", T0.isoformat(), "memory/sessions/s.md"),
+        )
+        for seq in range(3):
+            await db.execute(
+                "INSERT INTO messages(session_id, seq, msg_id, role, content, ts)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    "trunk-1",
+                    seq,
+                    f"m{seq}",
+                    "user",
+                    "hi",
+                    (T0 + timedelta(minutes=seq)).isoformat(),
+                ),
+            )
+        assert await sessions.summary_path("trunk-1") == "memory/sessions/s.md"
+        assert await sessions.last_message_ts("trunk-1") == (T0 + timedelta(minutes=2)).isoformat()

@@ -39,6 +39,9 @@ from daemon.memory.last_word import GREET_AWAY, away_phrase, last_person_word
 from daemon.paths import Home
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.store.db import Database
+from daemon.store.notices import NoticesRepo
+from daemon.store.schedules import SchedulesRepo
+from daemon.store.sessions import SessionsRepo
 from daemon.threads import Thread, ThreadBook
 
 log = get_logger("greeting")
@@ -142,23 +145,16 @@ async def todays_schedule(db: Database, zone: tzinfo, now: datetime) -> list[str
     Read from the schedules table (`daemon.schedule.store`): the active schedules whose next
     due time falls later today. A home whose database has no schedules table has none.
     """
-    found = await db.fetchone(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schedules'"
-    )
-    if found is None:
+    schedules = SchedulesRepo(db)
+    if not await schedules.exists():
         return []
-    rows = await db.fetchall(
-        "SELECT next_due, text FROM schedules"
-        " WHERE status = 'active' AND next_due IS NOT NULL AND next_due >= ?"
-        " ORDER BY next_due LIMIT 50",
-        (now.astimezone(UTC).replace(microsecond=0).isoformat(),),
-    )
     today: date = now.astimezone(zone).date()
     out: list[str] = []
-    for due, text in rows:
-        when = datetime.fromisoformat(due).astimezone(zone)
+    for row in await schedules.active_from(now, limit=50):
+        assert row.next_due is not None  # active_from reads only schedules with a due time
+        when = datetime.fromisoformat(row.next_due).astimezone(zone)
         if when.date() == today:
-            out.append(f"{when.strftime('%H:%M')} {_clip(text)}")
+            out.append(f"{when.strftime('%H:%M')} {_clip(row.text)}")
     return out[:MAX_AGENDA]
 
 
@@ -288,30 +284,22 @@ class MorningGreeting:
 
     async def _welcomed_back(self, since: datetime) -> bool:
         """Whether a time-down account (which opens with the gap) was posted after `since`."""
-        row = await self.db.fetchone(
-            "SELECT 1 FROM notices WHERE key LIKE 'downtime:%' AND created_at > ? LIMIT 1",
-            (since.astimezone(UTC).isoformat(),),
-        )
-        return row is not None
+        return await NoticesRepo(self.db).posted_since("downtime:", since)
 
     async def _session(self, session_id: str) -> tuple[str | None, datetime | None]:
         """The session's summary file and the time of its last message (None when unknown)."""
-        row = await self.db.fetchone(
-            "SELECT summary_path FROM sessions WHERE id = ?", (session_id,)
-        )
-        last = await self.db.fetchone(
-            "SELECT ts FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
-            (session_id,),
-        )
+        sessions = SessionsRepo(self.db)
+        summary = await sessions.summary_path(session_id)
+        last = await sessions.last_message_ts(session_id)
         when: datetime | None = None
         if last is not None:
             try:
-                when = datetime.fromisoformat(str(last[0]))
+                when = datetime.fromisoformat(last)
             except ValueError:
                 when = None
             if when is not None and when.tzinfo is None:
                 when = when.replace(tzinfo=UTC)
-        return (str(row[0]) if row and row[0] else None), when
+        return summary, when
 
 
 def due_line(thread: Thread, today: date, zone: tzinfo) -> str:

@@ -10,7 +10,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -155,6 +155,14 @@ class NoticesRepo:
             (max(0, int(limit)),),
         )
         return [_notice(r) for r in reversed(rows)]
+
+    async def posted_since(self, key_prefix: str, since: datetime) -> bool:
+        """Whether a notice whose key starts with `key_prefix` was posted after `since`."""
+        row = await self.db.fetchone(
+            "SELECT 1 FROM notices WHERE substr(key, 1, ?) = ? AND created_at > ? LIMIT 1",
+            (len(key_prefix), key_prefix, since.astimezone(UTC).isoformat()),
+        )
+        return row is not None
 
     async def stamp(
         self,

@@ -299,6 +299,25 @@ class SchedulesRepo:
         )
         return [_schedule(r) for r in rows]
 
+    async def exists(self) -> bool:
+        """Whether the store has the schedules table (a database from before it has none).
+
+        PostgreSQL answers through the `sqlite_master` view its first migration makes."""
+        found = await self.db.fetchone(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schedules'"
+        )
+        return found is not None
+
+    async def active_from(self, when: datetime, *, limit: int) -> list[ScheduleRow]:
+        """Active schedules due at `when` or later, soonest first."""
+        rows = await self.db.fetchall(
+            f"SELECT {_COLUMNS} FROM schedules"
+            " WHERE status = 'active' AND next_due IS NOT NULL AND next_due >= ?"
+            " ORDER BY next_due LIMIT ?",
+            (iso(when), max(0, int(limit))),
+        )
+        return [_schedule(r) for r in rows]
+
     # -- firings ---------------------------------------------------------------------------
     async def fires(self, schedule_id: str | None = None) -> list[Fire]:
         """Every firing (of one schedule, if named), by due time."""
