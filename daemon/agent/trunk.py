@@ -674,47 +674,8 @@ class Trunk:
         scope = anyio.CancelScope()
         self._current = (entry.id, scope)
         self._idle = anyio.Event()
-        result: TurnResult | None = None
-        error: tuple[ErrorCode, str] | None = None
-        kept: Kept | None = None
         try:
-            with scope:
-                with anyio.fail_after(self.turn_timeout_s):
-                    result = await self.loop.run_turn(
-                        session,
-                        turn_id=entry.id,
-                        prompt=entry.text,
-                        observer=self._report,
-                        ts=entry.ts.isoformat(),
-                    )
-        except TimeoutError:
-            if self.loop.cut_in_model_call:
-                kept = Kept(
-                    reason=f"no whole reply within the {self.turn_timeout_s:.0f}s turn limit"
-                )
-            else:
-                error = (
-                    ErrorCode.TIMEOUT,
-                    f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped",
-                )
-        except ContextFailed as exc:
-            error = (ErrorCode.CONTEXT_FAILED, str(exc))
-        except SpendCapReached as exc:
-            error = (ErrorCode.SPEND_CAP, str(exc))
-        except ModelUnavailable as exc:
-            kept = Kept(reason=str(exc) or type(exc).__name__)
-        except ModelError as exc:
-            if exc.retryable:
-                kept = Kept(reason=str(exc))
-            else:
-                error = (ErrorCode.MODEL_ERROR, str(exc))
-        except Exception as exc:
-            storage = storage_failure(exc)
-            if storage is not None:
-                kept = Kept(reason=storage, storage=True)
-            else:
-                log.exception("turn stopped by an internal error", turn_id=entry.id)
-                error = (ErrorCode.INTERNAL, f"an internal error stopped this turn ({exc!r})")
+            result, error, kept = await self._attempt(entry, session, scope)
         finally:
             self._current = None
         if scope.cancelled_caught or entry.id in self._cancelled:
@@ -731,23 +692,78 @@ class Trunk:
         if error is None or error[0] is ErrorCode.MODEL_ERROR:
             self._model_reached()  # the model answered (even with an error): it is reachable
         if error is not None:
-            log.warning("turn failed", turn_id=entry.id, code=str(error[0]), error=error[1])
-            failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
-            observer = self._observers.get(entry.id, ignore)
-            if error[0] is not ErrorCode.CONTEXT_FAILED:  # the loop recorded that one itself
-                with unless_storage_refuses(log, "turn end not recorded", turn_id=entry.id):
-                    await session.record(
-                        TurnEnd(
-                            turn_id=entry.id,
-                            status=TurnStatus.FAILED,
-                            error=error[1],
-                            ts=self.clock.now().isoformat(),
-                        )
-                    )
-            await self._finish(entry, TurnStatus.FAILED)
-            observer(failed)
+            await self._failed(entry, session, error)
             return None
         assert result is not None
+        await self._answered(entry, session, result)
+        return None
+
+    async def _attempt(
+        self, entry: InboxEntry, session: Session, scope: anyio.CancelScope
+    ) -> tuple[TurnResult | None, tuple[ErrorCode, str] | None, Kept | None]:
+        """Run the turn once: its result, or the error that failed it, or why it is kept."""
+        try:
+            with scope:
+                with anyio.fail_after(self.turn_timeout_s):
+                    result = await self.loop.run_turn(
+                        session,
+                        turn_id=entry.id,
+                        prompt=entry.text,
+                        observer=self._report,
+                        ts=entry.ts.isoformat(),
+                    )
+                    return result, None, None
+        except TimeoutError:
+            if self.loop.cut_in_model_call:
+                limit = f"no whole reply within the {self.turn_timeout_s:.0f}s turn limit"
+                return None, None, Kept(reason=limit)
+            stopped = f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped"
+            return None, (ErrorCode.TIMEOUT, stopped), None
+        except ContextFailed as exc:
+            return None, (ErrorCode.CONTEXT_FAILED, str(exc)), None
+        except SpendCapReached as exc:
+            return None, (ErrorCode.SPEND_CAP, str(exc)), None
+        except ModelUnavailable as exc:
+            return None, None, Kept(reason=str(exc) or type(exc).__name__)
+        except ModelError as exc:
+            if exc.retryable:
+                return None, None, Kept(reason=str(exc))
+            return None, (ErrorCode.MODEL_ERROR, str(exc)), None
+        except Exception as exc:
+            storage = storage_failure(exc)
+            if storage is not None:
+                return None, None, Kept(reason=storage, storage=True)
+            log.exception("turn stopped by an internal error", turn_id=entry.id)
+            return (
+                None,
+                (ErrorCode.INTERNAL, f"an internal error stopped this turn ({exc!r})"),
+                None,
+            )
+        # The scope was cancelled (the person's cancel): nothing ran to an end.
+        return None, None, None
+
+    async def _failed(
+        self, entry: InboxEntry, session: Session, error: tuple[ErrorCode, str]
+    ) -> None:
+        """Record a failed turn (the loop recorded a context failure itself) and tell the person."""
+        log.warning("turn failed", turn_id=entry.id, code=str(error[0]), error=error[1])
+        failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
+        observer = self._observers.get(entry.id, ignore)
+        if error[0] is not ErrorCode.CONTEXT_FAILED:
+            with unless_storage_refuses(log, "turn end not recorded", turn_id=entry.id):
+                await session.record(
+                    TurnEnd(
+                        turn_id=entry.id,
+                        status=TurnStatus.FAILED,
+                        error=error[1],
+                        ts=self.clock.now().isoformat(),
+                    )
+                )
+        await self._finish(entry, TurnStatus.FAILED)
+        observer(failed)
+
+    async def _answered(self, entry: InboxEntry, session: Session, result: TurnResult) -> None:
+        """An answered turn: the inbox hears first, then the person, the report, the bus."""
         # The inbox hears first, so a listener told "done" never sees the message answered again.
         observer = self._observers.get(entry.id, ignore)
         await self._finish(entry, TurnStatus.ANSWERED)
@@ -787,7 +803,6 @@ class Trunk:
                 vetoed=bool(result.vetoed),
             )
         )
-        return None
 
     async def _finish(self, entry: InboxEntry, status: TurnStatus) -> None:
         """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told).
