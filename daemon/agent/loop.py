@@ -21,7 +21,8 @@ import anyio
 
 from daemon.agent.budget import FittedRequest, RequestBudget, RequestSizer, fit_request
 from daemon.agent.provenance import TurnReading, read_turn
-from daemon.agent.turns import Delta, ToolPhase, TurnObserver
+from daemon.agent.tool_steps import ToolSteps
+from daemon.agent.turns import Delta, TurnObserver
 from daemon.bus import EventBus, Gathered, HookFailed
 from daemon.clock import Clock
 from daemon.errors import ReverieError
@@ -43,21 +44,16 @@ from daemon.models.base import (
     TextBlock,
     TextDelta,
     ToolCallStarted,
-    ToolResultBlock,
-    ToolUseBlock,
     Usage,
 )
 from daemon.models.roles import ModelRoles
 from daemon.records import (
     MessageRecord,
-    ToolCallRecord,
-    ToolResultRecord,
     TurnEnd,
     TurnStatus,
 )
 from daemon.tokens import TokenCounter
-from daemon.tools.registry import ToolContext, ToolRegistry
-from daemon.tools.summary import summarise_call
+from daemon.tools.registry import ToolRegistry
 
 log = get_logger("agent")
 
@@ -384,7 +380,13 @@ class AgentLoop:
                 break
             if not calls:
                 break
-            results = await self._run_tools(calls, session, turn_id, step.observer, reading=reading)
+            results = await ToolSteps(
+                tools=self.tools,
+                clock=self.clock,
+                depth=self.depth,
+                session_kind=self.session_kind,
+                max_parallel=self.max_parallel_tools,
+            ).run(calls, session, turn_id, step.observer, reading=reading)
             result.tool_calls += len(calls)
             current.append(Message(role="user", content=tuple(results)))
             final = next(
@@ -484,122 +486,6 @@ class AgentLoop:
             system=[b.text for b in system],
             shown_origins=context.report.get("memory_origins", ()),
             output_origin=lambda name: t.output_origin if (t := self.tools.get(name)) else "tool",
-        )
-
-    async def _run_tools(
-        self,
-        calls: list[ToolUseBlock],
-        session: Any,
-        turn_id: str,
-        observer: TurnObserver,
-        *,
-        reading: TurnReading,
-    ) -> list[ToolResultBlock]:
-        """Run one step's tool calls; return their results in call order.
-
-        Calls run in order, except that consecutive calls of a concurrent tool (delegate) run
-        together, at most `max_parallel_tools` at a time. Cancellation cancels every call.
-        """
-        now = self.clock.now().isoformat()
-        await session.record(
-            *(
-                ToolCallRecord(turn_id=turn_id, call_id=c.id, name=c.name, input=c.input, ts=now)
-                for c in calls
-            )
-        )
-        results: list[ToolResultBlock | None] = [None] * len(calls)
-
-        async def run_one(
-            i: int, call: ToolUseBlock, limiter: anyio.CapacityLimiter | None = None
-        ) -> None:
-            if limiter is not None:
-                async with limiter:
-                    results[i] = await self._run_tool(call, session, turn_id, observer, reading)
-            else:
-                results[i] = await self._run_tool(call, session, turn_id, observer, reading)
-
-        i = 0
-        while i < len(calls):
-            if not self.tools.is_concurrent(calls[i].name):
-                await run_one(i, calls[i])
-                i += 1
-                continue
-            j = i
-            while j < len(calls) and self.tools.is_concurrent(calls[j].name):
-                j += 1
-            limiter = anyio.CapacityLimiter(self.max_parallel_tools)
-            async with anyio.create_task_group() as tg:
-                for k in range(i, j):
-                    tg.start_soon(run_one, k, calls[k], limiter)
-            i = j
-        return [r for r in results if r is not None]
-
-    async def _run_tool(
-        self,
-        call: ToolUseBlock,
-        session: Any,
-        turn_id: str,
-        observer: TurnObserver,
-        reading: TurnReading,
-    ) -> ToolResultBlock:
-        tool = self.tools.get(call.name)
-        observer(
-            ToolPhase(
-                turn_id=turn_id,
-                name=call.name,
-                phase="started",
-                depth=self.depth,
-                summary=summarise_call(
-                    call.name, call.input, subject=tool.subject if tool else None
-                ),
-            )
-        )
-
-        def progress(msg: str, _name: str = call.name) -> None:
-            observer(
-                ToolPhase(
-                    turn_id=turn_id,
-                    name=_name,
-                    phase="progress",
-                    detail=msg[:500],
-                    depth=self.depth,
-                )
-            )
-
-        ctx = ToolContext(
-            session_id=session.id,
-            turn_id=turn_id,
-            session_kind=self.session_kind,
-            depth=self.depth,
-            call_id=call.id,
-            progress=progress,
-            observer=observer,
-            # The permission guard writes its decision into this session's transcript.
-            # `reading` says whose words a fact stored now is (`TurnReading.origin_of`).
-            extras={"origin": reading.origin, "reading": reading, "record": session.record},
-        )
-        outcome = await self.tools.call(call.name, call.input, ctx)
-        observer(
-            ToolPhase(
-                turn_id=turn_id,
-                name=call.name,
-                phase="finished",
-                is_error=outcome.is_error,
-                depth=self.depth,
-            )
-        )
-        await session.record(
-            ToolResultRecord(
-                turn_id=turn_id,
-                call_id=call.id,
-                name=call.name,
-                content=outcome.content,
-                is_error=outcome.is_error,
-                ts=self.clock.now().isoformat(),
-            )
-        )
-        return ToolResultBlock(
-            tool_use_id=call.id, content=outcome.content, is_error=outcome.is_error
         )
 
     def _account(self, counted: int, response: ModelResponse) -> None:
