@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 
+import anyio
+
 from daemon.memory.api import LiveHistory, MemoryItem
 from daemon.memory.asked import without_asked
 from daemon.memory.corrections import Corrections, holding_now
@@ -243,9 +245,12 @@ class IndexMemoryView:
             used += cost
         # A message shown with what was said of the same thing later, when that says it
         # changed though no fact holds either; the last unlabelled items make room for it.
-        chosen = await self._said_later(chosen, wanted)
-        # And a value any of them names, changed later in a sentence naming it.
-        chosen = await named_later(self.index, chosen)
+        # Bounded in time: on a loaded machine these lookups must not push the turn's context
+        # past its hook's deadline; what they did not reach is shown as it was.
+        with anyio.move_on_after(_NEWEST_SECONDS):
+            chosen = await self._said_later(chosen, wanted)
+            # And a value any of them names, changed later in a sentence naming it.
+            chosen = await named_later(self.index, chosen)
         while sum(count_tokens(i.text) for i in chosen) > budget:
             spare = [k for k, i in enumerate(chosen) if "said_later" not in i.meta]
             if not spare:
@@ -387,6 +392,7 @@ def _unasked(items: list[MemoryItem], prompt: str) -> list[MemoryItem]:
     return out
 
 
+_NEWEST_SECONDS = 2.0  # the later-word lookups of one turn, at most
 _RECALL_KINDS = ("fact", "profile", "summary", "chunk", "month")
 _LATER_LOOKUPS = 4  # subjects a turn looks for later words about (one BM25 pass each)
 _LATER_KINDS = ("chunk", "fact", "summary", "month")
