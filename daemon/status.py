@@ -19,9 +19,12 @@ from daemon.scheduler import local_zone, persisted_jobs
 from daemon.settings import Settings
 from daemon.sleep.cycle import planned_nightly, sleep_status
 from daemon.sleep.exam_record import exam_status
+from daemon.store.console import ConsoleQueries
 from daemon.store.db import Database
 from daemon.store.errors import free_bytes
+from daemon.store.kv import KvRepo
 from daemon.store.postgres import StoreAway
+from daemon.store.sessions import SessionsRepo
 
 
 async def _unless_away(read: Any, default: Any = None) -> Any:
@@ -44,13 +47,11 @@ def _store_line(db: Database, away: dict[str, Any] | None) -> str:
 
 
 async def _last_turn(db: Database) -> dict[str, Any] | None:
-    row = await db.fetchone(
-        "SELECT turn_id, session_id, ts, context_tokens, report FROM turn_reports ORDER BY ts DESC LIMIT 1"
-    )
+    row = await ConsoleQueries(db).last_turn_report()
     if row is None:
         return None
     try:
-        report = json.loads(row[4])
+        report = json.loads(row.report)
     except json.JSONDecodeError:
         report = {}
     layers = report.get("layers") if isinstance(report, dict) else None
@@ -60,10 +61,10 @@ async def _last_turn(db: Database) -> dict[str, Any] | None:
             if isinstance(layer, dict) and "name" in layer:
                 per_layer[str(layer["name"])] = int(layer.get("tokens", 0))
     return {
-        "turn_id": row[0],
-        "session_id": row[1],
-        "ts": row[2],
-        "context_tokens": row[3],
+        "turn_id": row.turn_id,
+        "session_id": row.session_id,
+        "ts": row.ts,
+        "context_tokens": row.context_tokens,
         "layers": per_layer,
     }
 
@@ -241,14 +242,8 @@ async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
         return out
     async with await Database.open_configured(home.db_file, settings, readonly=True) as db:
         out["store"] = db.describe
-        row = await db.fetchone("SELECT value FROM kv WHERE key = 'trunk_session'")
-        session_id = json.loads(row[0]) if row else None
-        count = 0
-        if session_id:
-            crow = await db.fetchone(
-                "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
-            )
-            count = int(crow[0]) if crow else 0
+        session_id = await KvRepo(db).get_json("trunk_session")
+        count = await SessionsRepo(db).message_count(session_id) if session_id else 0
         out["trunk"] = {"session_id": session_id, "messages": count}
         last = await _last_turn(db)
         out["context"] = {"last_turn": last, "window_tokens": settings.models.trunk.context_window}

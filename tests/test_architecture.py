@@ -218,7 +218,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.sleep.revert",
         "daemon.sleep.revisions",
         "daemon.sleep.shared_upkeep",
-        "daemon.status",
     }
 )
 

@@ -22,6 +22,7 @@ from daemon.store.db import Database
 from daemon.store.exams import ExamRow, ExamsRepo
 from daemon.store.job_state import JobState, JobStateRepo
 from daemon.store.journal_cursors import JournalCursorsRepo
+from daemon.store.kv import KvRepo
 from daemon.store.notices import NewNotice, NoticesRepo
 from daemon.store.runs import RunsRepo
 from daemon.store.schedules import Firing, ScheduleRow, SchedulesRepo, iso
@@ -532,22 +533,8 @@ async def test_sleep_cycles_checkpoint_phases_and_resume(store: Store) -> None:
 
 
 # ----- the web console's queries ----------------------------------------------------------------
-async def seed_console(db: Database) -> None:
-    """Two cycles (one still running), turns with reports and messages, forks, firings, memories."""
-    cycles = SleepCyclesRepo(db)
-    await cycles.begin(
-        cycle_id="c-old", reason="nightly", session_id="trunk-1", at=T0 - timedelta(days=3)
-    )
-    await cycles.finish(
-        "c-old",
-        at=T0 - timedelta(days=3) + timedelta(hours=2),
-        status="done",
-        new_session_id=None,
-        woke_early=False,
-        deferred=[],
-    )
-    await cycles.begin(cycle_id="c-now", reason="manual", session_id="trunk-1", at=T0)
-    await cycles.phase_ended("c-now", "wind_down", 1, status="done", at=T0 + timedelta(minutes=5))
+async def seed_console_turns(db: Database) -> None:
+    """Two turns with reports, and the session's four messages."""
     for n, (turn, tokens) in enumerate([("turn-1", 1200), ("turn-2", 3400)]):
         ts = (T0 - timedelta(hours=2 - n)).isoformat()
         await db.execute(
@@ -570,6 +557,25 @@ async def seed_console(db: Database) -> None:
             "INSERT INTO messages(session_id, seq, msg_id, turn_id, role, content, ts) VALUES (?, ?, ?, ?, ?, ?, ?)",
             ("trunk-1", seq, msg_id, turn, role, text, T0.isoformat()),
         )
+
+
+async def seed_console(db: Database) -> None:
+    """Two cycles (one still running), turns with reports and messages, forks, firings, memories."""
+    cycles = SleepCyclesRepo(db)
+    await cycles.begin(
+        cycle_id="c-old", reason="nightly", session_id="trunk-1", at=T0 - timedelta(days=3)
+    )
+    await cycles.finish(
+        "c-old",
+        at=T0 - timedelta(days=3) + timedelta(hours=2),
+        status="done",
+        new_session_id=None,
+        woke_early=False,
+        deferred=[],
+    )
+    await cycles.begin(cycle_id="c-now", reason="manual", session_id="trunk-1", at=T0)
+    await cycles.phase_ended("c-now", "wind_down", 1, status="done", at=T0 + timedelta(minutes=5))
+    await seed_console_turns(db)
     for fork_id, turn, depth, began, ended in [
         ("f-1", "turn-1", 1, T0 - timedelta(hours=2), T0 - timedelta(hours=1)),
         ("f-2", "turn-1", 1, T0 - timedelta(days=2), None),
@@ -832,3 +838,36 @@ async def test_greeting_reads_schedules_notices_and_a_session(store: Store) -> N
             )
         assert await sessions.summary_path("trunk-1") == "memory/sessions/s.md"
         assert await sessions.last_message_ts("trunk-1") == (T0 + timedelta(minutes=2)).isoformat()
+
+
+# ----- key-value rows, and what status reads with the daemon stopped ----------------------------
+@pytest.mark.anyio
+async def test_kv_rows_put_replace_read_and_delete(store: Store) -> None:
+    async with store.open("kv") as db:
+        kv = KvRepo(db)
+        assert await kv.get("trunk_session") is None and await kv.get_json("trunk_session") is None
+        await kv.put_json("trunk_session", "trunk-1", at=T0)
+        await kv.put_json("trunk_session", "trunk-2", at=T0 + timedelta(hours=1))
+        await kv.put("handover.pending", '{"text": "où en étions-nous"}', at=T0)
+        assert await kv.get_json("trunk_session") == "trunk-2"
+        assert await kv.get_json("handover.pending") == {"text": "où en étions-nous"}
+        assert await kv.get_many(["trunk_session", "nope"]) == {"trunk_session": '"trunk-2"'}
+        await kv.delete("trunk_session")
+        await kv.delete("nope")
+        assert await kv.get("trunk_session") is None
+        assert await kv.get_many(["handover.pending"]) == {
+            "handover.pending": '{"text": "où en étions-nous"}'
+        }
+
+
+@pytest.mark.anyio
+async def test_status_reads_the_last_turn_and_a_sessions_messages(store: Store) -> None:
+    async with store.open("turn_reports", "messages", "sessions") as db:
+        console, sessions = ConsoleQueries(db), SessionsRepo(db)
+        assert await console.last_turn_report() is None
+        assert await sessions.message_count("trunk-1") == 0
+        await seed_console_turns(db)
+        last = await console.last_turn_report()
+        assert last is not None and (last.turn_id, last.context_tokens) == ("turn-2", 3400)
+        assert await sessions.message_count("trunk-1") == 4
+        assert await sessions.message_count("trunk-9") == 0

@@ -167,6 +167,13 @@ class ConsoleQueries:
         )
         return [_report(r) for r in rows]
 
+    async def last_turn_report(self) -> TurnReportRow | None:
+        """The newest turn report (None: no turn yet)."""
+        row = await self.db.fetchone(
+            f"SELECT {_REPORT_COLUMNS} FROM turn_reports ORDER BY ts DESC LIMIT 1"
+        )
+        return _report(row) if row is not None else None
+
     async def turn_report(self, turn_id: str) -> TurnReportRow | None:
         row = await self.db.fetchone(
             f"SELECT {_REPORT_COLUMNS} FROM turn_reports WHERE turn_id = ?", (turn_id,)

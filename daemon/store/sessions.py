@@ -31,3 +31,10 @@ class SessionsRepo:
             "SELECT ts FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
         )
         return str(row[0]) if row is not None else None
+
+    async def message_count(self, session_id: str) -> int:
+        """How many of the session's messages are indexed."""
+        row = await self.db.fetchone(
+            "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
+        )
+        return int(row[0]) if row else 0
