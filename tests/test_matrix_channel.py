@@ -16,7 +16,6 @@ import pytest
 from daemon.channels.matrix_api import TIMELINE_LIMIT
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env, run_cli, wait_until
-from tests.matrix_person import EncryptingPerson
 from tests.matrix_server import Account, Synapse, synapse  # noqa: F401
 
 
@@ -349,7 +348,7 @@ def test_reminders_reach_the_room_once_when_no_chat_is_open_and_status_shows_the
         daemon.stop()
 
 
-def _wire(person: EncryptingPerson, room: str, bot: Account) -> list[dict[str, Any]]:
+def _wire(person: Any, room: str, bot: Account) -> list[dict[str, Any]]:
     return person.events_from(room, bot.user_id)
 
 
@@ -357,6 +356,8 @@ def test_an_encrypted_room_is_answered_encrypted_and_keeps_its_device_across_a_r
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
 ) -> None:
+    from tests.matrix_person import EncryptingPerson  # the dev extra's matrix-nio
+
     bot, person, _stranger, room, daemon = _setup(synapse, tmp_path, encrypted=True)
     crypto = daemon.home / "channels" / "matrix" / "crypto"
     me = EncryptingPerson(synapse, person, tmp_path / "person-keys")
@@ -397,6 +398,8 @@ def test_an_encrypted_room_is_answered_encrypted_and_keeps_its_device_across_a_r
         # A restart keeps the device and its keys: a message sent while it was down is
         # answered, encrypted, and the person's client decrypts it.
         daemon.stop()
+        # With no daemon running, doctor reads the fingerprint the daemon saved.
+        assert f"e2ee device {bot.device_id}, ed25519 {e2ee['ed25519']}" in _cli(daemon, "doctor")
         me.send_text(room, "sent while you were away")
         daemon.start(timeout=30)
         wait_until(lambda: len(_wire(me, room, bot)) >= 2, 60, "the reply after the restart")
@@ -448,6 +451,8 @@ def test_a_token_whose_device_has_another_clients_keys_is_shown_in_status_and_do
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
 ) -> None:
+    from tests.matrix_person import EncryptingPerson  # the dev extra's matrix-nio
+
     bot, person, _stranger, room, daemon = _setup(synapse, tmp_path, encrypted=True)
     # Another client (as when a token is copied from Element) already put its keys on the
     # token's device: the daemon's own keys for it are refused.

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.channels.matrix_api import SYNC_TIMEOUT_MS, MatrixAway, MatrixRefused
+from daemon.channels.matrix_store import DEVICE_FILE, spaced
 from daemon.log import get_logger
 
 log = get_logger("matrix")
@@ -53,9 +54,6 @@ except ImportError as exc:  # the `matrix` extra is not installed
 # nio logs every failed decryption and key request itself, in plain text; the channel logs
 # what the person needs (`matrix message could not be decrypted`), so only nio's errors pass.
 logging.getLogger("nio").setLevel(logging.ERROR)
-
-STORE_DIR = "crypto"
-DEVICE_FILE = "device.json"
 
 
 class MatrixCrypto:
@@ -149,7 +147,7 @@ class MatrixCrypto:
         return str(self._client.olm.account.identity_keys["curve25519"]) if self._client else ""
 
     def describe(self) -> dict[str, Any]:
-        described = {"device_id": self.device_id, "ed25519": _spaced(self.ed25519)}
+        described = {"device_id": self.device_id, "ed25519": spaced(self.ed25519)}
         if self.problem:
             described["problem"] = self.problem
         return described
@@ -264,8 +262,3 @@ def _check(resp: Any, what: str) -> str | None:
         raise MatrixAway(f"{what} failed: {resp}")
     log.warning(f"matrix {what} failed", error=str(resp), status=status)
     return f"{what} refused: {resp}"
-
-
-def _spaced(key: str) -> str:
-    """The fingerprint in groups of four, as Element prints a session key."""
-    return " ".join(key[i : i + 4] for i in range(0, len(key), 4))

@@ -3,13 +3,16 @@ it or (no daemon) one `whoami` and `joined_rooms` against the homeserver."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from daemon.channels.matrix_api import MatrixConfigError, matrix_token
+from daemon.channels.matrix_store import DEVICE_FILE, spaced
 from daemon.settings import MatrixSettings
 
 PROBE_TIMEOUT_S = 10.0
@@ -20,10 +23,13 @@ def matrix_checks(
     settings: MatrixSettings,
     live: Mapping[str, Any] | None,
     environ: Mapping[str, str] | None = None,
+    *,
+    crypto_dir: Path | None = None,
 ) -> list[tuple[str, str, str]]:
     """(status ok|warn|fail, detail, fix) lines for the channel; none when it is off.
 
-    `live` is the running daemon's `status` "matrix" section, or None when no daemon answers.
+    `live` is the running daemon's `status` "matrix" section, or None when no daemon answers;
+    then the bot device's fingerprint is read from `crypto_dir` (the channel's key store).
     """
     if not settings.enabled:
         return []
@@ -33,7 +39,25 @@ def matrix_checks(
         token = matrix_token(settings, environ)
     except MatrixConfigError as exc:
         return [("fail", str(exc), "see docs/channels.md, Matrix: where the access token goes")]
-    return [_probe(settings, token)]
+    return [_probe(settings, token), *_device(crypto_dir)]
+
+
+def _device(crypto_dir: Path | None) -> list[tuple[str, str, str]]:
+    """The bot device's id and ed25519 fingerprint as the daemon last saved them."""
+    try:
+        device = json.loads((crypto_dir / DEVICE_FILE).read_text()) if crypto_dir else None
+    except (OSError, ValueError):
+        return []
+    if not isinstance(device, dict) or not device.get("ed25519"):
+        return []
+    return [
+        (
+            "ok",
+            f"e2ee device {device.get('device_id')}, ed25519 {spaced(str(device['ed25519']))} "
+            "(compare it with the bot's session in Element)",
+            "",
+        )
+    ]
 
 
 def _live(mx: Mapping[str, Any]) -> tuple[str, str, str]:

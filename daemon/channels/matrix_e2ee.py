@@ -17,8 +17,8 @@ from typing import Any
 
 import anyio
 
-from daemon.channels.matrix_crypto import E2EE_MISSING, STORE_DIR, MatrixCrypto
-from daemon.channels.matrix_store import MatrixStore, Reply
+from daemon.channels.matrix_crypto import E2EE_MISSING, MatrixCrypto
+from daemon.channels.matrix_store import STORE_DIR, MatrixStore, Reply
 from daemon.log import get_logger
 
 log = get_logger("matrix")

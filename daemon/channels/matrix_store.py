@@ -25,6 +25,9 @@ from typing import Any
 from daemon.durable import append_lines, read_jsonl, write_atomic
 
 CLIENT_ID_PREFIX = "matrix "
+# The end-to-end encryption store's directory, and its record of the bot's device.
+STORE_DIR = "crypto"
+DEVICE_FILE = "device.json"
 
 
 @dataclass
@@ -168,3 +171,8 @@ def parse_client_msg_id(value: str | None) -> tuple[str, str] | None:
         return None
     parts = value[len(CLIENT_ID_PREFIX) :].split(" ")
     return (parts[0], parts[1]) if len(parts) == 2 else None
+
+
+def spaced(key: str) -> str:
+    """The fingerprint in groups of four, as Element prints a session key."""
+    return " ".join(key[i : i + 4] for i in range(0, len(key), 4))

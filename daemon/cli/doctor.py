@@ -493,7 +493,11 @@ def _matrix(home: Home, settings: Settings) -> list[Check]:
     from daemon.channels.matrix_doctor import matrix_checks
 
     live = _live_status(home, settings)
-    lines = matrix_checks(settings.channels.matrix, (live or {}).get("matrix") if live else None)
+    lines = matrix_checks(
+        settings.channels.matrix,
+        (live or {}).get("matrix") if live else None,
+        crypto_dir=home.root / "channels" / "matrix" / "crypto",
+    )
     return [Check(name="matrix", status=st, detail=detail, fix=fix) for st, detail, fix in lines]
 
 
