@@ -57,7 +57,7 @@ from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.sleep.changes import change_counts
-from daemon.sleep.checkpoints import FINAL, Checkpoints, CycleRecord, PhaseStatus
+from daemon.sleep.checkpoints import FINAL, Checkpoints, CycleRecord, PhaseRecord, PhaseStatus
 from daemon.sleep.phases import Phase, PhaseContext, PhaseReport
 from daemon.sleep.wake import WakeNote, WakeUp
 from daemon.sleep.winddown import WindDown
@@ -450,6 +450,19 @@ class SleepCycle:
             memory=self.memory,
             earlier={name: rec.report for name, rec in done.items() if rec.report is not None},
         )
+        await self._wind_down(record, ctx, done, outcome)
+        self._move(DaemonState.ASLEEP, f"asleep ({record.reason})")
+        await self._phases(record, ctx, done, outcome)
+        await self._wake(record, outcome)
+
+    async def _wind_down(
+        self,
+        record: CycleRecord,
+        ctx: PhaseContext,
+        done: dict[str, PhaseRecord],
+        outcome: CycleOutcome,
+    ) -> None:
+        """Hold the trunk (again, after a restart) and summarise the day, checkpointed once."""
         # Wind-down: always hold again (a restart forgets holds); checkpoint it once.
         wound_down = WIND_DOWN in done and done[WIND_DOWN].status in FINAL
         if not wound_down:
@@ -476,7 +489,15 @@ class SleepCycle:
                 nothing_changed=not summary and not waiting,
             )
             await self._complete(ctx, 0, report, outcome)
-        self._move(DaemonState.ASLEEP, f"asleep ({record.reason})")
+
+    async def _phases(
+        self,
+        record: CycleRecord,
+        ctx: PhaseContext,
+        done: dict[str, PhaseRecord],
+        outcome: CycleOutcome,
+    ) -> None:
+        """Run the phases not finished before a restart; defer optional ones a person waits on."""
         for seq, phase in enumerate(self.phases, start=1):
             prior = done.get(phase.name)
             if prior is not None and prior.status in FINAL:
@@ -509,6 +530,9 @@ class SleepCycle:
             ran = outcome.steps[phase.name].get("report")
             if isinstance(ran, dict) and ran.get("details", {}).get("new_session_id"):
                 outcome.new_session_id = str(ran["details"]["new_session_id"])
+
+    async def _wake(self, record: CycleRecord, outcome: CycleOutcome) -> None:
+        """Record the finished cycle, arm the wake note, release the trunk, tell the bus."""
         outcome.woke_early = self._woken.is_set()
         outcome.changes = (await change_counts(self.db, [record.id])).get(record.id, {})
         new_id = outcome.new_session_id or (self.trunk.session.id if self.trunk.session else None)
