@@ -200,7 +200,7 @@ class MatrixChannel:
         await anyio.to_thread.run_sync(self.store.prepare)
         seen = await anyio.to_thread.run_sync(self.store.seen)
         self._seen, self._last_room = seen.events, seen.last_room
-        self.e2ee.load(seen.encrypted, await anyio.to_thread.run_sync(self.store.held))
+        self.e2ee.load(seen.encrypted, await anyio.to_thread.run_sync(self.store.held), seen.events)
         for entry in self.trunk.inbox.pending():
             where = parse_client_msg_id(entry.client_msg_id)
             if where is not None:
@@ -319,8 +319,14 @@ class MatrixChannel:
                 batch = await self._api.sync(since, timeout)
                 # Room keys and device changes first: this batch's messages may need them, and
                 # a message held for its key is taken once the key is here.
-                for room_id, held in await self.e2ee.receive(batch):
-                    await self._take_event(room_id, held, first=False)
+                due = await self.e2ee.receive(batch)
+                for n, (room_id, held) in enumerate(due):
+                    try:
+                        await self._take_event(room_id, held, first=False)
+                    except BaseException:
+                        self.e2ee.hold_again(due[n:])  # taken at the next key, or restart
+                        raise
+                    await self.e2ee.release(str(held.get("event_id")))
                 await self._take(batch, since=since)
                 token = batch.get("next_batch")
                 if isinstance(token, str) and token:

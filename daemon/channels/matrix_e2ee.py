@@ -70,8 +70,12 @@ class RoomEncryption:
         self.held: dict[str, tuple[str, dict[str, Any]]] = {}
         self.undecrypted = 0
 
-    def load(self, rooms: set[str], held: dict[str, tuple[str, dict[str, Any]]]) -> None:
-        self.rooms, self.held = set(rooms), held
+    def load(
+        self, rooms: set[str], held: dict[str, tuple[str, dict[str, Any]]], seen: set[str]
+    ) -> None:
+        """What the files say at the start; a held message already taken is held no more."""
+        self.rooms = set(rooms)
+        self.held = {e: v for e, v in held.items() if e not in seen}
 
     def refused(self) -> set[str]:
         """Encrypted rooms refused: all of them while encryption support is off."""
@@ -110,7 +114,8 @@ class RoomEncryption:
         self._ready = anyio.Event()
 
     async def receive(self, batch: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """Feed a sync batch to the crypto; the held messages its room keys now decrypt."""
+        """Feed a sync batch to the crypto; the held messages its room keys now decrypt (the
+        caller takes each, then `release`s it)."""
         if self.crypto is None:
             return []
         await self.crypto.receive(batch)
@@ -123,9 +128,17 @@ class RoomEncryption:
                 continue
             log.info("matrix message decrypted after its key arrived", event_id=event_id)
             del self.held[event_id]
-            await anyio.to_thread.run_sync(self.store.unhold, event_id)
             due.append((room_id, raw))
         return due
+
+    def hold_again(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """Held messages that `receive` handed out but were not taken (the inbox refused)."""
+        for room_id, raw in events:
+            self.held[str(raw.get("event_id"))] = (room_id, raw)
+
+    async def release(self, event_id: str) -> None:
+        """A held message was taken: `held.jsonl` no longer keeps it."""
+        await anyio.to_thread.run_sync(self.store.unhold, event_id)
 
     # -- the sync's side -------------------------------------------------------------------
 
