@@ -350,7 +350,9 @@ def fit(
             continue
         via = str(item.meta.get("via") or "")
         passage = item.id if item.meta.get("passage") is not None else None
-        shows = [excerpt_line(line.text, question, passage=passage is not None) for line in lines]
+        # An item found through a name is cut around the name as well as the question's words.
+        asked = replace(question, stems=question.stems | asked_stems(via)) if via else question
+        shows = [excerpt_line(line.text, asked, passage=passage is not None) for line in lines]
         if len(lines) > 1:
             costs = [
                 0 if _blocked(ln, shown, passage) else count_tokens(t)

@@ -58,6 +58,7 @@ from daemon.store.links import (
     person_messages,
 )
 from daemon.text import STOP_WORDS as EVERYDAY_STOP_WORDS
+from daemon.text import stem
 
 log = get_logger("memory.links")
 
@@ -392,6 +393,14 @@ def _body(text: str) -> str:
 _SENTENCE = re.compile(r"(?<=[.!?…])\s+|\n+")
 
 
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def _every_word(text: str) -> frozenset[str]:
+    """Every word's stem, numbers and short words included: "step 3" and "step 5" differ."""
+    return frozenset(stem(w) for w in _TOKEN.findall(text.lower()))
+
+
 def _same(words: frozenset[str], shown: list[frozenset[str]]) -> bool:
     return any(len(words & o) / len(words | o) >= SAME_PASSAGE for o in shown if o)
 
@@ -405,7 +414,7 @@ def distinct_passages(items: Sequence[MemoryItem], question: str = "") -> list[M
     shown: list[frozenset[str]] = []
     out: list[MemoryItem] = []
     for item in items:
-        sentences = [_stems(x) for x in _SENTENCE.split(_body(item.text))]
+        sentences = [_every_word(x) for x in _SENTENCE.split(_body(item.text))]
         sentences = [w for w in sentences if w]
         bearing = [w for w in sentences if w & asked] if asked else sentences
         if bearing and all(_same(w, shown) for w in bearing):
@@ -508,6 +517,12 @@ async def with_links(
             continue
         meta[rowid] = {k: v for k, v in m.items() if k != "named"}
         (lower if m.get("named") else front).append((rowid, top))
-    taken = {r for r, _ in front + lower}
-    rest = [(r, s) for r, s in ranked if r not in taken]
+    ahead = {r for r, _ in front}
+    rest = [(r, s) for r, s in ranked if r not in ahead]
+    # A named person's relation message comes third at the lowest: where the search already
+    # ranked it higher, it stays.
+    high = {r for r, _ in rest[:2]}
+    lower = [(r, s) for r, s in lower if r not in high and r not in ahead]
+    moved = {r for r, _ in lower}
+    rest = [(r, s) for r, s in rest if r not in moved]
     return [*front, *rest[:2], *lower, *rest[2:]], meta

@@ -16,6 +16,7 @@ import json
 import math
 import re
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -726,10 +727,17 @@ class MemorySearch:
         # more are fitted than asked for to fill the places of the repeats it drops, and all
         # of them when that was not enough.
         extra = min(len(items), k + max(3, k // 4))
-        shown = distinct_passages(await self.fit(plan.text, items, extra), plan.text)
+        fitted = await self.fit(plan.text, items, extra)
+        shown = distinct_passages(fitted, plan.text)
         if len(shown) < k < len(items) and extra < len(items):
-            shown = distinct_passages(await self.fit(plan.text, items, len(items)), plan.text)
-        return shown[:k]
+            fitted = await self.fit(plan.text, items, len(items))
+            shown = distinct_passages(fitted, plan.text)
+        # Still short of k: the repeats fill the last places, below every passage of its own
+        # (scores capped so they never rise down the list).
+        own = {i.id for i in shown}
+        floor = min((i.score for i in shown), default=0.0)
+        repeats = [replace(i, score=min(i.score, floor)) for i in fitted if i.id not in own]
+        return [*shown, *repeats][:k]
 
     async def similarities(self, question: str, items: Sequence[MemoryItem]) -> dict[str, float]:
         """Each item's vector similarity to `question`, by item id ({} without vectors)."""
