@@ -358,7 +358,7 @@ def test_an_encrypted_room_is_answered_encrypted_and_keeps_its_device_across_a_r
 ) -> None:
     from tests.matrix_person import EncryptingPerson  # the dev extra's matrix-nio
 
-    bot, person, _stranger, room, daemon = _setup(synapse, tmp_path, encrypted=True)
+    bot, person, stranger, room, daemon = _setup(synapse, tmp_path, encrypted=True)
     crypto = daemon.home / "channels" / "matrix" / "crypto"
     me = EncryptingPerson(synapse, person, tmp_path / "person-keys")
     daemon.start(timeout=30)
@@ -416,6 +416,19 @@ def test_an_encrypted_room_is_answered_encrypted_and_keeps_its_device_across_a_r
             "ed25519": fingerprint,
         }
 
+        # A stranger's encrypted message is ignored (logged), not decrypted, never answered.
+        synapse.send_event(
+            stranger,
+            room,
+            {
+                "algorithm": "m.megolm.v1.aes-sha2",
+                "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg2yyOwAtHaZTwyNg37afzg",
+                "device_id": "STRANGERDEV",
+                "sender_key": "IlRMeOPX2e0MurIyfWEucYBRVOEEUMrOHqn/8mLqMjA",
+                "session_id": "X3lUlvLELLYxeTx4yOVu6UDpasGEVO0Jbu+QFnm0cKQ",
+            },
+            kind="m.room.encrypted",
+        )
         # A message whose key has not reached the bot: logged, held, and one notice (encrypted)
         # says so; when the key arrives (a to-device room key), it is answered, once.
         late, share_key = me.send_before_its_key(
@@ -437,6 +450,8 @@ def test_an_encrypted_room_is_answered_encrypted_and_keeps_its_device_across_a_r
         replies = _wire(me, room, bot)
         assert len(replies) == 4 and replies[3]["type"] == "m.room.encrypted", replies
         assert "the key comes later" in (replies[3]["body"] or ""), replies[3]
+        ignored = [e for e in daemon.log_events() if "not allowed" in str(e.get("event", ""))]
+        assert [e.get("sender") for e in ignored] == [stranger.user_id]
         assert (
             json.loads(_cli(daemon, "status", "--json"))["matrix"]["e2ee"]["waiting_for_keys"] == 0
         )
