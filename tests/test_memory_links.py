@@ -246,3 +246,34 @@ async def test_a_who_question_in_other_words_finds_the_deed_by_meaning(tmp_path:
         question = "the person who repaired my bicycle, what was their name?"
         hits = await memory.index.search_plan(decompose(question), k=5)
         assert hits and "Hollis" in hits[0].text, [h.text for h in hits]
+
+
+@pytest.mark.anyio
+async def test_a_long_message_found_through_the_name_is_cut_around_the_name(
+    tmp_path: Path,
+) -> None:
+    """The property said inside a long message about something else: the excerpt shown keeps
+    the sentence naming the person, not the lines sharing a word with the question."""
+    long = (
+        "Evening. About the house: the quotes for the windows came back all over the place. "
+        "One includes the frames and sills, one leaves out the fitting, the third is vague. "
+        "I keep comparing them line by line, which is probably not the best use of an evening. "
+        "Sanne just started working as a harbour pilot. "
+        "The plumber wants to come on Thursday but the boiler guy says Friday is better. "
+        "We still have not decided on the colour of the hallway, grey or a warm white. "
+        "The neighbours' renovation starts next month and the skip will block the drive. "
+        "I need to call the bank about the mortgage letter that never arrived."
+    )
+    async with memory_system(tmp_path) as memory:
+        await _home(memory)
+        said = [("user", "Hi. Had coffee with Sanne, my best friend from school.")]
+        await add_session(memory.db, "x1", said, ts="2026-02-11T10:00:00+00:00")
+        await add_session(memory.db, "x2", [("user", long)], ts="2026-04-02T10:00:00+00:00")
+        for sid in ("x1", "x2"):
+            await memory.index.index_session(sid)
+        await memory.index.flush()
+        question = "what does my best friend from school do for a living?"
+        items = await memory.view.auto_recall(question, limit=6)
+        shown = "\n".join(i.text for i in items)
+        assert "my best friend from school" in shown
+        assert "harbour pilot" in shown, shown
