@@ -159,6 +159,8 @@ def test_near_identical_passages_are_shown_once() -> None:
         item("c", "user (2 May 2026): Fergus helped us carry the piano."),
     ]
     assert [i.id for i in distinct_passages(items)] == ["a", "c"]
+    # Asked when, the same words on two days are two answers.
+    assert len(distinct_passages(items, "when was the piano out of tune?")) == 3
 
 
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

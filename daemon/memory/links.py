@@ -136,6 +136,7 @@ _WEEKDAYS = frozenset(
 # A relation may not end on a word that leaves it unfinished ("my trip to Paris").
 _DANGLING = frozenset(STOP_WORDS | {"called", "named", "with", "from", "to", "for", "at", "in"})
 _LABEL = re.compile(r"^[^\n:()]{1,60}?(?:\s*\([^)\n]{1,40}\))?:\s+")
+_WHEN = re.compile(r"\b(?:when|how long ago|what (?:day|date|time|year|month))\b", re.IGNORECASE)
 _WHO = re.compile(r"\b(?:who|whom|whose|name)\b", re.IGNORECASE)
 
 
@@ -410,6 +411,8 @@ def distinct_passages(items: Sequence[MemoryItem], question: str = "") -> list[M
     said on three days, each in its own message. An item is dropped when each of its sentences
     that bears on `question` (shares a word it asks; every sentence without a question) has a
     sentence above it whose content words overlap `SAME_PASSAGE` or more."""
+    if _WHEN.search(question):
+        return list(items)  # asked when: the same words on two days are two answers
     asked = _stems(question) if question else frozenset()
     shown: list[frozenset[str]] = []
     out: list[MemoryItem] = []

@@ -16,7 +16,6 @@ import json
 import math
 import re
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -28,7 +27,7 @@ from daemon.memory.embedders import Embedder
 from daemon.memory.excerpt import Line, Question
 from daemon.memory.excerpt import fit as fit_items
 from daemon.memory.lexical import LexicalSearcher, RowFilter
-from daemon.memory.links import LinkHop, distinct_passages, with_links
+from daemon.memory.links import LinkHop, with_links
 from daemon.memory.matrix import VectorMatrix
 from daemon.memory.query import (
     QueryPlan,
@@ -721,23 +720,7 @@ class MemorySearch:
             for rowid, meta in linked.items():
                 via[rowid] = {**via.get(rowid, {}), **meta}
         items = await self._hydrate(descending(merged), via)
-        if not fit:
-            return items
-        # The same passage said on several days is shown once (`distinct_passages`); a few
-        # more are fitted than asked for to fill the places of the repeats it drops, and all
-        # of them when that was not enough.
-        extra = min(len(items), k + max(3, k // 4))
-        fitted = await self.fit(plan.text, items, extra)
-        shown = distinct_passages(fitted, plan.text)
-        if len(shown) < k < len(items) and extra < len(items):
-            fitted = await self.fit(plan.text, items, len(items))
-            shown = distinct_passages(fitted, plan.text)
-        # Still short of k: the repeats fill the last places, below every passage of its own
-        # (scores capped so they never rise down the list).
-        own = {i.id for i in shown}
-        floor = min((i.score for i in shown), default=0.0)
-        repeats = [replace(i, score=min(i.score, floor)) for i in fitted if i.id not in own]
-        return [*shown, *repeats][:k]
+        return await self.fit(plan.text, items, k) if fit else items
 
     async def similarities(self, question: str, items: Sequence[MemoryItem]) -> dict[str, float]:
         """Each item's vector similarity to `question`, by item id ({} without vectors)."""
