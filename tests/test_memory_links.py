@@ -99,10 +99,14 @@ def test_extract_reads_relations_and_deeds_not_sentence_openers() -> None:
         "Ugh, my car broke down last Fri.",
         "I want to try my hand at the local Street Fighter tournament.",
         "Together, our impact will surely last.",
+        "I've had some tough times with my business, Jon.",
     ):
         assert extract(said) == [], said
     assert [(m.name, m.phrase) for m in extract("I'm seeing Rob, my colleague, at noon.")] == [
         ("Rob", "colleague")
+    ]
+    assert [(m.name, m.phrase) for m in extract("My sister, Ada, moved to Lisbon.")] == [
+        ("Ada", "sister")
     ]
 
 

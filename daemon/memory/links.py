@@ -99,8 +99,9 @@ _PATTERNS = [
     re.compile(rf"\b{_NAME}\s+\((?P<det>{_DET})\s+{_REL}\)(?:,?\s+(?:who|that)\s+{_DEED})?"),
     # "my sister Ada", "my best friend from school Jarek"
     re.compile(rf"\b(?P<det>[Mm]y|[Oo]ur)\s+{_REL}\s+{_NAME}\b"),
-    # "my sister, Ada," / "my neighbour, Fergus."
-    re.compile(rf"\b(?P<det>[Mm]y|[Oo]ur)\s+{_REL},\s+{_NAME}(?=\s*[,.;:!?)]|$)"),
+    # "my sister, Ada, moved …": between commas only — at a sentence's end the name is most
+    # often the one spoken to ("I've had tough times with my business, Jon.")
+    re.compile(rf"\b(?P<det>[Mm]y|[Oo]ur)\s+{_REL},\s+{_NAME}(?=\s*[,;)])"),
     # "Ada is my sister"
     re.compile(rf"\b{_NAME}\s+(?:is|was)\s+(?P<det>my|our)\s+{_REL}{_REL_END}"),
     # "it was Fergus who fixed my bike" / "Fergus, who lent me the tent" ("Caroline, that
