@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -28,6 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.process import cpu_seconds, model_calls  # noqa: E402
 from tests.harness import Client, daemon_env  # noqa: E402
 
 
@@ -60,20 +59,6 @@ def _rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
-def _model_calls(home: Path) -> int:
-    conn = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
-    try:
-        return int(conn.execute("SELECT COUNT(*) FROM usage_ledger").fetchone()[0])
-    finally:
-        conn.close()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -113,15 +98,15 @@ def run(starts: int, turns: int, idle_s: float) -> dict[str, Any]:
                                 break
                         total_turn.append(time.perf_counter() - t0)
                         overhead.append(first if first is not None else float("nan"))
-                calls_before = _model_calls(home)
-                cpu_before = _cpu_s(proc.pid)
+                calls_before = model_calls(home)
+                cpu_before = cpu_seconds(proc.pid)
                 time.sleep(idle_s)
-                cpu_after = _cpu_s(proc.pid)
+                cpu_after = cpu_seconds(proc.pid)
                 idle = {
                     "seconds": idle_s,
                     "cpu_seconds": round(cpu_after - cpu_before, 3),
                     "cpu_percent": round(100 * (cpu_after - cpu_before) / idle_s, 3),
-                    "model_calls": _model_calls(home) - calls_before,
+                    "model_calls": model_calls(home) - calls_before,
                     "rss_mb_after": round(_rss_kb(proc.pid) / 1024, 1),
                 }
             proc.send_signal(signal.SIGTERM)

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -34,23 +32,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.process import cpu_seconds, model_calls  # noqa: E402
 from tests.harness import DaemonProcess, daemon_env, run_cli, wait_until  # noqa: E402
 from tests.matrix_server import Account, Synapse  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _ledger_rows(home: Path) -> int:
-    conn = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
-    try:
-        return int(conn.execute("SELECT count(*) FROM usage_ledger").fetchone()[0])
-    finally:
-        conn.close()
 
 
 def _status(daemon: DaemonProcess) -> dict[str, Any]:
@@ -116,7 +102,7 @@ allow = ["{person.user_id}"]
             "the bot to join",
         )
         since = _sync(server, person, None, 0)["next_batch"]
-        ledger_before = _ledger_rows(home)
+        ledger_before = model_calls(home)
         latencies: list[float] = []
         for i in range(messages):
             began = time.perf_counter()
@@ -129,16 +115,16 @@ allow = ["{person.user_id}"]
                 if time.perf_counter() - began > 120:
                     raise RuntimeError(f"no reply to message {i} in 120 s")
             latencies.append(time.perf_counter() - began)
-        calls_in_latency = _ledger_rows(home) - ledger_before
+        calls_in_latency = model_calls(home) - ledger_before
 
         time.sleep(5)  # the last turn's after-work (journal, index) settles
         syncs_before = _status(daemon)["last_sync"]
-        ledger_idle = _ledger_rows(home)
-        cpu0, t0 = _cpu_s(daemon.proc.pid), time.monotonic()
+        ledger_idle = model_calls(home)
+        cpu0, t0 = cpu_seconds(daemon.proc.pid), time.monotonic()
         time.sleep(idle_s)
-        cpu1, t1 = _cpu_s(daemon.proc.pid), time.monotonic()
+        cpu1, t1 = cpu_seconds(daemon.proc.pid), time.monotonic()
         status = _status(daemon)
-        idle_calls = _ledger_rows(home) - ledger_idle
+        idle_calls = model_calls(home) - ledger_idle
         minutes = (t1 - t0) / 60
         result = {
             "messages": messages,

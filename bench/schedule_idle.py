@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -31,6 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.process import cpu_seconds  # noqa: E402
 from tests.fakes.anthropic_server import FakeAnthropic  # noqa: E402
 from tests.harness import daemon_env  # noqa: E402
 
@@ -40,11 +40,6 @@ timezone = "Europe/London"
 """
 # The reminders due in the window start this long after the daemon is ready.
 FIRST_DUE_S = 10.0
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _store(home: Path, count: int, due_at: list[datetime]) -> None:
@@ -126,9 +121,9 @@ def run_once(count: int, idle_s: float, due: int) -> dict[str, Any]:
                 time.sleep(1.0)  # start-up's own work (tokenizer warm-up) is not idle
                 runs_before = len(_timer_runs(log))
                 calls_before = len(fake.message_requests)
-                cpu_before = _cpu_s(proc.pid)
+                cpu_before = cpu_seconds(proc.pid)
                 time.sleep(idle_s)
-                cpu = _cpu_s(proc.pid) - cpu_before
+                cpu = cpu_seconds(proc.pid) - cpu_before
                 runs = _timer_runs(log)[runs_before:]
                 calls = len(fake.message_requests) - calls_before
             finally:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -29,6 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.process import cpu_seconds, model_calls  # noqa: E402
 from tests.fakes.anthropic_server import FakeAnthropic  # noqa: E402
 from tests.harness import Client, DaemonProcess, daemon_env  # noqa: E402
 from tests.web_harness import (  # noqa: E402
@@ -43,19 +42,6 @@ from tests.web_harness import (  # noqa: E402
 SETTLE_S = 2.0
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _ledger_rows(home: Path) -> int:
-    conn = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
-    try:
-        return int(conn.execute("SELECT COUNT(*) FROM usage_ledger").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def _web_status(daemon: DaemonProcess) -> dict[str, Any]:
     with Client(daemon.socket_path, timeout=10) as c:
         c.hello()
@@ -68,18 +54,18 @@ def _measure(daemon: DaemonProcess, fake: FakeAnthropic, idle_s: float) -> dict[
     before = {
         "requests": web.get("requests", 0),
         "calls": len(fake.message_requests),
-        "ledger": _ledger_rows(daemon.home),
-        "cpu": _cpu_s(daemon.proc.pid),
+        "ledger": model_calls(daemon.home),
+        "cpu": cpu_seconds(daemon.proc.pid),
     }
     time.sleep(idle_s)
-    cpu = _cpu_s(daemon.proc.pid) - before["cpu"]
+    cpu = cpu_seconds(daemon.proc.pid) - before["cpu"]
     web = _web_status(daemon)
     return {
         "idle_s": idle_s,
         "http_requests": web.get("requests", 0) - before["requests"],
         "pages_open": web.get("pages_open", 0),
         "model_calls": len(fake.message_requests) - before["calls"],
-        "ledger_rows": _ledger_rows(daemon.home) - before["ledger"],
+        "ledger_rows": model_calls(daemon.home) - before["ledger"],
         "cpu_seconds": round(cpu, 3),
         "cpu_percent": round(100 * cpu / idle_s, 3),
     }
