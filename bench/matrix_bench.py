@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.process import cpu_seconds, model_calls  # noqa: E402
 from tests.harness import DaemonProcess, daemon_env, run_cli, wait_until  # noqa: E402
-from tests.matrix_server import Account, Synapse  # noqa: E402
+from tests.matrix_server import Account, Synapse, channel_toml  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 
@@ -74,16 +74,7 @@ def run(messages: int, idle_s: float) -> dict[str, Any]:
         room = server.create_room(person, [bot.user_id])
         home = root / "home"
         home.mkdir()
-        (home / "reverie.toml").write_text(
-            f"""
-[channels.matrix]
-enabled = true
-homeserver = "{server.url}"
-user_id = "{bot.user_id}"
-rooms = ["{room}"]
-allow = ["{person.user_id}"]
-"""
-        )
+        (home / "reverie.toml").write_text(channel_toml(server, bot, room, person))
         env = daemon_env({"REVERIE_MATRIX_TOKEN": bot.access_token})
         daemon = DaemonProcess(home=home, env=env)
         daemon.start(timeout=60)

@@ -109,6 +109,18 @@ disable_existing_loggers: false
 """
 
 
+def channel_toml(server: Synapse, bot: Account, room: str, allow: Account, extra: str = "") -> str:
+    """The `[channels.matrix]` section a home needs to answer `allow` in `room` as `bot`."""
+    return f"""
+[channels.matrix]
+enabled = true
+homeserver = "{server.url}"
+user_id = "{bot.user_id}"
+rooms = ["{room}"]
+allow = ["{allow.user_id}"]
+{extra}"""
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

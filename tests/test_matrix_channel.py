@@ -16,7 +16,7 @@ import pytest
 from daemon.channels.matrix_api import TIMELINE_LIMIT
 from tests.fakes.anthropic_server import FakeAnthropic, Planned
 from tests.harness import FAKE_API_CONFIG, Client, DaemonProcess, daemon_env, run_cli, wait_until
-from tests.matrix_server import Account, Synapse, synapse  # noqa: F401
+from tests.matrix_server import Account, Synapse, channel_toml, synapse  # noqa: F401
 
 
 def _setup(
@@ -35,16 +35,7 @@ def _setup(
     server.join(stranger, room)
     home = tmp_path / "home"
     home.mkdir()
-    (home / "reverie.toml").write_text(
-        f"""
-[channels.matrix]
-enabled = true
-homeserver = "{server.url}"
-user_id = "{bot.user_id}"
-rooms = ["{room}"]
-allow = ["{person.user_id}"]
-{toml}"""
-    )
+    (home / "reverie.toml").write_text(channel_toml(server, bot, room, person, toml))
     extra = {"REVERIE_MATRIX_TOKEN": bot.access_token, **(env or {})}
     return bot, person, stranger, room, DaemonProcess(home=home, env=daemon_env(extra))
 
