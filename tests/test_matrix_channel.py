@@ -103,8 +103,7 @@ def test_person_answered_once_stranger_ignored_restart_catches_up(
 
 
 # The Synapse is shared (session fixture); this test's own daemon, restarts and waits cost
-# ~15-30 s on 2 cores, so it runs with `-m slow`.
-@pytest.mark.slow
+# ~15-30 s on 2 cores. One of the named checks: it runs in the default suite.
 def test_the_homeserver_killed_and_back_mid_conversation(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
@@ -149,8 +148,7 @@ def _typing(server: Synapse, reader: Account, room: str) -> set[str]:
 
 
 # The Synapse is shared (session fixture); this test's own daemon, restarts and waits cost
-# ~15-30 s on 2 cores, so it runs with `-m slow`.
-@pytest.mark.slow
+# ~15-30 s on 2 cores. One of the named checks: it runs in the default suite.
 def test_a_restart_during_a_reply_answers_once_after_it(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
@@ -193,8 +191,7 @@ def test_a_restart_during_a_reply_answers_once_after_it(
 
 
 # The Synapse is shared (session fixture); this test's own daemon, restarts and waits cost
-# ~15-30 s on 2 cores, so it runs with `-m slow`.
-@pytest.mark.slow
+# ~15-30 s on 2 cores. One of the named checks: it runs in the default suite.
 def test_an_approval_is_asked_and_answered_in_the_room(
     synapse: Synapse,  # noqa: F811
     tmp_path: Path,
