@@ -458,7 +458,7 @@ class Trunk:
         pending = [e.id for e in self.inbox.pending()]
         ahead = pending.index(turn_id) if turn_id in pending else 0
         place = f"; {ahead} message{'s' if ahead != 1 else ''} ahead of it" if ahead else ""
-        if waiting.next_retry <= self.clock.now():
+        if waiting.next_retry <= self.clock.now() + timedelta(seconds=self.retry_base_s):
             retry = "; trying it again now"
         else:
             retry = f"; next try at {waiting.next_retry:%H:%M:%S %Z}"
@@ -564,16 +564,16 @@ class Trunk:
         self._told_storage.clear()
 
     def _retry_early(self) -> None:
-        """Cut the backoff short for a new message, at most once per `retry_base_s`."""
+        """Cut the backoff short for a new message: try again now, or `retry_base_s` after the
+        last attempt when that was only just now (a burst of messages never hammers the API,
+        and a message sent right after a failed try is not left behind the whole backoff)."""
         waiting = self.waiting_for_model
         if waiting is None or self._backoff is None or self._backoff.cancel_called:
             return
-        now = self.clock.now()
-        if (now - waiting.last_attempt).total_seconds() < self.retry_base_s:
+        at = max(self.clock.now(), waiting.last_attempt + timedelta(seconds=self.retry_base_s))
+        if waiting.next_retry <= at:
             return
-        if waiting.next_retry <= now:
-            return
-        self.waiting_for_model = replace(waiting, next_retry=now)
+        self.waiting_for_model = replace(waiting, next_retry=at)
         self._backoff.cancel()
 
     async def _wait_to_retry(self, delay: float) -> None:
@@ -581,6 +581,12 @@ class Trunk:
         with anyio.CancelScope() as self._backoff:
             await self.clock.sleep(delay)
         self._backoff = None
+        waiting = self.waiting_for_model
+        if waiting is not None:
+            # Cut short right after an attempt: the rest of `retry_base_s`, then the try.
+            left = (waiting.next_retry - self.clock.now()).total_seconds()
+            if 0 < left <= self.retry_base_s:
+                await self.clock.sleep(left)
 
     def _model_reached(self) -> None:
         if self.waiting_for_model is not None:
