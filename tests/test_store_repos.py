@@ -871,3 +871,7 @@ async def test_status_reads_the_last_turn_and_a_sessions_messages(store: Store) 
         assert last is not None and (last.turn_id, last.context_tokens) == ("turn-2", 3400)
         assert await sessions.message_count("trunk-1") == 4
         assert await sessions.message_count("trunk-9") == 0
+        # The person's message by id, for recall leaving the message it answers out.
+        assert await sessions.person_message("trunk-1", "m3") == "second question"
+        assert await sessions.person_message("trunk-1", "m2") is None  # the assistant's
+        assert await sessions.person_message("trunk-9", "m1") is None

@@ -45,6 +45,7 @@ from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.roles import ModelRoles
 from daemon.settings import Settings
 from daemon.store.db import Database
+from daemon.store.sessions import SessionsRepo
 
 log = get_logger("memory.recall")
 
@@ -438,11 +439,7 @@ class Recall:
         """The words of the message being answered ("" when none is named or found)."""
         if not (session_id and answering):
             return ""
-        row = await self.db.fetchone(
-            "SELECT content FROM messages WHERE session_id = ? AND msg_id = ? AND role = 'user'",
-            (session_id, answering),
-        )
-        return str(row[0]) if row else ""
+        return await SessionsRepo(self.db).person_message(session_id, answering) or ""
 
     async def _read(self, item: MemoryItem, query: str, stems: set[str], asked: str) -> Source:
         if item.kind == "month":

@@ -1,6 +1,6 @@
 """The sessions index (`sessions`, `messages`): what the daemon reads about one session.
 
-Only the reads the greeting needs have moved here so far; the trunk's and the importer's
+The reads the greeting, status and recall need have moved here; the trunk's and the importer's
 writes still live with them (issue 36, `tests/test_architecture.py`'s list).
 """
 
@@ -38,3 +38,12 @@ class SessionsRepo:
             "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
         )
         return int(row[0]) if row else 0
+
+    async def person_message(self, session_id: str, msg_id: str) -> str | None:
+        """The text of the person's message `msg_id` in the session (None: no such message of
+        theirs — an assistant's message is never returned)."""
+        row = await self.db.fetchone(
+            "SELECT content FROM messages WHERE session_id = ? AND msg_id = ? AND role = 'user'",
+            (session_id, msg_id),
+        )
+        return str(row[0]) if row else None
