@@ -58,9 +58,7 @@ def test_person_answered_once_stranger_ignored_restart_catches_up(
     bot, person, stranger, room, daemon = _setup(synapse, tmp_path)
     daemon.start(timeout=30)
     try:
-        state = daemon.home / "channels" / "matrix"
-        wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the bot to join")
-        wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+        state = _ready(synapse, bot, person, room, daemon)
         position_before = (state / "sync.json").read_text()
 
         synapse.send_text(stranger, room, "hello bot, I am not your person")
@@ -111,9 +109,7 @@ def test_the_homeserver_killed_and_back_mid_conversation(
     bot, person, _stranger, room, daemon = _setup(synapse, tmp_path)
     daemon.start(timeout=30)
     try:
-        state = daemon.home / "channels" / "matrix"
-        wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the bot to join")
-        wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+        _ready(synapse, bot, person, room, daemon)
         synapse.send_text(person, room, "first, before the outage")
         wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) == 1, 60, "a reply")
 
@@ -166,9 +162,7 @@ def test_a_restart_during_a_reply_answers_once_after_it(
         )
         daemon.start(timeout=30)
         try:
-            state = daemon.home / "channels" / "matrix"
-            wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the join")
-            wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+            _ready(synapse, bot, person, room, daemon)
             synapse.send_text(person, room, "a question that takes a while")
             wait_until(
                 lambda: any(r.body.get("tools") for r in fake.message_requests),
@@ -209,9 +203,7 @@ def test_an_approval_is_asked_and_answered_in_the_room(
         )
         daemon.start(timeout=30)
         try:
-            state = daemon.home / "channels" / "matrix"
-            wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the join")
-            wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+            state = _ready(synapse, bot, person, room, daemon)
             synapse.send_text(person, room, "please write the note")
             wait_until(lambda: len(_from(synapse, person, room, bot.user_id)) >= 1, 60, "question")
             question = _from(synapse, person, room, bot.user_id)[0]["content"]
@@ -242,9 +234,7 @@ def test_more_sent_while_down_than_one_sync_carries_is_answered_in_order(
     bot, person, _stranger, room, daemon = _setup(synapse, tmp_path)
     daemon.start(timeout=30)
     try:
-        state = daemon.home / "channels" / "matrix"
-        wait_until(lambda: bot.user_id in _joined(synapse, person, room), 30, "the bot to join")
-        wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+        _ready(synapse, bot, person, room, daemon)
         daemon.stop()
         count = TIMELINE_LIMIT + 5  # a gap: the next sync is `limited`
         for i in range(count):
@@ -278,9 +268,12 @@ def _delivered(daemon: DaemonProcess, text: str) -> bool:
     return len(rows) == 1 and rows[0][0] is not None
 
 
-def _ready(server: Synapse, bot: Account, person: Account, room: str, d: DaemonProcess) -> None:
+def _ready(server: Synapse, bot: Account, person: Account, room: str, d: DaemonProcess) -> Path:
+    """Wait for the started daemon's bot to join `room` and sync once; its channel state dir."""
+    state = d.home / "channels" / "matrix"
     wait_until(lambda: bot.user_id in _joined(server, person, room), 30, "the bot to join")
-    wait_until(lambda: (d.home / "channels" / "matrix" / "sync.json").exists(), 30, "a sync")
+    wait_until(lambda: (state / "sync.json").exists(), 30, "the first sync")
+    return state
 
 
 def _bodies(server: Synapse, person: Account, room: str, bot: Account) -> list[str]:
