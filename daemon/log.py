@@ -2,25 +2,20 @@
 
 Every line carries what is bound in the current context (`session_id`, `turn_id`, `job`),
 so a turn or a job can be followed through journald with one filter.
+
+structlog is imported at the first line logged (or at `configure`), not with this module:
+with the rich and twisted integrations it finds installed it costs ~0.1 CPU-seconds, and a
+cold command that logs nothing (`reverie status` with the daemon down) does not pay for it.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
-import structlog
-from structlog.contextvars import bind_contextvars, bound_contextvars, clear_contextvars
-
 __all__ = ["bind_contextvars", "bound_contextvars", "clear_contextvars", "configure", "get_logger"]
 
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}  # logging.DEBUG …
 
 
 class _SysStream:
@@ -48,6 +43,10 @@ def configure(
     Without `stream`, lines go to `sys.stdout` (or `sys.stderr` with `to="stderr"`),
     looked up at each write.
     """
+    import logging
+
+    import structlog
+
     out = stream if stream is not None else _SysStream(to)
     use_json = fmt == "json" or (fmt == "auto" and not (hasattr(out, "isatty") and out.isatty()))
     shared: list[Any] = [
@@ -79,5 +78,43 @@ def configure(
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+class _Logger:
+    """A module's logger, bound to structlog's at its first use."""
+
+    __slots__ = ("_name", "_real")
+
+    def __init__(self, name: str | None) -> None:
+        self._name = name
+        self._real: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._real is None:
+            import structlog
+
+            self._real = structlog.get_logger(self._name) if self._name else structlog.get_logger()
+        return getattr(self._real, attr)
+
+
 def get_logger(name: str | None = None) -> Any:
-    return structlog.get_logger(name) if name else structlog.get_logger()
+    return _Logger(name)
+
+
+def bind_contextvars(**values: Any) -> Any:
+    """Bind `values` to every line logged in the current context (structlog's)."""
+    from structlog.contextvars import bind_contextvars as bind
+
+    return bind(**values)
+
+
+def bound_contextvars(**values: Any) -> Any:
+    """A context manager binding `values` to the lines logged inside it (structlog's)."""
+    from structlog.contextvars import bound_contextvars as bound
+
+    return bound(**values)
+
+
+def clear_contextvars() -> None:
+    """Forget every value bound to the current context (structlog's)."""
+    from structlog.contextvars import clear_contextvars as clear
+
+    clear()
