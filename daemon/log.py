@@ -41,12 +41,39 @@ def configure(
     """Configure structlog (and stdlib logging beneath it) for the whole process.
 
     Without `stream`, lines go to `sys.stdout` (or `sys.stderr` with `to="stderr"`),
-    looked up at each write.
+    looked up at each write. structlog's part waits for structlog's first use when it is not
+    imported yet (a command that logs nothing never imports it); stdlib logging's is set now.
     """
     import logging
 
+    global _pending
+    _pending = (level, fmt, stream, to)
+    if "structlog" in sys.modules:
+        _structlog()
+    # Third-party libraries log through stdlib; keep them quiet unless debugging.
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING if level != "debug" else logging.DEBUG)
+    if not any(getattr(h, "_reverie", False) for h in root.handlers):
+        handler = logging.StreamHandler(_SysStream("stderr"))  # type: ignore[arg-type]
+        handler._reverie = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    for noisy in ("httpx", "httpcore", "apscheduler", "watchfiles", "anthropic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# The last `configure` call's arguments, applied once structlog is imported.
+_pending: tuple[str, str, Any, str] | None = None
+
+
+def _structlog() -> Any:
+    """structlog, imported and configured as the last `configure` call asked."""
     import structlog
 
+    global _pending
+    if _pending is None:
+        return structlog
+    level, fmt, stream, to = _pending
+    _pending = None
     out = stream if stream is not None else _SysStream(to)
     use_json = fmt == "json" or (fmt == "auto" and not (hasattr(out, "isatty") and out.isatty()))
     shared: list[Any] = [
@@ -67,15 +94,7 @@ def configure(
         logger_factory=structlog.PrintLoggerFactory(file=out),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    # Third-party libraries log through stdlib; keep them quiet unless debugging.
-    root = logging.getLogger()
-    root.setLevel(logging.WARNING if level != "debug" else logging.DEBUG)
-    if not any(getattr(h, "_reverie", False) for h in root.handlers):
-        handler = logging.StreamHandler(_SysStream("stderr"))  # type: ignore[arg-type]
-        handler._reverie = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-    for noisy in ("httpx", "httpcore", "apscheduler", "watchfiles", "anthropic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return structlog
 
 
 class _Logger:
@@ -89,8 +108,7 @@ class _Logger:
 
     def __getattr__(self, attr: str) -> Any:
         if self._real is None:
-            import structlog
-
+            structlog = _structlog()
             self._real = structlog.get_logger(self._name) if self._name else structlog.get_logger()
         return getattr(self._real, attr)
 
