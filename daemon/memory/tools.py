@@ -98,6 +98,18 @@ def _origin(ctx: ToolContext, text: str | None = None) -> str:
 
 def memory_tools(system: MemorySystem) -> list[Tool]:
     """Build the six memory tools over `system`."""
+    return [
+        remember_tool(system),
+        correct_tool(system),
+        retract_tool(system),
+        recall_tool(system),
+        recall_session_tool(system),
+        remember_session_tool(system),
+    ]
+
+
+def remember_tool(system: MemorySystem) -> Tool:
+    """`remember`: store one fact in the running log or the profile."""
 
     async def remember(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
@@ -111,6 +123,20 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             raise ToolError(str(exc)) from None
         return f"{result.message}: {result.text}" if result.status == "stored" else result.message
 
+    return Tool(
+        name="remember",
+        description="Store one explicit fact now, in the running memory log or in the person's profile. "
+        "Use it when the person asks you to remember something or states a lasting fact about themselves.",
+        input_schema=REMEMBER_SCHEMA,
+        handler=remember,
+        output_origin=None,
+        timeout_s=30.0,
+    )
+
+
+def correct_tool(system: MemorySystem) -> Tool:
+    """`correct`: replace a fact, the old one kept as history."""
+
     async def correct(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
             result = await system.correct(
@@ -120,12 +146,38 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             raise ToolError(str(exc)) from None
         return f"{result.message}: {result.text}"
 
+    return Tool(
+        name="correct",
+        description="Replace a remembered fact with a corrected one; the old one is kept as history.",
+        input_schema=CORRECT_SCHEMA,
+        handler=correct,
+        output_origin=None,
+        timeout_s=30.0,
+    )
+
+
+def retract_tool(system: MemorySystem) -> Tool:
+    """`retract`: withdraw a fact that no longer holds."""
+
     async def retract(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
             await system.retract(str(args["id"]), reason=str(args["reason"]), origin=_origin(ctx))
         except FactError as exc:
             raise ToolError(str(exc)) from None
         return f"{fact_uid(str(args['id']))} retracted (kept in history)"
+
+    return Tool(
+        name="retract",
+        description="Withdraw a remembered fact that no longer holds; it stays in history.",
+        input_schema=RETRACT_SCHEMA,
+        handler=retract,
+        output_origin=None,
+        timeout_s=30.0,
+    )
+
+
+def recall_tool(system: MemorySystem) -> Tool:
+    """`recall`: search memory and answer with citations."""
 
     async def recall(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
@@ -136,11 +188,37 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
         except RecallError as exc:
             raise ToolError(str(exc)) from None
 
+    return Tool(
+        name="recall",
+        description="Search memory (facts, past session summaries, transcripts) and answer with citations.",
+        input_schema=RECALL_SCHEMA,
+        handler=recall,
+        output_origin="agent",
+        timeout_s=90.0,
+    )
+
+
+def recall_session_tool(system: MemorySystem) -> Tool:
+    """`recall_session`: excerpts of one past session around a query."""
+
     async def recall_session(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
             return await system.recall_session(str(args["session"]), str(args["query"]))
         except RecallError as exc:
             raise ToolError(str(exc)) from None
+
+    return Tool(
+        name="recall_session",
+        description="Read excerpts of one past session's transcript around a query, with message ids and times.",
+        input_schema=RECALL_SESSION_SCHEMA,
+        handler=recall_session,
+        output_origin="agent",
+        timeout_s=30.0,
+    )
+
+
+def remember_session_tool(system: MemorySystem) -> Tool:
+    """`remember_session`: summarise the current session into memory now."""
 
     async def remember_session(ctx: ToolContext, args: dict[str, Any]) -> str:
         try:
@@ -153,54 +231,11 @@ def memory_tools(system: MemorySystem) -> list[Tool]:
             raise ToolError("this session has no messages to summarise yet")
         return f"session summarised: {path.name}"
 
-    return [
-        Tool(
-            name="remember",
-            description="Store one explicit fact now, in the running memory log or in the person's profile. "
-            "Use it when the person asks you to remember something or states a lasting fact about themselves.",
-            input_schema=REMEMBER_SCHEMA,
-            handler=remember,
-            output_origin=None,
-            timeout_s=30.0,
-        ),
-        Tool(
-            name="correct",
-            description="Replace a remembered fact with a corrected one; the old one is kept as history.",
-            input_schema=CORRECT_SCHEMA,
-            handler=correct,
-            output_origin=None,
-            timeout_s=30.0,
-        ),
-        Tool(
-            name="retract",
-            description="Withdraw a remembered fact that no longer holds; it stays in history.",
-            input_schema=RETRACT_SCHEMA,
-            handler=retract,
-            output_origin=None,
-            timeout_s=30.0,
-        ),
-        Tool(
-            name="recall",
-            description="Search memory (facts, past session summaries, transcripts) and answer with citations.",
-            input_schema=RECALL_SCHEMA,
-            handler=recall,
-            output_origin="agent",
-            timeout_s=90.0,
-        ),
-        Tool(
-            name="recall_session",
-            description="Read excerpts of one past session's transcript around a query, with message ids and times.",
-            input_schema=RECALL_SESSION_SCHEMA,
-            handler=recall_session,
-            output_origin="agent",
-            timeout_s=30.0,
-        ),
-        Tool(
-            name="remember_session",
-            description="Summarise the current session into memory now; returns the summary's file name.",
-            input_schema=REMEMBER_SESSION_SCHEMA,
-            handler=remember_session,
-            output_origin=None,
-            timeout_s=110.0,
-        ),
-    ]
+    return Tool(
+        name="remember_session",
+        description="Summarise the current session into memory now; returns the summary's file name.",
+        input_schema=REMEMBER_SESSION_SCHEMA,
+        handler=remember_session,
+        output_origin=None,
+        timeout_s=110.0,
+    )
