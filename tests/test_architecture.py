@@ -187,7 +187,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.cli.doctor",
         "daemon.cli.support",
         "daemon.context.handover",
-        "daemon.context.letter",
         "daemon.delegate.fork",
         "daemon.delegate.lineage",
         "daemon.memory.auto_recall",

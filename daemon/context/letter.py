@@ -26,6 +26,7 @@ from daemon.memory.last_word import clip
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.store.db import Database
+from daemon.store.replies import RepliesRepo
 
 log = get_logger("handover")
 
@@ -170,28 +171,19 @@ async def voice_samples(
     real model's exist; replies of the model `prefer` (the one handing over) come first, at
     most one per session, so the samples span conversations.
     """
-    rows = await db.fetchall(
-        "SELECT m.content, m.ts, m.turn_id, m.session_id FROM messages m "
-        "JOIN sessions s ON s.id = m.session_id "
-        "WHERE m.role = 'assistant' AND s.kind = 'trunk' ORDER BY m.ts DESC LIMIT 400"
-    )
-    turns = sorted({str(r[2]) for r in rows if r[2]})
-    models: dict[str, str] = {}
-    if turns:
-        for turn, provider, model in await db.fetch_in(
-            "SELECT turn_id, provider, model FROM usage_ledger "
-            "WHERE role = 'trunk' AND turn_id IN ({})",
-            turns,
-        ):
-            models[str(turn)] = model_id(str(provider), str(model))
+    repo = RepliesRepo(db)
+    replies = await repo.trunk_replies(400)
+    turns = sorted({r.turn_id for r in replies if r.turn_id})
+    models = {t.turn_id: model_id(t.provider, t.model) for t in await repo.trunk_models(turns)}
     fit: list[tuple[str, str, str, str]] = []
-    for content, ts, turn, session in rows:
-        text = " ".join(str(content).split())
+    for reply in replies:
+        text = " ".join(reply.content.split())
         if not VOICE_MIN <= len(text) <= VOICE_MAX or "```" in text:
             continue
         if text.startswith(("The ", "I found nothing")) and " tool " in text[:60]:
             continue
-        fit.append((text, str(ts), models.get(str(turn), ""), str(session)))
+        model = models.get(reply.turn_id, "") if reply.turn_id else ""
+        fit.append((text, reply.ts, model, reply.session_id))
     if any(m and m != "offline" for _, _, m, _ in fit):
         fit = [f for f in fit if f[2] != "offline"]
     fit.sort(key=lambda f: not same_model(f[2], prefer) if f[2] else True)  # stable: newest kept
@@ -221,23 +213,42 @@ async def build_letter(
 ) -> Letter:
     """The letter for a switch from `from_model` to `to_model`, from what the home holds now
     (no model call); `until` is when the old model last answered."""
-    parts: list[Part] = []
-    who = _who(home)
-    if who:
-        parts.append(Part(key="self", title="Who you are", text=who))
-
-    profile: list[MemoryItem] = []
-    if view is not None:
-        try:
-            profile = [i for i in await view.profile_facts(8) if not is_untrusted(i.origin)]
-        except Exception as exc:
-            log.warning("profile facts unreadable for the handover letter", error=repr(exc))
     days = settings.memory.change_note_days
-    profile = [change_noted(i, now=now, days=days) for i in profile]
-    user = _user_lines(home)
-    person = user[:8] + [clip(i.text, 200) for i in profile[:6]]
+    profile = [change_noted(i, now=now, days=days) for i in await _profile(view)]
+    parts = [
+        *_self_part(home),
+        *_person_parts(home, profile),
+        *await _open_part(home, threads),
+        *await _changes_part(home, settings, view, profile, now),
+        _switch_part(from_model, to_model, until),
+        *await _voice_part(db, from_model),
+    ]
+    return Letter(parts=parts)
+
+
+def _self_part(home: Home) -> list[Part]:
+    """Who the agent is (the opening of SOUL.md), when it says."""
+    who = _who(home)
+    return [Part(key="self", title="Who you are", text=who)] if who else []
+
+
+async def _profile(view: MemoryView | None) -> list[MemoryItem]:
+    """The top profile facts the agent may vouch for (none when memory cannot be read)."""
+    if view is None:
+        return []
+    try:
+        return [i for i in await view.profile_facts(8) if not is_untrusted(i.origin)]
+    except Exception as exc:
+        log.warning("profile facts unreadable for the handover letter", error=repr(exc))
+        return []
+
+
+def _person_parts(home: Home, profile: list[MemoryItem]) -> list[Part]:
+    """Who the person is, and apart from it how they like to be spoken to."""
+    person = _user_lines(home)[:8] + [clip(i.text, 200) for i in profile[:6]]
     style = [p for p in person if _STYLE_WORDS.search(p)]
     about = [p for p in person if p not in style]
+    parts: list[Part] = []
     if about:
         parts.append(
             Part(key="person", title="Your person", text="\n".join(f"- {p}" for p in about),
@@ -252,7 +263,11 @@ async def build_letter(
                 origin="person",
             )
         )
+    return parts
 
+
+async def _open_part(home: Home, threads: OpenThreads | None) -> list[Part]:
+    """What is open: the open threads first, then WAKE.md's open items."""
     open_items: list[str] = []
     if threads is not None:
         try:
@@ -262,17 +277,26 @@ async def build_letter(
         except Exception as exc:
             log.warning("open threads unreadable for the handover letter", error=repr(exc))
     open_items += _open_wake_items(home)
-    if open_items:
-        parts.append(
-            Part(key="open", title="What is open", text="\n".join(f"- {o}" for o in open_items))
-        )
+    if not open_items:
+        return []
+    return [Part(key="open", title="What is open", text="\n".join(f"- {o}" for o in open_items))]
 
+
+async def _changes_part(
+    home: Home,
+    settings: Settings,
+    view: MemoryView | None,
+    profile: list[MemoryItem],
+    now: datetime,
+) -> list[Part]:
+    """What changed lately: facts that replaced another, then the newest sleep entries."""
     changed: list[str] = []
     if view is not None:
         try:
             recent = await view.recent_facts(20)
         except Exception:
             recent = []
+        days = settings.memory.change_note_days
         for item in [*profile, *recent]:
             if is_untrusted(item.origin):
                 continue
@@ -282,37 +306,43 @@ async def build_letter(
                 if line not in changed:
                     changed.append(line)
     changed += _sleep_lines(home, settings, now)
-    if changed:
-        parts.append(
-            Part(
-                key="changes",
-                title="What changed lately",
-                text="\n".join(f"- {c}" for c in changed[:6]),
-            )
-        )
-
-    last = until.date().isoformat() if until else "your last turn"
-    parts.append(
+    if not changed:
+        return []
+    return [
         Part(
-            key="switch",
-            title="The switch",
-            text=(
-                f"You were running on {from_model} until {last}; "
-                f"from now on you run on {to_model}. The memory, the person and the "
-                "work are the same: pick up where you left off."
-            ),
+            key="changes",
+            title="What changed lately",
+            text="\n".join(f"- {c}" for c in changed[:6]),
         )
+    ]
+
+
+def _switch_part(from_model: str, to_model: str, until: datetime | None) -> Part:
+    """The switch itself: from which model, since when, to which."""
+    last = until.date().isoformat() if until else "your last turn"
+    return Part(
+        key="switch",
+        title="The switch",
+        text=(
+            f"You were running on {from_model} until {last}; "
+            f"from now on you run on {to_model}. The memory, the person and the "
+            "work are the same: pick up where you left off."
+        ),
     )
+
+
+async def _voice_part(db: Database, from_model: str) -> list[Part]:
+    """A few of its own past replies (last: a cut to the layer's budget drops it first)."""
     samples = await voice_samples(db, prefer=from_model)
-    if samples:
-        parts.append(
-            Part(
-                key="voice",
-                title="How you have sounded (your own past replies)",
-                text="\n".join(f"- ({day}) “{text}”" for day, text in samples),
-            )
+    if not samples:
+        return []
+    return [
+        Part(
+            key="voice",
+            title="How you have sounded (your own past replies)",
+            text="\n".join(f"- ({day}) “{text}”" for day, text in samples),
         )
-    return Letter(parts=parts)
+    ]
 
 
 def _sleep_lines(home: Home, settings: Settings, now: datetime) -> list[str]:
