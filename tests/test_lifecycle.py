@@ -307,8 +307,10 @@ async def test_a_switch_interrupted_by_a_crash_is_finished_at_the_next_start(
     async with _services(root, model) as crashed:
         old = crashed.trunk.session.id  # type: ignore[union-attr]
         # The crash came after the intent was written and a message was accepted on hold.
-        await crashed.trunk._kv_set(
-            SWITCH_KEY, {"from": old, "to": "trunk-next", "reason": "nightly"}
+        await crashed.trunk.kv.write_json(
+            SWITCH_KEY,
+            {"from": old, "to": "trunk-next", "reason": "nightly"},
+            at=crashed.clock.now(),
         )
         entry = await crashed.trunk.inbox.put("arrived during the hold")
     events: list[TurnEvent] = []

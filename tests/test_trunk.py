@@ -376,13 +376,13 @@ async def test_the_backoff_follows_the_outage_attempts_that_status_shows(tmp_pat
         tmp_path / "home", _Flaky(down=0), retry_s=2.0, retry_max_s=10.0
     ) as services:
         trunk, clock = services.trunk, services.clock
-        delays = [trunk._model_unreachable("down") for _ in range(4)]
+        delays = [trunk.retry.model_unreachable("down") for _ in range(4)]
         assert delays == [2.0, 4.0, 8.0, 10.0]
         waiting = trunk.waiting_for_model
         assert waiting is not None and waiting.attempts == 4
         assert waiting.next_retry == clock.now() + timedelta(seconds=10)
-        trunk._model_reached()
-        assert trunk._model_unreachable("down again") == 2.0
+        trunk.retry.model_reached()
+        assert trunk.retry.model_unreachable("down again") == 2.0
 
 
 async def test_every_listener_on_a_queued_turn_hears_of_the_outage_and_is_answered_after(
@@ -647,7 +647,7 @@ async def test_a_full_disk_refuses_new_messages_only_while_a_kept_one_waits(tmp_
     async with _daemon(tmp_path / "home", ScriptedModel([])) as services:
         trunk = services.trunk
         kept = await trunk.submit("call the plumber")
-        trunk._storage_refused("No space left on device")
+        trunk.retry.storage_refused("No space left on device")
         refusal = trunk.refusal()
         assert refusal is not None and "No space left on device" in refusal
         # The person cancels the kept message: nothing is left to retry the disk with, so

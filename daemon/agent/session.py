@@ -27,6 +27,7 @@ from daemon.records import (
     TurnStatus,
 )
 from daemon.store.db import Database
+from daemon.store.sessions import IndexedMessage, SessionsRepo
 
 
 def new_session_id(kind: str, when: datetime) -> str:
@@ -90,24 +91,21 @@ class Session:
             )
             await transcript.append(first)
             session._remember([first])
-        await db.execute(
-            "INSERT INTO sessions(id, kind, parent_id, transcript_path, started_at) VALUES (?,?,?,?,?)"
-            " ON CONFLICT(id) DO NOTHING",
-            (session_id, kind, parent_id, str(path), session.started_at.isoformat()),
+        index = SessionsRepo(db)
+        await index.add(
+            session_id,
+            kind=kind,
+            parent_id=parent_id,
+            transcript_path=str(path),
+            started_at=session.started_at.isoformat(),
         )
-        row = await db.fetchone(
-            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
-        )
-        session._seq = int(row[0]) if row else 0
+        session._seq = await index.last_seq(session_id)
         await session._reindex_missing()
         return session
 
     async def _reindex_missing(self) -> None:
         """Index transcript messages the database missed (a crash between the two writes)."""
-        rows = await self.db.fetchall(
-            "SELECT msg_id FROM messages WHERE session_id = ?", (self.id,)
-        )
-        known = {r[0] for r in rows}
+        known = await SessionsRepo(self.db).message_ids(self.id)
         for rec in self._records:
             if isinstance(rec, MessageRecord) and rec.id not in known:
                 await self._index_message(rec)
@@ -116,20 +114,17 @@ class Session:
         self._seq += 1
         # While a PostgreSQL server is away the row is queued in the home and applied when it
         # is back (the transcript, written first, holds the message either way).
-        await self.db.write(
-            "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content, turn_id)"
-            " VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(session_id, msg_id) DO NOTHING",
-            (
-                self.id,
-                rec.id,
-                self._seq,
-                rec.ts,
-                rec.role,
-                rec.speaker,
-                rec.content,
-                rec.turn_id,
-            ),
-            session=self.id,
+        await SessionsRepo(self.db).index_message(
+            IndexedMessage(
+                session_id=self.id,
+                msg_id=rec.id,
+                seq=self._seq,
+                ts=rec.ts,
+                role=rec.role,
+                speaker=rec.speaker,
+                content=rec.content,
+                turn_id=rec.turn_id,
+            )
         )
 
     @property

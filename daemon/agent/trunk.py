@@ -16,39 +16,42 @@ outgoing session's summary; a handler may veto), the new session opens with a li
 old one, and per-session state is reset. A crash anywhere in between is finished at the
 next start, before any message is answered, so messages that arrived during a switch are
 always answered in the new session.
+
+The parts live beside it: the retry and outage state in `daemon.agent.retry` (`TurnRetry`),
+who listens to which turn in `daemon.agent.listeners`, and how a turn is tried and ends in
+`daemon.agent.turn_end`.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
 
 from daemon.agent.inbox import Inbox, InboxEntry
-from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
+from daemon.agent.listeners import Listeners
+from daemon.agent.loop import AgentLoop, TurnResult
+from daemon.agent.retry import Kept, StorageDown, TurnRetry, WaitingForModel
 from daemon.agent.session import Session, new_session_id
-from daemon.agent.turns import TurnDone, TurnEvent, TurnFailed, TurnObserver, ignore
+from daemon.agent.turn_end import TurnEnds, attempt
+from daemon.agent.turns import TurnFailed, TurnObserver
 from daemon.chat.protocol import ErrorCode
 from daemon.clock import Clock
 from daemon.errors import ReverieError
-from daemon.events import SessionBeforeSwitch, SessionShutdown, TurnFinished
+from daemon.events import SessionBeforeSwitch, SessionShutdown
 from daemon.log import get_logger
-from daemon.models.base import ModelError, ModelUnavailable, SpendCapReached
 from daemon.paths import Home
-from daemon.records import TurnEnd, TurnStatus
+from daemon.records import TurnStatus
 from daemon.store.db import Database
-from daemon.store.errors import free_bytes, storage_failure, unless_storage_refuses
+from daemon.store.errors import unless_storage_refuses
+from daemon.store.kv import KvRepo
+from daemon.store.sessions import SessionsRepo
 
 log = get_logger("trunk")
 
 TRUNK_KEY = "trunk_session"
-# Space comes back when a person frees it: a kept turn tries the disk again this often at
-# most, however long the model's backoff has grown.
-STORAGE_RETRY_MAX_S = 30.0
 SWITCH_KEY = "trunk_switch"
 # How often the trunk looks whether a PostgreSQL server that went away is back (each look is
 # free until the store's own probe is due).
@@ -67,57 +70,6 @@ class Switched:
     session_id: str
     reason: str
     held_s: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class WaitingForModel:
-    """The trunk's model is unreachable: queued messages are kept and retried on a backoff."""
-
-    since: datetime
-    error: str
-    attempts: int
-    last_attempt: datetime
-    next_retry: datetime
-
-    def describe(self, *, queued: int) -> dict[str, Any]:
-        return {
-            "since": self.since.isoformat(),
-            "error": self.error,
-            "attempts": self.attempts,
-            "last_attempt": self.last_attempt.isoformat(),
-            "next_retry": self.next_retry.isoformat(),
-            "queued": queued,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class StorageDown:
-    """The home's storage refuses writes (disk full, read-only): new messages are refused and
-    the kept ones are retried until a turn gets through."""
-
-    since: datetime
-    error: str
-    attempts: int
-    next_retry: datetime
-
-    def describe(self, *, queued: int, free: int | None) -> dict[str, Any]:
-        return {
-            "since": self.since.isoformat(),
-            "error": self.error,
-            "attempts": self.attempts,
-            "next_retry": self.next_retry.isoformat(),
-            "queued": queued,
-            "free_bytes": free,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Kept:
-    """Why a turn did not finish and its message stays queued: the model gave no whole reply
-    (`storage` False) or the home's storage refused a write (`storage` True)."""
-
-    reason: str
-    storage: bool = False
 
 
 class SwitchVetoed(ReverieError):
@@ -147,11 +99,28 @@ class Trunk:
         self.loop = loop
         self.clock = clock
         self.turn_timeout_s = turn_timeout_s
-        self.retry_base_s = retry_base_s
-        self.retry_max_s = retry_max_s
+        self.kv = KvRepo(db)
+        self.sessions = SessionsRepo(db)
         self.inbox = Inbox(home.inbox_file, clock)
         self.session: Session | None = None
-        self._observers: dict[str, TurnObserver] = {}
+        self.listeners = Listeners()
+        # The model's and the storage's outages, and the backoff of a kept turn.
+        self.retry = TurnRetry(
+            inbox=self.inbox,
+            listeners=self.listeners,
+            clock=clock,
+            home_root=home.root,
+            base_s=retry_base_s,
+            max_s=retry_max_s,
+        )
+        self.ends = TurnEnds(
+            inbox=self.inbox,
+            listeners=self.listeners,
+            retry=self.retry,
+            loop=loop,
+            clock=clock,
+            db=db,
+        )
         self._current: tuple[str, anyio.CancelScope] | None = None
         self._cancelled: set[str] = set()
         self.last_result: TurnResult | None = None
@@ -164,27 +133,17 @@ class Trunk:
         self._released.set()
         self._switch_lock = anyio.Lock()
         self._last_veto = ""
-        # Set while the model stays unreachable; cleared by the next turn that reaches it.
-        self.waiting_for_model: WaitingForModel | None = None
-        # Turns whose listener has been told about the current outage (told once each).
-        self._told_waiting: set[str] = set()
-        # The backoff being slept out: a message arriving during an outage cancels it, to try
-        # the model now rather than at the end of a backoff that may have grown to minutes.
-        self._backoff: anyio.CancelScope | None = None
-        # Set while the home's storage refuses writes; cleared by the next turn that lands.
-        self.storage_down: StorageDown | None = None
-        self._told_storage: set[str] = set()
 
     async def __aenter__(self) -> Trunk:
-        row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (TRUNK_KEY,))
+        kept = await self.kv.get_json(TRUNK_KEY)
         now = self.clock.now()
         session_id = (
-            json.loads(row[0])
-            if row
+            str(kept)
+            if kept is not None
             else (self._newest_transcript() or new_session_id("trunk", now))
         )
         self.session = await self._open(session_id)
-        intent = await self._kv_get(SWITCH_KEY)
+        intent = await self.kv.get_json(SWITCH_KEY)
         if (
             isinstance(intent, dict)
             and intent.get("from") == session_id
@@ -199,11 +158,9 @@ class Trunk:
             if await self._switch_gate(reason):
                 await self._complete_switch(str(intent["to"]), reason)
         elif intent is not None:
-            await self._kv_delete(SWITCH_KEY)  # the switch had finished; only the note was left
-        await self._kv_set(TRUNK_KEY, self.session.id)
-        await self.db.execute(
-            "UPDATE sessions SET ended_at = NULL WHERE id = ?", (self.session.id,)
-        )
+            await self.kv.delete(SWITCH_KEY)  # the switch had finished; only the note was left
+        await self.kv.write_json(TRUNK_KEY, self.session.id, at=self.clock.now())
+        await self.sessions.reopen(self.session.id)
         pending = self.inbox.load()
         if pending:
             log.info("answering messages left pending before restart", count=len(pending))
@@ -232,21 +189,6 @@ class Trunk:
             header=header,
         )
 
-    # -- small persistent notes --------------------------------------------------------------
-
-    async def _kv_get(self, key: str) -> Any:
-        row = await self.db.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
-        return json.loads(row[0]) if row else None
-
-    async def _kv_set(self, key: str, value: Any) -> None:
-        await self.db.write(
-            "INSERT INTO kv(key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value, updated_at=excluded.updated_at",
-            (key, json.dumps(value), self.clock.now().isoformat()),
-        )
-
-    async def _kv_delete(self, key: str) -> None:
-        await self.db.execute("DELETE FROM kv WHERE key = ?", (key,))
-
     # -- ending a session --------------------------------------------------------------------
 
     async def shutdown(self, reason: str) -> None:
@@ -266,10 +208,7 @@ class Trunk:
         with anyio.CancelScope(shield=True):
             # An index note (rebuilt from the transcript): never worth a failed shutdown.
             with unless_storage_refuses(log, "session end not indexed", session=session.id):
-                await self.db.write(
-                    "UPDATE sessions SET ended_at = ? WHERE id = ?",
-                    (self.clock.now().isoformat(), session.id),
-                )
+                await self.sessions.mark_ended(session.id, self.clock.now().isoformat())
             # The daemon's last one is awaited: its handlers (the journal's entry, memory's
             # summary) finish before the process exits. A switch's runs beside the new session.
             await self.loop.bus.publish(
@@ -320,7 +259,7 @@ class Trunk:
             assert self.session is not None
             old = self.session
             new_id = new_session_id("trunk", self.clock.now())
-            await self._kv_set(
+            await self.kv.write_json(
                 SWITCH_KEY,
                 {
                     "from": old.id,
@@ -328,6 +267,7 @@ class Trunk:
                     "reason": reason,
                     "ts": self.clock.now().isoformat(),
                 },
+                at=self.clock.now(),
             )
             await self.hold()
             try:
@@ -354,7 +294,7 @@ class Trunk:
         if veto is None:
             return True
         self._last_veto = f"{veto.by}: {veto.reason}"
-        await self._kv_delete(SWITCH_KEY)
+        await self.kv.delete(SWITCH_KEY)
         return False
 
     async def _complete_switch(self, new_id: str, reason: str) -> None:
@@ -362,12 +302,9 @@ class Trunk:
         assert self.session is not None
         old = self.session
         new = await self._open(new_id, header={"continues": old.id, "reason": reason})
-        await self.db.execute(
-            "UPDATE sessions SET previous_id = ?, switch_reason = ? WHERE id = ?",
-            (old.id, reason, new_id),
-        )
-        await self._kv_set(TRUNK_KEY, new_id)
-        await self._kv_delete(SWITCH_KEY)
+        await self.sessions.link_previous(new_id, previous_id=old.id, reason=reason)
+        await self.kv.write_json(TRUNK_KEY, new_id, at=self.clock.now())
+        await self.kv.delete(SWITCH_KEY)
         self.session = new
         self.loop.reset_session(old.id)
         self.last_result = None
@@ -399,16 +336,15 @@ class Trunk:
         """Durably queue a message; return once it is on disk (then `accepted` may be sent)."""
         entry = await self.inbox.put(text, origin=origin, client_msg_id=client_msg_id)
         if observer is not None:
-            self._observers[entry.id] = observer
-        self._retry_early()
+            self.listeners.attach(entry.id, observer)
+        self.retry.retry_early()
         return Accepted(turn_id=entry.id, queued=len(self.inbox.pending()) - 1)
 
     def attach(self, turn_id: str, observer: TurnObserver) -> None:
-        self._observers[turn_id] = observer
+        self.listeners.attach(turn_id, observer)
 
     def detach(self, observer: TurnObserver) -> None:
-        for key in [k for k, v in self._observers.items() if v is observer]:
-            del self._observers[key]
+        self.listeners.detach(observer)
 
     async def cancel(self, turn_id: str | None = None) -> bool:
         """Cancel the running turn (or a queued one by id); return whether anything was cancelled."""
@@ -418,186 +354,36 @@ class Trunk:
             return True
         if turn_id and self.inbox.remove(turn_id):
             await self.inbox.done(turn_id, status=TurnStatus.CANCELLED)
-            self._report(
+            self.listeners.report(
                 TurnFailed(
                     turn_id=turn_id, code=ErrorCode.CANCELLED, message="cancelled before it started"
                 )
             )
-            self._observers.pop(turn_id, None)
-            self._told_waiting.discard(turn_id)
-            self._told_storage.discard(turn_id)
+            self.listeners.forget(turn_id)
+            self.retry.forget(turn_id)
             return True
         return False
 
-    def _report(self, event: TurnEvent) -> None:
-        self._observers.get(event.turn_id, ignore)(event)
+    # -- outages (`TurnRetry`) ---------------------------------------------------------------
 
-    def tell_if_waiting(self, turn_id: str) -> bool:
-        """Tell a just-accepted turn's listener that the model is down, if it is; return whether told.
+    @property
+    def waiting_for_model(self) -> WaitingForModel | None:
+        """Set while the model stays unreachable; cleared by the next turn that reaches it."""
+        return self.retry.waiting_for_model
 
-        Called once `accepted` has gone out, so the listener hears the outage right after it:
-        the message stays queued (and on disk) and is answered once the model is back.
-        """
-        if self.waiting_for_model is None or turn_id in self._told_waiting:
-            return False
-        if turn_id not in self._observers or all(e.id != turn_id for e in self.inbox.pending()):
-            return False
-        self._told_waiting.add(turn_id)
-        self._report(
-            TurnFailed(
-                turn_id=turn_id,
-                code=ErrorCode.MODEL_UNAVAILABLE,
-                message=self._waiting_message(turn_id),
-            )
-        )
-        return True
-
-    def _waiting_message(self, turn_id: str) -> str:
-        waiting = self.waiting_for_model
-        assert waiting is not None
-        pending = [e.id for e in self.inbox.pending()]
-        ahead = pending.index(turn_id) if turn_id in pending else 0
-        place = f"; {ahead} message{'s' if ahead != 1 else ''} ahead of it" if ahead else ""
-        if waiting.next_retry <= self.clock.now() + timedelta(seconds=self.retry_base_s):
-            retry = "; trying it again now"
-        else:
-            retry = f"; next try at {waiting.next_retry:%H:%M:%S %Z}"
-        return (
-            f"the model is not answering ({waiting.error}) since {waiting.since:%H:%M:%S %Z}, "
-            f"{waiting.attempts} attempt{'s' if waiting.attempts != 1 else ''} so far — your message is saved "
-            f"and will be answered when the model is back{place}{retry}"
-        )
-
-    def _tell_all_waiting(self) -> None:
-        """Tell every queued turn's listener not yet told about this outage."""
-        for entry in self.inbox.pending():
-            self.tell_if_waiting(entry.id)
-
-    def _backoff_s(self, attempts: int, ceiling: float | None = None) -> float:
-        """The wait after failed attempt `attempts` of a kept turn: doubling, up to a ceiling."""
-        top = self.retry_max_s if ceiling is None else min(self.retry_max_s, ceiling)
-        return min(top, self.retry_base_s * (2 ** (attempts - 1)))
-
-    def _model_unreachable(self, error: str) -> float:
-        """Record a failed attempt; return the backoff before the next (doubling per attempt)."""
-        now = self.clock.now()
-        previous = self.waiting_for_model
-        attempts = previous.attempts + 1 if previous is not None else 1
-        retry_in_s = self._backoff_s(attempts)
-        next_retry = now + timedelta(seconds=retry_in_s)
-        if previous is None:
-            self.waiting_for_model = WaitingForModel(
-                since=now, error=error, attempts=1, last_attempt=now, next_retry=next_retry
-            )
-            log.warning(
-                "trunk waiting for the model; messages stay queued",
-                error=error,
-                retry_in_s=retry_in_s,
-            )
-        else:
-            self.waiting_for_model = replace(
-                previous,
-                error=error,
-                attempts=previous.attempts + 1,
-                last_attempt=now,
-                next_retry=next_retry,
-            )
-        self._tell_all_waiting()
-        return retry_in_s
-
-    def _storage_refused(self, error: str) -> float:
-        """Record a turn stopped by storage; tell every queued listener once; return the wait."""
-        now = self.clock.now()
-        previous = self.storage_down
-        attempts = previous.attempts + 1 if previous is not None else 1
-        retry_in_s = self._backoff_s(attempts, ceiling=STORAGE_RETRY_MAX_S)
-        self.storage_down = StorageDown(
-            since=previous.since if previous is not None else now,
-            error=error,
-            attempts=attempts,
-            next_retry=now + timedelta(seconds=retry_in_s),
-        )
-        if previous is None:
-            log.error(
-                "storage refuses writes; new messages are refused, kept ones wait",
-                error=error,
-                free_bytes=free_bytes(self.home.root),
-            )
-        for entry in self.inbox.pending():
-            if entry.id in self._observers and entry.id not in self._told_storage:
-                self._told_storage.add(entry.id)
-                self._report(
-                    TurnFailed(
-                        turn_id=entry.id,
-                        code=ErrorCode.STORAGE,
-                        message=(
-                            f"storage refuses writes ({error}) — your message is saved and will "
-                            "be answered when space is back"
-                        ),
-                    )
-                )
-        return retry_in_s
+    @property
+    def storage_down(self) -> StorageDown | None:
+        """Set while the home's storage refuses writes; cleared by the next turn that lands."""
+        return self.retry.storage_down
 
     def refusal(self) -> str | None:
         """Why a new message cannot be taken now (storage refuses writes), or None."""
-        down = self.storage_down
-        if down is None:
-            return None
-        if not self.inbox.pending():
-            # No kept message is left to try the disk again (the person cancelled it): let the
-            # next message's own write be the test, refused there if the disk is still full.
-            self.storage_down = None
-            return None
-        return (
-            f"storage refuses writes since {down.since:%H:%M:%S %Z} ({down.error}); "
-            "not taking new messages until space is back — nothing already accepted is lost"
-        )
+        return self.retry.refusal()
 
-    def _storage_back(self) -> None:
-        if self.storage_down is not None:
-            log.info(
-                "storage accepts writes again; answering kept messages",
-                since=self.storage_down.since.isoformat(),
-                attempts=self.storage_down.attempts,
-            )
-        self.storage_down = None
-        self._told_storage.clear()
-
-    def _retry_early(self) -> None:
-        """Cut the backoff short for a new message: try again now, or `retry_base_s` after the
-        last attempt when that was only just now (a burst of messages never hammers the API,
-        and a message sent right after a failed try is not left behind the whole backoff)."""
-        waiting = self.waiting_for_model
-        if waiting is None or self._backoff is None or self._backoff.cancel_called:
-            return
-        at = max(self.clock.now(), waiting.last_attempt + timedelta(seconds=self.retry_base_s))
-        if waiting.next_retry <= at:
-            return
-        self.waiting_for_model = replace(waiting, next_retry=at)
-        self._backoff.cancel()
-
-    async def _wait_to_retry(self, delay: float) -> None:
-        """Sleep out the backoff, or less when `_retry_early` asks (cancellable)."""
-        with anyio.CancelScope() as self._backoff:
-            await self.clock.sleep(delay)
-        self._backoff = None
-        waiting = self.waiting_for_model
-        if waiting is not None:
-            # Cut short right after an attempt: the rest of `retry_base_s`, then the try.
-            left = (waiting.next_retry - self.clock.now()).total_seconds()
-            if 0 < left <= self.retry_base_s:
-                await self.clock.sleep(left)
-
-    def _model_reached(self) -> None:
-        if self.waiting_for_model is not None:
-            w = self.waiting_for_model
-            log.info(
-                "the model is reachable again; answering queued messages",
-                since=w.since.isoformat(),
-                attempts=w.attempts,
-            )
-        self.waiting_for_model = None
-        self._told_waiting.clear()
+    def tell_if_waiting(self, turn_id: str) -> bool:
+        """Tell a just-accepted turn's listener that the model is down, if it is (see
+        `TurnRetry.tell_if_waiting`); return whether told."""
+        return self.retry.tell_if_waiting(turn_id)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Answer inbox messages forever. Cancellation stops after the current turn's cleanup.
@@ -642,12 +428,7 @@ class Trunk:
                 self._idle.set()
             if kept is None:
                 continue
-            # The backoff follows the outage's own attempt count, so a turn cancelled during
-            # it does not restart the doubling while status still counts on.
-            if kept.storage:
-                delay = self._storage_refused(kept.reason)
-            else:
-                delay = self._model_unreachable(kept.reason)
+            delay = self.retry.kept(kept)
             log.warning(
                 "turn kept for a retry",
                 turn_id=entry.id,
@@ -655,7 +436,7 @@ class Trunk:
                 storage=kept.storage,
                 retry_in_s=delay,
             )
-            await self._wait_to_retry(delay)
+            await self.retry.wait(delay)
 
     async def _answer(self, entry: InboxEntry) -> Kept | None:
         """Run one queued message; return why, when it must stay queued and be tried again.
@@ -675,152 +456,38 @@ class Trunk:
                 turn_id=entry.id,
                 status=ended,
             )
-            await self._finish(entry, TurnStatus(ended))
+            await self.ends.finish(entry, TurnStatus(ended))
             return None
         scope = anyio.CancelScope()
         self._current = (entry.id, scope)
         self._idle = anyio.Event()
         try:
-            result, error, kept = await self._attempt(entry, session, scope)
+            result, error, kept = await attempt(
+                self.loop,
+                entry,
+                session,
+                scope,
+                timeout_s=self.turn_timeout_s,
+                observer=self.listeners.report,
+            )
         finally:
             self._current = None
         if scope.cancelled_caught or entry.id in self._cancelled:
             self._cancelled.discard(entry.id)
-            observer = self._observers.get(entry.id, ignore)
-            await self._finish(entry, TurnStatus.CANCELLED)
-            observer(
-                TurnFailed(turn_id=entry.id, code=ErrorCode.CANCELLED, message="turn cancelled")
-            )
+            await self.ends.cancelled(entry)
             return None
         if kept is not None:
             return kept  # `serve` tells every listener waiting on a queued turn, then backs off
-        self._storage_back()
+        self.retry.storage_back()
         if error is None or error[0] is ErrorCode.MODEL_ERROR:
-            self._model_reached()  # the model answered (even with an error): it is reachable
+            self.retry.model_reached()  # the model answered (even with an error): it is reachable
         if error is not None:
-            await self._failed(entry, session, error)
+            await self.ends.failed(entry, session, error)
             return None
         assert result is not None
-        await self._answered(entry, session, result)
-        return None
-
-    async def _attempt(
-        self, entry: InboxEntry, session: Session, scope: anyio.CancelScope
-    ) -> tuple[TurnResult | None, tuple[ErrorCode, str] | None, Kept | None]:
-        """Run the turn once: its result, or the error that failed it, or why it is kept."""
-        try:
-            with scope:
-                with anyio.fail_after(self.turn_timeout_s):
-                    result = await self.loop.run_turn(
-                        session,
-                        turn_id=entry.id,
-                        prompt=entry.text,
-                        observer=self._report,
-                        ts=entry.ts.isoformat(),
-                    )
-                    return result, None, None
-        except TimeoutError:
-            if self.loop.cut_in_model_call:
-                limit = f"no whole reply within the {self.turn_timeout_s:.0f}s turn limit"
-                return None, None, Kept(reason=limit)
-            stopped = f"the turn took longer than {self.turn_timeout_s:.0f}s and was stopped"
-            return None, (ErrorCode.TIMEOUT, stopped), None
-        except ContextFailed as exc:
-            return None, (ErrorCode.CONTEXT_FAILED, str(exc)), None
-        except SpendCapReached as exc:
-            return None, (ErrorCode.SPEND_CAP, str(exc)), None
-        except ModelUnavailable as exc:
-            return None, None, Kept(reason=str(exc) or type(exc).__name__)
-        except ModelError as exc:
-            if exc.retryable:
-                return None, None, Kept(reason=str(exc))
-            return None, (ErrorCode.MODEL_ERROR, str(exc)), None
-        except Exception as exc:
-            storage = storage_failure(exc)
-            if storage is not None:
-                return None, None, Kept(reason=storage, storage=True)
-            log.exception("turn stopped by an internal error", turn_id=entry.id)
-            return (
-                None,
-                (ErrorCode.INTERNAL, f"an internal error stopped this turn ({exc!r})"),
-                None,
-            )
-        # The scope was cancelled (the person's cancel): nothing ran to an end.
-        return None, None, None
-
-    async def _failed(
-        self, entry: InboxEntry, session: Session, error: tuple[ErrorCode, str]
-    ) -> None:
-        """Record a failed turn (the loop recorded a context failure itself) and tell the person."""
-        log.warning("turn failed", turn_id=entry.id, code=str(error[0]), error=error[1])
-        failed = TurnFailed(turn_id=entry.id, code=error[0], message=error[1])
-        observer = self._observers.get(entry.id, ignore)
-        if error[0] is not ErrorCode.CONTEXT_FAILED:
-            with unless_storage_refuses(log, "turn end not recorded", turn_id=entry.id):
-                await session.record(
-                    TurnEnd(
-                        turn_id=entry.id,
-                        status=TurnStatus.FAILED,
-                        error=error[1],
-                        ts=self.clock.now().isoformat(),
-                    )
-                )
-        await self._finish(entry, TurnStatus.FAILED)
-        observer(failed)
-
-    async def _answered(self, entry: InboxEntry, session: Session, result: TurnResult) -> None:
-        """An answered turn: the inbox hears first, then the person, the report, the bus."""
-        # The inbox hears first, so a listener told "done" never sees the message answered again.
-        observer = self._observers.get(entry.id, ignore)
-        await self._finish(entry, TurnStatus.ANSWERED)
-        if result.vetoed:
-            observer(TurnFailed(turn_id=entry.id, code=ErrorCode.VETOED, message=result.vetoed))
-        else:
-            observer(
-                TurnDone(
-                    turn_id=entry.id,
-                    text=result.text,
-                    stop_reason=result.stop_reason,
-                    usage=result.usage.__dict__,
-                )
-            )
+        # The inbox hears first, then the person; no await between their word and these two.
+        await self.ends.answered(entry, result)
         self.last_result = result
         self.turns_answered += 1
-        if result.report:
-            # An explanation of the turn, not the turn: the reply stands without it.
-            with unless_storage_refuses(log, "turn report not stored", turn_id=entry.id):
-                await self.db.write(
-                    "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report) VALUES (?,?,?,?,?)",
-                    (
-                        entry.id,
-                        session.id,
-                        self.clock.now().isoformat(),
-                        int(result.report.get("total_tokens", 0)),
-                        json.dumps(result.report),
-                    ),
-                )
-        # Delivered beside the next turn, so a message sent right after a reply does not wait.
-        await self.loop.bus.publish(
-            TurnFinished(
-                session_id=session.id,
-                turn_id=entry.id,
-                stop_reason=result.stop_reason,
-                context_tokens=result.context_tokens,
-                vetoed=bool(result.vetoed),
-            )
-        )
-
-    async def _finish(self, entry: InboxEntry, status: TurnStatus) -> None:
-        """Mark the entry handled in the inbox (shielded: it is on disk before anyone is told).
-
-        When storage refuses the `done` record the turn's own end in the transcript still
-        stands, and a restart reads it there rather than answering the message twice.
-        """
-        with unless_storage_refuses(
-            log, "inbox could not record a finished turn", turn_id=entry.id
-        ):
-            await self.inbox.done(entry.id, status)
-        self.inbox.pop(entry.id)
-        self._observers.pop(entry.id, None)
-        self._told_waiting.discard(entry.id)
-        self._told_storage.discard(entry.id)
+        await self.ends.published(entry, session, result)
+        return None

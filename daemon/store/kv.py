@@ -46,5 +46,16 @@ class KvRepo:
     async def put_json(self, key: str, value: Any, *, at: datetime) -> None:
         await self.put(key, json.dumps(value, ensure_ascii=False), at=at)
 
+    async def write_json(self, key: str, value: Any, *, at: datetime) -> bool:
+        """`put_json` for a note that may land later: while a PostgreSQL server is away it is
+        queued in the home and applied, in order, when it is back (daemon.store.outage);
+        False when it was queued."""
+        return await self.db.write(
+            "INSERT INTO kv(key, value, updated_at) VALUES (?, ?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value,"
+            " updated_at = excluded.updated_at",
+            (key, json.dumps(value, ensure_ascii=False), at.isoformat()),
+        )
+
     async def delete(self, key: str) -> None:
         await self.db.execute("DELETE FROM kv WHERE key = ?", (key,))
