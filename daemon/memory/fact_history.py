@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.memory.facts import Fact, FactLog
+from daemon.memory.fact_log import Fact, FactLog
+from daemon.memory.fact_views import chain_of
 from daemon.store.db import Database
+from daemon.store.facts import FactsRepo
 
 # fact id → (times recalled, when last)
 Uses = dict[str, tuple[int, str | None]]
@@ -52,29 +54,12 @@ def fact_json(fact: Fact, uses: Uses) -> dict[str, Any]:
 async def fact_uses(db: Database) -> Uses:
     """How often each fact was recalled (none on a database from before uses were counted)."""
     try:
-        rows = await db.fetchall(
-            "SELECT uid, uses, last_used FROM memories WHERE kind IN ('fact', 'profile')"
-        )
+        rows = await FactsRepo(db).uses()
     except Exception:  # a database not yet migrated to count uses: show none
         return {}
-    return {r[0]: (int(r[1] or 0), r[2]) for r in rows}
+    return {r.uid: (r.uses, r.last_used) for r in rows}
 
 
 def fact_chain(log: FactLog, uid: str) -> list[Fact]:
     """The facts superseded by and superseding `uid`, oldest first."""
-    fact = log.facts[uid]
-    chain = [fact]
-    seen = {uid}
-    while (
-        chain[0].supersedes and chain[0].supersedes in log.facts and chain[0].supersedes not in seen
-    ):
-        chain.insert(0, log.facts[chain[0].supersedes])
-        seen.add(chain[0].id)
-    while (
-        chain[-1].superseded_by
-        and chain[-1].superseded_by in log.facts
-        and chain[-1].superseded_by not in seen
-    ):
-        chain.append(log.facts[chain[-1].superseded_by])
-        seen.add(chain[-1].id)
-    return chain
+    return chain_of(log.facts, uid)

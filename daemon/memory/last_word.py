@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
 
 from daemon.store.db import Database
+from daemon.store.sessions import SessionsRepo
 
 # The message being answered is seconds old: anything this fresh is not "last time".
 FRESH = timedelta(minutes=2)
@@ -43,27 +44,22 @@ async def last_person_word(
     same words, younger than `FRESH`) it is passed over, so the turn measures the gap before
     its own message.
     """
-    rows = await db.fetchall(
-        "SELECT m.ts, m.session_id, m.msg_id, m.content, s.title, s.summary_path"
-        " FROM messages m JOIN sessions s ON s.id = m.session_id"
-        " WHERE m.role = 'user' AND s.kind IN ('trunk', 'imported')"
-        " ORDER BY m.ts DESC LIMIT 3",
-    )
+    words = await SessionsRepo(db).person_words(3)
     first = True
-    for ts, session_id, msg_id, content, title, summary_path in rows:
-        when = _parse(str(ts))
+    for word in words:
+        when = _parse(word.ts)
         if when is None or when > now:
             continue
-        if first and is_answered(str(content), when, now, answering):
+        if first and is_answered(word.content, when, now, answering):
             first = False
             continue
         first = False
         return LastWord(
             ts=when,
-            session_id=str(session_id),
-            msg_id=str(msg_id),
-            text=clip(str(content)),
-            topic=_topic(title, summary_path),
+            session_id=word.session_id,
+            msg_id=word.msg_id,
+            text=clip(word.content),
+            topic=_topic(word.title, word.summary_path),
         )
     return None
 
