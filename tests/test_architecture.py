@@ -21,7 +21,6 @@ MAX_LINES = 600
 BIG_MODULES: dict[str, str] = {
     "daemon/delegate/fork.py": "a delegate fork's whole life, from brief to findings, read in one place",
     "daemon/sleep/cycle.py": "the nightly sleep's phases and their order, resumable, in one place",
-    "daemon/context/assembler.py": "every context layer and its token budget, assembled in one place",
 }
 
 
