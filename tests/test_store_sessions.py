@@ -1,18 +1,24 @@
 """The session's own writes (`SessionsRepo`), the trunk's kv notes (`KvRepo.write_json`) and the
-turn reports (`TurnReportsRepo`): contracts on SQLite and on the real PostgreSQL server."""
+turn reports (`TurnReportsRepo`): contracts on SQLite and on the real PostgreSQL server, and the
+writes the trunk may make while a PostgreSQL server is away queued and landing once it is back."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import anyio
 import pytest
 
+from daemon.paths import Home
+from daemon.settings import Settings
 from daemon.store.console import ConsoleQueries
+from daemon.store.db import Database
 from daemon.store.kv import KvRepo
 from daemon.store.sessions import IndexedMessage, SessionsRepo
 from daemon.store.turn_reports import TurnReport, TurnReportsRepo
-from tests.postgres_server import pg_server  # noqa: F401
+from tests.postgres_server import DedicatedServer, dedicated_pg, pg_server  # noqa: F401
 from tests.test_store_repos import Store, store  # noqa: F401
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -182,3 +188,53 @@ async def test_a_turn_report_is_stored_and_a_second_one_for_the_turn_replaces_it
         assert [(r.turn_id, r.context_tokens, json.loads(r.report)) for r in rows] == [
             ("turn-1", 900, {"total_tokens": 900})
         ]
+
+
+@pytest.mark.anyio
+async def test_the_trunks_writes_wait_out_a_server_away_and_land_once_it_is_back(
+    tmp_path: Path,
+    dedicated_pg: DedicatedServer,  # noqa: F811
+) -> None:
+    home = Home(tmp_path / "home")
+    home.ensure()
+    settings = Settings.model_validate({"storage": {"url": dedicated_pg.url}})
+    async with await Database.open_configured(home.db_file, settings) as db:
+        caught: list[set[str]] = []
+
+        async def after(sessions: set[str]) -> None:
+            caught.append(sessions)
+
+        db.after_outage(after)
+        sessions, kv, reports = SessionsRepo(db), KvRepo(db), TurnReportsRepo(db)
+        await sessions.add(
+            "trunk-1", kind="trunk", parent_id=None, transcript_path="t.jsonl", started_at="t"
+        )
+        dedicated_pg.stop()
+        try:
+            # Each is queued in the home (False), the message with the session it indexes.
+            assert await sessions.index_message(message(1, "m1")) is False
+            assert await kv.write_json("trunk_session", "trunk-1", at=T0) is False
+            assert await sessions.mark_ended("trunk-1", T0.isoformat()) is False
+            report = TurnReport(
+                turn_id="turn-1",
+                session_id="trunk-1",
+                ts=T0.isoformat(),
+                context_tokens=10,
+                report={"total_tokens": 10},
+            )
+            assert await reports.add(report) is False
+            away = db.outage()
+            assert away is not None and away["queued_writes"] == 4
+        finally:
+            dedicated_pg.start()
+        for _ in range(240):
+            if await db.catch_up():
+                break
+            await anyio.sleep(0.25)
+        assert db.outage() is None and caught == [{"trunk-1"}]
+        assert await sessions.message_ids("trunk-1") == {"m1"}
+        assert await kv.get_json("trunk_session") == "trunk-1"
+        row = await db.fetchone("SELECT ended_at FROM sessions WHERE id = 'trunk-1'")
+        assert row[0] == T0.isoformat()
+        stored = await ConsoleQueries(db).turn_report("turn-1")
+        assert stored is not None and json.loads(stored.report) == {"total_tokens": 10}
