@@ -195,7 +195,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.memory.matrix",
         "daemon.memory.months",
         "daemon.memory.recall",
-        "daemon.memory.search",
         "daemon.memory.shared",
         "daemon.memory.summariser",
         "daemon.memory.system",
