@@ -186,7 +186,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.delegate.fork",
         "daemon.delegate.lineage",
         "daemon.memory.auto_recall",
-        "daemon.memory.chunks",
         "daemon.memory.corrections",
         "daemon.memory.embedding",
         "daemon.memory.importer",
