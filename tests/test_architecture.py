@@ -202,7 +202,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.schedule.checklist",
         "daemon.sleep.changes",
         "daemon.sleep.dreams",
-        "daemon.sleep.maintenance",
         "daemon.sleep.mentions",
         "daemon.sleep.mine",
         "daemon.sleep.revert",

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, replace
-from datetime import date, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
@@ -63,6 +64,9 @@ from daemon.sleep.mentions import Mentions, mentions_of
 from daemon.sleep.phases import PhaseContext, PhaseReport
 from daemon.sleep.plans import past_plan
 from daemon.sleep.shared_upkeep import maintain_shared
+from daemon.store.folds import FoldLink, FoldRow, FoldsRepo
+from daemon.store.maintenance import StoreUpkeep
+from daemon.store.pins import Pin, PinsRepo
 
 if TYPE_CHECKING:
     from daemon.clock import Clock
@@ -100,7 +104,7 @@ async def _still_held(ctx: PhaseContext, step: str) -> None:
     connection lost since the last step is renewed by it, and the lock with it or not.
     """
     if ctx.db.is_postgres:
-        await ctx.db.fetchone("SELECT 1")
+        await StoreUpkeep(ctx.db).ping()
     if not ctx.db.still_holds("maintenance"):
         raise _LockLost(step)
 
@@ -199,118 +203,94 @@ class MaintenancePhase:
 # --- fold ---------------------------------------------------------------------------------
 
 
-def _source(row: Any) -> FoldSource:
-    created = parse_iso(row["created_at"])
+def _source(row: FoldRow) -> FoldSource:
+    created = parse_iso(row.created_at)
     assert created is not None
     return FoldSource(
-        uid=row["uid"],
-        kind=row["kind"],
-        title=row["title"],
-        text=row["text"],
-        origin=row["origin"],
+        uid=row.uid,
+        kind=row.kind,
+        title=row.title,
+        text=row.text,
+        origin=row.origin,
         created_at=created,
-        session_id=row["session_id"],
-        source=row["source"],
+        session_id=row.session_id,
+        source=row.source,
     )
-
-
-_FOLDABLE = """
-SELECT uid, kind, title, text, origin, created_at, session_id, source FROM memories m
-WHERE m.created_at < :cutoff AND m.retired_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM memory_folds f WHERE f.source_uid = m.uid)
-  AND (m.kind = 'summary' OR (m.kind = 'chunk' AND m.session_id NOT IN (
-        SELECT session_id FROM memories WHERE kind = 'summary' AND session_id IS NOT NULL)))
-ORDER BY m.created_at, m.uid
-"""
 
 
 async def fold_months(ctx: PhaseContext) -> dict[str, Any]:
     """Fold day-level memories older than the configured age into monthly summaries."""
     tz = local_timezone(ctx.settings)
     now = ctx.clock.now()
+    folds = FoldsRepo(ctx.db)
     cutoff = iso(now - timedelta(days=ctx.settings.sleep.fold_after_days))
     held = await fold_holds(ctx.db)  # folds the person reverted stay undone
-    new = [
-        src
-        for src in (_source(r) for r in await ctx.db.fetchall(_FOLDABLE, {"cutoff": cutoff}))
-        if src.uid not in held
-    ]
+    new = [src for src in map(_source, await folds.foldable(cutoff)) if src.uid not in held]
     changes = ChangeSet.open(ctx.db, ctx.cycle_id, clock=ctx.clock)
     groups: dict[tuple[str, str], list[FoldSource]] = defaultdict(list)
     for src in new:
         groups[(month_key(src.created_at, tz), trust_of(src.origin))].append(src)
-    months_dir = ctx.home.memory_dir / "months"
-    index = ctx.memory.index
-    files: list[str] = []
-    for (month, trust), fresh in sorted(groups.items()):
-        uid = month_uid(month, trust)
-        earlier_uids = [
-            r[0]
-            for r in await ctx.db.fetchall(
-                "SELECT source_uid FROM memory_folds WHERE month_uid = ?", (uid,)
-            )
-        ]
-        earlier: list[FoldSource] = []
-        if earlier_uids:
-            marks = ",".join("?" * len(earlier_uids))
-            rows = await ctx.db.fetchall(
-                f"SELECT uid, kind, title, text, origin, created_at, session_id, source FROM memories WHERE uid IN ({marks})",
-                earlier_uids,
-            )
-            earlier = [_source(r) for r in rows]
-        everything = earlier + fresh
-        path = month_path(months_dir, month, trust)
-        rel = str(path.relative_to(ctx.home.root))
-        await changes.record(
-            "month_folded",
-            uid,
-            before={"month_uid": uid, "file": rel, "sources": sorted(earlier_uids)}
-            if earlier_uids
-            else None,
-            after={
-                "month_uid": uid,
-                "month": month,
-                "file": rel,
-                "sources": [s.uid for s in fresh],
-                "sessions": sorted({s.session_id for s in fresh if s.session_id}),
-            },
-            note=f"{len(fresh)} day-level memories folded into {month}"
-            + (" (imported)" if trust != "trusted" else ""),
-        )
-        text = render_month(month, trust, everything, tz=tz, updated=now)
-        await anyio.to_thread.run_sync(write_month, path, text)
-        meta, body = await anyio.to_thread.run_sync(read_month_file, path)
-        latest = max(s.created_at for s in everything)
-        await index.upsert([month_memory(meta, body, path, created=latest)])
-        row = await ctx.db.fetchone("SELECT retired_at FROM memories WHERE uid = ?", (uid,))
-        if row is not None and row[0] is not None:
-            await index.restore(uid)  # retired when its earlier fold was reverted: in use again
-        links = [(s.uid, uid, iso(now)) for s in fresh]
-
-        def link(conn: Any, links: list[tuple[str, str, str]] = links) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO memory_folds(source_uid, month_uid, folded_at) VALUES (?,?,?)",
-                    links,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-        await ctx.db.run(link)
-        files.append(str(path))
-        log.info(
-            "month folded",
-            month=month,
-            trust=trust,
-            new_sources=len(fresh),
-            sources=len(everything),
-            file=path.name,
-        )
+    files = [
+        str(await _fold_month(ctx, folds, changes, month, trust, fresh, now=now, tz=tz))
+        for (month, trust), fresh in sorted(groups.items())
+    ]
     months = sorted({m if t == "trusted" else f"{m} (imported)" for m, t in groups})
     return {"sources": len(new), "months": months, "files": files}
+
+
+async def _fold_month(
+    ctx: PhaseContext,
+    folds: FoldsRepo,
+    changes: ChangeSet,
+    month: str,
+    trust: str,
+    fresh: list[FoldSource],
+    *,
+    now: datetime,
+    tz: Any,
+) -> Path:
+    """Fold `fresh` into the month's summary (with what it folded before); return its file."""
+    uid = month_uid(month, trust)
+    earlier_uids = await folds.folded_into(uid)
+    earlier = [_source(r) for r in await folds.memories(earlier_uids)] if earlier_uids else []
+    everything = earlier + fresh
+    path = month_path(ctx.home.memory_dir / "months", month, trust)
+    rel = str(path.relative_to(ctx.home.root))
+    await changes.record(
+        "month_folded",
+        uid,
+        before={"month_uid": uid, "file": rel, "sources": sorted(earlier_uids)}
+        if earlier_uids
+        else None,
+        after={
+            "month_uid": uid,
+            "month": month,
+            "file": rel,
+            "sources": [s.uid for s in fresh],
+            "sessions": sorted({s.session_id for s in fresh if s.session_id}),
+        },
+        note=f"{len(fresh)} day-level memories folded into {month}"
+        + (" (imported)" if trust != "trusted" else ""),
+    )
+    text = render_month(month, trust, everything, tz=tz, updated=now)
+    await anyio.to_thread.run_sync(write_month, path, text)
+    meta, body = await anyio.to_thread.run_sync(read_month_file, path)
+    latest = max(s.created_at for s in everything)
+    await ctx.memory.index.upsert([month_memory(meta, body, path, created=latest)])
+    if await folds.is_retired(uid):
+        await ctx.memory.index.restore(
+            uid
+        )  # retired when its earlier fold was reverted: in use again
+    await folds.link([FoldLink(s.uid, uid, iso(now)) for s in fresh])
+    log.info(
+        "month folded",
+        month=month,
+        trust=trust,
+        new_sources=len(fresh),
+        sources=len(everything),
+        file=path.name,
+    )
+    return path
 
 
 # --- retire -------------------------------------------------------------------------------
@@ -384,8 +364,8 @@ async def importance(db: Database, fact: Fact, *, mentions: Mentions | None = No
     them), and so do mentions in other sessions. Only the person's own facts are pinned on
     this score alone, so neither can lift text from elsewhere into FACTS.md.
     """
-    row = await db.fetchone("SELECT importance FROM memories WHERE uid = ?", (fact.id,))
-    score = float(row[0]) if row else (0.8 if fact.target == "profile" else 0.7)
+    stored = await PinsRepo(db).importance(fact.id)
+    score = stored if stored is not None else (0.8 if fact.target == "profile" else 0.7)
     why: list[str] = []
     if PIN_TAGS & set(fact.tags):
         score += 0.2
@@ -444,89 +424,97 @@ async def sync_pins(
     await store.load()
     tz = local_timezone(settings)
     now = iso(clock.now())
-    threshold = settings.sleep.promote_min_importance
-    pinned_rows = {r[0] for r in await db.fetchall("SELECT fact_id FROM pinned_facts")}
-    held = await pin_holds(db)
-    added: list[dict[str, Any]] = []
-    proposed: list[str] = []
-    awaiting: list[str] = []
-    refused: list[str] = []
+    pins = PinsRepo(db)
+    pinned = await pins.pinned_ids()
+    decided = _PinDecisions()
     mentions: Mentions | None = None  # loaded when the first fact is scored
-    for fact in store.facts():
-        if fact.id in pinned_rows and may_be_pinned(fact):
-            continue
-        if fact.id in held and (
-            fact.pin_confirmed_at is None or fact.pin_confirmed_at <= held[fact.id]
-        ):
-            continue
+    for fact in _unsettled(store, pinned, await pin_holds(db)):
         if fact.pin_confirmed_at is not None and may_be_pinned(fact):
             day = fact.pin_confirmed_at.astimezone(tz).date().isoformat()
-            added.append({"id": fact.id, "reason": f"{CONFIRMED} on {day}"})
+            decided.added.append(Pin(fact.id, f"{CONFIRMED} on {day}"))
             continue
         if not score:
             continue
         if mentions is None:
             mentions = await Mentions.load(db)
         imp = await importance(db, fact, mentions=mentions)
-        if imp.score < threshold:
-            continue
-        reason = f"importance {imp.score:.2f}: {'; '.join(imp.why) or 'stored importance'}"
-        if fact.origin in UNTRUSTED_ORIGINS:
-            refused.append(fact.id)
-            log.info("pin refused: untrusted origin", id=fact.id, origin=fact.origin)
-        elif fact.origin == "person":
-            added.append({"id": fact.id, "reason": reason})
-        elif await store.propose_pin(fact.id, reason=reason):
-            proposed.append(fact.id)
-        else:
-            awaiting.append(fact.id)
+        if imp.score >= settings.sleep.promote_min_importance:
+            await decided.promote(store, fact, imp)
     if mentions is not None:
         await mentions.save(at=now)
-    removed = sorted(fid for fid in pinned_rows if not may_be_pinned(store.get(fid)))
-
-    def save(conn: Any) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany(
-                "INSERT OR IGNORE INTO pinned_facts(fact_id, pinned_at, reason) VALUES (?,?,?)",
-                [(a["id"], now, a["reason"]) for a in added],
-            )
-            conn.executemany(
-                "DELETE FROM pinned_facts WHERE fact_id = ?", [(fid,) for fid in removed]
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
+    removed = sorted(fid for fid in pinned if not may_be_pinned(store.get(fid)))
     if changes is not None:
-        for a in added:
+        for pin in decided.added:
             await changes.record(
                 "fact_promoted",
-                a["id"],
+                pin.fact_id,
                 before=None,
-                after={"id": a["id"], "reason": a["reason"]},
-                note=a["reason"],
+                after={"id": pin.fact_id, "reason": pin.reason},
+                note=pin.reason,
             )
-    if added or removed:
-        await db.run(save)
-    rows = await db.fetchall("SELECT fact_id, reason FROM pinned_facts ORDER BY pinned_at, fact_id")
-    notes = {r[0]: r[1] for r in rows}
-    facts = [f for r in rows if may_be_pinned(f := store.get(r[0]))]
-    written = await anyio.to_thread.run_sync(
+    await pins.save(added=decided.added, removed=removed, at=now)
+    total, written = await _render_pins(store, pins, home, tz)
+    for pin in decided.added:
+        log.info("fact pinned", id=pin.fact_id, reason=pin.reason)
+    return {
+        "pinned": [pin.fact_id for pin in decided.added],
+        "unpinned": removed,
+        "proposed": decided.proposed,
+        "awaiting": decided.awaiting,
+        "refused": decided.refused,
+        "written": written,
+        "total": total,
+    }
+
+
+def _unsettled(store: FactStore, pinned: set[str], held: dict[str, datetime]) -> list[Fact]:
+    """The facts a pin pass decides on: not those pinned that may stay, nor those whose
+    promotion the person reverted and has not confirmed since."""
+    return [
+        fact
+        for fact in store.facts()
+        if not (fact.id in pinned and may_be_pinned(fact))
+        and not (
+            fact.id in held
+            and (fact.pin_confirmed_at is None or fact.pin_confirmed_at <= held[fact.id])
+        )
+    ]
+
+
+@dataclass(kw_only=True)
+class _PinDecisions:
+    """What one pin pass decided: pins to add, and facts proposed, awaiting, refused."""
+
+    added: list[Pin] = field(default_factory=list)
+    proposed: list[str] = field(default_factory=list)
+    awaiting: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    async def promote(self, store: FactStore, fact: Fact, imp: Importance) -> None:
+        """A fact important enough to pin: pinned when it is the person's own word, proposed
+        (once) when it is the agent's, refused when it came from tool output or an import."""
+        reason = f"importance {imp.score:.2f}: {'; '.join(imp.why) or 'stored importance'}"
+        if fact.origin in UNTRUSTED_ORIGINS:
+            self.refused.append(fact.id)
+            log.info("pin refused: untrusted origin", id=fact.id, origin=fact.origin)
+        elif fact.origin == "person":
+            self.added.append(Pin(fact.id, reason))
+        elif await store.propose_pin(fact.id, reason=reason):
+            self.proposed.append(fact.id)
+        else:
+            self.awaiting.append(fact.id)
+
+
+async def _render_pins(store: FactStore, pins: PinsRepo, home: Home, tz: Any) -> tuple[int, bool]:
+    """Write FACTS.md's pinned block from the pins that may stand; (how many, whether the
+    file changed)."""
+    stored = await pins.pins()
+    notes = {p.fact_id: p.reason for p in stored}
+    facts = [f for p in stored if may_be_pinned(f := store.get(p.fact_id))]
+    written: bool = await anyio.to_thread.run_sync(
         _write_pinned, home, render_pinned(facts, notes, tz), not facts
     )
-    for a in added:
-        log.info("fact pinned", id=a["id"], reason=a["reason"])
-    return {
-        "pinned": [a["id"] for a in added],
-        "unpinned": removed,
-        "proposed": proposed,
-        "awaiting": awaiting,
-        "refused": refused,
-        "written": written,
-        "total": len(facts),
-    }
+    return len(facts), written
 
 
 def _write_pinned(home: Home, block: str, empty: bool) -> bool:
@@ -549,15 +537,17 @@ async def compact(ctx: PhaseContext) -> dict[str, Any]:
     if ctx.db.is_postgres:
         # The server's autovacuum keeps its tables; there is no WAL of ours to checkpoint.
         return {"vacuumed": False, "summary": "PostgreSQL: the server's autovacuum compacts"}
-    pages = int((await ctx.db.fetchone("PRAGMA page_count"))[0])
-    free = int((await ctx.db.fetchone("PRAGMA freelist_count"))[0])
-    fraction = free / pages if pages else 0.0
+    upkeep = StoreUpkeep(ctx.db)
+    before = await upkeep.pages()
+    assert before is not None  # SQLite
+    pages, free, fraction = before.total, before.free, before.free_fraction
     vacuumed = False
     if pages and free and fraction >= ctx.settings.sleep.vacuum_min_free_fraction:
-        await ctx.db.execute("VACUUM")
+        await upkeep.vacuum()
         vacuumed = True
     busy, wal_pages, done = await ctx.db.checkpoint()
-    after = int((await ctx.db.fetchone("PRAGMA page_count"))[0])
+    now = await upkeep.pages()
+    after = now.total if now is not None else pages
     summary = (
         f"vacuumed ({pages} → {after} pages) and checkpointed"
         if vacuumed
