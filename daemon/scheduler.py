@@ -27,15 +27,16 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from apscheduler.triggers.cron import CronTrigger
 
 from daemon.clock import Clock
+from daemon.clock import local_zone as local_zone  # where the daemon's modules look for it
+from daemon.clock import parse_hhmm as parse_hhmm
 from daemon.log import bound_contextvars, get_logger
 from daemon.store.db import Database
 from daemon.store.job_state import JobState, JobStateRepo
@@ -58,20 +59,6 @@ class MissedRuns:
     catch_up: bool  # the job is one that catches up
     ran_before: bool  # it had run, or been due, in this home before the time down
     every: timedelta | None  # an interval job's period; None for a daily one
-
-
-def local_zone(name: str | None) -> tzinfo:
-    """The named IANA time zone, or the machine's own when `name` is empty."""
-    if name:
-        try:
-            return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"unknown time zone {name!r} (expected an IANA name such as 'Europe/Lisbon')"
-            ) from None
-    zone = datetime.now().astimezone().tzinfo
-    assert zone is not None
-    return zone
 
 
 @dataclass(kw_only=True)
@@ -394,28 +381,3 @@ class Scheduler:
             }
             for j in sorted(self._jobs.values(), key=lambda j: j.name)
         }
-
-
-async def persisted_jobs(db: Database) -> dict[str, dict[str, Any]]:
-    """The jobs' persisted state, for `status` when the daemon is not running."""
-    return {
-        s.job: {
-            "last_run": s.last_run,
-            "last_status": s.last_status,
-            "last_result": s.last_result,
-            "next_run": s.next_run,
-            "runs": s.runs,
-        }
-        for s in await JobStateRepo(db).all()
-    }
-
-
-def parse_hhmm(text: str) -> tuple[int, int]:
-    try:
-        hour_s, minute_s = text.split(":")
-        hour, minute = int(hour_s), int(minute_s)
-    except ValueError:
-        raise ValueError(f"expected a time of day as HH:MM, got {text!r}") from None
-    if not (0 <= hour < 24 and 0 <= minute < 60):
-        raise ValueError(f"expected a time of day as HH:MM, got {text!r}")
-    return hour, minute

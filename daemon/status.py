@@ -1,30 +1,23 @@
-"""What `reverie status` reports, from the live daemon or, when it is down, from the store.
+"""What `reverie status` reports from the live daemon.
 
-`live_status` answers the `status` socket command inside the daemon; `offline_status` reads the
-same fields from the home's database when no daemon runs. Printing them is the CLI's
-(`daemon.cli.status`).
+`live_status` answers the `status` socket command inside the daemon; with the daemon down,
+`daemon.status_offline` reads the same fields from the home's store (and holds the helpers
+both share). Printing them is the CLI's (`daemon.cli.status`).
 """
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from daemon.context.handover import handover_status
-from daemon.journal.entries import JournalStore
+from daemon.context.handover_record import handover_status
 from daemon.models.ledger import UsageLedger
-from daemon.paths import Home
-from daemon.scheduler import local_zone, persisted_jobs
 from daemon.settings import Settings
-from daemon.sleep.cycle import planned_nightly, sleep_status
 from daemon.sleep.exam_record import exam_status
-from daemon.store.console import ConsoleQueries
+from daemon.status_offline import iso, last_ok_run, last_turn, spend_json
 from daemon.store.db import Database
 from daemon.store.errors import free_bytes
-from daemon.store.kv import KvRepo
 from daemon.store.postgres import StoreAway
-from daemon.store.sessions import SessionsRepo
 
 
 async def _unless_away(read: Any, default: Any = None) -> Any:
@@ -46,65 +39,9 @@ def _store_line(db: Database, away: dict[str, Any] | None) -> str:
     )
 
 
-async def _last_turn(db: Database) -> dict[str, Any] | None:
-    row = await ConsoleQueries(db).last_turn_report()
-    if row is None:
-        return None
-    try:
-        report = json.loads(row.report)
-    except json.JSONDecodeError:
-        report = {}
-    layers = report.get("layers") if isinstance(report, dict) else None
-    per_layer: dict[str, int] = {}
-    if isinstance(layers, list):
-        for layer in layers:
-            if isinstance(layer, dict) and "name" in layer:
-                per_layer[str(layer["name"])] = int(layer.get("tokens", 0))
-    return {
-        "turn_id": row.turn_id,
-        "session_id": row.session_id,
-        "ts": row.ts,
-        "context_tokens": row.context_tokens,
-        "layers": per_layer,
-    }
-
-
 async def _spend(db: Database, settings: Settings) -> dict[str, Any]:
     today = await UsageLedger(db, settings.spend).today()
-    return {
-        "day": today.day,
-        "cost_usd": round(today.cost_usd, 4),
-        "cap_usd": settings.spend.daily_cap_usd,
-        "calls": today.calls,
-        "cache_hit_rate": round(today.cache_hit_rate, 4),
-        "input_tokens": today.input_tokens,
-        "output_tokens": today.output_tokens,
-        "cache_read_tokens": today.cache_read_tokens,
-    }
-
-
-async def _schedules(db: Database, settings: Settings) -> dict[str, Any]:
-    from daemon.clock import SystemClock
-    from daemon.schedule.store import ScheduleStore, schedule_status
-
-    store = ScheduleStore(
-        db,
-        clock=SystemClock(),
-        zone=local_zone(settings.scheduler.timezone),
-        settings=settings.schedule,
-    )
-    return await schedule_status(store)
-
-
-def _last_ok_run(job: dict[str, Any] | None) -> str | None:
-    if not job or job.get("last_status") != "ok":
-        return None
-    last: str | None = job.get("last_run")
-    return last
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
+    return spend_json(today, settings.spend.daily_cap_usd)
 
 
 async def live_status(daemon: Any) -> dict[str, Any]:
@@ -142,7 +79,7 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         "web": daemon.web.describe() if getattr(daemon, "web", None) is not None else None,
         # The Matrix channel: connected, away (with its backoff), refused (why); its counts.
         "matrix": daemon.matrix.describe() if getattr(daemon, "matrix", None) is not None else None,
-        "next_sleep": _iso(sched.next_run("nightly_sleep")) if sched else None,
+        "next_sleep": iso(sched.next_run("nightly_sleep")) if sched else None,
         "sleep": (
             await _unless_away(daemon.sleep_cycle.describe())
             if daemon.sleep_cycle is not None
@@ -155,7 +92,7 @@ async def live_status(daemon: Any) -> dict[str, Any]:
         # A heartbeat is reported only where a job keeps a record on it (the journal).
         "next_heartbeat": heartbeat["next_run"] if heartbeat else None,
         # Only a run that finished its check counts as a heartbeat (a failed one does not).
-        "last_heartbeat": (journal or {}).get("last_check") or _last_ok_run(heartbeat),
+        "last_heartbeat": (journal or {}).get("last_check") or last_ok_run(heartbeat),
         "last_heartbeat_result": heartbeat["last_result"] if heartbeat else None,
         "jobs": jobs,
         "journal": journal,
@@ -212,7 +149,7 @@ async def _context_status(daemon: Any) -> dict[str, Any]:
     db: Database = daemon.db
     trunk = daemon.trunk
     settings: Settings = daemon.settings
-    last = await _unless_away(_last_turn(db))
+    last = await _unless_away(last_turn(db))
     window = settings.models.trunk.context_window
     current = trunk.session.id if trunk and trunk.session else None
     if last is not None and last.get("session_id") != current:
@@ -232,48 +169,3 @@ async def _context_status(daemon: Any) -> dict[str, Any]:
         "compaction_threshold": settings.agent.compaction_threshold,
         "last_turn": last,
     }
-
-
-async def offline_status(home: Home, settings: Settings) -> dict[str, Any]:
-    """Status read from the store when the daemon is not running."""
-    out: dict[str, Any] = {"running": False, "state": "stopped", "home": str(home.root)}
-    if not settings.storage.url and not home.db_file.exists():
-        out["note"] = "no database yet: the daemon has never run in this home"
-        return out
-    async with await Database.open_configured(home.db_file, settings, readonly=True) as db:
-        out["store"] = db.describe
-        session_id = await KvRepo(db).get_json("trunk_session")
-        count = await SessionsRepo(db).message_count(session_id) if session_id else 0
-        out["trunk"] = {"session_id": session_id, "messages": count}
-        last = await _last_turn(db)
-        out["context"] = {"last_turn": last, "window_tokens": settings.models.trunk.context_window}
-        out["spend"] = await _spend(db, settings)
-        try:
-            out["jobs"] = await persisted_jobs(db)
-        except Exception:  # a database from before the scheduler kept state
-            out["jobs"] = {}
-        persisted = (out["jobs"].get("nightly_sleep") or {}).get("next_run")
-        now = datetime.now(UTC)
-        if persisted and datetime.fromisoformat(persisted) > now:
-            out["next_sleep"] = persisted
-        else:
-            out["next_sleep"] = _iso(planned_nightly(settings, now))
-        try:
-            out["sleep"] = await sleep_status(db)
-        except Exception:  # a database from before the sleep cycle kept checkpoints
-            out["sleep"] = None
-        out["self_exam"] = await exam_status(db)
-        out["handover"] = await handover_status(db)
-        try:
-            out["schedules"] = await _schedules(db, settings)
-        except Exception:  # a database from before schedules were kept
-            out["schedules"] = None
-    heartbeat = out["jobs"].get("heartbeat")
-    out["last_heartbeat"] = _last_ok_run(heartbeat)
-    out["last_heartbeat_result"] = heartbeat.get("last_result") if heartbeat else None
-    newest = JournalStore(home.journal_dir, local_zone(settings.scheduler.timezone)).last()
-    out["journal"] = {
-        "last_entry": newest.ts.isoformat() if newest else None,
-        "last_entry_summary": newest.summary[:160] if newest else None,
-    }
-    return out

@@ -10,7 +10,8 @@ import anyio.lowlevel
 import pytest
 
 from daemon.clock import FakeClock
-from daemon.scheduler import Scheduler, parse_hhmm, persisted_jobs
+from daemon.scheduler import Scheduler, parse_hhmm
+from daemon.status_offline import persisted_jobs
 from daemon.store.db import Database
 
 pytestmark = pytest.mark.anyio

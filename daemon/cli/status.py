@@ -13,7 +13,11 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
     from typing import Any
+
+    from daemon.paths import Home
+    from daemon.status_offline import StatusSettings
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -25,14 +29,15 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    from daemon import status as status_mod
     from daemon.chat.client import ChatError, command
     from daemon.cli.locate import socket_for
-    from daemon.cli.support import CommandError, resolve_env, unwritable
+    from daemon.cli.support import CommandError, config_file, resolve_home, unwritable
+    from daemon.status_offline import offline_status
     from daemon.store.errors import is_database_error
 
-    env = resolve_env(args)
-    sock = socket_for(env.home, env.settings.chat.socket)
+    home = resolve_home(args)
+    view = status_settings(home, config_file(args))
+    sock = socket_for(home, view.socket)
     data: dict[str, Any] | None = None
     if sock.exists():
         try:
@@ -41,17 +46,32 @@ async def cmd_status(args: argparse.Namespace) -> int:
             pass
     if data is None:
         try:
-            data = await status_mod.offline_status(env.home, env.settings)
+            data = await offline_status(home, view)
         except Exception as exc:
             if not (isinstance(exc, OSError) or is_database_error(exc)):
                 raise
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            reason = unwritable(env.home.root)
+            reason = unwritable(home.root)
             raise CommandError(
-                f"cannot read {env.home.db_file}: {why}" + (f" ({reason})" if reason else "")
+                f"cannot read {home.db_file}: {why}" + (f" ({reason})" if reason else "")
             ) from None
     print_status(data, as_json=args.json)
     return 0
+
+
+def status_settings(home: Home, cfg: Path | None) -> StatusSettings:
+    """The settings status shows, read from the configuration's layers when they set only
+    what `StatusSettings.read` can vouch for; validated whole by `daemon.settings` otherwise
+    (whose error, for a configuration that is wrong, ends the command as any other's does)."""
+    from daemon.cli.support import CommandError, load_config
+    from daemon.config_sources import ConfigError, read_layers
+    from daemon.status_offline import StatusSettings
+
+    try:
+        data, _ = read_layers(home.root, cfg)
+    except ConfigError as exc:
+        raise CommandError(str(exc), code=2) from None
+    return StatusSettings.read(data) or StatusSettings.of(load_config(home, cfg))
 
 
 def print_status(data: dict[str, Any], *, as_json: bool, out: Any = None) -> None:

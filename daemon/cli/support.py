@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.cli.locate import home_dir
+from daemon.config_sources import ConfigError
 from daemon.errors import ReverieError
 from daemon.paths import Home
-from daemon.settings import ConfigError, Settings, load_settings
 from daemon.store.errors import is_database_error
 
 if TYPE_CHECKING:
+    from daemon.settings import Settings
     from daemon.store.db import Database
 
 
@@ -38,20 +39,37 @@ class Env:
     config_file: Path | None
 
 
-def resolve_env(args: Any, *, create: bool = True) -> Env:
-    """Resolve `--home`/`REVERIE_HOME` and load settings; create the home when new."""
+def resolve_home(args: Any, *, create: bool = True) -> Home:
+    """Resolve `--home`/`REVERIE_HOME`; create the home when new."""
     home = Home(Path(home_dir(args)).resolve())
     if create:
         try:
             home.ensure()
         except OSError as exc:
             raise CommandError(cannot_create(home, exc)) from None
-    cfg = Path(args.config).expanduser() if getattr(args, "config", None) else None
+    return home
+
+
+def config_file(args: Any) -> Path | None:
+    """The file `--config` names, if any."""
+    return Path(args.config).expanduser() if getattr(args, "config", None) else None
+
+
+def load_config(home: Home, cfg: Path | None) -> Settings:
+    """The home's validated settings; a configuration problem ends the command (exit 2)."""
+    from daemon.settings import load_settings
+
     try:
-        settings = load_settings(home.root, cfg)
+        return load_settings(home.root, cfg)
     except ConfigError as exc:
         raise CommandError(str(exc), code=2) from None
-    return Env(home=home, settings=settings, config_file=cfg)
+
+
+def resolve_env(args: Any, *, create: bool = True) -> Env:
+    """Resolve `--home`/`REVERIE_HOME` and load settings; create the home when new."""
+    home = resolve_home(args, create=create)
+    cfg = config_file(args)
+    return Env(home=home, settings=load_config(home, cfg), config_file=cfg)
 
 
 def cannot_create(home: Home, exc: OSError) -> str:

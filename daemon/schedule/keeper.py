@@ -484,7 +484,7 @@ class ScheduleKeeper(BackgroundWork):
 
     async def describe(self, limit: int = 5) -> dict[str, Any]:
         """The next scheduled items and the counts, for `status`."""
-        return await schedule_status(self.store, limit)
+        return await schedule_status(self.store.rows, self.store.zone, limit)
 
     async def fires(self, schedule_id: str | None = None) -> list[Fire]:
         return await self.store.fires(schedule_id)

@@ -20,17 +20,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, time, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from daemon.clock import Clock
+from daemon.clock import Clock, parse_hhmm
 from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.schedule.reading import Hint, Reading, quote_hint, read_apart, read_words
-from daemon.scheduler import parse_hhmm
-from daemon.settings import ScheduleSettings
 from daemon.store.db import Database
 from daemon.store.schedules import Fire, ScheduleRow, SchedulesRepo, iso
 from daemon.when import Recurrence, Resolved, WhenError, resolve
+
+if TYPE_CHECKING:
+    from daemon.settings import ScheduleSettings
 
 log = get_logger("schedule")
 
@@ -344,12 +345,13 @@ class ScheduleStore:
         return await self.rows.unfinished_fires()
 
 
-async def schedule_status(store: ScheduleStore, limit: int = 5) -> dict[str, Any]:
-    """The next scheduled items and the counts of live ones, for `status`."""
-    counts = await store.counts()
+async def schedule_status(rows: SchedulesRepo, zone: tzinfo, limit: int = 5) -> dict[str, Any]:
+    """The next scheduled items (when, in `zone`) and the counts of live ones, for `status`."""
+    counts = await rows.counts()
     return {
         "next": [
-            {**s.to_json(), "when": s.when_text(store.zone)} for s in await store.upcoming(limit)
+            {**s.to_json(), "when": s.when_text(zone)}
+            for s in map(schedule_from_row, await rows.upcoming(limit))
         ],
         "active": counts.get("active", 0),
         "pending": counts.get("pending", 0),
