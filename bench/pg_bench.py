@@ -43,7 +43,8 @@ from daemon.clock import FakeClock
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex
-from daemon.memory.matrix import PgVectorMatrix, VectorMatrix
+from daemon.memory.matrix import VectorMatrix
+from daemon.memory.pg_matrix import PgVectorMatrix
 from daemon.paths import Home
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
@@ -144,8 +145,9 @@ def vector_recall(
     vecs: np.ndarray, qv: np.ndarray, url: str, ef_searches: tuple[int, ...] = ()
 ) -> dict[str, Any]:
     """HNSW as the daemon builds and asks it, and the numpy matrix, against exact, on `vecs`."""
-    from daemon.memory.matrix import HNSW_MIN_CANDIDATES, hnsw_ef_search, hnsw_index_sql
+    from daemon.memory.pg_matrix import HNSW_MIN_CANDIDATES
     from daemon.store.postgres import DEFAULT_BUILD_MEMORY, PgConnection
+    from daemon.store.vector_index import hnsw_ef_search, hnsw_index_sql
 
     n, d = vecs.shape
     out: dict[str, Any] = {"rows": n, "queries": len(qv)}

@@ -23,6 +23,7 @@ from daemon.memory.matrix import MAGIC, StaleMatrix, VectorMatrix, matrix_path
 from daemon.memory.rows import NewMemory
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
+from daemon.store.memories import IndexState
 
 pytestmark = pytest.mark.anyio
 
@@ -175,7 +176,7 @@ async def test_tampered_or_disagreeing_matrix_is_rebuilt(tmp_path: Path) -> None
     # A file claiming a generation the database never reached.
     matrix = VectorMatrix(model="hash-64", dim=64)
     with pytest.raises(StaleMatrix, match="ahead"):
-        matrix.load(path, {"generation": "1", "epoch": "0", "index_id": _index_id(db_file)})
+        matrix.load(path, IndexState(generation=1, epoch="0", index_id=_index_id(db_file)))
 
     # Another embedding model reads its own file, never this one.
     async with opened(db_file, embedder=HashEmbedder(32)) as index:
@@ -211,7 +212,7 @@ async def test_the_daemon_rewrites_the_file_behind_its_searches(tmp_path: Path) 
             await index.flush()
             assert before < index.matrix.rows_since_save < 50  # a few rows: not rewritten now...
     matrix = VectorMatrix(model="hash-64", dim=64)
-    matrix.load(path, {"generation": "999", "epoch": "0", "index_id": _index_id(db_file)})
+    matrix.load(path, IndexState(generation=999, epoch="0", index_id=_index_id(db_file)))
     assert len(matrix) == 61  # ...but when the daemon stops
 
 

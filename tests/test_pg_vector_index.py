@@ -17,17 +17,17 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.memory.embedders import HashEmbedder
 from daemon.memory.index import MemoryIndex
-from daemon.memory.matrix import (
+from daemon.memory.pg_matrix import PgVectorMatrix
+from daemon.settings import ConfigError, MemorySettings, Settings, load_settings
+from daemon.store.db import Database
+from daemon.store.postgres import PgConnection
+from daemon.store.vector_index import (
     HNSW_EF_SEARCH,
     HNSW_EF_SEARCH_MAX,
-    PgVectorMatrix,
     build_hnsw_index,
     hnsw_ef_search,
     hnsw_index_name,
 )
-from daemon.settings import ConfigError, MemorySettings, Settings, load_settings
-from daemon.store.db import Database
-from daemon.store.postgres import PgConnection
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.test_memory_index import T0, fact
 

@@ -18,12 +18,12 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.memory.embedders import Embedder, HashEmbedder
 from daemon.memory.index import MemoryIndex
-from daemon.memory.matrix import hnsw_index_name
 from daemon.models.base import Usage
 from daemon.models.ledger import UsageLedger
 from daemon.schedule.store import ScheduleStore
 from daemon.settings import MemorySettings, ScheduleSettings, SpendSettings
 from daemon.store.db import Database
+from daemon.store.vector_index import hnsw_index_name
 from tests.memory_support import NOW, memory_system
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 from tests.test_memory_index import FACTS, T0, fact

@@ -18,8 +18,8 @@ import numpy as np
 from daemon.log import get_logger
 from daemon.memory.embedders import Embedder
 from daemon.memory.rows import embed_text
-from daemon.memory.writer import next_generation, write
 from daemon.store.db import Database
+from daemon.store.memories import MemoriesRepo, PendingMemory
 
 log = get_logger("memory.index")
 
@@ -40,6 +40,7 @@ class EmbeddingWorker:
         bulk: Callable[[int], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self.db = db
+        self.rows = MemoriesRepo(db)
         self.embedder = embedder
         self.refresh = refresh
         # Around a backlog of at least a round (`bulk(pending)`): the backend may set its
@@ -67,20 +68,10 @@ class EmbeddingWorker:
         await self.refresh()
 
     async def _count_pending(self) -> int:
-        row = await self.db.fetchone(
-            "SELECT count(DISTINCT m.content_hash) FROM memories m "
-            "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? WHERE e.content_hash IS NULL",
-            (self.embedder.name,),
-        )
-        return int(row[0])
+        return await self.rows.pending_count(self.embedder.name)
 
-    async def _next_round(self, after: int) -> list[Any]:
-        return await self.db.fetchall(
-            "SELECT m.rowid, m.content_hash, m.title, m.text, m.meta FROM memories m "
-            "LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
-            "WHERE m.rowid > ? AND e.content_hash IS NULL ORDER BY m.rowid LIMIT ?",
-            (self.embedder.name, after, EMBED_ROUND),
-        )
+    async def _next_round(self, after: int) -> list[PendingMemory]:
+        return await self.rows.pending(self.embedder.name, after=after, limit=EMBED_ROUND)
 
     async def _embed_pending(self, progress: Callable[[dict[str, Any]], None] | None = None) -> int:
         total = 0
@@ -97,7 +88,7 @@ class EmbeddingWorker:
 
     async def _embed_rounds(
         self,
-        batch: list[Any],
+        batch: list[PendingMemory],
         progress: Callable[[dict[str, Any]], None] | None,
         total: int,
     ) -> int:
@@ -105,12 +96,18 @@ class EmbeddingWorker:
         while True:
             if not batch:
                 return done
-            after = batch[-1][0]
+            after = batch[-1].rowid
             # Windows come last: their vectors are the mean of their messages' vectors.
-            parts = {r[1]: json.loads(r[4] or "{}").get("parts") for r in batch}
-            unique = {r[1]: embed_text(r[2], r[3]) for r in batch if not parts[r[1]]}
+            parts = {r.content_hash: json.loads(r.meta or "{}").get("parts") for r in batch}
+            unique = {
+                r.content_hash: embed_text(r.title, r.text)
+                for r in batch
+                if not parts[r.content_hash]
+            }
             windows = {
-                r[1]: embed_text(r[2], r[3]) for r in batch if parts[r[1]] and r[1] not in unique
+                r.content_hash: embed_text(r.title, r.text)
+                for r in batch
+                if parts[r.content_hash] and r.content_hash not in unique
             }
             vectors = await self.embedder.embed(list(unique.values()))
             stored = await self._store_vectors(dict(zip(unique, vectors, strict=True)))
@@ -126,22 +123,10 @@ class EmbeddingWorker:
 
     async def _store_vectors(self, vectors: dict[str, np.ndarray]) -> int:
         """Store vectors by content hash (one write, one new generation); return how many."""
-        if not vectors:
-            return 0
-        rows = [
-            (h, self.embedder.name, int(v.shape[0]), np.asarray(v, dtype=np.float32).tobytes())
-            for h, v in vectors.items()
-        ]
-
-        def store(conn: Any) -> None:
-            gen = next_generation(conn)
-            conn.executemany(
-                "INSERT OR REPLACE INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?)",
-                [(*r, gen) for r in rows],
-            )
-
-        await self.db.run(write, store)
-        return len(rows)
+        return await self.rows.store_vectors(
+            self.embedder.name,
+            {h: np.asarray(v, dtype=np.float32).tobytes() for h, v in vectors.items()},
+        )
 
     async def _pool_windows(
         self, windows: dict[str, list[str]]
@@ -154,22 +139,14 @@ class EmbeddingWorker:
         if not windows:
             return {}, []
         # Two lookups, each on a unique key (uid, then content hash and model), so the plan
-        # never rests on statistics: joined in one statement, SQLite without ANALYZE walked
-        # every vector of the model for each round (quadratic over a large backlog).
+        # never rests on statistics.
         uids = sorted({u for part in windows.values() for u in part})
-        hashes = {
-            r[0]: r[1]
-            for r in await self.db.fetch_in(
-                "SELECT uid, content_hash FROM memories WHERE uid IN ({})", uids
-            )
-        }
+        hashes = await self.rows.hashes(uids)
         vectors = {
-            r[0]: np.frombuffer(r[1], dtype=np.float32)
-            for r in await self.db.fetch_in(
-                "SELECT content_hash, vector FROM embeddings WHERE model = ? AND content_hash IN ({})",
-                sorted(set(hashes.values())),
-                (self.embedder.name,),
-            )
+            h: np.frombuffer(v, dtype=np.float32)
+            for h, v in (
+                await self.rows.vectors(self.embedder.name, sorted(set(hashes.values())))
+            ).items()
         }
         found = {u: vectors[h] for u, h in hashes.items() if h in vectors}
         pooled: dict[str, np.ndarray] = {}

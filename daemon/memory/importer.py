@@ -23,6 +23,7 @@ from daemon.memory.index import MemoryIndex
 from daemon.memory.rows import iso
 from daemon.memory.transcripts import TranscriptLine, read_session_header, read_transcript
 from daemon.paths import Home
+from daemon.store.transcripts import TranscriptMessage, TranscriptSession, TranscriptsRepo
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,68 +87,35 @@ def _group(lines: Iterable[TranscriptLine]) -> dict[str, list[TranscriptLine]]:
     return out
 
 
-def _record_sync(
-    conn: Any,
+async def _record(
+    index: MemoryIndex,
     session_id: str,
     kind: str,
     transcript: str,
     lines: list[TranscriptLine],
     parent: str | None = None,
 ) -> int:
-    """Insert the session row (if new) and its missing messages; return how many were added."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        started = min(line.ts for line in lines)
-        ended = max(line.ts for line in lines)
-        conn.execute(
-            "INSERT INTO sessions(id, kind, parent_id, transcript_path, started_at, ended_at) VALUES (?,?,?,?,?,?) "
-            "ON CONFLICT(id) DO UPDATE SET started_at = min(started_at, excluded.started_at), "
-            "ended_at = CASE WHEN sessions.kind = 'imported' THEN max(coalesce(ended_at, ''), excluded.ended_at) "
-            "ELSE ended_at END",
-            (
-                session_id,
-                kind,
-                parent,
-                transcript,
-                iso(started),
-                iso(ended) if kind == "imported" else None,
-            ),
+    """Record the session (if new) and its missing messages; return how many were added."""
+    session = TranscriptSession(
+        session_id=session_id,
+        kind=kind,
+        transcript_path=transcript,
+        started_at=iso(min(line.ts for line in lines)),
+        ended_at=iso(max(line.ts for line in lines)) if kind == "imported" else None,
+        parent_id=parent,
+    )
+    messages = [
+        TranscriptMessage(
+            msg_id=line.id,
+            ts=iso(line.ts),
+            role=line.role,
+            speaker=line.speaker,
+            content=line.content,
+            turn_id=line.turn_id,
         )
-        have = {
-            r[0]
-            for r in conn.execute("SELECT msg_id FROM messages WHERE session_id = ?", (session_id,))
-        }
-        # Numbered from 1, as the live session numbers its messages: a rebuilt index keeps every
-        # chunk id (`chunk:<session>:<seq>`) that summaries, folds and citations already name.
-        row = conn.execute(
-            "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        seq = int(row[0])
-        added = 0
-        for line in lines:
-            if line.id in have:
-                continue
-            seq += 1
-            have.add(line.id)
-            conn.execute(
-                "INSERT INTO messages(session_id, msg_id, seq, ts, role, speaker, content, turn_id) VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    session_id,
-                    line.id,
-                    seq,
-                    iso(line.ts),
-                    line.role,
-                    line.speaker,
-                    line.content,
-                    line.turn_id,
-                ),
-            )
-            added += 1
-        conn.execute("COMMIT")
-        return added
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+        for line in lines
+    ]
+    return await TranscriptsRepo(index.db).record(session, messages)
 
 
 async def import_file(
@@ -183,7 +151,7 @@ async def import_file(
         fresh = [line for line in group if line.id not in on_file]
         if fresh:
             await anyio.to_thread.run_sync(_append_lines, target, fresh)
-        n = await index.db.run(_record_sync, session_id, "imported", str(target), group)
+        n = await _record(index, session_id, "imported", str(target), group)
         added += n
         present += len(group) - n
         chunks += await index.index_session(session_id)
@@ -225,9 +193,7 @@ async def reindex_transcripts(home: Home, index: MemoryIndex) -> dict[str, int]:
         kind = header.kind if header else "imported"
         parent = header.parent if header else None
         for session_id, group in _group(lines).items():
-            counts["messages"] += await index.db.run(
-                _record_sync, session_id, kind, str(path), group, parent
-            )
+            counts["messages"] += await _record(index, session_id, kind, str(path), group, parent)
             counts["sessions"] += 1
             counts["chunks"] += await index.index_session(session_id)
     return counts

@@ -31,19 +31,15 @@ from daemon.memory.embedders import Embedder
 from daemon.memory.embedding import EmbeddingWorker
 from daemon.memory.lexical import LexicalSearcher, PgLexicalSearcher
 from daemon.memory.links import backfill as backfill_links
-from daemon.memory.matrix import (
-    PgVectorMatrix,
-    StaleMatrix,
-    VectorMatrix,
-    index_state,
-    matrix_path,
-)
+from daemon.memory.matrix import StaleMatrix, VectorMatrix, matrix_path
+from daemon.memory.pg_matrix import PgVectorMatrix
 from daemon.memory.search import MemorySearch, SearchMode
 from daemon.memory.shared import SharedFacts
 from daemon.memory.uses import UseLog
 from daemon.memory.writer import MemoryWriter
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
+from daemon.store.memories import MemoriesRepo, in_snapshot
 
 __all__ = ["MemoryIndex", "SearchMode"]
 
@@ -76,6 +72,7 @@ class MemoryIndex:
         persist_rows: int = PERSIST_ROWS,
     ) -> None:
         self.db = db
+        self.rows = MemoriesRepo(db)
         self.background = background
         self.persist = persist
         self.persist_rows = persist_rows
@@ -181,37 +178,19 @@ class MemoryIndex:
     # ----- reads -----------------------------------------------------------------------------
     async def stats(self) -> dict[str, object]:
         await self.refresh()
-        kinds = await self.db.fetchall(
-            "SELECT kind, count(*) AS n, sum(retired_at IS NOT NULL) AS retired FROM memories GROUP BY kind"
-        )
-        vectors = await self.db.fetchone(
-            "SELECT count(*) FROM memories m JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?",
-            (self.embedder.name,),
-        )
-        total = sum(r["n"] for r in kinds)
-        if self.db.is_postgres:
-            # The namespace's tables and their indexes.
-            row = await self.db.fetchone(
-                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-            )
-            db_bytes = int(row[0])
-        else:
-            page = await self.db.fetchone("PRAGMA page_count")
-            size = await self.db.fetchone("PRAGMA page_size")
-            db_bytes = int(page[0]) * int(size[0])
-        cached = await self.db.fetchone("SELECT count(*) FROM embeddings")
+        kinds = await self.rows.kind_counts()
+        with_vector = await self.rows.with_vector(self.embedder.name) if self.embedder.dim else 0
+        total = sum(k.count for k in kinds)
         return {
             "memories": total,
-            "by_kind": {r["kind"]: r["n"] for r in kinds},
-            "retired": sum(r["retired"] or 0 for r in kinds),
+            "by_kind": {k.kind: k.count for k in kinds},
+            "retired": sum(k.retired for k in kinds),
             "embedder": self.embedder.name,
             "dim": self.embedder.dim,
-            "with_vector": int(vectors[0]) if self.embedder.dim else 0,
-            "pending_vectors": (total - int(vectors[0])) if self.embedder.dim else 0,
-            "cached_embeddings": int(cached[0]),
-            "db_bytes": db_bytes,
+            "with_vector": with_vector,
+            "pending_vectors": (total - with_vector) if self.embedder.dim else 0,
+            "cached_embeddings": await self.rows.stored_vectors(),
+            "db_bytes": await self.rows.store_bytes(),
             "matrix_bytes": self.matrix.nbytes,
             "matrix": self.matrix_status,
         }
@@ -252,16 +231,11 @@ class MemoryIndex:
 
         def check(conn: Any) -> tuple[bool, int]:
             # One read transaction: the refresh and the count see the same snapshot.
-            conn.execute("BEGIN")
-            try:
-                changed = self.matrix.refresh(conn)
-                count = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
-            finally:
-                conn.execute("COMMIT")
-            return changed, count
+            found: tuple[bool, int] = in_snapshot(conn, self.matrix.refresh)
+            return found
 
-        state = await self.db.run(index_state)
-        self._index_id = state["index_id"]
+        state = await self.rows.state()
+        self._index_id = state.index_id
         path = self.matrix_file
         reason = ""
         if self.persist:

@@ -8,12 +8,12 @@ and the rarest terms are kept until the rows they can select reach a budget: the
 terms have the lowest IDF, so they would have moved BM25 least. When every term is that
 common, their conjunction is searched instead. Rows are filtered by kind and time inside
 SQL only when such a filter is asked for; the retired flag comes from the in-memory matrix
-after the LIMIT. All of it runs on the database thread, several queries per hop.
+after the LIMIT. All of it runs on the database thread, several queries per hop; the
+full-text index's own SQL, FTS5's and PostgreSQL's, is `daemon.store.fulltext`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +21,9 @@ from typing import Any, Protocol
 
 from daemon.memory.query import match_terms
 from daemon.memory.rows import iso
+from daemon.store.fulltext import FullText, PgFullText, TextFilter, tsquery
+
+__all__ = ["LexicalSearcher", "PgLexicalSearcher", "RowFilter", "lexical_searcher", "tsquery"]
 
 # Rows BM25 may be asked to score for one query (a few ms on a busy small machine).
 LEXICAL_BUDGET = 4000
@@ -29,7 +32,6 @@ LEXICAL_BUDGET = 4000
 COMMON_SHARE = 0.05
 # Document frequencies below this are re-counted after every write (cheap for rare terms).
 RECOUNT_BELOW = 500
-_BM25 = "bm25(memories_fts, 2.0, 1.0, 1.0)"
 # A filter letting at least this share of rows through is checked on the best full-text hits
 # in Python (`RowCheck`) rather than joined in SQL.
 WIDE_SHARE = 0.5
@@ -56,8 +58,9 @@ class RowCheck(Protocol):
 class LexicalSearcher:
     """Choose terms by document frequency and run bounded BM25 searches (database thread only)."""
 
-    def __init__(self, *, budget: int = LEXICAL_BUDGET) -> None:
+    def __init__(self, *, budget: int = LEXICAL_BUDGET, text: FullText | None = None) -> None:
         self.budget = budget
+        self.text = text or FullText()
         # phrase -> (document frequency, the index generation it was counted at)
         self._df: dict[str, tuple[int, int]] = {}
         self._df_rows = 0
@@ -84,7 +87,7 @@ class LexicalSearcher:
         for p in phrases:
             cached = self._df.get(p)
             if cached is None or (cached[1] != generation and cached[0] < RECOUNT_BELOW):
-                count = self._count(conn, p)
+                count = self.text.count(conn, p)
                 cached = (count, generation)
                 self._df[p] = cached
             out[p] = cached[0]
@@ -148,94 +151,29 @@ class LexicalSearcher:
         )
         if wide:
             margin = limit + 16
-            got = self._ranked(conn, expr, margin)
+            got = self.text.ranked(conn, expr, margin)
             if where.include_retired and not where.kinds:
                 return got[:limit]
             kept = [r for r, ok in zip(got, rows_in.allowed(got, where), strict=True) if ok]
             if len(kept) >= limit or len(got) < margin:
                 return kept[:limit]
-        return self._joined(conn, expr, limit, where)
-
-    # ----- the full-text index's own SQL (FTS5 here; PostgreSQL's in `PgLexicalSearcher`) -----
-    def _count(self, conn: Any, phrase: str) -> int:
-        sql = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
-        return int(conn.execute(sql, (phrase,)).fetchone()[0])
-
-    def _ranked(self, conn: Any, expr: str, limit: int) -> list[int]:
-        sql = f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY {_BM25} LIMIT ?"
-        return [r[0] for r in conn.execute(sql, (expr, limit)).fetchall()]
-
-    def _joined(self, conn: Any, expr: str, limit: int, where: RowFilter) -> list[int]:
-        clauses, params = self._match_clause(expr)
-        if where.kinds:
-            clauses.append(f"m.kind IN ({','.join('?' * len(where.kinds))})")
-            params.extend(where.kinds)
-        if not where.include_retired:
-            clauses.append("m.retired_at IS NULL")
-        if where.after is not None:
-            clauses.append("coalesce(m.valid_from, m.created_at) >= ?")
-            params.append(iso(where.after))
-        if where.before is not None:
-            clauses.append("coalesce(m.valid_from, m.created_at) < ?")
-            params.append(iso(where.before))
-        sql = f"{self._joined_from} WHERE {' AND '.join(clauses)} ORDER BY {self._order} LIMIT ?"
-        return [
-            r[0] for r in conn.execute(sql, (*params, *self._order_params(expr), limit)).fetchall()
-        ]
+        return self.text.joined(
+            conn,
+            expr,
+            limit,
+            TextFilter(
+                kinds=where.kinds,
+                include_retired=where.include_retired,
+                after=iso(where.after) if where.after is not None else None,
+                before=iso(where.before) if where.before is not None else None,
+            ),
+        )
 
     def matching(self, conn: Any, expr: str, *, kind: str, limit: int) -> list[tuple[Any, str]]:
         """(session id, text) of the best `limit` memories of `kind` matching `expr`, unbounded."""
-        clauses, params = self._match_clause(expr)
-        sql = (
-            self._joined_from.replace("SELECT m.rowid", "SELECT m.session_id, m.text")
-            + f" WHERE {' AND '.join(clauses)} AND m.kind = ? ORDER BY {self._plain_order} LIMIT ?"
-        )
-        args = (*params, kind, *self._order_params(expr), limit)
-        return [(r[0], r[1]) for r in conn.execute(sql, args).fetchall()]
-
-    _joined_from = (
-        "SELECT m.rowid FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid"
-    )
-    _order = _BM25
-    _plain_order = "bm25(memories_fts)"
-
-    def _match_clause(self, expr: str) -> tuple[list[str], list[Any]]:
-        return ["memories_fts MATCH ?"], [expr]
-
-    def _order_params(self, expr: str) -> tuple[Any, ...]:
-        return ()
-
-
-# PostgreSQL's text search configuration: English stemming, as FTS5's porter tokenizer.
-TS_CONFIG = "english"
-# ts_rank's weights for D, C, B, A: the title (A) counts 2.5 times the text and tags (B), as
-# bm25's 2.0 does on SQLite.
-_TS_RANK = "ts_rank('{0.1, 0.2, 0.4, 1.0}', m.fts, to_tsquery('english', ?))"
-_WORD = re.compile(r"[^\W_]+")
-
-
-def tsquery(expr: str) -> str:
-    """Turn an FTS5 expression of `match_terms` phrases into `to_tsquery` text.
-
-    `"w"` is a word, `"a b"` a phrase (`a <-> b`), `"pre"*` a prefix (`pre:*`); `OR` and
-    `AND` join them. Only word characters reach the query, so no input can change its shape.
-    """
-    out: list[str] = []
-    for token in re.findall(r'"[^"]*"\*?|\bOR\b|\bAND\b', expr):
-        if token in ("OR", "AND"):
-            out.append("|" if token == "OR" else "&")
-            continue
-        words = _WORD.findall(token.rstrip("*").strip('"').lower())
-        if not words:
-            continue
-        if token.endswith("*"):
-            words[-1] += ":*"
-        if out and out[-1] not in ("|", "&"):
-            out.append("|")
-        out.append(words[0] if len(words) == 1 else "(" + " <-> ".join(words) + ")")
-    while out and out[-1] in ("|", "&"):
-        out.pop()
-    return " ".join(out)
+        return [
+            (r.session_id, r.text) for r in self.text.matching(conn, expr, kind=kind, limit=limit)
+        ]
 
 
 class PgLexicalSearcher(LexicalSearcher):
@@ -244,32 +182,8 @@ class PgLexicalSearcher(LexicalSearcher):
     A term's document frequency is a GIN count; ranking is `ts_rank` over the best matches.
     """
 
-    _joined_from = "SELECT m.rowid FROM memories m"
-    _order = f"{_TS_RANK} DESC, m.rowid DESC"
-    _plain_order = _order
-
-    def _count(self, conn: Any, phrase: str) -> int:
-        q = tsquery(phrase)
-        if not q:
-            return 0
-        sql = f"SELECT count(*) FROM memories WHERE fts @@ to_tsquery('{TS_CONFIG}', ?)"
-        return int(conn.execute(sql, (q,)).fetchone()[0])
-
-    def _ranked(self, conn: Any, expr: str, limit: int) -> list[int]:
-        q = tsquery(expr)
-        if not q:
-            return []
-        sql = (
-            f"SELECT m.rowid FROM memories m WHERE m.fts @@ to_tsquery('{TS_CONFIG}', ?) "
-            f"ORDER BY {self._order} LIMIT ?"
-        )
-        return [r[0] for r in conn.execute(sql, (q, q, limit)).fetchall()]
-
-    def _match_clause(self, expr: str) -> tuple[list[str], list[Any]]:
-        return [f"m.fts @@ to_tsquery('{TS_CONFIG}', ?)"], [tsquery(expr)]
-
-    def _order_params(self, expr: str) -> tuple[Any, ...]:
-        return (tsquery(expr),)
+    def __init__(self, *, budget: int = LEXICAL_BUDGET) -> None:
+        super().__init__(budget=budget, text=PgFullText())
 
 
 def lexical_searcher(db: Any) -> LexicalSearcher:

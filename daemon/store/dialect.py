@@ -8,7 +8,7 @@ SQLite's case-insensitive meaning, and `BEGIN IMMEDIATE` is a plain `BEGIN` (Pos
 row locks do what SQLite's write lock did). Scalar `max(a, b)`/`min(a, b)`, `sum` of a
 condition and `sqlite_master` are given to PostgreSQL as functions and a view by its first
 migration, so those statements pass unchanged. Full-text search and vectors differ too much
-to translate: they have their own code (daemon.memory.lexical, daemon.memory.matrix).
+to translate: they have their own code (daemon.store.fulltext, daemon.store.vector_index).
 """
 
 from __future__ import annotations
