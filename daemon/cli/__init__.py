@@ -151,7 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     from daemon.memory.threads import default_threads
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(default_threads()))
-    parser = build_parser(sys.argv[1:] if argv is None else list(argv))
+    words = sys.argv[1:] if argv is None else list(argv)
+    if command_word(words) is None and "--version" in words:
+        # Before the parser: the whole command line's parser imports every command's module.
+        print(version())
+        return 0
+    parser = build_parser(words)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
