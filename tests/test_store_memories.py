@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from daemon.store.folds import FoldLink, FoldsRepo
 from daemon.store.fulltext import FullText, PgFullText, TextFilter, full_text
 from daemon.store.memories import (
     MemoriesRepo,
     MemoryWrite,
     Supersession,
+    UseCount,
     in_snapshot,
     in_transaction,
     index_state,
@@ -29,7 +31,7 @@ from daemon.store.transcripts import TranscriptMessage, TranscriptSession, Trans
 from tests.postgres_server import pg_server  # noqa: F401
 from tests.test_store_repos import Store, store  # noqa: F401
 
-TABLES = ("mention_links", "memories", "embeddings", "memory_chunked")
+TABLES = ("mention_links", "memories", "embeddings", "memory_chunked", "memory_folds")
 
 
 def mem(uid: str, text: str, **kw: Any) -> MemoryWrite:
@@ -251,6 +253,66 @@ async def test_the_matrix_reads_rows_columns_and_a_snapshot(store: Store) -> Non
 
         got, count = await db.run(in_snapshot, lambda conn: len(rows_since(conn, 0)))
         assert (got, count) == (2, 2)
+
+
+@pytest.mark.anyio
+async def test_uses_add_up_and_the_last_use_only_moves_forward(store: Store) -> None:  # noqa: F811
+    async with store.open(*TABLES) as db:
+        repo = MemoriesRepo(db)
+        await repo.upsert([mem("fact:a", "Ana"), mem("fact:b", "Ben")])
+        gen = (await repo.state()).generation
+        await repo.count_uses(
+            [
+                UseCount(uid="fact:a", uses=2, last_used="2026-03-05T00:00:00Z"),
+                UseCount(uid="fact:nobody", uses=1, last_used="2026-03-05T00:00:00Z"),
+            ]
+        )
+        await repo.count_uses([UseCount(uid="fact:a", uses=1, last_used="2026-03-04T00:00:00Z")])
+        await repo.count_uses([])
+        a, b = await repo.get("fact:a"), await repo.get("fact:b")
+        assert a is not None and (a.uses, a.last_used) == (3, "2026-03-05T00:00:00Z")
+        assert b is not None and (b.uses, b.last_used) == (0, None)
+        assert (await repo.state()).generation == gen  # nothing a search holds changed
+
+
+@pytest.mark.anyio
+async def test_month_folds_are_read_with_their_memories(store: Store) -> None:  # noqa: F811
+    async with store.open(*TABLES) as db:
+        repo = MemoriesRepo(db)
+        await repo.upsert(
+            [
+                mem("summary:s1", "first week", kind="summary", created_at="2026-03-01T00:00:00Z"),
+                mem("summary:s2", "second week", kind="summary", created_at="2026-03-08T00:00:00Z"),
+                mem("summary:s3", "third week", kind="summary", created_at="2026-03-15T00:00:00Z"),
+                mem(
+                    "summary:s4",
+                    "told late",
+                    kind="summary",
+                    created_at="2026-03-02T00:00:00Z",
+                    valid_from="2026-03-20T00:00:00Z",
+                ),
+                mem("chunk:c1", "a chunk", kind="chunk"),
+                mem("month:2026-03", "March", kind="month"),
+            ]
+        )
+        await FoldsRepo(db).link(
+            [
+                FoldLink("summary:s1", "month:2026-03", "2026-04-01T00:00:00Z"),
+                FoldLink("summary:s2", "month:2026-03", "2026-04-01T00:00:00Z"),
+                FoldLink("chunk:c1", "month:2026-03", "2026-04-01T00:00:00Z"),
+            ]
+        )
+        await repo.retire("chunk:c1", at="2026-04-02T00:00:00Z")
+        assert await repo.months_of(["summary:s1", "summary:s3", "chunk:c1"]) == {
+            "summary:s1": "month:2026-03",
+            "chunk:c1": "month:2026-03",
+        }
+        sources = await repo.month_sources("month:2026-03")
+        assert [r.uid for r in sources] == ["summary:s2", "summary:s1"]  # the retired one left out
+        assert await repo.month_sources("month:2026-02") == []
+        unfolded = await repo.unfolded_summaries(10)
+        assert [r.uid for r in unfolded] == ["summary:s4", "summary:s3"]
+        assert [r.uid for r in await repo.unfolded_summaries(1)] == ["summary:s4"]
 
 
 # ----- the full-text index ----------------------------------------------------------------------

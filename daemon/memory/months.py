@@ -14,7 +14,7 @@ import calendar
 import json
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ from daemon.memory.index import MemoryIndex
 from daemon.memory.query import mentioned_stems
 from daemon.memory.rows import NewMemory, iso, parse_iso, row_to_item
 from daemon.store.db import Database
+from daemon.store.folds import FoldLink, FoldsRepo
+from daemon.store.memories import MemoriesRepo
 
 _GIST_CHARS = 280
 _DECISION_CHARS = 240
@@ -202,15 +204,9 @@ async def reindex_months(months_dir: Path, index: MemoryIndex) -> int:
         created = parse_iso(str(meta.get("latest") or "")) or datetime.fromtimestamp(mtime, UTC)
         item = month_memory(meta, body, path, created=created)
         await index.upsert([item])
-        rows = [(str(s), item.uid, iso(created)) for s in meta.get("sources") or []]
-
-        def link(conn: Any, rows: list[tuple[str, str, str]] = rows) -> None:
-            conn.executemany(
-                "INSERT OR IGNORE INTO memory_folds(source_uid, month_uid, folded_at) VALUES (?,?,?)",
-                rows,
-            )
-
-        await index.db.run(link)
+        await FoldsRepo(index.db).link(
+            [FoldLink(str(s), item.uid, iso(created)) for s in meta.get("sources") or []]
+        )
         count += 1
     return count
 
@@ -291,36 +287,17 @@ def month_excerpt(
 
 async def folded_into(db: Database, uids: Collection[str]) -> dict[str, str]:
     """The month each of `uids` was folded into (those not folded are left out)."""
-    if not uids:
-        return {}
-    marks = ",".join("?" * len(uids))
-    rows = await db.fetchall(
-        f"SELECT source_uid, month_uid FROM memory_folds WHERE source_uid IN ({marks})",
-        list(uids),
-    )
-    return {r[0]: r[1] for r in rows}
+    return await MemoriesRepo(db).months_of(uids) if uids else {}
 
 
 async def month_sources(db: Database, month_uid: str) -> list[MemoryItem]:
     """The active day-level memories folded into `month_uid`, newest first."""
-    rows = await db.fetchall(
-        "SELECT m.* FROM memory_folds f JOIN memories m ON m.uid = f.source_uid "
-        "WHERE f.month_uid = ? AND m.retired_at IS NULL "
-        "ORDER BY m.created_at DESC, m.uid",
-        (month_uid,),
-    )
-    return [row_to_item(r) for r in rows]
+    return [row_to_item(asdict(r)) for r in await MemoriesRepo(db).month_sources(month_uid)]
 
 
 async def unfolded_summaries(db: Database, limit: int) -> list[MemoryItem]:
     """Session summaries not folded into a month yet (the recent window), newest first."""
-    rows = await db.fetchall(
-        "SELECT m.* FROM memories m WHERE m.kind = 'summary' AND m.retired_at IS NULL "
-        "AND NOT EXISTS (SELECT 1 FROM memory_folds f WHERE f.source_uid = m.uid) "
-        "ORDER BY coalesce(m.valid_from, m.created_at) DESC, m.rowid DESC LIMIT ?",
-        (limit,),
-    )
-    return [row_to_item(r) for r in rows]
+    return [row_to_item(asdict(r)) for r in await MemoriesRepo(db).unfolded_summaries(limit)]
 
 
 async def months_in_place(index: MemoryIndex, items: Sequence[MemoryItem]) -> list[MemoryItem]:

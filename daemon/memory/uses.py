@@ -17,7 +17,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any
 
 from daemon.clock import Clock
 from daemon.log import get_logger
@@ -25,6 +24,7 @@ from daemon.memory.api import MemoryItem
 from daemon.memory.rows import iso, parse_iso
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
+from daemon.store.memories import MemoriesRepo, UseCount
 
 log = get_logger("memory.uses")
 
@@ -78,22 +78,9 @@ class UseLog:
         if not self._pending:
             return 0
         batch = dict(self._pending)
-        rows = [(n, iso(at), iso(at), uid) for uid, (n, at) in batch.items()]
-
-        def work(conn: Any) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany(
-                    "UPDATE memories SET uses = uses + ?, last_used = CASE WHEN last_used IS NULL "
-                    "OR last_used < ? THEN ? ELSE last_used END WHERE uid = ?",
-                    rows,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-        await self.db.run(work)
+        await MemoriesRepo(self.db).count_uses(
+            [UseCount(uid=uid, uses=n, last_used=iso(at)) for uid, (n, at) in batch.items()]
+        )
         for uid, (n, at) in batch.items():
             left = self._pending.get(uid)
             if left is not None and left == (n, at):

@@ -170,6 +170,15 @@ class KindCount:
     retired: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class UseCount:
+    """`uses` more uses of memory `uid`, the last at `last_used` (ISO, UTC)."""
+
+    uid: str
+    uses: int
+    last_used: str
+
+
 # ----- on the database thread ------------------------------------------------------------------
 def next_generation(conn: Any) -> int:
     """Bump and return `memory.generation` (inside a transaction: `in_transaction`)."""
@@ -341,6 +350,14 @@ def _clear(conn: Any, within: Callable[[], None]) -> None:
     next_generation(conn)
 
 
+def _count_uses(conn: Any, counts: Sequence[UseCount]) -> None:
+    conn.executemany(
+        "UPDATE memories SET uses = uses + ?, last_used = CASE WHEN last_used IS NULL "
+        "OR last_used < ? THEN ? ELSE last_used END WHERE uid = ?",
+        [(c.uses, c.last_used, c.last_used, c.uid) for c in counts],
+    )
+
+
 def _store_vectors(
     conn: Any, model: str, vectors: Mapping[str, bytes], dims: Mapping[str, int]
 ) -> int:
@@ -384,6 +401,12 @@ class MemoriesRepo:
         """Drop every memory and chunk mark and start a new epoch (vectors are kept for reuse).
         `within` runs on the database thread in the same transaction (caches to forget)."""
         await self.db.run(in_transaction, _clear, within)
+
+    async def count_uses(self, counts: Sequence[UseCount]) -> None:
+        """Add uses to memories (one transaction); `last_used` only ever moves forward. No
+        generation is drawn: a use changes nothing a search's matrix holds."""
+        if counts:
+            await self.db.run(in_transaction, _count_uses, list(counts))
 
     async def store_vectors(self, model: str, vectors: Mapping[str, bytes]) -> int:
         """Store float32 vectors by content hash for `model` (replacing any); return how many."""
@@ -502,6 +525,33 @@ class MemoriesRepo:
             (model,),
         )
         return {str(r[0]): bytes(r[1]) for r in rows}
+
+    # ----- month folds (`memory_folds`, written by `daemon.store.folds`) ---------------------------
+    async def months_of(self, uids: Collection[str]) -> dict[str, str]:
+        """The month memory each of `uids` was folded into (those not folded are left out)."""
+        rows = await self.db.fetch_in(
+            "SELECT source_uid, month_uid FROM memory_folds WHERE source_uid IN ({})", list(uids)
+        )
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    async def month_sources(self, month_uid: str) -> list[MemoryRow]:
+        """The active memories folded into `month_uid`, newest first (by creation, then uid)."""
+        rows = await self.db.fetchall(
+            "SELECT m.* FROM memory_folds f JOIN memories m ON m.uid = f.source_uid "
+            "WHERE f.month_uid = ? AND m.retired_at IS NULL ORDER BY m.created_at DESC, m.uid",
+            (month_uid,),
+        )
+        return [_memory_row(r) for r in rows]
+
+    async def unfolded_summaries(self, limit: int) -> list[MemoryRow]:
+        """Active session summaries folded into no month yet, newest first by valid time."""
+        rows = await self.db.fetchall(
+            "SELECT m.* FROM memories m WHERE m.kind = 'summary' AND m.retired_at IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM memory_folds f WHERE f.source_uid = m.uid) "
+            "ORDER BY coalesce(m.valid_from, m.created_at) DESC, m.rowid DESC LIMIT ?",
+            (limit,),
+        )
+        return [_memory_row(r) for r in rows]
 
     async def state(self) -> IndexState:
         found: IndexState = await self.db.run(index_state)
