@@ -10,14 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 import anyio
 
 from daemon.agent.trunk import Trunk
 from daemon.agent.turns import Delta, ToolPhase, TurnDone, TurnEvent, TurnFailed, TurnObserver
 from daemon.chat import protocol
-from daemon.chat.protocol import ErrorCode, ProtocolError
+from daemon.chat.protocol import (
+    ApproveFrame,
+    CancelFrame,
+    ClientFrame,
+    CommandFrame,
+    ErrorCode,
+    MessageFrame,
+    ProtocolError,
+    SeenFrame,
+)
 from daemon.errors import ReverieError
 from daemon.events import MessageAccepted, StateChanged
 from daemon.log import get_logger
@@ -39,19 +48,6 @@ def command_progress(data: Any) -> None:
     send = _progress.get()
     if send is not None:
         send(data)
-
-
-def _get(frame: Any, key: str, default: Any = None) -> Any:
-    if isinstance(frame, dict):
-        return frame.get(key, default)
-    return getattr(frame, key, default)
-
-
-def _frame_type(frame: Any) -> str:
-    kind = _get(frame, "type")
-    if isinstance(kind, str):
-        return kind
-    return type(frame).__name__.lower().removesuffix("frame")
 
 
 class NoticeDesk(Protocol):
@@ -186,83 +182,82 @@ class ChatGateway:
             self._client_observers[client.id] = observer
         return observer
 
-    async def handle_frame(self, client: Any, frame: Any) -> None:
-        kind = _frame_type(frame)
-        if kind == "message":
-            text = _get(frame, "text") or ""
-            cid = _get(frame, "id")
-            if not text.strip():
-                client.send(protocol.error(ErrorCode.BAD_FRAME, "message text is empty", id=cid))
-                return
-            refusal = self.trunk.refusal()
-            if refusal is not None:
-                client.send(
-                    protocol.error(ErrorCode.STORAGE, f"message NOT saved: {refusal}", id=cid)
-                )
-                return
-            try:
-                accepted = await self.trunk.submit(
-                    text, observer=self._observer_for(client), client_msg_id=cid
-                )
-            except OSError as exc:
-                # Not on disk means not acknowledged: the client still holds the message.
-                log.error("could not persist an incoming message", error=repr(exc))
-                reason = storage_failure(exc) or exc.strerror or str(exc)
-                client.send(
-                    protocol.error(
-                        ErrorCode.STORAGE,
-                        f"message NOT saved ({reason}); please resend later",
-                        id=cid,
+    async def handle_frame(self, client: Any, frame: ClientFrame) -> None:
+        """Act on one frame, parsed and checked at the edge (`protocol.parse_client_frame`)."""
+        match frame:
+            case MessageFrame():
+                await self._message(client, frame)
+            case CancelFrame():
+                if not await self.trunk.cancel(frame.turn_id):
+                    client.send(
+                        protocol.error(
+                            ErrorCode.NOT_RUNNING, "no turn to cancel", turn_id=frame.turn_id
+                        )
                     )
-                )
-                return
-            self._outstanding.setdefault(client.id, set()).add(accepted.turn_id)
-            client.send(protocol.accepted(turn_id=accepted.turn_id, id=cid, queued=accepted.queued))
-            # While the model is down the person hears so now, not after the outage ends.
-            self.trunk.tell_if_waiting(accepted.turn_id)
-            await self.trunk.loop.bus.publish(
-                MessageAccepted(turn_id=accepted.turn_id, queued=accepted.queued)
-            )
-        elif kind == "cancel":
-            turn_id = _get(frame, "turn_id")
-            if not await self.trunk.cancel(turn_id):
-                client.send(
-                    protocol.error(ErrorCode.NOT_RUNNING, "no turn to cancel", turn_id=turn_id)
-                )
-        elif kind == "command":
-            await self._command(client, frame)
-        elif kind == "approve":
-            self._approve(client, frame)
-        elif kind == "seen":
-            await self._seen(client, frame)
-        else:
-            client.send(protocol.error(ErrorCode.UNKNOWN_TYPE, f"unknown frame type {kind!r}"))
+            case CommandFrame():
+                await self._command(client, frame)
+            case ApproveFrame():
+                self._approve(client, frame)
+            case SeenFrame():
+                await self._seen(client, frame)
+            case _:
+                assert_never(frame)
 
-    def _approve(self, client: Any, frame: Any) -> None:
-        aid = _get(frame, "id")
+    async def _message(self, client: Any, frame: MessageFrame) -> None:
+        cid = frame.id
+        if not frame.text.strip():
+            # The parser refuses it too; a frame built in-process (the console) is checked here.
+            client.send(protocol.error(ErrorCode.BAD_FRAME, "message text is empty", id=cid))
+            return
+        refusal = self.trunk.refusal()
+        if refusal is not None:
+            client.send(protocol.error(ErrorCode.STORAGE, f"message NOT saved: {refusal}", id=cid))
+            return
+        try:
+            accepted = await self.trunk.submit(
+                frame.text, observer=self._observer_for(client), client_msg_id=cid
+            )
+        except OSError as exc:
+            # Not on disk means not acknowledged: the client still holds the message.
+            log.error("could not persist an incoming message", error=repr(exc))
+            reason = storage_failure(exc) or exc.strerror or str(exc)
+            client.send(
+                protocol.error(
+                    ErrorCode.STORAGE, f"message NOT saved ({reason}); please resend later", id=cid
+                )
+            )
+            return
+        self._outstanding.setdefault(client.id, set()).add(accepted.turn_id)
+        client.send(protocol.accepted(turn_id=accepted.turn_id, id=cid, queued=accepted.queued))
+        # While the model is down the person hears so now, not after the outage ends.
+        self.trunk.tell_if_waiting(accepted.turn_id)
+        await self.trunk.loop.bus.publish(
+            MessageAccepted(turn_id=accepted.turn_id, queued=accepted.queued)
+        )
+
+    def _approve(self, client: Any, frame: ApproveFrame) -> None:
+        aid = frame.id
         if self.approvals is None:
             client.send(
                 protocol.error(ErrorCode.UNKNOWN_APPROVAL, "no approvals are asked here", id=aid)
             )
             return
         try:
-            self.approvals.answer(client, aid, _get(frame, "decision"))
+            self.approvals.answer(client, aid, frame.decision)
         except ApprovalRefused as exc:
             client.send(protocol.error(exc.code, exc.message, id=aid))
 
-    async def _seen(self, client: Any, frame: Any) -> None:
+    async def _seen(self, client: Any, frame: SeenFrame) -> None:
         if self.notices is None:
             client.send(protocol.error(ErrorCode.UNKNOWN_NOTICE, "no notices are sent here"))
             return
         try:
-            await self.notices.seen(client, list(_get(frame, "ids") or ()))
+            await self.notices.seen(client, list(frame.ids))
         except ProtocolError as exc:
             client.send(exc.to_frame())
 
-    async def _command(self, client: Any, frame: Any) -> None:
-        name = _get(frame, "name") or ""
-        cid = _get(frame, "id")
-        args = _get(frame, "args") or {}
+    async def _command(self, client: Any, frame: CommandFrame) -> None:
+        name, cid = frame.name, frame.id
         fn = self.commands.get(name)
         if fn is None:
             known = ", ".join(sorted(self.commands))
@@ -276,7 +271,7 @@ class ChatGateway:
             lambda data: client.send(protocol.progress(id=cid, name=name, data=data))
         )
         try:
-            data = await fn(args if isinstance(args, dict) else {})
+            data = await fn(frame.args)
         except CommandUnavailable as exc:
             client.send(protocol.error(ErrorCode.UNAVAILABLE, str(exc), id=cid))
             return
