@@ -1,7 +1,8 @@
 """The composition root: the one place the daemon's services are built and wired together.
 
 `open_services` enters every service on one exit stack, in dependency order, and yields
-them as `Services`; leaving it closes them in reverse. The daemon (`app.py`) and the tests
+them as `Services`; leaving it closes them in reverse. It reads as the list of systems: each
+is built by one function of `daemon.wiring` (`core`, `knowing`, `doing`, `telling`). The daemon (`app.py`) and the tests
 build through it alike, so what a test runs is wired as the daemon wires it; a test passes
 scripted models, an embedder or its own sleep phases, never its own wiring.
 
@@ -18,7 +19,7 @@ watcher), each a named task, and marks the daemon awake once they are up.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,16 +29,13 @@ import anyio
 from anyio.abc import TaskStatus
 
 from daemon.agent.gateway import ChatGateway
-from daemon.agent.loop import AgentLoop
 from daemon.agent.trunk import Trunk
 from daemon.bus import EventBus
 from daemon.clock import Clock
 from daemon.context.assembler import ContextAssembler
-from daemon.context.handover import HandoverDesk, model_id
 from daemon.delegate.fork import Delegator
-from daemon.events import ForkFinished, Heartbeat, SleepFinished, SleepHousekeeping, TurnFinished
+from daemon.events import Heartbeat, SleepFinished, SleepHousekeeping, TurnFinished
 from daemon.journal import JournalHeartbeat
-from daemon.journal.tools import journal_tools
 from daemon.lifecycle import DaemonState, Lifecycle
 from daemon.log import get_logger
 from daemon.memory.embedders import Embedder
@@ -48,15 +46,12 @@ from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.resources import ResourceWatch, forgettable
 from daemon.run_log import RunLog
-from daemon.schedule.checklist import StandingChecklist
 from daemon.schedule.courier import NoticeCourier
 from daemon.schedule.downtime import DowntimeAccount
-from daemon.schedule.greeting import MorningGreeting
 from daemon.schedule.keeper import ScheduleKeeper
 from daemon.schedule.outbox import Outbox
 from daemon.schedule.store import ScheduleStore
-from daemon.schedule.tools import schedule_tools
-from daemon.scheduler import Scheduler, local_zone
+from daemon.scheduler import Scheduler
 from daemon.settings import Settings
 from daemon.sleep.cycle import SleepCycle
 from daemon.sleep.dreams import DreamsPhase
@@ -68,22 +63,28 @@ from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
 from daemon.threads import ThreadBook
 from daemon.tokens import TokenCounter, default_counter
-from daemon.tools.approvals import Approvals, PermissionGuard
+from daemon.tools.approvals import Approvals
 from daemon.tools.mcp import McpServers
-from daemon.tools.policy import PermissionPolicy, SavedApprovals
 from daemon.tools.registry import ToolRegistry
-from daemon.tools.toolbox import work_tools
-from daemon.tools.workspace import Workspace
 from daemon.topics.router import TopicRouter
 from daemon.topics.watch import FileWatcher
+from daemon.wiring.core import Core, open_core, open_models
+from daemon.wiring.doing import SleepPhases, open_sleep, open_tools, open_trunk
+from daemon.wiring.knowing import file_watcher, open_context, open_journal, open_memory
+from daemon.wiring.telling import (
+    chat_gateway,
+    downtime_account,
+    morning_greeting,
+    open_notices,
+    open_schedules,
+    standing_checklist,
+)
 
 if TYPE_CHECKING:
     from daemon.channels.matrix import MatrixChannel
     from daemon.web.server import WebConsole
 
 log = get_logger("services")
-
-SleepPhases = Callable[[Trunk], Sequence[Phase]]
 
 
 def nightly_phases(trunk: Trunk) -> list[Phase]:
@@ -246,236 +247,35 @@ async def open_services(
     `models` overrides model roles or providers (scripted models in tests), `embedder` the
     memory's embedder, `phases` the sleep cycle's steps; `bus` is a bus the caller made to
     listen on before anything publishes (entered here all the same); `watch_files` overrides
-    `topics.watch`.
+    `topics.watch`. Each system is built by its function in `daemon.wiring`, in this order.
     """
-    s = settings
     started_at = clock.now()
     bus = bus if bus is not None else EventBus("daemon-bus")
     lifecycle = Lifecycle(clock, bus)
     async with AsyncExitStack() as stack:
-        db = await Database.open_configured(home.db_file, s)
-        stack.push_async_callback(db.close)
-        await stack.enter_async_context(bus)
-        ledger = UsageLedger(db, s.spend, clock)
-        roles = await stack.enter_async_context(ModelRoles(s, ledger, overrides=models or {}))
+        core = await open_core(
+            stack, home, settings, clock, bus=bus, lifecycle=lifecycle, started_at=started_at
+        )
+        ledger, roles = await open_models(core, models)
         counter = default_counter()
-        router = TopicRouter(home, s.topics)
-        memory = await stack.enter_async_context(
-            MemorySystem(
-                home=home,
-                db=db,
-                settings=s,
-                roles=roles,
-                bus=bus,
-                clock=clock,
-                topic_addenda=router.addenda,
-                embedder=embedder,
-            )
-        )
-        # Each finished turn and fork is indexed for recall, beside whatever comes next.
-        stack.callback(
-            bus.on(
-                TurnFinished, lambda e: memory.index_session(e.session_id), name="memory.index_turn"
-            )
-        )
-        stack.callback(
-            bus.on(
-                ForkFinished,
-                lambda e: memory.index_session(e.fork_session_id),
-                name="memory.index_fork",
-            )
-        )
-
-        async def catch_up(sessions: set[str]) -> None:
-            # The PostgreSQL server is back and the queued writes are in: index what only the
-            # home's files hold (facts remembered meanwhile, the new messages' chunks).
-            await memory.facts.sync()
-            for session_id in sorted(sessions):
-                await memory.index_session(session_id)
-
-        db.after_outage(catch_up)
-        journal = await stack.enter_async_context(
-            JournalHeartbeat(
-                home=home, db=db, settings=s, roles=roles, clock=clock, index=memory.index
-            )
-        )
-        journal.register(bus)
-        # Open promises, questions and plans: noted at each turn's end, swept during sleep.
-        threads = ThreadBook(
-            db,
-            clock=clock,
-            zone=local_zone(s.scheduler.timezone),
-            expire_days=s.threads.expire_days,
-        )
-        stack.callback(threads.register(bus))
-        # A trunk model other than the last answered turn's: a handover letter for its first turn.
-        handover = HandoverDesk(
-            home=home,
-            db=db,
-            settings=s,
-            clock=clock,
-            current=model_id(roles.provider_kind("trunk"), roles.config("trunk").model),
-            view=memory.view,
-            threads=threads,
-        )
-        await handover.notice(bus)
-        stack.callback(handover.register(bus))
-        assembler = ContextAssembler(
-            home=home,
-            settings=s,
-            view=memory.view,
-            router=router,
-            counter=counter,
-            clock=clock,
-            threads=threads,
-            handover=handover,
-        )
-        # Required: a turn never reaches the model without its context (it fails visibly).
-        stack.callback(assembler.register(bus))
-        # MCP servers come up in the background; their tools join as each server answers.
-        mcp = await stack.enter_async_context(McpServers(home, s.mcp, clock))
-        # Every tool once, in one registry; the trunk and the forks are offered subsets of it,
-        # each guarded by the one permission policy (subsets keep the guard).
-        workspace = Workspace.for_home(home, s)
-        approvals = Approvals()
-        guard = PermissionGuard(
-            policy=PermissionPolicy(
-                s.permissions.rules,
-                saved=SavedApprovals.for_home(home),
-                workspace=workspace,
-            ),
-            approvals=approvals,
-            timeout_s=s.permissions.approval_timeout_s,
-            workspace=workspace,
-            clock=clock,
-            # Often enough that a fork waiting on the person is never taken for a silent one.
-            keepalive_s=s.delegate.inactivity_timeout_s / 4,
-        )
-        everything = ToolRegistry(s.agent.tool_output_max_chars, guard=guard)
-        for tool in memory.tools():
-            everything.register(tool)
-        for tool in journal_tools(journal):
-            everything.register(tool)
-        for tool in work_tools(home, s):
-            everything.register(tool)
-        everything.add_source(mcp)
-        delegator = await stack.enter_async_context(
-            Delegator(
-                home=home,
-                db=db,
-                roles=roles,
-                bus=bus,
-                clock=clock,
-                counter=counter,
-                settings=s,
-                base_tools=everything.subset(s.tools.fork),
-            )
-        )
-        for tool in delegator.tools_for(0):
-            everything.register(tool)
-        # After the forks' set was taken: a fork never sets schedules (the trunk does).
-        schedules = ScheduleStore(
-            db, clock=clock, zone=local_zone(s.scheduler.timezone), settings=s.schedule
-        )
-        for tool in schedule_tools(schedules, guard=guard):
-            everything.register(tool)
-        tools = everything.subset(s.tools.trunk)
-        loop = AgentLoop(
-            roles=roles,
-            tools=tools,
-            bus=bus,
-            clock=clock,
-            counter=counter,
-            max_tool_steps=s.agent.max_tool_steps,
-            history_max_messages=s.agent.history_max_messages,
-            history_min_turns=s.agent.history_min_turns,
-            compaction_threshold=s.agent.compaction_threshold,
-            context_window=s.models.trunk.context_window,
-            max_parallel_tools=s.delegate.max_parallel,
-        )
-        trunk = await stack.enter_async_context(
-            Trunk(
-                home=home,
-                db=db,
-                loop=loop,
-                clock=clock,
-                turn_timeout_s=s.agent.turn_timeout_s,
-                retry_base_s=s.agent.unavailable_retry_s,
-                retry_max_s=s.agent.unavailable_retry_max_s,
-            )
-        )
-        sleep_cycle = await stack.enter_async_context(
-            SleepCycle(
-                home=home,
-                settings=s,
-                db=db,
-                models=roles,
-                bus=bus,
-                clock=clock,
-                memory=memory,
-                trunk=trunk,
-                lifecycle=lifecycle,
-                phases=list(phases(trunk)),
-            )
-        )
-        outbox = Outbox(db, bus=bus, clock=clock)
-        courier = await stack.enter_async_context(
-            NoticeCourier(
-                outbox=outbox,
-                settings=s.notices,
-                zone=local_zone(s.scheduler.timezone),
-                clock=clock,
-            )
-        )
-        gateway = ChatGateway(
-            trunk,
-            state=lambda: lifecycle.state.value,
-            session_id=lambda: trunk.session.id if trunk.session else "",
-            approvals=approvals,
-            notices=courier,
-        )
-        scheduler = await stack.enter_async_context(
-            Scheduler(clock=clock, db=db, timezone=s.scheduler.timezone)
-        )
-        journal.next_heartbeat = lambda: scheduler.next_run("heartbeat")
-        keeper = await stack.enter_async_context(
-            ScheduleKeeper(
-                store=schedules,
-                outbox=outbox,
-                scheduler=scheduler,
-                bus=bus,
-                clock=clock,
-                zone=schedules.zone,
-                settings=s.schedule,
-                trunk=trunk,
-                delegator=delegator,
-                ledger=ledger,
-            )
-        )
-        await keeper.start()
-        watch = s.topics.watch if watch_files is None else watch_files
-        watcher = (
-            FileWatcher(
-                home,
-                s.topics,
-                router=router,
-                files=assembler.files,
-                bus=bus,
-                # An idle daemon should cost ~nothing: wake rarely when no file changes.
-                step_ms=200,
-                idle_wakeup_ms=60_000,
-            )
-            if watch
-            else None
-        )
+        router = TopicRouter(home, settings.topics)
+        memory = await open_memory(core, roles, router, embedder)
+        journal = await open_journal(core, roles, memory)
+        threads, assembler = await open_context(core, roles, memory, router, counter)
+        kit = await open_tools(core, roles, counter, memory, journal)
+        trunk = await open_trunk(core, roles, kit.tools, counter)
+        sleep_cycle = await open_sleep(core, roles, memory, trunk, phases)
+        outbox, courier = await open_notices(core)
+        gateway = chat_gateway(core, trunk, kit.approvals, courier)
+        scheduler, keeper = await open_schedules(core, kit, outbox, trunk, ledger, journal)
         services = Services(
             home=home,
-            settings=s,
+            settings=settings,
             clock=clock,
             started_at=started_at,
             bus=bus,
             lifecycle=lifecycle,
-            db=db,
+            db=core.db,
             ledger=ledger,
             roles=roles,
             counter=counter,
@@ -483,77 +283,72 @@ async def open_services(
             memory=memory,
             journal=journal,
             assembler=assembler,
-            tools=tools,
-            mcp=mcp,
-            approvals=approvals,
-            delegator=delegator,
+            tools=kit.tools,
+            mcp=kit.mcp,
+            approvals=kit.approvals,
+            delegator=kit.delegator,
             trunk=trunk,
             sleep_cycle=sleep_cycle,
             gateway=gateway,
             scheduler=scheduler,
             outbox=outbox,
             courier=courier,
-            schedules=schedules,
+            schedules=kit.schedules,
             keeper=keeper,
-            watcher=watcher,
-            runs=RunLog(db, clock, started_at=started_at),
-            resources=ResourceWatch(db_file=None if db.is_postgres else home.db_file, clock=clock),
+            watcher=file_watcher(core, router, assembler, watch_files),
+            runs=RunLog(core.db, clock, started_at=started_at),
+            resources=ResourceWatch(
+                db_file=None if core.db.is_postgres else home.db_file, clock=clock
+            ),
         )
-        # After each sleep the day's caches go and the figures are taken again.
-        forgettable(counter.forget)
-        stack.callback(
-            bus.on(SleepFinished, services.resources.slept, name="resources.after_sleep")
-        )
-        stack.callback(
-            bus.on(TurnFinished, services.resources.first_turn, name="resources.first_turn")
-        )
-        # Fork transcripts are kept within their retention limits during sleep's maintenance.
-        stack.callback(
-            bus.on(SleepHousekeeping, services.fork_retention, name="delegate.fork_retention")
-        )
-        sleep_cycle.schedule(scheduler)
-        stack.callback(courier.register(bus, scheduler))
-        zone = local_zone(s.scheduler.timezone)
-        if s.notices.greeting:
-            greeting = MorningGreeting(
-                home=home, db=db, outbox=outbox, zone=zone, now=clock.now, threads=threads
-            )
-            stack.callback(greeting.register(bus))
-        services.downtime = DowntimeAccount(
-            db=db,
-            outbox=outbox,
-            keeper=keeper,
-            scheduler=scheduler,
-            zone=zone,
-            now=clock.now,
-            started_at=started_at,
-            greeting=s.notices.greeting,
-        )
-        if s.notices.checklist:
-            # Before the heartbeat job is added below: it is added only when something listens.
-            checklist = await stack.enter_async_context(
-                StandingChecklist(
-                    home=home,
-                    db=db,
-                    roles=roles,
-                    outbox=outbox,
-                    delegator=delegator,
-                    trunk_session=lambda: trunk.session.id if trunk.session else None,
-                    zone=zone,
-                    now=clock.now,
-                    every_minutes=s.notices.checklist_minutes,
-                    ledger=ledger,
-                    awake=lambda: lifecycle.state is DaemonState.AWAKE,
-                    quiet=courier.in_quiet_hours,
-                )
-            )
-            stack.callback(checklist.register(bus))
-        if bus.handlers(Heartbeat):
-            # Only when something keeps a record on it: a heartbeat that does nothing is not one.
-            scheduler.add_interval(
-                "heartbeat", services.heartbeat, seconds=s.journal.heartbeat_minutes * 60
-            )
-        scheduler.add_interval(
-            "checkpoint", services.checkpoint, seconds=s.store.checkpoint_interval_s
-        )
+        await finish_wiring(core, services, threads)
         yield services
+
+
+async def finish_wiring(core: Core, services: Services, threads: ThreadBook) -> None:
+    """What is wired over the built services: upkeep, the greeting, the account of time down,
+    the standing checklist, then the daemon's own jobs."""
+    wire_upkeep(core, services)
+    morning_greeting(core, services.outbox, threads)
+    services.downtime = downtime_account(core, services.outbox, services.keeper, services.scheduler)
+    await standing_checklist(
+        core,
+        roles=services.roles,
+        outbox=services.outbox,
+        delegator=services.delegator,
+        trunk=services.trunk,
+        ledger=services.ledger,
+        courier=services.courier,
+    )
+    add_jobs(services)
+
+
+def wire_upkeep(core: Core, services: Services) -> None:
+    """What runs around sleep and the first turn: the day's caches forgotten and the resource
+    figures taken again, fork transcripts kept within their limits, the nightly cycle and the
+    courier's rounds on the scheduler."""
+    bus, stack = core.bus, core.stack
+    # After each sleep the day's caches go and the figures are taken again.
+    forgettable(services.counter.forget)
+    stack.callback(bus.on(SleepFinished, services.resources.slept, name="resources.after_sleep"))
+    stack.callback(bus.on(TurnFinished, services.resources.first_turn, name="resources.first_turn"))
+    # Fork transcripts are kept within their retention limits during sleep's maintenance.
+    stack.callback(
+        bus.on(SleepHousekeeping, services.fork_retention, name="delegate.fork_retention")
+    )
+    services.sleep_cycle.schedule(services.scheduler)
+    stack.callback(services.courier.register(bus, services.scheduler))
+
+
+def add_jobs(services: Services) -> None:
+    """The daemon's own interval jobs: the heartbeat (when something keeps a record on it; the
+    standing checklist is wired before, so it counts) and the WAL checkpoint."""
+    s = services.settings
+    if services.bus.handlers(Heartbeat):
+        # Only when something keeps a record on it: a heartbeat that does nothing is not one.
+        services.scheduler.add_interval(
+            "heartbeat", services.heartbeat, seconds=s.journal.heartbeat_minutes * 60
+        )
+    services.scheduler.add_interval(
+        "checkpoint", services.checkpoint, seconds=s.store.checkpoint_interval_s
+    )
