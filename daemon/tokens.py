@@ -94,6 +94,20 @@ class TokenCounter:
         """Characters of text the count cache holds (bounded by `_CACHE_MAX_CHARS`)."""
         return self._cached_chars
 
+    def word_rank(self, word: str) -> int | None:
+        """How everyday `word` is by the tokenizer's vocabulary: the id of " word" when it is
+        one token (byte-pair merges are learnt most frequent first, so a low id is a common
+        word), a large number when it takes several tokens, None without the vocabulary."""
+        if not self._tried:
+            self._load()
+        if self._enc is None or not word:
+            return None
+        try:
+            ids = self._enc.encode(" " + word)
+        except Exception:  # counting must never crash the daemon; neither may this
+            return None
+        return int(ids[0]) if len(ids) == 1 else 1 << 20
+
     def forget(self) -> None:
         """Drop the count cache (after a sleep: the next session's prompts are new text)."""
         with self._lock:

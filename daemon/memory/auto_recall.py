@@ -19,6 +19,7 @@ and cut to a token budget.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -41,6 +42,7 @@ from daemon.memory.newest import (
     subject_overlap,
 )
 from daemon.memory.query import asked_stems, decompose, mentioned_stems
+from daemon.memory.related import RelatedWords, asks_about_them
 from daemon.memory.rows import row_to_item
 from daemon.memory.search import undated
 from daemon.memory.slots import slot_anchors
@@ -77,6 +79,10 @@ class IndexMemoryView:
     def __init__(self, index: MemoryIndex, settings: MemorySettings) -> None:
         self.index = index
         self.settings = settings
+        self.related = RelatedWords(index.db, index.embedder)
+        # The vocabulary's catch-up on new memories, bounded per turn in the daemon (an old
+        # home's first build is spread over turns); None: whole (`reverie context`).
+        self.vocabulary_seconds: float | None = _VOCABULARY_SECONDS
 
     async def profile_facts(self, limit: int) -> list[MemoryItem]:
         """Active profile facts (target=profile), newest first."""
@@ -167,6 +173,12 @@ class IndexMemoryView:
         stand, leads = await standouts(self.index, prompt, _RECALL_KINDS)
         have = {i.id for i in found}
         found += [i for i in stand if i.id not in have]
+        # A question about the person's life in other words than they told it ("what are we
+        # driving these days?" for "the new family car"): the store's words near its words.
+        have = {i.id for i in found}
+        standing_in = await self._standing_in(prompt)
+        found += [i for i, _ in standing_in if i.id not in have]
+        stood = {i.id: near for i, near in standing_in}
         embedder = self.index.embedder
         floor = getattr(embedder, "relevance_floor", VECTOR_FLOOR.get(embedder.name))
         near = await self.index.searcher.similarities(prompt, found) if floor is not None else {}
@@ -176,7 +188,11 @@ class IndexMemoryView:
             if wanted and wanted & _stems(text):
                 return True
             # What the vectors found counts though no word is shared (a paraphrase).
-            return item.id in leads or (floor is not None and near.get(item.id, -1.0) >= floor)
+            return (
+                item.id in leads
+                or item.id in stood
+                or (floor is not None and near.get(item.id, -1.0) >= floor)
+            )
 
         # The relevance floor: a memory shares a word with what was asked, or was found through
         # a name that a memory sharing one mentions (the second hop's chain: "my brother" →
@@ -184,7 +200,7 @@ class IndexMemoryView:
         # hit that shares nothing leads nowhere: "make me a sandwich" brings back nothing.
         chained = " ".join(i.text for i in found if relevant(i)).lower()
         now = self.index.clock.now()
-        top = max((i.score for i in found if i.id not in leads), default=0.0)
+        top = max((i.score for i in found if i.id not in leads and i.id not in stood), default=0.0)
         out: list[MemoryItem] = []
         seen_text: set[str] = set()
         for item in found:
@@ -208,6 +224,12 @@ class IndexMemoryView:
             if item.id in leads:  # standing out by vector: among the best, not behind them
                 score = max(score, top)
             out.append(replace(item, score=score))
+        # What only the words standing in found ranks by how near its word is to the
+        # message's: "car" for "driving" (0.72) before what shares only "days" with it,
+        # "route" for "trip" (0.54) behind the summer trip itself.
+        out = [
+            replace(i, score=max(i.score, top * stood[i.id])) if i.id in stood else i for i in out
+        ]
         # A question asking who: the passages naming someone first among near-equals.
         out = who_first(prompt, out)
         out.sort(key=_rank)
@@ -230,10 +252,15 @@ class IndexMemoryView:
         # three relevant memories, shortened, beat one whole chunk.
         item_cap = min(_ITEM_TOKEN_CAP, budget // max(1, min(self.settings.auto_recall_min, limit)))
         chosen: list[MemoryItem] = []
-        used = 0
+        used = extra = 0
         for item in out:
-            if len(chosen) >= limit:
-                break
+            # What only words standing in found takes places of its own beside the limit:
+            # it never pushes out what the message's own words found.
+            alone = item.id in stood and item.id not in have
+            if (alone and extra >= _STANDING_IN_SHOWN) or (
+                not alone and len(chosen) - extra >= limit
+            ):
+                continue
             text = item.text
             cost = count_tokens(text)
             if cost > item_cap:
@@ -243,6 +270,7 @@ class IndexMemoryView:
                 continue
             chosen.append(item if text == item.text else replace(item, text=text))
             used += cost
+            extra += alone
         # A message shown with what was said of the same thing later, when that says it
         # changed though no fact holds either; the last unlabelled items make room for it.
         # Bounded in time: on a loaded machine these lookups must not push the turn's context
@@ -258,6 +286,23 @@ class IndexMemoryView:
             chosen.pop(spare[-1])
         self.index.uses.note(chosen)  # counted in memory; written after the turn
         return chosen
+
+    async def _standing_in(self, prompt: str) -> list[tuple[MemoryItem, float]]:
+        """The memories the store's words nearest a question's words find by BM25
+        (`daemon.memory.related`), best first, each with the cosine of the word that found it
+        (less for a word's second hit); none for a message that asks nothing. The vocabulary catches up on new memories first, within a bound."""
+        if not asks_about_them(prompt) or not self.related.usable:
+            return []
+        with anyio.move_on_after(self.vocabulary_seconds or math.inf):
+            await self.related.refresh()
+        out: dict[str, tuple[MemoryItem, float]] = {}
+        for word in await self.related.near(prompt):  # the closest first
+            hits = await self.index.search(
+                word.word, k=_STANDING_IN_PER_WORD, kinds=_RECALL_KINDS, mode="lexical"
+            )
+            for n, item in enumerate(hits):
+                out.setdefault(item.id, (item, word.similarity * _STANDING_IN_NEXT**n))
+        return list(out.values())[:_STANDING_IN_HITS]
 
     async def _changed_since(self, items: list[MemoryItem]) -> list[MemoryItem]:
         """`items`, each sentence that states a value since superseded labelled with it.
@@ -393,6 +438,14 @@ def _unasked(items: list[MemoryItem], prompt: str) -> list[MemoryItem]:
 
 
 _NEWEST_SECONDS = 2.0  # the later-word lookups of one turn, at most
+# The memories the words standing in for a question's find (`_standing_in`), at most, and
+# each word's at most; a word's second hit ranks a little lower than its first. The vocabulary's catch-up on
+# new memories is bounded per turn (an old home's first build is spread over turns).
+_STANDING_IN_HITS = 4
+_STANDING_IN_PER_WORD = 2
+_STANDING_IN_NEXT = 0.9
+_STANDING_IN_SHOWN = 2
+_VOCABULARY_SECONDS = 1.5
 _RECALL_KINDS = ("fact", "profile", "summary", "chunk", "month")
 _LATER_LOOKUPS = 4  # subjects a turn looks for later words about (one BM25 pass each)
 _LATER_KINDS = ("chunk", "fact", "summary", "month")

@@ -295,6 +295,8 @@ class MemorySystem:
         try:
             index = MemoryIndex(db, _build_embedder(settings), settings.memory, SystemClock())
             async with index:
-                yield IndexMemoryView(index, settings.memory)
+                view = IndexMemoryView(index, settings.memory)
+                view.vocabulary_seconds = None  # a one-off look: the vocabulary whole
+                yield view
         finally:
             await db.close()

@@ -1,0 +1,262 @@
+"""Words of the store that stand in for a question's words: "driving" finds "car".
+
+A person asks about their life in other words than they told it: "what are we driving these
+days?" for "the new family car is a Volvo V60", "who's my employer now?" for "I accepted the
+job offer from Quillmate", "who's renovating our cooking space?" for "the kitchen job goes to
+Hearth Works". Sentence vectors rank such a memory low when the sentence around the shared
+meaning differs (MiniLM: 0.25–0.35 against the 0.45 floor, behind hundreds of everyday
+chunks in a home of three years), and no word is shared for BM25 or the relevance floor.
+
+The embedder relates the words themselves well (MiniLM: driving/car 0.72, employer/job 0.60,
+cooking/kitchen 0.65, allergy/allergic 0.82). So the store keeps a vocabulary: every content
+word its memories use, each with the embedder's vector (`RelatedWords`, persisted beside the
+database as `<db>.words-<model>-<dim>`, extended as memories are written, at most
+`MAX_WORDS`). A question's content words are embedded and each is joined by the store's words
+nearest it above `RELATED_BAR` — words that occur in memories, so every one can match.
+
+Used only when the message asks something (`asks_about_them`): "make me a sandwich" asks for
+no memory, and a sandwich's near words (bread, lunch) must not bring back the bread maker.
+Only a word the store barely uses and that is no everyday word is given stand-ins
+(`RelatedWords.wants_stand_ins`): what the store says in the question's own words the search
+finds already, and "big", "run" or "online" relate to too much to stand for anything. Each word standing
+in is searched on its own (BM25, its best two memories), the closest words first, and what
+they find joins automatic recall's candidates as relevant (`daemon.memory.auto_recall`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import numpy as np
+import structlog
+
+from daemon.durable import write_atomic
+from daemon.memory.text import content_words
+from daemon.store.db import Database
+from daemon.store.memory_text import texts_after
+from daemon.text import stem
+from daemon.tokens import default_counter
+
+log = structlog.get_logger(__name__)
+
+# Word cosine at which a word of the store stands in for a word of a question, per embedder.
+# MiniLM: driving/car 0.72, cooking/kitchen 0.65, employer/job 0.60, run/marathon 0.53,
+# visitors/guest 0.51; unrelated everyday pairs (employer/meetings, online/podcast) sit
+# near 0.3. An embedder without a measured bar relates no words.
+RELATED_BAR: dict[str, float] = {"all-MiniLM-L6-v2": 0.5}
+# A question's word is given stand-ins only when the store barely uses it (in at most
+# `RARE_IN_STORE` memories: otherwise the search finds it as it is) and it is no everyday
+# word (cl100k id of " word" at least `EVERYDAY_RANK`, or several tokens: "use" 1005, "run"
+# 1629, "big" 2466, "online" 2930 stay as they are; "driving" 10043, "visitors" 15613,
+# "cooking" 17677, "employer" 19683, "allergy" 60754 are looked for in other words).
+RARE_IN_STORE = 2
+EVERYDAY_RANK = 8000
+PER_WORD = 2  # the store's words kept per word of the question
+MOST = 4  # and for the whole question
+MAX_WORDS = 40_000  # vocabulary cap (float16, 384 dims: 31 MB at most)
+_BATCH = 256
+_BLOCK = 4096
+_COUNT_CAP = 1000
+_READ = 2000  # memories read per step when the vocabulary catches up
+_WORD = re.compile(r"[a-z][a-z'-]*[a-z]")
+_QUESTION_START = re.compile(
+    r"^(?:\W*)(?:who|whom|whose|what|which|when|where|why|how|is|are|was|were|do|does|did|"
+    r"have|has|had|can|could|will|would|should|remind|any idea)\b"
+)
+
+
+def asks_about_them(prompt: str) -> bool:
+    """Whether `prompt` asks something (a question mark, or a question's first word): "what
+    are we driving these days?" does, "make me a sandwich" does not."""
+    low = " ".join(prompt.lower().replace("’", "'").split())
+    asked = "?" in low or bool(_QUESTION_START.match(low))
+    return asked
+
+
+def vocabulary_words(text: str) -> list[str]:
+    """The words of `text` the vocabulary keeps: content words of letters, 3 to 24 long."""
+    return [w for w in content_words(text) if 3 <= len(w) <= 24 and _WORD.fullmatch(w)]
+
+
+def words_path(db_file: Path, model: str, dim: int) -> Path:
+    """Where the vocabulary for `model` is kept: beside the database, one file per model."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("._") or "model"
+    return db_file.with_name(f"{db_file.name}.words-{slug}-{dim}")
+
+
+@dataclass(frozen=True)
+class Related:
+    """A word of the question and a word of the store that stands in for it."""
+
+    asked: str
+    word: str
+    similarity: float
+
+
+class RelatedWords:
+    """The store's vocabulary with one vector per word, and the words near a question's."""
+
+    def __init__(self, db: Database, embedder: object, *, persist: bool = True) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.name = str(getattr(embedder, "name", ""))
+        self.dim = int(getattr(embedder, "dim", 0) or 0)
+        self.bar = RELATED_BAR.get(self.name)
+        self.words: list[str] = []
+        self.counts: list[int] = []  # memories using each word (capped)
+        self.index: dict[str, int] = {}
+        self.vectors = np.zeros((0, self.dim), dtype=np.float16)
+        self.last_rowid = 0
+        self.path = words_path(Path(str(db.path)), self.name, self.dim)
+        # A cache beside the database: written by a read-only view too (the daemon and
+        # `reverie context` derive the same file; the last whole write wins).
+        self.persist = persist
+        self._loaded = False
+        self._asked: dict[str, np.ndarray] = {}
+        self._lock = anyio.Lock()
+
+    @property
+    def usable(self) -> bool:
+        return self.bar is not None and self.dim > 0
+
+    def _load(self) -> None:
+        self._loaded = True
+        if not self.path.exists():
+            return
+        try:
+            with np.load(self.path, allow_pickle=False) as data:
+                words = [str(w) for w in data["words"]]
+                vectors = np.asarray(data["vectors"], dtype=np.float16)
+                last = int(data["last_rowid"])
+                counts = [int(c) for c in data["counts"]]
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("vocabulary unreadable; rebuilt", path=str(self.path), error=str(exc))
+            return
+        if vectors.shape != (len(words), self.dim) or len(counts) != len(words):
+            log.warning("vocabulary does not fit the embedder; rebuilt", path=str(self.path))
+            return
+        self.words, self.vectors, self.last_rowid, self.counts = words, vectors, last, counts
+        self.index = {w: i for i, w in enumerate(words)}
+
+    def _save(self) -> None:
+        if not self.persist:
+            return
+        import io
+
+        buf = io.BytesIO()
+        np.savez(
+            buf,
+            words=np.array(self.words, dtype=str),
+            vectors=self.vectors,
+            counts=np.array(self.counts, dtype=np.int32),
+            last_rowid=np.array(self.last_rowid),
+        )
+        try:
+            write_atomic(self.path, buf.getvalue())
+        except OSError as exc:  # a full disk costs the cache, not the turn
+            log.warning("vocabulary not saved", path=str(self.path), error=str(exc))
+
+    async def refresh(self) -> int:
+        """Take in the words of memories written since the last call; return how many words
+        were new. Cancellable between batches: what was embedded is kept."""
+        if not self.usable:
+            return 0
+        async with self._lock:
+            if not self._loaded:
+                self._load()
+            added = 0
+            try:
+                while len(self.words) < MAX_WORDS:
+                    batch = await texts_after(self.db, self.last_rowid, _READ)
+                    if not batch:
+                        break
+                    fresh: dict[str, int] = {}
+                    for row in batch:
+                        for w in set(vocabulary_words(row.text)):
+                            at = self.index.get(w)
+                            if at is None:
+                                fresh[w] = fresh.get(w, 0) + 1
+                            elif self.counts[at] < _COUNT_CAP:
+                                self.counts[at] += 1
+                    kept = list(fresh)[: MAX_WORDS - len(self.words)]
+                    added += await self._add(kept, [fresh[w] for w in kept])
+                    self.last_rowid = batch[-1].rowid
+            finally:
+                if added:
+                    self._save()
+            return added
+
+    async def _add(self, words: Sequence[str], counts: Sequence[int]) -> int:
+        for start in range(0, len(words), _BATCH):
+            chunk = list(words[start : start + _BATCH])
+            vectors = _unit(await self.embedder.embed(chunk))  # type: ignore[attr-defined]
+            self.vectors = np.concatenate([self.vectors, vectors.astype(np.float16)])
+            for w, n in zip(chunk, counts[start : start + _BATCH], strict=True):
+                self.index[w] = len(self.words)
+                self.words.append(w)
+                self.counts.append(min(n, _COUNT_CAP))
+        return len(words)
+
+    def wants_stand_ins(self, word: str) -> bool:
+        """Whether the question's `word` is looked for in other words: rare in the store and
+        no everyday word."""
+        at = self.index.get(word)
+        if at is not None and self.counts[at] > RARE_IN_STORE:
+            return False
+        rank = default_counter().word_rank(word)
+        return rank is None or rank >= EVERYDAY_RANK
+
+    async def near(self, question: str) -> list[Related]:
+        """The store's words standing in for the content words of `question` (not the words
+        themselves, which the search already looks for), best first."""
+        if not self.usable or not len(self.words):
+            return []
+        asked = [w for w in dict.fromkeys(vocabulary_words(question)) if self.wants_stand_ins(w)]
+        if not asked:
+            return []
+        missing = [w for w in asked if w not in self._asked]
+        if missing:
+            for w, v in zip(missing, _unit(await self.embedder.embed(missing)), strict=True):  # type: ignore[attr-defined]
+                self._asked[w] = v.astype(np.float32)
+            if len(self._asked) > 4096:
+                self._asked = dict(list(self._asked.items())[-2048:])
+        assert self.bar is not None
+        queries = np.stack([self._asked[w] for w in asked]).T
+        # In blocks, so a large vocabulary is never held as float32 whole.
+        sims = np.concatenate(
+            [
+                self.vectors[i : i + _BLOCK].astype(np.float32) @ queries
+                for i in range(0, len(self.words), _BLOCK)
+            ]
+        )
+        out: list[Related] = []
+        taken = set(asked)
+        stems = {stem(w) for w in asked}
+        for col, word in enumerate(asked):
+            order = np.argsort(-sims[:, col])[: PER_WORD + len(asked)]
+            kept = 0
+            for row in order:
+                sim = float(sims[row, col])
+                if sim < self.bar or kept >= PER_WORD:
+                    break
+                other = self.words[row]
+                # Another form of the same word is the search's own business (its stems).
+                if other in taken or stem(other) in stems:
+                    continue
+                taken.add(other)
+                out.append(Related(asked=word, word=other, similarity=round(sim, 3)))
+                kept += 1
+        return sorted(out, key=lambda r: -r.similarity)[:MOST]
+
+
+def _unit(vectors: Iterable[np.ndarray] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr.reshape(1, -1)
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return arr / norms

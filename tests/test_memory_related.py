@@ -1,0 +1,134 @@
+"""Words of the store standing in for a question's words (`daemon.memory.related`, issue 34).
+
+A real SQLite home with MiniLM: a fact told among weeks of ordinary talk, asked months later
+in words it was never said in ("what are we driving these days?" for "the new family car is
+a Volvo V60"). Below the vector floor by cosine and sharing no word, it reaches automatic
+recall only through the vocabulary's near words; a message that asks nothing brings nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+from daemon.memory.embedders import MiniLMEmbedder, minilm_available
+from daemon.memory.related import RelatedWords, asks_about_them, vocabulary_words
+from tests.memory_support import add_session, memory_system
+
+pytestmark = pytest.mark.anyio
+
+FILLER = [
+    "Work was a blur of meetings today and I got nothing real done.",
+    "The printer jammed again, third time this week.",
+    "Can you suggest something quick for dinner with leftover rice?",
+    "It poured all afternoon, the walk got cut short.",
+    "I slept badly and I can feel it.",
+    "The kids argued about the remote for an hour.",
+    "I cleared my inbox for once, small victories.",
+    "The train was late both ways, so I listened to a podcast about bridges.",
+    "We spent the evening sorting the garage shelves.",
+    "Any ideas for a birthday present under thirty euros?",
+    "The heating clicks at night, probably nothing.",
+]
+TOLD = {
+    7: "We traded the old hatchback, the new family car is a Volvo V60.",
+    19: "The allergist confirmed I'm allergic to birch pollen.",
+}
+
+
+def test_only_a_message_that_asks_something_looks_for_other_words() -> None:
+    assert asks_about_them("what are we driving these days?")
+    assert asks_about_them("Remind me who lent me the tent")
+    assert asks_about_them("is the boiler still under warranty")
+    assert not asks_about_them("make me a sandwich")
+    assert not asks_about_them("write a haiku about autumn")
+    assert vocabulary_words("The new family car is a Volvo V60!") == [
+        "new",
+        "family",
+        "car",
+        "volvo",
+    ]
+
+
+async def _home(memory: object) -> None:
+    rng = random.Random(3)
+    messages: list[tuple[str, str]] = []
+    for n in range(40):
+        said = TOLD.get(n, "")
+        parts = rng.sample(FILLER, 2)
+        if said:
+            parts.insert(1, said)
+        messages += [("user", " ".join(parts)), ("assistant", "Noted.")]
+    await add_session(memory.db, "s1", messages)  # type: ignore[attr-defined]
+    await memory.index_session("s1")  # type: ignore[attr-defined]
+    await memory.index.flush()  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(not minilm_available(), reason="MiniLM weights package not installed")
+async def test_a_question_in_other_words_reaches_the_fact_through_near_words(
+    tmp_path: Path,
+) -> None:
+    with anyio.fail_after(180):
+        async with memory_system(tmp_path, embedder=MiniLMEmbedder()) as memory:
+            await _home(memory)
+            asked = "what are we driving these days?"
+            told = [i for i in await memory.index.search("Volvo", k=3) if "Volvo" in i.text]
+            near = await memory.index.searcher.similarities(asked, told)
+            assert near and max(near.values()) < 0.45  # under the vector floor on its own
+            items = await memory.view.auto_recall(asked)
+            assert any("Volvo V60" in i.text for i in items), [i.text for i in items]
+            items = await memory.view.auto_recall("what did the allergy tests find?")
+            assert any("birch pollen" in i.text for i in items), [i.text for i in items]
+            # Asking nothing, nothing: a sandwich's near words do not open the store.
+            for other in ("make me a sandwich", "write a haiku about autumn"):
+                assert await memory.view.auto_recall(other) == [], other
+
+            words = memory.view.related
+            assert "car" in words.index and words.path.exists()
+            # Words the store uses often, and everyday words, are left as they are.
+            assert not words.wants_stand_ins("dinner")  # in many memories here
+            assert not words.wants_stand_ins("big")  # an everyday word
+            assert words.wants_stand_ins("employer")  # in no memory, and no everyday word
+
+
+@pytest.mark.skipif(not minilm_available(), reason="MiniLM weights package not installed")
+async def test_the_vocabulary_is_kept_beside_the_database_and_only_grows_by_new_words(
+    tmp_path: Path,
+) -> None:
+    embedder = MiniLMEmbedder()
+    calls: list[int] = []
+
+    class Counting:
+        name, dim = embedder.name, embedder.dim
+
+        async def embed(self, texts: list[str]) -> np.ndarray:
+            calls.append(len(texts))
+            return await embedder.embed(texts)
+
+    with anyio.fail_after(180):
+        async with memory_system(tmp_path, embedder=embedder) as memory:
+            await _home(memory)
+            first = RelatedWords(memory.db, Counting())
+            assert await first.refresh() == len(first.words) > 20
+            assert first.path.exists()
+            again = RelatedWords(memory.db, Counting())
+            calls.clear()
+            assert await again.refresh() == 0 and calls == []  # read back, nothing embedded
+            assert again.words == first.words
+            assert again.counts == first.counts
+            said = "The espresso grinder arrived."
+            new = set(vocabulary_words(said)) - set(first.words)
+            assert {"espresso", "grinder"} <= new
+            await add_session(memory.db, "s2", [("user", said)])
+            await memory.index_session("s2")
+            await memory.index.flush()
+            assert await again.refresh() == len(new)
+            assert sum(calls) == len(new)  # only the new words embedded
+            # A damaged file is rebuilt, not trusted.
+            again.path.write_bytes(b"not a vocabulary")
+            rebuilt = RelatedWords(memory.db, Counting())
+            assert await rebuilt.refresh() == len(rebuilt.words) >= len(first.words)
