@@ -734,7 +734,11 @@ class Driver:
         prompts = [NEUTRAL, *dict.fromkeys(f.question for f in due)]
         contexts = assemble_all(self.home, prompts, self.env(self.at(day, 8, 30)))
         result = score(self.life, day, contexts)
-        stats = run_cli("memory", "stats", "--json", "--home", str(self.home), timeout=120)
+        # On the home's own clock and embedder (the harness's default environment has none).
+        stats = run_cli(
+            "memory", "stats", "--json", "--home", str(self.home),
+            env=self.env(self.at(day, 8, 30)), timeout=120,
+        )  # fmt: skip
         memory = json.loads(stats.stdout) if stats.returncode == 0 else {"error": stats.stderr}
         tokens = [c["total_tokens"] for c in contexts.values()]
         result.update(
