@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from daemon.context.letter import voice_samples
 from daemon.store.db import Database
 from daemon.store.replies import PastReply, RepliesRepo, TurnModel
 from daemon.store.usage import UsageEntry, UsageRepo
@@ -93,3 +94,54 @@ async def test_trunk_models_are_the_ledgers_trunk_rows_for_the_turns_asked(store
             TurnModel(turn_id="turn-2", provider="offline", model="offline"),
         ]
         assert await repo.trunk_models([]) == []
+
+
+@pytest.mark.anyio
+async def test_the_letters_voice_prefers_the_handing_over_model(store: Store) -> None:  # noqa: F811
+    """The handover letter's voice samples read through the repository: the model handing over
+    (a dated name is the same model) first, one reply per session, a fork's words never, the
+    offline model's left out once a real model has spoken."""
+    says = {
+        "offline": "I'm the offline model: I can keep notes, but I cannot think this through.",
+        "a-old": "Morning! Shall we start with the garden plan or with the tax forms today?",
+        "a-new": "Done: the garden plan is in your notes, and the seed order goes out Friday.",
+        "gpt": "I moved the dentist to Thursday at ten and told Sam about the new time too.",
+        "fork": "A fork's findings: three nurseries stock the roses you asked about nearby.",
+    }
+    async with store.open("messages", "sessions", "usage_ledger") as db:
+        for sid, kind in (("t-1", "trunk"), ("t-2", "trunk"), ("t-3", "trunk"), ("f-1", "fork")):
+            await _session(db, sid, kind)
+        for seq, (sid, key, turn, minutes) in enumerate(
+            [
+                ("t-1", "offline", "o1", 1),
+                ("t-2", "a-old", "a1", 2),
+                ("t-2", "a-new", "a2", 3),
+                ("t-3", "gpt", "g1", 4),
+                ("f-1", "fork", "f1", 5),
+            ]
+        ):
+            await _message(db, sid, seq, "assistant", says[key], minutes, turn)
+        usage = UsageRepo(db)
+        for turn, provider, model in (
+            ("o1", "offline", "offline"),
+            ("a1", "anthropic", "claude-a-20260101"),
+            ("a2", "anthropic", "claude-a-20260101"),
+            ("g1", "openai", "gpt"),
+        ):
+            await usage.add(
+                UsageEntry(
+                    ts=T0.isoformat(),
+                    day="2026-03-02",
+                    role="trunk",
+                    provider=provider,
+                    model=model,
+                    input_tokens=1,
+                    output_tokens=1,
+                    cache_read_tokens=0,
+                    cache_write_tokens=0,
+                    cost_usd=0.0,
+                    turn_id=turn,
+                )
+            )
+        samples = await voice_samples(db, prefer="anthropic:claude-a", limit=3)
+    assert samples == [("2026-03-02", says["a-new"]), ("2026-03-02", says["gpt"])]
