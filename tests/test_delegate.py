@@ -773,7 +773,7 @@ async def test_a_forks_brief_is_indexed_as_the_agents_words_never_the_persons(
 
 
 def test_a_forks_streamed_text_is_cut_into_whole_lines() -> None:
-    from daemon.delegate.fork import SpokenLines
+    from daemon.delegate.running import SpokenLines
 
     lines = SpokenLines(width=20)
     assert lines.feed("Reading the ") == []

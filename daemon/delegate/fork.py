@@ -17,8 +17,6 @@ reported to its parent turn's next `delegate` call.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +25,16 @@ import anyio
 from daemon.agent.loop import AgentLoop, ContextFailed, TurnResult
 from daemon.agent.session import Session, new_session_id
 from daemon.agent.transcript import Transcript
-from daemon.agent.turns import Delta, Phase, ToolPhase, TurnEvent
+from daemon.agent.turns import ToolPhase
 from daemon.bus import EventBus, Gathered, HookFailed
 from daemon.clock import Clock
 from daemon.delegate.brief import ForkOutcome, brief_prompt, partial_output
 from daemon.delegate.lineage import ForkLineage, ForkRow, ForkStatus
+from daemon.delegate.running import ForkRelay, ForkRun, ForkTree
 from daemon.delegate.tools import Completion, delegate_tool, task_complete_tool
 from daemon.events import BeforeFork, ForkFinished, ForkNote, JournalNote, SessionShutdown
 from daemon.log import get_logger
-from daemon.models.base import ModelError, Usage
+from daemon.models.base import ModelError
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.records import ForkEnd, MessageRecord, TurnEnd, TurnStatus
@@ -47,129 +46,6 @@ from daemon.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 log = get_logger("delegate")
 
 INTERRUPTED = "interrupted: the daemon stopped while this fork was running"
-
-
-@dataclass
-class ForkTree:
-    """The limits one trunk `delegate` call and every fork under it share."""
-
-    root_session_id: str
-    deadline: float  # anyio time at which the whole tree is stopped
-    token_budget: int
-    tokens: int = 0
-
-    def charge(self, usage: Usage) -> str | None:
-        """Add one model step's tokens; return why the tree must stop, or None."""
-        self.tokens += usage.prompt_tokens + usage.output_tokens
-        if self.tokens >= self.token_budget:
-            return f"the fork tree's token budget is spent ({self.tokens:,} of {self.token_budget:,} tokens)"
-        return None
-
-
-@dataclass
-class ForkRun:
-    """One running fork: its place in the tree and what it has used."""
-
-    id: str
-    depth: int
-    task: str
-    tree: ForkTree
-    # The sessions above it, trunk first: their memories stay out of its context.
-    ancestors: tuple[str, ...]
-    tokens: int = 0
-    # When its lineage row says it started (the transcript's header repeats it).
-    started_at: str = ""
-    # The tools it was granted (names): its own forks can be granted these at most.
-    granted: tuple[str, ...] = ()
-
-
-class SpokenLines:
-    """A fork's streamed text cut into whole lines, each shown as one progress frame.
-
-    A line longer than `width` is cut at its last space before it (or at `width`).
-    """
-
-    def __init__(self, width: int = 200) -> None:
-        self.width = width
-        self._buf = ""
-
-    def feed(self, text: str) -> list[str]:
-        self._buf += text
-        out: list[str] = []
-        while True:
-            cut = self._buf.find("\n")
-            if cut < 0 and len(self._buf) <= self.width:
-                return out
-            if cut < 0 or cut > self.width:
-                space = self._buf.rfind(" ", 0, self.width + 1)
-                cut = space if space > 0 else self.width
-            line, self._buf = self._buf[:cut].strip(), self._buf[cut:].lstrip(" \n")
-            if line:
-                out.append(line)
-
-    def flush(self) -> list[str]:
-        rest, self._buf = self._buf.strip(), ""
-        return [rest] if rest else []
-
-
-class _ForkRelay:
-    """What a running fork shows its parent's turn, and the clock that stops it.
-
-    Every event the fork's loop reports (its tool phases, its words a line at a time) goes to
-    the turn the person is waiting on, tagged with the fork; any activity, and every model
-    step charged to the tree, moves the inactivity deadline on (never past the tree's).
-    """
-
-    def __init__(self, run: ForkRun, ctx: ToolContext, inactivity_s: float) -> None:
-        self.run = run
-        self.parent_observer = ctx.observer
-        self.parent_turn = ctx.turn_id
-        self.inactivity_s = inactivity_s
-        self.scope = anyio.CancelScope(deadline=self._deadline())
-        self.spoken = SpokenLines()
-
-    def _deadline(self) -> float:
-        return min(self.run.tree.deadline, anyio.current_time() + self.inactivity_s)
-
-    def alive(self) -> None:
-        self.scope.deadline = self._deadline()
-
-    def shown(self, phase: Phase, detail: str) -> None:
-        """A `fork` tool frame under the turn the person is waiting on."""
-        self.parent_observer(
-            ToolPhase(
-                turn_id=self.parent_turn,
-                name="fork",
-                phase=phase,
-                depth=self.run.depth,
-                fork_id=self.run.id,
-                detail=detail,
-            )
-        )
-
-    def say(self, lines: list[str]) -> None:
-        for line in lines:
-            self.shown("progress", line)
-
-    def relay(self, event: TurnEvent) -> None:
-        self.alive()
-        if isinstance(event, ToolPhase):
-            if event.depth == self.run.depth and event.phase == "started":
-                self.say(self.spoken.flush())  # what it said before calling the tool
-            # Shown under the turn the person is waiting on, tagged with the fork it came from.
-            self.parent_observer(
-                dataclasses.replace(
-                    event, turn_id=self.parent_turn, fork_id=event.fork_id or self.run.id
-                )
-            )
-        elif isinstance(event, Delta):
-            # Its own words, live, a line at a time (as `progress` tool frames).
-            self.say(self.spoken.feed(event.text))
-
-    def charge(self, usage: Usage) -> str | None:
-        self.run.tokens += usage.prompt_tokens + usage.output_tokens
-        self.alive()
-        return self.run.tree.charge(usage)
 
 
 class Delegator:
@@ -227,9 +103,7 @@ class Delegator:
             await Transcript(path=path, session_id=row.id).append(
                 TurnEnd(turn_id=f"{row.id}-t1", status=TurnStatus.FAILED, error=INTERRUPTED, ts=now)
             )
-        await self.db.execute(
-            "UPDATE sessions SET ended_at = COALESCE(ended_at, ?) WHERE id = ?", (now, row.id)
-        )
+        await self.lineage.repo.end_session(row.id, now, keep_earlier=True)
 
     # -- tools ---------------------------------------------------------------------------
 
@@ -350,11 +224,7 @@ class Delegator:
         await self.lineage.start(**common)  # type: ignore[arg-type]
         # Every fork the trunk's live session has spawned (this turn's siblings, earlier trees):
         # part of the trunk's live work, so kept out of this fork's context like the trunk itself.
-        rows = await self.db.fetchall(
-            "SELECT id FROM forks WHERE root_session_id = ? AND id != ? ORDER BY id",
-            (tree.root_session_id, fork_id),
-        )
-        others = tuple(r[0] for r in rows)
+        others = tuple(await self.lineage.repo.in_tree(tree.root_session_id, besides=fork_id))
         self._running[fork_id] = run
         self.forks_started += 1
         prompt = brief_prompt(
@@ -399,10 +269,7 @@ class Delegator:
     ) -> Gathered:
         """Ask `before_fork`; a failed or vetoed gate is recorded as such and refused."""
         now = common["started_at"]
-        row = await self.db.fetchone(
-            "SELECT transcript_path FROM sessions WHERE id = ?", (ctx.session_id,)
-        )
-        parent_path = str(row[0]) if row else ""
+        parent_path = await self.lineage.repo.session_transcript(ctx.session_id)
         event = BeforeFork(
             parent_session_id=ctx.session_id,
             parent_transcript_path=parent_path,
@@ -434,7 +301,7 @@ class Delegator:
     async def _run(
         self, run: ForkRun, ctx: ToolContext, prompt: str, *, exclude: tuple[str, ...]
     ) -> ForkOutcome:
-        relay = _ForkRelay(run, ctx, self.cfg.inactivity_timeout_s)
+        relay = ForkRelay(run, ctx, self.cfg.inactivity_timeout_s)
         completion = Completion()
         loop = self._loop(run, completion, relay, exclude)
         session = await self._open_session(run, ctx)
@@ -473,7 +340,7 @@ class Delegator:
         self,
         run: ForkRun,
         completion: Completion,
-        relay: _ForkRelay,
+        relay: ForkRelay,
         exclude: tuple[str, ...],
     ) -> AgentLoop:
         """The fork's own agent loop, one depth down, its steps charged to the tree."""
@@ -637,9 +504,7 @@ class Delegator:
             stop_reason=outcome.reason,
             tokens=run.tokens,
         )
-        await self.db.execute(
-            "UPDATE sessions SET ended_at = ? WHERE id = ?", (now.isoformat(), run.id)
-        )
+        await self.lineage.repo.end_session(run.id, now.isoformat())
         await self.bus.publish(
             ForkFinished(
                 fork_session_id=run.id,
@@ -710,9 +575,8 @@ class Delegator:
 
     async def status(self) -> dict[str, Any]:
         """Running forks (this process) and the lineage's counts by status."""
-        rows = await self.db.fetchall("SELECT status, COUNT(*) FROM forks GROUP BY status")
         return {
             "running": self.running,
             "started": self.forks_started,
-            "by_status": {r[0]: int(r[1]) for r in rows},
+            "by_status": await self.lineage.repo.counts_by_status(),
         }

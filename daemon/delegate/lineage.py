@@ -3,14 +3,14 @@
 The row is written *before* the fork's transcript exists and finished after it ends, so a
 row still `running` at start-up is a fork the daemon died in the middle of: `recover()`
 marks it failed and leaves it unreported until its parent's turn asks again (`delegate`
-then returns the failure instead of a silent retry).
+then returns the failure instead of a silent retry). The rows are read and written through
+`daemon.store.forks`.
 """
 
 from __future__ import annotations
 
 import enum
 import gzip
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import anyio
 from daemon.durable import parse_jsonl
 from daemon.records import ForkEnd, SessionStart, parse_record
 from daemon.store.db import Database
+from daemon.store.forks import ForkRow, ForksRepo
 
 # Why a row rebuilt from a transcript without a `fork_end` record says it ended.
 NO_END_RECORDED = "its transcript records no end (the daemon stopped while it ran)"
@@ -42,60 +43,13 @@ class ForkStatus(enum.StrEnum):
 
 _STATUSES = frozenset(s.value for s in ForkStatus)
 
-_COLUMNS = (
-    "id, parent_session_id, parent_turn_id, parent_call_id, root_session_id, depth, task, status, outcome, "
-    "summary, stop_reason, tokens, transcript_path, started_at, ended_at, reported, retained"
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ForkRow:
-    id: str
-    parent_session_id: str
-    parent_turn_id: str
-    parent_call_id: str | None
-    root_session_id: str
-    depth: int
-    task: str
-    status: str
-    outcome: str | None
-    summary: str | None
-    stop_reason: str | None
-    tokens: int
-    transcript_path: str
-    started_at: str
-    ended_at: str | None
-    reported: bool
-    retained: str | None
-
-    @classmethod
-    def from_db(cls, row: Any) -> ForkRow:
-        return cls(
-            id=row[0],
-            parent_session_id=row[1],
-            parent_turn_id=row[2],
-            parent_call_id=row[3],
-            root_session_id=row[4],
-            depth=int(row[5]),
-            task=row[6],
-            status=row[7],
-            outcome=row[8],
-            summary=row[9],
-            stop_reason=row[10],
-            tokens=int(row[11] or 0),
-            transcript_path=row[12],
-            started_at=row[13],
-            ended_at=row[14],
-            reported=bool(row[15]),
-            retained=row[16],
-        )
-
 
 class ForkLineage:
-    """Reads and writes the `forks` table."""
+    """The fork lineage over the `forks` repository (`daemon.store.forks`)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.repo = ForksRepo(db)
 
     async def start(
         self,
@@ -111,21 +65,17 @@ class ForkLineage:
         started_at: datetime,
         status: ForkStatus = ForkStatus.RUNNING,
     ) -> None:
-        await self.db.execute(
-            "INSERT INTO forks(id, parent_session_id, parent_turn_id, parent_call_id, root_session_id, depth, task, status,"
-            " transcript_path, started_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                fork_id,
-                parent_session_id,
-                parent_turn_id,
-                parent_call_id,
-                root_session_id,
-                depth,
-                task,
-                status,
-                transcript_path,
-                started_at.isoformat(),
-            ),
+        await self.repo.add(
+            fork_id=fork_id,
+            parent_session_id=parent_session_id,
+            parent_turn_id=parent_turn_id,
+            parent_call_id=parent_call_id,
+            root_session_id=root_session_id,
+            depth=depth,
+            task=task,
+            status=status,
+            transcript_path=transcript_path,
+            started_at=started_at.isoformat(),
         )
 
     async def finish(
@@ -141,61 +91,44 @@ class ForkLineage:
     ) -> None:
         if status not in _STATUSES:
             raise ValueError(f"unknown fork status {status!r}; expected one of {sorted(_STATUSES)}")
-        await self.db.execute(
-            "UPDATE forks SET status = ?, outcome = ?, summary = ?, stop_reason = ?, tokens = ?, ended_at = ? WHERE id = ?",
-            (status, outcome, summary, stop_reason, tokens, ended_at.isoformat(), fork_id),
+        await self.repo.finish(
+            fork_id,
+            status=status,
+            ended_at=ended_at.isoformat(),
+            outcome=outcome,
+            summary=summary,
+            stop_reason=stop_reason,
+            tokens=tokens,
         )
 
     async def get(self, fork_id: str) -> ForkRow | None:
-        row = await self.db.fetchone(f"SELECT {_COLUMNS} FROM forks WHERE id = ?", (fork_id,))
-        return ForkRow.from_db(row) if row else None
+        return await self.repo.get(fork_id)
 
     async def all(self) -> list[ForkRow]:
-        return [
-            ForkRow.from_db(r)
-            for r in await self.db.fetchall(f"SELECT {_COLUMNS} FROM forks ORDER BY started_at, id")
-        ]
+        return await self.repo.all()
 
     async def running(self) -> list[ForkRow]:
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM forks WHERE status = 'running' ORDER BY started_at, id"
-        )
-        return [ForkRow.from_db(r) for r in rows]
+        return await self.repo.with_status(ForkStatus.RUNNING)
 
     async def recover(self, *, now: datetime, reason: str) -> list[ForkRow]:
         """Mark every fork still `running` failed and unreported; return them as they were."""
         rows = await self.running()
         for row in rows:
-            await self.db.execute(
-                "UPDATE forks SET status = 'failed', stop_reason = ?, ended_at = ?, reported = 0 WHERE id = ?",
-                (reason, now.isoformat(), row.id),
-            )
+            await self.repo.fail_unreported(row.id, reason=reason, at=now.isoformat())
         return rows
 
     async def unreported(self, parent_session_id: str, parent_turn_id: str) -> list[ForkRow]:
         """Forks of this parent turn that a restart ended and nobody has told the parent about."""
-        rows = await self.db.fetchall(
-            f"SELECT {_COLUMNS} FROM forks WHERE parent_session_id = ? AND parent_turn_id = ? AND reported = 0 ORDER BY started_at, id",
-            (parent_session_id, parent_turn_id),
-        )
-        return [ForkRow.from_db(r) for r in rows]
+        return await self.repo.unreported(parent_session_id, parent_turn_id)
 
     async def mark_reported(self, fork_ids: list[str]) -> None:
-        for fid in fork_ids:
-            await self.db.execute("UPDATE forks SET reported = 1 WHERE id = ?", (fid,))
+        await self.repo.mark_reported(fork_ids)
 
     async def mark_retained(self, fork_id: str, how: str, transcript_path: str) -> None:
-        await self.db.execute(
-            "UPDATE forks SET retained = ?, transcript_path = ? WHERE id = ?",
-            (how, transcript_path, fork_id),
-        )
-        await self.db.execute(
-            "UPDATE sessions SET transcript_path = ? WHERE id = ?", (transcript_path, fork_id)
-        )
+        await self.repo.mark_retained(fork_id, how, transcript_path)
 
     async def count_running(self) -> int:
-        row = await self.db.fetchone("SELECT COUNT(*) FROM forks WHERE status = 'running'")
-        return int(row[0]) if row else 0
+        return await self.repo.count_with_status(ForkStatus.RUNNING)
 
     async def rebuild(self, forks_dir: Path) -> int:
         """Restore the rows a rebuilt database lacks from the fork transcripts; return how many.
@@ -204,21 +137,11 @@ class ForkLineage:
         fork has no transcript left and no row comes back. Rows already present are kept.
         """
 
-        def read() -> list[tuple[Any, ...]]:
+        def read() -> list[ForkRow]:
             rows = (row_from_transcript(p) for p in fork_transcripts(forks_dir))
-            return [row for row in rows if row is not None]
+            return [ForkRow.from_db(row) for row in rows if row is not None]
 
-        rows = await anyio.to_thread.run_sync(read)
-        marks = ",".join("?" * len(_COLUMNS.split(",")))
-
-        def insert(conn: Any) -> int:
-            with conn:  # one transaction for all the rows
-                cur = conn.executemany(
-                    f"INSERT OR IGNORE INTO forks({_COLUMNS}) VALUES ({marks})", rows
-                )
-                return int(cur.rowcount)
-
-        return int(await self.db.run(insert)) if rows else 0
+        return await self.repo.add_missing(await anyio.to_thread.run_sync(read))
 
 
 def fork_transcripts(forks_dir: Path) -> list[Path]:
@@ -232,7 +155,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 def row_from_transcript(path: Path) -> tuple[Any, ...] | None:
-    """The `forks` row (in `_COLUMNS` order) a fork transcript describes, or None.
+    """The `forks` row (in the column order of `ForkRow`) a fork transcript describes, or None.
 
     The header line names the fork, its parent, root, depth and task; the `fork_end` record
     written when it ended gives status, outcome, summary and tokens. A transcript without

@@ -41,7 +41,7 @@ import anyio
 
 from daemon.background import BackgroundWork
 from daemon.bus import EventBus
-from daemon.delegate.lineage import ForkRow, ForkStatus
+from daemon.delegate.lineage import ForkStatus
 from daemon.events import Heartbeat
 from daemon.journal.digest import journal_lines
 from daemon.log import get_logger
@@ -50,6 +50,7 @@ from daemon.paths import Home
 from daemon.schedule.greeting import todays_schedule
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.store.db import Database
+from daemon.store.forks import ForkRow, ForksRepo
 from daemon.tools.registry import ToolContext, ToolError
 
 if TYPE_CHECKING:
@@ -301,9 +302,4 @@ class StandingChecklist(BackgroundWork):
 
     async def _fork_of(self, ctx: ToolContext) -> ForkRow | None:
         """The fork this check ran (its lineage row), the newest if the turn id repeats."""
-        row = await self.db.fetchone(
-            "SELECT id FROM forks WHERE parent_session_id = ? AND parent_turn_id = ?"
-            " ORDER BY started_at DESC, id DESC LIMIT 1",
-            (ctx.session_id, ctx.turn_id),
-        )
-        return await self.delegator.lineage.get(row[0]) if row else None
+        return await ForksRepo(self.db).latest_of_turn(ctx.session_id, ctx.turn_id)
