@@ -132,3 +132,22 @@ async def test_the_vocabulary_is_kept_beside_the_database_and_only_grows_by_new_
             again.path.write_bytes(b"not a vocabulary")
             rebuilt = RelatedWords(memory.db, Counting())
             assert await rebuilt.refresh() == len(rebuilt.words) >= len(first.words)
+
+
+@pytest.mark.skipif(not minilm_available(), reason="MiniLM weights package not installed")
+async def test_the_daemons_index_builds_the_vocabulary_at_start_not_in_a_turn(
+    tmp_path: Path,
+) -> None:
+    """A home written before the vocabulary existed gets it when its index starts (the
+    embedder's warm-up), so no turn waits for it."""
+    with anyio.fail_after(180):
+        async with memory_system(tmp_path, embedder=MiniLMEmbedder()) as memory:
+            await _home(memory)
+        memory.index.related.path.unlink(missing_ok=True)  # as a home from before the vocabulary
+        assert not memory.index.related.path.exists()
+        async with memory_system(tmp_path, embedder=MiniLMEmbedder()) as again:
+            words = again.index.related
+            with anyio.fail_after(60):
+                while not words.path.exists():
+                    await anyio.sleep(0.05)
+            assert "volvo" in words.index and words.last_rowid > 0

@@ -79,7 +79,7 @@ class IndexMemoryView:
     def __init__(self, index: MemoryIndex, settings: MemorySettings) -> None:
         self.index = index
         self.settings = settings
-        self.related = RelatedWords(index.db, index.embedder)
+        self.related: RelatedWords = index.related
         # The vocabulary's catch-up on new memories, bounded per turn in the daemon (an old
         # home's first build is spread over turns); None: whole (`reverie context`).
         self.vocabulary_seconds: float | None = _VOCABULARY_SECONDS

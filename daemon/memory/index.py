@@ -33,6 +33,7 @@ from daemon.memory.lexical import LexicalSearcher, PgLexicalSearcher
 from daemon.memory.links import backfill as backfill_links
 from daemon.memory.matrix import StaleMatrix, VectorMatrix, matrix_path
 from daemon.memory.pg_matrix import PgVectorMatrix
+from daemon.memory.related import RelatedWords
 from daemon.memory.search import MemorySearch, SearchMode
 from daemon.memory.shared import SharedFacts
 from daemon.memory.uses import UseLog
@@ -73,6 +74,7 @@ class MemoryIndex:
     ) -> None:
         self.db = db
         self.rows = MemoriesRepo(db)
+        self.related = RelatedWords(db, embedder)
         self.background = background
         self.persist = persist
         self.persist_rows = persist_rows
@@ -335,6 +337,11 @@ class MemoryIndex:
             await self.refresh()
             if self.matrix.vector_count:
                 await self.query_vectors(["warm up"])
+            # The vocabulary of words standing in for a question's (`daemon.memory.related`):
+            # an old home's first build here, not in the first turns' time.
+            added = await self.related.refresh()
+            if added:
+                log.info("memory vocabulary extended", words=added, total=len(self.related.words))
         except Exception as exc:  # a broken model must not end the daemon
             log.warning(
                 "embedder warm-up failed; the first vector query will retry", error=repr(exc)
