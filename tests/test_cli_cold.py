@@ -127,6 +127,17 @@ def test_the_version_is_printed_before_any_command_is_imported(tmp_path: Path) -
     assert not _heavy(modules), _heavy(modules)
 
 
+def test_the_command_list_imports_no_command_s_work() -> None:
+    # `reverie --help` builds every command's parser: their definitions import the standard
+    # library and the CLI's own light modules; what a command runs is imported when it runs.
+    r = run_python("-X", "importtime", "-m", "daemon.cli", "--help", env=daemon_env())
+    assert r.returncode == 0 and "context" in r.stdout and "handover" in r.stdout, r.stdout
+    modules = {ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines()}
+    assert not _heavy(modules), _heavy(modules)
+    assert not modules & {"asyncio", "anyio", "daemon.store.db", "daemon.tools.policy"}
+    assert len(modules) <= 160, len(modules)  # 124 measured
+
+
 def test_the_settings_status_reads_are_the_configured_ones(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

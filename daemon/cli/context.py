@@ -15,16 +15,15 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from daemon.cli.support import CommandError, Env, resolve_env
-from daemon.clock import SystemClock
-from daemon.context.assembler import LAYER_ORDER, AssembledContext, ContextAssembler
-from daemon.context.handover import HandoverDesk, configured_trunk
-from daemon.log import configure
-from daemon.memory.api import MemoryView
-from daemon.scheduler import local_zone
-from daemon.store.db import Database
-from daemon.threads import ThreadBook
-from daemon.tokens import default_counter
-from daemon.topics.router import TopicRouter
+
+# The command's definition imports nothing heavy (`reverie --help` loads every command's
+# module); what it runs is imported when it runs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from daemon.context.assembler import AssembledContext
+    from daemon.context.handover import HandoverDesk
+    from daemon.memory.api import MemoryView
+    from daemon.threads import ThreadBook
 
 
 class _CurrentStderr:
@@ -81,6 +80,10 @@ async def _open_view(env: Env, stack: AsyncExitStack) -> tuple[MemoryView | None
 
 async def _open_threads(env: Env, stack: AsyncExitStack) -> ThreadBook | None:
     """The home's open threads, read-only (None when the home has no store yet)."""
+    from daemon.clock import SystemClock, local_zone
+    from daemon.store.db import Database
+    from daemon.threads import ThreadBook
+
     settings = env.settings
     if not env.home.db_file.exists() and not settings.storage.url:
         return None
@@ -104,6 +107,9 @@ async def _handover(
     env: Env, threads: ThreadBook | None, view: MemoryView | None
 ) -> HandoverDesk | None:
     """The model handover the trunk's next turn would carry (`reverie handover`), if any."""
+    from daemon.clock import SystemClock
+    from daemon.context.handover import HandoverDesk, configured_trunk
+
     if threads is None:
         return None
     desk = HandoverDesk(
@@ -124,6 +130,12 @@ async def _handover(
 
 async def run_context(args: argparse.Namespace) -> int:
     """Assemble and print the context for `--prompt`."""
+    from daemon.clock import SystemClock
+    from daemon.context.assembler import ContextAssembler
+    from daemon.log import configure
+    from daemon.tokens import default_counter
+    from daemon.topics.router import TopicRouter
+
     env = resolve_env(args)
     # Logs go to stderr so `--json` output stays parseable.
     level = env.settings.log.level if env.settings.log.level != "info" else "warning"
@@ -177,6 +189,8 @@ def as_json(result: AssembledContext) -> dict[str, Any]:
 
 def as_table(result: AssembledContext, *, prompt: str, settings_points: Any) -> str:
     """A human-readable breakdown: one row per layer, then cuts, topics and notes."""
+    from daemon.context.assembler import LAYER_ORDER
+
     r = result.report
     shown = prompt if len(prompt) <= 60 else prompt[:57] + "…"
     lines = [

@@ -8,12 +8,15 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.cli.locate import socket_for
 from daemon.cli.support import resolve_env
+from daemon.config_sources import secret
 from daemon.paths import PERSONA_FILES, Home, persona_problem
-from daemon.settings import Settings, secret
+
+if TYPE_CHECKING:
+    from daemon.settings import Settings
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -12,8 +12,10 @@ import json
 from typing import Any
 
 from daemon.cli.support import CommandError, Env, has_store, has_table, open_database, resolve_env
-from daemon.clock import SystemClock
-from daemon.sleep.revisions import Revision, RevisionError, RevisionStore
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from daemon.sleep.revisions import Revision
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -48,6 +50,8 @@ def _line(rev: Revision) -> str:
 
 
 async def _list(args: argparse.Namespace) -> int:
+    from daemon.sleep.revisions import RevisionStore
+
     env = resolve_env(args)
     if args.limit <= 0:
         raise CommandError("--limit must be a positive number")
@@ -68,6 +72,8 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _get(env: Env, rev_id: str) -> Revision:
+    from daemon.sleep.revisions import RevisionStore
+
     db = await open_database(env, write=False) if has_store(env) else None
     if db is None:
         raise CommandError(f"no dream revision {rev_id!r}; `reverie dreams` lists them")
@@ -96,6 +102,9 @@ async def _show(args: argparse.Namespace) -> int:
 
 
 async def _revert(args: argparse.Namespace) -> int:
+    from daemon.clock import SystemClock
+    from daemon.sleep.revisions import RevisionError, RevisionStore
+
     env = resolve_env(args)
     db = await open_database(env) if has_store(env) else None
     if db is None:

@@ -11,7 +11,10 @@ import json
 from typing import Any
 
 from daemon.cli.support import has_store, has_table, open_database, resolve_env
-from daemon.sleep.exam_record import TREND, Exam, miss_line, recent_exams, trend_json
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from daemon.sleep.exam_record import Exam
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -30,6 +33,8 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
 
 def as_json(exams: list[Exam]) -> dict[str, Any]:
+    from daemon.sleep.exam_record import trend_json
+
     summary = trend_json(exams)
     if summary is None:
         return {"score": None, "previous": None, "trend": [], "items": [], "misses": []}
@@ -37,6 +42,8 @@ def as_json(exams: list[Exam]) -> dict[str, Any]:
 
 
 def as_text(exams: list[Exam], *, every: bool) -> str:
+    from daemon.sleep.exam_record import miss_line, trend_json
+
     if not exams:
         return "(no self-exam yet: one is taken after each sleep; `reverie sleep --wait` runs one now)\n"
     last = exams[0]
@@ -72,6 +79,8 @@ def as_text(exams: list[Exam], *, every: bool) -> str:
 
 
 async def run_exam(args: argparse.Namespace) -> int:
+    from daemon.sleep.exam_record import TREND, recent_exams
+
     env = resolve_env(args)
     exams: list[Exam] = []
     if has_store(env):

@@ -18,13 +18,6 @@ from datetime import UTC, datetime
 from daemon.cli.context import _open_threads, _open_view
 from daemon.cli.status import status_line
 from daemon.cli.support import CommandError, has_store, open_database, resolve_env
-from daemon.context.handover import (
-    configured_trunk,
-    handover_status,
-    last_trunk_model,
-    same_model,
-)
-from daemon.context.letter import build_letter
 
 
 def add_commands(subparsers: object, common: argparse.ArgumentParser) -> None:
@@ -53,6 +46,15 @@ def add_commands(subparsers: object, common: argparse.ArgumentParser) -> None:
 
 
 async def run_handover(args: argparse.Namespace) -> int:
+    # Imported when the command runs: `reverie --help` loads every command's module.
+    from daemon.context.handover import (
+        configured_trunk,
+        handover_status,
+        last_trunk_model,
+        same_model,
+    )
+    from daemon.context.letter import build_letter
+
     env = resolve_env(args)
     if args.to and ":" not in args.to and args.to != "offline":
         raise CommandError(f"--to {args.to!r}: name a model as provider:model (or 'offline')")

@@ -9,10 +9,7 @@ import argparse
 import json
 from typing import Any
 
-import anyio
-
 from daemon.cli.support import CommandError, resolve_env
-from daemon.journal.commands import read_entries, render_entries
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -33,6 +30,10 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def run_journal(args: argparse.Namespace) -> int:
+    import anyio
+
+    from daemon.journal.commands import read_entries, render_entries
+
     env = resolve_env(args)
     try:
         entries = await anyio.to_thread.run_sync(

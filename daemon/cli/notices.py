@@ -12,11 +12,11 @@ import argparse
 import json
 from typing import Any
 
-from daemon.bus import EventBus
 from daemon.cli.support import CommandError, Env, open_database, resolve_env
-from daemon.clock import SystemClock
-from daemon.schedule.outbox import Notice, Outbox
-from daemon.scheduler import local_zone
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from daemon.schedule.outbox import Notice
 
 # `--all` shows at most this many, the newest.
 ALL_LIMIT = 100
@@ -62,6 +62,8 @@ def _json(notice: Notice) -> dict[str, Any]:
 
 
 def render(notices: list[Notice], env: Env) -> str:
+    from daemon.clock import local_zone
+
     zone = local_zone(env.settings.scheduler.timezone)
     lines = []
     for n in notices:
@@ -74,6 +76,10 @@ def render(notices: list[Notice], env: Env) -> str:
 
 
 async def run_notices(args: argparse.Namespace) -> int:
+    from daemon.bus import EventBus
+    from daemon.clock import SystemClock
+    from daemon.schedule.outbox import Outbox
+
     env = resolve_env(args)
     db = await open_database(env)
     async with db:

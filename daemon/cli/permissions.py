@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from daemon.cli.support import CommandError, resolve_env
-from daemon.tools.policy import SavedApprovals
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -33,6 +32,8 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from daemon.tools.policy import SavedApprovals
+
     env = resolve_env(args, create=False)
     saved = SavedApprovals.for_home(env.home)
     rules = [r.model_dump() for r in env.settings.permissions.rules]
@@ -61,6 +62,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    from daemon.tools.policy import SavedApprovals
+
     env = resolve_env(args, create=False)
     saved = SavedApprovals.for_home(env.home)
     if not saved.revoke(args.tool, args.match):

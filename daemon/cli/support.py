@@ -17,7 +17,6 @@ from daemon.cli.locate import home_dir
 from daemon.config_sources import ConfigError
 from daemon.errors import ReverieError
 from daemon.paths import Home
-from daemon.store.errors import is_database_error
 
 if TYPE_CHECKING:
     from daemon.settings import Settings
@@ -105,6 +104,8 @@ def environment_failure(exc: BaseException, home: Path | None) -> str | None:
     the person can fix: it gets a sentence (with the home's state when that explains it), not
     a traceback. Anything else is a bug and keeps its traceback.
     """
+    from daemon.store.errors import is_database_error
+
     cause = single_cause(exc)
     if isinstance(cause, OSError):
         what = cause.strerror or str(cause)
