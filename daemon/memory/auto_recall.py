@@ -290,18 +290,25 @@ class IndexMemoryView:
     async def _standing_in(self, prompt: str) -> list[tuple[MemoryItem, float]]:
         """The memories the store's words nearest a question's words find by BM25
         (`daemon.memory.related`), best first, each with the cosine of the word that found it
-        (less for a word's second hit); none for a message that asks nothing. The vocabulary catches up on new memories first, within a bound."""
+        (less for a word's second hit); none for a message that asks nothing.
+
+        In the daemon the whole step is bounded (`vocabulary_seconds`): the vocabulary takes
+        in the words of a few new memories first unless its build is running (the index's
+        start), and what is not done in time is left out of this turn, never waited for.
+        """
         if not asks_about_them(prompt) or not self.related.usable:
             return []
-        with anyio.move_on_after(self.vocabulary_seconds or math.inf):
-            await self.related.refresh()
         out: dict[str, tuple[MemoryItem, float]] = {}
-        for word in await self.related.near(prompt):  # the closest first
-            hits = await self.index.search(
-                word.word, k=_STANDING_IN_PER_WORD, kinds=_RECALL_KINDS, mode="lexical"
-            )
-            for n, item in enumerate(hits):
-                out.setdefault(item.id, (item, word.similarity * _STANDING_IN_NEXT**n))
+        bounded = self.vocabulary_seconds is not None
+        with anyio.move_on_after(self.vocabulary_seconds if bounded else math.inf):
+            if not (bounded and self.related.busy):
+                await self.related.refresh(rows=_TURN_ROWS if bounded else None)
+            for word in await self.related.near(prompt):  # the closest first
+                hits = await self.index.search(
+                    word.word, k=_STANDING_IN_PER_WORD, kinds=_RECALL_KINDS, mode="lexical"
+                )
+                for n, item in enumerate(hits):
+                    out.setdefault(item.id, (item, word.similarity * _STANDING_IN_NEXT**n))
         return list(out.values())[:_STANDING_IN_HITS]
 
     async def _changed_since(self, items: list[MemoryItem]) -> list[MemoryItem]:
@@ -439,13 +446,13 @@ def _unasked(items: list[MemoryItem], prompt: str) -> list[MemoryItem]:
 
 _NEWEST_SECONDS = 2.0  # the later-word lookups of one turn, at most
 # The memories the words standing in for a question's find (`_standing_in`), at most, and
-# each word's at most; a word's second hit ranks a little lower than its first. The vocabulary's catch-up on
-# new memories is bounded per turn (an old home's first build is spread over turns).
+# each word's at most; a word's second hit ranks a little lower than its first.
 _STANDING_IN_HITS = 4
 _STANDING_IN_PER_WORD = 2
 _STANDING_IN_NEXT = 0.9
 _STANDING_IN_SHOWN = 2
 _VOCABULARY_SECONDS = 1.5
+_TURN_ROWS = 200  # new memories whose words a turn takes in at most
 _RECALL_KINDS = ("fact", "profile", "summary", "chunk", "month")
 _LATER_LOOKUPS = 4  # subjects a turn looks for later words about (one BM25 pass each)
 _LATER_KINDS = ("chunk", "fact", "summary", "month")

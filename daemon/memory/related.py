@@ -160,18 +160,27 @@ class RelatedWords:
         except OSError as exc:  # a full disk costs the cache, not the turn
             log.warning("vocabulary not saved", path=str(self.path), error=str(exc))
 
-    async def refresh(self) -> int:
-        """Take in the words of memories written since the last call; return how many words
-        were new. Cancellable between batches: what was embedded is kept."""
+    @property
+    def busy(self) -> bool:
+        """Whether a refresh is running (the first build of an old home, at the index's start)."""
+        return self._lock.locked()
+
+    async def refresh(self, *, rows: int | None = None) -> int:
+        """Take in the words of memories written since the last call (at most `rows` of them
+        when given); return how many words were new. Cancellable between batches: what was
+        embedded is kept."""
         if not self.usable:
             return 0
         async with self._lock:
             if not self._loaded:
                 self._load()
             added = 0
+            read = 0
             try:
-                while len(self.words) < MAX_WORDS:
-                    batch = await texts_after(self.db, self.last_rowid, _READ)
+                while len(self.words) < MAX_WORDS and (rows is None or read < rows):
+                    step = _READ if rows is None else min(_READ, rows - read)
+                    batch = await texts_after(self.db, self.last_rowid, step)
+                    read += len(batch)
                     if not batch:
                         break
                     fresh: dict[str, int] = {}
