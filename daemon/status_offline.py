@@ -21,13 +21,14 @@ from daemon.clock import local_zone, next_time_of_day
 from daemon.config_sources import server_url_problem
 from daemon.context.handover_record import handover_status
 from daemon.journal.entries import JournalStore
+from daemon.sleep.checkpoints import cycle_json
 from daemon.sleep.exam_record import exam_status
 from daemon.store.console import ConsoleQueries
 from daemon.store.db import Database
 from daemon.store.job_state import JobStateRepo
 from daemon.store.kv import KvRepo
 from daemon.store.sessions import SessionsRepo
-from daemon.store.sleep_cycles import CycleRecord, SleepCyclesRepo
+from daemon.store.sleep_cycles import SleepCyclesRepo
 from daemon.store.usage import DaySpend, UsageRepo
 
 if TYPE_CHECKING:
@@ -215,20 +216,6 @@ def spend_json(today: DaySpend, cap_usd: float) -> dict[str, Any]:
         "input_tokens": today.input_tokens,
         "output_tokens": today.output_tokens,
         "cache_read_tokens": today.cache_read_tokens,
-    }
-
-
-def cycle_json(record: CycleRecord) -> dict[str, Any]:
-    """A sleep cycle as `status` shows it."""
-    return {
-        "cycle_id": record.id,
-        "reason": record.reason,
-        "started_at": record.started_at.isoformat(),
-        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
-        "old_session_id": record.session_id,
-        "new_session_id": record.new_session_id,
-        "woke_early": record.woke_early,
-        "deferred": record.deferred,
     }
 
 

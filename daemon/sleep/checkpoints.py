@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from daemon.sleep.phases import PhaseReport
 from daemon.store.sleep_cycles import CycleRecord, SleepCyclesRepo
@@ -84,3 +85,17 @@ class Checkpoints(SleepCyclesRepo):
             report=report.to_json() if report else None,
             error=error,
         )
+
+
+def cycle_json(record: CycleRecord) -> dict[str, Any]:
+    """A sleep cycle as `status` shows it (the running daemon's and a stopped one's)."""
+    return {
+        "cycle_id": record.id,
+        "reason": record.reason,
+        "started_at": record.started_at.isoformat(),
+        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+        "old_session_id": record.session_id,
+        "new_session_id": record.new_session_id,
+        "woke_early": record.woke_early,
+        "deferred": record.deferred,
+    }

@@ -28,7 +28,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,14 @@ from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.sleep.changes import change_counts
-from daemon.sleep.checkpoints import FINAL, Checkpoints, CycleRecord, PhaseRecord, PhaseStatus
+from daemon.sleep.checkpoints import (
+    FINAL,
+    Checkpoints,
+    CycleRecord,
+    PhaseRecord,
+    PhaseStatus,
+    cycle_json,
+)
 from daemon.sleep.phases import Phase, PhaseContext, PhaseReport
 from daemon.sleep.wake import WakeNote, WakeUp
 from daemon.sleep.winddown import WindDown
@@ -739,44 +746,6 @@ class SleepCycle:
             }
             if running
             else None,
-            "last": _cycle_json(last) if last else None,
+            "last": cycle_json(last) if last else None,
             "wind_down": self.wind_down.describe(),
         }
-
-
-def _cycle_json(record: CycleRecord) -> dict[str, Any]:
-    return {
-        "cycle_id": record.id,
-        "reason": record.reason,
-        "started_at": record.started_at.isoformat(),
-        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
-        "old_session_id": record.session_id,
-        "new_session_id": record.new_session_id,
-        "woke_early": record.woke_early,
-        "deferred": record.deferred,
-    }
-
-
-def planned_nightly(settings: Settings, after: datetime) -> datetime | None:
-    """The next nightly start by the settings alone (without jitter), for a daemon that is down."""
-    from apscheduler.triggers.cron import CronTrigger
-
-    from daemon.scheduler import local_zone, parse_hhmm
-
-    if not settings.sleep.nightly:
-        return None
-    hour, minute = parse_hhmm(settings.scheduler.nightly_sleep)
-    trigger = CronTrigger(
-        hour=hour, minute=minute, timezone=local_zone(settings.scheduler.timezone)
-    )
-    nxt: datetime | None = trigger.get_next_fire_time(None, after)
-    return nxt
-
-
-async def sleep_status(db: Database) -> dict[str, Any]:
-    """The last cycles from the store, for `status` when the daemon is not running."""
-    cycles = await Checkpoints(db).cycles(limit=1)
-    if not cycles:
-        return {"last": None}
-    rec = cycles[0]
-    return {"last": _cycle_json(rec), "status": rec.status}
