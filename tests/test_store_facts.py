@@ -32,11 +32,6 @@ async def row(db: Database, uid: str, *cols: str) -> tuple[object, ...]:
     return tuple(found)
 
 
-async def generation(db: Database) -> int:
-    found = await db.fetchone("SELECT value FROM kv WHERE key = 'memory.generation'")
-    return int(found[0]) if found else 0
-
-
 async def test_a_fact_said_again_is_confirmed_only_forward(store: Store) -> None:  # noqa: F811
     async with store.open("memories") as db:
         facts = FactsRepo(db)
@@ -49,24 +44,6 @@ async def test_a_fact_said_again_is_confirmed_only_forward(store: Store) -> None
         assert await row(db, "fact:1", "confirmed_at") == ("2026-03-05T09:00:00.000000+00:00",)
         await facts.confirm("fact:9", T0)  # no such fact: nothing happens
         assert await db.fetchone("SELECT uid FROM memories WHERE uid = 'fact:9'") is None
-
-
-async def test_a_superseded_fact_is_made_current_as_one_stamped_write(store: Store) -> None:  # noqa: F811
-    async with store.open("memories", "kv") as db:
-        facts = FactsRepo(db)
-        await add_memory(db, "fact:1", retired_at=T0.isoformat(), superseded_by="fact:2", version=3)
-        await add_memory(db, "fact:2", supersedes="fact:1", version=3)
-        before = await generation(db)
-        assert await facts.make_current("fact:1")
-        after = await generation(db)
-        assert after == before + 1
-        assert await row(db, "fact:1", "retired_at", "superseded_by", "version") == (
-            None,
-            None,
-            after,
-        )
-        assert await row(db, "fact:2", "version") == (3,)  # only the one row
-        assert not await facts.make_current("fact:7")  # no such row
 
 
 async def test_uses_are_read_for_facts_and_profile_only(store: Store) -> None:  # noqa: F811

@@ -84,7 +84,7 @@ class FactLifecycle:
             if newer is not None:
                 await w.index.retire(newer.id, at=w.clock.now())
             await w.index.upsert([memory_of(w.log.facts[fact.id])])
-            await w.rows.make_current(fact.id)
+            await w.memories.make_current(fact.id)
             await w.renderings.render()
         log.info("fact reinstated", id=fact.id, retired=fact.superseded_by, origin=origin)
         return w.log.facts[fact.id]

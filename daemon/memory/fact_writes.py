@@ -28,6 +28,7 @@ from daemon.memory.rows import NewMemory, iso
 from daemon.redact import redactor_for
 from daemon.settings import Settings
 from daemon.store.facts import FactsRepo
+from daemon.store.memories import MemoriesRepo
 from daemon.store.postgres import StoreAway
 
 log = get_logger("memory.facts")
@@ -58,6 +59,7 @@ class FactWriter:
         self.renderings = renderings
         self.index = index
         self.rows = FactsRepo(index.db)
+        self.memories = MemoriesRepo(index.db)
         self.settings = settings
         self.clock = clock
         self.tz = tz

@@ -1,15 +1,15 @@
 """The index rows of explicit facts (`memories` of kind `fact` and `profile`).
 
 What a fact is and how it changes is `daemon.memory.facts` (the log is the truth); this
-module holds the statements that touch a fact's row beyond the memory index's own writes:
-a fact said again, a supersession undone, and how often each fact was recalled.
+module holds the statements that touch a fact's row beyond the memory index's own writes
+(`daemon.store.memories`): a fact said again, and how often each fact was recalled.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from daemon.store.db import Database
@@ -39,27 +39,6 @@ class FactsRepo:
             (when, uid, when),
         )
 
-    async def make_current(self, uid: str) -> bool:
-        """Clear fact `uid`'s retirement and its successor link, as one write of the index
-        (stamped with the next `memory.generation`, so readers see it); False: no such row."""
-
-        def work(conn: Any) -> int:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                gen = _next_generation(conn)
-                n = conn.execute(
-                    "UPDATE memories SET retired_at = NULL, superseded_by = NULL, version = ? "
-                    "WHERE uid = ?",
-                    (gen, uid),
-                ).rowcount
-                conn.execute("COMMIT")
-                return int(n)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-        return bool(await self.db.run(work))
-
     async def uses(self) -> list[FactUse]:
         """Every fact's recall count and last use (on a database from before uses were counted
         the columns are missing and this raises the database's error)."""
@@ -72,18 +51,6 @@ class FactsRepo:
             )
             for r in rows
         ]
-
-
-def _next_generation(conn: Any) -> int:
-    """Bump and return `memory.generation` inside the caller's transaction (as the memory
-    index's writer does for each of its writes)."""
-    row = conn.execute(
-        "INSERT INTO kv(key, value, updated_at) VALUES ('memory.generation', '1', ?) "
-        "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1, "
-        "updated_at = excluded.updated_at RETURNING value",
-        (_iso(datetime.now(UTC)),),
-    ).fetchone()
-    return int(row[0])
 
 
 def _iso(when: datetime) -> str:
