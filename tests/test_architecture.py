@@ -179,22 +179,12 @@ def test_every_allowed_big_module_is_still_big() -> None:
 SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
     {
         "daemon.agent.work",
-        "daemon.cli.doctor",
-        "daemon.cli.support",
-        "daemon.context.handover",
         "daemon.memory.auto_recall",
         "daemon.memory.corrections",
         "daemon.memory.recall",
         "daemon.memory.shared",
         "daemon.memory.summariser",
         "daemon.memory.system",
-        "daemon.sleep.changes",
-        "daemon.sleep.dreams",
-        "daemon.sleep.mentions",
-        "daemon.sleep.mine",
-        "daemon.sleep.revert",
-        "daemon.sleep.revisions",
-        "daemon.sleep.shared_upkeep",
     }
 )
 

@@ -37,13 +37,10 @@ class Check:
 
 def _fts5() -> Check:
     """The stdlib sqlite3 has FTS5, which lexical memory search is built on."""
-    from daemon.store.db import connect_sync
+    from daemon.store.schema import sqlite_fts5_version
 
-    conn = connect_sync(":memory:")
     try:
-        conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-        version = conn.execute("select sqlite_version()").fetchone()[0]
-        return Check(name="fts5", status="ok", detail=f"FTS5 available (sqlite {version})")
+        version = sqlite_fts5_version()
     except Exception as exc:
         return Check(
             name="fts5",
@@ -51,8 +48,7 @@ def _fts5() -> Check:
             detail=f"FTS5 missing: {exc}",
             fix="use a Python whose sqlite3 module is built with FTS5 (most distributions' are)",
         )
-    finally:
-        conn.close()
+    return Check(name="fts5", status="ok", detail=f"FTS5 available (sqlite {version})")
 
 
 def _storage(settings: Settings) -> list[Check]:

@@ -141,7 +141,6 @@ async def open_database(env: Env, *, write: bool = True) -> Database:
 
 async def has_table(db: Database, name: str) -> bool:
     """Whether the database has `name` yet (a home older than the migration that adds it)."""
-    row = await db.fetchone(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-    )
-    return row is not None
+    from daemon.store.schema import has_table as store_has_table
+
+    return await store_has_table(db, name)

@@ -34,6 +34,9 @@ from daemon.memory.api import MemoryView
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.store.db import Database
+from daemon.store.exams import ExamsRepo
+from daemon.store.kv import KvRepo
+from daemon.store.usage import UsageRepo
 
 log = get_logger("handover")
 
@@ -94,26 +97,22 @@ class Handover:
 
 
 async def _kv(db: Database, key: str) -> dict[str, Any] | None:
-    row = await db.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
-    if not row:
+    raw = await KvRepo(db).get(key)
+    if raw is None:
         return None
     try:
-        value = json.loads(row[0])
+        value = json.loads(raw)
     except (TypeError, ValueError):
         return None
     return value if isinstance(value, dict) else None
 
 
 async def _put(db: Database, key: str, value: dict[str, Any], now: datetime) -> None:
-    await db.execute(
-        "INSERT INTO kv(key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE "
-        "SET value=excluded.value, updated_at=excluded.updated_at",
-        (key, json.dumps(value, ensure_ascii=False), now.isoformat()),
-    )
+    await KvRepo(db).put_json(key, value, at=now)
 
 
 async def _drop(db: Database, key: str) -> None:
-    await db.execute("DELETE FROM kv WHERE key = ?", (key,))
+    await KvRepo(db).delete(key)
 
 
 async def last_trunk_model(db: Database) -> tuple[str, datetime | None] | None:
@@ -122,32 +121,21 @@ async def last_trunk_model(db: Database) -> tuple[str, datetime | None] | None:
     if kept and kept.get("model"):
         last = kept.get("last")
         return str(kept["model"]), datetime.fromisoformat(last) if isinstance(last, str) else None
-    row = await db.fetchone(
-        "SELECT provider, model, ts FROM usage_ledger WHERE role = 'trunk' ORDER BY id DESC LIMIT 1"
-    )
-    if not row:
+    call = await UsageRepo(db).last_call("trunk")
+    if call is None:
         return None
-    return model_id(str(row[0]), str(row[1])), datetime.fromisoformat(str(row[2]))
+    return model_id(call.provider, call.model), datetime.fromisoformat(call.ts)
 
 
 async def _last_exam(db: Database, *, after: datetime | None = None) -> dict[str, Any] | None:
     """The newest self-exam (or the first after `after`), when the home keeps them."""
     try:
-        if after is None:
-            row = await db.fetchone(
-                "SELECT score, taken_at, cycle_id FROM self_exams ORDER BY taken_at DESC LIMIT 1"
-            )
-        else:
-            row = await db.fetchone(
-                "SELECT score, taken_at, cycle_id FROM self_exams WHERE taken_at > ? "
-                "ORDER BY taken_at LIMIT 1",
-                (after.isoformat(),),
-            )
+        exam = await ExamsRepo(db).score(after=after)
     except Exception:  # a store from before the self-exam
         return None
-    if not row:
+    if exam is None:
         return None
-    return {"score": float(row[0]), "taken_at": str(row[1]), "cycle_id": str(row[2])}
+    return {"score": exam.score, "taken_at": exam.taken_at, "cycle_id": exam.cycle_id}
 
 
 async def handover_status(db: Database) -> dict[str, Any] | None:

@@ -10,20 +10,19 @@ after a crash finds its own change instead of recording it twice.
 
 `daemon.sleep.revert` undoes changes; a revert is itself a change (kind `reverted`, target
 `#N`), and what it must not redo is held here (`fold_holds`, `pin_holds`) for maintenance.
+The rows are read and written through `daemon.store.sleep_changes`.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from daemon.errors import ReverieError
 from daemon.memory.rows import parse_iso
 from daemon.sleep.revisions import RevisionStore
+from daemon.store.sleep_changes import Change, SleepChangesRepo
 
 if TYPE_CHECKING:
     from daemon.clock import Clock
@@ -50,91 +49,6 @@ REVERTED = "reverted"  # the kind of the change that records a revert
 
 class ChangeError(ReverieError):
     """A change cannot be recorded, found or reverted; the message says why and what to do."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Change:
-    """One recorded change of one cycle."""
-
-    cycle_id: str
-    seq: int
-    at: str
-    kind: str
-    target: str
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    note: str = ""
-    reverted_at: str | None = None
-    reverted_by: int | None = None
-
-    @property
-    def ref(self) -> str:
-        return f"{self.cycle_id}#{self.seq}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cycle_id": self.cycle_id, "change": self.seq, "at": self.at, "kind": self.kind,
-            "target": self.target, "before": self.before, "after": self.after, "note": self.note,
-            "reverted_at": self.reverted_at, "reverted_by": self.reverted_by,
-        }  # fmt: skip
-
-
-def _loads(raw: str | None) -> dict[str, Any] | None:
-    return json.loads(raw) if raw else None
-
-
-def _change(row: Any) -> Change:
-    return Change(
-        cycle_id=row["cycle_id"], seq=int(row["seq"]), at=row["at"], kind=row["kind"],
-        target=row["target"], before=_loads(row["before"]), after=_loads(row["after"]),
-        note=row["note"] or "", reverted_at=row["reverted_at"], reverted_by=row["reverted_by"],
-    )  # fmt: skip
-
-
-def insert_change(
-    conn: sqlite3.Connection,
-    cycle_id: str,
-    at: str,
-    kind: str,
-    target: str,
-    before: dict[str, Any] | None,
-    after: dict[str, Any] | None,
-    note: str,
-) -> int:
-    """Insert a change with the next number of its cycle (inside the caller's transaction)."""
-    found = conn.execute(
-        "SELECT seq FROM sleep_changes WHERE cycle_id = ? AND kind = ? AND target = ?",
-        (cycle_id, kind, target),
-    ).fetchone()
-    if found is not None:
-        return int(found[0])
-    seq = int(
-        conn.execute(
-            "SELECT coalesce(max(seq), 0) + 1 FROM sleep_changes WHERE cycle_id = ?", (cycle_id,)
-        ).fetchone()[0]
-    )
-    conn.execute(
-        "INSERT INTO sleep_changes(cycle_id, seq, at, kind, target, before, after, note) "
-        "VALUES (?,?,?,?,?,?,?,?)",
-        (
-            cycle_id, seq, at, kind, target,
-            json.dumps(before, ensure_ascii=False) if before is not None else None,
-            json.dumps(after, ensure_ascii=False) if after is not None else None,
-            " ".join(note.split())[:500],
-        ),
-    )  # fmt: skip
-    return seq
-
-
-def in_transaction(conn: sqlite3.Connection, work: Any) -> Any:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        out = work(conn)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return out
 
 
 class ChangeSet:
@@ -175,20 +89,15 @@ class ChangeSet:
             )
         if not str(target).strip():
             raise ChangeError(f"a {kind} change needs a target (a fact id or a month)")
-        at = self._now()
-
-        def work(conn: sqlite3.Connection) -> int:
-            return int(
-                in_transaction(
-                    conn,
-                    lambda c: insert_change(
-                        c, self.cycle_id, at, kind, str(target).strip(), before, after, note
-                    ),
-                )
-            )
-
-        seq: int = await self.db.run(work)
-        return seq
+        return await SleepChangesRepo(self.db).record(
+            self.cycle_id,
+            at=self._now(),
+            kind=kind,
+            target=str(target).strip(),
+            before=before,
+            after=after,
+            note=note,
+        )
 
     async def changes(self) -> list[Change]:
         return await list_changes(self.db, self.cycle_id)
@@ -196,38 +105,23 @@ class ChangeSet:
 
 async def list_changes(db: Database, cycle_id: str) -> list[Change]:
     """Every change of a cycle (reverts included), in the order they were recorded."""
-    rows = await db.fetchall(
-        "SELECT * FROM sleep_changes WHERE cycle_id = ? ORDER BY seq", (cycle_id,)
-    )
-    return [_change(r) for r in rows]
+    return await SleepChangesRepo(db).of_cycle(cycle_id)
 
 
 async def change_counts(db: Database, cycle_ids: Sequence[str]) -> dict[str, dict[str, int]]:
     """For each cycle: how many changes of each kind (reverts under `reverted`)."""
-    if not cycle_ids:
-        return {}
-    marks = ",".join("?" * len(cycle_ids))
-    rows = await db.fetchall(
-        f"SELECT cycle_id, kind, count(*) FROM sleep_changes WHERE cycle_id IN ({marks}) "
-        "GROUP BY cycle_id, kind",
-        list(cycle_ids),
-    )
-    out: dict[str, dict[str, int]] = {}
-    for cycle_id, kind, n in rows:
-        out.setdefault(cycle_id, {})[kind] = int(n)
-    return out
+    return await SleepChangesRepo(db).counts(cycle_ids)
 
 
 async def fold_holds(db: Database) -> set[str]:
     """Day-level memories whose fold was reverted (maintenance leaves them unfolded)."""
-    return {r[0] for r in await db.fetchall("SELECT source_uid FROM sleep_fold_holds")}
+    return await SleepChangesRepo(db).fold_holds()
 
 
 async def pin_holds(db: Database) -> dict[str, datetime]:
     """Facts whose promotion was reverted, with when (a later confirmation by the person wins)."""
-    rows = await db.fetchall("SELECT fact_id, held_at FROM sleep_pin_holds")
     out: dict[str, datetime] = {}
-    for fact_id, held_at in rows:
+    for fact_id, held_at in (await SleepChangesRepo(db).pin_holds()).items():
         when = parse_iso(held_at)
         if when is not None:
             out[fact_id] = when

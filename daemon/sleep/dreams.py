@@ -32,6 +32,7 @@ from daemon.models.base import Message, SystemBlock
 from daemon.redact import redactor_for
 from daemon.sleep.phases import PhaseContext, PhaseReport
 from daemon.sleep.revisions import Material, Proposal, Revision, RevisionStatus, RevisionStore
+from daemon.store.sleep_reads import SleepReads
 from daemon.tokens import count_tokens
 from daemon.topics.router import TopicRouter
 
@@ -59,21 +60,6 @@ Reply with one JSON object and nothing else:
 _ITEM_CHARS = 1500
 _TOPICS_SHOWN = 3
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
-
-# Facts told since the last sleep; summaries of sessions active or summarised since; and for
-# sessions with no summary yet (the trunk being put to sleep: wake-up summarises it after
-# the dreams), their single-message chunks since.
-_MATERIAL_SQL = """
-SELECT uid, kind, title, text, origin, created_at FROM memories m
-WHERE m.retired_at IS NULL AND (
-    (m.kind IN ('fact', 'profile') AND (:since IS NULL OR m.created_at >= :since))
- OR (m.kind = 'summary' AND (:since IS NULL OR m.created_at >= :since
-     OR m.session_id IN (SELECT session_id FROM memories WHERE kind = 'chunk' AND created_at >= :since)
-     OR m.session_id IN (SELECT id FROM sessions WHERE summarised_at >= :since)))
- OR (m.kind = 'chunk' AND m.uid NOT LIKE '%-w' AND (:since IS NULL OR m.created_at >= :since)
-     AND m.session_id NOT IN (SELECT session_id FROM memories WHERE kind = 'summary' AND session_id IS NOT NULL)))
-ORDER BY m.created_at DESC, m.uid DESC LIMIT 400
-"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,24 +180,24 @@ class DreamsPhase:
     async def _material(self, ctx: PhaseContext) -> tuple[Material, list[str]]:
         """Recent memories, newest first within the token budget, rendered oldest first."""
         since = iso(ctx.since) if ctx.since is not None else None
-        rows = await ctx.db.fetchall(_MATERIAL_SQL, {"since": since})
+        rows = await SleepReads(ctx.db).dream_material(since)
         budget = ctx.settings.sleep.dreams_material_tokens
         material = Material()
         picked: list[str] = []
         used = 0
         for row in rows:
-            day = str(row["created_at"])[:10]
-            title = f" {row['title']}" if row["title"] else ""
+            day = row.created_at[:10]
+            title = f" {row.title}" if row.title else ""
             block = (
-                f"[{row['uid']}] ({row['origin']}, {day}){_neutralise(title)}\n"
-                f"{_neutralise(_clip(row['text'], _ITEM_CHARS))}"
+                f"[{row.uid}] ({row.origin}, {day}){_neutralise(title)}\n"
+                f"{_neutralise(_clip(row.text, _ITEM_CHARS))}"
             )
             cost = count_tokens(block)
             if used + cost > budget:
                 break
             used += cost
             picked.append(block)
-            material.add(row["uid"], row["origin"], row["text"])
+            material.add(row.uid, row.origin, row.text)
         picked.reverse()
         return material, picked
 

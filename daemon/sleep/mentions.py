@@ -8,10 +8,13 @@ from night to night so that each later night reads only the chunks written since
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from daemon.memory.lexical import lexical_searcher
 from daemon.memory.query import fts_match, terms
+from daemon.store.kv import KvRepo
+from daemon.store.sleep_reads import SleepReads
 
 if TYPE_CHECKING:
     from daemon.memory.facts import Fact
@@ -67,28 +70,20 @@ class Mentions:
 
     @classmethod
     async def load(cls, db: Database) -> Mentions:
-        rows = await db.fetchall(
-            "SELECT key, value FROM kv WHERE key IN ('memory.epoch', ?)", (_MENTIONS_KEY,)
-        )
-        kv = {r[0]: r[1] for r in rows}
+        kv = await KvRepo(db).get_many(["memory.epoch", _MENTIONS_KEY])
         epoch = str(kv.get("memory.epoch", "0"))
         try:
             saved = json.loads(kv.get(_MENTIONS_KEY, "{}"))
             assert isinstance(saved, dict)
         except (ValueError, AssertionError):
             saved = {}  # unreadable: every fact is searched in full again, nothing worse
-        top_row = await db.fetchone("SELECT coalesce(max(version), 0) FROM memories")
-        top = int(top_row[0])
+        reads = SleepReads(db)
+        top = await reads.top_version()
         if saved.get("epoch") != epoch or not isinstance(saved.get("facts"), dict):
             return cls(db, epoch=epoch, upto=top, known={}, fresh=[], top=top)
         upto = int(saved.get("upto") or 0)
         known = {str(k): {str(s) for s in v} for k, v in saved["facts"].items()}
-        rows = await db.fetchall(
-            "SELECT session_id, text FROM memories WHERE kind = 'chunk' AND retired_at IS NULL "
-            "AND version > ? AND session_id IS NOT NULL",
-            (upto,),
-        )
-        fresh = [(r[0], frozenset(terms(r[1]))) for r in rows]
+        fresh = [(c.session_id, frozenset(terms(c.text))) for c in await reads.chunks_since(upto)]
         return cls(db, epoch=epoch, upto=upto, known=known, fresh=fresh, top=top)
 
     async def of(self, fact: Fact) -> int:
@@ -111,8 +106,4 @@ class Mentions:
              "facts": {k: sorted(v) for k, v in self.scored.items()}},
             separators=(",", ":"),
         )  # fmt: skip
-        await self.db.execute(
-            "INSERT INTO kv(key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
-            "SET value = excluded.value, updated_at = excluded.updated_at",
-            (_MENTIONS_KEY, value, at),
-        )
+        await KvRepo(self.db).put(_MENTIONS_KEY, value, at=datetime.fromisoformat(at))

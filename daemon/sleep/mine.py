@@ -63,18 +63,11 @@ from daemon.models.base import Message, ModelError, SpendCapReached, SystemBlock
 from daemon.sleep.changes import ChangeSet, pin_holds
 from daemon.sleep.maintenance import PIN_TAGS, sync_pins
 from daemon.sleep.phases import PhaseContext, PhaseReport
+from daemon.store.fact_mining import FactMiningRepo, UnminedMessage
+from daemon.store.pins import Pin, PinsRepo
 from daemon.tokens import count_tokens
 
 log = get_logger("sleep.mining")
-
-_MESSAGES = """
-SELECT s.id AS session_id, s.kind, s.transcript_path, m.msg_id, m.seq, m.ts, m.role, m.content,
-       m.turn_id
-FROM messages m JOIN sessions s ON s.id = m.session_id
-LEFT JOIN fact_mining c ON c.session_id = m.session_id
-WHERE s.kind IN ('trunk', 'fork') AND m.seq > coalesce(c.upto_seq, -1)
-ORDER BY m.ts, m.session_id, m.seq LIMIT :limit
-"""
 
 
 class MiningPhase:
@@ -141,29 +134,29 @@ def _tool_turns(path: str) -> tuple[set[str], list[dict[str, Any]]]:
 
 async def read_lines(ctx: PhaseContext) -> tuple[list[Line], dict[str, int]]:
     """The messages since the cursor, each with whose word it is; and the new cursor."""
-    rows = await ctx.db.fetchall(_MESSAGES, {"limit": ctx.settings.sleep.mining_max_messages})
-    by_session: dict[str, list[Any]] = defaultdict(list)
+    rows = await FactMiningRepo(ctx.db).unmined(ctx.settings.sleep.mining_max_messages)
+    by_session: dict[str, list[UnminedMessage]] = defaultdict(list)
     for row in rows:
-        by_session[row["session_id"]].append(row)
+        by_session[row.session_id].append(row)
     lines: list[Line] = []
     cursor: dict[str, int] = {}
     for sid, msgs in by_session.items():
-        cursor[sid] = max(int(r["seq"]) for r in msgs)
-        kind, path = msgs[0]["kind"], msgs[0]["transcript_path"]
+        cursor[sid] = max(r.seq for r in msgs)
+        kind, path = msgs[0].kind, msgs[0].transcript_path
         turns, results = await anyio.to_thread.run_sync(_tool_turns, path)
-        read_turns = {str(r["turn_id"]) for r in msgs if r["turn_id"]}
+        read_turns = {r.turn_id for r in msgs if r.turn_id}
         for row in msgs:
-            ts = parse_iso(row["ts"])
+            ts = parse_iso(row.ts)
             if ts is None:
                 continue
-            if row["role"] == "user":
+            if row.role == "user":
                 origin = "person" if kind == "trunk" else "agent"
-            elif row["role"] == "assistant":
-                origin = "tool" if row["turn_id"] and str(row["turn_id"]) in turns else "agent"
+            elif row.role == "assistant":
+                origin = "tool" if row.turn_id and row.turn_id in turns else "agent"
             else:
                 origin = "tool"
-            lines.append(Line(session=sid, id=row["msg_id"], ts=ts, role=row["role"],
-                              origin=origin, text=row["content"]))  # fmt: skip
+            lines.append(Line(session=sid, id=row.msg_id, ts=ts, role=row.role,
+                              origin=origin, text=row.content))  # fmt: skip
         for res in results:
             ts = parse_iso(str(res.get("ts") or ""))
             if ts is None or str(res.get("turn_id") or "") not in read_turns:
@@ -248,21 +241,7 @@ async def mine(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any]:
                 {"status": outcome.status, "id": outcome.id, "old_id": outcome.old_id or ""}
             )
 
-    def advance(conn: Any) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany(
-                "INSERT INTO fact_mining(session_id, upto_seq, mined_at) VALUES (?,?,?) "
-                "ON CONFLICT(session_id) DO UPDATE SET upto_seq = max(upto_seq, excluded.upto_seq), "
-                "mined_at = excluded.mined_at",
-                [(sid, seq, iso(ctx.clock.now())) for sid, seq in cursor.items()],
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    await ctx.db.run(advance)
+    await FactMiningRepo(ctx.db).advance(cursor, at=iso(ctx.clock.now()))
     log.info("sessions mined", messages=len(lines), facts=len(facts), by=by, dropped=dropped)
     return {"read": len(lines), "by": by, "dropped": dropped, "outcomes": outcomes}
 
@@ -445,15 +424,11 @@ async def promote_by_use(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any
     await store.load()
     await ctx.memory.index.uses.flush()  # the last turn's uses count tonight
     cfg = ctx.settings.sleep
-    pinned = {r[0] for r in await ctx.db.fetchall("SELECT fact_id FROM pinned_facts")}
+    pins = PinsRepo(ctx.db)
+    pinned = await pins.pinned_ids()
     held = await pin_holds(ctx.db)
     room = cfg.max_promoted - sum(1 for f in store.facts() if f.mined and f.id in pinned)
-    uses = {
-        r[0]: int(r[1] or 0)
-        for r in await ctx.db.fetchall(
-            "SELECT uid, uses FROM memories WHERE kind IN ('fact', 'profile') AND retired_at IS NULL"
-        )
-    }
+    uses = await FactMiningRepo(ctx.db).fact_uses()
     wanted = [
         f
         for f in store.facts()
@@ -477,10 +452,7 @@ async def promote_by_use(ctx: PhaseContext, changes: ChangeSet) -> dict[str, Any
         elif room > 0:
             await changes.record("fact_promoted", fact.id, before=None,
                                  after={"id": fact.id, "reason": reason}, note=reason)  # fmt: skip
-            await ctx.db.execute(
-                "INSERT OR IGNORE INTO pinned_facts(fact_id, pinned_at, reason) VALUES (?,?,?)",
-                (fact.id, now, f"promoted by use: {reason}"),
-            )
+            await pins.save(added=[Pin(fact.id, f"promoted by use: {reason}")], removed=[], at=now)
             out["pinned"].append(fact.id)
             room -= 1
     if out["pinned"]:

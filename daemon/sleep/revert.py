@@ -21,7 +21,6 @@ reverting a change twice is refused with a message that says when it was reverte
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,12 +41,13 @@ from daemon.sleep.changes import (
     REVERTED,
     Change,
     ChangeError,
-    in_transaction,
-    insert_change,
     list_changes,
 )
 from daemon.sleep.maintenance import sync_pins
 from daemon.sleep.revisions import RevisionError, RevisionStatus, RevisionStore
+from daemon.store.folds import FoldRow, FoldsRepo
+from daemon.store.sleep_changes import SleepChangesRepo
+from daemon.store.sleep_cycles import SleepCyclesRepo
 
 if TYPE_CHECKING:
     from daemon.clock import Clock
@@ -106,10 +106,10 @@ class ChangeReverter:
         and a cycle with nothing left to revert is refused.
         """
         cycle_id = cycle_id.strip()
-        row = await self.db.fetchone("SELECT status FROM sleep_cycles WHERE id = ?", (cycle_id,))
-        if row is None:
+        cycle = await SleepCyclesRepo(self.db).get(cycle_id)
+        if cycle is None:
             raise ChangeError(f"no sleep cycle {cycle_id!r}; `reverie sleep list` lists them")
-        if row[0] == "running":
+        if cycle.status == "running":
             raise ChangeError(
                 f"sleep cycle {cycle_id} is still running; revert it once it has finished"
             )
@@ -189,23 +189,7 @@ class ChangeReverter:
         label = f"reverted (sleep change {change.ref})"
         done = await undo(change, label)
         note = f"reverted #{change.seq} {change.kind} {change.target}: {done}"
-
-        def work(conn: sqlite3.Connection) -> int:
-            def inside(c: sqlite3.Connection) -> int:
-                seq = insert_change(
-                    c, change.cycle_id, at, REVERTED, f"#{change.seq}",
-                    change.after, change.before, note,
-                )  # fmt: skip
-                c.execute(
-                    "UPDATE sleep_changes SET reverted_at = ?, reverted_by = ? "
-                    "WHERE cycle_id = ? AND seq = ?",
-                    (at, seq, change.cycle_id, change.seq),
-                )
-                return seq
-
-            return int(in_transaction(conn, inside))
-
-        seq: int = await self.db.run(work)
+        seq = await SleepChangesRepo(self.db).record_revert(change, at=at, kind=REVERTED, note=note)
         log.info("sleep change reverted", change=change.ref, kind=change.kind, target=change.target)
         return Change(
             cycle_id=change.cycle_id, seq=seq, at=at, kind=REVERTED, target=f"#{change.seq}",
@@ -257,20 +241,9 @@ class ChangeReverter:
 
     async def _unpromote(self, change: Change, label: str) -> str:
         uid = self._fact_id(change, change.after)
-        at = iso(self.clock.now())
-
-        def work(conn: sqlite3.Connection) -> None:
-            def inside(c: sqlite3.Connection) -> None:
-                c.execute("DELETE FROM pinned_facts WHERE fact_id = ?", (uid,))
-                c.execute(
-                    "INSERT INTO sleep_pin_holds(fact_id, held_at, change) VALUES (?,?,?) "
-                    "ON CONFLICT(fact_id) DO UPDATE SET held_at = excluded.held_at, change = excluded.change",
-                    (uid, at, change.ref),
-                )
-
-            in_transaction(conn, inside)
-
-        await self.db.run(work)
+        await SleepChangesRepo(self.db).unpin_and_hold(
+            uid, at=iso(self.clock.now()), change_ref=change.ref
+        )
         # FACTS.md's block regenerated without it (nothing scored: no new pin comes of this).
         await sync_pins(
             self.memory.facts,
@@ -292,38 +265,12 @@ class ChangeReverter:
         if not rel:
             raise ChangeError(f"change {change.ref}: the fold names no month file")
         path = self.home.root / rel
-        at = iso(self.clock.now())
-        marks = ",".join("?" * len(reverted)) or "''"
-
-        def unlink(conn: sqlite3.Connection) -> list[str]:
-            def inside(c: sqlite3.Connection) -> list[str]:
-                linked = [
-                    r[0]
-                    for r in c.execute(
-                        f"SELECT source_uid FROM memory_folds WHERE month_uid = ? AND source_uid IN ({marks})",
-                        [month_uid, *reverted],
-                    )
-                ]
-                c.execute(
-                    f"DELETE FROM memory_folds WHERE month_uid = ? AND source_uid IN ({marks})",
-                    [month_uid, *reverted],
-                )
-                c.executemany(
-                    "INSERT OR IGNORE INTO sleep_fold_holds(source_uid, held_at, change) VALUES (?,?,?)",
-                    [(uid, at, change.ref) for uid in reverted],
-                )
-                return linked
-
-            out: list[str] = in_transaction(conn, inside)
-            return out
-
-        unlinked: list[str] = await self.db.run(unlink)
-        kept_rows = await self.db.fetchall(
-            "SELECT m.uid, m.kind, m.title, m.text, m.origin, m.created_at, m.session_id, m.source "
-            "FROM memory_folds f JOIN memories m ON m.uid = f.source_uid WHERE f.month_uid = ?",
-            (month_uid,),
+        repo = SleepChangesRepo(self.db)
+        unlinked = await repo.unfold_and_hold(
+            month_uid, reverted, at=iso(self.clock.now()), change_ref=change.ref
         )
-        kept = [_fold_source(r) for r in kept_rows]
+        folds = FoldsRepo(self.db)
+        kept = [_fold_source(r) for r in await folds.memories(await folds.folded_into(month_uid))]
         index = self.memory.index
         if kept:
             month = str(after.get("month") or month_uid.split(":")[1])
@@ -347,12 +294,12 @@ class ChangeReverter:
         return f"{len(unlinked)} source(s) unfolded; {month_uid} retired{where}"
 
 
-def _fold_source(row: Any) -> FoldSource:
-    created = parse_iso(row["created_at"])
+def _fold_source(row: FoldRow) -> FoldSource:
+    created = parse_iso(row.created_at)
     assert created is not None
     return FoldSource(
-        uid=row["uid"], kind=row["kind"], title=row["title"], text=row["text"],
-        origin=row["origin"], created_at=created, session_id=row["session_id"], source=row["source"],
+        uid=row.uid, kind=row.kind, title=row.title, text=row.text, origin=row.origin,
+        created_at=created, session_id=row.session_id, source=row.source,
     )  # fmt: skip
 
 

@@ -13,7 +13,6 @@ change; nothing here talks to the router.
 from __future__ import annotations
 
 import difflib
-import enum
 import hashlib
 import json
 import re
@@ -31,6 +30,12 @@ from daemon.log import get_logger
 from daemon.memory.api import UNTRUSTED_ORIGINS
 from daemon.paths import Home
 from daemon.store.db import Database
+from daemon.store.dream_revisions import (
+    DreamRevisionsRepo,
+    FileChange,
+    Revision,
+    RevisionStatus,
+)
 from daemon.topics.matrix import MatrixError, parse_matrix, split_front_matter
 
 log = get_logger("sleep.revisions")
@@ -40,26 +45,8 @@ _WORD = re.compile(r"[a-z0-9']+")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
-class RevisionStatus(enum.StrEnum):
-    """Where a dream revision stands (the strings are what `dream_revisions.status` holds)."""
-
-    APPLIED = "applied"
-    REJECTED = "rejected"
-    REVERTED = "reverted"
-
-
 class RevisionError(ReverieError):
     """A revert (or a lookup) cannot be done; the message says why and what to do instead."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class FileChange:
-    path: str  # relative to the home
-    before: str | None  # None: the file did not exist
-    after: str | None  # None: the file is removed
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "before": self.before, "after": self.after}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,29 +60,6 @@ class Proposal:
     sources: tuple[str, ...] = ()
     title: str = ""  # new topics
     triggers: tuple[str, ...] = ()  # new topics
-
-
-@dataclass(frozen=True, kw_only=True)
-class Revision:
-    id: str
-    cycle_id: str
-    created_at: str
-    kind: str
-    target: str
-    status: RevisionStatus
-    reason: str
-    files: tuple[FileChange, ...]
-    diff: str
-    sources: tuple[str, ...] = ()
-    reverted_at: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "cycle_id": self.cycle_id, "created_at": self.created_at, "kind": self.kind,
-            "target": self.target, "status": self.status, "reason": self.reason,
-            "files": [f.path for f in self.files], "diff": self.diff, "sources": list(self.sources),
-            "reverted_at": self.reverted_at,
-        }  # fmt: skip
 
 
 @dataclass
@@ -235,29 +199,11 @@ class RevisionStore:
         return str(path.resolve().relative_to(self.home.root.resolve()))
 
     # --- reading -------------------------------------------------------------------------
-    @staticmethod
-    def _from_row(row: Any) -> Revision:
-        files = tuple(
-            FileChange(path=f["path"], before=f["before"], after=f["after"])
-            for f in json.loads(row["files"])
-        )
-        return Revision(
-            id=row["id"], cycle_id=row["cycle_id"], created_at=row["created_at"], kind=row["kind"],
-            target=row["target"], status=RevisionStatus(row["status"]), reason=row["reason"], files=files, diff=row["diff"],
-            sources=tuple(json.loads(row["sources"] or "[]")), reverted_at=row["reverted_at"],
-        )  # fmt: skip
-
     async def get(self, rev_id: str) -> Revision | None:
-        row = await self.db.fetchone(
-            "SELECT * FROM dream_revisions WHERE id = ?", (rev_id.strip(),)
-        )
-        return self._from_row(row) if row else None
+        return await DreamRevisionsRepo(self.db).get(rev_id.strip())
 
     async def recent(self, *, limit: int = 100) -> list[Revision]:
-        rows = await self.db.fetchall(
-            "SELECT * FROM dream_revisions ORDER BY created_at DESC, id DESC LIMIT ?", (limit,)
-        )
-        return [self._from_row(r) for r in rows]
+        return await DreamRevisionsRepo(self.db).recent(limit)
 
     async def settle(self, cycle_id: str) -> list[Revision]:
         """Finish what a crash may have interrupted for a cycle's revisions; return them all.
@@ -277,10 +223,7 @@ class RevisionStore:
             await anyio.to_thread.run_sync(self._write_diff, revision)
 
     async def for_cycle(self, cycle_id: str) -> list[Revision]:
-        rows = await self.db.fetchall(
-            "SELECT * FROM dream_revisions WHERE cycle_id = ? ORDER BY rowid", (cycle_id,)
-        )
-        return [self._from_row(r) for r in rows]
+        return await DreamRevisionsRepo(self.db).of_cycle(cycle_id)
 
     # --- proposing -----------------------------------------------------------------------
     def _changes(
@@ -382,14 +325,7 @@ class RevisionStore:
             sources=proposal.sources,
         )  # fmt: skip
         # The record (with the previous versions) is durable before any file changes.
-        await self.db.execute(
-            "INSERT OR IGNORE INTO dream_revisions(id, cycle_id, created_at, kind, target, status, reason, files, diff, sources) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                revision.id, cycle_id, revision.created_at, revision.kind, revision.target, status, reason,
-                json.dumps([c.to_json() for c in changes]), revision.diff, json.dumps(list(proposal.sources)),
-            ),
-        )  # fmt: skip
+        await DreamRevisionsRepo(self.db).add(revision)
         if status == RevisionStatus.APPLIED:
             await anyio.to_thread.run_sync(self._finish_apply, revision)
             log.info(
@@ -450,10 +386,7 @@ class RevisionStore:
             )
         await anyio.to_thread.run_sync(self._restore, revision, force)
         at = now.isoformat(timespec="seconds")
-        await self.db.execute(
-            "UPDATE dream_revisions SET status = 'reverted', reverted_at = ? WHERE id = ? AND status = 'applied'",
-            (at, revision.id),
-        )
+        await DreamRevisionsRepo(self.db).mark_reverted(revision.id, at)
         log.info("dream revision reverted", id=revision.id, target=revision.target)
         return Revision(
             **{**revision.__dict__, "status": RevisionStatus.REVERTED, "reverted_at": at}

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from daemon.log import get_logger
 from daemon.memory.facts import fact_change, local_timezone, normalise
 from daemon.memory.rows import iso, parse_iso
 from daemon.memory.shared import shared_uid
-from daemon.sleep.changes import ChangeKind, ChangeSet
+from daemon.sleep.changes import CHANGE_KINDS, ChangeKind, ChangeSet
 from daemon.sleep.plans import past_plan
+from daemon.store.shared_upkeep import CurrentSharedFact, SharedUpkeepStore
+from daemon.store.sleep_changes import SleepChangesRepo
 
 if TYPE_CHECKING:
     from daemon.sleep.phases import PhaseContext
@@ -52,6 +52,8 @@ log = get_logger("sleep.shared")
 LOCK_KEY = "reverie.shared.maintenance"
 APPLICATION = "reverie shared maintenance"
 SKIPPED = "shared facts: skipped, another daemon is maintaining them now"
+# Every change kind the shared upkeep records (what a late record looks for).
+SHARED_CHANGE_KINDS = tuple(k for k in CHANGE_KINDS if k.startswith("shared_fact_"))
 
 _KINDS: dict[str, ChangeKind] = {
     "duplicate": "shared_fact_folded",
@@ -69,9 +71,9 @@ class SharedRow:
     valid_from: datetime
 
     @classmethod
-    def of(cls, row: Any) -> SharedRow:
-        when = parse_iso(row[4]) or parse_iso(row[5]) or datetime.now(UTC)
-        return cls(id=int(row[0]), text=row[1], origin=row[2], author=row[3], valid_from=when)
+    def of(cls, row: CurrentSharedFact) -> SharedRow:
+        when = parse_iso(row.valid_from) or parse_iso(row.created_at) or datetime.now(UTC)
+        return cls(id=row.id, text=row.text, origin=row.origin, author=row.author, valid_from=when)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,41 +158,18 @@ async def maintain_shared(ctx: PhaseContext) -> dict[str, Any]:
     db = ctx.db
     if not db.is_postgres or db.readonly:
         return {"ran": False, "summary": ""}
-    import psycopg
-
-    from daemon.store.postgres import connect_options
-
-    conn = await psycopg.AsyncConnection.connect(
-        db.url or "", application_name=f"{APPLICATION} {db.schema}", **connect_options(10)
-    )
-    try:
-        try:
-            # A killed daemon's session ends even while its statement waits on a row lock
-            # (PostgreSQL 14+; older servers end it when the wait is over).
-            await conn.execute("SET client_connection_check_interval = '1s'")
-        except psycopg.Error:
-            pass
-        cur = await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (LOCK_KEY,))
-        held = await cur.fetchone()
-        if not held or not held[0]:
+    async with SharedUpkeepStore.locked(db, lock_key=LOCK_KEY, application=APPLICATION) as shared:
+        if shared is None:
             log.info("shared maintenance skipped: another daemon holds its lock")
             return {"ran": False, "skipped": True, "summary": SKIPPED, "changes": []}
-        return await _maintain(conn, ctx)
-    finally:
-        with anyio.CancelScope(shield=True):
-            # Closing the session frees the advisory lock with it.
-            await conn.close()
+        return await _maintain(shared, ctx)
 
 
-async def _maintain(conn: Any, ctx: PhaseContext) -> dict[str, Any]:
+async def _maintain(shared: SharedUpkeepStore, ctx: PhaseContext) -> dict[str, Any]:
     schema = ctx.db.schema
     changes = ChangeSet.open(ctx.db, ctx.cycle_id, clock=ctx.clock)
-    recorded = await _record_missing(conn, ctx)
-    cur = await conn.execute(
-        "SELECT id, text, origin, author, valid_from, created_at FROM shared.facts "
-        "WHERE retired_at IS NULL ORDER BY id"
-    )
-    rows = [SharedRow.of(r) for r in await cur.fetchall()]
+    recorded = await _record_missing(shared, ctx)
+    rows = [SharedRow.of(r) for r in await shared.current()]
     tz = local_timezone(ctx.settings)
     today = ctx.clock.now().astimezone(tz).date()
     grace = ctx.settings.sleep.retire_after_days
@@ -201,17 +180,10 @@ async def _maintain(conn: Any, ctx: PhaseContext) -> dict[str, Any]:
         by = r.by.id if r.by is not None else None
         # One transaction per change, retiring the row only while it (and what replaces it)
         # is current: a change made before a crash, or by another daemon since, is not redone.
-        async with conn.transaction():
-            cur = await conn.execute(
-                "UPDATE shared.facts SET retired_at = %s, invalid_from = %s, superseded_by = %s, "
-                "retired_as = %s, retired_reason = %s, retired_by = %s, retired_cycle = %s, "
-                "version = nextval('shared.facts_version') "
-                "WHERE id = %s AND retired_at IS NULL AND (%s::bigint IS NULL OR EXISTS ("
-                "SELECT 1 FROM shared.facts k WHERE k.id = %s AND k.retired_at IS NULL))",
-                (now, iso(r.invalid_from), by, r.kind, r.reason, schema, ctx.cycle_id,
-                 r.row.id, by, by),
-            )  # fmt: skip
-            made = cur.rowcount == 1
+        made = await shared.retire(
+            r.row.id, at=now, invalid_from=iso(r.invalid_from), by=by, kind=r.kind,
+            reason=r.reason, agent=schema, cycle_id=ctx.cycle_id,
+        )  # fmt: skip
         if not made:
             continue
         change = _change_of(r)
@@ -239,42 +211,31 @@ def _change_of(r: Retirement) -> dict[str, Any]:
     return {"before": before, "after": after}
 
 
-async def _record_missing(conn: Any, ctx: PhaseContext) -> int:
+async def _record_missing(shared: SharedUpkeepStore, ctx: PhaseContext) -> int:
     """Record changes this agent made to shared facts but was stopped before recording.
 
     A change is committed on the server first, stamped with the agent and its cycle; the
     record in this agent's change set follows. A daemon killed between the two leaves the
     stamp, and this puts the record into that cycle's set (recording is idempotent).
     """
-    cur = await conn.execute(
-        "SELECT id, text, author, valid_from, created_at, superseded_by, retired_as, "
-        "retired_reason, invalid_from, retired_cycle FROM shared.facts "
-        "WHERE retired_by = %s AND retired_cycle IS NOT NULL AND retired_as = ANY(%s)",
-        (ctx.db.schema, list(_KINDS)),
-    )
-    stamped = await cur.fetchall()
+    stamped = await shared.stamped(ctx.db.schema, list(_KINDS))
     if not stamped:
         return 0
-    have = {
-        (r[0], r[1])
-        for r in await ctx.db.fetchall(
-            "SELECT cycle_id, target FROM sleep_changes WHERE kind LIKE 'shared_fact_%'"
-        )
-    }
+    have = set(await SleepChangesRepo(ctx.db).targets_of(SHARED_CHANGE_KINDS))
     late = 0
     for r in stamped:
-        if (r[9], shared_uid(r[0])) in have:
+        if (r.retired_cycle, shared_uid(r.id)) in have:
             continue
-        by = r[5]
+        by = r.superseded_by
         after = {
-            "id": shared_uid(r[0]), "retired_as": r[6],
+            "id": shared_uid(r.id), "retired_as": r.retired_as,
             "by": shared_uid(by) if by else None, "by_text": None,
-            "invalid_from": r[8], "reason": r[7],
+            "invalid_from": r.invalid_from, "reason": r.retired_reason,
         }  # fmt: skip
-        await ChangeSet.open(ctx.db, r[9], clock=ctx.clock).record(
-            _KINDS[r[6]], shared_uid(r[0]),
-            before={"id": shared_uid(r[0]), "text": r[1], "author": r[2]},
-            after=after, note=r[7] or "",
+        await ChangeSet.open(ctx.db, r.retired_cycle, clock=ctx.clock).record(
+            _KINDS[r.retired_as], shared_uid(r.id),
+            before={"id": shared_uid(r.id), "text": r.text, "author": r.author},
+            after=after, note=r.retired_reason or "",
         )  # fmt: skip
         late += 1
     return late

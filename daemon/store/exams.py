@@ -27,6 +27,15 @@ class ExamRow:
     hits: int = 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExamScore:
+    """An exam's stored score and when it was taken (as stored, ISO)."""
+
+    cycle_id: str
+    taken_at: str
+    score: float
+
+
 def _row(row: Sequence[Any]) -> ExamRow:
     return ExamRow(
         cycle_id=str(row[0]),
@@ -55,6 +64,24 @@ class ExamsRepo:
             f"SELECT {_COLUMNS} FROM self_exams WHERE cycle_id = ?", (cycle_id,)
         )
         return _row(row) if row is not None else None
+
+    async def score(self, *, after: datetime | None = None) -> ExamScore | None:
+        """The newest exam's score, or (`after`) the first exam's taken after that time
+        (None: no such exam)."""
+        if after is None:
+            row = await self.db.fetchone(
+                "SELECT cycle_id, taken_at, score FROM self_exams"
+                " ORDER BY taken_at DESC, cycle_id DESC LIMIT 1"
+            )
+        else:
+            row = await self.db.fetchone(
+                "SELECT cycle_id, taken_at, score FROM self_exams WHERE taken_at > ?"
+                " ORDER BY taken_at, cycle_id LIMIT 1",
+                (after.isoformat(),),
+            )
+        if row is None:
+            return None
+        return ExamScore(cycle_id=str(row[0]), taken_at=str(row[1]), score=float(row[2]))
 
     async def add(self, exam: ExamRow) -> None:
         """Keep an exam; a cycle's exam is kept once (a resumed cycle's second is dropped)."""

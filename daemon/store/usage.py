@@ -108,3 +108,28 @@ class UsageRepo:
             (since,),
         )
         return [_spend(str(r[0]), r[1:]) for r in rows]
+
+    async def last_call(self, role: str) -> UsageEntry | None:
+        """The call of `role` recorded last (None: the ledger has none of that role)."""
+        row = await self.db.fetchone(
+            "SELECT ts, day, role, provider, model, input_tokens, output_tokens,"
+            " cache_read_tokens, cache_write_tokens, cost_usd, session_id, turn_id"
+            " FROM usage_ledger WHERE role = ? ORDER BY id DESC LIMIT 1",
+            (role,),
+        )
+        if row is None:
+            return None
+        return UsageEntry(
+            ts=str(row[0]),
+            day=str(row[1]),
+            role=str(row[2]),
+            provider=str(row[3]),
+            model=str(row[4]),
+            input_tokens=int(row[5]),
+            output_tokens=int(row[6]),
+            cache_read_tokens=int(row[7]),
+            cache_write_tokens=int(row[8]),
+            cost_usd=float(row[9]),
+            session_id=row[10],
+            turn_id=row[11],
+        )
