@@ -14,7 +14,7 @@ import calendar
 import json
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any
@@ -292,12 +292,12 @@ async def folded_into(db: Database, uids: Collection[str]) -> dict[str, str]:
 
 async def month_sources(db: Database, month_uid: str) -> list[MemoryItem]:
     """The active day-level memories folded into `month_uid`, newest first."""
-    return [row_to_item(asdict(r)) for r in await MemoriesRepo(db).month_sources(month_uid)]
+    return [row_to_item(vars(r)) for r in await MemoriesRepo(db).month_sources(month_uid)]
 
 
 async def unfolded_summaries(db: Database, limit: int) -> list[MemoryItem]:
     """Session summaries not folded into a month yet (the recent window), newest first."""
-    return [row_to_item(asdict(r)) for r in await MemoriesRepo(db).unfolded_summaries(limit)]
+    return [row_to_item(vars(r)) for r in await MemoriesRepo(db).unfolded_summaries(limit)]
 
 
 async def months_in_place(index: MemoryIndex, items: Sequence[MemoryItem]) -> list[MemoryItem]:

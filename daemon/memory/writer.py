@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict
 from datetime import datetime
 
 from daemon.memory.api import MemoryItem
@@ -25,7 +24,7 @@ from daemon.store.memories import (
 
 
 def _item(row: MemoryRow) -> MemoryItem:
-    return row_to_item(asdict(row))
+    return row_to_item(vars(row))
 
 
 def _written(it: NewMemory) -> MemoryWrite:

@@ -115,16 +115,30 @@ class MemoryRow:
 
 
 _FIELDS = tuple(MemoryRow.__dataclass_fields__)
+# Where each field is in a result's columns, per column list (a handful: `*`, `*` and more).
+_PLACES: dict[tuple[str, ...], list[tuple[str, int]]] = {}
 
 
-def _memory_row(row: Any) -> MemoryRow:
-    names = set(row.keys())
-    values = {f: row[f] for f in _FIELDS if f in names}
-    values["explicit"] = bool(values.get("explicit"))
-    values["rowid"] = int(values["rowid"])
-    values["importance"] = float(values["importance"])
-    values["uses"] = int(values.get("uses") or 0)
-    return MemoryRow(**values)
+def _memory_rows(rows: Sequence[Any]) -> list[MemoryRow]:
+    """Rows of `SELECT * FROM memories` (and any further columns) as `MemoryRow`s.
+
+    The columns are placed by name once per result (an older home read-only has no use
+    columns: they take their defaults)."""
+    if not rows:
+        return []
+    names = tuple(rows[0].keys())
+    at = _PLACES.get(names)
+    if at is None:
+        at = _PLACES[names] = [(f, names.index(f)) for f in _FIELDS if f in names]
+    out: list[MemoryRow] = []
+    for r in rows:
+        v = {f: r[i] for f, i in at}
+        v["rowid"] = int(v["rowid"])
+        v["importance"] = float(v["importance"])
+        v["explicit"] = bool(v["explicit"])
+        v["uses"] = int(v.get("uses") or 0)
+        out.append(MemoryRow(**v))
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -419,7 +433,7 @@ class MemoriesRepo:
     # ----- reads ---------------------------------------------------------------------------------
     async def get(self, uid: str) -> MemoryRow | None:
         row = await self.db.fetchone("SELECT * FROM memories WHERE uid = ?", (uid,))
-        return _memory_row(row) if row else None
+        return _memory_rows([row])[0] if row else None
 
     async def recent(
         self, kinds: Collection[str], limit: int, *, include_retired: bool = False
@@ -431,19 +445,18 @@ class MemoriesRepo:
         # One indexed, LIMITed walk per kind (see migration 0003), merged here: an IN list
         # would make SQLite sort every row of those kinds.
         sql = (
-            f"SELECT * FROM memories WHERE kind = ? {retired} "
-            "ORDER BY coalesce(valid_from, created_at) DESC, rowid DESC LIMIT ?"
+            f"SELECT *, coalesce(valid_from, created_at) AS vt FROM memories WHERE kind = ? "
+            f"{retired} ORDER BY coalesce(valid_from, created_at) DESC, rowid DESC LIMIT ?"
         )
 
-        def walk(conn: Any) -> list[MemoryRow]:
-            rows: list[MemoryRow] = []
+        def walk(conn: Any) -> list[Any]:
+            rows: list[Any] = []
             for kind in dict.fromkeys(kinds):
-                rows.extend(_memory_row(r) for r in conn.execute(sql, (kind, limit)).fetchall())
-            rows.sort(key=lambda r: (r.valid_from or r.created_at, r.rowid), reverse=True)
+                rows.extend(conn.execute(sql, (kind, limit)).fetchall())
+            rows.sort(key=lambda r: (r["vt"], r["rowid"]), reverse=True)
             return rows[:limit]
 
-        found: list[MemoryRow] = await self.db.run(walk)
-        return found
+        return _memory_rows(await self.db.run(walk))
 
     async def kind_counts(self) -> list[KindCount]:
         """Per kind: how many memories, and how many of them retired."""
@@ -541,7 +554,7 @@ class MemoriesRepo:
             "WHERE f.month_uid = ? AND m.retired_at IS NULL ORDER BY m.created_at DESC, m.uid",
             (month_uid,),
         )
-        return [_memory_row(r) for r in rows]
+        return _memory_rows(rows)
 
     async def unfolded_summaries(self, limit: int) -> list[MemoryRow]:
         """Active session summaries folded into no month yet, newest first by valid time."""
@@ -551,7 +564,7 @@ class MemoriesRepo:
             "ORDER BY coalesce(m.valid_from, m.created_at) DESC, m.rowid DESC LIMIT ?",
             (limit,),
         )
-        return [_memory_row(r) for r in rows]
+        return _memory_rows(rows)
 
     async def state(self) -> IndexState:
         found: IndexState = await self.db.run(index_state)
