@@ -534,20 +534,19 @@ def _write_pinned(home: Home, block: str, empty: bool) -> bool:
 
 async def compact(ctx: PhaseContext) -> dict[str, Any]:
     """Checkpoint the WAL; VACUUM when at least the configured fraction of pages is free."""
-    if ctx.db.is_postgres:
-        # The server's autovacuum keeps its tables; there is no WAL of ours to checkpoint.
-        return {"vacuumed": False, "summary": "PostgreSQL: the server's autovacuum compacts"}
     upkeep = StoreUpkeep(ctx.db)
     before = await upkeep.pages()
-    assert before is not None  # SQLite
+    if before is None:
+        # PostgreSQL: the server's autovacuum keeps its tables; there is no WAL of ours.
+        return {"vacuumed": False, "summary": "PostgreSQL: the server's autovacuum compacts"}
     pages, free, fraction = before.total, before.free, before.free_fraction
     vacuumed = False
     if pages and free and fraction >= ctx.settings.sleep.vacuum_min_free_fraction:
         await upkeep.vacuum()
         vacuumed = True
     busy, wal_pages, done = await ctx.db.checkpoint()
-    now = await upkeep.pages()
-    after = now.total if now is not None else pages
+    shrunk = await upkeep.pages()
+    after = shrunk.total if shrunk is not None else pages
     summary = (
         f"vacuumed ({pages} → {after} pages) and checkpointed"
         if vacuumed
