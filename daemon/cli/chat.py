@@ -19,15 +19,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from daemon.cli.chat_notes import Notes as Notes  # the side lines, for the tests that show them
+# What both clients share, importable from here too.
+from daemon.cli.chat_notes import EXIT_SAVED as EXIT_SAVED
+from daemon.cli.chat_notes import Notes as Notes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-
-# `chat -m` exit status when the daemon went away after saving the message (EX_TEMPFAIL): the
-# reply is owed, not lost, so a script should not send the message again.
-EXIT_SAVED = 75
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:

@@ -1,9 +1,14 @@
-"""The chat's side lines: tools, forks, state changes and notices, dim on a terminal."""
+"""What both chat clients share: their side lines (tools, forks, state changes and notices, dim
+on a terminal) and the exit status of a message saved but not answered."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, TextIO
+
+# `chat -m` exit status when the daemon went away after saving the message (EX_TEMPFAIL): the
+# reply is owed, not lost, so a script should not send the message again.
+EXIT_SAVED = 75
 
 
 class Notes:

@@ -18,8 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from daemon.chat import wire
 from daemon.chat.client import ChatClient, ChatError, MessageSaved
 from daemon.cli.approvals import PreApproval, pre_approved
-from daemon.cli.chat import EXIT_SAVED
-from daemon.cli.chat_notes import Notes
+from daemon.cli.chat_notes import EXIT_SAVED, Notes
 from daemon.cli.support import CommandError
 
 # How long `chat -m` waits, once its turn ended, for the `seen` of the notices it showed to go out.
