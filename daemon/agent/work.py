@@ -38,6 +38,7 @@ from daemon.records import (
 )
 from daemon.redact import Redactor
 from daemon.store.db import Database
+from daemon.store.forks import ForksRepo
 
 MAX_LINES = 12
 LINE_CHARS = 120
@@ -351,19 +352,13 @@ def work_done(
 
 async def fork_finders(db: Database, session_id: str) -> dict[str, ForkFinder]:
     """For every session of `session_id`'s delegate tree: which forks each of its calls started."""
-    row = await db.fetchone("SELECT root_session_id FROM forks WHERE id = ?", (session_id,))
-    root = row[0] if row else session_id
-    rows = await db.fetchall(
-        "SELECT id, parent_session_id, parent_call_id, status, transcript_path FROM forks "
-        "WHERE root_session_id = ? ORDER BY started_at, id",
-        (root,),
-    )
     by_call: dict[str, dict[str, list[ForkRef]]] = {}
-    for fork_id, parent, call_id, status, transcript in rows:
-        if not call_id:
+    for fork in await ForksRepo(db).tree(session_id):
+        if not fork.parent_call_id:
             continue
-        ref = ForkRef(id=fork_id, status=str(status), transcript=Path(transcript))
-        by_call.setdefault(parent, {}).setdefault(call_id, []).append(ref)
+        ref = ForkRef(id=fork.id, status=str(fork.status), transcript=Path(fork.transcript_path))
+        calls = by_call.setdefault(fork.parent_session_id, {})
+        calls.setdefault(fork.parent_call_id, []).append(ref)
     return {parent: _finder(calls) for parent, calls in by_call.items()}
 
 

@@ -170,6 +170,18 @@ class ForksRepo:
         )
         return ForkRow.from_db(row) if row else None
 
+    async def tree(self, session_id: str) -> list[ForkRow]:
+        """Every fork of the delegate tree `session_id` belongs to (the trunk session at its
+        top, or any fork in it), oldest first."""
+        row = await self.db.fetchone(
+            "SELECT root_session_id FROM forks WHERE id = ?", (session_id,)
+        )
+        root = row[0] if row else session_id
+        rows = await self.db.fetchall(
+            f"{_SELECT} WHERE root_session_id = ? ORDER BY started_at, id", (root,)
+        )
+        return [ForkRow.from_db(r) for r in rows]
+
     async def in_tree(self, root_session_id: str, *, besides: str = "") -> list[str]:
         """The ids of every fork under root session `root_session_id` but `besides`, in order."""
         rows = await self.db.fetchall(
