@@ -182,8 +182,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.memory.corrections",
         "daemon.memory.recall",
         "daemon.memory.shared",
-        "daemon.memory.summariser",
-        "daemon.memory.system",
     }
 )
 

@@ -1,19 +1,17 @@
-"""The memory index's repositories: memories and their vectors, the full-text index, transcripts.
+"""The memory index's rows (`MemoriesRepo`): memories, their vectors, the index's marks.
 
 Each test runs on a SQLite file and on the real PostgreSQL server (`tests.test_store_repos`'s
-fixture): the same calls, the same answers, FTS5 on one side and a tsvector on the other.
+fixture): the same calls, the same answers.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from daemon.store.folds import FoldLink, FoldsRepo
-from daemon.store.fulltext import FullText, PgFullText, TextFilter, full_text
 from daemon.store.memories import (
     MemoriesRepo,
     MemoryWrite,
@@ -27,7 +25,6 @@ from daemon.store.memories import (
     vectors_of,
     vectors_since,
 )
-from daemon.store.transcripts import TranscriptMessage, TranscriptSession, TranscriptsRepo
 from tests.postgres_server import pg_server  # noqa: F401
 from tests.test_store_repos import Store, store  # noqa: F401
 
@@ -313,142 +310,3 @@ async def test_month_folds_are_read_with_their_memories(store: Store) -> None:  
         unfolded = await repo.unfolded_summaries(10)
         assert [r.uid for r in unfolded] == ["summary:s4", "summary:s3"]
         assert [r.uid for r in await repo.unfolded_summaries(1)] == ["summary:s4"]
-
-
-# ----- the full-text index ----------------------------------------------------------------------
-TEXTS = [
-    ("fact:1", "Ana fixed the kiln on Monday", "fact", None),
-    ("fact:2", "Ben sold the boat on Friday", "fact", None),
-    ("chunk:3", "Caro and Ana talked about the kiln glaze", "chunk", "s1"),
-    ("chunk:4", "the kiln cracked again", "chunk", "s2"),
-    ("summary:5", "a quiet week", "summary", "s2"),
-]
-
-
-async def _fill(repo: MemoriesRepo) -> None:
-    await repo.upsert(
-        [
-            mem(uid, text, kind=kind, session_id=session, created_at=f"2026-03-0{i + 1}T00:00:00Z")
-            for i, (uid, text, kind, session) in enumerate(TEXTS)
-        ]
-    )
-
-
-@pytest.mark.anyio
-async def test_full_text_counts_ranks_filters_and_reads_text(store: Store) -> None:  # noqa: F811
-    async with store.open(*TABLES) as db:
-        repo = MemoriesRepo(db)
-        await _fill(repo)
-        text = full_text(db.is_postgres)
-        assert isinstance(text, PgFullText) is db.is_postgres and isinstance(text, FullText)
-        uid_of = {(await repo.get(u)).rowid: u for u, *_ in TEXTS}  # type: ignore[union-attr]
-
-        def run(fn: Any, *args: Any, **kw: Any) -> Any:
-            return db.run(lambda conn: fn(conn, *args, **kw))
-
-        assert await run(text.count, '"kiln"') == 3
-        assert await run(text.count, '"kilns"') == 3  # stemmed on both
-        assert await run(text.count, '"boa"*') == 1  # a prefix
-        assert await run(text.count, '"zebra"') == 0
-        # A phrase holds only where its words are adjacent.
-        assert await run(text.count, '"kiln glaze"') == 1
-
-        ranked = [uid_of[r] for r in await run(text.ranked, '"kiln" OR "ana"', 10)]
-        assert set(ranked) == {"fact:1", "chunk:3", "chunk:4"}
-        assert ranked[-1] == "chunk:4"  # holds one of the two words
-        assert len(await run(text.ranked, '"kiln"', 2)) == 2
-
-        await repo.retire("fact:1", at="2026-03-09T00:00:00Z")
-        joined = await run(text.joined, '"kiln"', 10, TextFilter())
-        assert {uid_of[r] for r in joined} == {"chunk:3", "chunk:4"}  # the retired one left out
-        every = await run(text.joined, '"kiln"', 10, TextFilter(include_retired=True))
-        assert {uid_of[r] for r in every} == {"fact:1", "chunk:3", "chunk:4"}
-        facts = await run(
-            text.joined, '"kiln"', 10, TextFilter(kinds=("fact",), include_retired=True)
-        )
-        assert [uid_of[r] for r in facts] == ["fact:1"]
-        window = TextFilter(after="2026-03-03T00:00:00Z", before="2026-03-04T00:00:00Z")
-        assert [uid_of[r] for r in await run(text.joined, '"kiln"', 10, window)] == ["chunk:3"]
-        assert await run(text.joined, '"kiln"', 10, replace(window, kinds=("summary",))) == []
-
-        said = await run(text.matching, '"kiln"', kind="chunk", limit=10)
-        assert sorted((s.session_id, s.text) for s in said) == [
-            ("s1", "Caro and Ana talked about the kiln glaze"),
-            ("s2", "the kiln cracked again"),
-        ]
-        # Input never changes the query's shape: quotes and operators are words or nothing.
-        assert await run(text.count, '"\'); DROP TABLE memories; --"') == 0
-        assert await repo.get("fact:2") is not None
-
-
-# ----- transcripts ------------------------------------------------------------------------------
-def msg(i: int, text: str, **kw: Any) -> TranscriptMessage:
-    return TranscriptMessage(
-        msg_id=f"m{i}", ts=f"2026-03-02T10:0{i}:00Z", role="user", content=text, **kw
-    )
-
-
-@pytest.mark.anyio
-async def test_a_transcript_is_recorded_once_and_numbered_on(store: Store) -> None:  # noqa: F811
-    async with store.open("messages", "sessions") as db:
-        repo = TranscriptsRepo(db)
-        session = TranscriptSession(
-            session_id="imp-1",
-            kind="imported",
-            transcript_path="/h/imported/imp-1.jsonl",
-            started_at="2026-03-02T10:01:00Z",
-            ended_at="2026-03-02T10:02:00Z",
-        )
-        first = [msg(1, "hello", speaker="Ana"), msg(2, "hi", turn_id="t1")]
-        assert await repo.record(session, first) == 2
-        assert await repo.record(session, first) == 0  # again: nothing new
-        later = replace(session, started_at="2026-03-01T09:00:00Z", ended_at="2026-03-02T10:05:00Z")
-        assert await repo.record(later, [*first, msg(5, "and more")]) == 1
-        rows = await db.fetchall(
-            "SELECT msg_id, seq, speaker, turn_id, content FROM messages "
-            "WHERE session_id = 'imp-1' ORDER BY seq"
-        )
-        assert [tuple(r) for r in rows] == [
-            ("m1", 1, "Ana", None, "hello"),
-            ("m2", 2, None, "t1", "hi"),
-            ("m5", 3, None, None, "and more"),
-        ]
-        span = await db.fetchone(
-            "SELECT kind, started_at, ended_at FROM sessions WHERE id = 'imp-1'"
-        )
-        assert tuple(span) == ("imported", "2026-03-01T09:00:00Z", "2026-03-02T10:05:00Z")
-
-
-@pytest.mark.anyio
-async def test_a_live_session_keeps_its_own_end_and_a_bad_message_writes_nothing(
-    store: Store,  # noqa: F811
-) -> None:
-    async with store.open("messages", "sessions") as db:
-        repo = TranscriptsRepo(db)
-        trunk = TranscriptSession(
-            session_id="trunk-1",
-            kind="trunk",
-            transcript_path="/h/trunk/1.jsonl",
-            started_at="2026-03-02T10:01:00Z",
-        )
-        assert await repo.record(trunk, [msg(1, "hello")]) == 1
-        await db.execute(
-            "UPDATE sessions SET ended_at = '2026-03-02T11:00:00Z' WHERE id = 'trunk-1'"
-        )
-        assert await repo.record(trunk, [msg(2, "more")]) == 1
-        row = await db.fetchone("SELECT ended_at FROM sessions WHERE id = 'trunk-1'")
-        assert row[0] == "2026-03-02T11:00:00Z"
-
-        broken = TranscriptSession(
-            session_id="imp-2",
-            kind="imported",
-            transcript_path="/h/imported/imp-2.jsonl",
-            started_at="2026-03-02T10:01:00Z",
-            ended_at="2026-03-02T10:01:00Z",
-        )
-        bad = TranscriptMessage(msg_id="m9", ts="2026", role="user", content=None)  # type: ignore[arg-type]
-        with pytest.raises(Exception):  # the backend's own NOT NULL error
-            await repo.record(broken, [msg(1, "fine"), bad])
-        for table, key in (("sessions", "id"), ("messages", "session_id")):
-            left = await db.fetchone(f"SELECT count(*) FROM {table} WHERE {key} = 'imp-2'")
-            assert left[0] == 0, table

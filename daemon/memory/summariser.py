@@ -37,6 +37,8 @@ from daemon.paths import Home
 from daemon.redact import redactor_for
 from daemon.settings import Settings
 from daemon.store.db import Database
+from daemon.store.sessions import SessionsRepo
+from daemon.store.summaries import SummariesRepo
 from daemon.tokens import count_tokens
 from daemon.tools.workspace import Workspace
 
@@ -379,13 +381,9 @@ class Summariser:
 
     async def scan(self) -> int:
         """Queue every trunk or fork session with messages not yet summarised; return how many."""
-        rows = await self.db.fetchall(
-            "SELECT s.id FROM sessions s WHERE s.kind IN ('trunk', 'fork') AND "
-            "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) > s.summarised_upto "
-            "ORDER BY s.started_at"
-        )
-        for row in rows:
-            self.enqueue(row[0])
+        rows = await SummariesRepo(self.db).unsummarised()
+        for sid in rows:
+            self.enqueue(sid)
         if rows:
             log.info("unfinished summaries queued", count=len(rows))
         return len(rows)
@@ -419,14 +417,16 @@ class Summariser:
 
     # --- the work ----------------------------------------------------------------------
     async def messages(self, session_id: str) -> list[TranscriptMessage]:
-        rows = await self.db.fetchall(
-            "SELECT seq, msg_id, ts, role, COALESCE(speaker, ''), content FROM messages "
-            "WHERE session_id = ? AND role IN ('user', 'assistant') ORDER BY seq",
-            (session_id,),
-        )
         return [
-            TranscriptMessage(seq=r[0], msg_id=r[1], ts=r[2], role=r[3], speaker=r[4], content=r[5])
-            for r in rows
+            TranscriptMessage(
+                seq=r.seq,
+                msg_id=r.msg_id,
+                ts=r.ts,
+                role=r.role,
+                speaker=r.speaker,
+                content=r.content,
+            )
+            for r in await SummariesRepo(self.db).dialogue(session_id)
         ]
 
     async def summarise(self, session_id: str, *, force: bool = False) -> Path | None:
@@ -440,19 +440,13 @@ class Summariser:
             return await self._summarise(session_id, force=force)
 
     async def _summarise(self, session_id: str, *, force: bool) -> Path | None:
-        row = await self.db.fetchone(
-            "SELECT kind, transcript_path, started_at, summary_path, summarised_upto FROM sessions WHERE id = ?",
-            (session_id,),
-        )
-        if row is None:
+        state = await SummariesRepo(self.db).state(session_id)
+        if state is None:
             log.warning("cannot summarise an unknown session", session_id=session_id)
             return None
-        kind, transcript, started, summary_path, upto = row
-        total = (
-            await self.db.fetchone(
-                "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
-            )
-        )[0]
+        kind, transcript, started = state.kind, state.transcript_path, state.started_at
+        summary_path, upto = state.summary_path, state.summarised_upto
+        total = await SessionsRepo(self.db).message_count(session_id)
         existing = (
             Path(summary_path)
             if summary_path
@@ -511,10 +505,12 @@ class Summariser:
         await self.index.upsert(
             [summary_memory(meta, body, path, origin="import" if kind == "imported" else "system")]
         )
-        await self.db.execute(
-            "UPDATE sessions SET summary_path = ?, summarised_at = ?, summarised_upto = ?, "
-            "title = COALESCE(title, ?) WHERE id = ?",
-            (str(path), now.isoformat(timespec="seconds"), total, summary.title, session_id),
+        await SummariesRepo(self.db).summarised(
+            session_id,
+            path=str(path),
+            at=now.isoformat(timespec="seconds"),
+            upto=total,
+            title=summary.title,
         )
         self._failed.discard(session_id)
         log.info(

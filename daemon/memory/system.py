@@ -31,6 +31,8 @@ from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.store.db import Database
+from daemon.store.sessions import SessionsRepo
+from daemon.store.summaries import SummariesRepo
 from daemon.tools.registry import Tool
 
 __all__ = ["FactError", "MemorySystem", "RecallError", "RememberResult", "TopicAddenda"]
@@ -227,10 +229,8 @@ class MemorySystem:
             raise ModelError("no model roles were given to this memory system; it cannot summarise")
         if not wait:
             self.summariser.enqueue(session_id)
-            row = await self.db.fetchone(
-                "SELECT summary_path FROM sessions WHERE id = ?", (session_id,)
-            )
-            return Path(row[0]) if row and row[0] else None
+            found = await SessionsRepo(self.db).summary_path(session_id)
+            return Path(found) if found else None
         try:
             return await self.summariser.summarise(session_id)
         except ModelError:
@@ -253,7 +253,7 @@ class MemorySystem:
         await self.index.clear()
         facts = await self.facts.sync(force=True)
         counts = dict(await reindex_transcripts(self.home, self.index))
-        kinds = {r[0]: r[1] for r in await self.db.fetchall("SELECT id, kind FROM sessions")}
+        kinds = await SummariesRepo(self.db).kinds()
         summaries = 0
         for path in sorted(self.home.summaries_dir.glob("session-*.md")):
             try:
@@ -268,11 +268,10 @@ class MemorySystem:
             origin = "import" if kinds.get(sid) == "imported" else "system"
             await self.index.upsert([summary_memory(meta, body, path, origin=origin)])
             if sid in kinds:
-                covered = meta.get("messages") if isinstance(meta.get("messages"), int) else 0
-                await self.db.execute(
-                    "UPDATE sessions SET summary_path = ?, summarised_at = COALESCE(summarised_at, ?), "
-                    "summarised_upto = MAX(summarised_upto, ?) WHERE id = ?",
-                    (str(path), str(meta.get("summarised_at") or ""), covered, sid),
+                told = meta.get("messages")
+                covered = told if isinstance(told, int) else 0
+                await SummariesRepo(self.db).restored(
+                    sid, path=str(path), at=str(meta.get("summarised_at") or ""), covered=covered
                 )
             summaries += 1
         for sid in kinds:
