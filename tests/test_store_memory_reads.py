@@ -73,8 +73,8 @@ async def test_parts_give_each_memory_its_messages(store: Store) -> None:
 
 @pytest.mark.anyio
 async def test_rows_hold_every_column_the_item_is_made_of(store: Store) -> None:
-    """A whole row reads back as the index wrote it: the same item `row_to_item` makes of the
-    raw row (the conversion search used before the statement moved here)."""
+    """A whole row reads back as the index wrote it, and search shows it as the item
+    `row_to_item` makes of the raw row."""
     async with store.open("memories") as db:
         reads = MemoryReads(db)
         rid = await add(
@@ -108,11 +108,11 @@ async def test_rows_hold_every_column_the_item_is_made_of(store: Store) -> None:
             "family pin",
             0.9,
         )
-        assert (got.origin, got.supersedes, got.session_id, got.message_ids) == (
+        assert (got.origin, got.supersedes, got.session_id, json.loads(got.message_ids)) == (
             "agent",
             "fact:3",
             "s",
-            ("m4",),
+            ["m4"],
         )
         assert got.explicit is True and got.uses == 3
         assert (got.last_used, got.confirmed_at) == (

@@ -10,25 +10,25 @@ explicitness and importance nudge the fused order. It also reads the memories a 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import anyio
 import numpy as np
 
-from daemon.memory.api import Kind, MemoryItem, Origin
+from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import Embedder
 from daemon.memory.lexical import LexicalSearcher, RowFilter
 from daemon.memory.matrix import VectorMatrix
 from daemon.memory.query import match_terms, terms
-from daemon.memory.rows import parse_iso
+from daemon.memory.rows import row_to_item
 from daemon.memory.text import stem
 from daemon.resources import forgettable
 from daemon.store.db import Database
-from daemon.store.memory_reads import MemoryReads, StoredMemory
+from daemon.store.memories import MemoryRow
+from daemon.store.memory_reads import MemoryReads
 
 SearchMode = Literal["hybrid", "lexical", "vector"]
 
@@ -97,34 +97,9 @@ def combine(
     return sorted(total.items(), key=lambda kv: (-kv[1], -kv[0]))[:k]
 
 
-def item_of(row: StoredMemory, score: float = 0.0) -> MemoryItem:
+def item_of(row: MemoryRow, score: float = 0.0) -> MemoryItem:
     """A stored memory as the `MemoryItem` the rest of the daemon reads."""
-    meta = json.loads(row.meta or "{}")
-    meta.update(
-        importance=row.importance,
-        explicit=row.explicit,
-        retired_at=row.retired_at,
-        supersedes=row.supersedes,
-        superseded_by=row.superseded_by,
-        valid_from=row.valid_from,
-        last_used=row.last_used,
-        uses=row.uses,
-        confirmed_at=row.confirmed_at,
-    )
-    return MemoryItem(
-        id=row.uid,
-        kind=cast(Kind, row.kind),
-        text=row.text,
-        origin=cast(Origin, row.origin),
-        ts=parse_iso(row.created_at),
-        session=row.session_id,
-        score=score,
-        title=row.title,
-        tags=tuple(row.tags.split()) if row.tags else (),
-        message_ids=row.message_ids,
-        source=row.source,
-        meta=meta,
-    )
+    return row_to_item(vars(row), score)
 
 
 class Ranker:
