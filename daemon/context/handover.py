@@ -9,23 +9,31 @@ score on it), writes a journal entry, and the context assembler adds a `handover
 every request of the trunk until the first turn on the new model is answered — then the
 handover is kept as ``handover.last`` (with when it was delivered) for `reverie status`.
 
-The letter itself (`daemon.context.letter`) is built offline, from what the home holds.
+The letter itself (`daemon.context.letter`) is built offline, from what the home holds; the
+record and what `status` says of it are `daemon.context.handover_record`'s.
 Forks and every role but the trunk write no letter: only `[models.trunk]` is compared, and a
 fork's context has no handover layer.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import anyio
 
 from daemon.bus import EventBus
 from daemon.clock import Clock
+from daemon.context.handover_record import (
+    LAST_KEY,
+    MODEL_KEY,
+    PENDING_KEY,
+    Handover,
+    last_exam,
+    read_record,
+)
+from daemon.context.handover_record import handover_status as handover_status
 from daemon.context.layers import Layer
 from daemon.context.letter import HEADING, Letter, OpenThreads, build_letter, model_id, same_model
 from daemon.events import JournalNote, SleepFinished, TurnFinished
@@ -34,15 +42,10 @@ from daemon.memory.api import MemoryView
 from daemon.paths import Home
 from daemon.settings import Settings
 from daemon.store.db import Database
-from daemon.store.exams import ExamsRepo
 from daemon.store.kv import KvRepo
 from daemon.store.usage import UsageRepo
 
 log = get_logger("handover")
-
-MODEL_KEY = "handover.trunk_model"
-PENDING_KEY = "handover.pending"
-LAST_KEY = "handover.last"
 
 
 def configured_trunk(settings: Settings, environ: dict[str, str] | None = None) -> str:
@@ -53,58 +56,7 @@ def configured_trunk(settings: Settings, environ: dict[str, str] | None = None) 
     return model_id(kind, settings.models.trunk.model)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Handover:
-    """One switch of the trunk's model."""
-
-    from_model: str
-    to_model: str
-    at: datetime  # when the daemon noticed it (its start)
-    until: datetime | None = None  # the old model's last answered turn
-    exam_before: dict[str, Any] | None = None  # the last self-exam on the old model
-    delivered_at: datetime | None = None
-    turn_id: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "from": self.from_model,
-            "to": self.to_model,
-            "at": self.at.isoformat(),
-            "until": self.until.isoformat() if self.until else None,
-            "exam_before": self.exam_before,
-            "delivered_at": self.delivered_at.isoformat() if self.delivered_at else None,
-            "turn_id": self.turn_id,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Handover:
-        def when(v: object) -> datetime | None:
-            return datetime.fromisoformat(v) if isinstance(v, str) and v else None
-
-        at = when(data.get("at"))
-        return cls(
-            from_model=str(data["from"]),
-            to_model=str(data["to"]),
-            at=at or datetime.now(UTC),
-            until=when(data.get("until")),
-            exam_before=data.get("exam_before"),
-            delivered_at=when(data.get("delivered_at")),
-            turn_id=str(data.get("turn_id") or ""),
-        )
-
-
 # -- the store -----------------------------------------------------------------------------
-
-
-async def _kv(db: Database, key: str) -> dict[str, Any] | None:
-    raw = await KvRepo(db).get(key)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 async def _put(db: Database, key: str, value: dict[str, Any], now: datetime) -> None:
@@ -117,7 +69,7 @@ async def _drop(db: Database, key: str) -> None:
 
 async def last_trunk_model(db: Database) -> tuple[str, datetime | None] | None:
     """The model that last answered a trunk turn, and when (None in a home where none did)."""
-    kept = await _kv(db, MODEL_KEY)
+    kept = await read_record(db, MODEL_KEY)
     if kept and kept.get("model"):
         last = kept.get("last")
         return str(kept["model"]), datetime.fromisoformat(last) if isinstance(last, str) else None
@@ -125,30 +77,6 @@ async def last_trunk_model(db: Database) -> tuple[str, datetime | None] | None:
     if call is None:
         return None
     return model_id(call.provider, call.model), datetime.fromisoformat(call.ts)
-
-
-async def _last_exam(db: Database, *, after: datetime | None = None) -> dict[str, Any] | None:
-    """The newest self-exam (or the first after `after`), when the home keeps them."""
-    try:
-        exam = await ExamsRepo(db).score(after=after)
-    except Exception:  # a store from before the self-exam
-        return None
-    if exam is None:
-        return None
-    return {"score": exam.score, "taken_at": exam.taken_at, "cycle_id": exam.cycle_id}
-
-
-async def handover_status(db: Database) -> dict[str, Any] | None:
-    """For `reverie status`: the pending handover, else the last one, with the exam scores."""
-    pending = await _kv(db, PENDING_KEY)
-    data = pending or await _kv(db, LAST_KEY)
-    if not data:
-        return None
-    h = Handover.from_json(data)
-    out = h.to_json()
-    out["pending"] = pending is not None
-    out["exam_after"] = data.get("exam_after") or await _last_exam(db, after=h.at)
-    return out
 
 
 # -- the desk: noticing, pending, delivered ------------------------------------------------
@@ -181,7 +109,7 @@ class HandoverDesk:
     async def peek(self) -> Handover | None:
         """The handover the next trunk turn would carry (what `notice` records), writing nothing:
         for `reverie context` and `reverie handover` with the daemon down or up."""
-        raw = await _kv(self.db, PENDING_KEY)
+        raw = await read_record(self.db, PENDING_KEY)
         pending = Handover.from_json(raw) if raw else None
         last = await last_trunk_model(self.db)
         if last is None or same_model(last[0], self.current):
@@ -197,7 +125,7 @@ class HandoverDesk:
             to_model=self.current,
             at=self.clock.now(),
             until=last[1],
-            exam_before=await _last_exam(self.db),
+            exam_before=await last_exam(self.db),
         )
 
     async def notice(self, bus: EventBus | None = None) -> Handover | None:
@@ -215,7 +143,7 @@ class HandoverDesk:
             return None
 
     async def _notice(self, bus: EventBus | None) -> Handover | None:
-        pending_raw = await _kv(self.db, PENDING_KEY)
+        pending_raw = await read_record(self.db, PENDING_KEY)
         pending = Handover.from_json(pending_raw) if pending_raw else None
         last = await last_trunk_model(self.db)
         if last is None:
@@ -240,7 +168,7 @@ class HandoverDesk:
             to_model=self.current,
             at=now,
             until=until,
-            exam_before=await _last_exam(self.db),
+            exam_before=await last_exam(self.db),
         )
         await _put(self.db, PENDING_KEY, handover.to_json(), now)
         self.pending = handover
@@ -299,7 +227,7 @@ class HandoverDesk:
     async def turn_answered(self, turn_id: str) -> None:
         """A trunk turn was answered on the current model: keep it; a waiting letter is delivered."""
         now = self.clock.now()
-        kept = await _kv(self.db, MODEL_KEY) or {}
+        kept = await read_record(self.db, MODEL_KEY) or {}
         since = kept.get("since") if kept.get("model") == self.current else None
         await _put(
             self.db,
@@ -320,7 +248,7 @@ class HandoverDesk:
         """After a sleep: the first self-exam since the switch, told once beside the last one on
         the old model (a journal entry), and kept with the handover for `reverie status`."""
         for key in (PENDING_KEY, LAST_KEY):
-            data = await _kv(self.db, key)
+            data = await read_record(self.db, key)
             if data:
                 break
         else:
@@ -328,7 +256,7 @@ class HandoverDesk:
         if data.get("exam_after"):
             return None  # told already
         h = Handover.from_json(data)
-        after = await _last_exam(self.db, after=h.at)
+        after = await last_exam(self.db, after=h.at)
         if after is None:
             return None
         await _put(self.db, key, {**data, "exam_after": after}, self.clock.now())
