@@ -181,7 +181,6 @@ SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
         "daemon.memory.auto_recall",
         "daemon.memory.corrections",
         "daemon.memory.recall",
-        "daemon.memory.shared",
     }
 )
 

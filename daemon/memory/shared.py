@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.memory.rows import NewMemory, iso, parse_iso
+from daemon.store.kv import KvRepo
+from daemon.store.memories import MemoriesRepo
+from daemon.store.shared_facts import SharedFactRetired, SharedFactRow, SharedFactsRepo
 
 if TYPE_CHECKING:
     from daemon.memory.index import MemoryIndex
@@ -58,10 +61,8 @@ async def share_fact(
     if not text:
         raise ValueError("remember --shared needs TEXT")
     now = iso(datetime.now(UTC))
-    fact_id = await db.execute(
-        "INSERT INTO shared.facts(text, tags, origin, author, created_at, valid_from, version) "
-        "VALUES (?, ?, ?, ?, ?, ?, nextval('shared.facts_version'))",
-        (text, " ".join(tags), origin, db.schema, now, now),
+    fact_id = await SharedFactsRepo(db).add(
+        text, tags=" ".join(tags), origin=origin, author=db.schema, at=now
     )
     await SharedFacts(index).sync(force=True)
     uid = shared_uid(fact_id)
@@ -86,28 +87,22 @@ def _require_postgres(db: Database, what: str) -> None:
         )
 
 
-async def _current_row(db: Database, fact_id: int) -> Any:
-    row = await db.fetchone(
-        "SELECT id, text, tags, origin, retired_at, retired_as, superseded_by "
-        "FROM shared.facts WHERE id = ?",
-        (fact_id,),
-    )
+async def _current_row(db: Database, fact_id: int) -> SharedFactRow:
+    row = await SharedFactsRepo(db).get(fact_id)
     if row is None:
         raise ValueError(
             f"no shared fact {shared_uid(fact_id)} (`reverie memory search` finds them)"
         )
-    if row["retired_at"]:
-        newer = (
-            f", superseded by {shared_uid(row['superseded_by'])}" if row["superseded_by"] else ""
-        )
+    if row.retired_at:
+        newer = f", superseded by {shared_uid(row.superseded_by)}" if row.superseded_by else ""
         raise ValueError(
-            f"shared fact {shared_uid(fact_id)} no longer holds ({row['retired_as'] or 'retired'} "
-            f"at {row['retired_at']}{newer}); it stays in history"
+            f"shared fact {shared_uid(fact_id)} no longer holds ({row.retired_as or 'retired'} "
+            f"at {row.retired_at}{newer}); it stays in history"
         )
     return row
 
 
-async def _current(db: Database, uid: str, doing: str) -> tuple[int, Any]:
+async def _current(db: Database, uid: str, doing: str) -> tuple[int, SharedFactRow]:
     """The shared fact `uid` names and its row, current; raise saying why not."""
     _require_postgres(db, doing)
     fact_id = shared_id(uid)
@@ -126,24 +121,14 @@ async def retract_shared(
     reason = " ".join(reason.split()) or f"retracted by the {by}"
     # `retired_at IS NULL`: another agent's retraction or a night's maintenance that got there
     # first wins, and this one says so instead of stamping over it.
-    moved = await db.run(
-        lambda conn: (
-            conn.execute(
-                "UPDATE shared.facts SET retired_at = ?, invalid_from = ?, retired_as = 'retracted', "
-                "retired_reason = ?, retired_by = ?, retired_cycle = NULL, "
-                "version = nextval('shared.facts_version') WHERE id = ? AND retired_at IS NULL",
-                (now, now, reason, db.schema, fact_id),
-            ).rowcount
-        )
-    )
-    if not moved:
+    if not await SharedFactsRepo(db).retract(fact_id, at=now, reason=reason, by=db.schema):
         await _current_row(db, fact_id)  # raises with what retired it meanwhile
     await SharedFacts(index).sync(force=True)
     log.info("shared fact retracted", id=fact_id, schema=db.schema)
     return {
         "status": "retracted",
         "id": shared_uid(fact_id),
-        "text": row["text"],
+        "text": row.text,
         "message": f"{shared_uid(fact_id)} retracted for every agent (kept in history): {reason}",
     }
 
@@ -159,34 +144,20 @@ async def correct_shared(
     fact_id, old = await _current(db, uid, "correcting a shared fact")
     now = iso(datetime.now(UTC))
 
-    def work(conn: Any) -> int:
-        # One transaction: the new value and the old one's retirement appear together or not
-        # at all, and a row retired meanwhile by another agent refuses the correction.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            new_id = int(
-                conn.execute(
-                    "INSERT INTO shared.facts(text, tags, origin, author, created_at, valid_from, "
-                    "version) VALUES (?, ?, ?, ?, ?, ?, nextval('shared.facts_version'))",
-                    (text, old["tags"], origin, db.schema, now, now),
-                ).lastrowid
-            )
-            moved = conn.execute(
-                "UPDATE shared.facts SET retired_at = ?, invalid_from = ?, superseded_by = ?, "
-                "retired_as = 'corrected', retired_reason = ?, retired_by = ?, "
-                "retired_cycle = NULL, version = nextval('shared.facts_version') "
-                "WHERE id = ? AND retired_at IS NULL",
-                (now, now, new_id, f"corrected by the {origin}", db.schema, fact_id),
-            ).rowcount
-            if not moved:
-                raise ValueError(f"shared fact {shared_uid(fact_id)} was retired meanwhile")
-            conn.execute("COMMIT")
-            return new_id
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    new_id = int(await db.run(work))
+    # One transaction: the new value and the old one's retirement appear together or not at
+    # all, and a row retired meanwhile by another agent refuses the correction.
+    try:
+        new_id = await SharedFactsRepo(db).correct(
+            fact_id,
+            text,
+            tags=old.tags,
+            origin=origin,
+            author=db.schema,
+            at=now,
+            reason=f"corrected by the {origin}",
+        )
+    except SharedFactRetired:
+        raise ValueError(f"shared fact {shared_uid(fact_id)} was retired meanwhile") from None
     await SharedFacts(index).sync(force=True)
     log.info("shared fact corrected", id=fact_id, new=new_id, schema=db.schema)
     return {
@@ -219,47 +190,38 @@ class SharedFacts:
         if not force and now - self._last < SYNC_EVERY_S:
             return 0
         self._last = now
-        epoch_row = await db.fetchone("SELECT value FROM kv WHERE key = 'memory.epoch'")
-        epoch = epoch_row[0] if epoch_row else "0"
-        mark = await db.fetchone("SELECT value FROM kv WHERE key = ?", (_SYNCED_KEY,))
-        seen_epoch, _, seen = (mark[0] if mark else "").partition(":")
+        epoch = (await MemoriesRepo(db).state()).epoch
+        kv = KvRepo(db)
+        seen_epoch, _, seen = (await kv.get(_SYNCED_KEY) or "").partition(":")
         since = int(seen) if seen_epoch == epoch and seen.isdigit() else 0
-        rows = await db.fetchall(
-            "SELECT id, text, tags, origin, author, created_at, valid_from, retired_at, "
-            "superseded_by, version FROM shared.facts WHERE version > ? ORDER BY version",
-            (since,),
-        )
+        rows = await SharedFactsRepo(db).changed_since(since)
         if not rows:
             return 0
         fresh = [
             NewMemory(
-                uid=shared_uid(r["id"]),
+                uid=shared_uid(r.id),
                 kind="fact",
-                text=r["text"],
-                origin="person" if r["origin"] == "person" else "agent",
-                created_at=parse_iso(r["created_at"]) or datetime.now(UTC),
-                valid_from=parse_iso(r["valid_from"]),
-                tags=(*(t for t in r["tags"].split() if t), "shared"),
+                text=r.text,
+                origin="person" if r.origin == "person" else "agent",
+                created_at=parse_iso(r.created_at) or datetime.now(UTC),
+                valid_from=parse_iso(r.valid_from),
+                tags=(*(t for t in r.tags.split() if t), "shared"),
                 explicit=True,
                 source="shared",
-                meta={"shared": True, "author": r["author"]},
+                meta={"shared": True, "author": r.author},
             )
             for r in rows
         ]
         await self.index.upsert(fresh)
         for r in rows:
-            if r["retired_at"]:
+            if r.retired_at:
                 # Retired: out of the current values, kept in history, pointing at what
                 # replaced it (a newer value, a correction, the copy a duplicate folded into).
                 await self.index.retire(
-                    shared_uid(r["id"]),
-                    at=parse_iso(r["retired_at"]) or datetime.now(UTC),
-                    superseded_by=shared_uid(r["superseded_by"]) if r["superseded_by"] else None,
+                    shared_uid(r.id),
+                    at=parse_iso(r.retired_at) or datetime.now(UTC),
+                    superseded_by=shared_uid(r.superseded_by) if r.superseded_by else None,
                 )
-        await db.execute(
-            "INSERT INTO kv(key, value, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-            (_SYNCED_KEY, f"{epoch}:{rows[-1]['version']}", iso(datetime.now(UTC))),
-        )
+        await kv.put(_SYNCED_KEY, f"{epoch}:{rows[-1].version}", at=datetime.now(UTC))
         log.info("shared facts copied", facts=len(rows), schema=db.schema)
         return len(rows)
