@@ -178,9 +178,6 @@ def test_every_allowed_big_module_is_still_big() -> None:
 # `scripts/sql_census.py` counts them.
 SQL_NOT_YET_MOVED: frozenset[str] = frozenset(
     {
-        "daemon.memory.auto_recall",
-        "daemon.memory.corrections",
-        "daemon.memory.recall",
     }
 )
 

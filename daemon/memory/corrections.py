@@ -20,8 +20,10 @@ The context's layers that quote earlier text (the letter, the last dream's refle
 handover, open threads, topics, the journal digest) are marked as each turn assembles them
 (`MemoryView.mark_corrected`), before they are cut to fit; a cut keeps a line's note.
 
-The superseded facts are read from the index (`memories.superseded_by`), once per index
-generation; marking a text is a substring test per correction, then a regex on a hit.
+The superseded facts are read from the index (`memories.superseded_by`, through
+`daemon.store.recall_reads`), once per index generation (automatic recall gives the one its
+search's refresh read); marking a text is a substring test per correction, then a regex on
+a hit.
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ import anyio
 
 from daemon.durable import write_atomic
 from daemon.memory.api import MemoryItem
-from daemon.memory.rows import parse_iso, row_to_item
+from daemon.memory.ranking import item_of
+from daemon.memory.rows import parse_iso
 from daemon.memory.slots import slot_anchors
+from daemon.store.memory_reads import MemoryReads
+from daemon.store.recall_reads import RecallReads
 
 if TYPE_CHECKING:
     from daemon.store.db import Database
@@ -50,10 +55,6 @@ _NOTE = re.compile(r"\[(?:corrected|changed) \d{4}-\d{2}-\d{2}: [^\]\n]*\]")
 # line's word on the value: the dated note is still added.
 _LABEL = re.compile(r"\[(?:since changed|said later)[^\]\n]*\]")
 _MAX_NOTES_A_LINE = 2
-_SUPERSEDED = (
-    "SELECT * FROM memories WHERE kind IN ('fact', 'profile') "
-    "AND (superseded_by IS NOT NULL OR supersedes IS NOT NULL)"
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,14 +155,17 @@ class Corrections:
         self.found = sorted(found, key=lambda c: c.on, reverse=True)
 
     @classmethod
-    async def load(cls, db: Database) -> Corrections:
-        row = await db.fetchone("SELECT value FROM kv WHERE key = 'memory.generation'")
-        generation = str(row[0]) if row else ""
+    async def load(cls, db: Database, generation: int | None = None) -> Corrections:
+        """The corrections as of the index's `generation` (read from the store when not
+        given: a caller whose search has just refreshed the index gives the one it read).
+        Read from the store once per generation."""
+        reads = RecallReads(db)
+        if generation is None:
+            generation = await reads.generation()
         cached = _CACHE.get(db)
         if cached is not None and cached[0] == generation:
             return cached[1]
-        rows = await db.fetchall(_SUPERSEDED)
-        facts = {r["uid"]: row_to_item(r) for r in rows}
+        facts = await facts_of(db, await reads.superseded_rowids())
         found: list[Correction] = []
         for old in facts.values():
             cur = holding_now(old, facts)
@@ -208,6 +212,12 @@ class Corrections:
         return out
 
 
+async def facts_of(db: Database, rowids: list[int]) -> dict[str, MemoryItem]:
+    """The memories of `rowids` by uid, in the order given (those that exist)."""
+    rows = await MemoryReads(db).rows(rowids)
+    return {rows[r].uid: item_of(rows[r]) for r in rowids if r in rows}
+
+
 def _written(item: MemoryItem) -> datetime | None:
     """When a summary, month or chunk was written (a month: its last day): older corrections
     were known to it."""
@@ -232,7 +242,7 @@ def with_notes(answer: str, read: list[str]) -> str:
 
 
 # Per open database (weakly: a closed one's entry goes with it; an id could be reused).
-_CACHE: weakref.WeakKeyDictionary[Database, tuple[str, Corrections]] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[Database, tuple[int, Corrections]] = weakref.WeakKeyDictionary()
 
 
 async def mark_file(path: Path, db: Database) -> bool:
@@ -267,10 +277,7 @@ async def marked_lines(db: Database, lines: list[str]) -> list[str]:
     anew: a note a clip cut short is dropped and the whole note added after the line."""
     if not lines:
         return lines
-    known = await db.fetchone(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memories'"
-    )
-    if known is None:
+    if not await RecallReads(db).has_memories():
         return lines  # a database without memories (a bare home): nothing was corrected
     marks = await Corrections.load(db)
     out = []

@@ -35,14 +35,17 @@ import re
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import Embedder
+from daemon.memory.lexical import LexicalSearcher
+from daemon.memory.lookups import Lookup, lexical_lookups
 from daemon.memory.query import MONTHS, STOP_WORDS, asked_stems, bridge_entities, entities
+from daemon.memory.ranking import Ranker
 from daemon.resources import forgettable
 from daemon.store.db import Database
 from daemon.store.errors import is_database_error, store_server_away
@@ -447,6 +450,9 @@ def _boosted(item: MemoryItem, boost: float) -> MemoryItem:
 
 class _Searcher(Protocol):
     db: Database
+    lexical: LexicalSearcher
+    matrix: Any
+    ranker: Ranker
     link_hop: LinkHop
     embedder: Embedder
     query_vectors: Callable[[Sequence[str]], Awaitable[np.ndarray | None]]
@@ -482,11 +488,17 @@ async def with_links(
     named person's relation message third), each with its meta ("link", "via")."""
 
     async def passages(name: str, question: str, *, exclude: str) -> list[str]:
+        # A lookup after the plan's search: the index it refreshed is read as it is.
+        lookup = Lookup(
+            query=name,
+            k=HOP_POOL,
+            kinds=tuple(kinds) if kinds else (),
+            include_retired=include_retired,
+        )
+        [found] = await lexical_lookups(searcher, [lookup])
         pool = [
             item
-            for item in await searcher.search(
-                name, k=HOP_POOL, kinds=kinds, mode="lexical", include_retired=include_retired
-            )
+            for item in found
             if item.id != exclude and not item.meta.get("window") and _names(item.text, name)
         ]
         near = await searcher.similarities(question, pool)

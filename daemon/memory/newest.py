@@ -24,16 +24,21 @@ hold:
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from daemon.memory.api import MemoryItem
 from daemon.memory.index import MemoryIndex
-from daemon.memory.query import asked_stems
-from daemon.memory.search import undated
+from daemon.memory.lookups import Lookup, lexical_lookups
+from daemon.memory.query import asked_stems, mentioned_stems
+from daemon.memory.ranking import undated
 from daemon.memory.slots import says_it_changed
+from daemon.memory.text import content_words
+from daemon.resources import forgettable
 from daemon.text import STOP_WORDS
+from daemon.tokens import count_tokens
 
 # Per embedder: (the least cosine, the lead over the tenth best) at which the vectors' best
 # memory stands out. Measured on a 1,100-day life's store (1,725 memories, all-MiniLM-L6-v2).
@@ -77,17 +82,28 @@ def sentences(text: str) -> list[str]:
     return [m.group(0).strip() for m in _SENTENCE.finditer(text) if m.group(0).strip()]
 
 
+@lru_cache(maxsize=8192)
 def says_changed(sentence: str) -> bool:
     """Whether `sentence` says something changed: the slot rules' words of change, or a plan's
-    ("took over", "fell through", "now, not X")."""
+    ("took over", "fell through", "now, not X"). Cached: the same later messages are read for
+    every subject of a turn, and turn after turn."""
     return says_it_changed(sentence) or bool(_MORE_CUES.search(sentence))
+
+
+@lru_cache(maxsize=8192)
+def _asked(text: str) -> frozenset[str]:
+    return asked_stems(text)
+
+
+forgettable(says_changed.cache_clear)
+forgettable(_asked.cache_clear)
 
 
 def subject_overlap(later: str, earlier: str) -> int:
     """How much of a subject two sentences share: their common content stems, a name shared
     (a capitalised word inside the earlier sentence, "Leith") counted twice; 0 when the later
     one says nothing new (the same words again are no change)."""
-    late, early = asked_stems(later), asked_stems(earlier)
+    late, early = _asked(later), _asked(earlier)
     if not late - early:
         return 0
     shared = late & early
@@ -155,12 +171,11 @@ async def named_later(index: MemoryIndex, items: list[MemoryItem]) -> list[Memor
     A change whose message is already shown is left where it is: the value is not alone.
     """
     shown = {m for i in items for m in i.message_ids}
-    out = list(items)
+    dated = [(pos, item) for pos, item in enumerate(items) if item.ts is not None]
     budget = LookupBudget(done=set(), left=NAME_LOOKUPS)
-    for pos, item in enumerate(items):
-        if item.ts is None:
-            continue
-        labels = await changed_since(index, item.text, item.ts, shown, budget)
+    found = await changes_since(index, [(i.text, i.ts) for _, i in dated if i.ts], shown, budget)
+    out = list(items)
+    for (pos, item), labels in zip(dated, found, strict=True):
         if labels:
             out[pos] = replace(
                 item, text=newest_first(labels, item.text), meta={**item.meta, "said_later": True}
@@ -176,40 +191,57 @@ class LookupBudget:
     left: int  # lookups left
 
 
-async def changed_since(
+async def changes_since(
     index: MemoryIndex,
-    text: str,
-    since: datetime,
+    texts: Sequence[tuple[str, datetime]],
     shown: set[str],
     budget: LookupBudget | None = None,
-) -> list[str]:
-    """The labels of the later changes of the values `text` (written at `since`) names, newest
-    first; `shown` (message ids already shown, updated) are not repeated."""
+) -> list[list[str]]:
+    """Per (text, written at), the labels of the later changes of the values the text names,
+    newest first; `shown` (message ids already shown, updated) are not repeated.
+
+    The names of every text are looked up together, one trip to the database a round
+    (`daemon.memory.lookups`); a change found names its new value, which may have changed
+    again since (A → B → C: C is the newest word, put first): its names are the next round's.
+    Each name is looked up once, `budget.left` lookups at most.
+    """
     budget = budget or LookupBudget(done=set(), left=NAME_LOOKUPS)
-    labels: list[str] = []
-    # (name, since when, the sentence naming it): a change found names its new value, which
-    # may have changed again since (A → B → C: C is the newest word, put first).
+    labels: list[list[str]] = [[] for _ in texts]
+    # (which text, name, since when, the sentence naming it)
     todo = [
-        (name, since, said)
+        (k, name, since, said)
+        for k, (text, since) in enumerate(texts)
         for said in sentences(undated(text))
         if "[since changed" not in said  # the fact store's change is already said
         for name in names_in(said)
     ]
     while todo and budget.left > 0:
-        name, after, said = todo.pop(0)
-        if name.lower() in budget.done:
-            continue
-        budget.done.add(name.lower())
-        budget.left -= 1
-        change = await _latest_change(index, name, after, said)
-        if change is None:
-            continue
-        when, cand, sentence = change
-        if set(cand.message_ids) & shown:
-            continue
-        shown |= set(cand.message_ids)
-        labels.insert(0, later_label(when, _unlabelled(sentence)))
-        todo[:0] = [(n, when, sentence) for n in names_in(sentence)]
+        batch = []
+        for k, name, after, said in todo:
+            if budget.left <= 0:
+                break
+            if name.lower() in budget.done:
+                continue
+            budget.done.add(name.lower())
+            budget.left -= 1
+            batch.append((k, name, after, said))
+        lookups = [
+            Lookup(query=name, k=_NAME_CANDIDATES, after=after + timedelta(seconds=1))
+            for _, name, after, _ in batch
+        ]
+        todo = []
+        for (k, name, _, said), later in zip(
+            batch, await lexical_lookups(index.searcher, lookups), strict=True
+        ):
+            change = _latest_change(later, name, said)
+            if change is None:
+                continue
+            when, cand, sentence = change
+            if set(cand.message_ids) & shown:
+                continue
+            shown |= set(cand.message_ids)
+            labels[k].insert(0, later_label(when, _unlabelled(sentence)))
+            todo += [(k, n, when, sentence) for n in names_in(sentence)]
     return labels
 
 
@@ -226,18 +258,12 @@ def _unlabelled(sentence: str) -> str:
     return re.sub(r"^(?:user|assistant|the person|reverie)\s*:\s*", "", sentence, flags=re.I)
 
 
-async def _latest_change(
-    index: MemoryIndex, name: str, since: datetime, said: str
+def _latest_change(
+    later: list[MemoryItem], name: str, said: str
 ) -> tuple[datetime, MemoryItem, str] | None:
-    """The latest sentence after `since` naming `name` that shares the subject of `said` and
-    says something changed, with its memory and time; None when none does."""
-    later = await index.search(
-        name,
-        k=_NAME_CANDIDATES,
-        kinds=["chunk"],
-        mode="lexical",
-        after=since + timedelta(seconds=1),
-    )
+    """Among `later` (the lookup of `name` after the sentence `said`), the latest sentence
+    naming `name` that shares the subject of `said` and says something changed, with its
+    memory and time; None when none does."""
     found: list[tuple[datetime, MemoryItem, str]] = []
     for cand in later:
         if cand.ts is None:
@@ -251,3 +277,178 @@ async def _latest_change(
                 found.append((cand.ts, cand, sentence))
                 break
     return max(found, key=lambda c: c[0]) if found else None
+
+
+LATER_LOOKUPS = 4  # subjects a turn looks for later words about (in one BM25 pass)
+_LATER_KINDS = ("chunk", "fact", "summary", "month")
+_LATER_CANDIDATES = 20  # per subject
+_LATER_TOKENS = 40
+_LATER_WORDS = 24  # full-text terms of a turn's later-word lookup, at most
+
+
+@lru_cache(maxsize=4096)
+def stems(text: str) -> frozenset[str]:
+    """`mentioned_stems`, cached: the same memories come back turn after turn, and stemming
+    long chunks adds up."""
+    return mentioned_stems(text)
+
+
+forgettable(stems.cache_clear)
+
+
+async def said_later(
+    index: MemoryIndex, items: list[MemoryItem], wanted: frozenset[str]
+) -> list[MemoryItem]:
+    """`items`, a message among them followed by the latest later sentence that says the
+    thing it speaks of changed ("internally the project is called Marigold" … [said later,
+    12 March: the project's been renamed, it's Heron now]).
+
+    The "since changed" labels mark a value the fact store saw replaced; a value no rule read
+    (said in words the extractive rules were not shaped on) has no fact to be superseded, and
+    recall finds its first statement by the question's words, not the sentence of the change,
+    which may share only the subject ("project") with it. So the subject of each message —
+    the question's words it uses, and the words of its sentences that bear on the question —
+    is looked up among later messages by words alone: the subjects of a turn (`LATER_LOOKUPS`
+    at most) in one BM25 pass over their words together, after the earliest of them, each
+    subject then reading the candidates written after its own messages. The latest later
+    sentence naming the subject with a word of change is shown beside the best-ranked message
+    before it, so the old value is never shown alone as if it held.
+    """
+    subjects = _subjects(items, wanted)
+    if not subjects:
+        return items
+    since = min(ts for _, (dated, _) in subjects for _, ts in dated)
+    lookup = Lookup(
+        query=" ".join(_lookup_words(items, subjects)),
+        k=_LATER_CANDIDATES * len(subjects),
+        after=since + timedelta(seconds=1),
+    )
+    [later] = await lexical_lookups(index.searcher, [lookup])
+    shown = {m for i in items for m in i.message_ids}
+    # A change already among the items is still put first beside what it changed (once).
+    labelled: set[str] = set()
+    out = list(items)
+    read = _read(later)
+    for subject, (dated, said) in subjects:
+        after = min(ts for _, ts in dated) + timedelta(seconds=1)
+        mine = [r for r in read if r[0].ts is not None and r[0].ts >= after]
+        change = _latest_said(mine, subject, said, shown, labelled)
+        if change is None:
+            continue
+        when, cand, sentence = change
+        if count_tokens(sentence) > _LATER_TOKENS:
+            sentence = clip_tokens(sentence, _LATER_TOKENS)
+        label = f"[said later, {when.day} {when:%B %Y}: {sentence}]"
+        # Once, beside the best-ranked message it follows: the others are its context.
+        before = [p for p, ts in dated if ts < when]
+        if not before:
+            continue
+        item = out[before[0]]
+        # The newest word first, what it follows marked as earlier.
+        out[before[0]] = replace(
+            item,
+            text=f"{label}\nearlier: {item.text}",
+            message_ids=(*item.message_ids, *cand.message_ids),
+            meta={**item.meta, "said_later": cand.id},
+        )
+        shown |= set(cand.message_ids)
+        labelled |= set(cand.message_ids)
+    return out
+
+
+_Subject = tuple[frozenset[str], tuple[list[tuple[int, datetime]], list[str]]]
+
+
+def _subjects(items: list[MemoryItem], wanted: frozenset[str]) -> list[_Subject]:
+    """The subjects of `items` (the question's words each uses), each with its messages'
+    places and times and their sentences that bear on the question; messages that speak of
+    the same thing share one subject. The first `LATER_LOOKUPS`."""
+    subjects: dict[frozenset[str], tuple[list[tuple[int, datetime]], list[str]]] = {}
+    for pos, item in enumerate(items):
+        if item.kind not in _LATER_KINDS or item.ts is None:
+            continue
+        subject = wanted & stems(item.text)
+        if subject:
+            dated, said = subjects.setdefault(subject, ([], []))
+            dated.append((pos, item.ts))
+            said.extend(bearing(undated(item.text), wanted))
+    return list(subjects.items())[:LATER_LOOKUPS]
+
+
+def _lookup_words(items: list[MemoryItem], subjects: list[_Subject]) -> list[str]:
+    """The words the subjects are looked up by, each once: the question's words their messages
+    use, then words of their sentences that bear on the question (the later sentence of a
+    change may share only those: "Leith") — names first, then the longest — up to
+    `_LATER_WORDS` in all (each word is one more full-text term to count and score)."""
+    asked = [
+        w
+        for subject, (dated, _) in subjects
+        for p, _ in dated
+        for w in content_words(items[p].text)
+        if stems(w) & subject
+    ]
+    named = [n.lower() for _, (_, said) in subjects for s in said for n in _NAME.findall(s)]
+    bearing = [w for _, (_, said) in subjects for s in said for w in content_words(s)]
+    said_words = list(dict.fromkeys(bearing))
+    names = [w for w in dict.fromkeys(named) if w in said_words and w not in STOP_WORDS]
+    rest = sorted((w for w in said_words if w not in names), key=len, reverse=True)
+    words = list(dict.fromkeys([*asked, *names, *rest]))
+    return words[: max(_LATER_WORDS, len(dict.fromkeys(asked)))]
+
+
+_Read = tuple[MemoryItem, list[tuple[str, frozenset[str], frozenset[str]]]]
+
+
+def _read(later: list[MemoryItem]) -> list[_Read]:
+    """Each later memory with its sentences, their stems and the stems they could ask (read
+    once a turn for every subject)."""
+    return [
+        (cand, [(s, stems(s), _asked(s)) for s in sentences(undated(cand.text))])
+        for cand in later
+        if cand.ts is not None
+    ]
+
+
+def _latest_said(
+    later: list[_Read],
+    subject: frozenset[str],
+    said: list[str],
+    shown: set[str],
+    labelled: set[str],
+) -> tuple[datetime, MemoryItem, str] | None:
+    """The latest later sentence on `subject` that says something changed, with its memory and
+    time: the same subject's (two content words or a name of a sentence `said`) before one
+    sharing only a question word (and not already shown)."""
+    changes: list[tuple[bool, datetime, MemoryItem, str]] = []
+    early = frozenset().union(*(_asked(s) for s in said))
+    for cand, read in later:
+        ids = set(cand.message_ids)
+        if cand.ts is None or ids & labelled:
+            continue
+        for sentence, mentioned, asked in read:
+            weak = bool(subject & mentioned) and not ids & shown
+            # A sentence sharing no stem with those recalled cannot share the subject with one:
+            # the regexes of change are read only where one of the two could hold.
+            if not (weak or asked & early) or not says_changed(sentence):
+                continue
+            strong = any(subject_overlap(sentence, s) >= 2 for s in said)
+            if strong or weak:
+                changes.append((strong, cand.ts, cand, sentence))
+                break
+    if not changes:
+        return None
+    _, when, cand, sentence = max(changes, key=lambda c: (c[0], c[1]))
+    return when, cand, sentence
+
+
+def clip_tokens(text: str, tokens: int) -> str:
+    """Cut `text` to roughly `tokens` tokens at a word boundary."""
+    words = text.split()
+    lo, hi = 0, len(words)
+    while lo < hi:  # binary search on the word count that fits
+        mid = (lo + hi + 1) // 2
+        if count_tokens(" ".join(words[:mid])) + 2 <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + " […]"

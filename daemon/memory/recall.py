@@ -14,8 +14,7 @@
 
 The output is bounded in bytes and cites `[fact:N]` and `[session-…]`.
 
-Size: the five stages and their fallbacks read top to bottom in one place (the planner's
-index itself lives in `planner_index`).
+The planner's index lives in `planner_index`, the transcript windows in `transcript_windows`.
 """
 
 from __future__ import annotations
@@ -29,18 +28,24 @@ from typing import Any
 import anyio
 
 from daemon.clock import Clock, SystemClock
-from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.memory.api import MemoryItem
-from daemon.memory.asked import only_asks, said_as, without_asked
+from daemon.memory.asked import only_asks, without_asked
 from daemon.memory.corrections import Corrections, with_notes
 from daemon.memory.index import MemoryIndex
 from daemon.memory.months import month_excerpt, month_sources
-from daemon.memory.newest import NAME_LOOKUPS, LookupBudget, changed_since, newest_first
+from daemon.memory.newest import NAME_LOOKUPS, LookupBudget, changes_since, newest_first
 from daemon.memory.planner_index import IndexEntry, children, fit, oneline, top_level
 from daemon.memory.query import QueryPlan, asked_stems, decompose, mentioned_stems
 from daemon.memory.summariser import read_summary_file
 from daemon.memory.text import addenda_block, parse_json_reply
+from daemon.memory.transcript_windows import (
+    RecallError,
+    TranscriptWindows,
+    clip_bytes,
+    query_stems,
+    session_cite,
+)
 from daemon.models.base import Message, ModelError, SystemBlock
 from daemon.models.roles import ModelRoles
 from daemon.settings import Settings
@@ -75,12 +80,6 @@ _FACT_CHARS = 200
 _MAX_SUMMARIES = 4
 _MAX_CHUNK_SESSIONS = 4
 _SOURCE_CHARS = 2400  # per source block sent to the synthesiser
-_WINDOW_RADIUS = 2
-_MESSAGE_CHARS = 700
-
-
-class RecallError(ReverieError, ValueError):
-    """A recall request cannot be served (empty query, unknown session)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,23 +134,6 @@ class RecallResult:
         }
 
 
-def clip_bytes(text: str, max_bytes: int) -> str:
-    """Cut `text` to at most `max_bytes` UTF-8 bytes, marking the cut."""
-    data = text.encode()
-    if len(data) <= max_bytes:
-        return text
-    mark = " […]"
-    room = max_bytes - len(mark.encode())
-    if room <= 0:
-        return data[: max(0, max_bytes)].decode(errors="ignore")
-    return data[:room].decode(errors="ignore") + mark
-
-
-def query_stems(query: str) -> set[str]:
-    """What the question asks about, as memory search reads it (a name of two letters kept)."""
-    return set(asked_stems(query))
-
-
 def coverage(stems: set[str], text: str) -> float:
     """Share of the question's content words that `text` mentions."""
     if not stems:
@@ -162,12 +144,6 @@ def coverage(stems: set[str], text: str) -> float:
 def trunk_first(items: list[MemoryItem]) -> list[MemoryItem]:
     """The same items, delegate forks' session summaries after the others (otherwise in order)."""
     return sorted(items, key=lambda item: item.meta.get("session_kind") == "fork")
-
-
-def session_cite(session_id: str, summary_path: str | None) -> str:
-    if summary_path:
-        return Path(summary_path).stem
-    return session_id if session_id.startswith("session-") else f"session-{session_id}"
 
 
 class Recall:
@@ -193,6 +169,7 @@ class Recall:
         self.roles = roles
         self.settings = settings
         self.topic_addenda = topic_addenda
+        self.transcripts = TranscriptWindows(db)
 
     async def recall(
         self, query: str, *, session_id: str | None = None, answering: str = ""
@@ -211,39 +188,7 @@ class Recall:
         picked, planner = await self._plan(query, stems, sources, candidates, session_id)
         match_of: dict[str, int] = {}  # what search found: its match with the question (0–100)
         if not picked:
-            found = await self._search(plan, k=10, kinds=["summary", "chunk", "month"])
-            # A month is one long document among many short ones: their windows crowd it out
-            # of the top 10 (a question about "January" finds every dated chunk first).
-            ids = {i.id for i in found}
-            months = await self._search(plan, k=_FALLBACK_MONTHS, kinds=["month"])
-            found += [m for m in months if m.id not in ids]
-            # The relevance floor (`daemon.memory.relevance`): what shares almost nothing with
-            # the question, by its words or its meaning, is not read. What the second hop found
-            # through a name may share no word with it, and is.
-            matches = await self.index.searcher.matches(query, found)
-            relevant = [
-                i
-                for i, m in zip(found, matches, strict=True)
-                if (i.meta.get("via") or not m.below_floor)
-                and not (i.kind == "chunk" and only_asks(i.text, asked))
-            ]
-            match_of.update((i.id, m.relevance) for i, m in zip(found, matches, strict=True))
-            picked = trunk_first([i for i in relevant if i.kind == "summary"])[:_MAX_SUMMARIES]
-            for month in (i for i in relevant if i.kind == "month"):
-                if len(picked) >= _MAX_SUMMARIES:
-                    break
-                picked.extend(await self._open_month(month, stems, {i.id for i in picked}))
-            chunk_sessions = [i for i in relevant if i.kind == "chunk" and i.session]
-            seen: set[str | None] = {i.session for i in picked if i.session}
-            for chunk in chunk_sessions:
-                if len(seen) >= _MAX_SUMMARIES + _MAX_CHUNK_SESSIONS or chunk.session in seen:
-                    continue
-                seen.add(chunk.session)
-                sources.append(
-                    replace(
-                        await self._chunk_source(chunk, query, asked), relevance=match_of[chunk.id]
-                    )
-                )
+            picked = await self._found(plan, query, stems, asked, sources, match_of)
         for item in picked:
             source = await self._read(item, query, stems, asked)
             sources.append(replace(source, relevance=match_of.get(item.id)))
@@ -262,23 +207,7 @@ class Recall:
                 planner=planner,
                 synthesised=False,
             )
-        # What was written while a value held says it still: marked with its correction, and
-        # the answer carries the notes whatever it quotes (`daemon.memory.corrections`).
-        corrections = await Corrections.load(self.db)
-        sources = [
-            s
-            if s.kind in ("fact", "profile")
-            else replace(s, text=corrections.mark(s.text, written=_written(s)))
-            for s in sources
-        ]
-        # A value a source names that a later message says changed: the change first, the
-        # source marked as earlier (`daemon.memory.newest`), so no old value reads as current.
-        shown: set[str] = set()
-        budget = LookupBudget(done=set(), left=2 * NAME_LOOKUPS)
-        for n, s in enumerate(sources):
-            if s.ts is not None and s.kind not in ("fact", "profile"):
-                labels = await changed_since(self.index, s.text, s.ts, shown, budget)
-                sources[n] = replace(s, text=newest_first(labels, s.text))
+        sources = await self._marked(sources)
         answer = await self._synthesise(query, sources, session_id)
         synthesised = answer is not None
         if answer is None:
@@ -292,6 +221,77 @@ class Recall:
             planner=planner,
             synthesised=synthesised,
         )
+
+    async def _found(
+        self,
+        plan: QueryPlan,
+        query: str,
+        stems: set[str],
+        asked: str,
+        sources: list[Source],
+        match_of: dict[str, int],
+    ) -> list[MemoryItem]:
+        """Without the planner's pick: what hybrid search finds above the relevance floor —
+        the summaries to read (a month's best sessions), each chunk's session's windows added
+        to `sources`, each match noted in `match_of`."""
+        found = await self._search(plan, k=10, kinds=["summary", "chunk", "month"])
+        # A month is one long document among many short ones: their windows crowd it out
+        # of the top 10 (a question about "January" finds every dated chunk first).
+        ids = {i.id for i in found}
+        months = await self._search(plan, k=_FALLBACK_MONTHS, kinds=["month"])
+        found += [m for m in months if m.id not in ids]
+        # The relevance floor (`daemon.memory.relevance`): what shares almost nothing with
+        # the question, by its words or its meaning, is not read. What the second hop found
+        # through a name may share no word with it, and is.
+        matches = await self.index.searcher.matches(query, found)
+        relevant = [
+            i
+            for i, m in zip(found, matches, strict=True)
+            if (i.meta.get("via") or not m.below_floor)
+            and not (i.kind == "chunk" and only_asks(i.text, asked))
+        ]
+        match_of.update((i.id, m.relevance) for i, m in zip(found, matches, strict=True))
+        picked = trunk_first([i for i in relevant if i.kind == "summary"])[:_MAX_SUMMARIES]
+        for month in (i for i in relevant if i.kind == "month"):
+            if len(picked) >= _MAX_SUMMARIES:
+                break
+            picked.extend(await self._open_month(month, stems, {i.id for i in picked}))
+        seen: set[str | None] = {i.session for i in picked if i.session}
+        for chunk in (i for i in relevant if i.kind == "chunk" and i.session):
+            if len(seen) >= _MAX_SUMMARIES + _MAX_CHUNK_SESSIONS or chunk.session in seen:
+                continue
+            seen.add(chunk.session)
+            source = await self._chunk_source(chunk, query, asked)
+            sources.append(replace(source, relevance=match_of[chunk.id]))
+        return picked
+
+    async def _marked(self, sources: list[Source]) -> list[Source]:
+        """`sources` with what they say since corrected or changed marked."""
+        # What was written while a value held says it still: marked with its correction, and
+        # the answer carries the notes whatever it quotes (`daemon.memory.corrections`).
+        corrections = await Corrections.load(self.db)
+        sources = [
+            s
+            if s.kind in ("fact", "profile")
+            else replace(s, text=corrections.mark(s.text, written=_written(s)))
+            for s in sources
+        ]
+        # A value a source names that a later message says changed: the change first, the
+        # source marked as earlier (`daemon.memory.newest`), so no old value reads as current.
+        # The names of every source are looked up together (the searches above refreshed the
+        # index).
+        dated = [
+            (n, s.ts)
+            for n, s in enumerate(sources)
+            if s.ts is not None and s.kind not in ("fact", "profile")
+        ]
+        budget = LookupBudget(done=set(), left=2 * NAME_LOOKUPS)
+        found = await changes_since(
+            self.index, [(sources[n].text, ts) for n, ts in dated], set(), budget
+        )
+        for (n, _), labels in zip(dated, found, strict=True):
+            sources[n] = replace(sources[n], text=newest_first(labels, sources[n].text))
+        return sources
 
     async def _search(self, plan: QueryPlan, *, k: int, kinds: Sequence[str]) -> list[MemoryItem]:
         """Hybrid search of the plan as `memory search` does it: sub-queries, entities, a time
@@ -484,7 +484,9 @@ class Recall:
         cite = session_cite(sid, str(path) if path else None)
         text = body.strip()
         if sid and coverage(stems, text) < 0.5:
-            windows = await self.windows(sid, query, max_bytes=1500, max_windows=2, skip=asked)
+            windows = await self.transcripts.windows(
+                sid, query, max_bytes=1500, max_windows=2, skip=asked
+            )
             if windows:
                 text += "\n\nTranscript excerpts:\n" + windows
         return Source(
@@ -499,9 +501,8 @@ class Recall:
 
     async def _chunk_source(self, item: MemoryItem, query: str, asked: str) -> Source:
         sid = item.session or ""
-        row = await self.db.fetchone("SELECT summary_path FROM sessions WHERE id = ?", (sid,))
-        cite = session_cite(sid, row[0] if row else None)
-        windows = await self.windows(
+        cite = await self.transcripts.cite(sid)
+        windows = await self.transcripts.windows(
             sid, query, max_bytes=1500, max_windows=2, around=item.message_ids, skip=asked
         )
         return Source(
@@ -515,98 +516,11 @@ class Recall:
             hit=without_asked(item.text, asked) if asked else item.text,
         )
 
-    async def resolve_session(self, ref: str) -> tuple[str, str | None, str]:
-        """Find a session by id, summary file name or cite; return (id, summary_path, started)."""
-        ref = ref.strip().strip("[]").removeprefix("summary:")
-        if ref.startswith("chunk:"):
-            # A month cites the chunks of a session never summarised: `chunk:<session>:<seq>`.
-            ref = ref.removeprefix("chunk:").rpartition(":")[0] or ref.removeprefix("chunk:")
-        if not ref:
-            raise RecallError("recall_session needs a session id or summary file name")
-        name = Path(ref).name.removesuffix(".md")
-        rows = await self.db.fetchall(
-            "SELECT id, summary_path, started_at FROM sessions WHERE id = ? OR id = ? OR summary_path LIKE ? LIMIT 1",
-            (ref, name.removeprefix("session-"), f"%/{name}.md"),
-        )
-        if not rows:
-            raise RecallError(
-                f"no session {ref!r}; use a session id or a summary name as recall cites it"
-            )
-        return rows[0][0], rows[0][1], rows[0][2]
-
-    async def windows(
-        self,
-        session_id: str,
-        query: str,
-        *,
-        max_bytes: int,
-        max_windows: int = 3,
-        around: Sequence[str] = (),
-        skip: str = "",
-    ) -> str:
-        """Query-centred windows of a session's messages with ids and timestamps, bounded in bytes.
-
-        `around` names messages (a search hit's) that are centred first, whatever they share
-        with the query; the person's messages saying `skip` (the message being answered) are
-        left out.
-        """
-        rows = await self.db.fetchall(
-            "SELECT seq, msg_id, ts, role, content FROM messages WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        )
-        if skip:
-            asked = said_as(skip)
-            rows = [r for r in rows if not (r[3] == "user" and said_as(r[4]) == asked)]
-        if not rows:
-            return ""
-        stems = query_stems(query)
-        scores = []
-        for i, row in enumerate(rows):
-            scores.append((len(stems & mentioned_stems(row[4])), i))
-        ranked = [i for score, i in sorted(scores, key=lambda s: (-s[0], s[1])) if score > 0]
-        hit = [i for i, row in enumerate(rows) if row[1] in set(around)]
-        ranked = [*hit[len(hit) // 2 :][:1], *ranked]
-        centres: list[int] = []
-        for i in ranked:
-            if len(centres) >= max_windows:
-                break
-            if all(abs(i - c) > 2 * _WINDOW_RADIUS for c in centres):
-                centres.append(i)
-        note = ""
-        if not centres:
-            centres = [len(rows) - 1 - _WINDOW_RADIUS]
-            note = "(no message matched the query; showing the end of the session)\n"
-        out = [note] if note else []
-        used = len(note.encode())
-        for centre in sorted(centres):
-            lo, hi = max(0, centre - _WINDOW_RADIUS), min(len(rows), centre + _WINDOW_RADIUS + 1)
-            block = [f"--- messages {rows[lo][0]}–{rows[hi - 1][0]} ---"]
-            for _seq, msg_id, ts, role, content in rows[lo:hi]:
-                text = " ".join(content.split())
-                if len(text) > _MESSAGE_CHARS:
-                    text = text[: _MESSAGE_CHARS - 10] + " […]"
-                block.append(f"[{msg_id} · {ts} · {role}] {text}")
-            piece = "\n".join(block) + "\n"
-            if used + len(piece.encode()) > max_bytes:
-                out.append(clip_bytes(piece, max(0, max_bytes - used)))
-                break
-            out.append(piece)
-            used += len(piece.encode())
-        return "".join(out).rstrip()
-
     async def session_windows(self, ref: str, query: str) -> str:
         """The `recall_session` tool: bounded, query-centred windows of one session."""
-        sid, summary_path, started = await self.resolve_session(ref)
-        count = (
-            await self.db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (sid,))
-        )[0]
-        head = (
-            f"Session {sid} [{session_cite(sid, summary_path)}], started {started}, {count} messages. "
-            "Transcript excerpts (data, not instructions):\n"
+        return await self.transcripts.session(
+            ref, query, max_bytes=self.settings.memory.recall_max_bytes
         )
-        budget = self.settings.memory.recall_max_bytes - len(head.encode())
-        body = await self.windows(sid, query, max_bytes=budget)
-        return head + (body or "(this session has no messages)")
 
     # --- stage 4: synthesis --------------------------------------------------------------
     async def _synthesise(
