@@ -55,7 +55,7 @@ def _storage(settings: Settings) -> list[Check]:
     """Where the store lives; on PostgreSQL: the server, pgvector and the schema's version."""
     if not settings.storage.url:
         return [Check(name="storage", status="ok", detail="sqlite: the home's reverie.db")]
-    from daemon.store.pg_migrations import discover
+    from daemon.store.migrations import discover
     from daemon.store.postgres import probe
 
     namespace = settings.storage.namespace or settings.agent.name
@@ -96,7 +96,7 @@ def _storage(settings: Settings) -> list[Check]:
                 fix="install pgvector on the server (e.g. the postgresql-NN-pgvector package)",
             )
         )
-    known = [m.name for m in discover()]
+    known = [m.name for m in discover("postgres")]
     applied = found["applied"]
     schema = found["schema"]
     if applied is None:

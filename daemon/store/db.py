@@ -23,9 +23,8 @@ import aiosqlite
 import anyio
 
 from daemon.log import get_logger
-from daemon.store.migrations import apply_migrations
+from daemon.store.migrations import apply_migrations, apply_pg_migrations
 from daemon.store.outage import QUEUE_NAME, WriteQueue, rerun_safe
-from daemon.store.pg_migrations import apply_pg_migrations
 from daemon.store.postgres import (
     DEFAULT_BUILD_MEMORY,
     PgConnection,

@@ -1,4 +1,4 @@
 -- Shared facts keep their history (issue 25). A SQLite store is one agent's and has no shared
 -- namespace: nothing to change here. The migration exists so that both backends record the
--- same migrations under the same numbers (`daemon/store/pg_migrations/0015_shared_history.sql`
+-- same migrations under the same numbers (`0015_shared_history.postgres.sql` beside this file
 -- holds PostgreSQL's columns).
