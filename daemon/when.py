@@ -24,7 +24,7 @@ Every number a phrase carries is bounded (a one-off at most `MAX_AHEAD` ahead, a
 at least one unit and at most a year), and what cannot be kept says why: in the past, too far
 ahead, too often, or the exact text that was not understood.
 
-Size: the phrase grammar, its bounds and its refusals read in one place.
+The phrase grammar, its bounds and its refusals read in one place.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ back as int or float, never Decimal.
 Each agent's tables live in its own schema (its namespace), set as the connection's
 `search_path`, so a statement without a schema name reads and writes that agent's tables only.
 
-Size: the sqlite3-shaped connection, its value adapters, and the reconnection it rests on
+The sqlite3-shaped connection, its value adapters, and the reconnection it rests on
 (session settings and advisory locks carried over, the breaker consulted) belong together;
 the outage's policy — breaker, what may run twice, the queue — is `daemon.store.outage`.
 """
