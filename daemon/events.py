@@ -245,6 +245,18 @@ class NoticePosted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SchedulesChanged(Event):
+    """A schedule was added, cancelled, approved or declined: the next due time may have moved.
+
+    `change` is one of "added", "cancelled", "approved", "declined". The schedule keeper
+    re-arms its timer; the store waits for it, so the timer is set when the call returns.
+    """
+
+    schedule_id: str
+    change: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class HookSpec:
     name: str
     event_type: type[Event]
@@ -333,6 +345,14 @@ HOOKS: dict[type[Event], HookSpec] = {
         ),
         HookSpec(
             name="notice_posted", event_type=NoticePosted, kind=HookKind.OBSERVER, timeout_s=10.0
+        ),
+        # The keeper's re-arm only sets a timer: quick, and done before the store's call returns.
+        HookSpec(
+            name="schedules_changed",
+            event_type=SchedulesChanged,
+            kind=HookKind.OBSERVER,
+            timeout_s=5.0,
+            wait=True,
         ),
     )
 }

@@ -96,7 +96,7 @@ async def rig(
         journal: list[JournalNote] = []
         bus.on(JournalNote, journal.append, name="test.journal")
         outbox = Outbox(db, bus=bus, clock=clock)
-        store = ScheduleStore(db, clock=clock, zone=LONDON, settings=cfg)
+        store = ScheduleStore(db, clock=clock, zone=LONDON, settings=cfg, bus=bus)
         async with Scheduler(
             clock=clock, db=db, timezone="Europe/London", max_nap_s=nap_s
         ) as scheduler:

@@ -3,7 +3,8 @@
 The keeper holds a single timer job (`Scheduler.add_timer`) set to the soonest `next_due` of
 the active schedules: an idle daemon with a thousand schedules wakes only when one is due (and
 on the scheduler's own minute check), and costs no model call. A change to the schedules
-(added, cancelled, approved) re-arms the timer.
+(added, cancelled, approved, declined), which the store publishes as `schedules_changed` on the
+bus, re-arms the timer.
 
 Firing a **reminder** costs no model call: in one transaction it writes the fire record
 (`schedule_fires`, keyed by the due time), posts the notice to the outbox with the key
@@ -30,6 +31,7 @@ The moment after a firing's commit and before anyone is told is the fault point
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
@@ -39,7 +41,7 @@ import anyio
 from daemon.background import BackgroundWork
 from daemon.bus import EventBus
 from daemon.clock import Clock
-from daemon.events import JournalNote
+from daemon.events import JournalNote, SchedulesChanged
 from daemon.faults import fault_point
 from daemon.log import get_logger
 from daemon.records import ScheduleFired
@@ -151,6 +153,7 @@ class ScheduleKeeper(BackgroundWork):
         self.wakeups = 0
         self._tasks_running: set[str] = set()
         self._armed = False
+        self._unsubscribe: Callable[[], None] = lambda: None
         # What came due before this start and how it was caught up (`MissedFiring`); the
         # first wake-up, which catches up, sets `caught_up` when it is done.
         self.started_at = clock.now()
@@ -158,11 +161,26 @@ class ScheduleKeeper(BackgroundWork):
         self.caught_up = anyio.Event()
 
     async def start(self) -> None:
-        """Finish what a restart interrupted, add the timer, and arm it (due now: catch-up)."""
+        """Finish what a restart interrupted, add the timer, and arm it (due now: catch-up).
+
+        From here on every `schedules_changed` re-arms the timer; the store must publish on
+        this keeper's bus, or a schedule added later would wait for a timer set before it.
+        """
+        if self.store.bus is not self.bus:
+            raise ValueError("the schedule store publishes on another bus than the keeper's")
         await self.recover()
         self.scheduler.add_timer(JOB, self._on_timer)
-        self.store.on_change(self.rearm)
+        self._unsubscribe = self.bus.on(
+            SchedulesChanged, self._on_change, name="schedule.keeper.rearm"
+        )
         self._armed = True
+        self.rearm()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._unsubscribe()
+        await super().__aexit__(*exc)
+
+    def _on_change(self, event: SchedulesChanged) -> None:
         self.rearm()
 
     def rearm(self) -> None:

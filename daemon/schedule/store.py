@@ -2,8 +2,9 @@
 
 A schedule is a row of `schedules` (migration 0012); each firing is a row of
 `schedule_fires`, keyed by the due time it answered. The store resolves time phrases
-(`when.resolve`) in the person's zone, enforces the limits of `[schedule]`, and tells its
-listeners (the keeper) when the next due time may have changed.
+(`when.resolve`) in the person's zone, enforces the limits of `[schedule]`, and publishes
+`schedules_changed` on the bus (`daemon.events.SchedulesChanged`) when the next due time may
+have changed: the keeper subscribes to it and re-arms its timer.
 
 Who asked is kept with every schedule: "person" (the command line, or the person's own turn),
 "agent" (the agent on its own), "tool" (proposed while the turn had read text a tool brought
@@ -17,13 +18,14 @@ firing raised an error; logged).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, time, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from daemon.bus import EventBus
 from daemon.clock import Clock, parse_hhmm
 from daemon.errors import ReverieError
+from daemon.events import SchedulesChanged
 from daemon.log import get_logger
 from daemon.schedule.reading import Hint, Reading, quote_hint, read_apart, read_words
 from daemon.store.db import Database
@@ -132,13 +134,20 @@ def schedule_from_row(row: ScheduleRow) -> Schedule:
 class ScheduleStore:
     """Schedules in the database: add, list, cancel, approve; what is due and when next.
 
-    Every call is one statement or one short transaction on the database thread. Listeners
-    added with `on_change` are called (synchronously) after anything that may move the next
-    due time.
+    Every call is one statement or one short transaction on the database thread. After
+    anything that may move the next due time, `SchedulesChanged` is published on `bus` and
+    its handlers (the keeper's re-arm) have run when the call returns. Without a bus (the
+    command line's direct path, when no daemon runs) nothing is told: there is no timer.
     """
 
     def __init__(
-        self, db: Database, *, clock: Clock, zone: tzinfo, settings: ScheduleSettings
+        self,
+        db: Database,
+        *,
+        clock: Clock,
+        zone: tzinfo,
+        settings: ScheduleSettings,
+        bus: EventBus | None = None,
     ) -> None:
         self.db = db
         self.rows = SchedulesRepo(db)
@@ -147,14 +156,11 @@ class ScheduleStore:
         self.settings = settings
         hour, minute = parse_hhmm(settings.default_time)
         self.default_time = time(hour, minute)
-        self._listeners: list[Callable[[], None]] = []
+        self.bus = bus
 
-    def on_change(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
-
-    def _changed(self) -> None:
-        for listener in self._listeners:
-            listener()
+    async def _changed(self, schedule_id: str, change: str) -> None:
+        if self.bus is not None:
+            await self.bus.publish(SchedulesChanged(schedule_id=schedule_id, change=change))
 
     def resolve(self, when: str) -> Resolved:
         """The phrase resolved now in the person's zone (raises `WhenError`)."""
@@ -262,7 +268,7 @@ class ScheduleStore:
                 updated_at=iso(now),
             )
         )
-        self._changed()
+        await self._changed(schedule.id, "added")
         return schedule
 
     async def get(self, schedule_id: str) -> Schedule | None:
@@ -292,7 +298,7 @@ class ScheduleStore:
         if found.status not in LIVE:
             raise ScheduleError(f"schedule {found.id} is already {found.status}")
         await self._set_status(found.id, "cancelled", next_due=None)
-        self._changed()
+        await self._changed(found.id, "cancelled")
         return await self._require(found.id)
 
     async def approve(self, schedule_id: str) -> Schedule:
@@ -301,7 +307,7 @@ class ScheduleStore:
         if found.status != "pending":
             raise ScheduleError(f"schedule {found.id} is {found.status}, not waiting for approval")
         await self._set_status(found.id, "active", next_due=found.next_due)
-        self._changed()
+        await self._changed(found.id, "approved")
         return await self._require(found.id)
 
     async def decline(self, schedule_id: str) -> Schedule:
@@ -309,7 +315,7 @@ class ScheduleStore:
         if found.status != "pending":
             raise ScheduleError(f"schedule {found.id} is {found.status}, not waiting for approval")
         await self._set_status(found.id, "declined", next_due=None)
-        self._changed()
+        await self._changed(found.id, "declined")
         return await self._require(found.id)
 
     async def set_aside(self, schedule_id: str) -> None:

@@ -93,7 +93,9 @@ async def open_tools(
     for tool in delegator.tools_for(0):
         everything.register(tool)
     # After the forks' set was taken: a fork never sets schedules (the trunk does).
-    schedules = ScheduleStore(core.db, clock=core.clock, zone=core.zone, settings=s.schedule)
+    schedules = ScheduleStore(
+        core.db, clock=core.clock, zone=core.zone, settings=s.schedule, bus=core.bus
+    )
     for tool in schedule_tools(schedules, guard=guard):
         everything.register(tool)
     return Toolkit(
