@@ -15,14 +15,20 @@ import re
 import ssl
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
-import httpx
 
 from daemon.settings import FetchSettings, Settings
-from daemon.tools.netguard import GuardedTransport, NetworkGuard, verifying_context
+from daemon.tools.netguard import NetworkGuard
 from daemon.tools.registry import Tool, ToolContext, ToolError
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx (and the guarded transport under it) is imported at the first fetch, not when the
+# daemon builds its tools: with httpcore and what they find installed it is ~180 modules
+# and ~0.16 CPU-seconds that a daemon nobody asks to fetch never needs.
 
 _SCHEMES = ("http", "https")
 # An HTTP error's body is shown only this far: enough to read what went wrong.
@@ -66,6 +72,8 @@ def _sniff(body: bytes) -> str | None:
 
 def checked_url(url: str | httpx.URL) -> httpx.URL:
     """`url` parsed, refused with a ToolError unless it is an http(s) URL with a host."""
+    import httpx
+
     try:
         parsed = url if isinstance(url, httpx.URL) else httpx.URL(url.strip())
     except (httpx.InvalidURL, ValueError) as exc:
@@ -175,6 +183,8 @@ class PageFetcher:
     def _tls_context(self) -> ssl.SSLContext:
         # Built at the first fetch, not when the daemon starts, and shared by every fetch after.
         if self._tls is None:
+            from daemon.tools.guarded_http import verifying_context
+
             self._tls = verifying_context()
         return self._tls
 
@@ -194,6 +204,10 @@ class PageFetcher:
             ) from exc
 
     async def _fetch(self, start: httpx.URL) -> Page:
+        import httpx
+
+        from daemon.tools.guarded_http import GuardedTransport
+
         redirects: list[str] = []
         current = start
         async with httpx.AsyncClient(
