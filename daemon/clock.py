@@ -4,18 +4,11 @@ times of day as the settings name them."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import anyio
 
-
-class Clock(Protocol):
-    def now(self) -> datetime:
-        """The current time, timezone-aware (UTC)."""
-        ...
-
-    async def sleep(self, seconds: float) -> None: ...
+from daemon.seams import Clock as Clock
 
 
 class SystemClock:

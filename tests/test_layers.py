@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "resources",
             "run_log",
             "scheduler",
+            "seams",
             "settings",
             "store",
             "systemd",

@@ -8,9 +8,9 @@ events and the lifecycle's state changes into frames.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Protocol, assert_never
+from typing import Any, assert_never
 
 import anyio
 
@@ -30,6 +30,7 @@ from daemon.chat.protocol import (
 from daemon.errors import ReverieError
 from daemon.events import MessageAccepted, StateChanged
 from daemon.log import get_logger
+from daemon.seams import NoticeDesk as NoticeDesk
 from daemon.store.errors import storage_failure
 from daemon.store.postgres import StoreAway
 from daemon.tools.approvals import ApprovalRefused, Approvals
@@ -48,18 +49,6 @@ def command_progress(data: Any) -> None:
     send = _progress.get()
     if send is not None:
         send(data)
-
-
-class NoticeDesk(Protocol):
-    """Where the person's clients collect what the agent told them (`daemon.schedule.courier`)."""
-
-    async def attach(self, client: Any) -> bool: ...
-
-    def detach(self, client: Any) -> None: ...
-
-    async def seen(self, client: Any, ids: Sequence[str]) -> int:
-        """The client showed these notices; a refusal is a `ProtocolError`."""
-        ...
 
 
 class CommandUnavailable(ReverieError):

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
@@ -33,7 +33,6 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from daemon.chat import protocol
 from daemon.chat.protocol import (
     ApproveFrame,
-    ClientFrame,
     CommandFrame,
     Oversized,
     ProtocolError,
@@ -41,6 +40,7 @@ from daemon.chat.protocol import (
 from daemon.chat.stream import UnixConnection, UnixListener, connect_unix
 from daemon.errors import ReverieError
 from daemon.log import get_logger
+from daemon.seams import ChatHandler as ChatHandler
 
 log = get_logger("reverie.chat")
 
@@ -75,33 +75,6 @@ def take_passed_file() -> int | None:
 
 class ChatServerError(ReverieError):
     """The socket cannot be served; the message is one line a person can act on."""
-
-
-class ChatHandler(Protocol):
-    """What the daemon does with connections and frames.
-
-    The server awaits each callback inline: `handle_frame` runs once per frame, in order,
-    per connection, so a handler should return quickly and hand long work (a turn) to its
-    own task group, replying later through `client.send`. `client_connected` is where the
-    handler sends the `hello` frame. An exception from a callback is logged and answered
-    with an `internal` error frame; it never takes the server down. A callback is
-    cancelled if its client is dropped (too slow, vanished) or the server stops;
-    `client_disconnected` then still runs, shielded and bounded by a timeout.
-    """
-
-    async def client_connected(self, client: ClientHandle) -> None: ...
-
-    async def handle_frame(self, client: ClientHandle, frame: ClientFrame) -> None: ...
-
-    async def client_finished_sending(self, client: ClientHandle) -> None:
-        """Return once every reply owed to a client that shut its write side has been sent.
-
-        Called after a clean end of input; the connection stays open for writing until
-        this returns (bounded by `HALF_CLOSE_LINGER_S`).
-        """
-        ...
-
-    async def client_disconnected(self, client: ClientHandle) -> None: ...
 
 
 class ClientHandle:

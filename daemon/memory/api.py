@@ -1,21 +1,20 @@
 """What the rest of the daemon may ask of memory (the context assembler above all).
 
 `MemoryItem` is one retrievable piece: an explicit fact, a session summary, a transcript
-chunk. `MemoryView` is the read side the context layers are built from; the memory system
-implements it over the index, and tests may implement it over a list.
+chunk. `MemoryView` (defined with the other seams in `daemon.seams`, re-exported here) is the
+read side the context layers are built from; the memory system implements it over the index,
+and tests may implement it over a list.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import Literal
 
 from daemon.records import UNTRUSTED_ORIGINS as UNTRUSTED_ORIGINS
 from daemon.records import Origin as Origin
-
-if TYPE_CHECKING:
-    from daemon.memory.last_word import LastWord
+from daemon.seams import MemoryView as MemoryView
 
 Kind = Literal["fact", "profile", "summary", "chunk", "month", "journal"]
 
@@ -51,49 +50,3 @@ class LiveHistory:
             return False
         replayed = [m in self.message_ids for m in item.message_ids]
         return all(replayed) if len(replayed) == 1 else any(replayed)
-
-
-@runtime_checkable
-class MemoryView(Protocol):
-    """The read side of memory used to build context every turn."""
-
-    async def profile_facts(self, limit: int) -> list[MemoryItem]:
-        """Active profile facts (target=profile), newest first."""
-        ...
-
-    async def recent_entries(self, limit: int) -> list[MemoryItem]:
-        """The last memory entries of any kind except chunks (recent themes), newest first."""
-        ...
-
-    async def recent_summaries(self, limit: int) -> list[MemoryItem]:
-        """The last session summaries, newest first."""
-        ...
-
-    async def recent_facts(self, limit: int) -> list[MemoryItem]:
-        """The last explicit facts (target=memory), newest first."""
-        ...
-
-    async def auto_recall(
-        self,
-        prompt: str,
-        *,
-        previous_reply: str = "",
-        exclude_ids: frozenset[str] = frozenset(),
-        limit: int = 6,
-        live: LiveHistory | None = None,
-    ) -> list[MemoryItem]:
-        """Memories relevant to `prompt`, best first, deduplicated, none from `exclude_ids`
-        and none that `live` (the conversation the model is replaying) already shows."""
-        ...
-
-    async def last_person_word(
-        self, now: datetime, *, answering: str | None = None
-    ) -> LastWord | None:
-        """The person's newest message up to `now`, passing over `answering` — the message
-        being answered, when it is the newest (None: they never wrote)."""
-        ...
-
-    async def mark_corrected(self, texts: list[str]) -> list[str]:
-        """`texts` (what was written before: a dream, the journal, a handover) with a note
-        after each line that states a value since corrected (`daemon.memory.corrections`)."""
-        ...

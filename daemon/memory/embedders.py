@@ -19,7 +19,7 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import numpy as np
@@ -27,28 +27,13 @@ import numpy as np
 from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.memory.threads import default_threads
+from daemon.seams import Embedder as Embedder
 from daemon.settings import MemorySettings, secret
 
 if TYPE_CHECKING:
     import httpx
 
 log = get_logger("memory.embedders")
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Embed texts; `dim == 0` means this embedder produces no vectors (lexical only)."""
-
-    name: str
-    dim: int
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Return a (len(texts), dim) float32 matrix of L2-normalised rows.
-
-        Runs the work off the event loop; cancellation abandons the result (a worker thread
-        already running finishes its batch in the background).
-        """
-        ...
 
 
 def normalise(matrix: np.ndarray) -> np.ndarray:

@@ -35,11 +35,11 @@ this contract (the summariser and recall build them; the offline provider reads 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from daemon.errors import ReverieError
+from daemon.seams import Model as Model
 
 Task = Literal[
     "chat", "summarise", "plan_recall", "synthesise", "dream", "journal", "delegate", "wake"
@@ -195,27 +195,6 @@ class ModelUnavailable(ModelError):
 
 class SpendCapReached(ModelError):
     """Today's spend cap forbids this call."""
-
-
-@runtime_checkable
-class Model(Protocol):
-    """A model provider. Implementations: Anthropic, OpenAI-compatible, offline, scripted."""
-
-    provider: str
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Stream one response; the last event is always `Completed`.
-
-        On cancellation the underlying HTTP stream is closed and `CancelledError` propagates.
-        Raises `ModelUnavailable` after retries are exhausted, `ModelError` otherwise.
-        """
-        ...
-
-    async def count_tokens(self, request: ModelRequest) -> int | None:
-        """Exact prompt tokens for `request` if the provider can say, else None."""
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 async def complete(model: Model, request: ModelRequest) -> ModelResponse:

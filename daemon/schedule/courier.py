@@ -32,7 +32,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, time, timedelta, tzinfo
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
@@ -44,6 +44,7 @@ from daemon.events import NoticePosted
 from daemon.log import get_logger
 from daemon.schedule.outbox import Notice, Outbox
 from daemon.scheduler import Scheduler, parse_hhmm
+from daemon.seams import NoticeChannel as NoticeChannel
 from daemon.settings import NoticesSettings
 
 log = get_logger("notices")
@@ -62,18 +63,6 @@ def notice_frame(notice: Notice) -> dict[str, Any]:
         late_s=notice.late_s,
         schedule_id=notice.schedule_id,
     )
-
-
-class NoticeChannel(Protocol):
-    """Another door to the person (`daemon.channels`) that can carry notices."""
-
-    name: str
-
-    def takes_notices(self) -> bool: ...
-
-    def holds_notice(self, notice_id: str) -> bool: ...
-
-    def deliver_notice(self, notice: Notice) -> bool: ...
 
 
 class QuietHours:

@@ -10,13 +10,15 @@ import fnmatch
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import anyio
 
 from daemon.errors import ReverieError
 from daemon.log import get_logger
 from daemon.models.base import ToolSpec
+from daemon.seams import ToolGuard as ToolGuard
+from daemon.seams import ToolSource as ToolSource
 
 log = get_logger("tools")
 
@@ -171,22 +173,6 @@ def cap_output(text: str, limit: int) -> str:
         return text
     keep = max(0, limit - 80)
     return text[:keep] + f"\n…[output truncated: {len(text) - keep} more characters]"
-
-
-class ToolGuard(Protocol):
-    """Decides whether one call may run (the permission policy and the person's approvals)."""
-
-    async def authorize(
-        self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext
-    ) -> str | None:
-        """None when the call may run; otherwise the reason it may not, for the model to read."""
-        ...
-
-
-class ToolSource(Protocol):
-    """Tools that come and go while the daemon runs (an MCP server's, once it has answered)."""
-
-    def tools(self) -> Iterable[Tool]: ...
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
