@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from daemon.errors import ReverieError
 from daemon.store.memories import in_transaction
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ _COLUMNS = (
 )
 
 
-class SharedFactRetired(ValueError):
+class SharedFactRetired(ReverieError, ValueError):
     """The shared fact was retired (by another agent, or a night's upkeep) before this change."""
 
 
