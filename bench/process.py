@@ -8,8 +8,9 @@ bench can say a daemon made no model call while it sat idle.
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
+
+import anyio
 
 
 def cpu_seconds(pid: int) -> float:
@@ -18,8 +19,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 def model_calls(home: Path) -> int:
-    conn = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
-    try:
-        return int(conn.execute("SELECT COUNT(*) FROM usage_ledger").fetchone()[0])
-    finally:
-        conn.close()
+    """The ledger's model calls, read through the store's repository on a read-only handle."""
+    return anyio.run(_model_calls, home / "reverie.db")
+
+
+async def _model_calls(db_file: Path) -> int:
+    from daemon.store.db import Database
+    from daemon.store.usage import UsageRepo
+
+    async with await Database.open(db_file, readonly=True) as db:
+        return await UsageRepo(db).calls()

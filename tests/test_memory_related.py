@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from daemon.memory.embedders import MiniLMEmbedder, minilm_available
-from daemon.memory.related import RelatedWords, asks_about_them, vocabulary_words
+from daemon.memory.related import RelatedWords, asks_something, vocabulary_words
 from tests.memory_support import add_session, memory_system
 
 pytestmark = pytest.mark.anyio
@@ -41,11 +41,11 @@ TOLD = {
 
 
 def test_only_a_message_that_asks_something_looks_for_other_words() -> None:
-    assert asks_about_them("what are we driving these days?")
-    assert asks_about_them("Remind me who lent me the tent")
-    assert asks_about_them("is the boiler still under warranty")
-    assert not asks_about_them("make me a sandwich")
-    assert not asks_about_them("write a haiku about autumn")
+    assert asks_something("what are we driving these days?")
+    assert asks_something("Remind me who lent me the tent")
+    assert asks_something("is the boiler still under warranty")
+    assert not asks_something("make me a sandwich")
+    assert not asks_something("write a haiku about autumn")
     assert vocabulary_words("The new family car is a Volvo V60!") == [
         "new",
         "family",
@@ -128,6 +128,17 @@ async def test_the_vocabulary_is_kept_beside_the_database_and_only_grows_by_new_
             await memory.index.flush()
             assert await again.refresh() == len(new)
             assert sum(calls) == len(new)  # only the new words embedded
+            # Memories of known words only move the counts and the position, and both are saved.
+            before = again.counts[again.index["printer"]]
+            await add_session(memory.db, "s3", [("user", "The printer jammed again.")])
+            await memory.index_session("s3")
+            await memory.index.flush()
+            assert await again.refresh() == 0
+            with np.load(again.path) as saved:  # the next start reads nothing again
+                assert int(saved["last_rowid"]) == again.last_rowid
+            reread = RelatedWords(memory.db, Counting())
+            await reread.refresh()
+            assert reread.counts[reread.index["printer"]] == before + 1
             # A damaged file is rebuilt, not trusted.
             again.path.write_bytes(b"not a vocabulary")
             rebuilt = RelatedWords(memory.db, Counting())

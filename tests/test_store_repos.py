@@ -115,6 +115,7 @@ async def test_usage_sums_a_day_and_lists_days_in_order(store: Store) -> None:
         empty = await usage.day("2026-03-05")
         assert (empty.calls, empty.cost_usd, empty.cache_hit_rate) == (0, 0.0, 0.0)
 
+        assert await usage.calls() == 4
         days = await usage.days_since("2026-03-01")
         assert [(d.day, d.calls, d.cost_usd) for d in days] == [
             ("2026-03-01", 1, 1.0),

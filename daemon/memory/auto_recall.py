@@ -35,7 +35,7 @@ from daemon.memory.lookups import Lookup, lexical_lookups
 from daemon.memory.months import focus_month, months_in_place
 from daemon.memory.newest import clip_tokens, named_later, said_later, standouts, stems
 from daemon.memory.query import QueryPlan, asked_stems, decompose
-from daemon.memory.related import RelatedWords, asks_about_them
+from daemon.memory.related import RelatedWords, asks_something
 from daemon.memory.since_changed import label_changed
 from daemon.memory.text import content_words
 from daemon.memory.uses import stale_weight
@@ -210,7 +210,7 @@ class IndexMemoryView:
         start), and what is not done in time is left out of this turn, never waited for. The
         words' lookups go to the database together, against the index the search refreshed.
         """
-        if not asks_about_them(prompt) or not self.related.usable:
+        if not asks_something(prompt) or not self.related.usable:
             return []
         out: dict[str, tuple[MemoryItem, float]] = {}
         bounded = self.vocabulary_seconds is not None

@@ -14,7 +14,7 @@ database as `<db>.words-<model>-<dim>`, extended as memories are written, at mos
 `MAX_WORDS`). A question's content words are embedded and each is joined by the store's words
 nearest it above `RELATED_BAR` — words that occur in memories, so every one can match.
 
-Used only when the message asks something (`asks_about_them`): "make me a sandwich" asks for
+Used only when the message asks something (`asks_something`): "make me a sandwich" asks for
 no memory, and a sandwich's near words (bread, lunch) must not bring back the bread maker.
 Only a word the store barely uses and that is no everyday word is given stand-ins
 (`RelatedWords.wants_stand_ins`): what the store says in the question's own words the search
@@ -69,7 +69,7 @@ _QUESTION_START = re.compile(
 )
 
 
-def asks_about_them(prompt: str) -> bool:
+def asks_something(prompt: str) -> bool:
     """Whether `prompt` asks something (a question mark, or a question's first word): "what
     are we driving these days?" does, "make me a sandwich" does not."""
     low = " ".join(prompt.lower().replace("’", "'").split())
@@ -100,7 +100,7 @@ class Related:
 class RelatedWords:
     """The store's vocabulary with one vector per word, and the words near a question's."""
 
-    def __init__(self, db: Database, embedder: object, *, persist: bool = True) -> None:
+    def __init__(self, db: Database, embedder: object) -> None:
         self.db = db
         self.embedder = embedder
         self.name = str(getattr(embedder, "name", ""))
@@ -112,9 +112,6 @@ class RelatedWords:
         self.vectors = np.zeros((0, self.dim), dtype=np.float16)
         self.last_rowid = 0
         self.path = words_path(Path(str(db.path)), self.name, self.dim)
-        # A cache beside the database: written by a read-only view too (the daemon and
-        # `reverie context` derive the same file; the last whole write wins).
-        self.persist = persist
         self._loaded = False
         self._asked: dict[str, np.ndarray] = {}
         self._lock = anyio.Lock()
@@ -143,8 +140,6 @@ class RelatedWords:
         self.index = {w: i for i, w in enumerate(words)}
 
     def _save(self) -> None:
-        if not self.persist:
-            return
         import io
 
         buf = io.BytesIO()
@@ -167,15 +162,17 @@ class RelatedWords:
 
     async def refresh(self, *, rows: int | None = None) -> int:
         """Take in the words of memories written since the last call (at most `rows` of them
-        when given); return how many words were new. Cancellable between batches: what was
-        embedded is kept."""
+        when given); return how many words were new. A batch of memories is taken in whole
+        or not at all (cancelled while its words are embedded, it is read again next time);
+        the file is read and written off the event loop."""
         if not self.usable:
             return 0
         async with self._lock:
             if not self._loaded:
-                self._load()
+                await anyio.to_thread.run_sync(self._load)
             added = 0
             read = 0
+            moved = False
             try:
                 while len(self.words) < MAX_WORDS and (rows is None or read < rows):
                     step = _READ if rows is None else min(_READ, rows - read)
@@ -184,31 +181,42 @@ class RelatedWords:
                     if not batch:
                         break
                     fresh: dict[str, int] = {}
+                    known: list[int] = []
                     for row in batch:
                         for w in set(vocabulary_words(row.text)):
                             at = self.index.get(w)
                             if at is None:
                                 fresh[w] = fresh.get(w, 0) + 1
-                            elif self.counts[at] < _COUNT_CAP:
-                                self.counts[at] += 1
+                            else:
+                                known.append(at)
                     kept = list(fresh)[: MAX_WORDS - len(self.words)]
-                    added += await self._add(kept, [fresh[w] for w in kept])
+                    vectors = await self._embed(kept)
+                    # No await from here to the batch's end: its words, counts and position
+                    # change together.
+                    self.vectors = np.concatenate([self.vectors, vectors])
+                    for w in kept:
+                        self.index[w] = len(self.words)
+                        self.words.append(w)
+                        self.counts.append(min(fresh[w], _COUNT_CAP))
+                    for at in known:
+                        self.counts[at] = min(self.counts[at] + 1, _COUNT_CAP)
                     self.last_rowid = batch[-1].rowid
+                    added += len(kept)
+                    moved = True
             finally:
-                if added:
-                    self._save()
+                if moved:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self._save)
             return added
 
-    async def _add(self, words: Sequence[str], counts: Sequence[int]) -> int:
+    async def _embed(self, words: Sequence[str]) -> np.ndarray:
+        """Unit vectors (float16) for `words`, embedded `_BATCH` at a time."""
+        parts = [np.zeros((0, self.dim), dtype=np.float16)]
         for start in range(0, len(words), _BATCH):
             chunk = list(words[start : start + _BATCH])
-            vectors = _unit(await self.embedder.embed(chunk))  # type: ignore[attr-defined]
-            self.vectors = np.concatenate([self.vectors, vectors.astype(np.float16)])
-            for w, n in zip(chunk, counts[start : start + _BATCH], strict=True):
-                self.index[w] = len(self.words)
-                self.words.append(w)
-                self.counts.append(min(n, _COUNT_CAP))
-        return len(words)
+            vectors = await self.embedder.embed(chunk)  # type: ignore[attr-defined]
+            parts.append(_unit(vectors).astype(np.float16))
+        return np.concatenate(parts)
 
     def wants_stand_ins(self, word: str) -> bool:
         """Whether the question's `word` is looked for in other words: rare in the store and

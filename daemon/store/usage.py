@@ -100,6 +100,11 @@ class UsageRepo:
         row = await self.db.fetchone(f"SELECT {_SUMS} FROM usage_ledger WHERE day = ?", (day,))
         return _spend(day, row)
 
+    async def calls(self) -> int:
+        """How many model calls the ledger holds in all (one row each)."""
+        row = await self.db.fetchone("SELECT COUNT(*) FROM usage_ledger")
+        return int(row[0]) if row else 0
+
     async def days_since(self, since: str) -> list[DaySpend]:
         """Spend per day from `since` (a local date, ISO) on, oldest first; days with no calls
         left out."""
