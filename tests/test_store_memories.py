@@ -310,3 +310,30 @@ async def test_month_folds_are_read_with_their_memories(store: Store) -> None:  
         unfolded = await repo.unfolded_summaries(10)
         assert [r.uid for r in unfolded] == ["summary:s4", "summary:s3"]
         assert [r.uid for r in await repo.unfolded_summaries(1)] == ["summary:s4"]
+
+
+@pytest.mark.anyio
+async def test_texts_after_reads_in_written_order_from_a_row_on(store: Store) -> None:  # noqa: F811
+    """The store's vocabulary reads every memory's words once, in written order."""
+    async with store.open("memories") as db:
+        for n, retired in enumerate([None, None, "2026-03-02T10:00:00+00:00"]):
+            await db.execute(
+                "INSERT INTO memories(uid, kind, text, title, origin, created_at,"
+                " retired_at, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    f"chunk:s:{n}",
+                    "chunk",
+                    f"text {n}",
+                    "" if n else "title 0",
+                    "person",
+                    f"2026-03-01T10:0{n}:00+00:00",
+                    retired,
+                    f"hash-{n}",
+                ),
+            )
+        repo = MemoriesRepo(db)
+        every = await repo.texts_after(0, 10)
+        assert [r.text for r in every] == ["title 0\ntext 0", "text 1", "text 2"]
+        assert every[0].rowid < every[1].rowid < every[2].rowid
+        assert [r.text for r in await repo.texts_after(every[0].rowid, 1)] == ["text 1"]
+        assert await repo.texts_after(every[2].rowid, 10) == []

@@ -37,7 +37,7 @@ import structlog
 from daemon.durable import write_atomic
 from daemon.memory.text import content_words
 from daemon.store.db import Database
-from daemon.store.memory_text import texts_after
+from daemon.store.memories import MemoriesRepo
 from daemon.text import stem
 from daemon.tokens import default_counter
 
@@ -102,6 +102,7 @@ class RelatedWords:
 
     def __init__(self, db: Database, embedder: object) -> None:
         self.db = db
+        self.store = MemoriesRepo(db)
         self.embedder = embedder
         self.name = str(getattr(embedder, "name", ""))
         self.dim = int(getattr(embedder, "dim", 0) or 0)
@@ -176,7 +177,7 @@ class RelatedWords:
             try:
                 while len(self.words) < MAX_WORDS and (rows is None or read < rows):
                     step = _READ if rows is None else min(_READ, rows - read)
-                    batch = await texts_after(self.db, self.last_rowid, step)
+                    batch = await self.store.texts_after(self.last_rowid, step)
                     read += len(batch)
                     if not batch:
                         break

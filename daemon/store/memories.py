@@ -166,6 +166,14 @@ class MatrixRows:
         return len(self.rowids)
 
 
+@dataclass(frozen=True)
+class MemoryText:
+    """A memory's title and text, and where it stands in written order."""
+
+    rowid: int
+    text: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class PendingMemory:
     """A memory whose content has no vector for a model yet."""
@@ -500,6 +508,15 @@ class MemoriesRepo:
             (model,),
         )
         return int(row[0])
+
+    async def texts_after(self, rowid: int, limit: int) -> list[MemoryText]:
+        """Up to `limit` memories written after `rowid` (retired ones too), oldest first, each
+        as its title and text (the store's vocabulary, `daemon.memory.related`)."""
+        rows = await self.db.fetchall(
+            "SELECT rowid, title, text FROM memories WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            (rowid, limit),
+        )
+        return [MemoryText(rowid=int(r[0]), text=f"{r[1]}\n{r[2]}".strip()) for r in rows]
 
     async def pending(self, model: str, *, after: int, limit: int) -> list[PendingMemory]:
         """Up to `limit` memories past rowid `after` whose content has no vector for `model`,
