@@ -42,7 +42,10 @@ first-turn context's tokens against its budget.
     nice -n 10 .venv/bin/python -m bench.years --seed 5 --keep /tmp/years --details
 
 Needs libfaketime: `apt-get install faketime` (Debian/Ubuntu). Prints a table and one JSON
-object (also `bench/results/years.json`).
+object (also `bench/results/years.json`). With `--keep DIR` the home is `DIR/home`, and each
+checkpoint's home is copied to `DIR/month-M` as it was measured, so another tree's code can
+assemble the same questions on it (`python -m bench.years --assemble DIR/month-M`, prompts as
+a JSON list on stdin, under the checkpoint's FAKETIME).
 """
 
 from __future__ import annotations
@@ -613,6 +616,7 @@ class Driver:
         self.catch_ups: list[str] = []
         self.turns = 0
         self.remembered_cli = 0
+        self.snapshots: Path | None = None  # with --keep: each checkpoint's home, copied
 
     def env(self, when: datetime) -> dict[str, str]:
         return daemon_env(
@@ -730,6 +734,9 @@ class Driver:
             self.settle(daemon)
         finally:
             daemon.stop()
+        if self.snapshots is not None:
+            # The home as this checkpoint measured it, to assemble again with other code.
+            shutil.copytree(self.home, self.snapshots / f"month-{month}", dirs_exist_ok=True)
         due = [f for f in self.life.facts if f.due(day)]
         prompts = [NEUTRAL, *dict.fromkeys(f.question for f in due)]
         contexts = assemble_all(self.home, prompts, self.env(self.at(day, 8, 30)))
@@ -874,6 +881,7 @@ def run(
     home.mkdir(parents=True)
     (home / "reverie.toml").write_text(CONFIG)
     driver = Driver(life, home, lib, progress, embedder)
+    driver.snapshots = root if keep else None
     rng = random.Random(seed * 7919 + 3)
     t0 = time.monotonic()
     checkpoints: list[dict[str, Any]] = []
