@@ -212,6 +212,21 @@ async def test_summarise_reply_follows_the_contract() -> None:
     assert "Also the shed door squeaks." not in data["decisions"]
 
 
+def test_a_sentence_said_again_is_one_line_of_the_summary() -> None:
+    """A long day that repeats itself: the summary names each thing once, and the room the
+    copies would take goes to what else the day said."""
+    again = "[user] The quotes for the windows came back all over the place, frames and sills.\n"
+    transcript = (
+        "<<<TRANSCRIPT\n"
+        + again * 6
+        + "[user] Our neighbour Ilse lent us her ladder for the gutters.\n"
+        + "[user] The printer jammed again.\nTRANSCRIPT>>>"
+    )
+    summary = summarise(transcript)["summary"]
+    assert summary.count("quotes for the windows") == 1, summary
+    assert "ladder" in summary
+
+
 def test_summarise_pads_a_tiny_session_to_a_three_word_slug() -> None:
     data = summarise("<<<TRANSCRIPT\n[user] hi\nTRANSCRIPT>>>")
     assert len(data["slug"].split("-")) == 3 and data["summary"]

@@ -383,10 +383,15 @@ def summarise(message_text: str) -> dict[str, Any]:
         if filler not in slug_words:
             slug_words.append(filler)
     candidates: list[tuple[float, int, str, str]] = []
+    said: set[str] = set()
     for role, text in turns or [("note", transcript)]:
         for sentence in sentences(text):
             words = tokenize(sentence)
-            if words:
+            # A sentence said again (a person repeats themselves over a long day) is one line
+            # of the summary, not five copies of the best-scoring one.
+            key = " ".join(sentence.lower().split())
+            if words and key not in said:
+                said.add(key)
                 weight = sum(scores[w] for w in set(words)) / math.sqrt(len(words) + 4)
                 candidates.append((weight, len(candidates), role, sentence))
     chosen = sorted(sorted(candidates, key=lambda c: -c[0])[:5], key=lambda c: c[1])
