@@ -97,8 +97,9 @@ class DreamRevisionsRepo:
     async def add(self, revision: Revision) -> None:
         """Record a revision (a revision already recorded under its id is kept as it is)."""
         await self.db.execute(
-            "INSERT OR IGNORE INTO dream_revisions(id, cycle_id, created_at, kind, target, "
-            "status, reason, files, diff, sources) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO dream_revisions(id, cycle_id, created_at, kind, target, "
+            "status, reason, files, diff, sources) VALUES (?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT DO NOTHING",
             (
                 revision.id, revision.cycle_id, revision.created_at, revision.kind,
                 revision.target, revision.status, revision.reason,

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from daemon.store.transactions import begin_write, on_postgres
+
 if TYPE_CHECKING:
     from daemon.store.db import Database
 
@@ -23,6 +25,15 @@ LEFT JOIN fact_mining c ON c.session_id = m.session_id
 WHERE s.kind IN ('trunk', 'fork') AND m.seq > coalesce(c.upto_seq, -1)
 ORDER BY m.ts, m.session_id, m.seq LIMIT :limit
 """
+# A cursor only moves forward: the larger of the stored and the new place, per dialect
+# (SQLite's two-argument `max`, PostgreSQL's `GREATEST`).
+_ADVANCE = (
+    "INSERT INTO fact_mining(session_id, upto_seq, mined_at) VALUES (?,?,?) "
+    "ON CONFLICT(session_id) DO UPDATE SET "
+    "upto_seq = {larger}(fact_mining.upto_seq, excluded.upto_seq), mined_at = excluded.mined_at"
+)
+_ADVANCE_SQLITE = _ADVANCE.format(larger="max")
+_ADVANCE_POSTGRES = _ADVANCE.format(larger="GREATEST")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,13 +81,10 @@ class FactMiningRepo:
         values = [(sid, seq, at) for sid, seq in upto.items()]
 
         def advance(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
+            begin_write(conn)
             try:
                 conn.executemany(
-                    "INSERT INTO fact_mining(session_id, upto_seq, mined_at) VALUES (?,?,?) "
-                    "ON CONFLICT(session_id) DO UPDATE SET "
-                    "upto_seq = max(upto_seq, excluded.upto_seq), mined_at = excluded.mined_at",
-                    values,
+                    _ADVANCE_POSTGRES if on_postgres(conn) else _ADVANCE_SQLITE, values
                 )
                 conn.execute("COMMIT")
             except BaseException:

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from daemon.store.transactions import begin_write
+
 if TYPE_CHECKING:
     from daemon.store.db import Database
 
@@ -63,10 +65,11 @@ def _row(r: Any) -> FoldRow:
 
 
 def _link(conn: Any, links: Sequence[FoldLink]) -> None:
-    conn.execute("BEGIN IMMEDIATE")
+    begin_write(conn)
     try:
         conn.executemany(
-            "INSERT OR IGNORE INTO memory_folds(source_uid, month_uid, folded_at) VALUES (?,?,?)",
+            "INSERT INTO memory_folds(source_uid, month_uid, folded_at) VALUES (?,?,?)"
+            " ON CONFLICT DO NOTHING",
             [(k.source_uid, k.month_uid, k.folded_at) for k in links],
         )
     except BaseException:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any
 
+from daemon.store.transactions import begin_write
+
 if TYPE_CHECKING:
     import sqlite3
 
@@ -229,10 +231,11 @@ class ForksRepo:
         marks = ",".join("?" * len(_COLUMNS.split(",")))
 
         def insert(conn: sqlite3.Connection) -> int:
-            conn.execute("BEGIN IMMEDIATE")  # one transaction for all the rows
+            begin_write(conn)  # one transaction for all the rows
             try:
                 cur = conn.executemany(
-                    f"INSERT OR IGNORE INTO forks({_COLUMNS}) VALUES ({marks})", values
+                    f"INSERT INTO forks({_COLUMNS}) VALUES ({marks}) ON CONFLICT DO NOTHING",
+                    values,
                 )
             except BaseException:
                 conn.execute("ROLLBACK")

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from daemon.store.transactions import begin_write
+
 if TYPE_CHECKING:
     from daemon.store.db import Database
 
@@ -35,17 +37,22 @@ ON CONFLICT(uid) DO UPDATE SET
   valid_from=excluded.valid_from, supersedes=excluded.supersedes, session_id=excluded.session_id,
   message_ids=excluded.message_ids, source=excluded.source, content_hash=excluded.content_hash,
   explicit=excluded.explicit, meta=excluded.meta, version=excluded.version
-WHERE memories.content_hash IS NOT excluded.content_hash OR memories.kind IS NOT excluded.kind
-  OR memories.tags IS NOT excluded.tags OR memories.importance IS NOT excluded.importance
-  OR memories.origin IS NOT excluded.origin OR memories.created_at IS NOT excluded.created_at
-  OR memories.valid_from IS NOT excluded.valid_from OR memories.supersedes IS NOT excluded.supersedes
-  OR memories.session_id IS NOT excluded.session_id OR memories.message_ids IS NOT excluded.message_ids
-  OR memories.source IS NOT excluded.source OR memories.explicit IS NOT excluded.explicit
-  OR memories.meta IS NOT excluded.meta
+WHERE memories.content_hash IS DISTINCT FROM excluded.content_hash
+  OR memories.kind IS DISTINCT FROM excluded.kind OR memories.tags IS DISTINCT FROM excluded.tags
+  OR memories.importance IS DISTINCT FROM excluded.importance
+  OR memories.origin IS DISTINCT FROM excluded.origin
+  OR memories.created_at IS DISTINCT FROM excluded.created_at
+  OR memories.valid_from IS DISTINCT FROM excluded.valid_from
+  OR memories.supersedes IS DISTINCT FROM excluded.supersedes
+  OR memories.session_id IS DISTINCT FROM excluded.session_id
+  OR memories.message_ids IS DISTINCT FROM excluded.message_ids
+  OR memories.source IS DISTINCT FROM excluded.source
+  OR memories.explicit IS DISTINCT FROM excluded.explicit
+  OR memories.meta IS DISTINCT FROM excluded.meta
 """
 _BUMP = (
     "INSERT INTO kv(key, value, updated_at) VALUES (?, '1', ?) ON CONFLICT(key) "
-    "DO UPDATE SET value = CAST(value AS INTEGER) + 1, updated_at = excluded.updated_at "
+    "DO UPDATE SET value = CAST(kv.value AS INTEGER) + 1, updated_at = excluded.updated_at "
     "RETURNING value"
 )
 
@@ -209,7 +216,7 @@ def next_generation(conn: Any) -> int:
 
 def in_transaction(conn: Any, fn: Callable[..., T], *args: Any) -> T:
     """Run `fn(conn, *args)` as one write transaction: all of it, or (on any error) none."""
-    conn.execute("BEGIN IMMEDIATE")
+    begin_write(conn)
     try:
         out = fn(conn, *args)
         conn.execute("COMMIT")
@@ -330,7 +337,7 @@ def _upsert(conn: Any, rows: Sequence[MemoryWrite], supersessions: Sequence[Supe
     for s in supersessions:
         conn.execute(
             "UPDATE memories SET superseded_by = ?, retired_at = coalesce(retired_at, ?), version = ? "
-            "WHERE uid = ? AND superseded_by IS NOT ?",
+            "WHERE uid = ? AND superseded_by IS DISTINCT FROM ?",
             (s.new, s.at, gen, s.old, s.new),
         )
     return gen
@@ -385,7 +392,9 @@ def _store_vectors(
 ) -> int:
     gen = next_generation(conn)
     conn.executemany(
-        "INSERT OR REPLACE INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?)",
+        "INSERT INTO embeddings(content_hash, model, dim, vector, version) VALUES (?,?,?,?,?) "
+        "ON CONFLICT(content_hash, model) DO UPDATE SET dim = excluded.dim, "
+        "vector = excluded.vector, version = excluded.version",
         [(h, model, dims[h], v, gen) for h, v in vectors.items()],
     )
     return gen

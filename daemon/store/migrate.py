@@ -46,10 +46,7 @@ async def copy_store(
         async with src.conn.execute(f"SELECT * FROM {table} LIMIT 0") as cur:
             src_cols = [d[0] for d in cur.description]
         cols = [c for c in src_cols if c in dst_cols]
-        sql = (
-            f"INSERT OR REPLACE INTO {table}({', '.join(cols)}) "
-            f"VALUES ({', '.join('?' * len(cols))})"
-        )
+        sql = _copy_statement(table, cols, await _primary_key(dst, table))
         n = 0
         async with src.conn.execute(f"SELECT {', '.join(cols)} FROM {table}") as cur:
             while batch := list(await cur.fetchmany(BATCH)):
@@ -60,6 +57,31 @@ async def copy_store(
         copied[table] = n
     await dst.run(_advance_identities)
     return copied
+
+
+async def _primary_key(dst: Database, table: str) -> list[str]:
+    """The columns of `table`'s primary key on the server, in key order."""
+    rows = await dst.fetchall(
+        "SELECT a.attname FROM pg_index i "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = to_regclass(?) AND i.indisprimary "
+        "ORDER BY a.attnum",
+        (table,),
+    )
+    return [str(r[0]) for r in rows]
+
+
+def _copy_statement(table: str, cols: list[str], key: list[str]) -> str:
+    """An upsert of `cols` into `table` on its primary key: a row copied again (a copy run
+    twice, or finished after an interruption) replaces the one there instead of doubling."""
+    if not key:
+        raise RuntimeError(f"table {table} has no primary key on the server: cannot copy it twice")
+    updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c not in key)
+    on_conflict = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
+    return (
+        f"INSERT INTO {table}({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+        f"ON CONFLICT({', '.join(key)}) {on_conflict}"
+    )
 
 
 def _advance_identities(conn: Any) -> None:

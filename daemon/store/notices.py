@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from daemon.store.transactions import begin_write
+
 if TYPE_CHECKING:
     from daemon.store.db import Database
 
@@ -103,7 +105,7 @@ def insert_notice(conn: sqlite3.Connection, new: NewNotice) -> tuple[Notice, boo
 
 
 def _in_transaction(conn: sqlite3.Connection, new: NewNotice) -> tuple[Notice, bool]:
-    conn.execute("BEGIN IMMEDIATE")
+    begin_write(conn)
     try:
         out = insert_notice(conn, new)
     except BaseException:

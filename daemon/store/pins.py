@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from daemon.store.transactions import begin_write
+
 if TYPE_CHECKING:
     from daemon.store.db import Database
 
@@ -23,10 +25,11 @@ class Pin:
 
 
 def _save(conn: Any, added: Sequence[Pin], removed: Sequence[str], at: str) -> None:
-    conn.execute("BEGIN IMMEDIATE")
+    begin_write(conn)
     try:
         conn.executemany(
-            "INSERT OR IGNORE INTO pinned_facts(fact_id, pinned_at, reason) VALUES (?,?,?)",
+            "INSERT INTO pinned_facts(fact_id, pinned_at, reason) VALUES (?,?,?)"
+            " ON CONFLICT DO NOTHING",
             [(p.fact_id, at, p.reason) for p in added],
         )
         conn.executemany("DELETE FROM pinned_facts WHERE fact_id = ?", [(f,) for f in removed])

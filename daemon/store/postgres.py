@@ -244,6 +244,10 @@ class PgConnection:
     outside `BEGIN … COMMIT` commits by itself.
     """
 
+    # What functions on the database thread read to choose a statement written per dialect
+    # (daemon.store.transactions.on_postgres); a `sqlite3.Connection` has no such attribute.
+    dialect = "postgres"
+
     def __init__(self, raw: Any, schema: str, url: str = "", *, readonly: bool = False) -> None:
         self.raw = raw
         self.schema = schema
@@ -493,6 +497,12 @@ class PgConnection:
         if key in self.locks:
             self.locks.discard(key)
             self.execute("SELECT pg_advisory_unlock(hashtext(?))", (key,))
+
+    def begin_write(self) -> None:
+        """Begin a write transaction (`daemon.store.transactions.begin_write`): a plain `BEGIN` — the
+        rows a transaction writes are locked as it writes them, as SQLite's `BEGIN IMMEDIATE`
+        locks the whole file."""
+        self.execute("BEGIN")
 
     @property
     def in_transaction(self) -> bool:

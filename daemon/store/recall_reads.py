@@ -22,7 +22,8 @@ _SUPERSEDED = (
 # The same, and the facts whose statement named the value they replaced (meta "replaced").
 _CHANGED = (
     "SELECT rowid FROM memories WHERE kind IN ('fact', 'profile') "
-    "AND (superseded_by IS NOT NULL OR supersedes IS NOT NULL OR meta LIKE '%\"replaced\"%') "
+    "AND (superseded_by IS NOT NULL OR supersedes IS NOT NULL "
+    "OR lower(meta) LIKE '%\"replaced\"%') "
     "ORDER BY rowid"
 )
 
@@ -86,7 +87,7 @@ class RecallReads:
         named `name`.md; None when none is."""
         row = await self.db.fetchone(
             "SELECT id, summary_path, started_at FROM sessions "
-            "WHERE id = ? OR id = ? OR summary_path LIKE ? LIMIT 1",
+            "WHERE id = ? OR id = ? OR lower(summary_path) LIKE lower(?) LIMIT 1",
             (ref, name.removeprefix("session-"), f"%/{name}.md"),
         )
         if row is None:

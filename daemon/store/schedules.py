@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from daemon.store.notices import NewNotice, Notice, insert_notice
+from daemon.store.transactions import begin_write
 
 if TYPE_CHECKING:
     from daemon.store.db import Database
@@ -133,7 +134,7 @@ class Firing:
 
 
 def _in_transaction(conn: sqlite3.Connection, fn: Any, *args: Any) -> Any:
-    conn.execute("BEGIN IMMEDIATE")
+    begin_write(conn)
     try:
         out = fn(conn, *args)
     except BaseException:

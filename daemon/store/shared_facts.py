@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _INSERT = (
     "INSERT INTO shared.facts(text, tags, origin, author, created_at, valid_from, version) "
-    "VALUES (?, ?, ?, ?, ?, ?, nextval('shared.facts_version'))"
+    "VALUES (?, ?, ?, ?, ?, ?, nextval('shared.facts_version')) RETURNING id"
 )
 _COLUMNS = (
     "id, text, tags, origin, author, created_at, valid_from, retired_at, retired_as, "
@@ -74,7 +74,7 @@ def _correct(
     at: str,
     reason: str,
 ) -> int:
-    new_id = int(conn.execute(_INSERT, (text, tags, origin, author, at, at)).lastrowid)
+    new_id = int(conn.execute(_INSERT, (text, tags, origin, author, at, at)).fetchone()[0])
     moved = conn.execute(
         "UPDATE shared.facts SET retired_at = ?, invalid_from = ?, superseded_by = ?, "
         "retired_as = 'corrected', retired_reason = ?, retired_by = ?, "
@@ -95,7 +95,8 @@ class SharedFactsRepo:
 
     async def add(self, text: str, *, tags: str, origin: str, author: str, at: str) -> int:
         """Store a shared fact (holding from `at`); return its id."""
-        return await self.db.execute(_INSERT, (text, tags, origin, author, at, at))
+        row = await self.db.fetchone(_INSERT, (text, tags, origin, author, at, at))
+        return int(row[0])
 
     async def get(self, fact_id: int) -> SharedFactRow | None:
         row = await self.db.fetchone(

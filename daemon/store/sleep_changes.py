@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from daemon.store.transactions import begin_write
+
 if TYPE_CHECKING:
     from daemon.store.db import Database
 
@@ -62,7 +64,7 @@ def _change(row: Any) -> Change:
 
 def in_transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
     """Run `work(conn)` in one write transaction (rolled back when it raises)."""
-    conn.execute("BEGIN IMMEDIATE")
+    begin_write(conn)
     try:
         out = work(conn)
         conn.execute("COMMIT")
@@ -231,8 +233,8 @@ class SleepChangesRepo:
                 f"DELETE FROM memory_folds WHERE month_uid = ? AND source_uid IN ({marks})", args
             )
             c.executemany(
-                "INSERT OR IGNORE INTO sleep_fold_holds(source_uid, held_at, change) "
-                "VALUES (?,?,?)",
+                "INSERT INTO sleep_fold_holds(source_uid, held_at, change) "
+                "VALUES (?,?,?) ON CONFLICT DO NOTHING",
                 [(uid, at, change_ref) for uid in sources],
             )
             return linked

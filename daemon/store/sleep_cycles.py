@@ -172,7 +172,8 @@ class SleepCyclesRepo:
         """Record an attempt of `phase`; return the number of attempts so far (this one included)."""
         await self.db.execute(
             "INSERT INTO sleep_phases(cycle_id, phase, seq, status, attempts, started_at) VALUES (?,?,?, 'running', 1, ?)"
-            " ON CONFLICT(cycle_id, phase) DO UPDATE SET attempts = attempts + 1, status = 'running'",
+            " ON CONFLICT(cycle_id, phase) DO UPDATE SET attempts = sleep_phases.attempts + 1,"
+            " status = 'running'",
             (cycle_id, phase, seq, at.isoformat()),
         )
         row = await self.db.fetchone(
@@ -202,7 +203,7 @@ class SleepCyclesRepo:
         await self.db.execute(
             "INSERT INTO sleep_phases(cycle_id, phase, seq, status, attempts, started_at, finished_at, report, error)"
             " VALUES (?,?,?,?,0,?,?,?,?) ON CONFLICT(cycle_id, phase) DO UPDATE SET status = excluded.status,"
-            " finished_at = excluded.finished_at, report = excluded.report, error = COALESCE(excluded.error, error)",
+            " finished_at = excluded.finished_at, report = excluded.report, error = COALESCE(excluded.error, sleep_phases.error)",
             (
                 cycle_id,
                 phase,

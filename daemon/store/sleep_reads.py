@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 _MATERIAL = """
 SELECT uid, kind, title, text, origin, created_at FROM memories m
 WHERE m.retired_at IS NULL AND (
-    (m.kind IN ('fact', 'profile') AND (:since IS NULL OR m.created_at >= :since))
- OR (m.kind = 'summary' AND (:since IS NULL OR m.created_at >= :since
+    (m.kind IN ('fact', 'profile') AND (CAST(:since AS TEXT) IS NULL OR m.created_at >= :since))
+ OR (m.kind = 'summary' AND (CAST(:since AS TEXT) IS NULL OR m.created_at >= :since
      OR m.session_id IN (SELECT session_id FROM memories WHERE kind = 'chunk' AND created_at >= :since)
      OR m.session_id IN (SELECT id FROM sessions WHERE summarised_at >= :since)))
- OR (m.kind = 'chunk' AND m.uid NOT LIKE '%-w' AND (:since IS NULL OR m.created_at >= :since)
+ OR (m.kind = 'chunk' AND lower(m.uid) NOT LIKE '%-w' AND (CAST(:since AS TEXT) IS NULL OR m.created_at >= :since)
      AND m.session_id NOT IN (SELECT session_id FROM memories WHERE kind = 'summary' AND session_id IS NOT NULL)))
 ORDER BY m.created_at DESC, m.uid DESC LIMIT :limit
 """

@@ -46,9 +46,9 @@ def _record(conn: Any, session: TranscriptSession, messages: Sequence[Transcript
     conn.execute(
         "INSERT INTO sessions(id, kind, parent_id, transcript_path, started_at, ended_at) "
         "VALUES (?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
-        "started_at = min(started_at, excluded.started_at), "
+        "started_at = min(sessions.started_at, excluded.started_at), "
         "ended_at = CASE WHEN sessions.kind = 'imported' "
-        "THEN max(coalesce(ended_at, ''), excluded.ended_at) ELSE ended_at END",
+        "THEN max(coalesce(sessions.ended_at, ''), excluded.ended_at) ELSE sessions.ended_at END",
         (
             session.session_id,
             session.kind,

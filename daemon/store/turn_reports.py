@@ -36,8 +36,10 @@ class TurnReportsRepo:
         """Store the turn's report (a turn reported again replaces its row); False when the
         PostgreSQL server was away and the row was queued in the home (daemon.store.outage)."""
         return await self.db.write(
-            "INSERT OR REPLACE INTO turn_reports(turn_id, session_id, ts, context_tokens, report)"
-            " VALUES (?,?,?,?,?)",
+            "INSERT INTO turn_reports(turn_id, session_id, ts, context_tokens, report)"
+            " VALUES (?,?,?,?,?) ON CONFLICT(turn_id) DO UPDATE SET"
+            " session_id = excluded.session_id, ts = excluded.ts,"
+            " context_tokens = excluded.context_tokens, report = excluded.report",
             (
                 report.turn_id,
                 report.session_id,
