@@ -8,6 +8,9 @@ servers, web console as configured by default). Measured per start: wall time fr
 `READY=1` on the NOTIFY_SOCKET, the CPU seconds (user + system) the process used by then,
 RSS one second after READY, and in a separate `-X importtime` start the number of modules
 imported by one second after READY (what the start-up tasks import just after it included).
+Then, the daemon idle since, the first turn: a client connects, reads `hello`, sends "hello"
+and times the first `delta` and the `done` (what a first turn after an idle start costs,
+the tokenizer's vocabulary included when it is loaded then).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.process import cpu_seconds  # noqa: E402
-from tests.harness import daemon_env  # noqa: E402
+from tests.harness import Client, daemon_env  # noqa: E402
 
 
 def _rss_kb(pid: int) -> int:
@@ -63,18 +66,43 @@ def start_once(tree: Path, tmp: Path, importtime: bool = False) -> dict[str, flo
         time.sleep(1.0)
         rss = _rss_kb(proc.pid) / 1024
         profile = (home.parent / "stderr").read_text(errors="replace").splitlines()
+        first_delta, first_done = _first_turn(home / "run" / "reverie.sock")
     finally:
         sock.close()
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
         err.close()
-    out: dict[str, float] = {"wall": wall, "cpu": cpu, "rss": rss}
+    out: dict[str, float] = {
+        "wall": wall,
+        "cpu": cpu,
+        "rss": rss,
+        "first_delta": first_delta,
+        "first_done": first_done,
+    }
     if importtime:
         out["modules"] = len(
             {ln.rsplit("|", 1)[-1].strip() for ln in profile if ln.startswith("import time:")}
             - {"imported package"}
         )
     return out
+
+
+def _first_turn(socket_path: Path) -> tuple[float, float]:
+    """Seconds from sending "hello" to the first `delta`, and to `done`."""
+    with Client(socket_path, timeout=60) as c:
+        c.hello()
+        t0 = time.perf_counter()
+        c.send({"type": "message", "text": "hello"})
+        delta = done = 0.0
+        while not done:
+            frame = c.recv()
+            if frame.get("type") == "delta" and not delta:
+                delta = time.perf_counter() - t0
+            elif frame.get("type") == "done":
+                done = time.perf_counter() - t0
+            elif frame.get("type") == "error":
+                raise RuntimeError(f"the first turn failed: {frame}")
+    return delta, done
 
 
 def main() -> None:
@@ -94,15 +122,18 @@ def main() -> None:
             for name, tree in trees.items():
                 runs[name].append(start_once(tree, tmp))
     print(
-        "| tree | READY wall median (min–max) | CPU s to READY median | idle RSS MB median | modules |"
+        "| tree | READY wall median (min–max) | CPU s to READY median | idle RSS MB median"
+        " | modules | first turn: delta / done median |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for name, rs in runs.items():
         wall = [r["wall"] for r in rs]
         print(
             f"| {name} | {statistics.median(wall):.3f} s ({min(wall):.3f}–{max(wall):.3f}) "
             f"| {statistics.median(r['cpu'] for r in rs):.3f} "
-            f"| {statistics.median(r['rss'] for r in rs):.1f} | {int(mods[name])} |"
+            f"| {statistics.median(r['rss'] for r in rs):.1f} | {int(mods[name])} "
+            f"| {statistics.median(r['first_delta'] for r in rs):.3f} s"
+            f" / {statistics.median(r['first_done'] for r in rs):.3f} s |"
         )
 
 

@@ -31,13 +31,9 @@ from daemon.log import get_logger
 from daemon.paths import Home
 from daemon.services import Services, open_services
 from daemon.settings import Settings
+from daemon.tokens import default_counter
 
 log = get_logger("app")
-
-
-async def _warm_up(services: Services) -> None:
-    await anyio.to_thread.run_sync(services.counter.raw, "warm up")
-    services.resources.started()
 
 
 class HomeLocked(ReverieError):
@@ -120,6 +116,9 @@ class Daemon:
 
         s = self.settings
         notifier = Notifier()
+        # The tokenizer's vocabulary waits for the first work (a turn, a sleep), which loads it
+        # in a thread; a count on this loop before then estimates rather than stall for it.
+        default_counter().spare_loop = True
         async with open_services(self.home, s, SystemClock()) as services:
             register_commands(services)
             socket_path = self.home.socket_path(s.chat.socket)
@@ -140,9 +139,6 @@ class Daemon:
                 if notifier.watchdog_interval():
                     await tg.start(watchdog_loop, notifier, name="watchdog")
                 await tg.start(server.serve, name="chat-server")
-                # Load the tokenizer's vocabulary now, off the loop, not in the first turn; the
-                # figures later ones are held to are taken once it is in (`status` resources).
-                tg.start_soon(_warm_up, services, name="tokenizer-warm-up")
                 if lock is not None:
                     lock.record_socket(socket_path)
                 notifier.ready(status=f"awake; socket {socket_path}")

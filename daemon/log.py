@@ -3,9 +3,11 @@
 Every line carries what is bound in the current context (`session_id`, `turn_id`, `job`),
 so a turn or a job can be followed through journald with one filter.
 
-structlog is imported at the first line logged (or at `configure`), not with this module:
-with the rich and twisted integrations it finds installed it costs ~0.1 CPU-seconds, and a
-cold command that logs nothing (`reverie status` with the daemon down) does not pay for it.
+structlog is imported at the first line logged (or at `configure`), not with this module, so
+a cold command that logs nothing (`reverie status` with the daemon down) does not pay for it;
+and it is imported without its rich and twisted integrations (`_import_structlog`), which it
+loads whenever they are installed (rich comes with typer, twisted with the Matrix test
+server) and which tripled its cost (~0.15 CPU-seconds and ~170 modules, against ~0.05).
 """
 
 from __future__ import annotations
@@ -65,9 +67,35 @@ def configure(
 _pending: tuple[str, str, Any, str] | None = None
 
 
+# Imported by structlog when present, used by nothing here: rich formats exceptions in its
+# console renderer (`_structlog` names the plain formatter), twisted is a logging integration.
+_NOT_FOR_STRUCTLOG = ("rich", "twisted")
+
+
+def _import_structlog() -> Any:
+    """`import structlog` with rich and twisted hidden from it while it loads.
+
+    A `None` in `sys.modules` makes an import of that name fail, so structlog's optional
+    `try: import rich` falls back; the entries are removed right after, so anything else
+    (typer's help) imports rich as usual. Already imported, they are left as they are.
+    """
+    if "structlog" in sys.modules:
+        return sys.modules["structlog"]
+    hidden = [name for name in _NOT_FOR_STRUCTLOG if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        import structlog
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, "") is None:
+                del sys.modules[name]
+    return structlog
+
+
 def _structlog() -> Any:
     """structlog, imported and configured as the last `configure` call asked."""
-    import structlog
+    structlog = _import_structlog()
 
     global _pending
     if _pending is None:
@@ -86,7 +114,9 @@ def _structlog() -> Any:
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=False)
+        else structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
     )
     structlog.configure(
         processors=[*shared, renderer],
@@ -119,20 +149,14 @@ def get_logger(name: str | None = None) -> Any:
 
 def bind_contextvars(**values: Any) -> Any:
     """Bind `values` to every line logged in the current context (structlog's)."""
-    from structlog.contextvars import bind_contextvars as bind
-
-    return bind(**values)
+    return _structlog().contextvars.bind_contextvars(**values)
 
 
 def bound_contextvars(**values: Any) -> Any:
     """A context manager binding `values` to the lines logged inside it (structlog's)."""
-    from structlog.contextvars import bound_contextvars as bound
-
-    return bound(**values)
+    return _structlog().contextvars.bound_contextvars(**values)
 
 
 def clear_contextvars() -> None:
     """Forget every value bound to the current context (structlog's)."""
-    from structlog.contextvars import clear_contextvars as clear
-
-    clear()
+    _structlog().contextvars.clear_contextvars()

@@ -153,9 +153,15 @@ class ResourceWatch:
             self.started()
 
     async def slept(self, _event: object = None) -> None:
-        """After a sleep: let go of the day's caches, then take the after-sleep figures."""
+        """After a sleep: let go of the day's caches, then take the after-sleep figures.
+
+        A sleep before any turn is a daemon's first work (it loads the tokenizer's vocabulary,
+        ~47 MB, and the sleep's own code): its figures become the start figures, as a first
+        turn's do, and the first turn takes them again."""
         release_memory()
         self.after_sleep = self.sample()
+        if not self._worked:
+            self.at_start = self.after_sleep
         start = self.at_start
         log.info(
             "resources after sleep",

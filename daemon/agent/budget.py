@@ -79,12 +79,12 @@ class RequestSizer:
         self.counter = counter
         self._cache: dict[str, int] = {}
         self._cache_max = cache_max
-        self._scale = counter.scale
+        self._basis = counter.basis
 
     def text(self, text: str) -> int:
-        if self.counter.scale != self._scale:
+        if self.counter.basis != self._basis:
             self._cache.clear()
-            self._scale = self.counter.scale
+            self._basis = self.counter.basis
         n = self._cache.get(text)
         if n is None:
             if len(self._cache) >= self._cache_max:

@@ -206,6 +206,9 @@ class AgentLoop:
         `ContextFailed` propagates when the context could not be assembled.
         """
         self.cut_in_model_call = False
+        # The first turn loads the tokenizer's vocabulary (in a thread): its context is fitted
+        # with exact counts, not the estimate a count on the loop gives while it loads.
+        await self.counter.loaded()
         with bound_contextvars(session_id=session.id, turn_id=turn_id):
             return await self._run(
                 session, turn_id=turn_id, prompt=prompt, observer=observer, ts=ts

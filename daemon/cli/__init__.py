@@ -45,6 +45,7 @@ COMMAND_OWNERS = {
     "permissions": "daemon.cli.permissions",
     "schedule": "daemon.cli.schedule",
     "status": "daemon.cli.status",
+    "run": "daemon.cli.home",
     "web": "daemon.cli.web",
 }
 

@@ -48,9 +48,8 @@ def check_persona(home: Home) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from daemon.memory.minilm import cap_blas_threads
-
-    cap_blas_threads()  # first: numpy's thread pool spins until capped
+    # numpy's BLAS pool is sized by OPENBLAS_NUM_THREADS, which `daemon.cli.main` set before
+    # anything could import numpy; an embedder caps it again when it loads its model.
     import anyio
 
     from daemon.app import Daemon, HomeLocked

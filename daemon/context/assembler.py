@@ -177,15 +177,15 @@ class ContextAssembler:
         self.files = FileCache()
         self.last: AssembledContext | None = None
         self._counts: dict[str, int] = {}
-        self._scale = counter.scale
+        self._basis = counter.basis
 
     # -- tokens ----------------------------------------------------------------------------
 
     def count(self, text: str) -> int:
         """Tokens in `text` (memoised: the stable layers repeat every turn)."""
-        if self.counter.scale != self._scale:
+        if self.counter.basis != self._basis:
             self._counts.clear()
-            self._scale = self.counter.scale
+            self._basis = self.counter.basis
         n = self._counts.get(text)
         if n is None:
             if len(self._counts) >= _COUNT_CACHE_MAX:

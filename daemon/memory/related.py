@@ -32,16 +32,16 @@ from pathlib import Path
 
 import anyio
 import numpy as np
-import structlog
 
 from daemon.durable import write_atomic
+from daemon.log import get_logger
 from daemon.memory.text import content_words
 from daemon.store.db import Database
 from daemon.store.memories import MemoriesRepo
 from daemon.text import stem
 from daemon.tokens import default_counter
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Word cosine at which a word of the store stands in for a word of a question, per embedder.
 # MiniLM: driving/car 0.72, cooking/kitchen 0.65, employer/job 0.60, run/marathon 0.53,
@@ -233,6 +233,7 @@ class RelatedWords:
         themselves, which the search already looks for), best first."""
         if not self.usable or not len(self.words):
             return []
+        await default_counter().loaded()  # `wants_stand_ins` ranks words by its vocabulary
         asked = [w for w in dict.fromkeys(vocabulary_words(question)) if self.wants_stand_ins(w)]
         if not asked:
             return []

@@ -69,6 +69,7 @@ from daemon.sleep.phases import Phase, PhaseContext, PhaseReport
 from daemon.sleep.wake import WakeNote, WakeUp
 from daemon.sleep.winddown import WindDown
 from daemon.store.db import Database
+from daemon.tokens import default_counter
 
 if TYPE_CHECKING:
     from daemon.agent.trunk import Trunk
@@ -402,6 +403,9 @@ class SleepCycle:
         )
         try:
             with bound_contextvars(cycle_id=record.id):
+                # Its phases fit digests and notes to token budgets: exact counts (a cycle
+                # before any turn loads the vocabulary here, in a thread).
+                await default_counter().loaded()
                 await self._steps(record, resumed, outcome)
         except Exception as exc:
             log.error("the sleep cycle failed", error=repr(exc), exc_info=True)

@@ -115,6 +115,7 @@ async def turn_detail(services: Services, turn_id: str) -> dict[str, Any] | None
     report = _report(row.report)
     prompt = (await _prompts(services, [turn_id])).get(turn_id, "")
     previous = await queries.reply_before(row.session_id, turn_id)
+    await services.counter.loaded()  # counted as its turn was: with the vocabulary
     assembled = await services.assembler.assemble(prompt, previous_reply=previous)
     names = [r["name"] for r in assembled.report["layers"] if r["tokens"]]
     blocks = []
