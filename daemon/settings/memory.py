@@ -10,7 +10,7 @@ from daemon.settings.core import Section
 
 
 class MemorySettings(Section):
-    embedder: Literal["auto", "none", "minilm", "local", "api", "hash"] = "auto"
+    embedder: Literal["auto", "none", "minilm", "e5", "local", "api", "hash"] = "auto"
     embed_model: str = "all-MiniLM-L6-v2"
     embed_batch: int = Field(32, ge=1)
     api_embed_url: str | None = None
