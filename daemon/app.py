@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -202,36 +201,35 @@ def say_ready(home: Home, socket_path: Path) -> None:
 
 
 def register_commands(services: Services) -> None:
-    """The socket's commands, each answered by the system that owns it."""
+    """The socket's commands, each answered by the system that owns it.
+
+    Each is registered with its request class, which parses the wire's `args` (a wrong one is
+    answered `bad_args`), and a handler typed on that request and on its result.
+    """
+    from daemon.commands.service import register_memory_commands
+    from daemon.journal.commands import JournalRequest, JournalResult, journal_command
+    from daemon.schedule.tools import ScheduleRequest, ScheduleResult, answer_schedule
+    from daemon.sleep.commands import SleepRequest, SwitchRequest
+
     gateway = services.gateway
 
-    async def status(_args: dict[str, Any]) -> dict[str, Any]:
+    async def status(_request: status_mod.StatusRequest) -> status_mod.StatusResult:
         return await status_mod.live_status(services)
 
-    async def ping(_args: dict[str, Any]) -> dict[str, Any]:
+    async def ping(_request: status_mod.PingRequest) -> status_mod.PingResult:
         return {"pong": True, "state": services.state}
 
-    async def journal(args: dict[str, Any]) -> dict[str, Any]:
-        from daemon.journal.commands import journal_command
+    async def journal(request: JournalRequest) -> JournalResult:
+        return await journal_command(services.home, services.settings, request)
 
-        return await journal_command(services.home, services.settings, args)
+    async def schedule(request: ScheduleRequest) -> ScheduleResult:
+        return await answer_schedule(services.schedules, request)
 
-    async def schedule(args: dict[str, Any]) -> dict[str, Any]:
-        from daemon.schedule.tools import schedule_command
-
-        return await schedule_command(services.schedules, args)
-
-    for name, fn in (
-        ("status", status),
-        ("ping", ping),
-        ("sleep", services.sleep_cycle.sleep_command),
-        ("switch", services.sleep_cycle.switch_command),
-        ("journal", journal),
-        ("schedule", schedule),
-    ):
-        gateway.command(name, fn)
+    gateway.command("status", status_mod.StatusRequest, status)
+    gateway.command("ping", status_mod.PingRequest, ping)
+    gateway.command("sleep", SleepRequest, services.sleep_cycle.sleep_command)
+    gateway.command("switch", SwitchRequest, services.sleep_cycle.switch_command)
+    gateway.command("journal", JournalRequest, journal)
+    gateway.command("schedule", ScheduleRequest, schedule)
     # remember, recall, memory_search, memory_import: the CLI's memory commands, answered warm.
-    from daemon.commands.service import memory_commands
-
-    for name, command in memory_commands(services.memory, services.clock).items():
-        gateway.command(name, command)
+    register_memory_commands(gateway, services.memory, services.clock)

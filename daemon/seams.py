@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from daemon.memory.api import LiveHistory, MemoryItem
     from daemon.memory.last_word import LastWord
     from daemon.models.base import ModelRequest, StreamEvent
-    from daemon.schedule.outbox import Notice
+    from daemon.store.notices import Notice
     from daemon.tools.registry import Tool, ToolContext
 
 

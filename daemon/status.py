@@ -2,13 +2,17 @@
 
 `live_status` answers the `status` socket command inside the daemon; with the daemon down,
 `daemon.status_offline` reads the same fields from the home's store (and holds the helpers
-both share). Printing them is the CLI's (`daemon.cli.status`).
+both share). Printing them is the CLI's (`daemon.cli.status`). The socket command's request
+and result are `StatusRequest` and `StatusResult` (and `ping`'s, `PingRequest` and
+`PingResult`): each part of the report is the dict its system describes itself with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Self, TypedDict
 
 from daemon.context.handover_record import handover_status
 from daemon.models.ledger import UsageLedger
@@ -18,6 +22,63 @@ from daemon.status_offline import iso, last_ok_run, last_turn, spend_json
 from daemon.store.db import Database
 from daemon.store.errors import free_bytes
 from daemon.store.postgres import StoreAway
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    """`status` takes no arguments (unknown ones are ignored, as everywhere on the wire)."""
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> Self:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class PingRequest:
+    """`ping` takes no arguments."""
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> Self:
+        return cls()
+
+
+class PingResult(TypedDict):
+    pong: bool
+    state: str
+
+
+class StatusResult(TypedDict):
+    """`reverie status --json` from the live daemon; `None` where a system is not running
+    (or its store read waits on an away PostgreSQL server)."""
+
+    running: bool
+    state: str
+    state_since: str
+    phase: str | None
+    home: str
+    store: str
+    store_away: dict[str, Any] | None
+    trunk: dict[str, Any]
+    context: dict[str, Any]
+    forks: dict[str, Any] | None
+    mcp: list[dict[str, Any]]
+    web: dict[str, Any] | None
+    matrix: dict[str, Any] | None
+    next_sleep: str | None
+    sleep: dict[str, Any] | None
+    self_exam: dict[str, Any] | None
+    handover: dict[str, Any] | None
+    next_heartbeat: str | None
+    last_heartbeat: str | None
+    last_heartbeat_result: str | None
+    jobs: dict[str, dict[str, Any]]
+    journal: dict[str, Any] | None
+    spend: dict[str, Any] | None
+    schedules: dict[str, Any] | None
+    started_at: str
+    resources: dict[str, Any]
+    vector_search: bool
+    embedder: str | None
 
 
 async def _unless_away(read: Any, default: Any = None) -> Any:
@@ -44,7 +105,7 @@ async def _spend(db: Database, settings: Settings) -> dict[str, Any]:
     return spend_json(today, settings.spend.daily_cap_usd)
 
 
-async def live_status(daemon: Any) -> dict[str, Any]:
+async def live_status(daemon: Any) -> StatusResult:
     """Status from inside the running daemon."""
     db: Database = daemon.db
     trunk = daemon.trunk

@@ -169,3 +169,68 @@ def test_an_offline_recall_answers_in_plain_sentences_with_the_sources_at_the_en
     assert sources.startswith(f"{honey['id']}, session ")
     assert re.fullmatch(r"fact:\d+, session \d{1,2} [A-Z][a-z]{2} \d{4} \([a-z0-9-]+\)\.", sources)
     assert "offline model" in honest
+
+
+# Each command's request class refuses bad arguments before its handler runs: the client gets
+# `bad_args` with a sentence naming what is wrong, and nothing is written, started or switched.
+# (The parse of each class is unit-tested in tests/test_command_requests.py.)
+REFUSED: list[tuple[str, dict[str, Any], str]] = [
+    ("memory_search", {}, "memory_search needs 'queries': a list of strings"),
+    ("memory_search", {"queries": ["x"], "k": 0}, "k must be a positive number"),
+    (
+        "memory_search",
+        {"queries": ["x"], "mode": "fuzzy"},
+        "unknown search mode 'fuzzy'; use hybrid, lexical or vector",
+    ),
+    (
+        "memory_import",
+        {"summarise": "yes"},
+        "memory_import: 'summarise' must be a boolean, got a string",
+    ),
+    ("remember", {}, "remember needs TEXT (or --retract ID)"),
+    (
+        "remember",
+        {"retract": "1", "text": "my paddle is blue"},
+        "--retract takes no TEXT; give the reason with --reason",
+    ),
+    ("remember", {"pin": "1", "text": "my paddle is blue"}, "--pin takes no TEXT"),
+    ("recall", {"query": "   "}, "recall needs a non-empty 'query'"),
+    ("sleep", {"wait": "yes"}, "sleep: 'wait' must be a boolean, got a string"),
+    ("switch", {"reason": 5}, "switch: 'reason' must be a string, got a number"),
+    ("journal", {"tail": 0}, "--tail must be between 1 and 10000, got 0"),
+    (
+        "journal",
+        {"day": "someday"},
+        "--day 'someday' is not a date (expected YYYY-MM-DD, 'today' or 'yesterday')",
+    ),
+    (
+        "schedule",
+        {"action": "snooze"},
+        "unknown schedule action 'snooze' (one of list, add, cancel, approve, decline)",
+    ),
+    ("schedule", {"action": "add", "words": "tomorrow tea"}, "words must be a list of strings"),
+    ("schedule", {"action": "add", "when": "at 9"}, "say when (a string) and the text (a string)"),
+]
+
+
+def test_every_command_refuses_bad_args_with_its_sentence(offline_daemon: DaemonProcess) -> None:
+    facts = offline_daemon.home / "memory" / "facts.jsonl"
+    facts_before = facts.read_bytes() if facts.exists() else b""
+    with Client(offline_daemon.socket_path, timeout=60) as c:
+        c.hello()
+        before = c.command("status", {"verbose": True})  # arguments it does not take: ignored
+        assert before["type"] == "result", before
+        listed = c.command("schedule", {"action": "list", "all": True})["data"]["schedules"]
+        for name, args, message in REFUSED:
+            refused = c.command(name, args)
+            assert (refused["type"], refused["code"], refused["message"]) == (
+                "error",
+                "bad_args",
+                message,
+            ), (name, args, refused)
+        after = c.command("status")["data"]
+        assert c.command("ping", {"x": 1})["data"] == {"pong": True, "state": "awake"}
+        assert c.command("schedule", {"action": "list", "all": True})["data"]["schedules"] == listed
+    assert after["trunk"]["session_id"] == before["data"]["trunk"]["session_id"]
+    assert after["state"] == "awake" and (after["sleep"] or {}).get("running") is None
+    assert (facts.read_bytes() if facts.exists() else b"") == facts_before

@@ -3,14 +3,18 @@
 It implements the chat server's handler protocol by shape (the chat package does not
 import the agent; the agent uses only `chat.protocol`, the wire format). `message` frames are
 acknowledged only after the trunk's inbox has them on disk. It alone turns the turns' typed
-events and the lifecycle's state changes into frames.
+events and the lifecycle's state changes into frames. A command is registered with its request
+class and a handler typed on it (`command(name, RequestCls, handler)`): the frame's `args` are
+parsed by `RequestCls.from_args` (a `ValueError` is answered `bad_args`), the handler answers
+with a TypedDict, sent as the `result` frame's `data`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import Any, assert_never
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, Self, TypeVar, assert_never
 
 import anyio
 
@@ -37,8 +41,43 @@ from daemon.tools.approvals import ApprovalRefused, Approvals
 
 log = get_logger("gateway")
 
-Command = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 VERSION = "0.1.0"
+
+
+class CommandRequest(Protocol):
+    """A command's request: a frozen dataclass parsed from the wire's `args` object.
+
+    `from_args` raises `ValueError` with a sentence for the person when the arguments are
+    wrong (the gateway answers `bad_args` with it); the handler then gets a typed request.
+    """
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> Self: ...
+
+
+RequestT = TypeVar("RequestT", bound=CommandRequest)
+# A result is a TypedDict: the exact JSON object the `result` frame carries as `data`.
+ResultT = TypeVar("ResultT", bound=Mapping[str, object])
+
+
+@dataclass(frozen=True, slots=True)
+class Command(Generic[RequestT, ResultT]):
+    """One registered socket command: its request class and the typed handler answering it."""
+
+    name: str
+    request: type[RequestT]
+    handler: Callable[[RequestT], Awaitable[ResultT]]
+
+    def parse(self, args: Mapping[str, Any]) -> RequestT:
+        return self.request.from_args(args)
+
+    async def answer(self, request: RequestT) -> ResultT:
+        return await self.handler(request)
+
+    async def __call__(self, args: Mapping[str, Any]) -> ResultT:
+        """Run it as the wire does: parse `args` (`ValueError` when wrong), then answer."""
+        return await self.answer(self.parse(args))
+
 
 # Set while a command runs: sends a `progress` frame to the client that asked for it.
 _progress: ContextVar[Callable[[Any], None] | None] = ContextVar("command_progress", default=None)
@@ -108,14 +147,20 @@ class ChatGateway:
         self.approvals = approvals
         self._state = state
         self._session_id = session_id
-        self.commands: dict[str, Command] = {}
+        self.commands: dict[str, Command[Any, Any]] = {}
         self._client_observers: dict[str, TurnObserver] = {}
         # Turns each client is still waiting on, so a half-closed client gets its replies.
         self._outstanding: dict[str, set[str]] = {}
         self._drained: dict[str, anyio.Event] = {}
 
-    def command(self, name: str, fn: Command) -> None:
-        self.commands[name] = fn
+    def command(
+        self,
+        name: str,
+        request: type[RequestT],
+        handler: Callable[[RequestT], Awaitable[ResultT]],
+    ) -> None:
+        """Answer command `name`: its args parsed by `request.from_args`, then `handler` runs."""
+        self.commands[name] = Command(name, request, handler)
 
     async def client_connected(self, client: Any) -> None:
         client.send(
@@ -247,8 +292,8 @@ class ChatGateway:
 
     async def _command(self, client: Any, frame: CommandFrame) -> None:
         name, cid = frame.name, frame.id
-        fn = self.commands.get(name)
-        if fn is None:
+        command = self.commands.get(name)
+        if command is None:
             known = ", ".join(sorted(self.commands))
             client.send(
                 protocol.error(
@@ -260,7 +305,8 @@ class ChatGateway:
             lambda data: client.send(protocol.progress(id=cid, name=name, data=data))
         )
         try:
-            data = await fn(frame.args)
+            # Parsed by its request class, then answered by its handler with a typed result.
+            data = await command(frame.args)
         except CommandUnavailable as exc:
             client.send(protocol.error(ErrorCode.UNAVAILABLE, str(exc), id=cid))
             return
@@ -268,6 +314,8 @@ class ChatGateway:
             client.send(protocol.error(ErrorCode.BUSY, str(exc), id=cid))
             return
         except (ValueError, KeyError, TypeError) as exc:
+            # Its arguments refused by `from_args`, or a refusal found while answering (an
+            # unknown fact id, a bad line in an import).
             client.send(protocol.error(ErrorCode.BAD_ARGS, str(exc), id=cid))
             return
         except Exception as exc:

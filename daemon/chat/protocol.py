@@ -22,6 +22,8 @@ from typing import Any, Final, Literal, TypeAlias
 import anyio
 from anyio.abc import ByteReceiveStream
 
+from daemon.chat.args import ArgKind as ArgKind
+from daemon.chat.args import fits, wrong_type
 from daemon.chat.wire import LineBuffer as LineBuffer
 from daemon.chat.wire import Oversized as Oversized
 from daemon.chat.wire import approve as approve
@@ -163,9 +165,6 @@ class SeenFrame:
 
 ClientFrame: TypeAlias = MessageFrame | CommandFrame | CancelFrame | ApproveFrame | SeenFrame
 
-# The JSON an argument may hold: "strings" is an array of strings.
-ArgKind: TypeAlias = Literal["string", "boolean", "integer", "strings"]
-
 # Each daemon command's arguments and their types. `null` counts as absent; arguments not named
 # here are ignored (as unknown frame fields are), and commands not named here are the handler's
 # to refuse. Which arguments a command requires is the command's own check.
@@ -208,13 +207,6 @@ MAX_FILES_PER_FRAME: Final = 1
 # Notice ids one `seen` frame may name (a chat opening after a long absence sends one each).
 MAX_SEEN_IDS: Final = 1000
 
-_KIND_NAMES: Final[Mapping[ArgKind, str]] = {
-    "string": "a string",
-    "boolean": "a boolean",
-    "integer": "an integer",
-    "strings": "an array of strings",
-}
-
 
 def _optional_str(obj: dict[str, Any], key: str, frame_id: str | None) -> str | None:
     value = obj.get(key)
@@ -225,16 +217,6 @@ def _optional_str(obj: dict[str, Any], key: str, frame_id: str | None) -> str | 
     )
 
 
-def _fits(value: Any, kind: ArgKind) -> bool:
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
 def check_command_args(name: str, args: dict[str, Any], frame_id: str | None = None) -> None:
     """Refuse a known command's argument of the wrong type with `ProtocolError(bad_args)`."""
     spec = COMMAND_ARGS.get(name)
@@ -242,12 +224,8 @@ def check_command_args(name: str, args: dict[str, Any], frame_id: str | None = N
         return
     for key, kind in spec.items():
         value = args.get(key)
-        if value is not None and not _fits(value, kind):
-            raise ProtocolError(
-                BAD_ARGS,
-                f"{name}: '{key}' must be {_KIND_NAMES[kind]}, got {_describe_json(value)}",
-                id=frame_id,
-            )
+        if value is not None and not fits(value, kind):
+            raise ProtocolError(BAD_ARGS, wrong_type(name, key, kind, value), id=frame_id)
 
 
 def parse_client_frame(line: bytes) -> ClientFrame:

@@ -24,6 +24,7 @@ from daemon.cli.memory_render import ImportProgress
 from daemon.cli.support import CommandError, Env, open_database, print_err, resolve_env
 from daemon.clock import SystemClock
 from daemon.commands import BATCH_QUERIES, ops
+from daemon.commands.types import RememberRequest
 from daemon.log import configure
 from daemon.memory.embedders import Embedder, EmbedderError, NoEmbedder, build_embedder
 from daemon.memory.index import MemoryIndex
@@ -211,7 +212,7 @@ async def remember(args: argparse.Namespace) -> int:
     env = resolve_env(args)
     async with open_memory(env, models=True) as memory:
         try:
-            out = await ops.remember(memory, request)
+            out = await ops.remember(memory, RememberRequest.from_args(request))
         except (FactError, ValueError) as exc:  # a refused fact; a shared one that no longer holds
             raise CommandError(str(exc)) from None
         await memory.index.flush()
@@ -221,7 +222,7 @@ async def remember(args: argparse.Namespace) -> int:
 
 async def recall(args: argparse.Namespace) -> int:
     """Answer from memory the way the recall tool answers the agent."""
-    from daemon.memory.recall import RecallError
+    from daemon.memory.transcript_windows import RecallError
 
     try:
         query = spec.recall_query(args)

@@ -12,11 +12,12 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any, TextIO
 
 
 def search_results(
-    items: list[dict[str, Any]], *, as_json: bool, batch: bool, query: str, out: TextIO
+    items: Sequence[Mapping[str, Any]], *, as_json: bool, batch: bool, query: str, out: TextIO
 ) -> None:
     """Print one query's results: a JSON array, or a readable ranked list."""
     if as_json:
@@ -54,7 +55,7 @@ def search_results(
             out.write(f"    messages: {', '.join(ids[:8])}{' …' if len(ids) > 8 else ''}\n")
 
 
-def import_counts(counts: dict[str, Any], *, as_json: bool, out: TextIO) -> None:
+def import_counts(counts: Mapping[str, Any], *, as_json: bool, out: TextIO) -> None:
     if as_json:
         out.write(json.dumps(counts) + "\n")
         return
@@ -65,7 +66,7 @@ def import_counts(counts: dict[str, Any], *, as_json: bool, out: TextIO) -> None
     )
 
 
-def remember_result(data: dict[str, Any], *, as_json: bool, out: TextIO) -> None:
+def remember_result(data: Mapping[str, Any], *, as_json: bool, out: TextIO) -> None:
     if as_json:
         out.write(json.dumps(data, ensure_ascii=False) + "\n")
     elif data["status"] in ("stored", "corrected"):
@@ -74,7 +75,7 @@ def remember_result(data: dict[str, Any], *, as_json: bool, out: TextIO) -> None
         out.write(f"{data['message']}\n")
 
 
-def recall_answer(data: dict[str, Any], *, as_json: bool, out: TextIO) -> None:
+def recall_answer(data: Mapping[str, Any], *, as_json: bool, out: TextIO) -> None:
     """Print a recall: `data` is the result's JSON with the rendered answer under `text`."""
     if as_json:
         out.write(json.dumps(data, ensure_ascii=False) + "\n")

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, cast
 
+from daemon.commands.types import (
+    FactChanged,
+    FactTold,
+    ImportResult,
+    RecallResult,
+    RememberRequest,
+    RememberResult,
+    SearchHit,
+    fact_told,
+)
 from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import EmbedderError
-from daemon.memory.ids import fact_uid
 from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex, SearchMode
 from daemon.memory.query import decompose
@@ -23,20 +31,21 @@ from daemon.memory.relevance import Match
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from daemon.memory.fact_told import RememberResult as Told
     from daemon.memory.system import MemorySystem
     from daemon.paths import Home
 
 Progress = Callable[[dict[str, Any]], None]
 
 
-def item_json(item: MemoryItem, match: Match | None = None) -> dict[str, Any]:
+def item_json(item: MemoryItem, match: Match | None = None) -> SearchHit:
     """Render one result in the `memory search --json` contract.
 
     `score` is the ranking score (it orders, its value means little); `relevance` (0–100)
     says how well the result matches the question and `below_floor` that it shares
     (almost) nothing with it (`daemon.memory.relevance`).
     """
-    out: dict[str, Any] = {
+    out: SearchHit = {
         "kind": item.kind,
         "id": item.id,
         "score": round(item.score, 6),
@@ -65,7 +74,7 @@ async def search_batch(
     kinds: Sequence[str] | None = None,
     include_retired: bool = False,
     raw: bool = False,
-) -> list[list[dict[str, Any]]]:
+) -> list[list[SearchHit]]:
     """Search each query in turn; return one list of result dicts per query, in order.
 
     The sub-queries of the whole batch are embedded in one call, and only when the index
@@ -86,7 +95,7 @@ async def search_batch(
     if mode != "lexical" and index.embedder.dim > 0 and index.matrix.vector_count > 0:
         texts = [[p.text] if raw else p.vector_queries(vector_queries) for p in plans]
         await index.query_vectors([q for t in texts for q in t if q])
-    out: list[list[dict[str, Any]]] = []
+    out: list[list[SearchHit]] = []
     for query, plan in zip(queries, plans, strict=True):
         results: list[MemoryItem]
         if not query.strip():
@@ -118,7 +127,7 @@ async def import_transcripts(
     embed: bool = True,
     progress: Progress | None = None,
     summarise: Callable[[tuple[str, ...]], Any] | None = None,
-) -> dict[str, Any]:
+) -> ImportResult:
     """Import a JSONL file, embed what is new in batches across all its sessions, return the counts.
 
     Raises `TranscriptError` (nothing written) on a bad line. Texts whose content hash already
@@ -164,54 +173,53 @@ async def summarise_sessions(
     return done
 
 
-async def remember(memory: MemorySystem, request: dict[str, Any]) -> dict[str, Any]:
+async def remember(memory: MemorySystem, request: RememberRequest) -> RememberResult:
     """Store, correct, retract, restore or pin a fact as the person (raises `FactError` when refused)."""
-    text = " ".join(str(request.get("text") or "").split())
-    # Ids as the person gives them: `2` names fact:2 (`daemon.memory.ids`).
-    retract, correct, restore, pin = (
-        None if request.get(k) is None else fact_uid(request[k])
-        for k in ("retract", "correct", "restore", "pin")
-    )
-    if retract is not None:
-        if text:
-            raise ValueError("--retract takes no TEXT; give the reason with --reason")
-        reason = str(request.get("reason") or "") or "retracted by the person"
-        if str(retract).startswith("shared:"):
+    text = request.text
+    if request.retract is not None:
+        retract = request.retract
+        reason = request.reason or "retracted by the person"
+        if retract.startswith("shared:"):
             from daemon.memory.shared import retract_shared
 
-            return await retract_shared(memory.index, str(retract), reason=reason)
-        await memory.retract(str(retract), reason=reason, origin="person")
+            return fact_told(await retract_shared(memory.index, retract, reason=reason))
+        await memory.retract(retract, reason=reason, origin="person")
         return {"status": "retracted", "id": retract, "message": f"{retract} retracted"}
-    if restore is not None:
-        if text:
-            raise ValueError("--restore takes no TEXT")
+    if request.restore is not None:
         fact = await memory.facts.restore(
-            str(restore), origin="person", reason="restored by the person"
+            request.restore, origin="person", reason="restored by the person"
         )
         return {"status": "restored", "id": fact.id, "message": f"{fact.id} restored: {fact.text}"}
-    if pin is not None:
-        if text:
-            raise ValueError("--pin takes no TEXT")
-        return await pin_fact(memory, str(pin))
-    if not text:
-        raise ValueError("remember needs TEXT (or --retract ID)")
-    if correct is not None and str(correct).startswith("shared:"):
+    if request.pin is not None:
+        return await pin_fact(memory, request.pin)
+    correct = request.correct
+    if correct is not None and correct.startswith("shared:"):
         from daemon.memory.shared import correct_shared
 
-        return await correct_shared(memory.index, str(correct), text, origin="person")
+        return fact_told(await correct_shared(memory.index, correct, text, origin="person"))
     if correct is not None:
-        return asdict(await memory.correct(str(correct), text, origin="person"))
-    if request.get("shared"):
+        return _told(await memory.correct(correct, text, origin="person"))
+    if request.shared:
         from daemon.memory.shared import share_fact
 
-        shared_tags = tuple(str(t) for t in request.get("tags") or [])
-        return await share_fact(memory.index, text, origin="person", tags=shared_tags)
-    target = str(request.get("target") or "memory")
-    tags = [str(t) for t in request.get("tags") or []]
-    return asdict(await memory.remember(text, target=target, origin="person", tags=tags))
+        return fact_told(await share_fact(memory.index, text, origin="person", tags=request.tags))
+    return _told(
+        await memory.remember(text, target=request.target, origin="person", tags=list(request.tags))
+    )
 
 
-async def pin_fact(memory: MemorySystem, uid: str) -> dict[str, Any]:
+def _told(result: Told) -> FactTold:
+    """The memory system's answer to a told fact, as `remember` replies it."""
+    return {
+        "status": result.status,
+        "id": result.id,
+        "text": result.text,
+        "message": result.message,
+        "similar_to": result.similar_to,
+    }
+
+
+async def pin_fact(memory: MemorySystem, uid: str) -> FactChanged:
     """The person confirms pinning fact `uid`: record it, and rewrite FACTS.md's block now."""
     from daemon.sleep.maintenance import sync_pins
 
@@ -231,9 +239,15 @@ async def pin_fact(memory: MemorySystem, uid: str) -> dict[str, Any]:
     }
 
 
-async def recall(memory: MemorySystem, query: str) -> dict[str, Any]:
+async def recall(memory: MemorySystem, query: str) -> RecallResult:
     """Run the recall tool as the agent sees it; the result's JSON with the rendered answer as `text`."""
     result = await memory.recall_result(query)
     data = result.to_json()
-    data["text"] = result.render(memory.settings.memory.recall_max_bytes)
-    return data
+    return {
+        "query": data["query"],
+        "answer": data["answer"],
+        "planner": data["planner"],
+        "synthesised": data["synthesised"],
+        "sources": data["sources"],
+        "text": result.render(memory.settings.memory.recall_max_bytes),
+    }

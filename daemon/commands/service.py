@@ -3,8 +3,10 @@
 `reverie memory search | import`, `remember` and `recall` reach these through the socket when
 a daemon runs (see `daemon.cli.forward`): the embedding model is loaded and the vector
 matrix is in memory, so a search costs the search. The work is `daemon.commands.ops`, the
-same the CLI runs on its own when no daemon listens. A refusal (a bad line in an import, an
-unknown fact id) raises `ValueError`, which the gateway answers as `bad_args` with the message.
+same the CLI runs on its own when no daemon listens. Each is registered with its request class
+(`daemon.commands.types`): bad arguments are refused before the handler runs. A refusal found
+while answering (a bad line in an import, an unknown fact id) raises `ValueError`, which the
+gateway answers as `bad_args` with the message.
 
 `memory_import` takes the file itself, passed open with the command (`SCM_RIGHTS`), never a
 path: the daemon reads what its client could open, so a client (another uid in
@@ -17,20 +19,31 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
-from daemon.agent.gateway import Command, command_progress
+from daemon.agent.gateway import command_progress
 from daemon.chat.server import take_passed_file
-from daemon.clock import Clock
-from daemon.commands import BATCH_QUERIES, ops
+from daemon.commands import ops
+from daemon.commands.types import (
+    ImportResult,
+    MemoryImportRequest,
+    MemorySearchRequest,
+    MemorySearchResult,
+    RecallRequest,
+    RecallResult,
+    RememberRequest,
+    RememberResult,
+)
 from daemon.log import get_logger
-from daemon.memory.facts import FactError
-from daemon.memory.recall import RecallError
+from daemon.memory.fact_log import FactError
+from daemon.memory.transcript_windows import RecallError
 from daemon.memory.transcripts import TranscriptError
 
 if TYPE_CHECKING:
+    from daemon.agent.gateway import ChatGateway
+    from daemon.clock import Clock
     from daemon.memory.system import MemorySystem
 
 log = get_logger("commands")
@@ -44,18 +57,6 @@ NO_FILE = (
 )
 
 
-def _import_name(raw: Any) -> str:
-    """The passed file's name as the import reports it: a bare file name, never a path."""
-    name = os.path.basename(raw) if isinstance(raw, str) else ""
-    try:
-        size = len(name.encode())
-    except UnicodeEncodeError:  # a lone surrogate from the wire
-        size = 0
-    if name in (".", "..") or not 0 < size <= 255 or not name.isprintable():
-        return "import.jsonl"
-    return name
-
-
 def _copy_passed(fd: int, target: Path) -> None:
     """Copy the passed file to `target` from its start, whatever the client did with its offset."""
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -67,33 +68,27 @@ def _copy_passed(fd: int, target: Path) -> None:
             offset += len(chunk)
 
 
-def memory_commands(memory: MemorySystem, clock: Clock) -> dict[str, Command]:
-    """The socket commands `memory_search`, `memory_import`, `remember` and `recall`."""
+def register_memory_commands(gateway: ChatGateway, memory: MemorySystem, clock: Clock) -> None:
+    """Answer `memory_search`, `memory_import`, `remember` and `recall` on `gateway`."""
 
-    async def memory_search(args: dict[str, Any]) -> dict[str, Any]:
-        queries = args.get("queries")
-        if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-            raise ValueError("memory_search needs 'queries': a list of strings")
-        if len(queries) > BATCH_QUERIES:
-            raise ValueError(f"memory_search takes at most {BATCH_QUERIES} queries per command")
-        kinds = args.get("kinds")
+    async def memory_search(request: MemorySearchRequest) -> MemorySearchResult:
         results = await ops.search_batch(
             memory.index,
-            queries,
+            request.queries,
             now=clock.now(),
-            k=int(args.get("k", 10)),
-            mode=str(args.get("mode", "hybrid")),
-            kinds=[str(k) for k in kinds] if kinds else None,
-            include_retired=bool(args.get("include_retired")),
-            raw=bool(args.get("raw")),
+            k=request.k,
+            mode=request.mode,
+            kinds=request.kinds,
+            include_retired=request.include_retired,
+            raw=request.raw,
         )
         return {"results": results}
 
-    async def memory_import(args: dict[str, Any]) -> dict[str, Any]:
+    async def memory_import(request: MemoryImportRequest) -> ImportResult:
         fd = take_passed_file()
         if fd is None:
             raise ValueError(NO_FILE)
-        name = _import_name(args.get("name"))
+        name = request.name
         try:
             # A private snapshot: the import reads a file that cannot change under it, by the
             # name the person gave it (errors and session names use it).
@@ -106,7 +101,7 @@ def memory_commands(memory: MemorySystem, clock: Clock) -> dict[str, Command]:
                     raise ValueError(f"cannot import {name}: {exc.strerror or exc}") from None
                 os.close(fd)
                 fd = -1
-                counts = await _import(copy, args)
+                counts = await _import(copy, request)
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -117,7 +112,7 @@ def memory_commands(memory: MemorySystem, clock: Clock) -> dict[str, Command]:
         )
         return counts
 
-    async def _import(path: Path, args: dict[str, Any]) -> dict[str, Any]:
+    async def _import(path: Path, request: MemoryImportRequest) -> ImportResult:
         async def summarise(ids: tuple[str, ...]) -> int:
             return await ops.summarise_sessions(memory, ids, command_progress)
 
@@ -126,33 +121,28 @@ def memory_commands(memory: MemorySystem, clock: Clock) -> dict[str, Command]:
                 path,
                 home=memory.home,
                 index=memory.index,
-                embed=not args.get("no_embed"),
+                embed=not request.no_embed,
                 progress=command_progress,
-                summarise=summarise if args.get("summarise") else None,
+                summarise=summarise if request.summarise else None,
             )
         except TranscriptError as exc:
             raise ValueError(f"import stopped, nothing written: {exc}") from None
         except UnicodeDecodeError:
             raise ValueError(f"{path.name} is not UTF-8 text") from None
 
-    async def remember(args: dict[str, Any]) -> dict[str, Any]:
+    async def remember(request: RememberRequest) -> RememberResult:
         try:
-            return await ops.remember(memory, args)
+            return await ops.remember(memory, request)
         except FactError as exc:
             raise ValueError(str(exc)) from None
 
-    async def recall(args: dict[str, Any]) -> dict[str, Any]:
-        query = str(args.get("query", "")).strip()
-        if not query:
-            raise ValueError("recall needs a non-empty 'query'")
+    async def recall(request: RecallRequest) -> RecallResult:
         try:
-            return await ops.recall(memory, query)
+            return await ops.recall(memory, request.query)
         except RecallError as exc:
             raise ValueError(str(exc)) from None
 
-    return {
-        "memory_search": memory_search,
-        "memory_import": memory_import,
-        "remember": remember,
-        "recall": recall,
-    }
+    gateway.command("memory_search", MemorySearchRequest, memory_search)
+    gateway.command("memory_import", MemoryImportRequest, memory_import)
+    gateway.command("remember", RememberRequest, remember)
+    gateway.command("recall", RecallRequest, recall)

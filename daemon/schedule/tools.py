@@ -14,8 +14,11 @@ read, as `reverie schedule add` does.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, Self, TypedDict, get_args
 
+from daemon.chat import args as wire
 from daemon.schedule.store import KINDS, NoSuchSchedule, Schedule, ScheduleError, ScheduleStore
 from daemon.tools.approvals import PermissionGuard
 from daemon.tools.registry import Tool, ToolContext, ToolError
@@ -184,48 +187,111 @@ def schedule_tools(store: ScheduleStore, *, guard: PermissionGuard | None = None
     ]
 
 
-ACTIONS = ("list", "add", "cancel", "approve", "decline")
+ScheduleAction = Literal["list", "add", "cancel", "approve", "decline"]
+ACTIONS: tuple[ScheduleAction, ...] = get_args(ScheduleAction)
 
 
-async def schedule_command(store: ScheduleStore, args: dict[str, Any]) -> dict[str, Any]:
-    """`reverie schedule …` on a store: the daemon's `schedule` socket command and the CLI's
-    direct path alike. Raises `ScheduleError` (a ValueError: the daemon's `bad_args`) with a
-    message for the person.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleRequest:
+    """`reverie schedule …` as a request: list, add, cancel, approve or decline.
 
     `add` takes the command line's `words` (the time is read from their start) or a `when`
-    and its `text` given apart. Its answer's `echo` says what was scheduled and how the time
-    was read.
+    and its `text` given apart; `task` makes a task of it, else a reminder. `list` shows the
+    ended schedules too with `all`. The others name the schedule by `id`.
     """
-    action = str(args.get("action") or "list")
-    if action not in ACTIONS:
-        raise ScheduleError(f"unknown schedule action {action!r} (one of {', '.join(ACTIONS)})")
-    if action == "list":
-        found = await store.listing(include_ended=bool(args.get("all")))
+
+    action: ScheduleAction = "list"
+    all: bool = False
+    task: bool = False
+    words: tuple[str, ...] | None = None
+    when: str = ""
+    text: str = ""
+    id: str = ""
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> Self:
+        """Raises `ScheduleError` (a ValueError: the daemon's `bad_args`) for the person."""
+        try:
+            action = wire.string("schedule", args, "action") or "list"
+            when, text = (
+                wire.string("schedule", args, "when"),
+                wire.string("schedule", args, "text"),
+            )
+            schedule_id = wire.string("schedule", args, "id") or ""
+            ended, task = (
+                wire.boolean("schedule", args, "all"),
+                wire.boolean("schedule", args, "task"),
+            )
+        except ValueError as exc:
+            raise ScheduleError(str(exc)) from None
+        if action not in ACTIONS:
+            raise ScheduleError(f"unknown schedule action {action!r} (one of {', '.join(ACTIONS)})")
+        words = args.get("words") if action == "add" else None
+        if action == "add":
+            if words is not None:
+                if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                    raise ScheduleError("words must be a list of strings")
+            elif when is None or text is None:
+                raise ScheduleError("say when (a string) and the text (a string)")
+        return cls(
+            action=action,
+            all=ended,
+            task=task,
+            words=None if words is None else tuple(words),
+            when=when or "",
+            text=text or "",
+            id=schedule_id,
+        )
+
+
+class ScheduleListed(TypedDict):
+    """`list`: each schedule (`Schedule.to_json` with `when`, how it reads) and the text."""
+
+    schedules: list[dict[str, Any]]
+    text: str
+
+
+class ScheduleChanged(TypedDict):
+    """`add`, `cancel`, `approve`, `decline`: the schedule as it is now and its line;
+    `add` also says what was scheduled and how the time was read (`echo`)."""
+
+    schedule: dict[str, Any]
+    text: str
+    echo: NotRequired[str]
+
+
+ScheduleResult = ScheduleListed | ScheduleChanged
+
+
+async def schedule_command(store: ScheduleStore, args: Mapping[str, Any]) -> dict[str, Any]:
+    """`reverie schedule …` on a store from its JSON arguments (the CLI's direct path), as
+    the daemon answers it. Raises `ScheduleError` (a ValueError) with a message for the person."""
+    return dict(await answer_schedule(store, ScheduleRequest.from_args(args)))
+
+
+async def answer_schedule(store: ScheduleStore, request: ScheduleRequest) -> ScheduleResult:
+    """The `schedule` socket command, and the CLI's direct path, on a store. Raises
+    `ScheduleError` (a ValueError: the daemon's `bad_args`) with a message for the person."""
+    if request.action == "list":
+        found = await store.listing(include_ended=request.all)
         return {
             "schedules": [{**s.to_json(), "when": s.when_text(store.zone)} for s in found],
             "text": "\n".join(s.line(store.zone) for s in found),
         }
-    if action == "add":
-        kind = "task" if args.get("task") else "reminder"
-        words = args.get("words")
-        if words is not None:
-            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-                raise ScheduleError("words must be a list of strings")
-            made = await store.add_words(words, kind=kind, requested_by="person")
+    if request.action == "add":
+        kind = "task" if request.task else "reminder"
+        if request.words is not None:
+            made = await store.add_words(list(request.words), kind=kind, requested_by="person")
         else:
-            when, text = args.get("when"), args.get("text")
-            if not isinstance(when, str) or not isinstance(text, str):
-                raise ScheduleError("say when (a string) and the text (a string)")
-            made = await store.add(when, text, kind=kind, requested_by="person")
+            made = await store.add(request.when, request.text, kind=kind, requested_by="person")
         return {"schedule": made.to_json(), "text": made.line(store.zone), "echo": made_line(made)}
-    schedule_id = str(args.get("id") or "")
     try:
-        if action == "cancel":
-            made = await store.cancel(schedule_id)
-        elif action == "approve":
-            made = await store.approve(schedule_id)
+        if request.action == "cancel":
+            made = await store.cancel(request.id)
+        elif request.action == "approve":
+            made = await store.approve(request.id)
         else:
-            made = await store.decline(schedule_id)
+            made = await store.decline(request.id)
     except NoSuchSchedule as exc:
         raise ScheduleError(f"{exc} (`reverie schedule list` shows the ids)") from None
     return {"schedule": made.to_json(), "text": made.line(store.zone)}

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +65,13 @@ from daemon.sleep.checkpoints import (
     PhaseStatus,
     cycle_json,
 )
+from daemon.sleep.commands import (
+    CycleResult,
+    SleepRequest,
+    SleepResult,
+    SwitchRequest,
+    SwitchResult,
+)
 from daemon.sleep.phases import Phase, PhaseContext, PhaseReport
 from daemon.sleep.wake import WakeNote, WakeUp
 from daemon.sleep.winddown import WindDown
@@ -99,7 +106,7 @@ class CycleOutcome:
     # How many changes of each kind the cycle's change set holds (`reverie sleep show ID`).
     changes: dict[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CycleResult:
         return {
             "cycle_id": self.cycle_id,
             "reason": self.reason,
@@ -305,12 +312,12 @@ class SleepCycle:
 
     # -- the person's commands ----------------------------------------------------------------
 
-    async def sleep_command(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def sleep_command(self, request: SleepRequest) -> SleepResult:
         """`sleep`: start a cycle now; with `wait`, answer with its outcome once it is done."""
         try:
             record = await self.start("manual")
-            if args.get("wait"):
-                return dict((await self.wait(record.id)).to_json())
+            if request.wait:
+                return (await self.wait(record.id)).to_json()
         except SleepBusy as exc:
             raise CommandBusy(str(exc)) from None
         return {
@@ -320,7 +327,7 @@ class SleepCycle:
             "session_id": record.session_id,
         }
 
-    async def switch_command(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def switch_command(self, request: SwitchRequest) -> SwitchResult:
         """`switch`: move the trunk to a fresh session, only while awake.
 
         A wind-down or a sleep is itself on its way to a new session (the wake-up's), so a
@@ -330,12 +337,16 @@ class SleepCycle:
             raise CommandBusy(
                 f"the daemon is {self.lifecycle.state.value}; a session switch needs it awake"
             )
-        reason = str(args.get("reason") or "requested by the person").strip()[:200]
         try:
-            done = await self.trunk.switch(reason)
+            done = await self.trunk.switch(request.reason)
         except SwitchVetoed as exc:
             raise CommandBusy(str(exc)) from None
-        return asdict(done)
+        return {
+            "previous_id": done.previous_id,
+            "session_id": done.session_id,
+            "reason": done.reason,
+            "held_s": done.held_s,
+        }
 
     async def nightly(self) -> str:
         """The scheduled job: a cycle unless one ran recently or one is running."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daemon.commands import ops
+from daemon.commands.types import RememberRequest, RememberResult, SearchHit
 from daemon.errors import ReverieError
 from daemon.memory.fact_history import fact_chain, fact_json, fact_status, fact_uses
 from daemon.memory.facts import FactError
@@ -33,7 +34,7 @@ class MemoryFormError(ReverieError, ValueError):
     """A retraction or correction the memory refused, or a form that does not make one."""
 
 
-async def search(services: Services, query: str, *, k: int = SEARCH_K) -> list[dict[str, Any]]:
+async def search(services: Services, query: str, *, k: int = SEARCH_K) -> list[SearchHit]:
     """Ranked memories for `query`, as `reverie memory search --json` gives them."""
     query = " ".join(query.split())[:MAX_TEXT]
     if not query:
@@ -117,9 +118,9 @@ async def correct(services: Services, fact_id: str, text: str) -> str:
     return str((await _remember(services, {"text": text, "correct": fact_id}))["message"])
 
 
-async def _remember(services: Services, request: dict[str, Any]) -> dict[str, Any]:
+async def _remember(services: Services, request: dict[str, Any]) -> RememberResult:
     # As the daemon answers `reverie remember` (its index embeds in the background).
     try:
-        return await ops.remember(services.memory, request)
+        return await ops.remember(services.memory, RememberRequest.from_args(request))
     except (FactError, ValueError) as exc:
         raise MemoryFormError(str(exc)) from None
