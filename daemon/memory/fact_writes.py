@@ -136,7 +136,11 @@ class FactWriter:
 
     async def similar(self, text: str, kind: str) -> MemoryItem | None:
         """An active fact very like `text` (the index's near-duplicate check), if any."""
-        threshold = self.settings.memory.near_duplicate_threshold
+        # An embedder whose cosines all sit high (e5: distinct facts at 0.95) raises the bar.
+        threshold = max(
+            self.settings.memory.near_duplicate_threshold,
+            float(getattr(self.index.embedder, "duplicate_floor", 0.0)),
+        )
         try:
             similar = await self.index.similar(text, [kind], threshold)
         except StoreAway:
