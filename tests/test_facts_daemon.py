@@ -1,5 +1,6 @@
 """Facts through the real daemon and the offline model: said in passing, told after a recall,
-named by a bare id, recalled in plain sentences."""
+named by a bare id, recalled in plain sentences; and, on the same daemon, every command's
+refusal of bad arguments."""
 
 from __future__ import annotations
 
