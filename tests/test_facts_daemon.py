@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from daemon.chat.protocol import COMMAND_ARGS
 from tests.harness import Client, DaemonProcess, daemon_env, run_cli
 
 
@@ -230,6 +231,11 @@ def test_every_command_refuses_bad_args_with_its_sentence(offline_daemon: Daemon
                 message,
             ), (name, args, refused)
         after = c.command("status")["data"]
+        # The daemon answers exactly the commands the protocol describes (each of which has
+        # its request class: tests/test_command_requests.py).
+        unknown = c.command("nap", {})
+        assert unknown["code"] == "unknown_command", unknown
+        assert set(unknown["message"].split("known: ")[1].split(", ")) == set(COMMAND_ARGS)
         assert c.command("ping", {"x": 1})["data"] == {"pong": True, "state": "awake"}
         assert c.command("schedule", {"action": "list", "all": True})["data"]["schedules"] == listed
     assert after["trunk"]["session_id"] == before["data"]["trunk"]["session_id"]
