@@ -103,7 +103,8 @@ async def add_session(
 
     The messages are stamped `ts` when given, else a minute apart on 2 March 2026."""
     await db.execute(
-        "INSERT OR IGNORE INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT DO NOTHING",
         (session_id, kind, f"/home/sessions/trunk/{session_id}.jsonl", started),
     )
     for i, (role, content) in enumerate(messages, first_seq):

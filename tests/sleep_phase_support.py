@@ -74,7 +74,8 @@ class SleepRig:
     ) -> None:
         """Record a session and its messages as the trunk (or importer) would; chunk and summarise it."""
         await self.db.execute(
-            "INSERT OR IGNORE INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (
                 session_id,
                 kind,

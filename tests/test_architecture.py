@@ -28,10 +28,6 @@ MOST_BIG_MODULES = 3
 BIG_MODULES: dict[str, str] = {
     "daemon/sleep/cycle.py": "the nightly sleep's phases and their order, resumable, in one place",
     "daemon/when.py": "the time-phrase grammar, its bounds and its refusals read in one place",
-    "daemon/store/postgres.py": (
-        "the sqlite3-shaped PostgreSQL connection, its value adapters and the reconnection "
-        "it rests on"
-    ),
 }
 
 

@@ -208,7 +208,8 @@ async def _add_session(
     db: Database, sid: str, messages: list[tuple[str, str, str]], start: int = 0
 ) -> None:
     await db.execute(
-        "INSERT OR IGNORE INTO sessions(id, kind, transcript_path, started_at) VALUES (?, 'trunk', ?, ?)",
+        "INSERT INTO sessions(id, kind, transcript_path, started_at) VALUES (?, 'trunk', ?, ?)"
+        " ON CONFLICT DO NOTHING",
         (sid, f"/t/{sid}.jsonl", T0.isoformat()),
     )
     for i, (role, speaker, content) in enumerate(messages, start):

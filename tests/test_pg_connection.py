@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from daemon.store.db import Database
+from daemon.store.placeholders import SqliteOnly
 from daemon.store.postgres import PgConnection, StorageUnavailable
 from tests.postgres_server import pg_server, pg_url  # noqa: F401
 
@@ -136,11 +137,43 @@ def test_after_a_lost_connection_only_a_statement_safe_to_repeat_is_run_again(
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 0  # type: ignore[index]
         # One that ignores a row already there runs again on the new session.
         cut()
-        conn.execute("INSERT OR IGNORE INTO t(v) VALUES (?)", ("ignored",))
+        conn.execute("INSERT INTO t(v) VALUES (?) ON CONFLICT DO NOTHING", ("ignored",))
         assert conn.execute("SELECT v FROM t").fetchall() == [("ignored",)]
         # The server saying it ended the session means the statement never ran: run again.
         _kill(pg_url, conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
         conn.execute("INSERT INTO t(v) VALUES (?)", ("after a kill",))
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 2  # type: ignore[index]
+    finally:
+        conn.close()
+
+
+def test_statements_reach_the_server_as_written_and_sqlite_s_own_are_refused_by_name(
+    pg_url: str,  # noqa: F811
+) -> None:
+    conn = PgConnection.connect(pg_url, "agent_as_written")
+    try:
+        conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT)")
+        conn.execute("INSERT INTO t(k, v) VALUES (?, ?)", ("Abc", "50%"))
+        # LIKE is PostgreSQL's own (case-sensitive): nothing turns it into ILIKE on the way.
+        assert conn.execute("SELECT count(*) FROM t WHERE k LIKE ?", ("a%",)).fetchone()[0] == 0  # type: ignore[index]
+        assert conn.execute("SELECT count(*) FROM t WHERE k LIKE ?", ("A%",)).fetchone()[0] == 1  # type: ignore[index]
+        # `%` in a literal arrives as one `%`.
+        assert conn.execute("SELECT v FROM t WHERE v LIKE '%\\%' ESCAPE '\\'").fetchall() == [
+            ("50%",)
+        ]
+        # SQLite's own syntax is refused before anything is sent, the statement named.
+        for sql in (
+            "INSERT OR REPLACE INTO t(k, v) VALUES (?, ?)",
+            "INSERT OR IGNORE INTO t(k, v) VALUES (?, ?)",
+        ):
+            with pytest.raises(SqliteOnly, match="INSERT OR") as refused:
+                conn.execute(sql, ("Abc", "replaced"))
+            assert sql in str(refused.value)
+            with pytest.raises(SqliteOnly, match="INSERT OR"):
+                conn.executemany(sql, [("Abc", "replaced"), ("new", "row")])
+        with pytest.raises(SqliteOnly, match="PRAGMA page_count"):
+            conn.execute("PRAGMA page_count")
+        assert not conn.in_transaction
+        assert conn.execute("SELECT k, v FROM t").fetchall() == [("Abc", "50%")]
     finally:
         conn.close()

@@ -139,6 +139,8 @@ def test_a_refused_queued_write_is_passed_over_without_blocking_the_rest(
         queue = WriteQueue(tmp_path / "store-queue.jsonl")
         queue.append("INSERT INTO ledger(v) VALUES (?)", ("a",))
         queue.append("INSERT INTO no_such_table(v) VALUES (?)", ("lost",))
+        # Queued by an older build, in SQLite's own syntax: refused unsent, passed over too.
+        queue.append("INSERT OR REPLACE INTO ledger(id, v) VALUES (?, ?)", (9, "older"))
         queue.append("INSERT INTO ledger(v) VALUES (?)", ("b",))
         queue.replay(conn)
         rows = conn.execute("SELECT v FROM ledger ORDER BY id").fetchall()

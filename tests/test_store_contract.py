@@ -163,7 +163,8 @@ async def test_sessions_and_messages_index(open_db: Opener) -> None:
         )
         await db.conn.commit()
         await db.execute(
-            "INSERT OR IGNORE INTO messages(session_id, msg_id, seq, ts, role, content) VALUES (?,?,?,?,?,?)",
+            "INSERT INTO messages(session_id, msg_id, seq, ts, role, content) VALUES (?,?,?,?,?,?)"
+            " ON CONFLICT DO NOTHING",
             ("s1", "m0", 0, "2026-03-03T10:00:00+00:00", "user", "a second copy"),
         )
         rows = await db.fetchall(

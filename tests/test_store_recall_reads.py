@@ -134,6 +134,8 @@ async def test_a_session_is_found_by_id_or_summary_name_and_read_in_order(
         found = SessionRef(id="s1", summary_path=summary, started_at="2026-03-01T09:00:00+00:00")
         assert await reads.find_session("s1", "s1") == found
         assert await reads.find_session("x", "session-2026-03-01_0900__tea") == found
+        # The summary's name matches whatever its case, on both backends.
+        assert await reads.find_session("x", "Session-2026-03-01_0900__TEA") == found
         assert await reads.find_session("session-s2", "session-s2") is not None
         assert await reads.find_session("nope", "nope") is None
         assert await reads.summary_path("s1") == summary

@@ -5,7 +5,9 @@ searched in numpy; no extension is loaded. sqlite-vec was measured for the candi
 as the vectors' store and lost both (bench/README.md, docs/storage.md).
 
 PostgreSQL (`[storage] url`): the same tables in the agent's own schema, with pgvector and a
-tsvector column (daemon.store.postgres); the code above it is the same on both.
+tsvector column (daemon.store.postgres); the code above it is the same on both. Statements
+are written once where both backends read them alike and per dialect where they differ;
+PostgreSQL gets them as written, placeholders aside (daemon.store.placeholders).
 """
 
 from __future__ import annotations
@@ -399,10 +401,12 @@ class Database:
         async with self.conn.execute(sql, params) as cur:
             return await cur.fetchone()
 
-    async def execute(self, sql: str, params: Any = ()) -> int:
-        """Execute one statement (autocommit); return lastrowid."""
-        async with self.conn.execute(sql, params) as cur:
-            return cur.lastrowid or 0
+    async def execute(self, sql: str, params: Any = ()) -> None:
+        """Execute one statement (autocommit). An insert whose new key is wanted says
+        `RETURNING` and is read with `fetchone`, the same on both backends (PostgreSQL has no
+        `lastrowid`)."""
+        async with self.conn.execute(sql, params):
+            pass
 
 
 def _write_or_queue(

@@ -1,6 +1,6 @@
 """The memories' full-text index: FTS5 on SQLite, a tsvector column under GIN on PostgreSQL.
 
-The two differ too much to translate (daemon.store.dialect), so each has its own SQL here,
+The two differ too much to write once, so each has its own SQL here,
 behind one set of calls: a phrase's document count, the best matches by rank alone, the best
 matches joined with `memories` to filter them, and a kind's best matches with their text.
 Expressions are FTS5's, as `daemon.memory.query.match_terms` builds them (`"w"`, `"a b"`,

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.log import get_logger
+from daemon.store.placeholders import SqliteOnly
 
 log = get_logger("store.outage")
 
@@ -70,7 +71,7 @@ _ASSIGN = re.compile(r"(?:^|,)\s*(\w+)\s*=(?!=)")
 
 
 def rerun_safe(sql: str) -> bool:
-    """Whether `sql` (SQLite's dialect) may be run again when it is unknown if it ran.
+    """Whether `sql` may be run again when it is unknown if it ran (read, never rewritten).
 
     An UPDATE is, when no column it sets is read on the right (`x = ?`, not `x = x + 1`).
     """
@@ -206,9 +207,10 @@ class WriteQueue:
                 except psycopg.OperationalError:
                     conn.rollback()
                     raise
-                except psycopg.Error as exc:
-                    # The statement itself is refused (not the server gone): it would be
-                    # refused every time, so it is logged and passed, never blocking the rest.
+                except (psycopg.Error, SqliteOnly) as exc:
+                    # The statement itself is refused (not the server gone; or SQLite's own
+                    # syntax, queued by an older build): it would be refused every time, so
+                    # it is logged and passed, never blocking the rest.
                     conn.rollback()
                     log.error("a queued write was refused; passed over", n=n, error=repr(exc))
                     conn.execute("BEGIN")

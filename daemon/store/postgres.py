@@ -3,9 +3,15 @@
 The daemon's code talks to `db.conn` (aiosqlite) and, on the database thread, to the
 synchronous connection (`db.run(fn)`). Both keep working on PostgreSQL because
 `PgConnection` offers the part of `sqlite3.Connection` they use — `execute` returning a
-cursor with `fetchone`/`fetchall`/`lastrowid`/`rowcount`, `executemany`, explicit
-`BEGIN`/`COMMIT`, rows read by index and by name — and aiosqlite runs it on its thread as it
-runs a `sqlite3` connection. Statements are translated by `daemon.store.dialect`.
+cursor with `fetchone`/`fetchall`/`rowcount`, `executemany`, explicit `BEGIN`/`COMMIT`, rows
+read by index and by name — and aiosqlite runs it on its thread as it runs a `sqlite3`
+connection.
+
+Statements reach the server as the store wrote them (once where both backends read them
+alike, per dialect where they differ), only their placeholders adapted by a scanner that
+leaves quoted text alone (`daemon.store.placeholders`); SQLite's own syntax (`INSERT OR`,
+`PRAGMA`, an FTS5 `MATCH`) is refused, named. No `lastrowid`: an insert wanting its new key
+says `RETURNING id` and reads it, on both backends.
 
 Values: a Python bool is stored as 0/1 (SQLite's habit, which the INTEGER flag columns
 keep); the schema's one BLOB, an embedding, is a pgvector `vector` here, and crosses the
@@ -35,8 +41,8 @@ from urllib.parse import urlsplit
 
 from daemon.errors import ReverieError
 from daemon.log import get_logger
-from daemon.store.dialect import Translator, is_named
 from daemon.store.outage import Breaker, rerun_safe
+from daemon.store.placeholders import is_named, to_psycopg
 
 log = get_logger("store.postgres")
 
@@ -146,11 +152,13 @@ def _row_class(names: tuple[str, ...]) -> type[Row]:
 class PgCursor:
     """The result of one statement, read the way a `sqlite3.Cursor` is."""
 
-    def __init__(self, rows: list[Row], rowcount: int, lastrowid: int | None, description: Any):
+    # sqlite3's after a statement that inserted no row; PostgreSQL has none (see the module doc).
+    lastrowid = None
+
+    def __init__(self, rows: list[Row], rowcount: int, description: Any):
         self._rows = rows
         self._at = 0
         self.rowcount = rowcount
-        self.lastrowid = lastrowid
         self.description = description
         self.arraysize = 1
 
@@ -255,11 +263,7 @@ class PgConnection:
         # A reader's session: it never makes the schema (no DDL), on a reconnect either.
         self.readonly = readonly
         self.row_factory: Any = None  # accepted and ignored: rows always read by name and index
-        self._keys: dict[str, tuple[str, ...]] = {}
-        self._identities: dict[str, str | None] = {}
-        self._cols: dict[str, frozenset[str]] = {}
         self._session: list[str] = []
-        self.translate = Translator(self._primary_keys, self._identity, self._columns)
         self.breaker = Breaker()
         # Called on the database thread once a probe finds the server back, before the
         # statement that probed runs: the writes queued meanwhile are applied first
@@ -307,36 +311,25 @@ class PgConnection:
     def execute(self, sql: str, params: Any = ()) -> PgCursor:
         named = is_named(params)
         args = params if named else tuple(params)
-
-        def run() -> tuple[Any, str | None]:
-            # Translated inside the retried call: the translation may read the catalogue.
-            text, returning = self.translate(sql, named=named)
-            return self.raw.execute(text, args), returning
-
-        cur, returning = self._resilient(run, rerun=rerun_safe(sql))
-        rows = self._rows(cur)
-        lastrowid = None
-        if returning:
-            lastrowid = rows[-1][0] if rows else None
-            rows = []
-        return PgCursor(rows, cur.rowcount, lastrowid, cur.description)
+        # Raises `SqliteOnly` before anything is sent when the statement is SQLite's own.
+        text = to_psycopg(sql, named=named)
+        cur = self._resilient(lambda: self.raw.execute(text, args), rerun=rerun_safe(sql))
+        return PgCursor(self._rows(cur), cur.rowcount, cur.description)
 
     def executemany(self, sql: str, seq: Any) -> PgCursor:
         seq = list(seq)
         if not seq:
-            return PgCursor([], 0, None, None)
+            return PgCursor([], 0, None)
         named = is_named(seq[0])
         batch = seq if named else [tuple(p) for p in seq]
+        text = to_psycopg(sql, named=named)
 
         def run() -> int:
-            text, returning = self.translate(sql, named=named)
-            if returning:
-                text = text[: text.rfind(" RETURNING ")]
             with self.raw.cursor() as cur:
                 cur.executemany(text, batch)
                 return int(cur.rowcount)
 
-        return PgCursor([], self._resilient(run, rerun=rerun_safe(sql)), None, None)
+        return PgCursor([], self._resilient(run, rerun=rerun_safe(sql)), None)
 
     # ----- a server that goes away ---------------------------------------------------------------
     def _resilient(self, statement: Callable[[], Any], *, rerun: bool = True) -> Any:
@@ -344,7 +337,7 @@ class PgConnection:
 
         Outside a transaction the statement stood alone (autocommit), so it runs again on a
         new connection when the server said it ended the session (it did not run), or when
-        running it twice does no harm (`rerun`: a read, an upsert, an `INSERT OR IGNORE`). A
+        running it twice does no harm (`rerun`: a read, an upsert, an `ON CONFLICT DO NOTHING`). A
         write cut off with no word from the server may have committed: it is not run again,
         and the caller is told (`StorageUnavailable`), as it would be of a full disk, to take
         its own retry path. Inside a transaction, the server has rolled the whole transaction back: the
@@ -529,43 +522,12 @@ class PgConnection:
     def close(self) -> None:
         self.raw.close()
 
-    # ----- schema facts the translation needs ---------------------------------------------------
+    # ----- results -----------------------------------------------------------------------------
     def _rows(self, cur: Any) -> list[Row]:
         if cur.description is None:
             return []
         cls = _row_class(tuple(d.name for d in cur.description))
         return [cls(r) for r in cur.fetchall()]
-
-    def _primary_keys(self, table: str) -> tuple[str, ...]:
-        if table not in self._keys:
-            rows = self.raw.execute(
-                "SELECT a.attname FROM pg_index i "
-                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-                "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY a.attnum",
-                (table,),
-            ).fetchall()
-            self._keys[table] = tuple(r[0] for r in rows)
-        return self._keys[table]
-
-    def _columns(self, table: str) -> frozenset[str]:
-        if table not in self._cols:
-            rows = self.raw.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-                "AND attnum > 0 AND NOT attisdropped",
-                (table,),
-            ).fetchall()
-            self._cols[table] = frozenset(r[0] for r in rows)
-        return self._cols[table]
-
-    def _identity(self, table: str) -> str | None:
-        if table not in self._identities:
-            row = self.raw.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-                "AND attidentity <> '' AND NOT attisdropped",
-                (table,),
-            ).fetchone()
-            self._identities[table] = row[0] if row else None
-        return self._identities[table]
 
 
 def prepare_schema(raw: Any, schema: str) -> None:
