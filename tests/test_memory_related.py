@@ -95,6 +95,40 @@ async def test_a_question_in_other_words_reaches_the_fact_through_near_words(
             assert words.wants_stand_ins("employer")  # in no memory, and no everyday word
 
 
+CROWDED = [
+    "The old town was full of tourists again, we could hardly walk.",
+    "Crowds of tourists blocked the bridge on the way home.",
+    "The audience at the school play clapped for ages.",
+]
+
+
+@pytest.mark.skipif(not minilm_available(), reason="MiniLM weights package not installed")
+async def test_a_word_few_memories_use_stands_in_before_nearer_words_many_use(
+    tmp_path: Path,
+) -> None:
+    """ "visitors": the store's "tourists" (0.79) and "crowds" (0.57) are nearer than "guest"
+    (0.51), but a dozen days mention them and one memory says "guest" — the guest wifi."""
+    rng = random.Random(5)
+    with anyio.fail_after(180):
+        async with memory_system(tmp_path, embedder=MiniLMEmbedder()) as memory:
+            messages: list[tuple[str, str]] = []
+            for n in range(40):
+                parts = [*rng.sample(FILLER, 1), *rng.sample(CROWDED, 1)]
+                if n == 17:
+                    parts.insert(1, "The guest wifi password is cobalt-lantern-24.")
+                messages += [("user", " ".join(parts)), ("assistant", "Noted.")]
+            await add_session(memory.db, "s1", messages)
+            await memory.index_session("s1")
+            await memory.index.flush()
+            words = memory.view.related
+            items = await memory.view.auto_recall("what do visitors use to get online here?")
+            assert any("cobalt-lantern-24" in i.text for i in items), [i.text for i in items]
+            near = await words.near("what do visitors use to get online here?")
+            assert "guest" in [r.word for r in near]
+            common = words.specificity(words.counts[words.index["tourists"]])
+            assert words.specificity(1) == 1.0 and 0.5 <= common < 0.8
+
+
 @pytest.mark.skipif(not minilm_available(), reason="MiniLM weights package not installed")
 async def test_the_vocabulary_is_kept_beside_the_database_and_only_grows_by_new_words(
     tmp_path: Path,

@@ -225,7 +225,7 @@ class IndexMemoryView:
                 words, await lexical_lookups(self.index.searcher, lookups), strict=True
             ):
                 for n, item in enumerate(hits):
-                    out.setdefault(item.id, (item, word.similarity * _STANDING_IN_NEXT**n))
+                    out.setdefault(item.id, (item, word.weight * _STANDING_IN_NEXT**n))
         return list(out.values())[:_STANDING_IN_HITS]
 
     async def _relevant(
@@ -289,11 +289,11 @@ class IndexMemoryView:
                 score = max(score, top)
             out.append(replace(item, score=score))
         # What only the words standing in found ranks by how near its word is to the
-        # message's: "car" for "driving" (0.72) before what shares only "days" with it,
-        # "route" for "trip" (0.54) behind the summer trip itself.
-        out = [
-            replace(i, score=max(i.score, top * stood[i.id])) if i.id in stood else i for i in out
-        ]
+        # message's, weighed by how few memories use it (`RelatedWords.near`): "car" for
+        # "driving" (0.72) before what shares only "days" with it, "route" for "trip" (0.54)
+        # behind the summer trip itself. Its score in the word's own lookup says how well it
+        # matched that word, not the message, and ranks nothing.
+        out = [_standing_score(i, top, stood[i.id], found.own) if i.id in stood else i for i in out]
         # A question asking who: the passages naming someone first among near-equals.
         out = who_first(prompt, out)
         out.sort(key=_rank)
@@ -394,6 +394,14 @@ def _unasked(items: list[MemoryItem], prompt: str) -> list[MemoryItem]:
         if rest:
             out.append(item if rest == item.text else replace(item, text=rest))
     return out
+
+
+def _standing_score(item: MemoryItem, top: float, near: float, own: frozenset[str]) -> MemoryItem:
+    """A memory a word standing in found, scored by that word's weight (`near`) against the
+    best the message's own search found; found by the message itself too, the better of both."""
+    boost = _EXPLICIT_BOOST if item.kind in ("fact", "profile") else 1.0
+    score = top * near * boost
+    return replace(item, score=max(item.score, score) if item.id in own else score)
 
 
 def _rank(item: MemoryItem) -> tuple[float, bool]:

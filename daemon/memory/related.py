@@ -25,6 +25,7 @@ they find joins automatic recall's candidates as relevant (`daemon.memory.auto_r
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ RARE_IN_STORE = 2
 EVERYDAY_RANK = 8000
 PER_WORD = 2  # the store's words kept per word of the question
 MOST = 4  # and for the whole question
+_NEAREST = 12  # the store's nearest words weighed for each word of the question
 MAX_WORDS = 40_000  # vocabulary cap (float16, 384 dims: 31 MB at most)
 _BATCH = 256
 _BLOCK = 4096
@@ -95,6 +97,9 @@ class Related:
     asked: str
     word: str
     similarity: float
+    # The similarity weighed by how few memories use the word (`specificity`): what the
+    # stand-in's finds rank by, and the order stand-ins are taken in.
+    weight: float = 0.0
 
 
 class RelatedWords:
@@ -256,20 +261,29 @@ class RelatedWords:
         taken = set(asked)
         stems = {stem(w) for w in asked}
         for col, word in enumerate(asked):
-            order = np.argsort(-sims[:, col])[: PER_WORD + len(asked)]
-            kept = 0
-            for row in order:
+            near: list[Related] = []
+            for row in np.argsort(-sims[:, col])[:_NEAREST]:
                 sim = float(sims[row, col])
-                if sim < self.bar or kept >= PER_WORD:
+                if sim < self.bar:
                     break
                 other = self.words[row]
                 # Another form of the same word is the search's own business (its stems).
                 if other in taken or stem(other) in stems:
                     continue
-                taken.add(other)
-                out.append(Related(asked=word, word=other, similarity=round(sim, 3)))
-                kept += 1
-        return sorted(out, key=lambda r: -r.similarity)[:MOST]
+                weight = sim * self.specificity(self.counts[row])
+                near.append(Related(word, other, round(sim, 3), round(weight, 3)))
+            # A word half the store uses finds no one memory: "people" for "visitors" brings
+            # back any day that mentioned people, "guest" the one line about the guest wifi.
+            for r in sorted(near, key=lambda r: -r.weight)[:PER_WORD]:
+                taken.add(r.word)
+                out.append(r)
+        return sorted(out, key=lambda r: -r.weight)[:MOST]
+
+    def specificity(self, uses: int) -> float:
+        """From 1 for a word one memory uses down to 0.5 for one every memory uses, by its
+        inverse document frequency (log N/uses over log N) among the memories read."""
+        memories = max(self.last_rowid, uses, 2)
+        return 0.5 + 0.5 * math.log(memories / max(uses, 1)) / math.log(memories)
 
 
 def _unit(vectors: Iterable[np.ndarray] | np.ndarray) -> np.ndarray:
