@@ -9,6 +9,7 @@ recall only through the vocabulary's near words; a message that asks nothing bri
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -196,3 +197,24 @@ async def test_the_daemons_index_builds_the_vocabulary_at_start_not_in_a_turn(
                 while not words.path.exists():
                     await anyio.sleep(0.05)
             assert "volvo" in words.index and words.last_rowid > 0
+
+
+def test_what_only_a_word_standing_in_found_ranks_by_that_words_weight() -> None:
+    """Its score in the stand-in's own lookup measured it against that word, not the message:
+    ranked by it, a common word's hits came first whatever the weight said."""
+    from datetime import UTC, datetime
+
+    from daemon.memory.api import MemoryItem
+    from daemon.memory.auto_recall import _standing_score
+
+    ts = datetime(2028, 1, 1, tzinfo=UTC)
+    chunk = MemoryItem(id="chunk:a", kind="chunk", text="two people", origin="person", ts=ts)
+    fact = MemoryItem(id="fact:7", kind="fact", text="guest wifi", origin="person", ts=ts)
+    top = 0.02
+    common = _standing_score(replace(chunk, score=0.018), top, 0.36, frozenset())
+    rare = _standing_score(replace(fact, score=0.015), top, 0.51, frozenset())
+    assert rare.score > common.score
+    assert common.score == pytest.approx(top * 0.36)
+    # Found by the message's own words too: the better of both.
+    own = _standing_score(replace(chunk, score=0.018), top, 0.36, frozenset({"chunk:a"}))
+    assert own.score == 0.018
