@@ -448,6 +448,30 @@ async def test_memory_failures_leave_layers_out_with_a_note(tmp_path: Path) -> N
     assert any("auto_recall failed" in n for n in result.report["notes"])
 
 
+class SlowView(ListMemoryView):
+    """A view on a machine too busy to recall in time: automatic recall never finishes."""
+
+    async def auto_recall(self, prompt: str, **kwargs: object) -> list[MemoryItem]:  # type: ignore[override]
+        await anyio.sleep(3600)
+        return []
+
+
+@pytest.mark.anyio
+async def test_recall_out_of_time_leaves_its_layer_out_not_the_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.context import memory_reads
+
+    monkeypatch.setattr(memory_reads, "RECALL_SECONDS", 0.2)
+    home = build_home(tmp_path / "home")
+    with anyio.fail_after(10):
+        result = await make(home, view=SlowView(items())).assemble(PROMPT)
+    rows = {r["name"]: r for r in result.report["layers"]}
+    assert rows["recall"]["tokens"] == 0
+    assert rows["recollections"]["tokens"] > 0  # the rest of memory is there
+    assert any("auto_recall took over 0.2 s" in n for n in result.report["notes"])
+
+
 @pytest.mark.anyio
 async def test_no_view_means_no_memory_layers(tmp_path: Path) -> None:
     home = build_home(tmp_path / "home")

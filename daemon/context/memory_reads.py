@@ -25,6 +25,10 @@ MemoryRead = Callable[[MemoryView], Awaitable[list[MemoryItem]]]
 # Layers quoting what was written earlier, marked where a line states a value since corrected
 # (summaries, months and recalled chunks come marked from memory; facts are current values).
 MARKED_LAYERS = ("wake", "reflection", "handover", "threads", "topics", "journal")
+# Automatic recall's time within a turn's assembly, at most: well under the assembly hook's
+# own limit (10 s), so that on a machine too busy to recall in time the turn is answered
+# without its recalled memories (said in the report) instead of failing whole.
+RECALL_SECONDS = 6.0
 
 
 async def ask(
@@ -65,23 +69,32 @@ async def auto_recall(
     live: LiveHistory | None,
     skipped: dict[str, str],
 ) -> list[MemoryItem]:
-    """Automatic recall for `prompt` (nothing when it is off or the prompt is blank)."""
+    """Automatic recall for `prompt` (nothing when it is off or the prompt is blank; nothing,
+    with a note, when it takes longer than `RECALL_SECONDS`)."""
     mem = settings.memory
     if not mem.auto_recall or mem.auto_recall_max <= 0 or not prompt.strip():
         return []
-    return await ask(
-        view,
-        "auto_recall",
-        notes,
-        lambda v: v.auto_recall(
-            prompt,
-            previous_reply=previous_reply,
-            exclude_ids=shown,
-            limit=mem.auto_recall_max,
-            live=live,
-        ),
-        skipped,
+    with anyio.move_on_after(RECALL_SECONDS) as scope:
+        return await ask(
+            view,
+            "auto_recall",
+            notes,
+            lambda v: v.auto_recall(
+                prompt,
+                previous_reply=previous_reply,
+                exclude_ids=shown,
+                limit=mem.auto_recall_max,
+                live=live,
+            ),
+            skipped,
+        )
+    log.warning("automatic recall out of time; left out this turn", seconds=RECALL_SECONDS)
+    notes.append(
+        f"memory auto_recall took over {RECALL_SECONDS:g} s (a busy machine?); "
+        "its layer is missing this turn"
     )
+    assert scope.cancelled_caught
+    return []
 
 
 async def mark_corrected(
