@@ -54,11 +54,7 @@ from daemon.schedule.store import ScheduleStore
 from daemon.scheduler import Scheduler
 from daemon.settings import Settings
 from daemon.sleep.cycle import SleepCycle
-from daemon.sleep.dreams import DreamsPhase
-from daemon.sleep.exam import SelfExamPhase
-from daemon.sleep.maintenance import MaintenancePhase
-from daemon.sleep.mine import MiningPhase
-from daemon.sleep.phases import Phase
+from daemon.sleep.phases import DeferredPhase, Phase
 from daemon.sleep.wake import WakeUp
 from daemon.store.db import Database
 from daemon.threads import ThreadBook
@@ -89,8 +85,43 @@ log = get_logger("services")
 
 def nightly_phases(trunk: Trunk) -> list[Phase]:
     """The daemon's sleep: mining, maintenance, dreams, the wake-up into a new session, then
-    the self-exam of what that session's first turn would be shown."""
-    return [MiningPhase(), MaintenancePhase(), DreamsPhase(), WakeUp(trunk), SelfExamPhase()]
+    the self-exam of what that session's first turn would be shown.
+
+    Every phase but the wake-up (which the cycle imports anyway) is deferred: its module and
+    what only it uses (the mining model, the month folds' upkeep, dreams' revisions, the
+    exam's record) are imported by the first cycle that runs it, not by the daemon's start.
+    """
+    return [
+        DeferredPhase("mining", optional=True, load=_mining),
+        DeferredPhase("maintenance", optional=True, load=_maintenance),
+        DeferredPhase("dreams", optional=True, load=_dreams),
+        WakeUp(trunk),
+        DeferredPhase("self_exam", optional=True, load=_self_exam),
+    ]
+
+
+def _mining() -> Phase:
+    from daemon.sleep.mine import MiningPhase
+
+    return MiningPhase()
+
+
+def _maintenance() -> Phase:
+    from daemon.sleep.maintenance import MaintenancePhase
+
+    return MaintenancePhase()
+
+
+def _dreams() -> Phase:
+    from daemon.sleep.dreams import DreamsPhase
+
+    return DreamsPhase()
+
+
+def _self_exam() -> Phase:
+    from daemon.sleep.exam import SelfExamPhase
+
+    return SelfExamPhase()
 
 
 @dataclass(kw_only=True, eq=False)

@@ -17,8 +17,6 @@ from typing import Any, Self, TypedDict
 from daemon.context.handover_record import handover_status
 from daemon.models.ledger import UsageLedger
 from daemon.settings import Settings
-from daemon.sleep.exam_record import exam_status
-from daemon.status_offline import iso, last_ok_run, last_turn, spend_json
 from daemon.store.db import Database
 from daemon.store.errors import free_bytes
 from daemon.store.postgres import StoreAway
@@ -101,12 +99,21 @@ def _store_line(db: Database, away: dict[str, Any] | None) -> str:
 
 
 async def _spend(db: Database, settings: Settings) -> dict[str, Any]:
+    from daemon.status_offline import spend_json
+
     today = await UsageLedger(db, settings.spend).today()
     return spend_json(today, settings.spend.daily_cap_usd)
 
 
 async def live_status(daemon: Any) -> StatusResult:
-    """Status from inside the running daemon."""
+    """Status from inside the running daemon.
+
+    What only a report reads (the offline status's helpers, the self-exam's record) is
+    imported by the first `status` asked, not by the daemon's start.
+    """
+    from daemon.sleep.exam_record import exam_status
+    from daemon.status_offline import iso, last_ok_run
+
     db: Database = daemon.db
     trunk = daemon.trunk
     settings: Settings = daemon.settings
@@ -207,6 +214,8 @@ def _trunk_status(daemon: Any) -> dict[str, Any]:
 
 async def _context_status(daemon: Any) -> dict[str, Any]:
     """The context window's use now, and the last turn's report (in this session)."""
+    from daemon.status_offline import last_turn
+
     db: Database = daemon.db
     trunk = daemon.trunk
     settings: Settings = daemon.settings

@@ -59,6 +59,26 @@ NEVER = (
     # The tokenizer and its vocabulary (~47 MB): loaded by the first turn or sleep (tokens.py).
     "tiktoken",
     "tiktoken_ext",
+    # The night's phases (services.nightly_phases defers them): imported by the first cycle
+    # that runs each, with what only they use (the mining model, the folds' and pins' upkeep,
+    # dreams' material, the shared files' upkeep).
+    "daemon.sleep.mine",
+    "daemon.sleep.maintenance",
+    "daemon.sleep.dreams",
+    "daemon.sleep.exam",
+    "daemon.sleep.shared_upkeep",
+    "daemon.memory.mining_model",
+    "daemon.store.fact_mining",
+    "daemon.store.sleep_reads",
+    # The extractive mining rules: the first night's mining or the first `remember`.
+    "daemon.memory.mining_rules",
+    # The offline drafters of journal entries and dreams: the first entry or dream.
+    "daemon.models.offline_journal",
+    "daemon.models.offline_dreams",
+    # What only a `status` report reads: the first `status` asked (daemon/status.py).
+    "daemon.status_offline",
+    "daemon.sleep.exam_record",
+    "daemon.store.console",
 )
 # 700 measured at the change (853 before it, 1087 before that); Python's own start is ~40,
 # structlog ~20 (without rich and twisted, ~170 more: tests/test_log.py), numpy ~90, pydantic
@@ -151,3 +171,30 @@ def test_after_ready_the_heap_start_up_built_is_frozen_and_the_collector_back_on
     (enabled, frozen), (enabled_after, frozen_after) = json.loads(out.stdout)
     assert enabled and frozen > 50_000, (enabled, frozen)
     assert enabled_after and frozen_after == 0
+
+
+def test_every_deferred_nightly_phase_declares_the_name_and_optionality_it_loads() -> None:
+    from typing import Any, cast
+
+    from daemon.services import nightly_phases
+    from daemon.sleep.phases import DeferredPhase
+
+    phases = nightly_phases(cast(Any, None))  # the wake-up only keeps its trunk
+    deferred = [p for p in phases if isinstance(p, DeferredPhase)]
+    assert [p.name for p in deferred] == ["mining", "maintenance", "dreams", "self_exam"]
+    for phase in deferred:
+        loaded = phase.loaded
+        assert (loaded.name, loaded.optional) == (phase.name, phase.optional)
+        assert type(loaded).__name__ != "DeferredPhase" and phase.loaded is loaded
+
+
+def test_a_deferred_phase_that_loads_another_phase_fails_at_its_first_run() -> None:
+    from daemon.sleep.dreams import DreamsPhase
+    from daemon.sleep.phases import DeferredPhase
+
+    wrong = DeferredPhase("mining", optional=True, load=DreamsPhase)
+    with pytest.raises(TypeError, match=r"'mining'.*loaded 'dreams'"):
+        _ = wrong.loaded
+    required = DeferredPhase("dreams", optional=False, load=DreamsPhase)
+    with pytest.raises(TypeError, match="optional=False"):
+        _ = required.loaded

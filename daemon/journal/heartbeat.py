@@ -71,7 +71,6 @@ from daemon.journal.indexing import journal_memory
 from daemon.log import get_logger
 from daemon.memory.index import MemoryIndex
 from daemon.memory.text import parse_json_reply
-from daemon.models import offline_journal
 from daemon.models.base import Message, ModelError, SystemBlock, Usage
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
@@ -393,7 +392,7 @@ class JournalHeartbeat:
             prompt += "\n\n" + work_prompt_block(work)
         if self.roles is None or self.roles.provider_kind("heartbeat") == "offline":
             return (
-                draft_from_answer(offline_journal.journal_entry(prompt)),
+                draft_from_answer(_extractive_entry(prompt)),
                 "extractive",
                 {"input": 0, "output": 0},
             )
@@ -422,7 +421,7 @@ class JournalHeartbeat:
             session=activity.session_id,
             reason=why,
         )
-        draft = draft_from_answer(offline_journal.journal_entry(prompt))
+        draft = draft_from_answer(_extractive_entry(prompt))
         return draft, "extractive", {"input": usage.prompt_tokens, "output": usage.output_tokens}
 
     def _entry(
@@ -577,3 +576,10 @@ def _draft_fields(draft: Draft) -> dict[str, Any]:
 def _entry_id(ts: datetime, seed: str) -> str:
     digest = hashlib.blake2b(f"{ts.isoformat()}|{seed}".encode(), digest_size=3).hexdigest()
     return f"j-{ts.strftime('%Y%m%d-%H%M%S')}-{digest}"
+
+
+def _extractive_entry(prompt: str) -> dict[str, Any]:
+    """The extractive entry for `prompt`; its drafter is imported by the first entry written."""
+    from daemon.models import offline_journal
+
+    return offline_journal.journal_entry(prompt)

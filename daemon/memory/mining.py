@@ -27,7 +27,6 @@ from datetime import datetime, tzinfo
 
 from daemon.memory.dates import resolve_dates
 from daemon.memory.mining_phrases import BARE_DAY, DAY, MAX_MINED_CHARS, norm_key, statements
-from daemon.memory.mining_rules import rules_for
 
 __all__ = [
     "KINDS",
@@ -141,6 +140,17 @@ def resolve_plan_dates(text: str, now: datetime, *, recurring: bool | None = Non
 
     held = resolve_dates(BARE_DAY.sub(hold, text), now)
     return re.sub("\ue000(\\d+)\ue001", lambda m: days[int(m.group(1))], held)
+
+
+def rules_for(sentence: str) -> list[dict[str, str]]:
+    """The facts one sentence of the person's states, by the extractive rules (may be empty).
+
+    The rules (`daemon.memory.mining_rules`, some hundred patterns) are imported by the first
+    sentence read — a night's mining, or the first `remember` — not by the daemon's start.
+    """
+    from daemon.memory.mining_rules import rules_for as read
+
+    return read(sentence)
 
 
 def mine_lines(lines: Sequence[Line], tz: tzinfo) -> list[MinedFact]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from daemon.models import offline_delegate, offline_dreams, offline_journal
+from daemon.models import offline_delegate
 from daemon.models.base import (
     Block,
     Completed,
@@ -189,9 +189,15 @@ class OfflineModel:
             return json.dumps({"ids": plan_recall(text)}), []
         if request.task == "synthesise":
             return synthesise(text), []
+        # Dreams and journal entries are drafted at night or by the heartbeat, not at start:
+        # their extractive drafters are imported by the first such request.
         if request.task == "dream":
+            from daemon.models import offline_dreams
+
             return offline_dreams.dream_reply(text), []
         if request.task == "journal":
+            from daemon.models import offline_journal
+
             return offline_journal.respond(text), []
         if request.task == "wake":
             return weave_wake(text), []

@@ -9,6 +9,7 @@ so a second run finds its own earlier work instead of duplicating it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -88,3 +89,36 @@ class Phase(Protocol):
     async def run(self, ctx: PhaseContext) -> PhaseReport:
         """Do the phase's work; raise to have the cycle retry it with backoff, then skip it."""
         ...
+
+
+class DeferredPhase:
+    """A phase whose code is imported when a cycle first runs it, not when the daemon starts.
+
+    The cycle needs only a phase's `name` and `optional` until it runs the phase; `load`
+    imports and builds the phase itself at its first `run` (a night, or `reverie sleep`), and
+    the phase it builds is kept for every later run. The declared name and optionality must be
+    the built phase's: a mismatch raises at that first run (the cycle retries, then skips the
+    phase, as for any phase that raises) rather than checkpointing under the wrong name.
+    """
+
+    def __init__(self, name: str, *, optional: bool, load: Callable[[], Phase]) -> None:
+        self.name = name
+        self.optional = optional
+        self._load = load
+        self._phase: Phase | None = None
+
+    @property
+    def loaded(self) -> Phase:
+        """The phase itself, imported and built at the first use."""
+        if self._phase is None:
+            phase = self._load()
+            if (phase.name, phase.optional) != (self.name, self.optional):
+                raise TypeError(
+                    f"deferred sleep phase {self.name!r} (optional={self.optional}) loaded "
+                    f"{phase.name!r} (optional={phase.optional})"
+                )
+            self._phase = phase
+        return self._phase
+
+    async def run(self, ctx: PhaseContext) -> PhaseReport:
+        return await self.loaded.run(ctx)
