@@ -53,7 +53,7 @@ def inside() -> int:
 
     import daemon
     from daemon.settings import FetchSettings, Settings, ToolsSettings
-    from daemon.tools.fetch import fetch_tools
+    from daemon.tools.fetch_tool import fetch_tools
     from daemon.tools.registry import ToolContext, ToolRegistry
 
     # The package must be the installed one, never the checkout next to this script.

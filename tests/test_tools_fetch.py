@@ -26,7 +26,8 @@ import pytest
 
 from daemon.paths import Home
 from daemon.settings import FetchSettings, SchedulerSettings, Settings, ToolsSettings
-from daemon.tools.fetch import PageFetcher, fetch_tools
+from daemon.tools.fetch import PageFetcher
+from daemon.tools.fetch_tool import fetch_tools
 from daemon.tools.netguard import NetworkGuard, non_public_reason
 from daemon.tools.registry import ToolContext, ToolError, ToolOutcome, ToolRegistry
 from daemon.tools.toolbox import work_tools

@@ -15,17 +15,20 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from daemon.settings import Settings
-from daemon.tools.file_read import read_text_file
-from daemon.tools.file_write import Change, apply_change, check_write, plan_edit, plan_write
+from daemon.tools.file_limits import LIST_MAX_ENTRIES, SEARCH_MAX_MATCHES
 from daemon.tools.registry import Tool, ToolContext, ToolError, cap_output
 from daemon.tools.summary import visible
-from daemon.tools.tree import LIST_MAX_ENTRIES, SEARCH_MAX_MATCHES, list_entries, search_tree
 from daemon.tools.workspace import Workspace
+
+# The tools' work (reading, listing and searching a tree, planning and applying a write) is
+# imported by the first call of a tool that does it, not when the daemon declares the tools.
+if TYPE_CHECKING:
+    from daemon.tools.file_write import Change
 
 T = TypeVar("T")
 
@@ -91,6 +94,8 @@ class _FileHands:
         return visible(path, keep="")
 
     async def read_file(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        from daemon.tools.file_read import read_text_file
+
         job = partial(
             read_text_file,
             self.workspace,
@@ -103,6 +108,8 @@ class _FileHands:
         return await _in_thread(self.guarded(job, f"read {self.named(args['path'])}"))
 
     async def list_files(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        from daemon.tools.tree import list_entries
+
         path = args.get("path") or "."
         job = partial(
             list_entries, self.workspace, path, args.get("pattern"), max_chars=self.output_max
@@ -110,6 +117,8 @@ class _FileHands:
         return await _in_thread(self.guarded(job, f"list {self.named(path)}"))
 
     async def search_files(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        from daemon.tools.tree import search_tree
+
         path = args.get("path") or "."
         try:
             return await search_tree(
@@ -125,6 +134,8 @@ class _FileHands:
             raise ToolError(f"could not search {self.named(path)}: {exc.strerror or exc}") from None
 
     def _preview_write(self, path: str, content: str) -> Change:
+        from daemon.tools.file_write import check_write, plan_write
+
         check_write(path, content, self.write_max)
         with self.workspace.open(path, must_exist=False) as opened:
             return plan_write(self.workspace, opened, content, self.write_max)
@@ -135,6 +146,8 @@ class _FileHands:
         return cap_output(change.diff() or "(no change)", PREVIEW_DIFF_CHARS)
 
     async def write_file(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        from daemon.tools.file_write import apply_change, check_write, plan_write
+
         workspace, write_max = self.workspace, self.write_max
 
         def job() -> str:
@@ -153,6 +166,8 @@ class _FileHands:
         return await _in_thread(self.guarded(job, f"write {self.named(args['path'])}"))
 
     def _planned_edit(self, args: dict[str, Any], *, apply: bool) -> Change:
+        from daemon.tools.file_write import apply_change, plan_edit
+
         with self.workspace.open(args["path"]) as opened:
             change = plan_edit(
                 self.workspace, opened, args["old_string"], args["new_string"], self.write_max

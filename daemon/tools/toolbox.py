@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from daemon.paths import Home
 from daemon.settings import Settings
-from daemon.tools.fetch import fetch_tools
+from daemon.tools.fetch_tool import fetch_tools
 from daemon.tools.files import file_tools
 from daemon.tools.registry import Tool
 from daemon.tools.run import run_tools

@@ -29,6 +29,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import ByteReceiveStream
 
+from daemon.tools.file_limits import LIST_MAX_ENTRIES as LIST_MAX_ENTRIES
+from daemon.tools.file_limits import SEARCH_LINE_CHARS as SEARCH_LINE_CHARS
+from daemon.tools.file_limits import SEARCH_MAX_MATCHES as SEARCH_MAX_MATCHES
 from daemon.tools.registry import ToolError
 from daemon.tools.workspace import Opened, Workspace
 
@@ -38,11 +41,6 @@ if TYPE_CHECKING:
     # (~0.01 CPU-seconds).
     from pathspec import GitIgnoreSpec
 
-# A listing shows this many entries, then says how many more there are.
-LIST_MAX_ENTRIES = 500
-# A search shows this many matching lines, each cut to this many characters.
-SEARCH_MAX_MATCHES = 200
-SEARCH_LINE_CHARS = 300
 # Past this many matches a search stops looking: it says "more than", not how many.
 _SEARCH_CEILING = SEARCH_MAX_MATCHES * 10
 # ripgrep is handed this many open files per run (well under the usual limit of 1024 fds).
