@@ -3,8 +3,9 @@
 The store's statements are written once where SQLite and PostgreSQL read them alike and per
 dialect where they differ (daemon/store/*.py), with SQLite's placeholders: `?` and `:name`.
 psycopg wants `%s` and `%(name)s`, and reads every `%` in the text as the start of one. So
-before a statement goes to PostgreSQL, `to_psycopg` walks it once, character by character,
-and changes exactly that: a `?` (or, with named parameters, a `:name`) outside quoted text
+before a statement goes to PostgreSQL, `to_psycopg` walks it once (a plain scan, no regular
+expression: it stops at each character that may open a quote, a comment or a placeholder
+and copies the runs between them whole) and changes exactly that: a `?` (or, with named parameters, a `:name`) outside quoted text
 and comments becomes psycopg's placeholder, and every `%` is doubled (in literals and
 comments too: psycopg reads the whole text). Nothing else of the statement changes.
 
@@ -30,6 +31,7 @@ _SQLITE_ONLY_HEADS = (
     ("BEGIN", "DEFERRED"),
     ("BEGIN", "EXCLUSIVE"),
 )
+_HEAD_WORDS = frozenset(h[0] for h in _SQLITE_ONLY_HEADS)
 # `MATCH` after these is a foreign key's clause, which PostgreSQL reads.
 _KEY_MATCH = frozenset({"FULL", "PARTIAL", "SIMPLE"})
 
@@ -55,74 +57,90 @@ def to_psycopg(sql: str, *, named: bool = False) -> str:
 
 @functools.lru_cache(maxsize=_CACHE_MAX)
 def _cached(sql: str, named: bool) -> str:
-    out, words = _scan(sql, named)
-    _refuse_sqlite_only(sql, words)
+    out, code = _scan(sql, named)
+    _refuse_sqlite_only(sql, code)
     return out
 
 
-def _scan(sql: str, named: bool) -> tuple[str, list[str]]:
-    """Walk `sql` once: (the psycopg text, the words outside quotes and comments, upper-cased)."""
+# Where a scan stops to look: quotes, comments' openings, dollar quotes, placeholders, `%`.
+_SPECIAL = frozenset("'\"-/$?:%")
+
+
+def _scan(sql: str, named: bool) -> tuple[str, str]:
+    """Walk `sql` once: (the psycopg text, the text outside quotes and comments).
+
+    Only the characters that may start something are looked at; the runs between them are
+    copied whole.
+    """
     out: list[str] = []
-    words: list[str] = []
-    i, n = 0, len(sql)
-    while i < n:
+    code: list[str] = []
+    n = len(sql)
+    done = 0  # sql[:done] is in `out`
+    for i in [k for k, c in enumerate(sql) if c in _SPECIAL]:
+        if i < done:
+            continue  # inside a quote or comment already copied
         c = sql[i]
+        end = i
         if c in "'\"":
-            end = _quoted_end(sql, i, c)
-            out.append(sql[i:end].replace("%", "%%"))
-            i = end
+            if c == "'" and _escape_string(sql, i):
+                end = _escaped_end(sql, i)
+            else:
+                end = _quoted_end(sql, i, c)
         elif c == "-" and sql.startswith("--", i):
             end = sql.find("\n", i)
             end = n if end < 0 else end
-            out.append(sql[i:end].replace("%", "%%"))
-            i = end
         elif c == "/" and sql.startswith("/*", i):
             end = sql.find("*/", i + 2)
             end = n if end < 0 else end + 2
+        elif c == "$" and not _after_word(sql, i):
+            end = _dollar_end(sql, i)
+        if end > i:  # quoted text or a comment: copied as it is, its `%` doubled
+            _plain(sql, done, i, out, code)
             out.append(sql[i:end].replace("%", "%%"))
-            i = end
-        elif c == "$" and (end := _dollar_end(sql, i)) > i:
-            out.append(sql[i:end].replace("%", "%%"))
-            i = end
+            code.append(" ")
+            done = end
         elif c == "?":
+            _plain(sql, done, i, out, code)
             out.append("%s")
-            i += 1
-        elif c == ":":
-            i = _colon(sql, i, named, out)
+            code.append("?")
+            done = i + 1
         elif c == "%":
+            _plain(sql, done, i, out, code)
             out.append("%%")
-            i += 1
-        elif c.isalpha() or c == "_":
-            end = i + 1
-            while end < n and (sql[end].isalnum() or sql[end] in "_$"):
-                end += 1
-            word = sql[i:end]
-            words.append(word.upper())
-            out.append(word)
-            i = end
-            if word in ("E", "e") and i < n and sql[i] == "'":
-                # An escape string: a backslash keeps the next character inside.
-                end = _escaped_end(sql, i)
-                out.append(sql[i:end].replace("%", "%%"))
-                i = end
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out), words
+            code.append("%")
+            done = i + 1
+        elif c == ":":
+            _plain(sql, done, i, out, code)
+            done = _colon(sql, i, named, out)
+            code.append(sql[i:done])
+    _plain(sql, done, n, out, code)
+    return "".join(out), "".join(code)
+
+
+def _plain(sql: str, start: int, end: int, out: list[str], code: list[str]) -> None:
+    if end > start:
+        out.append(sql[start:end])
+        code.append(sql[start:end])
+
+
+def _after_word(sql: str, i: int) -> bool:
+    """Whether sql[i] follows an identifier's character (so it continues that identifier)."""
+    return i > 0 and (sql[i - 1].isalnum() or sql[i - 1] in "_$")
+
+
+def _escape_string(sql: str, i: int) -> bool:
+    """Whether the quote at `i` opens an escape string (`E'…'`, the `E` a word of its own)."""
+    return i > 0 and sql[i - 1] in "eE" and not _after_word(sql, i - 1)
 
 
 def _quoted_end(sql: str, start: int, quote: str) -> int:
     """The index after the quoted text opening at `start` (a doubled quote stays inside)."""
     i = start + 1
-    n = len(sql)
-    while i < n:
-        if sql[i] == quote:
-            if i + 1 < n and sql[i + 1] == quote:
-                i += 2
-                continue
-            return i + 1
-        i += 1
-    return n
+    while (close := sql.find(quote, i)) >= 0:
+        if not sql.startswith(quote, close + 1):
+            return close + 1
+        i = close + 2
+    return len(sql)
 
 
 def _escaped_end(sql: str, start: int) -> int:
@@ -158,11 +176,15 @@ def _dollar_end(sql: str, start: int) -> int:
 def _colon(sql: str, i: int, named: bool, out: list[str]) -> int:
     """Copy the `:` at `i` (a cast's `::` whole) or its `:name` as psycopg's; return the next index."""
     n = len(sql)
-    if i + 1 < n and sql[i + 1] == ":":
+    if sql.startswith("::", i):
         out.append("::")
         return i + 2
-    after_word = i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_")
-    if named and not after_word and i + 1 < n and (sql[i + 1].isalpha() or sql[i + 1] == "_"):
+    if (
+        named
+        and not _after_word(sql, i)
+        and i + 1 < n
+        and (sql[i + 1].isalpha() or sql[i + 1] == "_")
+    ):
         end = i + 2
         while end < n and (sql[end].isalnum() or sql[end] == "_"):
             end += 1
@@ -172,12 +194,33 @@ def _colon(sql: str, i: int, named: bool, out: list[str]) -> int:
     return i + 1
 
 
-def _refuse_sqlite_only(sql: str, words: list[str]) -> None:
-    for head in _SQLITE_ONLY_HEADS:
-        if tuple(words[: len(head)]) == head:
-            raise SqliteOnly(
-                f"{' '.join(head)} is SQLite's own syntax, sent to PostgreSQL: {_brief(sql)}"
-            )
+def _words(code: str) -> list[str]:
+    """The words of `code` (text outside quotes and comments), upper-cased, in order."""
+    words: list[str] = []
+    word: list[str] = []
+    for c in code:
+        if c.isalnum() or c in "_$":
+            word.append(c)
+        elif word:
+            words.append("".join(word).upper())
+            word = []
+    if word:
+        words.append("".join(word).upper())
+    return words
+
+
+def _refuse_sqlite_only(sql: str, code: str) -> None:
+    head = code.split(None, 2)[:2]
+    if head and head[0].upper() in _HEAD_WORDS:
+        words = _words(" ".join(head))
+        for known in _SQLITE_ONLY_HEADS:
+            if tuple(words[: len(known)]) == known:
+                raise SqliteOnly(
+                    f"{' '.join(known)} is SQLite's own syntax, sent to PostgreSQL: {_brief(sql)}"
+                )
+    if "MATCH" not in code.upper():
+        return
+    words = _words(code)
     for at, word in enumerate(words):
         if word == "MATCH" and (at + 1 == len(words) or words[at + 1] not in _KEY_MATCH):
             raise SqliteOnly(f"an FTS5 MATCH has no PostgreSQL form: {_brief(sql)}")
