@@ -70,8 +70,15 @@ NEVER = (
     "daemon.memory.mining_model",
     "daemon.store.fact_mining",
     "daemon.store.sleep_reads",
-    # The extractive mining rules: the first night's mining or the first `remember`.
+    # Fact mining, its rules, phrases and dates: the first night's mining or the first fact
+    # written (memory/fact_writes.py, fact_told.py import them there).
+    "daemon.memory.mining",
     "daemon.memory.mining_rules",
+    "daemon.memory.mining_phrases",
+    "daemon.memory.dates",
+    # A cycle's change set and the dream revisions under it: the first cycle's end.
+    "daemon.sleep.changes",
+    "daemon.sleep.revisions",
     # The offline drafters of journal entries and dreams: the first entry or dream.
     "daemon.models.offline_journal",
     "daemon.models.offline_dreams",

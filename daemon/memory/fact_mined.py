@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from daemon.log import get_logger
 from daemon.memory.fact_log import Fact, normalise, stamp
 from daemon.memory.fact_trust import allows
 from daemon.memory.fact_writes import FactWriter
-from daemon.memory.mining import MinedFact
 from daemon.memory.slots import says_change
+
+if TYPE_CHECKING:
+    from daemon.memory.mining import MinedFact
 
 log = get_logger("memory.facts")
 

@@ -24,7 +24,6 @@ from daemon.memory.corrections import mark_file
 from daemon.memory.fact_log import TARGETS, Fact, FactError, clean_tags, normalise
 from daemon.memory.fact_trust import allows, refusal, untrusted
 from daemon.memory.fact_writes import FactWriter
-from daemon.memory.mining import rules_for
 from daemon.paths import Home
 
 log = get_logger("memory.facts")
@@ -65,6 +64,8 @@ _ASKED = re.compile(
 
 def fact_change(text: str) -> tuple[str, str, str, str]:
     """(subject, attribute, value, replaced value) the extractive rules read in a fact's text."""
+    from daemon.memory.mining import rules_for  # the rules: read by the first fact told
+
     for found in rules_for(_ASKED.sub("", " ".join(text.split()))):
         if found.get("subject") and found.get("attribute"):
             return (found["subject"], found["attribute"], found.get("value", ""),

@@ -23,7 +23,6 @@ from daemon.memory.fact_trust import ORIGINS, Act, refusal, untrusted
 from daemon.memory.fact_views import FactView
 from daemon.memory.ids import fact_uid
 from daemon.memory.index import MemoryIndex
-from daemon.memory.mining import resolve_plan_dates
 from daemon.memory.rows import NewMemory, iso
 from daemon.redact import redactor_for
 from daemon.settings import Settings
@@ -127,6 +126,9 @@ class FactWriter:
                 f"a fact is one atomic statement; this one is {len(wording)} characters "
                 f"(limit {MAX_FACT_CHARS}): split it into several facts"
             )
+        # The mining's phrases and dates are imported by the first fact written, not at start.
+        from daemon.memory.mining import resolve_plan_dates
+
         return wording, resolve_plan_dates(wording, self.clock.now().astimezone(self.tz))
 
     def withhold(self, text: str, origin: str) -> tuple[str, list[str]]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from daemon.clock import Clock
 from daemon.memory.fact_lifecycle import FactLifecycle
@@ -38,9 +39,11 @@ from daemon.memory.fact_trust import ORIGINS
 from daemon.memory.fact_views import FactView
 from daemon.memory.fact_writes import FactWriter, memory_of
 from daemon.memory.index import MemoryIndex
-from daemon.memory.mining import MinedFact
 from daemon.paths import Home
 from daemon.settings import Settings
+
+if TYPE_CHECKING:
+    from daemon.memory.mining import MinedFact
 
 # What callers import from here (each part also has its own module).
 __all__ = [

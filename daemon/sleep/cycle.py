@@ -56,7 +56,6 @@ from daemon.models.base import ModelError, SpendCapReached
 from daemon.models.roles import ModelRoles
 from daemon.paths import Home
 from daemon.settings import Settings
-from daemon.sleep.changes import change_counts
 from daemon.sleep.checkpoints import (
     FINAL,
     Checkpoints,
@@ -555,6 +554,10 @@ class SleepCycle:
 
     async def _wake(self, record: CycleRecord, outcome: CycleOutcome) -> None:
         """Record the finished cycle, arm the wake note, release the trunk, tell the bus."""
+        # The change set's reader (and the dream revisions under it) waits for the first
+        # cycle's end, not the daemon's start.
+        from daemon.sleep.changes import change_counts
+
         outcome.woke_early = self._woken.is_set()
         outcome.changes = (await change_counts(self.db, [record.id])).get(record.id, {})
         new_id = outcome.new_session_id or (self.trunk.session.id if self.trunk.session else None)
