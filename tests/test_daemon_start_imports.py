@@ -91,6 +91,8 @@ NEVER = (
     "daemon.tools.fetch",
     "daemon.tools.netguard",
     "html.parser",
+    # Importing a transcript file (`reverie memory import`): the first import.
+    "daemon.memory.importer",
     # What only a `status` report reads: the first `status` asked (daemon/status.py).
     "daemon.status_offline",
     "daemon.sleep.exam_record",

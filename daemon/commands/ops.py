@@ -23,7 +23,6 @@ from daemon.commands.types import (
 )
 from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import EmbedderError
-from daemon.memory.importer import import_file
 from daemon.memory.index import MemoryIndex, SearchMode
 from daemon.memory.query import decompose
 from daemon.memory.relevance import Match
@@ -134,6 +133,9 @@ async def import_transcripts(
     has a vector are never embedded again; an embedder failure leaves the vectors to the
     background task and says so in the counts.
     """
+    # The importer (and the transcripts' repository under it) is imported by the first import.
+    from daemon.memory.importer import import_file
+
     started = time.perf_counter()
     result = await import_file(path, home=home, index=index, progress=progress)
     if embed and index.embedder.dim > 0:
