@@ -88,7 +88,7 @@ CHECKS: dict[tuple[str, ...], Callable[[Any], bool]] = {
     ("models", "trunk", "provider"): _one_of("auto", "anthropic", "openai", "offline"),
     ("models", "trunk", "model"): _text,
     ("providers", "anthropic", "base_url"): _text,
-    ("memory", "embedder"): _one_of("auto", "none", "minilm", "local", "api", "hash"),
+    ("memory", "embedder"): _one_of("auto", "none", "minilm", "e5", "local", "api", "hash"),
 }
 
 
