@@ -371,3 +371,15 @@ async def test_feedback_searches_the_words_the_best_hits_share(tmp_path: Path) -
             plain = await memory.index.search_plan(plan, k=5, feedback=False)
     assert any("bigger tank" in i.text for i in fed)
     assert not any("bigger tank" in i.text for i in plain)
+
+
+def test_a_summarys_headings_bullets_and_speaker_labels_are_no_bridges() -> None:
+    """A summary's "# Hi", "## Decisions" and "Reverie: Noted." name no one: as bridges they
+    searched every summary with the same heading and filled the second hop's places."""
+    from daemon.memory.query import bridge_entities
+
+    summary = (
+        "# Hi\n\nThe person: Had coffee with Jarek, my brother-in-law. Reverie: Noted.\n\n"
+        "## Decisions\n\n- Tomorrow is going to be long.\n1. Lisbon it is. We met Anna Berg in Porto."
+    )
+    assert bridge_entities(summary) == ["Jarek", "Anna Berg", "Porto"]

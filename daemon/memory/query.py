@@ -143,7 +143,10 @@ def entities(text: str) -> list[str]:
 # Entities a question is searched "about" (each costs a query vector and a matrix pass).
 ABOUT_ENTITIES = 2
 _SPEAKER_PREFIX = re.compile(r"(?m)^[^\n:()]{1,60}?(?:\s*\([^)\n]{1,40}\))?:\s+")
-_SENTENCE_START = re.compile(r"(?:^|[.!?…]\s+|[\"“(]\s*)$")
+# A sentence starts a line (after a heading's hashes, a bullet or a number: a summary's
+# "# Hi" and "## Decisions" name no one), follows a full stop or a speaker's label ("Reverie:
+# Noted."), or opens a quote.
+_SENTENCE_START = re.compile(r"(?:^\s*(?:#{1,6}|[-*•>]|\d{1,3}[.)])?\s*|[.!?…:]\s+|[\"“(]\s*)$")
 _WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 
 
