@@ -126,9 +126,11 @@ class Daemon:
 
         s = self.settings
         notifier = Notifier()
-        # The tokenizer's vocabulary waits for the first work (a turn, a sleep), which loads it
-        # in a thread; a count on this loop before then estimates rather than stall for it.
+        # The tokenizer's vocabulary loads in a thread beside the start (READY does not wait for
+        # it, and the daemon holds from its start what it holds after years of turns); a count
+        # on this loop before it is in estimates rather than stall for it.
         default_counter().spare_loop = True
+        default_counter().load_soon()
         async with open_services(self.home, s, SystemClock()) as services:
             register_commands(services)
             socket_path = self.home.socket_path(s.chat.socket)

@@ -3,12 +3,14 @@
 Never raises: a missing vocabulary (offline machine) falls back to ~4 characters per token
 with one warning. `calibrate()` lets the trunk scale counts to what the provider reports.
 
-The vocabulary (cl100k, ~47 MB resident, ~0.3 s to load) is loaded at the first count, not
-at import or start: a daemon that never talks does not hold it. Work that needs exact counts
-awaits `loaded()` first (a turn, a sleep cycle), which loads it in a worker thread. In the
-daemon (`spare_loop`), a count asked on the event loop's thread before it is in never loads it
-there (that would stall every client for the load): it starts the load in a thread and
-answers with the estimate meanwhile. Elsewhere (a command) the first count loads it in place.
+The vocabulary (cl100k, ~47 MB resident, ~0.3 s to load) is not loaded at import. The daemon
+starts loading it in a worker thread as it starts (`load_soon`), beside opening its services,
+so READY does not wait for it and the daemon's memory is the same size from its start as after
+years of turns (a resource baseline taken at start stays the baseline). Work that needs exact
+counts awaits `loaded()` first (a turn, a sleep cycle). In the daemon (`spare_loop`), a count
+asked on the event loop's thread before the vocabulary is in never loads it there (that would
+stall every client for the load): it answers with the estimate meanwhile. Elsewhere (a
+command) the first count loads it in place.
 """
 
 from __future__ import annotations
@@ -76,14 +78,12 @@ class TokenCounter:
 
             await anyio.to_thread.run_sync(self.load)
 
-    def _ready(self) -> bool:
-        """Whether the vocabulary has been tried; on the event loop's thread, a first call
-        starts the load in a thread and says no (the caller estimates meanwhile)."""
-        if self._tried:
-            return True
-        if not (self.spare_loop and _on_event_loop()):
-            self.load()
-            return True
+    def load_soon(self) -> None:
+        """Start loading the vocabulary in a worker thread unless it is in or on its way."""
+        if not self._tried:
+            self._start_loading()
+
+    def _start_loading(self) -> bool:
         with self._starting:  # not `_lock`: a load in progress holds that one
             if self._loading is None and not self._tried:
                 loading = threading.Thread(target=self.load, name="tokenizer-load", daemon=True)
@@ -92,6 +92,18 @@ class TokenCounter:
                 except RuntimeError:  # no thread to be had now: estimate, try at the next count
                     return False
                 self._loading = loading
+        return True
+
+    def _ready(self) -> bool:
+        """Whether the vocabulary has been tried; on the event loop's thread, a first call
+        starts the load in a thread and says no (the caller estimates meanwhile)."""
+        if self._tried:
+            return True
+        if not (self.spare_loop and _on_event_loop()):
+            self.load()
+            return True
+        if not self._start_loading():
+            return False
         return self._tried
 
     def raw(self, text: str) -> int:

@@ -1,5 +1,5 @@
 """Token counting: exact with the offline vocabulary, cached, never crashing without it; in the
-daemon, never loading the vocabulary on the event loop (it waits for the first work)."""
+daemon, never loading the vocabulary on the event loop (it loads in a thread beside the start, or at the first work)."""
 
 from __future__ import annotations
 
