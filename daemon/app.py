@@ -126,11 +126,9 @@ class Daemon:
 
         s = self.settings
         notifier = Notifier()
-        # The tokenizer's vocabulary loads in a thread beside the start (READY does not wait for
-        # it, and the daemon holds from its start what it holds after years of turns); a count
-        # on this loop before it is in estimates rather than stall for it.
+        # A count on this loop before the tokenizer's vocabulary is in estimates rather than
+        # stall for it; the vocabulary loads in a thread once READY is said (below).
         default_counter().spare_loop = True
-        default_counter().load_soon()
         async with open_services(self.home, s, SystemClock()) as services:
             register_commands(services)
             socket_path = self.home.socket_path(s.chat.socket)
@@ -155,6 +153,10 @@ class Daemon:
                     lock.record_socket(socket_path)
                 notifier.ready(status=f"awake; socket {socket_path}")
                 settle_heap()
+                # The vocabulary (~47 MB) in a thread right after READY, not by the first turn:
+                # READY does not wait for it, the first turn does not pay it, and the daemon
+                # holds from its start what it holds after years of turns.
+                default_counter().load_soon()
                 say_ready(self.home, socket_path)
                 log.info(
                     "daemon ready",

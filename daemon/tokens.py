@@ -4,8 +4,8 @@ Never raises: a missing vocabulary (offline machine) falls back to ~4 characters
 with one warning. `calibrate()` lets the trunk scale counts to what the provider reports.
 
 The vocabulary (cl100k, ~47 MB resident, ~0.3 s to load) is not loaded at import. The daemon
-starts loading it in a worker thread as it starts (`load_soon`), beside opening its services,
-so READY does not wait for it and the daemon's memory is the same size from its start as after
+starts loading it in a worker thread right after READY (`load_soon`), so READY does not wait
+for it, the first turn does not pay it, and the daemon's memory is the same size from its start as after
 years of turns (a resource baseline taken at start stays the baseline). Work that needs exact
 counts awaits `loaded()` first (a turn, a sleep cycle). In the daemon (`spare_loop`), a count
 asked on the event loop's thread before the vocabulary is in never loads it there (that would

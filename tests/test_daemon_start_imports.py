@@ -98,8 +98,8 @@ NEVER = (
 # 671 measured once the night's phases, fact mining and the tools' work waited for their
 # first use (705 before; 853 before that, 1087 before that); Python's own start is ~40,
 # structlog ~20 (without rich and twisted, ~170 more: tests/test_log.py), numpy ~90, pydantic
-# ~45, the daemon's own ~235.
-MODULE_BUDGET = 690
+# ~45, the daemon's own ~235; 680 with tiktoken, loaded in a thread right after READY.
+MODULE_BUDGET = 700
 
 
 def _heavy(modules: set[str]) -> list[str]:
