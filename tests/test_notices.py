@@ -364,7 +364,11 @@ async def test_quiet_hours_hold_a_notice_until_they_end_then_it_is_pushed_and_no
                 got = await person.until("notice")
                 assert (got["id"], got["text"]) == (held.id, "The nightly backup failed.")
                 await person.send(seen(ids=[held.id]))
-                await wait_until(lambda: shown.exists(), "the desktop notification")
+                # The command's file exists from its open; its line is there at its close.
+                await wait_until(
+                    lambda: shown.exists() and shown.read_text().endswith("\n"),
+                    "the desktop notification",
+                )
                 await wait_until(lambda: _delivered(r, held.id), "the notice marked delivered")
             assert shown.read_text() == "The nightly backup failed.\n"
             assert scheduler.describe()["notices.quiet_hours_end"]["runs"] == 1
