@@ -129,3 +129,9 @@ def test_long_texts_in_token_capped_batches_get_the_vectors_of_one_text_at_a_tim
     together = model.encode(texts, batch_size=32)
     alone = np.stack([model.encode([t])[0] for t in texts])
     assert np.allclose(together, alone, atol=1e-5)
+
+
+@needs_weights
+def test_the_weights_are_loaded_once_per_process() -> None:
+    """Every embedder on the packaged model shares one copy of its weights (`bert.load_once`)."""
+    assert minilm.load() is minilm.load()

@@ -18,7 +18,8 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from pathlib import Path
+from typing import Literal, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -276,6 +277,23 @@ def token_batches(
         out.append(range(start, end))
         start = end
     return out
+
+
+M = TypeVar("M")
+_LOADED: dict[tuple[object, str], object] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_once(model: Callable[[Path], M], path: Path) -> M:
+    """The process-wide `model(path)`, built once (BLAS capped first): every embedder on one
+    packaged model shares its weights."""
+    key = (model, str(path))
+    with _LOAD_LOCK:
+        found = _LOADED.get(key)
+        if found is None:
+            limit_blas_threads(default_threads())
+            found = _LOADED[key] = model(path)
+        return cast(M, found)
 
 
 def limit_blas_threads(threads: int) -> None:

