@@ -262,7 +262,10 @@ class RelatedWords:
         stems = {stem(w) for w in asked}
         for col, word in enumerate(asked):
             near: list[Related] = []
-            for row in np.argsort(-sims[:, col])[:_NEAREST]:
+            column = sims[:, col]
+            top = np.argpartition(-column, _NEAREST)[:_NEAREST] if len(column) > _NEAREST else None
+            nearest = top[np.argsort(-column[top])] if top is not None else np.argsort(-column)
+            for row in nearest:
                 sim = float(sims[row, col])
                 if sim < self.bar:
                     break
@@ -281,7 +284,8 @@ class RelatedWords:
 
     def specificity(self, uses: int) -> float:
         """From 1 for a word one memory uses down to 0.5 for one every memory uses, by its
-        inverse document frequency (log N/uses over log N) among the memories read."""
+        inverse document frequency (log N/uses over log N); N is the last memory row read,
+        which stands for how many memories were read (retired ones keep their rows)."""
         memories = max(self.last_rowid, uses, 2)
         return 0.5 + 0.5 * math.log(memories / max(uses, 1)) / math.log(memories)
 
