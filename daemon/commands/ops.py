@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from daemon.commands.types import (
     FactChanged,
@@ -20,10 +20,11 @@ from daemon.commands.types import (
     RememberResult,
     SearchHit,
     fact_told,
+    search_mode,
 )
 from daemon.memory.api import MemoryItem
 from daemon.memory.embedders import EmbedderError
-from daemon.memory.index import MemoryIndex, SearchMode
+from daemon.memory.index import MemoryIndex
 from daemon.memory.query import decompose
 from daemon.memory.relevance import Match
 
@@ -83,11 +84,7 @@ async def search_batch(
     evidence as a vector pass for every sub-query (`bench.recall_quality`), for one encode
     and one pass over the vectors instead of three or four.
     """
-    if mode not in ("hybrid", "lexical", "vector"):
-        raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
-    if k <= 0:
-        raise ValueError("k must be a positive number")
-    search_mode = cast(SearchMode, mode)
+    checked = search_mode(mode, k)
     await index.refresh()
     plans = [decompose(q, now=now) for q in queries]
     vector_queries = 1 if mode == "hybrid" else None
@@ -101,13 +98,13 @@ async def search_batch(
             results = []
         elif raw:
             results = await index.search(
-                query, k=k, kinds=kinds, mode=search_mode, include_retired=include_retired
+                query, k=k, kinds=kinds, mode=checked, include_retired=include_retired
             )
         else:
             results = await index.search_plan(
                 plan,
                 k=k,
-                mode=search_mode,
+                mode=checked,
                 kinds=kinds,
                 include_retired=include_retired,
                 vector_queries=vector_queries,

@@ -23,6 +23,16 @@ from daemon.memory.index import SearchMode
 SEARCH_MODES: Final = get_args(SearchMode)
 
 
+def search_mode(mode: str, k: int) -> SearchMode:
+    """`mode` as a search mode, `k` checked; raise ValueError naming what is wrong (the socket
+    command, the CLI's direct path and the console all search through these checks)."""
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
+    if k <= 0:
+        raise ValueError("k must be a positive number")
+    return cast(SearchMode, mode)
+
+
 # -- memory_search -------------------------------------------------------------------------
 
 
@@ -46,15 +56,12 @@ class MemorySearchRequest:
         if len(queries) > BATCH_QUERIES:
             raise ValueError(f"memory_search takes at most {BATCH_QUERIES} queries per command")
         k = wire.integer(name, args, "k")
-        if k is not None and k <= 0:
-            raise ValueError("k must be a positive number")
-        mode = wire.string(name, args, "mode") or "hybrid"
-        if mode not in SEARCH_MODES:
-            raise ValueError(f"unknown search mode {mode!r}; use hybrid, lexical or vector")
+        k = 10 if k is None else k
+        mode = search_mode(wire.string(name, args, "mode") or "hybrid", k)
         return cls(
             queries=queries,
-            k=10 if k is None else k,
-            mode=cast(SearchMode, mode),
+            k=k,
+            mode=mode,
             kinds=wire.strings(name, args, "kinds") or None,
             include_retired=wire.boolean(name, args, "include_retired"),
             raw=wire.boolean(name, args, "raw"),
